@@ -1,0 +1,111 @@
+// Package adapters defines the contract between the harvest agent and a
+// batch system (SLURM, HTCondor, the simulator, or a site's own plugin).
+//
+// The contract is coarse on purpose: every method is one round-trip across
+// the plugin boundary, and the agent never needs a second call to act on a
+// decision.
+package adapters
+
+import (
+	"context"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Adapter is what every batch-system adapter implements. Implementations
+// must be safe for concurrent use.
+type Adapter interface {
+	// Info describes the adapter and the batch system it talks to.
+	// Required. It must not block on the batch system for long: it is
+	// called once at start.
+	Info(ctx context.Context) (Info, error)
+
+	// Snapshot returns the state of the cluster: nodes, foreign jobs
+	// (pending ones in priority order) and our pilots, recognised by the
+	// tag the adapter was configured with. Required.
+	//
+	// If the batch system cannot be asked, Snapshot returns an error that
+	// wraps ErrUnreachable; it never returns an empty snapshot that looks
+	// real (an agent that believed it would cancel every pilot).
+	Snapshot(ctx context.Context) (cluster.Snapshot, error)
+
+	// Submit asks for one one-node pilot job. Required.
+	//
+	// The adapter rounds spec.TimeLimit down to the batch system's
+	// granularity (Info.TimeGranularity). If the batch system may have
+	// accepted the job but the answer was lost (a timeout after the
+	// command ran), Submit returns an error wrapping ErrOutcomeUnknown;
+	// the caller must not retry blindly: the next snapshot tells whether
+	// the pilot exists. ErrInvalidSpec means nothing was submitted.
+	Submit(ctx context.Context, spec PilotSpec) (PilotID, error)
+
+	// Cancel cancels a pilot, queued or running. Required. Cancelling a
+	// pilot that no longer exists is not an error (idempotent). The
+	// adapter refuses to cancel a job that is not one of its pilots.
+	Cancel(ctx context.Context, id PilotID) error
+}
+
+// PilotID is the batch system's id of a pilot job ("1234" in SLURM,
+// "12.0" in HTCondor).
+type PilotID string
+
+// PilotSpec describes one pilot job. Everything the batch system needs to
+// start `harvest pilot` on one node.
+type PilotSpec struct {
+	// TimeLimit is the pilot's wall-clock limit; cluster.Unlimited asks
+	// for the longest the partition allows.
+	TimeLimit cluster.Limit `json:"time_limit_s"`
+	// Command is the argv the pilot job runs (usually `harvest pilot ...`).
+	Command []string `json:"command"`
+	// Env is added to the pilot's environment (queue URL, pilot token...).
+	Env map[string]string `json:"env,omitempty"`
+	// WorkDir is the pilot's working directory; empty = the adapter's default.
+	WorkDir string `json:"work_dir,omitempty"`
+	// Output is where the batch system writes the pilot's stdout/stderr
+	// (a pattern in the batch system's syntax); empty = adapter default.
+	Output string `json:"output,omitempty"`
+}
+
+// Validate rejects specs that no adapter could submit.
+func (s PilotSpec) Validate() error {
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		return invalidSpec("command is empty")
+	}
+	if s.TimeLimit == 0 || s.TimeLimit < cluster.Unlimited {
+		return invalidSpec("time limit must be positive or unlimited, got " + s.TimeLimit.String())
+	}
+	for k := range s.Env {
+		if k == "" {
+			return invalidSpec("environment variable with an empty name")
+		}
+	}
+	return nil
+}
+
+// Info describes an adapter.
+type Info struct {
+	// Name is the adapter's name ("slurm", "htcondor", "sim", or a plugin's).
+	Name string `json:"name"`
+	// Version is the batch system's version where known ("22.05.8").
+	Version string `json:"version,omitempty"`
+	// Tag is the job name/comment by which pilots are recognised.
+	Tag string `json:"tag"`
+	// TimeGranularity is the batch system's time-limit granularity in
+	// seconds (SLURM: 60). Pilot limits are rounded down to a multiple.
+	TimeGranularity int64 `json:"time_granularity_s"`
+	// ExpectedStart reports whether snapshots carry the batch system's
+	// expected start for pending jobs (SLURM yes, HTCondor no).
+	ExpectedStart bool `json:"expected_start"`
+	// Backfill reports whether the batch system backfills with
+	// reservations (SLURM's sched/backfill: yes; HTCondor: no).
+	Backfill bool `json:"backfill"`
+}
+
+// RoundDown rounds a pilot time limit down to the granularity g (seconds).
+// Unlimited stays unlimited; a limit below one unit becomes 0 (do not submit).
+func RoundDown(l cluster.Limit, g int64) cluster.Limit {
+	if l.IsUnlimited() || g <= 1 {
+		return l
+	}
+	return cluster.Limit(int64(l) / g * g)
+}

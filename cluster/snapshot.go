@@ -1,0 +1,248 @@
+// Package cluster holds the batch-system-neutral picture of a cluster that
+// adapters produce and the scaling policy consumes. Its JSON form is the
+// snapshot file of `harvest decide` (see DESIGN.md), so any snapshot the agent
+// decided on can be dumped and replayed offline.
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Limit is a time limit in seconds. Unlimited (-1) is written as JSON null,
+// as in the snapshot contract ("time_limit_s": null means unlimited).
+type Limit int64
+
+// Unlimited is the limit of a job that never ends by itself.
+const Unlimited Limit = -1
+
+// Seconds returns a limit of s seconds.
+func Seconds(s int64) Limit { return Limit(s) }
+
+// IsUnlimited reports whether l is the unlimited limit.
+func (l Limit) IsUnlimited() bool { return l < 0 }
+
+// Min returns the smaller of two limits, unlimited being the largest.
+func (l Limit) Min(o Limit) Limit {
+	switch {
+	case l.IsUnlimited():
+		return o
+	case o.IsUnlimited():
+		return l
+	case o < l:
+		return o
+	}
+	return l
+}
+
+// String formats the limit for logs: "unlimited" or Go duration syntax.
+func (l Limit) String() string {
+	if l.IsUnlimited() {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%ds", int64(l))
+}
+
+// MarshalJSON writes null for Unlimited.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	if l.IsUnlimited() {
+		return []byte("null"), nil
+	}
+	return strconv.AppendInt(nil, int64(l), 10), nil
+}
+
+// UnmarshalJSON reads null as Unlimited and rejects negative numbers.
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
+		*l = Unlimited
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("time limit must be a number of seconds or null: %w", err)
+	}
+	if v < 0 {
+		return fmt.Errorf("time limit %v is negative (use null for unlimited)", v)
+	}
+	*l = Limit(int64(v))
+	return nil
+}
+
+// JobState is the coarse state the policy needs. Batch-system states map
+// onto these two; finished jobs do not appear in a snapshot.
+type JobState string
+
+const (
+	Pending JobState = "pending"
+	Running JobState = "running"
+)
+
+// Job is one batch job: a foreign job of another user, or one of our pilots.
+type Job struct {
+	ID    string   `json:"id"`
+	User  string   `json:"user,omitempty"`
+	Name  string   `json:"name,omitempty"`
+	State JobState `json:"state"`
+	Nodes int      `json:"nodes"`
+	// TimeLimit is the job's limit in seconds; Unlimited never frees its nodes.
+	TimeLimit Limit `json:"time_limit_s"`
+	// RunTime is how long a running job has run, in seconds.
+	RunTime int64 `json:"run_time_s,omitempty"`
+	// Pilot marks our own pilot jobs (recognised by the adapter's tag).
+	Pilot bool `json:"pilot,omitempty"`
+	// Busy marks a pilot whose worker is running tasks (filled in by the
+	// agent from the queue's heartbeats; adapters leave it false).
+	Busy bool `json:"busy,omitempty"`
+	// Reason is the batch system's pending reason (Resources, Priority...).
+	Reason string `json:"reason,omitempty"`
+	// ExpectedStart is the batch system's own estimate of when a pending
+	// job starts (Unix seconds), when it gives one.
+	ExpectedStart int64 `json:"expected_start,omitempty"`
+	// SubmitTime and StartTime are Unix seconds (0 = unknown / not started).
+	SubmitTime int64 `json:"submit_time,omitempty"`
+	StartTime  int64 `json:"start_time,omitempty"`
+	// NodeList is the batch system's node list ("n[1-6]"); Node the first.
+	NodeList  string `json:"node_list,omitempty"`
+	Partition string `json:"partition,omitempty"`
+	// Priority is the batch system's priority (higher first) where known.
+	Priority float64 `json:"priority,omitempty"`
+}
+
+// Remaining is the time a running job may still hold its nodes.
+func (j Job) Remaining() Limit {
+	if j.TimeLimit.IsUnlimited() {
+		return Unlimited
+	}
+	r := int64(j.TimeLimit) - j.RunTime
+	if r < 0 {
+		r = 0 // overrunning its limit (SLURM enforces limits late)
+	}
+	return Limit(r)
+}
+
+// NodeState summarises one node.
+type NodeState string
+
+const (
+	NodeIdle      NodeState = "idle"
+	NodePlanned   NodeState = "planned" // idle, but reserved for a pending job by backfill
+	NodeAllocated NodeState = "allocated"
+	NodeDrained   NodeState = "drained" // drained, draining, down or otherwise unusable
+)
+
+// Node is one compute node.
+type Node struct {
+	Name  string    `json:"name"`
+	State NodeState `json:"state"`
+	CPUs  int       `json:"cpus,omitempty"`
+}
+
+// Demand is the harvest backlog as the queue reports it.
+type Demand struct {
+	PendingTasks int `json:"pending_tasks"`
+	RunningTasks int `json:"running_tasks"`
+	SlotsPerNode int `json:"slots_per_node"`
+}
+
+// Snapshot is the state of the cluster at one instant.
+//
+// Jobs holds running jobs in any order and pending jobs in the batch
+// system's priority order (highest first); pilots are marked Pilot.
+type Snapshot struct {
+	// Now is the batch system's clock, Unix seconds (or virtual seconds).
+	Now        int64 `json:"now"`
+	TotalNodes int   `json:"total_nodes"`
+	// IdleNodes counts usable idle nodes, including planned ones.
+	IdleNodes int `json:"idle_nodes"`
+	// PlannedNodes are idle nodes the backfill scheduler holds for a pending job.
+	PlannedNodes int `json:"planned_nodes,omitempty"`
+	// DrainedNodes are drained, down or failed nodes (not in TotalNodes' usable part).
+	DrainedNodes int `json:"drained_nodes,omitempty"`
+	// MaxTime is the partition's MaxTime; absent or null = unlimited.
+	MaxTime *Limit `json:"max_time_s,omitempty"`
+	// Partition is the partition the snapshot describes.
+	Partition string `json:"partition,omitempty"`
+
+	// The fields below come from the agent, not the adapter, so that a
+	// dumped snapshot holds everything the decision was made on.
+	MinNodes int     `json:"min_nodes,omitempty"`
+	MaxNodes int     `json:"max_nodes,omitempty"`
+	Demand   *Demand `json:"demand,omitempty"`
+
+	Jobs  []Job  `json:"jobs"`
+	Nodes []Node `json:"nodes,omitempty"`
+}
+
+// PartitionMaxTime returns the partition's MaxTime (Unlimited if not set).
+func (s Snapshot) PartitionMaxTime() Limit {
+	if s.MaxTime == nil {
+		return Unlimited
+	}
+	return *s.MaxTime
+}
+
+// Pilots returns the pilot jobs of the snapshot.
+func (s Snapshot) Pilots() []Job {
+	var out []Job
+	for _, j := range s.Jobs {
+		if j.Pilot {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// ErrInvalidSnapshot is wrapped by every Validate error.
+var ErrInvalidSnapshot = errors.New("invalid snapshot")
+
+// Validate checks the snapshot for contradictions a policy must not act on.
+func (s Snapshot) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, a...))
+	}
+	if s.TotalNodes < 0 || s.IdleNodes < 0 || s.PlannedNodes < 0 || s.DrainedNodes < 0 {
+		return bad("node counts must not be negative")
+	}
+	if s.IdleNodes > s.TotalNodes {
+		return bad("idle_nodes %d exceeds total_nodes %d", s.IdleNodes, s.TotalNodes)
+	}
+	if s.MinNodes < 0 || s.MaxNodes < 0 {
+		return bad("min_nodes and max_nodes must not be negative")
+	}
+	if s.MaxNodes > 0 && s.MinNodes > s.MaxNodes {
+		return bad("min_nodes %d exceeds max_nodes %d", s.MinNodes, s.MaxNodes)
+	}
+	if s.Demand != nil && (s.Demand.PendingTasks < 0 || s.Demand.RunningTasks < 0 || s.Demand.SlotsPerNode < 0) {
+		return bad("demand figures must not be negative")
+	}
+	seen := make(map[string]bool, len(s.Jobs))
+	for i, j := range s.Jobs {
+		if j.ID == "" {
+			return bad("job %d has no id", i)
+		}
+		if seen[j.ID] {
+			return bad("job id %q appears twice", j.ID)
+		}
+		seen[j.ID] = true
+		if j.State != Pending && j.State != Running {
+			return bad("job %s: state %q is neither %q nor %q", j.ID, j.State, Pending, Running)
+		}
+		if j.Nodes <= 0 {
+			return bad("job %s: nodes must be positive, got %d", j.ID, j.Nodes)
+		}
+		if j.TimeLimit == 0 {
+			return bad("job %s: time_limit_s missing or zero (null means unlimited)", j.ID)
+		}
+		if j.TimeLimit < Unlimited {
+			return bad("job %s: negative time limit", j.ID)
+		}
+		if j.RunTime < 0 {
+			return bad("job %s: negative run_time_s", j.ID)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/harvest-hpc/harvest/internal/version"
+	"github.com/urfave/cli/v2"
+)
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version of harvest",
+		Action: func(c *cli.Context) error {
+			v := version.Version
+			if version.Commit != "" {
+				v += " (" + version.Commit + ")"
+			}
+			fmt.Fprintf(c.App.Writer, "harvest %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
