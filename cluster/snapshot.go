@@ -23,7 +23,7 @@ const Unlimited Limit = -1
 func Seconds(s int64) Limit { return Limit(s) }
 
 // IsUnlimited reports whether l is the unlimited limit.
-func (l Limit) IsUnlimited() bool { return l < 0 }
+func (l Limit) IsUnlimited() bool { return l == Unlimited }
 
 // Min returns the smaller of two limits, unlimited being the largest.
 func (l Limit) Min(o Limit) Limit {
@@ -46,7 +46,9 @@ func (l Limit) String() string {
 	return fmt.Sprintf("%ds", int64(l))
 }
 
-// MarshalJSON writes null for Unlimited.
+// MarshalJSON writes null for Unlimited. Other negative values are
+// written as numbers so that the reader rejects them instead of taking
+// them for unlimited.
 func (l Limit) MarshalJSON() ([]byte, error) {
 	if l.IsUnlimited() {
 		return []byte("null"), nil

@@ -1,0 +1,564 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+var _ adapters.Adapter = (*Cluster)(nil)
+
+// ErrInvalidJob is returned for a foreign job or work item that cannot be run.
+var ErrInvalidJob = errors.New("invalid job")
+
+// ErrPast is returned when asked to move the clock backwards.
+var ErrPast = errors.New("time is in the past")
+
+// JobSpec is a foreign batch job to replay.
+type JobSpec struct {
+	// Name is the job's id in the workload (kept in its Record).
+	Name string
+	// Label is the kind written to job records ("foreign" if empty).
+	Label string
+	User  string
+	Nodes int
+	// TimeLimit is the job's limit; the job is killed when it reaches it.
+	TimeLimit cluster.Limit
+	// RunTime is how long the job really runs; negative = until its limit.
+	RunTime int64
+	// Submit is the arrival time (virtual seconds).
+	Submit int64
+	// Priority orders the queue (higher first); equal priorities are FIFO
+	// by submit time.
+	Priority float64
+}
+
+// Record is what happened to one job, for job-by-job comparison.
+type Record struct {
+	ID     string
+	Name   string
+	Label  string
+	Pilot  bool
+	Nodes  int
+	Limit  cluster.Limit
+	Submit int64
+	// Start and End are -1 while unknown (not started, not ended).
+	Start int64
+	End   int64
+	// Killed: ended at its time limit. Cancelled: cancelled by the agent.
+	Killed    bool
+	Cancelled bool
+}
+
+type jobState uint8
+
+const (
+	stWaiting jobState = iota // submitted in the future
+	stPending
+	stRunning
+	stDone
+)
+
+type job struct {
+	rec   Record
+	nodes int
+	limit int64 // seconds, never = unlimited
+	run   int64 // real duration, never = until the limit
+	prio  float64
+	seq   int64
+	state jobState
+	pilot bool
+	// runIdx is the job's index in Cluster.running.
+	runIdx int
+	endGen int
+	// Harvest work of a running pilot.
+	task     *workItem
+	taskLen  int64
+	taskFrom int64
+	taskGen  int
+}
+
+func (j *job) endByLimit() int64 { return add(j.rec.Start, j.limit) }
+
+type evKind uint8
+
+// Events at the same instant run in this order: ends free nodes before
+// arrivals are queued, and the scheduling pass sees both.
+const (
+	evEnd evKind = iota
+	evTask
+	evArrive
+	evWork
+	evSched
+)
+
+type event struct {
+	t    int64
+	kind evKind
+	seq  int64
+	j    *job
+	w    *workItem
+	gen  int
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(a, b int) bool {
+	if h[a].t != h[b].t {
+		return h[a].t < h[b].t
+	}
+	if h[a].kind != h[b].kind {
+		return h[a].kind < h[b].kind
+	}
+	return h[a].seq < h[b].seq
+}
+func (h eventHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// Sample is the node use from time T until the next sample.
+type Sample struct {
+	T         int64
+	Foreign   int
+	PilotBusy int
+	PilotIdle int
+}
+
+// Cluster is the simulated cluster. It is safe for concurrent use; time
+// moves only through AdvanceTo.
+type Cluster struct {
+	mu  sync.Mutex
+	cfg Config
+
+	now     int64
+	events  eventHeap
+	evSeq   int64
+	jobs    []*job
+	pending []*job // priority order; may hold jobs no longer pending
+	running []*job
+	used    int
+	// schedAt is the time of the scheduling pass already queued, or -1.
+	schedAt int64
+	prof    profile
+
+	// Harvest pool.
+	work         []*workItem
+	pendingTasks int64
+	runningTasks int64
+	lostTaskSec  int64
+	busyPilots   int
+	idlePilots   int
+	foreignNodes int
+
+	samples []Sample
+	onEvent func(Record)
+}
+
+// New returns an empty cluster at virtual time 0.
+func New(cfg Config) (*Cluster, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, schedAt: -1}
+	c.samples = append(c.samples, Sample{})
+	return c, nil
+}
+
+// Now returns the virtual time.
+func (c *Cluster) Now() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Config returns the cluster's configuration.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// OnStartEnd registers a function called (with the lock held, so it must
+// not call back into the cluster) whenever a job starts or ends.
+func (c *Cluster) OnStartEnd(f func(Record)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onEvent = f
+}
+
+// AddJob queues a foreign job arriving at spec.Submit (or now, if earlier)
+// and returns its id.
+func (c *Cluster) AddJob(spec JobSpec) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if spec.Nodes <= 0 || spec.Nodes > c.cfg.Nodes {
+		return "", fmt.Errorf("%w: job %q asks for %d nodes on a %d-node cluster", ErrInvalidJob, spec.Name, spec.Nodes, c.cfg.Nodes)
+	}
+	if spec.TimeLimit == 0 || spec.TimeLimit < cluster.Unlimited {
+		return "", fmt.Errorf("%w: job %q: time limit must be positive or unlimited", ErrInvalidJob, spec.Name)
+	}
+	label := spec.Label
+	if label == "" {
+		label = "foreign"
+	}
+	run := spec.RunTime
+	if run < 0 {
+		run = never
+	}
+	j := c.newJob(spec.Name, label, spec.User, spec.Nodes, spec.TimeLimit, run, max(spec.Submit, c.now), false)
+	j.prio = spec.Priority
+	c.push(event{t: j.rec.Submit, kind: evArrive, j: j})
+	return j.rec.ID, nil
+}
+
+func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limit, run, submit int64, pilot bool) *job {
+	id := strconv.Itoa(len(c.jobs) + 1)
+	if name == "" {
+		name = id
+	}
+	lim := int64(limit)
+	if limit.IsUnlimited() {
+		lim = never
+	}
+	j := &job{
+		rec:   Record{ID: id, Name: name, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Start: -1, End: -1},
+		nodes: nodes, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot, runIdx: -1,
+	}
+	_ = user
+	c.jobs = append(c.jobs, j)
+	return j
+}
+
+func (c *Cluster) push(e event) {
+	c.evSeq++
+	e.seq = c.evSeq
+	heap.Push(&c.events, e)
+}
+
+// AdvanceTo processes every event up to and including t, in order, and
+// leaves the clock at t.
+func (c *Cluster) AdvanceTo(t int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t < c.now {
+		return fmt.Errorf("%w: advance to %d, now %d", ErrPast, t, c.now)
+	}
+	for len(c.events) > 0 && c.events[0].t <= t {
+		e := heap.Pop(&c.events).(event)
+		c.now = e.t
+		c.handle(e)
+	}
+	c.now = t
+	return nil
+}
+
+// NextEvent returns the time of the next queued event, or false if none.
+func (c *Cluster) NextEvent() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.events) == 0 {
+		return 0, false
+	}
+	return c.events[0].t, true
+}
+
+func (c *Cluster) handle(e event) {
+	switch e.kind {
+	case evArrive:
+		if e.j.state != stWaiting {
+			return
+		}
+		e.j.state = stPending
+		c.enqueue(e.j)
+		c.dirty()
+	case evEnd:
+		if e.j.state != stRunning || e.j.endGen != e.gen {
+			return
+		}
+		c.finish(e.j, e.j.run >= e.j.limit || e.j.pilot, false)
+	case evTask:
+		if e.j.state != stRunning || e.j.taskGen != e.gen || e.j.task == nil {
+			return
+		}
+		c.taskDone(e.j)
+	case evWork:
+		c.pendingTasks += e.w.pendingTasks()
+		c.work = append(c.work, e.w)
+		c.feedIdle()
+	case evSched:
+		c.schedAt = -1
+		c.schedule()
+	}
+}
+
+// enqueue inserts j in priority order: higher priority first, then FIFO.
+func (c *Cluster) enqueue(j *job) {
+	i := sort.Search(len(c.pending), func(i int) bool {
+		p := c.pending[i]
+		if p.prio != j.prio {
+			return p.prio < j.prio
+		}
+		return p.rec.Submit > j.rec.Submit || (p.rec.Submit == j.rec.Submit && p.seq > j.seq)
+	})
+	c.pending = append(c.pending, nil)
+	copy(c.pending[i+1:], c.pending[i:])
+	c.pending[i] = j
+}
+
+// dirty queues a scheduling pass after the reaction latency.
+func (c *Cluster) dirty() {
+	if c.schedAt >= 0 {
+		return
+	}
+	c.schedAt = c.now + c.cfg.Latency
+	c.push(event{t: c.schedAt, kind: evSched})
+}
+
+// buildProfile fills c.prof with the free nodes over time, judged by the
+// running jobs' time limits.
+func (c *Cluster) buildProfile() *profile {
+	ends := make([][2]int64, 0, len(c.running))
+	for _, r := range c.running {
+		ends = append(ends, [2]int64{r.endByLimit(), int64(r.nodes)})
+	}
+	sort.Slice(ends, func(a, b int) bool { return ends[a][0] < ends[b][0] })
+	c.prof.reset(c.now, c.cfg.Nodes-c.used)
+	for _, e := range ends {
+		c.prof.release(max(e[0], c.now), int(e[1]))
+	}
+	return &c.prof
+}
+
+// schedule is one pass of the scheduler: jobs start in priority order while
+// they fit; the first Reservations jobs that do not fit get a reservation at
+// their earliest start, and a lower job starts now only if it fits around
+// every reservation for its whole time limit (backfill).
+func (c *Cluster) schedule() {
+	var p *profile
+	reserved := 0
+	live := c.pending[:0]
+	for _, j := range c.pending {
+		if j.state != stPending {
+			continue
+		}
+		free := c.cfg.Nodes - c.used
+		if j.nodes > free && (reserved >= c.cfg.Reservations || free == 0 && reserved > 0) {
+			// Cannot start now, and no reservation left to place:
+			// skip without touching the profile (keeps passes cheap).
+			live = append(live, j)
+			continue
+		}
+		if p == nil {
+			p = c.buildProfile()
+		}
+		s := p.earliest(j.nodes, j.limit)
+		if s == c.now && j.nodes <= free {
+			p.reserve(s, j.limit, j.nodes)
+			c.start(j)
+			continue
+		}
+		live = append(live, j)
+		if reserved < c.cfg.Reservations && s != never {
+			p.reserve(s, j.limit, j.nodes)
+			reserved++
+		}
+	}
+	for i := len(live); i < len(c.pending); i++ {
+		c.pending[i] = nil
+	}
+	c.pending = live
+}
+
+func (c *Cluster) start(j *job) {
+	j.state = stRunning
+	j.rec.Start = c.now
+	j.runIdx = len(c.running)
+	c.running = append(c.running, j)
+	c.used += j.nodes
+	j.endGen++
+	end := add(c.now, min(j.run, j.limit))
+	if end != never {
+		c.push(event{t: end, kind: evEnd, j: j, gen: j.endGen})
+	}
+	if j.pilot {
+		c.idlePilots++
+		c.pull(j)
+	} else {
+		c.foreignNodes += j.nodes
+	}
+	c.sample()
+	if c.onEvent != nil {
+		c.onEvent(j.rec)
+	}
+}
+
+// finish ends a running job now.
+func (c *Cluster) finish(j *job, killed, cancelled bool) {
+	j.state = stDone
+	j.rec.End = c.now
+	j.rec.Killed = killed && !cancelled
+	j.rec.Cancelled = cancelled
+	last := c.running[len(c.running)-1]
+	c.running[j.runIdx] = last
+	last.runIdx = j.runIdx
+	c.running = c.running[:len(c.running)-1]
+	j.runIdx = -1
+	c.used -= j.nodes
+	if j.pilot {
+		if j.task != nil {
+			c.lostTaskSec += c.now - j.taskFrom
+			c.requeue(j)
+			c.busyPilots--
+		} else {
+			c.idlePilots--
+		}
+	} else {
+		c.foreignNodes -= j.nodes
+	}
+	c.sample()
+	if c.onEvent != nil {
+		c.onEvent(j.rec)
+	}
+	c.feedIdle()
+	c.dirty()
+}
+
+func (c *Cluster) sample() {
+	s := Sample{T: c.now, Foreign: c.foreignNodes, PilotBusy: c.busyPilots, PilotIdle: c.idlePilots}
+	last := &c.samples[len(c.samples)-1]
+	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle {
+		return
+	}
+	if last.T == s.T {
+		*last = s
+		return
+	}
+	c.samples = append(c.samples, s)
+}
+
+// Samples returns the node use over time so far (a copy).
+func (c *Cluster) Samples() []Sample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Sample(nil), c.samples...)
+}
+
+// Records returns every job's record, in id order (a copy).
+func (c *Cluster) Records() []Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Record, len(c.jobs))
+	for i, j := range c.jobs {
+		out[i] = j.rec
+	}
+	return out
+}
+
+// Info describes the simulator.
+func (c *Cluster) Info(context.Context) (adapters.Info, error) {
+	return adapters.Info{Name: "sim", Version: "1", Tag: c.cfg.Tag, TimeGranularity: c.cfg.Granularity, ExpectedStart: true, Backfill: true}, nil
+}
+
+// Snapshot returns the cluster at the current virtual time: running jobs
+// in id order, then pending jobs in priority order, the first of them with
+// its expected start from the backfill reservation.
+func (c *Cluster) Snapshot(context.Context) (cluster.Snapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := cluster.Snapshot{
+		Now:        c.now,
+		TotalNodes: c.cfg.Nodes,
+		IdleNodes:  c.cfg.Nodes - c.used,
+		Partition:  "sim",
+		Jobs:       make([]cluster.Job, 0, len(c.running)+len(c.pending)),
+	}
+	run := append([]*job(nil), c.running...)
+	sort.Slice(run, func(a, b int) bool { return run[a].seq < run[b].seq })
+	for _, j := range run {
+		cj := c.view(j)
+		cj.State = cluster.Running
+		cj.RunTime = c.now - j.rec.Start
+		cj.StartTime = j.rec.Start
+		s.Jobs = append(s.Jobs, cj)
+	}
+	top := true
+	for _, j := range c.pending {
+		if j.state != stPending {
+			continue
+		}
+		cj := c.view(j)
+		cj.State = cluster.Pending
+		cj.Reason = "Priority"
+		if top {
+			top = false
+			cj.Reason = "Resources"
+			if es := c.buildProfile().earliest(j.nodes, j.limit); es != never {
+				cj.ExpectedStart = es
+			}
+		}
+		s.Jobs = append(s.Jobs, cj)
+	}
+	return s, nil
+}
+
+func (c *Cluster) view(j *job) cluster.Job {
+	cj := cluster.Job{ID: j.rec.ID, Nodes: j.nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
+	if j.pilot {
+		cj.Name, cj.User, cj.Pilot = c.cfg.Tag, "harvest", true
+	} else {
+		cj.Name, cj.User = j.rec.Name, "user"
+	}
+	return cj
+}
+
+// Submit queues a one-node pilot at the current virtual time. The limit is
+// rounded down to the granularity; the command is not run.
+func (c *Cluster) Submit(_ context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+	if err := spec.Validate(); err != nil {
+		return "", err
+	}
+	limit := adapters.RoundDown(spec.TimeLimit, c.cfg.Granularity)
+	if limit == 0 {
+		return "", fmt.Errorf("%w: time limit %s is below the granularity of %d s", adapters.ErrInvalidSpec, spec.TimeLimit, c.cfg.Granularity)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.newJob("", "pilot", "harvest", 1, limit, never, c.now, true)
+	j.state = stPending
+	c.enqueue(j)
+	c.dirty()
+	return adapters.PilotID(j.rec.ID), nil
+}
+
+// Cancel cancels a pilot, queued or running; unknown or finished pilots are
+// not an error. Foreign jobs are refused with ErrNotPilot.
+func (c *Cluster) Cancel(_ context.Context, id adapters.PilotID) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := strconv.Atoi(string(id))
+	if err != nil || n < 1 || n > len(c.jobs) {
+		return nil
+	}
+	j := c.jobs[n-1]
+	if !j.pilot {
+		return fmt.Errorf("cancel %s: %w", id, adapters.ErrNotPilot)
+	}
+	switch j.state {
+	case stPending:
+		j.state = stDone
+		j.rec.Cancelled = true
+		c.dirty()
+	case stRunning:
+		c.finish(j, false, true)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+// Package sim is a deterministic discrete-event cluster: N whole nodes, a
+// priority queue, a backfill scheduler in the manner of SLURM's
+// sched/backfill, jobs killed at their time limit, and a virtual clock that
+// only moves when the caller says so (AdvanceTo). It implements
+// adapters.Adapter so the agent drives it exactly as it drives SLURM, and it
+// models the harvest pool (pilots pulling tasks from a backlog) so the work
+// that pilots do, and lose, can be measured.
+package sim
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidConfig is wrapped by every Validate error.
+var ErrInvalidConfig = errors.New("invalid sim config")
+
+// Config describes the simulated cluster.
+type Config struct {
+	// Nodes is the number of whole nodes.
+	Nodes int
+	// Granularity is the time-limit granularity in seconds that pilot
+	// limits are rounded down to (SLURM: 60).
+	Granularity int64
+	// Latency is the batch system's reaction latency in seconds: a
+	// scheduling pass runs this long after the first change (submit, end,
+	// cancel) since the previous pass. 0 = at once.
+	Latency int64
+	// Reservations is how many pending jobs, in priority order, get a
+	// reservation that lower jobs must not delay (1 = EASY backfill, the
+	// scheduler of the KTH and SDSC SP2 machines; SLURM reserves for every
+	// job it tests, bf_max_job_test).
+	Reservations int
+	// Tag is the job name by which pilots are recognised.
+	Tag string
+	// TimeAware makes pilots take a task only if it can finish before the
+	// pilot's time limit, as the harvest master does. Without it a pilot
+	// killed at its limit loses the task in progress.
+	TimeAware bool
+}
+
+// DefaultConfig returns a 24-node cluster with SLURM's minute granularity.
+func DefaultConfig() Config {
+	return Config{Nodes: 24, Granularity: 60, Latency: 0, Reservations: 1, Tag: "harvest-pilot", TimeAware: true}
+}
+
+// Validate rejects configurations the simulator cannot run.
+func (c Config) Validate() error {
+	switch {
+	case c.Nodes <= 0:
+		return fmt.Errorf("%w: nodes must be positive, got %d", ErrInvalidConfig, c.Nodes)
+	case c.Granularity < 1:
+		return fmt.Errorf("%w: granularity must be at least 1 s, got %d", ErrInvalidConfig, c.Granularity)
+	case c.Latency < 0:
+		return fmt.Errorf("%w: latency must not be negative, got %d", ErrInvalidConfig, c.Latency)
+	case c.Reservations < 1:
+		return fmt.Errorf("%w: reservations must be at least 1, got %d", ErrInvalidConfig, c.Reservations)
+	case c.Tag == "":
+		return fmt.Errorf("%w: tag is empty", ErrInvalidConfig)
+	}
+	return nil
+}
