@@ -284,7 +284,7 @@ func (c *Cluster) handle(e event) {
 		if e.j.state != stRunning || e.j.endGen != e.gen {
 			return
 		}
-		c.finish(e.j, e.j.run >= e.j.limit || e.j.pilot, false)
+		c.finish(e.j, e.j.run > e.j.limit || e.j.pilot, false)
 	case evTask:
 		if e.j.state != stRunning || e.j.taskGen != e.gen || e.j.task == nil {
 			return
@@ -351,7 +351,7 @@ func (c *Cluster) schedule() {
 			continue
 		}
 		free := c.cfg.Nodes - c.used
-		if j.nodes > free && (reserved >= c.cfg.Reservations || free == 0 && reserved > 0) {
+		if j.nodes > free && reserved >= c.cfg.Reservations {
 			// Cannot start now, and no reservation left to place:
 			// skip without touching the profile (keeps passes cheap).
 			live = append(live, j)

@@ -1,0 +1,305 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+type fj struct {
+	name          string
+	nodes         int
+	limit, run    int64
+	submit        int64
+	wantStart     int64
+	wantEnd       int64
+	wantKilled    bool
+	unlimitedTime bool
+}
+
+func newCluster(t *testing.T, nodes int, latency int64) *Cluster {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Latency = nodes, latency
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestScheduleHandComputed(t *testing.T) {
+	tests := []struct {
+		name    string
+		nodes   int
+		latency int64
+		jobs    []fj
+	}{
+		{
+			name: "a short job backfills into the hole before the top job's reservation, a long one waits",
+			// J2 needs all 4 nodes and is reserved at 100 (J1's limit).
+			// J3 fits in the hole (ends by 52). J4 would overlap J2's
+			// reservation, so it waits until J2 ends.
+			nodes: 4,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 100, submit: 0, wantStart: 0, wantEnd: 100},
+				{name: "J2", nodes: 4, limit: 100, run: 100, submit: 1, wantStart: 100, wantEnd: 200},
+				{name: "J3", nodes: 2, limit: 50, run: 50, submit: 2, wantStart: 2, wantEnd: 52},
+				{name: "J4", nodes: 2, limit: 200, run: 10, submit: 3, wantStart: 200, wantEnd: 210},
+			},
+		},
+		{
+			name:  "a job running past its limit is killed at the limit",
+			nodes: 2,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 300, run: 500, wantStart: 0, wantEnd: 300, wantKilled: true},
+				{name: "J2", nodes: 1, limit: 10, run: 5, submit: 1, wantStart: 300, wantEnd: 305},
+			},
+		},
+		{
+			name: "the top job starts as soon as a job ends before its limit",
+			// J2's reservation is at 100 but J1 really ends at 60.
+			nodes: 3,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 60, wantStart: 0, wantEnd: 60},
+				{name: "J2", nodes: 3, limit: 100, run: 100, submit: 1, wantStart: 60, wantEnd: 160},
+			},
+		},
+		{
+			name: "a backfill candidate judged by its limit, not its run time, is held back",
+			// J3 would really end at 20, but its limit (150) overlaps J2's
+			// reservation at 100, so it waits behind J2.
+			nodes: 4,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 100, wantStart: 0, wantEnd: 100},
+				{name: "J2", nodes: 4, limit: 100, run: 100, submit: 1, wantStart: 100, wantEnd: 200},
+				{name: "J3", nodes: 1, limit: 150, run: 20, submit: 2, wantStart: 200, wantEnd: 220},
+			},
+		},
+		{
+			name: "a backfill job may outlive the reservation if it uses nodes the top job does not need",
+			// J2 needs 3 of 4 nodes at 100; one node stays free for J3.
+			nodes: 4,
+			jobs: []fj{
+				{name: "J1", nodes: 3, limit: 100, run: 100, wantStart: 0, wantEnd: 100},
+				{name: "J2", nodes: 3, limit: 100, run: 100, submit: 1, wantStart: 100, wantEnd: 200},
+				{name: "J3", nodes: 1, limit: 1000, run: 500, submit: 2, wantStart: 2, wantEnd: 502},
+			},
+		},
+		{
+			name: "an unlimited job never frees its nodes for a reservation",
+			// J2 (3 nodes) can never start: J1 holds 2 of 3 nodes for ever.
+			nodes: 3,
+			jobs: []fj{
+				{name: "J1", nodes: 2, unlimitedTime: true, run: 1000, wantStart: 0, wantEnd: 1000},
+				{name: "J2", nodes: 3, limit: 100, run: 100, submit: 1, wantStart: 1000, wantEnd: 1100},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 2, wantStart: 2, wantEnd: 52},
+			},
+		},
+		{
+			name:    "the scheduler reacts after its latency",
+			nodes:   2,
+			latency: 10,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 50, wantStart: 10, wantEnd: 60},
+				{name: "J2", nodes: 2, limit: 100, run: 50, submit: 20, wantStart: 70, wantEnd: 120},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, tc.nodes, tc.latency)
+			ids := map[string]string{}
+			for _, j := range tc.jobs {
+				lim := cluster.Seconds(j.limit)
+				if j.unlimitedTime {
+					lim = cluster.Unlimited
+				}
+				id, err := c.AddJob(JobSpec{Name: j.name, Nodes: j.nodes, TimeLimit: lim, RunTime: j.run, Submit: j.submit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids[j.name] = id
+			}
+			if err := c.AdvanceTo(10000); err != nil {
+				t.Fatal(err)
+			}
+			recs := c.Records()
+			for _, j := range tc.jobs {
+				var r Record
+				for _, x := range recs {
+					if x.ID == ids[j.name] {
+						r = x
+					}
+				}
+				if r.Start != j.wantStart || r.End != j.wantEnd || r.Killed != j.wantKilled {
+					t.Errorf("%s: start %d end %d killed %v, want %d %d %v", j.name, r.Start, r.End, r.Killed, j.wantStart, j.wantEnd, j.wantKilled)
+				}
+			}
+		})
+	}
+}
+
+func TestSnapshotReportsTheReservationAsExpectedStart(t *testing.T) {
+	c := newCluster(t, 4, 0)
+	mustAdd(t, c, JobSpec{Name: "a", Nodes: 3, TimeLimit: 100, RunTime: 100})
+	mustAdd(t, c, JobSpec{Name: "b", Nodes: 4, TimeLimit: 100, RunTime: 100, Submit: 1})
+	mustAdd(t, c, JobSpec{Name: "c", Nodes: 2, TimeLimit: 100, RunTime: 100, Submit: 1})
+	if err := c.AdvanceTo(30); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Now != 30 || s.IdleNodes != 1 || len(s.Jobs) != 3 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	if j := s.Jobs[0]; j.State != cluster.Running || j.RunTime != 30 || j.Name != "a" {
+		t.Errorf("running job %+v", j)
+	}
+	if j := s.Jobs[1]; j.Name != "b" || j.State != cluster.Pending || j.ExpectedStart != 100 {
+		t.Errorf("top pending job %+v, want b expected at 100", j)
+	}
+	if j := s.Jobs[2]; j.Name != "c" || j.ExpectedStart != 0 {
+		t.Errorf("second pending job %+v", j)
+	}
+}
+
+func mustAdd(t *testing.T, c *Cluster, s JobSpec) string {
+	t.Helper()
+	id, err := c.AddJob(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestPilots(t *testing.T) {
+	ctx := context.Background()
+	spec := func(l cluster.Limit) adapters.PilotSpec {
+		return adapters.PilotSpec{TimeLimit: l, Command: []string{"harvest", "pilot"}}
+	}
+	t.Run("a pilot's limit is rounded down to the minute and it is killed there", func(t *testing.T) {
+		c := newCluster(t, 2, 0)
+		id, err := c.Submit(ctx, spec(150))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.AdvanceTo(1000)
+		r := c.Records()[0]
+		if string(id) != r.ID || !r.Pilot || r.Limit != 120 || r.Start != 0 || r.End != 120 || !r.Killed {
+			t.Errorf("record %+v", r)
+		}
+	})
+	t.Run("a limit below the granularity is refused and nothing is submitted", func(t *testing.T) {
+		c := newCluster(t, 2, 0)
+		if _, err := c.Submit(ctx, spec(59)); !errors.Is(err, adapters.ErrInvalidSpec) {
+			t.Fatalf("err %v", err)
+		}
+		if len(c.Records()) != 0 {
+			t.Error("a job was created")
+		}
+	})
+	t.Run("cancel is idempotent, stops a running pilot and refuses foreign jobs", func(t *testing.T) {
+		c := newCluster(t, 2, 0)
+		fid := mustAdd(t, c, JobSpec{Nodes: 1, TimeLimit: 100, RunTime: 100})
+		id, _ := c.Submit(ctx, spec(cluster.Unlimited))
+		_ = c.AdvanceTo(40)
+		s, _ := c.Snapshot(ctx)
+		if len(s.Pilots()) != 1 || s.Pilots()[0].State != cluster.Running || s.Pilots()[0].TimeLimit != cluster.Unlimited {
+			t.Fatalf("pilots %+v", s.Pilots())
+		}
+		for range 2 {
+			if err := c.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Cancel(ctx, "999"); err != nil {
+			t.Errorf("unknown id: %v", err)
+		}
+		if err := c.Cancel(ctx, adapters.PilotID(fid)); !errors.Is(err, adapters.ErrNotPilot) {
+			t.Errorf("foreign job: %v", err)
+		}
+		r := c.Records()[1]
+		if r.End != 40 || !r.Cancelled || r.Killed {
+			t.Errorf("record %+v", r)
+		}
+		s, _ = c.Snapshot(ctx)
+		if len(s.Pilots()) != 0 || s.IdleNodes != 1 {
+			t.Errorf("after cancel: %+v", s)
+		}
+	})
+}
+
+func TestHarvestWork(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		timeAware bool
+		cancelAt  int64
+		wantDone  int64
+		wantLost  int64
+	}{
+		{name: "a time-aware pilot only takes tasks it can finish before its limit", timeAware: true, wantDone: 200, wantLost: 0},
+		{name: "a pilot that is not time-aware loses the task in progress at its limit", timeAware: false, wantDone: 200, wantLost: 40},
+		{name: "a cancelled pilot loses the task in progress", timeAware: true, cancelAt: 130, wantDone: 100, wantLost: 30},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Nodes, cfg.TimeAware = 1, tc.timeAware
+			c, _ := New(cfg)
+			if err := c.AddWork(Work{ID: "w", NodeSeconds: 1000, TaskSeconds: 100}); err != nil {
+				t.Fatal(err)
+			}
+			id, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: 240, Command: []string{"x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cancelAt > 0 {
+				_ = c.AdvanceTo(tc.cancelAt)
+				d, busy := c.Demand()
+				if !busy[string(id)] || d.RunningTasks != 1 || d.PendingTasks != 8 {
+					t.Errorf("demand %+v busy %v", d, busy)
+				}
+				_ = c.Cancel(ctx, id)
+			}
+			_ = c.AdvanceTo(1000)
+			w := c.WorkRecords()[0]
+			if w.DoneSeconds != tc.wantDone || c.LostTaskSeconds() != tc.wantLost || w.Finish != -1 {
+				t.Errorf("done %d lost %d finish %d, want %d %d -1", w.DoneSeconds, c.LostTaskSeconds(), w.Finish, tc.wantDone, tc.wantLost)
+			}
+			if d, _ := c.Demand(); d.PendingTasks != int(10-tc.wantDone/100) || d.RunningTasks != 0 {
+				t.Errorf("lost task not requeued: %+v", d)
+			}
+		})
+	}
+}
+
+func TestWorkFinishesAcrossPilots(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 2, 0)
+	_ = c.AddWork(Work{ID: "w", Submit: 10, NodeSeconds: 250, TaskSeconds: 100})
+	for range 2 {
+		if _, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: cluster.Unlimited, Command: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.AdvanceTo(500)
+	// Tasks 100, 100 start at 10 on both pilots; the 50 s remainder at 110.
+	if w := c.WorkRecords()[0]; w.Finish != 160 || w.DoneSeconds != 250 {
+		t.Errorf("work %+v, want finish 160", w)
+	}
+	s := c.Samples()
+	last := s[len(s)-1]
+	if last.PilotIdle != 2 || last.PilotBusy != 0 || last.T != 160 {
+		t.Errorf("last sample %+v", last)
+	}
+}

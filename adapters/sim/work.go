@@ -1,0 +1,186 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Work is a harvest job: NodeSeconds of work split into tasks of
+// TaskSeconds (the last one shorter), arriving at Submit.
+type Work struct {
+	ID          string
+	Submit      int64
+	NodeSeconds int64
+	TaskSeconds int64
+}
+
+// WorkRecord is what happened to one harvest job.
+type WorkRecord struct {
+	ID     string
+	Submit int64
+	// Finish is when its last task completed, -1 if it did not.
+	Finish int64
+	// DoneSeconds is the task time completed.
+	DoneSeconds int64
+}
+
+type workItem struct {
+	rec      WorkRecord
+	taskSec  int64
+	full     int64 // pending tasks of taskSec
+	rem      int64 // a pending shorter task, 0 = none
+	inFlight int64
+}
+
+func (w *workItem) pendingTasks() int64 {
+	n := w.full
+	if w.rem > 0 {
+		n++
+	}
+	return n
+}
+
+// AddWork queues harvest work arriving at w.Submit (or now, if earlier).
+func (c *Cluster) AddWork(w Work) error {
+	if w.NodeSeconds <= 0 || w.TaskSeconds <= 0 {
+		return fmt.Errorf("%w: work %q needs positive node-seconds and task length", ErrInvalidJob, w.ID)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it := &workItem{
+		rec:     WorkRecord{ID: w.ID, Submit: max(w.Submit, c.now), Finish: -1},
+		taskSec: w.TaskSeconds,
+		full:    w.NodeSeconds / w.TaskSeconds,
+		rem:     w.NodeSeconds % w.TaskSeconds,
+	}
+	c.push(event{t: it.rec.Submit, kind: evWork, w: it})
+	return nil
+}
+
+// pull gives the running pilot j its next task, if there is one it can
+// finish (when time-aware) before its limit. Tasks are served FIFO by
+// harvest job.
+func (c *Cluster) pull(j *job) {
+	if c.pendingTasks == 0 {
+		return
+	}
+	left := add(j.rec.Start, j.limit) - c.now
+	for _, w := range c.work {
+		var l int64
+		switch {
+		case w.full > 0:
+			l = w.taskSec
+		case w.rem > 0:
+			l = w.rem
+		default:
+			continue
+		}
+		if c.cfg.TimeAware && l > left {
+			// The master would not hand out a task that cannot finish;
+			// a shorter remainder task may still fit.
+			if w.rem > 0 && w.rem <= left {
+				l = w.rem
+			} else {
+				continue
+			}
+		}
+		if l == w.taskSec && w.full > 0 {
+			w.full--
+		} else {
+			w.rem = 0
+		}
+		w.inFlight++
+		c.pendingTasks--
+		c.runningTasks++
+		j.task, j.taskLen, j.taskFrom = w, l, c.now
+		j.taskGen++
+		c.idlePilots--
+		c.busyPilots++
+		c.push(event{t: c.now + l, kind: evTask, j: j, gen: j.taskGen})
+		c.sample()
+		return
+	}
+}
+
+func (c *Cluster) taskDone(j *job) {
+	w := j.task
+	w.inFlight--
+	w.rec.DoneSeconds += j.taskLen
+	c.runningTasks--
+	if w.inFlight == 0 && w.pendingTasks() == 0 {
+		w.rec.Finish = c.now
+	}
+	j.task = nil
+	c.busyPilots--
+	c.idlePilots++
+	c.pull(j)
+	c.sample()
+}
+
+// requeue puts the task of a pilot that ended back into its job.
+func (c *Cluster) requeue(j *job) {
+	w := j.task
+	w.inFlight--
+	if j.taskLen == w.taskSec {
+		w.full++
+	} else {
+		w.rem = j.taskLen
+	}
+	c.runningTasks--
+	c.pendingTasks++
+	j.task = nil
+}
+
+// feedIdle hands pending tasks to idle running pilots, oldest first.
+func (c *Cluster) feedIdle() {
+	if c.pendingTasks == 0 || c.idlePilots == 0 {
+		return
+	}
+	var idle []*job
+	for _, r := range c.running {
+		if r.pilot && r.task == nil {
+			idle = append(idle, r)
+		}
+	}
+	sort.Slice(idle, func(a, b int) bool { return idle[a].seq < idle[b].seq })
+	for _, p := range idle {
+		if c.pendingTasks == 0 {
+			return
+		}
+		c.pull(p)
+	}
+}
+
+// Demand is the harvest backlog as the queue would report it (one task
+// slot per node), and which pilots are running a task.
+func (c *Cluster) Demand() (cluster.Demand, map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	busy := make(map[string]bool)
+	for _, r := range c.running {
+		if r.pilot && r.task != nil {
+			busy[r.rec.ID] = true
+		}
+	}
+	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}, busy
+}
+
+// LostTaskSeconds is the task time lost by pilots that ended mid-task.
+func (c *Cluster) LostTaskSeconds() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lostTaskSec
+}
+
+// WorkRecords returns every harvest job's record in arrival order.
+func (c *Cluster) WorkRecords() []WorkRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]WorkRecord, len(c.work))
+	for i, w := range c.work {
+		out[i] = w.rec
+	}
+	return out
+}
