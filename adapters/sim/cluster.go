@@ -464,14 +464,21 @@ func (c *Cluster) Records() []Record {
 }
 
 // Info describes the simulator.
-func (c *Cluster) Info(context.Context) (adapters.Info, error) {
+func (c *Cluster) Info(ctx context.Context) (adapters.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return adapters.Info{}, err
+	}
 	return adapters.Info{Name: "sim", Version: "1", Tag: c.cfg.Tag, TimeGranularity: c.cfg.Granularity, ExpectedStart: true, Backfill: true}, nil
 }
 
 // Snapshot returns the cluster at the current virtual time: running jobs
 // in id order, then pending jobs in priority order, the first of them with
 // its expected start from the backfill reservation.
-func (c *Cluster) Snapshot(context.Context) (cluster.Snapshot, error) {
+func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	// A cancelled caller gets an error, as from a real batch system.
+	if err := ctx.Err(); err != nil {
+		return cluster.Snapshot{}, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := cluster.Snapshot{
@@ -522,7 +529,10 @@ func (c *Cluster) view(j *job) cluster.Job {
 
 // Submit queues a one-node pilot at the current virtual time. The limit is
 // rounded down to the granularity; the command is not run.
-func (c *Cluster) Submit(_ context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+func (c *Cluster) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
@@ -541,7 +551,10 @@ func (c *Cluster) Submit(_ context.Context, spec adapters.PilotSpec) (adapters.P
 
 // Cancel cancels a pilot, queued or running; unknown or finished pilots are
 // not an error. Foreign jobs are refused with ErrNotPilot.
-func (c *Cluster) Cancel(_ context.Context, id adapters.PilotID) error {
+func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, err := strconv.Atoi(string(id))
