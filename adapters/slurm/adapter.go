@@ -1,0 +1,386 @@
+// Package slurm is the harvest adapter for SLURM (written against 22.05,
+// the version in Debian 12). It drives the command-line clients: squeue,
+// sinfo and scontrol for snapshots, sbatch to submit pilots and scancel
+// to release them. The parsers are pure functions over the exact output
+// formats the adapter asks for; see docs/slurm.md.
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Granularity is SLURM's time-limit granularity: whole minutes.
+const Granularity = 60
+
+// Adapter talks to one SLURM cluster. It is safe for concurrent use.
+type Adapter struct {
+	cfg  Config
+	user string
+	run  runFunc
+	now  func() time.Time
+
+	mu      sync.Mutex
+	maxTime cluster.Limit // the partition's MaxTime from the last snapshot; 0 = not known yet
+}
+
+var _ adapters.Adapter = (*Adapter)(nil)
+
+// New returns an adapter for cfg. It does not contact SLURM.
+func New(cfg Config) (*Adapter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	u := cfg.User
+	if u == "" {
+		cur, err := user.Current()
+		switch {
+		case err == nil:
+			u = cur.Username
+		case os.Getenv("USER") != "":
+			u = os.Getenv("USER")
+		default:
+			return nil, fmt.Errorf("%w: cannot tell the agent's user (set user): %v", ErrConfig, err)
+		}
+	}
+	return &Adapter{cfg: cfg, user: u, run: execRun, now: time.Now}, nil
+}
+
+// Config returns the adapter's configuration.
+func (a *Adapter) Config() Config { return a.cfg }
+
+// Info reports the adapter and SLURM's version (`sinfo --version`, which
+// does not need the controller).
+func (a *Adapter) Info(ctx context.Context) (adapters.Info, error) {
+	info := adapters.Info{
+		Name:            "slurm",
+		Tag:             a.cfg.Tag,
+		TimeGranularity: Granularity,
+		ExpectedStart:   true,
+		Backfill:        true,
+	}
+	out, err := a.query(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"--version"})
+	if err != nil {
+		return info, err
+	}
+	if info.Version, err = ParseVersion(out); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// partition asks scontrol for the configured (or default) partition.
+func (a *Adapter) partition(ctx context.Context) (Partition, error) {
+	out, err := a.query(ctx, a.cfg.binary("scontrol", a.cfg.Scontrol), []string{"-o", "show", "partition"})
+	if err != nil {
+		return Partition{}, err
+	}
+	ps, err := ParsePartitions(out)
+	if err != nil {
+		return Partition{}, err
+	}
+	return PickPartition(ps, a.cfg.Partition)
+}
+
+// PickPartition returns the partition named name, or the default one
+// (Default=YES; the only one if there is a single partition) when name is
+// empty.
+func PickPartition(ps []Partition, name string) (Partition, error) {
+	for _, p := range ps {
+		if (name != "" && p.Name == name) || (name == "" && p.Default) {
+			return p, nil
+		}
+	}
+	if name == "" && len(ps) == 1 {
+		return ps[0], nil
+	}
+	if name == "" {
+		return Partition{}, fmt.Errorf("%w: the cluster has no default partition; set partition", ErrConfig)
+	}
+	return Partition{}, fmt.Errorf("%w: partition %q does not exist", ErrConfig, name)
+}
+
+// Snapshot describes the harvested partition: nodes from sinfo, jobs from
+// squeue (pending ones in scheduling order), pilots marked, MaxTime from
+// scontrol. Any failure is an error; a partial snapshot is never returned.
+func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	part, err := a.partition(ctx)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	squeue := a.cfg.binary("squeue", a.cfg.Squeue)
+	now := a.now().Unix()
+	out, err := a.query(ctx, squeue,
+		[]string{"-a", "-h", "-r", "-p", part.Name, "-t", squeueStates, "-o", squeueFormat},
+		"SLURM_TIME_FORMAT=%s")
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	jobs, err := ParseSqueue(out, now)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	// Asked after the job list, so every pilot in that list is in this one.
+	out, err = a.query(ctx, squeue,
+		[]string{"-a", "-h", "-r", "-p", part.Name, "-u", a.user, "-n", a.cfg.Tag, "-t", squeueStates, "-o", "%i"})
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilots: %w", err)
+	}
+	ids, err := ParseJobIDs(out)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilots: %w", err)
+	}
+	MarkPilots(jobs, ids, a.cfg.Tag)
+	out, err = a.query(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"-h", "-N", "-p", part.Name, "-o", sinfoFormat})
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	nodes, counts, err := ParseSinfo(out)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: partition %s: %w", part.Name, err)
+	}
+	snap := BuildSnapshot(now, part, jobs, nodes, counts)
+	if err := snap.Validate(); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	a.mu.Lock()
+	a.maxTime = part.MaxTime
+	a.mu.Unlock()
+	return snap, nil
+}
+
+// MarkPilots marks the jobs whose id is in ids (the agent user's jobs
+// named tag) as pilots.
+func MarkPilots(jobs []cluster.Job, ids []string, tag string) {
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	for i := range jobs {
+		if set[jobs[i].ID] {
+			jobs[i].Pilot = true
+			jobs[i].Name = tag
+		}
+	}
+}
+
+// BuildSnapshot assembles a snapshot. A partition that is not UP starts
+// no jobs, so its idle nodes are reported as drained: the agent must not
+// submit pilots that would only queue.
+func BuildSnapshot(now int64, part Partition, jobs []cluster.Job, nodes []cluster.Node, c NodeCounts) cluster.Snapshot {
+	if part.State != "" && part.State != "UP" {
+		c.Drained += c.Idle
+		c.Idle, c.Planned = 0, 0
+	}
+	s := cluster.Snapshot{
+		Now:          now,
+		TotalNodes:   c.Total,
+		IdleNodes:    c.Idle,
+		PlannedNodes: c.Planned,
+		DrainedNodes: c.Drained,
+		Partition:    part.Name,
+		Jobs:         jobs,
+		Nodes:        nodes,
+	}
+	if s.Jobs == nil {
+		s.Jobs = []cluster.Job{}
+	}
+	if !part.MaxTime.IsUnlimited() {
+		mt := part.MaxTime
+		s.MaxTime = &mt
+	}
+	return s
+}
+
+// SbatchArgs returns sbatch's arguments for a pilot with the given
+// (already rounded, at least one minute, or unlimited) limit. The batch
+// script goes to sbatch's stdin.
+func (a *Adapter) SbatchArgs(limit cluster.Limit, spec adapters.PilotSpec) []string {
+	args := []string{"--parsable", "--job-name=" + a.cfg.Tag, "--nodes=1", "--no-requeue",
+		"--comment=harvest pilot tag=" + a.cfg.Tag}
+	if limit.IsUnlimited() {
+		args = append(args, "--time=UNLIMITED")
+	} else {
+		args = append(args, "--time="+strconv.FormatInt(int64(limit)/Granularity, 10))
+	}
+	if a.cfg.Exclusive {
+		args = append(args, "--exclusive")
+	}
+	if a.cfg.Partition != "" {
+		args = append(args, "--partition="+a.cfg.Partition)
+	}
+	if a.cfg.Account != "" {
+		args = append(args, "--account="+a.cfg.Account)
+	}
+	if a.cfg.QOS != "" {
+		args = append(args, "--qos="+a.cfg.QOS)
+	}
+	dir := spec.WorkDir
+	if dir == "" {
+		dir = a.cfg.OutputDir
+	}
+	if dir != "" {
+		args = append(args, "--chdir="+dir)
+	}
+	out := spec.Output
+	if out == "" && a.cfg.OutputDir != "" {
+		out = filepath.Join(a.cfg.OutputDir, a.cfg.Tag+"-%j.out")
+	}
+	if out != "" {
+		args = append(args, "--output="+out)
+	}
+	args = append(args, "--export="+a.cfg.Export)
+	return append(args, a.cfg.SbatchArgs...)
+}
+
+// Submit submits one one-node pilot with sbatch. The limit is rounded
+// down to whole minutes (under one minute is ErrInvalidSpec) and capped at
+// the partition's MaxTime seen in the last snapshot; Unlimited asks for
+// the partition's MaxTime, or UNLIMITED when the partition has none.
+func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+	script, err := BatchScript(a.cfg.Tag, spec)
+	if err != nil {
+		return "", err
+	}
+	limit := adapters.RoundDown(spec.TimeLimit, Granularity)
+	if !limit.IsUnlimited() && limit < Granularity {
+		return "", fmt.Errorf("%w: time limit %s is under SLURM's one minute", adapters.ErrInvalidSpec, spec.TimeLimit)
+	}
+	a.mu.Lock()
+	maxTime := a.maxTime
+	a.mu.Unlock()
+	if limit.IsUnlimited() {
+		// Needs the MaxTime now, not a cached one: an UNLIMITED request in
+		// a partition with a MaxTime would pend forever.
+		part, err := a.partition(ctx)
+		if err != nil {
+			return "", fmt.Errorf("slurm submit: %w", err)
+		}
+		limit = adapters.RoundDown(part.MaxTime, Granularity)
+	} else if maxTime > 0 {
+		limit = limit.Min(adapters.RoundDown(maxTime, Granularity))
+	}
+	args := a.SbatchArgs(limit, spec)
+	name := a.cfg.binary("sbatch", a.cfg.Sbatch)
+
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	res, err := a.run(cctx, name, args, a.environ(), []byte(script))
+	var ce *cmdError
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return "", fmt.Errorf("sbatch: no answer within %s, the pilot may exist: %w", a.cfg.Timeout, adapters.ErrOutcomeUnknown)
+	case errors.As(err, &ce):
+		msg := firstErrorLine(res.stderr)
+		switch {
+		case bytesHasAny(res.stderr, "Unable to contact slurm controller"):
+			return "", fmt.Errorf("sbatch: %s: %w", msg, adapters.ErrUnreachable)
+		case bytesHasAny(res.stderr, unreachableMarkers...):
+			// The request may have reached slurmctld before the reply was lost.
+			return "", fmt.Errorf("sbatch: %s: %w", msg, adapters.ErrOutcomeUnknown)
+		}
+		return "", fmt.Errorf("sbatch rejected the pilot (exit %d): %s", ce.code, msg)
+	default:
+		return "", fmt.Errorf("sbatch: %v: %w", err, adapters.ErrUnreachable)
+	}
+	id, err := ParseSbatch(res.stdout)
+	if err != nil {
+		// sbatch exited 0, so the job most likely exists: the next
+		// snapshot finds it by its tag.
+		return "", fmt.Errorf("sbatch succeeded but: %w: %w", err, adapters.ErrOutcomeUnknown)
+	}
+	return adapters.PilotID(id), nil
+}
+
+// firstErrorLine picks the most telling line of sbatch's stderr: the
+// last "error:" line ("Batch job submission failed: ..."), else the first.
+func firstErrorLine(stderr []byte) string {
+	msg := ""
+	for _, l := range lines(stderr) {
+		if strings.Contains(l, "error:") || msg == "" {
+			msg = strings.TrimSpace(l)
+		}
+	}
+	if msg == "" {
+		return "no message"
+	}
+	return trunc(msg)
+}
+
+// finishedStates are job states after which there is nothing to cancel.
+var finishedStates = map[string]bool{
+	"COMPLETED": true, "CANCELLED": true, "FAILED": true, "TIMEOUT": true, "NODE_FAIL": true,
+	"PREEMPTED": true, "BOOT_FAIL": true, "DEADLINE": true, "OUT_OF_MEMORY": true,
+	"COMPLETING": true, "SPECIAL_EXIT": true, "REVOKED": true,
+}
+
+// Cancel cancels one pilot. It first checks with a fresh squeue that the
+// job is one of ours (our user, name == tag) and refuses any other job
+// with ErrNotPilot. A job that is gone or already finished is not an
+// error. scancel itself is filtered by name and user too, so a job id
+// reused between the check and the cancel cannot hit a foreign job.
+func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
+	sid := string(id)
+	if _, err := ParseSbatch([]byte(sid)); err != nil {
+		return fmt.Errorf("cancel %q: not a pilot job id: %w", sid, adapters.ErrNotPilot)
+	}
+	out, err := a.query(ctx, a.cfg.binary("squeue", a.cfg.Squeue), []string{"-h", "-t", "all", "-j", sid, "-o", jobCheckFormat})
+	var ce *cmdError
+	if errors.As(err, &ce) && strings.Contains(ce.stderr, "Invalid job id specified") {
+		return nil // purged long ago
+	}
+	if err != nil {
+		return fmt.Errorf("cancel %s: %w", sid, err)
+	}
+	jobs, err := ParseJobCheck(out)
+	if err != nil {
+		return fmt.Errorf("cancel %s: %w", sid, err)
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	if len(jobs) != 1 || jobs[0].ID != sid {
+		return fmt.Errorf("cancel %s: squeue shows %d jobs for this id: %w", sid, len(jobs), adapters.ErrNotPilot)
+	}
+	j := jobs[0]
+	if j.User != a.user || j.Name != a.cfg.Tag {
+		return fmt.Errorf("cancel %s: job of user %q named %q, pilots are %q's named %q: %w",
+			sid, j.User, trunc(j.Name), a.user, a.cfg.Tag, adapters.ErrNotPilot)
+	}
+	if finishedStates[j.State] {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	res, err := a.run(cctx, a.cfg.binary("scancel", a.cfg.Scancel),
+		[]string{"--name=" + a.cfg.Tag, "--user=" + a.user, sid}, a.environ(), nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		// Cancel is idempotent, so retrying is safe.
+		return fmt.Errorf("scancel %s: no answer within %s: %w", sid, a.cfg.Timeout, adapters.ErrOutcomeUnknown)
+	case errors.As(err, &ce):
+		switch {
+		case bytesHasAny(res.stderr, "Invalid job id specified", "already completing or completed"):
+			return nil
+		case bytesHasAny(res.stderr, unreachableMarkers...):
+			return fmt.Errorf("scancel %s: %s: %w", sid, firstErrorLine(res.stderr), adapters.ErrUnreachable)
+		}
+		return fmt.Errorf("scancel %s (exit %d): %s", sid, ce.code, firstErrorLine(res.stderr))
+	default:
+		return fmt.Errorf("scancel %s: %v: %w", sid, err, adapters.ErrUnreachable)
+	}
+}

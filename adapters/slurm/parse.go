@@ -1,0 +1,531 @@
+package slurm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// ErrParse is wrapped by every parser error: the command's output was not
+// what this adapter expects from SLURM 22.05.
+var ErrParse = errors.New("unexpected slurm output")
+
+func parseErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrParse, fmt.Sprintf(format, a...))
+}
+
+// The exact formats the adapter asks for. The parsers below are written
+// against them; change both together (and recapture testdata/).
+const (
+	// squeueFormat lists the fields of one job, '|'-separated. It holds no
+	// user-controlled text (no job name or comment): a job name may
+	// contain '|' or a newline and could forge a line. Pilots are found by
+	// a second, name-filtered squeue that prints ids only.
+	// Run with SLURM_TIME_FORMAT=%s so %V and %S are Unix seconds.
+	squeueFormat = "%i|%u|%T|%r|%D|%N|%l|%V|%S|%Q|%P"
+	squeueFields = 11
+
+	// squeueStates are the states that hold or wait for nodes. COMPLETING
+	// still holds its nodes (see ParseSqueue); SUSPENDED jobs are left out.
+	squeueStates = "PENDING,RUNNING,CONFIGURING,COMPLETING"
+
+	// sinfoFormat: one line per node (sinfo -N): name, long state, CPUs.
+	sinfoFormat = "%N|%T|%c"
+	sinfoFields = 3
+
+	// jobCheckFormat is used by Cancel on one job id; the name comes last
+	// so a '|' in it cannot shift the other fields.
+	jobCheckFormat = "%i|%u|%T|%j"
+)
+
+// yearMinutes is what SLURM 22.05 stores as the limit of a job started
+// without --time in a partition whose MaxTime is INFINITE: 365 days
+// (YEAR_MINUTES). squeue prints it as 365-00:00:00 once the job runs,
+// while it printed UNLIMITED as long as the job was pending.
+const yearMinutes = 365 * 24 * 60
+
+// ParseTimeLimit parses a SLURM time limit as squeue (%l) and scontrol
+// print it: "M:SS", "H:MM:SS", "D-HH:MM:SS", "D-HH" or "D-HH:MM", or
+// UNLIMITED/INFINITE. A limit of 365 days or more is SLURM's own stand-in
+// for infinite and is returned as cluster.Unlimited.
+func ParseTimeLimit(s string) (cluster.Limit, error) {
+	switch strings.ToUpper(s) {
+	case "UNLIMITED", "INFINITE":
+		return cluster.Unlimited, nil
+	}
+	secs, err := parseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if secs >= yearMinutes*60 {
+		return cluster.Unlimited, nil
+	}
+	return cluster.Seconds(secs), nil
+}
+
+// parseDuration parses [D-]H:M:S, M:S, D-H and D-H:M into seconds.
+func parseDuration(s string) (int64, error) {
+	if s == "" || len(s) > 32 {
+		return 0, parseErr("time %q is not a SLURM duration", s)
+	}
+	var days int64
+	rest := s
+	hasDays := false
+	if d, r, ok := strings.Cut(s, "-"); ok {
+		n, err := atoiNonNeg(d)
+		if err != nil {
+			return 0, parseErr("time %q: bad day count", s)
+		}
+		days, rest, hasDays = n, r, true
+	}
+	parts := strings.Split(rest, ":")
+	nums := make([]int64, len(parts))
+	for i, p := range parts {
+		n, err := atoiNonNeg(p)
+		if err != nil {
+			return 0, parseErr("time %q is not a SLURM duration", s)
+		}
+		nums[i] = n
+	}
+	var h, m, sec int64
+	switch {
+	case hasDays && len(nums) == 1: // D-H
+		h = nums[0]
+	case hasDays && len(nums) == 2: // D-H:M
+		h, m = nums[0], nums[1]
+	case len(nums) == 3: // [D-]H:M:S
+		h, m, sec = nums[0], nums[1], nums[2]
+	case !hasDays && len(nums) == 2: // M:S
+		m, sec = nums[0], nums[1]
+	default:
+		return 0, parseErr("time %q is not a SLURM duration", s)
+	}
+	if days > 1<<20 || h > 1<<20 || m > 1<<30 || sec > 1<<30 {
+		return 0, parseErr("time %q is out of range", s)
+	}
+	return ((days*24+h)*60+m)*60 + sec, nil
+}
+
+func atoiNonNeg(s string) (int64, error) {
+	if s == "" || len(s) > 12 {
+		return 0, strconv.ErrSyntax
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, strconv.ErrSyntax
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// parseEpoch parses a %s time from squeue. "N/A", "Unknown", "None" and 0
+// mean no time.
+func parseEpoch(s string) (int64, error) {
+	switch s {
+	case "N/A", "Unknown", "None", "NONE", "0", "":
+		return 0, nil
+	}
+	n, err := atoiNonNeg(s)
+	if err != nil {
+		return 0, parseErr("time %q is not Unix seconds (is SLURM_TIME_FORMAT=%%s set?)", s)
+	}
+	return n, nil
+}
+
+// lines splits output into non-empty lines, without trailing '\r'.
+func lines(out []byte) []string {
+	var ls []string
+	for _, l := range strings.Split(string(out), "\n") {
+		l = strings.TrimRight(l, "\r")
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// validID accepts SLURM job ids: "123", array tasks "123_4" and
+// "123_[5-9]", het job components "123+0".
+func validID(s string) bool {
+	if s == "" || len(s) > 64 || s[0] < '0' || s[0] > '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9') && !strings.ContainsRune("_+[]-,%", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseSqueue parses the output of
+//
+//	SLURM_TIME_FORMAT=%s squeue -a -h -r -t PENDING,RUNNING,CONFIGURING,COMPLETING -o '%i|%u|%T|%r|%D|%N|%l|%V|%S|%Q|%P'
+//
+// into jobs: running ones first (by start time, then id), then pending
+// ones in the order the scheduler considers them (priority descending,
+// then submit time, then id). now is the local clock in Unix seconds; run
+// times are now - start.
+//
+// A COMPLETING job still holds its nodes for a few seconds while its
+// processes are killed and the epilog runs. It is reported as running with
+// no time left (TimeLimit = RunTime = its elapsed time, at least 1 s,
+// Reason "Completing"): the node is not idle yet, but it will be free
+// within the policy's miniTime, which is exactly what the policy should
+// conclude. CONFIGURING jobs (nodes booting) hold their nodes and are
+// reported as running.
+//
+// Empty output is a valid, empty queue. Any line that does not match the
+// format is an error: a partial job list must never look real.
+func ParseSqueue(out []byte, now int64) ([]cluster.Job, error) {
+	var running, pending []cluster.Job
+	for i, l := range lines(out) {
+		f := strings.Split(l, "|")
+		if len(f) != squeueFields {
+			return nil, parseErr("squeue line %d has %d fields, want %d: %q", i+1, len(f), squeueFields, trunc(l))
+		}
+		j, err := parseSqueueJob(f, now)
+		if err != nil {
+			return nil, fmt.Errorf("squeue line %d: %w", i+1, err)
+		}
+		if j.State == cluster.Pending {
+			pending = append(pending, j)
+		} else {
+			running = append(running, j)
+		}
+	}
+	sort.SliceStable(running, func(a, b int) bool {
+		if running[a].StartTime != running[b].StartTime {
+			return running[a].StartTime < running[b].StartTime
+		}
+		return idLess(running[a].ID, running[b].ID)
+	})
+	sort.SliceStable(pending, func(a, b int) bool { return pendingBefore(pending[a], pending[b]) })
+	return append(running, pending...), nil
+}
+
+// pendingBefore is SLURM's scheduling order within one partition:
+// priority, then submit time, then job id.
+func pendingBefore(a, b cluster.Job) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	if a.SubmitTime != b.SubmitTime {
+		return a.SubmitTime < b.SubmitTime
+	}
+	return idLess(a.ID, b.ID)
+}
+
+// idLess compares job ids numerically on their leading digits.
+func idLess(a, b string) bool {
+	na, nb := leadingInt(a), leadingInt(b)
+	if na != nb {
+		return na < nb
+	}
+	return a < b
+}
+
+func leadingInt(s string) int64 {
+	var n int64
+	for i := 0; i < len(s) && i < 18 && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n
+}
+
+func parseSqueueJob(f []string, now int64) (cluster.Job, error) {
+	id, user, state, reason, nodes, nodeList, limit, submit, start, prio, part :=
+		f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]
+	if !validID(id) {
+		return cluster.Job{}, parseErr("bad job id %q", trunc(id))
+	}
+	j := cluster.Job{ID: id, User: user, NodeList: nodeList, Partition: part}
+	if user == "" {
+		return j, parseErr("job %s has no user", id)
+	}
+	// A pending job asked for a range (-N 2-8) prints its minimum.
+	nmin, _, _ := strings.Cut(nodes, "-")
+	n, err := atoiNonNeg(nmin)
+	if err != nil || n <= 0 || n > 1<<24 {
+		return j, parseErr("job %s: bad node count %q", id, trunc(nodes))
+	}
+	j.Nodes = int(n)
+	if j.TimeLimit, err = ParseTimeLimit(limit); err != nil {
+		return j, fmt.Errorf("job %s: %w", id, err)
+	}
+	if j.TimeLimit == 0 {
+		// sbatch -t 0 means "no limit" to SLURM.
+		j.TimeLimit = cluster.Unlimited
+	}
+	if j.SubmitTime, err = parseEpoch(submit); err != nil {
+		return j, fmt.Errorf("job %s: submit: %w", id, err)
+	}
+	startT, err := parseEpoch(start)
+	if err != nil {
+		return j, fmt.Errorf("job %s: start: %w", id, err)
+	}
+	if prio != "" && prio != "N/A" {
+		p, err := strconv.ParseFloat(prio, 64)
+		if err != nil || p < 0 || p != p {
+			return j, parseErr("job %s: bad priority %q", id, trunc(prio))
+		}
+		j.Priority = p
+	}
+	switch state {
+	case "PENDING":
+		j.State = cluster.Pending
+		j.Reason = reason
+		if startT >= now {
+			j.ExpectedStart = startT
+		}
+	case "RUNNING", "CONFIGURING", "COMPLETING":
+		j.State = cluster.Running
+		j.StartTime = startT
+		if startT > 0 && now > startT {
+			j.RunTime = now - startT
+		}
+		if state == "COMPLETING" {
+			j.Reason = "Completing"
+			j.RunTime = max(j.RunTime, 1)
+			j.TimeLimit = cluster.Seconds(j.RunTime)
+		}
+	default:
+		return j, parseErr("job %s: unexpected state %q (asked for %s)", id, trunc(state), squeueStates)
+	}
+	return j, nil
+}
+
+// ParseJobIDs parses the output of `squeue -h -o %i` (one id a line), used
+// to find the pilots (squeue -u USER -n TAG). Empty output is no ids.
+func ParseJobIDs(out []byte) ([]string, error) {
+	var ids []string
+	for i, l := range lines(out) {
+		l = strings.TrimSpace(l)
+		if !validID(l) {
+			return nil, parseErr("line %d is not a job id: %q", i+1, trunc(l))
+		}
+		ids = append(ids, l)
+	}
+	return ids, nil
+}
+
+// NodeCounts sums a node list into the snapshot's counts.
+type NodeCounts struct {
+	Total, Idle, Planned, Drained int
+}
+
+// ParseSinfo parses `sinfo -h -N -o '%N|%T|%c'` (one line per node and
+// partition). A node listed twice (in two partitions) counts once. The
+// state mapping (suffixes such as '*' not responding, '~' powered off are
+// flags on the base state):
+//
+//   - idle -> idle; planned (held idle by backfill for a pending job) ->
+//     planned, which counts as idle too;
+//   - allocated, mixed, completing -> allocated;
+//   - drained, draining, down, fail, failing, maint, reserved, reboot,
+//     unknown and anything else, and any node not responding ('*') ->
+//     drained: the agent must not count on it.
+//
+// No nodes at all is an error: a partition without nodes is a
+// misconfiguration or a broken answer, never a real empty cluster.
+func ParseSinfo(out []byte) ([]cluster.Node, NodeCounts, error) {
+	var (
+		nodes []cluster.Node
+		c     NodeCounts
+		seen  = map[string]bool{}
+	)
+	for i, l := range lines(out) {
+		f := strings.Split(l, "|")
+		if len(f) != sinfoFields {
+			return nil, c, parseErr("sinfo line %d has %d fields, want %d: %q", i+1, len(f), sinfoFields, trunc(l))
+		}
+		name, st, cpus := f[0], f[1], f[2]
+		if name == "" || strings.ContainsAny(name, " \t") {
+			return nil, c, parseErr("sinfo line %d: bad node name %q", i+1, trunc(name))
+		}
+		ncpu, err := atoiNonNeg(cpus)
+		if err != nil || ncpu > 1<<24 {
+			return nil, c, parseErr("sinfo line %d: bad CPU count %q", i+1, trunc(cpus))
+		}
+		state, err := nodeState(st)
+		if err != nil {
+			return nil, c, fmt.Errorf("sinfo line %d: %w", i+1, err)
+		}
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		nodes = append(nodes, cluster.Node{Name: name, State: state, CPUs: int(ncpu)})
+		c.Total++
+		switch state {
+		case cluster.NodeIdle:
+			c.Idle++
+		case cluster.NodePlanned:
+			c.Idle++
+			c.Planned++
+		case cluster.NodeDrained:
+			c.Drained++
+		}
+	}
+	if len(nodes) == 0 {
+		return nil, c, parseErr("sinfo lists no nodes")
+	}
+	return nodes, c, nil
+}
+
+// nodeState maps sinfo's long state (%T) to the snapshot's node state.
+func nodeState(s string) (cluster.NodeState, error) {
+	base := strings.TrimRight(s, "*~#!%$@^-+")
+	if base == "" || len(s) > 40 {
+		return "", parseErr("bad node state %q", trunc(s))
+	}
+	for _, c := range base {
+		if !(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && c != '_' {
+			return "", parseErr("bad node state %q", trunc(s))
+		}
+	}
+	if strings.Contains(s, "*") { // not responding: SLURM will not start jobs there
+		return cluster.NodeDrained, nil
+	}
+	switch strings.ToLower(base) {
+	case "idle":
+		return cluster.NodeIdle, nil
+	case "planned", "plnd":
+		return cluster.NodePlanned, nil
+	case "allocated", "alloc", "mixed", "mix", "completing", "comp":
+		return cluster.NodeAllocated, nil
+	}
+	return cluster.NodeDrained, nil
+}
+
+// Partition is what the adapter needs from `scontrol -o show partition`.
+type Partition struct {
+	Name        string
+	Default     bool
+	MaxTime     cluster.Limit
+	DefaultTime cluster.Limit // 0 = NONE
+	State       string
+	TotalNodes  int
+}
+
+// ParsePartitions parses `scontrol -o show partition` (one partition a
+// line of Key=Value pairs). No partition at all is an error.
+func ParsePartitions(out []byte) ([]Partition, error) {
+	var ps []Partition
+	for i, l := range lines(out) {
+		kv := map[string]string{}
+		for _, w := range strings.Fields(l) {
+			k, v, ok := strings.Cut(w, "=")
+			if !ok {
+				continue // values never hold spaces in -o mode; tolerate stray words
+			}
+			kv[k] = v
+		}
+		p := Partition{Name: kv["PartitionName"], Default: kv["Default"] == "YES", State: kv["State"]}
+		if p.Name == "" {
+			return nil, parseErr("scontrol line %d has no PartitionName: %q", i+1, trunc(l))
+		}
+		mt, ok := kv["MaxTime"]
+		if !ok {
+			return nil, parseErr("partition %s has no MaxTime", p.Name)
+		}
+		var err error
+		if p.MaxTime, err = ParseTimeLimit(mt); err != nil {
+			return nil, fmt.Errorf("partition %s MaxTime: %w", p.Name, err)
+		}
+		if p.MaxTime == 0 {
+			return nil, parseErr("partition %s has MaxTime 0", p.Name)
+		}
+		if dt := kv["DefaultTime"]; dt != "" && dt != "NONE" {
+			if p.DefaultTime, err = ParseTimeLimit(dt); err != nil {
+				return nil, fmt.Errorf("partition %s DefaultTime: %w", p.Name, err)
+			}
+		}
+		if tn := kv["TotalNodes"]; tn != "" {
+			n, err := atoiNonNeg(tn)
+			if err != nil || n > 1<<24 {
+				return nil, parseErr("partition %s: bad TotalNodes %q", p.Name, trunc(tn))
+			}
+			p.TotalNodes = int(n)
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 {
+		return nil, parseErr("scontrol lists no partitions")
+	}
+	return ps, nil
+}
+
+// ParseSbatch parses the output of `sbatch --parsable`: "ID" or
+// "ID;cluster".
+func ParseSbatch(out []byte) (string, error) {
+	ls := lines(out)
+	if len(ls) != 1 {
+		return "", parseErr("sbatch --parsable printed %d lines, want 1: %q", len(ls), trunc(string(out)))
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(ls[0]), ";")
+	if !validID(id) || strings.ContainsAny(id, "_+[],%-") {
+		return "", parseErr("sbatch --parsable printed %q, not a job id", trunc(ls[0]))
+	}
+	return id, nil
+}
+
+// ParseVersion parses `sinfo --version` ("slurm 22.05.8" or
+// "slurm-wlm 22.05.8") into the version number.
+func ParseVersion(out []byte) (string, error) {
+	f := strings.Fields(string(out))
+	if len(f) != 2 || !strings.HasPrefix(f[0], "slurm") || f[1] == "" || f[1][0] < '0' || f[1][0] > '9' {
+		return "", parseErr("sinfo --version printed %q", trunc(string(out)))
+	}
+	return f[1], nil
+}
+
+// JobCheck is one job as Cancel sees it before acting.
+type JobCheck struct {
+	ID, User, State, Name string
+}
+
+// ParseJobCheck parses `squeue -h -t all -j ID -o '%i|%u|%T|%j'`. Empty
+// output (the job is gone) gives ok=false. The job name comes last and
+// may itself contain '|'.
+func ParseJobCheck(out []byte) (jobs []JobCheck, err error) {
+	for i, l := range lines(out) {
+		f := strings.SplitN(l, "|", 4)
+		if len(f) != 4 || !validID(f[0]) || f[2] == "" {
+			// A job name with a newline continues on the next line; it
+			// cannot be a pilot's (the tag has no newline) but it must not
+			// be silently dropped either: report it as an unnamed line.
+			if len(jobs) > 0 {
+				jobs[len(jobs)-1].Name += "\n" + l
+				continue
+			}
+			return nil, parseErr("squeue line %d: %q", i+1, trunc(l))
+		}
+		jobs = append(jobs, JobCheck{ID: f[0], User: f[1], State: f[2], Name: f[3]})
+	}
+	return jobs, nil
+}
+
+func trunc(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// bytesHasAny reports whether out contains one of the needles.
+func bytesHasAny(out []byte, needles ...string) bool {
+	for _, n := range needles {
+		if bytes.Contains(out, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
