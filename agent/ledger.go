@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"sort"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Ledger remembers pilots submitted in earlier rounds that the batch
+// system does not show yet, so the policy counts them as held and never
+// submits twice for the same hole (cluster-autoscaler's "upcoming nodes").
+//
+// Submits whose outcome is unknown are remembered without an id; a pilot
+// that later appears with an id the ledger never saw is matched against
+// them. Entries expire after TTL seconds of snapshot time: by then the
+// batch system shows the pilot or it was never created.
+type Ledger struct {
+	TTL     int64
+	known   map[string]entry // id -> entry, submitted and not yet visible
+	unknown []entry          // outcome unknown
+	seen    map[string]bool  // pilot ids seen in a snapshot
+}
+
+type entry struct {
+	limit cluster.Limit
+	at    int64
+}
+
+// NewLedger returns an empty ledger whose entries expire after ttl seconds.
+func NewLedger(ttl int64) *Ledger {
+	return &Ledger{TTL: ttl, known: map[string]entry{}, seen: map[string]bool{}}
+}
+
+// Submitted records a pilot the batch system accepted.
+func (l *Ledger) Submitted(id adapters.PilotID, limit cluster.Limit, now int64) {
+	if l.seen[string(id)] {
+		return
+	}
+	l.known[string(id)] = entry{limit, now}
+}
+
+// Unknown records a submit whose outcome is unknown.
+func (l *Ledger) Unknown(limit cluster.Limit, now int64) {
+	l.unknown = append(l.unknown, entry{limit, now})
+}
+
+// Observe updates the ledger from a snapshot: visible pilots leave it,
+// new unexpected pilots settle unknown submits, old entries expire.
+func (l *Ledger) Observe(s cluster.Snapshot) {
+	visible := map[string]bool{}
+	var fresh []string
+	for _, j := range s.Jobs {
+		if !j.Pilot {
+			continue
+		}
+		visible[j.ID] = true
+		if _, ok := l.known[j.ID]; ok {
+			delete(l.known, j.ID)
+		} else if !l.seen[j.ID] {
+			fresh = append(fresh, j.ID)
+		}
+	}
+	sort.Strings(fresh)
+	for range fresh {
+		if len(l.unknown) == 0 {
+			break
+		}
+		l.unknown = l.unknown[1:]
+	}
+	// Forget ids no longer visible so the map does not grow forever; a
+	// pilot never comes back once it has left the batch system.
+	l.seen = visible
+	for id, e := range l.known {
+		if s.Now-e.at > l.TTL {
+			delete(l.known, id)
+		}
+	}
+	kept := l.unknown[:0]
+	for _, e := range l.unknown {
+		if s.Now-e.at <= l.TTL {
+			kept = append(kept, e)
+		}
+	}
+	l.unknown = kept
+}
+
+// Forget drops a pilot we cancelled before it became visible.
+func (l *Ledger) Forget(id string) { delete(l.known, id) }
+
+// Upcoming returns the ledger as the policy's input, oldest first.
+func (l *Ledger) Upcoming() []policy.Upcoming {
+	var out []policy.Upcoming
+	ids := make([]string, 0, len(l.known))
+	for id := range l.known {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		e := l.known[id]
+		out = append(out, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at})
+	}
+	for _, e := range l.unknown {
+		out = append(out, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at})
+	}
+	return out
+}
+
+// Len is the number of pilots the ledger counts as held.
+func (l *Ledger) Len() int { return len(l.known) + len(l.unknown) }

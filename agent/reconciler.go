@@ -1,0 +1,307 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// DemandInfo is what the queue tells the agent each round.
+type DemandInfo struct {
+	// Demand is the backlog; nil means unlimited (harvest every hole).
+	Demand *cluster.Demand
+	// Recommended is the master's MiniNode recommendation (0 = none).
+	Recommended int
+	// Busy maps pilot ids to whether their worker is running tasks.
+	Busy map[string]bool
+	// MinNodes and MaxNodes, when set, are the admin's runtime settings
+	// (harvest admin nodes) and override the configured ones.
+	MinNodes, MaxNodes *int
+	// Paused stops new submissions (harvest admin pause).
+	Paused bool
+}
+
+// DemandSource is the queue as seen by the agent.
+type DemandSource interface {
+	Demand(ctx context.Context) (DemandInfo, error)
+}
+
+// StaticDemand is a DemandSource with a fixed answer: harvest-while-idle
+// mode (nil Demand) or a fixed test backlog.
+type StaticDemand struct{ Info DemandInfo }
+
+// Demand implements DemandSource.
+func (s StaticDemand) Demand(context.Context) (DemandInfo, error) { return s.Info, nil }
+
+// RoundResult is what one round saw, decided and did.
+type RoundResult struct {
+	Snapshot  cluster.Snapshot
+	Decision  policy.Decision
+	Submitted []adapters.PilotID
+	Cancelled []string
+	// Errors of individual actions (the round still counts as done).
+	Errors []error
+	// SubmitTimedOut is set when a submit timed out or its outcome is unknown.
+	SubmitTimedOut bool
+	// Latencies of the calls made, for metrics.
+	SubmitLatency, CancelLatency []time.Duration
+}
+
+// Reconciler runs rounds: snapshot, decide, act.
+type Reconciler struct {
+	ad     adapters.Adapter
+	src    DemandSource
+	cfg    Config
+	log    *slog.Logger
+	ledger *Ledger
+
+	mu            sync.Mutex
+	submitTimeout time.Duration
+	last          *RoundResult
+	dumpSeq       int
+	// OnRound, if set, is called after every round that got a snapshot.
+	OnRound func(RoundResult)
+}
+
+// NewReconciler returns a reconciler; cfg must be valid.
+func NewReconciler(ad adapters.Adapter, src DemandSource, cfg Config, log *slog.Logger) *Reconciler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if src == nil {
+		src = StaticDemand{}
+	}
+	return &Reconciler{ad: ad, src: src, cfg: cfg, log: log, ledger: NewLedger(cfg.LedgerTTL), submitTimeout: cfg.SubmitTimeout}
+}
+
+// SubmitTimeout is the timeout the next submit will get.
+func (r *Reconciler) SubmitTimeout() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.submitTimeout
+}
+
+// Last returns the last round's result, if any.
+func (r *Reconciler) Last() (RoundResult, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return RoundResult{}, false
+	}
+	return *r.last, true
+}
+
+// ErrNoSnapshot wraps the error of a round that could not see the cluster.
+// Such a round changes nothing: never cancel because a snapshot failed.
+var ErrNoSnapshot = errors.New("no snapshot")
+
+// Round runs one round. An error wrapping ErrNoSnapshot means nothing was
+// done; other action errors are in the result.
+func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.SnapshotTimeout)
+	snap, err := r.ad.Snapshot(sctx)
+	cancel()
+	if err != nil {
+		return RoundResult{}, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
+	}
+	if err := snap.Validate(); err != nil {
+		return RoundResult{}, fmt.Errorf("%w: adapter returned %w", ErrNoSnapshot, err)
+	}
+	dem, err := r.src.Demand(ctx)
+	if err != nil {
+		// Without demand figures, harvesting blind could grab nodes nobody
+		// uses; holding still is the safe choice.
+		return RoundResult{}, fmt.Errorf("%w: queue: %w", ErrNoSnapshot, err)
+	}
+	r.enrich(&snap, dem)
+	r.ledger.Observe(snap)
+
+	pcfg := r.cfg.Policy
+	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended}
+	dec := policy.Decide(in, pcfg)
+	if dem.Paused && dec.Submit != nil {
+		dec.Reason = "paused by the admin; would have: " + dec.Reason
+		dec.Submit = nil
+	}
+	res := RoundResult{Snapshot: snap, Decision: dec}
+	r.dump(snap, dec)
+
+	if r.cfg.DryRun {
+		r.log.Info("decision (dry run)", decisionAttrs(dec)...)
+	} else {
+		r.apply(ctx, &res)
+	}
+	r.mu.Lock()
+	r.last = &res
+	r.mu.Unlock()
+	if r.OnRound != nil {
+		r.OnRound(res)
+	}
+	return res, nil
+}
+
+// enrich adds what the queue knows to the adapter's snapshot, so a dumped
+// snapshot replays to the same decision.
+func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo) {
+	if s.MinNodes == 0 {
+		s.MinNodes = r.cfg.Policy.MinNodes
+	}
+	if s.MaxNodes == 0 {
+		s.MaxNodes = r.cfg.Policy.MaxNodes
+	}
+	if d.MinNodes != nil {
+		s.MinNodes = *d.MinNodes
+	}
+	if d.MaxNodes != nil {
+		s.MaxNodes = *d.MaxNodes
+	}
+	if s.MaxNodes > 0 && s.MinNodes > s.MaxNodes {
+		s.MinNodes = s.MaxNodes
+	}
+	s.Demand = d.Demand
+	for i := range s.Jobs {
+		if s.Jobs[i].Pilot && d.Busy != nil {
+			s.Jobs[i].Busy = d.Busy[s.Jobs[i].ID]
+		}
+	}
+}
+
+func decisionAttrs(d policy.Decision) []any {
+	attrs := []any{"case", d.Case, "reason", d.Reason}
+	if d.Submit != nil {
+		attrs = append(attrs, "submit", d.Submit.Count, "time_limit", d.Submit.TimeLimit.String())
+	}
+	if len(d.Release) > 0 {
+		attrs = append(attrs, "release", strings.Join(d.Release, ","))
+	}
+	return attrs
+}
+
+func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
+	dec := res.Decision
+	if len(dec.Release) > 0 || dec.Submit != nil {
+		r.log.Info("decision", decisionAttrs(dec)...)
+	} else {
+		r.log.Debug("decision", decisionAttrs(dec)...)
+	}
+	for _, id := range dec.Release {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CancelTimeout)
+		t0 := time.Now()
+		err := r.ad.Cancel(cctx, adapters.PilotID(id))
+		cancel()
+		res.CancelLatency = append(res.CancelLatency, time.Since(t0))
+		if err != nil {
+			r.log.Error("cancel pilot failed", "pilot", id, "error", err, "reason", dec.Reason)
+			res.Errors = append(res.Errors, fmt.Errorf("cancel %s: %w", id, err))
+			continue
+		}
+		r.ledger.Forget(id)
+		res.Cancelled = append(res.Cancelled, id)
+		r.log.Info("released pilot", "pilot", id, "case", dec.Case)
+	}
+	if dec.Submit == nil {
+		return
+	}
+	spec := adapters.PilotSpec{
+		TimeLimit: dec.Submit.TimeLimit,
+		Command:   r.cfg.PilotCommand,
+		Env:       r.cfg.PilotEnv,
+		WorkDir:   r.cfg.PilotWorkDir,
+		Output:    r.cfg.PilotOutput,
+	}
+	for i := 0; i < dec.Submit.Count; i++ {
+		timeout := r.SubmitTimeout()
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		t0 := time.Now()
+		id, err := r.ad.Submit(sctx, spec)
+		cancel()
+		res.SubmitLatency = append(res.SubmitLatency, time.Since(t0))
+		switch {
+		case err == nil:
+			r.ledger.Submitted(id, spec.TimeLimit, res.Snapshot.Now)
+			res.Submitted = append(res.Submitted, id)
+			r.setSubmitTimeout(r.cfg.SubmitTimeout)
+			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "case", dec.Case)
+		case errors.Is(err, adapters.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded):
+			// The pilot may exist: count it as held until a snapshot tells.
+			r.ledger.Unknown(spec.TimeLimit, res.Snapshot.Now)
+			res.SubmitTimedOut = true
+			next := timeout + r.cfg.SubmitTimeoutStep
+			r.setSubmitTimeout(next)
+			r.log.Warn("submit timed out; ending the round", "timeout", timeout, "next_timeout", next, "error", err)
+			res.Errors = append(res.Errors, err)
+			return
+		default:
+			r.log.Error("submit failed; ending the round", "error", err)
+			res.Errors = append(res.Errors, err)
+			return
+		}
+	}
+}
+
+func (r *Reconciler) setSubmitTimeout(d time.Duration) {
+	r.mu.Lock()
+	r.submitTimeout = d
+	r.mu.Unlock()
+}
+
+// dump writes the snapshot (the `harvest decide` format) and the decision.
+func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision) {
+	if r.cfg.DumpDir == "" {
+		return
+	}
+	r.mu.Lock()
+	r.dumpSeq++
+	seq := r.dumpSeq
+	r.mu.Unlock()
+	// Names sort in the order the rounds ran: batch-system time, then a
+	// sequence number for rounds within the same second.
+	base := filepath.Join(r.cfg.DumpDir, fmt.Sprintf("snapshot-%012d-%06d", s.Now, seq%1_000_000))
+	if err := writeJSON(base+".json", s); err != nil {
+		r.log.Warn("dump snapshot failed", "error", err)
+		return
+	}
+	if err := writeJSON(base+".decision.json", d); err != nil {
+		r.log.Warn("dump decision failed", "error", err)
+	}
+	r.pruneDumps()
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (r *Reconciler) pruneDumps() {
+	if r.cfg.DumpKeep <= 0 {
+		return
+	}
+	files, err := filepath.Glob(filepath.Join(r.cfg.DumpDir, "snapshot-*.decision.json"))
+	if err != nil || len(files) <= r.cfg.DumpKeep {
+		return
+	}
+	sort.Strings(files)
+	for _, f := range files[:len(files)-r.cfg.DumpKeep] {
+		os.Remove(f)
+		os.Remove(strings.TrimSuffix(f, ".decision.json") + ".json")
+	}
+}

@@ -1,0 +1,303 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/adapters/adaptertest"
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.PollInterval = 10 * time.Millisecond
+	c.MaxBackoff = 40 * time.Millisecond
+	c.SubmitTimeout = 100 * time.Millisecond
+	c.SubmitTimeoutStep = 100 * time.Millisecond
+	c.Policy.MinNodes = 0
+	return c
+}
+
+// hiding wraps an adapter and hides pilots from snapshots for a while, as a
+// batch system does between sbatch returning and squeue listing the job.
+type hiding struct {
+	adapters.Adapter
+	hide atomic.Bool
+}
+
+func (h *hiding) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	s, err := h.Adapter.Snapshot(ctx)
+	if err != nil || !h.hide.Load() {
+		return s, err
+	}
+	var jobs []cluster.Job
+	idle := s.IdleNodes
+	for _, j := range s.Jobs {
+		if j.Pilot {
+			if j.State == cluster.Running {
+				idle += j.Nodes
+			}
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	s.Jobs, s.IdleNodes = jobs, idle
+	return s, nil
+}
+
+func TestAnIdleClusterWithoutPendingJobsIsFilledOnceAndNotTwice(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	r := NewReconciler(m, nil, testConfig(), nil)
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Submitted) != 4 {
+		t.Fatalf("submitted %d pilots on 4 idle nodes, want 4 (decision %+v)", len(res.Submitted), res.Decision)
+	}
+	res, err = r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Submitted) != 0 || len(m.PilotIDs()) != 4 {
+		t.Fatalf("second round submitted %d more (pilots now %v)", len(res.Submitted), m.PilotIDs())
+	}
+}
+
+func TestPilotsNotYetVisibleAreNotSubmittedTwice(t *testing.T) {
+	m := adaptertest.NewMemory(3)
+	h := &hiding{Adapter: m}
+	h.hide.Store(true)
+	r := NewReconciler(h, nil, testConfig(), nil)
+	for i := 0; i < 3; i++ {
+		if _, err := r.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(m.PilotIDs()); got != 3 {
+		t.Fatalf("with pilots hidden from snapshots, 3 rounds left %d pilots on 3 nodes, want 3", got)
+	}
+	h.hide.Store(false)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(m.PilotIDs()); got != 3 {
+		t.Fatalf("after pilots became visible: %d pilots, want 3", got)
+	}
+	if r.ledger.Len() != 0 {
+		t.Fatalf("ledger still holds %d entries after the pilots became visible", r.ledger.Len())
+	}
+}
+
+// slowSubmit blocks Submit until its context ends, n times, then succeeds.
+type slowSubmit struct {
+	*adaptertest.Memory
+	mu    sync.Mutex
+	stall int
+}
+
+func (s *slowSubmit) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+	s.mu.Lock()
+	stall := s.stall > 0
+	if stall {
+		s.stall--
+	}
+	s.mu.Unlock()
+	if stall {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return s.Memory.Submit(ctx, spec)
+}
+
+func TestASubmitTimeoutEndsTheRoundAndGrowsTheTimeoutUntilASuccess(t *testing.T) {
+	s := &slowSubmit{Memory: adaptertest.NewMemory(4), stall: 2}
+	cfg := testConfig()
+	r := NewReconciler(s, nil, cfg, nil)
+
+	res, _ := r.Round(context.Background())
+	if !res.SubmitTimedOut || len(res.Submitted) != 0 {
+		t.Fatalf("round 1: timed out=%v submitted=%v", res.SubmitTimedOut, res.Submitted)
+	}
+	if got := r.SubmitTimeout(); got != cfg.SubmitTimeout+cfg.SubmitTimeoutStep {
+		t.Fatalf("after one timeout: %v, want %v", got, cfg.SubmitTimeout+cfg.SubmitTimeoutStep)
+	}
+	res, _ = r.Round(context.Background())
+	if got := r.SubmitTimeout(); got != cfg.SubmitTimeout+2*cfg.SubmitTimeoutStep {
+		t.Fatalf("after two timeouts: %v", got)
+	}
+	// The two unknown submits count as held until the ledger's TTL passes,
+	// so the third round only fills the rest.
+	res, _ = r.Round(context.Background())
+	if len(res.Submitted) != 2 {
+		t.Fatalf("round 3 submitted %d, want 2 (2 of 4 nodes may already be taken by unknown submits)", len(res.Submitted))
+	}
+	if got := r.SubmitTimeout(); got != cfg.SubmitTimeout {
+		t.Fatalf("after a success the timeout is %v, want reset to %v", got, cfg.SubmitTimeout)
+	}
+}
+
+// countingCancel records Cancel calls.
+type countingCancel struct {
+	*adaptertest.Memory
+	cancels atomic.Int32
+}
+
+func (c *countingCancel) Cancel(ctx context.Context, id adapters.PilotID) error {
+	c.cancels.Add(1)
+	return c.Memory.Cancel(ctx, id)
+}
+
+func TestAnUnreachableBatchSystemChangesNothing(t *testing.T) {
+	m := &countingCancel{Memory: adaptertest.NewMemory(4)}
+	r := NewReconciler(m, nil, testConfig(), nil)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.Down = true
+	_, err := r.Round(context.Background())
+	if !errors.Is(err, ErrNoSnapshot) || !errors.Is(err, adapters.ErrUnreachable) {
+		t.Fatalf("err = %v, want ErrNoSnapshot wrapping ErrUnreachable", err)
+	}
+	if m.cancels.Load() != 0 {
+		t.Fatalf("%d cancels while the cluster was unreachable", m.cancels.Load())
+	}
+}
+
+func TestAQueueErrorHoldsStill(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	r := NewReconciler(m, failingDemand{}, testConfig(), nil)
+	if _, err := r.Round(context.Background()); !errors.Is(err, ErrNoSnapshot) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(m.PilotIDs()) != 0 {
+		t.Fatalf("submitted without demand figures: %v", m.PilotIDs())
+	}
+}
+
+type failingDemand struct{}
+
+func (failingDemand) Demand(context.Context) (DemandInfo, error) {
+	return DemandInfo{}, errors.New("queue down")
+}
+
+func TestDryRunDecidesButDoesNotAct(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	cfg := testConfig()
+	cfg.DryRun = true
+	r := NewReconciler(m, nil, cfg, nil)
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decision.Submit == nil || res.Decision.Submit.Count != 4 {
+		t.Fatalf("dry run decision %+v, want submit 4", res.Decision)
+	}
+	if len(m.PilotIDs()) != 0 {
+		t.Fatalf("dry run submitted %v", m.PilotIDs())
+	}
+}
+
+func TestAnEmptyBacklogReleasesIdlePilots(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	r := NewReconciler(m, nil, testConfig(), nil)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.src = StaticDemand{Info: DemandInfo{Demand: &cluster.Demand{SlotsPerNode: 1}}}
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cancelled) != 4 || len(m.PilotIDs()) != 0 {
+		t.Fatalf("empty backlog: cancelled %v, left %v; want all 4 released", res.Cancelled, m.PilotIDs())
+	}
+}
+
+func TestAPausedAgentSubmitsNothing(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	r := NewReconciler(m, StaticDemand{Info: DemandInfo{Paused: true}}, testConfig(), nil)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.PilotIDs()) != 0 {
+		t.Fatalf("paused agent submitted %v", m.PilotIDs())
+	}
+}
+
+func TestDumpedSnapshotsReplayToTheSameDecision(t *testing.T) {
+	m := adaptertest.NewMemory(21)
+	m.AddJob(cluster.Job{ID: "1", User: "u1", State: cluster.Running, Nodes: 5, TimeLimit: 1200, RunTime: 60})
+	m.AddJob(cluster.Job{ID: "3", User: "u3", State: cluster.Pending, Nodes: 10, TimeLimit: 1500})
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.DumpDir = dir
+	cfg.Policy.MinNodes = 2
+	r := NewReconciler(m, nil, cfg, nil)
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "snapshot-*[0-9].json"))
+	if len(files) != 1 {
+		t.Fatalf("dumped %v, want one snapshot", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s cluster.Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.MinNodes != 2 {
+		t.Fatalf("dumped min_nodes = %d, want the agent's 2", s.MinNodes)
+	}
+	replayed := policy.Decide(policy.Input{Snapshot: s}, cfg.Policy)
+	if !reflect.DeepEqual(replayed, res.Decision) {
+		t.Fatalf("replay differs:\n got %+v\nwant %+v", replayed, res.Decision)
+	}
+}
+
+func TestRunBacksOffWhileUnreachableAndStopsOnCancel(t *testing.T) {
+	m := &countingSnapshots{Memory: adaptertest.NewMemory(2)}
+	m.Down = true
+	cfg := testConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- NewReconciler(m, nil, cfg, nil).Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop after its context ended")
+	}
+	// Without backoff 300 ms / 10 ms = 30 rounds; with backoff capped at
+	// 40 ms, far fewer.
+	if n := m.n.Load(); n < 2 || n > 20 {
+		t.Fatalf("%d snapshot attempts in 300 ms; want backoff (2..20)", n)
+	}
+}
+
+type countingSnapshots struct {
+	*adaptertest.Memory
+	n atomic.Int32
+}
+
+func (c *countingSnapshots) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	c.n.Add(1)
+	return c.Memory.Snapshot(ctx)
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every test of harvest: unit tests, short fuzz runs, the real-SLURM
+# integration tests on a local mini-cluster, and the end-to-end scenario.
+# Installs what it needs from Debian's packages (root), so it works on a
+# fresh Debian 12 machine. Usage: scripts/test.sh [--quick]
+#   --quick   unit tests only (no apt, no SLURM, no fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+
+step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
+export PATH=$PATH:/usr/local/go/bin:$HOME/go/bin
+command -v go >/dev/null || { echo "go not found: install Go 1.22+ first" >&2; exit 1; }
+
+if [ "$QUICK" = 0 ]; then
+  step "installing Debian packages"
+  scripts/deps.sh
+fi
+
+step "build"
+go build -o bin/harvest ./cmd/harvest
+export PATH=$ROOT/bin:$PATH
+
+step "vet"
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+[ -z "$unformatted" ] || { echo "gofmt needed on: $unformatted" >&2; exit 1; }
+
+if [ "$QUICK" = 1 ]; then
+  step "unit tests"
+  go test ./...
+  exit 0
+fi
+
+step "starting the SLURM mini-cluster"
+scripts/minicluster.sh users >/dev/null
+scripts/minicluster.sh start 8
+
+step "all tests, real SLURM included"
+# Packages that use the mini-cluster serialise on a lock (internal/slurmtest).
+HARVEST_SLURM_TESTS=1 go test -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
+status=${PIPESTATUS[0]}
+[ "$status" = 0 ] || exit "$status"
+
+step "short fuzz runs"
+scripts/fuzz.sh 5s
+
+if [ -x scripts/e2e-slurm.sh ]; then
+  step "end to end on real SLURM"
+  scripts/e2e-slurm.sh
+fi
+step "done"
