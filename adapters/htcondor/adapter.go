@@ -1,0 +1,282 @@
+// Package htcondor is the harvest adapter for HTCondor pools: it reads
+// condor_status and condor_q, submits pilots with condor_submit and
+// removes them with condor_rm.
+//
+// HTCondor has no backfill reservations and no expected start times, so
+// the adapter reports neither (Info.ExpectedStart and Info.Backfill are
+// false); pilots get the configured maximum lifetime and the agent
+// releases them when idle foreign jobs could use their machines. See
+// docs/htcondor.md.
+package htcondor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Adapter talks to one HTCondor pool and schedd through the condor_*
+// commands. Safe for concurrent use.
+type Adapter struct {
+	cfg Config
+	// Now is the clock used when no job ad carries the schedd's time.
+	Now func() time.Time
+	// Log receives one line per failed command.
+	Log *slog.Logger
+}
+
+var _ adapters.Adapter = (*Adapter)(nil)
+
+// New checks cfg and returns an adapter.
+func New(cfg Config) (*Adapter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Adapter{cfg: cfg, Now: time.Now, Log: slog.Default()}, nil
+}
+
+// Config returns the adapter's configuration.
+func (a *Adapter) Config() Config { return a.cfg }
+
+// Info implements adapters.Adapter. The version comes from condor_version;
+// if that fails, Version is left empty rather than failing the agent's
+// start: Snapshot reports an unreachable pool soon enough.
+func (a *Adapter) Info(ctx context.Context) (adapters.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return adapters.Info{}, err
+	}
+	info := adapters.Info{
+		Name:            "htcondor",
+		Tag:             a.cfg.Tag,
+		TimeGranularity: 1,
+		ExpectedStart:   false,
+		Backfill:        false,
+	}
+	if out, err := a.run(ctx, "condor_version", nil, nil, false); err == nil {
+		if v, err := ParseVersion(out); err == nil {
+			info.Version = v
+		}
+	}
+	return info, nil
+}
+
+// Snapshot implements adapters.Adapter: condor_status and condor_q run
+// concurrently, and any failure of either fails the whole snapshot.
+func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: %w", err)
+	}
+	format := "-" + string(a.cfg.Format)
+	statusArgs := append(a.poolArgs(), format, "-attributes", strings.Join(slotAttributes, ","))
+	qArgs := append(a.scheddArgs(), "-allusers", format, "-attributes", strings.Join(a.jobAttributes(), ","))
+
+	var (
+		wg              sync.WaitGroup
+		statusOut, qOut []byte
+		statusErr, qErr error
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); statusOut, statusErr = a.run(ctx, "condor_status", statusArgs, nil, false) }()
+	go func() { defer wg.Done(); qOut, qErr = a.run(ctx, "condor_q", qArgs, nil, false) }()
+	wg.Wait()
+	if err := errors.Join(queryFailed(statusErr), queryFailed(qErr)); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: %w", err)
+	}
+	slots, err := ParseCondorStatus(statusOut, a.cfg.Format)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: condor_status: %w", err)
+	}
+	jobs, err := ParseCondorQ(qOut, a.cfg.Format, a.cfg.LimitAttributes)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: condor_q: %w", err)
+	}
+	return BuildSnapshot(slots, jobs, View{
+		Tag:         a.cfg.Tag,
+		Now:         a.Now().Unix(),
+		MaxLifetime: pilotLifetime(cluster.Unlimited, a.cfg.MaxLifetime),
+	})
+}
+
+// queryFailed marks a query that exited non-zero as unreachable: the
+// pool could not be asked, whatever the reason.
+func queryFailed(err error) error {
+	var cf *commandFailed
+	if errors.As(err, &cf) {
+		return fmt.Errorf("%w: %w", adapters.ErrUnreachable, err)
+	}
+	return err
+}
+
+func (a *Adapter) jobAttributes() []string {
+	return append(append([]string(nil), jobAttributes...), a.cfg.LimitAttributes...)
+}
+
+// Submit implements adapters.Adapter: one condor_submit -terse with the
+// description on stdin.
+func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+	desc, err := SubmitDescription(a.cfg, spec)
+	if err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("htcondor submit: %w", err)
+	}
+	args := append(a.scheddArgs(), "-terse", "-")
+	out, err := a.run(ctx, "condor_submit", args, []byte(desc), true)
+	if err != nil {
+		return "", fmt.Errorf("htcondor submit: %w", err)
+	}
+	id, err := ParseSubmit(out)
+	if err != nil {
+		// condor_submit said yes but not which job: it may well exist.
+		return "", fmt.Errorf("htcondor submit: %w: %w", adapters.ErrOutcomeUnknown, err)
+	}
+	return adapters.PilotID(id), nil
+}
+
+var pilotIDRE = regexp.MustCompile(`^(\d{1,18})\.(\d{1,18})$`)
+
+// Cancel implements adapters.Adapter. condor_rm is given a constraint
+// that names the job AND the tag, so a foreign job can never be removed,
+// even if its id was reused. When nothing matched, condor_q tells a
+// pilot already gone (not an error) from a foreign job (ErrNotPilot).
+func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
+	m := pilotIDRE.FindStringSubmatch(string(id))
+	if m == nil {
+		return fmt.Errorf("htcondor cancel %q: %w: not an HTCondor job id (cluster.proc)", id, adapters.ErrNotPilot)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("htcondor cancel %s: %w", id, err)
+	}
+	constraint := fmt.Sprintf(`ClusterId == %s && ProcId == %s && %s =?= %q`, m[1], m[2], attrPilot, a.cfg.Tag)
+	args := append(a.scheddArgs(), "-constraint", constraint)
+	_, rmErr := a.run(ctx, "condor_rm", args, nil, true)
+	if rmErr == nil {
+		return nil
+	}
+	var cf *commandFailed
+	if !errors.As(rmErr, &cf) {
+		return fmt.Errorf("htcondor cancel %s: %w", id, rmErr) // unreachable or outcome unknown
+	}
+	// Nothing matched (or condor_rm refused): ask the queue what the job is.
+	qArgs := append(a.scheddArgs(), "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,"+attrPilot, string(id))
+	out, err := a.run(ctx, "condor_q", qArgs, nil, false)
+	if err != nil {
+		return fmt.Errorf("htcondor cancel %s: %w (after condor_rm: %v)", id, err, rmErr)
+	}
+	jobs, err := ParseCondorQ(out, a.cfg.Format, nil)
+	if err != nil {
+		return fmt.Errorf("htcondor cancel %s: %w", id, err)
+	}
+	for _, j := range jobs {
+		if j.ID() != string(id) {
+			continue
+		}
+		switch {
+		case j.PilotTag != a.cfg.Tag:
+			return fmt.Errorf("htcondor cancel %s: %w", id, adapters.ErrNotPilot)
+		case j.Status == statusRemoved || j.Status == statusCompleted:
+			return nil // already on its way out
+		default:
+			return fmt.Errorf("htcondor cancel %s: pilot still queued: %w", id, rmErr)
+		}
+	}
+	return nil // not in the queue: already gone
+}
+
+func (a *Adapter) poolArgs() []string {
+	if a.cfg.Pool != "" {
+		return []string{"-pool", a.cfg.Pool}
+	}
+	return nil
+}
+
+func (a *Adapter) scheddArgs() []string {
+	args := a.poolArgs()
+	if a.cfg.Schedd != "" {
+		args = append(args, "-name", a.cfg.Schedd)
+	}
+	return args
+}
+
+// commandFailed is a condor_* command that ran and exited non-zero for a
+// reason other than an unreachable daemon.
+type commandFailed struct {
+	cmd    string
+	code   int
+	output string
+}
+
+func (e *commandFailed) Error() string {
+	return fmt.Sprintf("%s exited %d: %s", e.cmd, e.code, e.output)
+}
+
+// unreachableRE matches what the condor tools print when a daemon cannot
+// be reached (texts from HTCondor's sources): nothing was done.
+var unreachableRE = regexp.MustCompile(`(?i)couldn't contact the condor_collector|failed to connect to|can't find address of|failed to fetch ads from|unable to locate|CEDAR:6001|SECMAN:2007|connection refused`)
+
+// run runs one condor_* command under the configured timeout. mutating
+// says whether a timeout means the outcome is unknown (submit, rm) or
+// that nothing happened (queries).
+func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []byte, mutating bool) ([]byte, error) {
+	path := name
+	if a.cfg.BinDir != "" {
+		path = filepath.Join(a.cfg.BinDir, name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CommandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, path, args...)
+	// Kill the whole process group: a wrapper script's children would
+	// otherwise keep the pipes open past the timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, adapters.ErrUnreachable, err)
+	}
+	err := cmd.Wait()
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+	if cctx.Err() != nil {
+		cause := cctx.Err()
+		if ctx.Err() != nil {
+			cause = ctx.Err()
+		}
+		if mutating {
+			return nil, fmt.Errorf("%s: %w: interrupted after it started (%v)", name, adapters.ErrOutcomeUnknown, cause)
+		}
+		return nil, fmt.Errorf("%s: %w: %v", name, adapters.ErrUnreachable, cause)
+	}
+	msg := strings.TrimSpace(stderr.String() + "\n" + stdout.String())
+	if len(msg) > 2000 {
+		msg = msg[:2000] + "..."
+	}
+	a.Log.Warn("condor command failed", "command", name, "args", strings.Join(args, " "), "error", err, "output", msg)
+	if unreachableRE.MatchString(msg) {
+		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, msg)
+	}
+	code := -1
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	}
+	return nil, &commandFailed{cmd: name, code: code, output: msg}
+}

@@ -1,0 +1,204 @@
+package htcondor
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// View holds what BuildSnapshot needs besides the parsed ads.
+type View struct {
+	// Tag recognises pilots (their HarvestPilot attribute).
+	Tag string
+	// Now is the agent's clock (Unix seconds), used when no ad carries the
+	// schedd's ServerTime.
+	Now int64
+	// MaxLifetime is the longest lifetime a pilot is given (0 = none); it
+	// is reported as the snapshot's MaxTime, HTCondor's closest analogue
+	// of a partition's MaxTime.
+	MaxLifetime cluster.Limit
+}
+
+// machine is one execute host, summed over its slots.
+type machine struct {
+	name      string
+	cpus      int64
+	memoryMB  int64
+	claimed   bool // some slot claimed, or a partitionable slot partly carved
+	unclaimed bool // some usable slot unclaimed
+	drained   bool
+	owner     bool // some slot in the Owner state (not available to HTCondor)
+}
+
+// BuildSnapshot maps slots and jobs onto the batch-system-neutral
+// snapshot. It is pure: same input, same snapshot.
+//
+// Nodes are machines. A machine is idle when every slot on it is
+// unclaimed and every partitionable slot has all its resources; drained
+// when a slot is Drained or the machine is wholly in the Owner state;
+// allocated otherwise. Foreign jobs: idle ones are pending (ordered by
+// JobPrio, then submission), running, transferring-output and suspended
+// ones are running (they hold their slot); held, removed and completed
+// jobs, and scheduler/local universe jobs (DAGMan), hold no slot and are
+// left out. An idle job that fits on no usable machine (by its literal
+// RequestCpus and RequestMemory) is left out too: it could never take a
+// pilot's place, and counting it would make the agent release pilots for
+// nothing.
+func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, error) {
+	byName := map[string]*machine{}
+	var names []string
+	for _, s := range slots {
+		m := byName[s.Machine]
+		if m == nil {
+			m = &machine{name: s.Machine}
+			byName[s.Machine] = m
+			names = append(names, s.Machine)
+		}
+		switch {
+		case s.Dynamic:
+			// Carved out of a partitionable slot already counted: it only
+			// says the machine is (partly) in use.
+			m.claimed = true
+			continue
+		case s.Partitionable:
+			m.cpus += s.TotalSlotCPUs
+			m.memoryMB += s.TotalSlotMemMB
+			if s.CPUs < s.TotalSlotCPUs || s.MemoryMB < s.TotalSlotMemMB {
+				m.claimed = true
+			}
+		default:
+			m.cpus += s.CPUs
+			m.memoryMB += s.MemoryMB
+		}
+		switch strings.ToLower(s.State) {
+		case "unclaimed", "backfill":
+			m.unclaimed = true
+		case "drained":
+			m.drained = true
+		case "owner":
+			m.owner = true
+		default: // Claimed, Matched, Preempting
+			m.claimed = true
+		}
+	}
+	sort.Strings(names)
+
+	snap := cluster.Snapshot{Now: v.Now}
+	for _, j := range jobs {
+		if j.ServerTime > snap.Now {
+			snap.Now = j.ServerTime
+		}
+	}
+	if v.MaxLifetime > 0 {
+		lim := v.MaxLifetime
+		snap.MaxTime = &lim
+	}
+
+	var usable []*machine
+	for _, n := range names {
+		m := byName[n]
+		node := cluster.Node{Name: m.name, CPUs: int(m.cpus)}
+		switch {
+		case m.drained || (m.owner && !m.claimed && !m.unclaimed):
+			node.State = cluster.NodeDrained
+			snap.DrainedNodes++
+		case m.claimed || !m.unclaimed:
+			node.State = cluster.NodeAllocated
+		default:
+			node.State = cluster.NodeIdle
+			snap.IdleNodes++
+		}
+		if node.State != cluster.NodeDrained {
+			usable = append(usable, m)
+		}
+		snap.Nodes = append(snap.Nodes, node)
+	}
+	snap.TotalNodes = len(names)
+
+	fits := func(j JobAd) bool {
+		for _, m := range usable {
+			if j.RequestCPUs <= m.cpus && j.RequestMemoryMB <= m.memoryMB {
+				return true
+			}
+		}
+		return false
+	}
+
+	var running, pending []JobAd
+	for _, j := range jobs {
+		if j.Universe == universeScheduler || j.Universe == universeLocal {
+			continue
+		}
+		pilot := v.Tag != "" && j.PilotTag == v.Tag
+		switch j.Status {
+		case statusRunning, statusTransfer, statusSuspended:
+			running = append(running, j)
+		case statusIdle:
+			if pilot || fits(j) {
+				pending = append(pending, j)
+			}
+		}
+	}
+	sort.SliceStable(running, func(a, b int) bool { return lessID(running[a], running[b]) })
+	// HTCondor has no global queue order: the negotiator serves users by
+	// fair-share and each user's jobs by JobPrio, then submission order.
+	// Without the accountant's figures, JobPrio then submission is the
+	// honest approximation.
+	sort.SliceStable(pending, func(a, b int) bool {
+		x, y := pending[a], pending[b]
+		if x.Prio != y.Prio {
+			return x.Prio > y.Prio
+		}
+		if x.QDate != y.QDate {
+			return x.QDate < y.QDate
+		}
+		return lessID(x, y)
+	})
+
+	for _, j := range running {
+		snap.Jobs = append(snap.Jobs, toJob(j, cluster.Running, v, snap.Now))
+	}
+	for _, j := range pending {
+		snap.Jobs = append(snap.Jobs, toJob(j, cluster.Pending, v, snap.Now))
+	}
+	if err := snap.Validate(); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("htcondor: %w", err)
+	}
+	return snap, nil
+}
+
+func lessID(x, y JobAd) bool {
+	if x.Cluster != y.Cluster {
+		return x.Cluster < y.Cluster
+	}
+	return x.Proc < y.Proc
+}
+
+func toJob(j JobAd, state cluster.JobState, v View, now int64) cluster.Job {
+	out := cluster.Job{
+		ID:         j.ID(),
+		User:       j.Owner,
+		Name:       j.BatchName,
+		State:      state,
+		Nodes:      1,
+		TimeLimit:  j.Limit,
+		SubmitTime: j.QDate,
+		Priority:   float64(j.Prio),
+		Pilot:      v.Tag != "" && j.PilotTag == v.Tag,
+	}
+	if j.Universe == universeParallel && j.MinHosts > 1 {
+		out.Nodes = int(j.MinHosts)
+	}
+	if state == cluster.Running {
+		out.StartTime = j.CurrentStart
+		if j.CurrentStart > 0 && now > j.CurrentStart {
+			out.RunTime = now - j.CurrentStart
+		}
+		// slot1_1@host, or slot1@glidein_1@host on a glidein: the host is
+		// after the last @.
+		out.NodeList = j.RemoteHost[strings.LastIndex(j.RemoteHost, "@")+1:]
+	}
+	return out
+}
