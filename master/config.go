@@ -1,0 +1,94 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config of a master. Only cmd/ maps flags and environment onto it.
+type Config struct {
+	PilotID        string // batch system id of the pilot running this master
+	Address        string // URL published with the lease ("http://host:port")
+	Epoch          int64  // lease epoch this master was granted
+	CheckpointPath string // SQLite file on the shared state directory
+	JournalMode    string // SQLite journal mode: WAL (default) or DELETE
+	Token          string // pilot token workers must present
+
+	PullWait           time.Duration // longest worker long-poll
+	Prefetch           int           // task buffer = Prefetch x the workers' capacity
+	MinBuffer          int           // buffer floor (before workers register)
+	MaxBuffer          int           // buffer ceiling
+	MaxPull            int           // tasks per queue pull
+	IdlePoll           time.Duration // pull interval while the queue has nothing
+	RetryInterval      time.Duration // wait after a failed queue call
+	Tick               time.Duration // housekeeping period (reaper, timers)
+	HeartbeatInterval  time.Duration // queue heartbeat + recommendation period
+	LeaseRenewInterval time.Duration // lease renewal period (well under the TTL)
+	WorkerTimeout      time.Duration // a silent worker's tasks are requeued after this
+	ReconnectGrace     time.Duration // after a restore, workers have this long to come back
+	SafetyMargin       time.Duration // no batch may be planned to end later than deadline - margin
+	ReportBatch        int           // results per queue report
+	ShutdownTimeout    time.Duration // time to flush results when stopping
+	Recommend          RecommendConfig
+
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns production defaults; PilotID, Address, Epoch,
+// CheckpointPath and Token must be set.
+func DefaultConfig() Config {
+	return Config{
+		JournalMode:        "WAL",
+		PullWait:           20 * time.Second,
+		Prefetch:           2,
+		MinBuffer:          64,
+		MaxBuffer:          20000,
+		MaxPull:            2000,
+		IdlePoll:           time.Second,
+		RetryInterval:      time.Second,
+		Tick:               250 * time.Millisecond,
+		HeartbeatInterval:  10 * time.Second,
+		LeaseRenewInterval: 10 * time.Second,
+		WorkerTimeout:      60 * time.Second,
+		ReconnectGrace:     30 * time.Second,
+		SafetyMargin:       60 * time.Second,
+		ReportBatch:        1000,
+		ShutdownTimeout:    5 * time.Second,
+		Recommend:          DefaultRecommendConfig(),
+		Now:                time.Now,
+		Logger:             slog.Default(),
+	}
+}
+
+// ErrInvalidConfig marks configuration errors.
+var ErrInvalidConfig = errors.New("invalid master config")
+
+// Validate reports the first problem.
+func (c Config) Validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(f, a...)) }
+	switch {
+	case c.PilotID == "":
+		return bad("pilot id is empty")
+	case c.Epoch <= 0:
+		return bad("epoch %d: a master needs a granted lease", c.Epoch)
+	case c.CheckpointPath == "":
+		return bad("checkpoint path is empty")
+	case c.JournalMode != "WAL" && c.JournalMode != "DELETE":
+		return bad("journal mode %q: want WAL or DELETE", c.JournalMode)
+	case c.Token == "":
+		return bad("pilot token is empty")
+	case c.Prefetch < 1 || c.MinBuffer < 1 || c.MaxBuffer < c.MinBuffer || c.MaxPull < 1 || c.ReportBatch < 1:
+		return bad("buffer sizes must be positive and MaxBuffer >= MinBuffer")
+	case c.PullWait <= 0 || c.IdlePoll <= 0 || c.RetryInterval <= 0 || c.Tick <= 0 || c.HeartbeatInterval <= 0 ||
+		c.LeaseRenewInterval <= 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0:
+		return bad("durations must be positive")
+	case c.WorkerTimeout <= c.PullWait:
+		return bad("worker timeout %s must exceed the pull wait %s", c.WorkerTimeout, c.PullWait)
+	case c.Now == nil || c.Logger == nil:
+		return bad("Now and Logger must be set")
+	}
+	return c.Recommend.Validate()
+}

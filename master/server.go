@@ -1,0 +1,95 @@
+package master
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/harvest-hpc/harvest/pilot/wire"
+)
+
+const maxBody = 64 << 20
+
+// Handler serves the worker protocol (package wire).
+func (m *Master) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+wire.PathRegister, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.RegisterRequest
+		if !m.decode(w, r, &req) {
+			return
+		}
+		resp, err := m.Register(req)
+		reply(w, resp, err)
+	})
+	mux.HandleFunc("POST "+wire.PathPull, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.PullRequest
+		if !m.decode(w, r, &req) {
+			return
+		}
+		resp, err := m.Pull(r.Context(), req)
+		reply(w, resp, err)
+	})
+	mux.HandleFunc("POST "+wire.PathResults, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.ResultsRequest
+		if !m.decode(w, r, &req) {
+			return
+		}
+		resp, err := m.Results(req)
+		reply(w, resp, err)
+	})
+	mux.HandleFunc("POST "+wire.PathHeartbeat, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.HeartbeatRequest
+		if !m.decode(w, r, &req) {
+			return
+		}
+		resp, err := m.Heartbeat(req)
+		reply(w, resp, err)
+	})
+	return mux
+}
+
+// Authorized reports whether r carries the bearer token.
+func Authorized(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Validate() error }) bool {
+	if !Authorized(r, m.cfg.Token) {
+		writeErr(w, http.StatusUnauthorized, "missing or wrong pilot token")
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))
+		return false
+	}
+	if err := v.Validate(); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	switch {
+	case err == nil:
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	case errors.Is(err, ErrUnknownWorker):
+		writeErr(w, http.StatusNotFound, wire.ErrUnknownWorker)
+	case errors.Is(err, ErrNotMaster), errors.Is(err, ErrFenced):
+		writeErr(w, http.StatusServiceUnavailable, wire.ErrNotMaster)
+	default:
+		writeErr(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+func writeErr(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(wire.ErrorBody{Error: msg})
+}

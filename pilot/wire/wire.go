@@ -1,0 +1,154 @@
+// Package wire holds the master <-> worker protocol: JSON over HTTP on the
+// pilots' network, every request authenticated with the pilot token
+// (Authorization: Bearer ...). Workers pull: a worker registers, then asks
+// for work with a long-poll; the master answers with batches as soon as it
+// has some or empty after the wait. Results go back in batches.
+//
+//	POST /v1/worker/register   RegisterRequest  -> RegisterResponse
+//	POST /v1/worker/pull       PullRequest      -> PullResponse
+//	POST /v1/worker/results    ResultsRequest   -> ResultsResponse
+//	POST /v1/worker/heartbeat  HeartbeatRequest -> HeartbeatResponse
+//
+// Errors are {"error": "..."}: 404 with ErrUnknownWorker (register
+// again), 503 with ErrNotMaster (this process is no longer the master: go
+// back to the lease), 401 for a bad token, 400 for bad input.
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+// Paths of the worker endpoints.
+const (
+	PathRegister  = "/v1/worker/register"
+	PathPull      = "/v1/worker/pull"
+	PathResults   = "/v1/worker/results"
+	PathHeartbeat = "/v1/worker/heartbeat"
+)
+
+// Error texts that workers recognise.
+const (
+	ErrUnknownWorker = "unknown worker"
+	ErrNotMaster     = "not the master"
+)
+
+// RegisterRequest introduces a worker (again, after a master change or a
+// lost connection). Held lists the tasks it still runs or has queued;
+// Finished lists tasks whose results it has not had acknowledged yet, so a
+// new master does not requeue them.
+type RegisterRequest struct {
+	WorkerID string               `json:"worker_id"`
+	PilotID  string               `json:"pilot_id"`
+	Slots    int                  `json:"slots"`
+	Capacity int                  `json:"capacity"` // tasks it holds at most (running + queued)
+	Deadline int64                `json:"deadline_ms,omitempty"`
+	Held     []pilotproto.TaskRef `json:"held,omitempty"`
+	Finished []pilotproto.TaskRef `json:"finished,omitempty"`
+}
+
+// RegisterResponse lists held tasks the master does not (or no longer)
+// assign to this worker: the worker stops them and reports nothing.
+type RegisterResponse struct {
+	Epoch int64                `json:"epoch"`
+	Drop  []pilotproto.TaskRef `json:"drop,omitempty"`
+}
+
+// PullRequest asks for up to Free tasks (the master may hand a whole batch
+// even if it is larger); WaitMS bounds the long-poll.
+type PullRequest struct {
+	WorkerID string `json:"worker_id"`
+	Free     int    `json:"free"`
+	WaitMS   int64  `json:"wait_ms"`
+}
+
+// Batch is a group of tasks of one job handed to one worker.
+type Batch struct {
+	ID    int64             `json:"id"`
+	Tasks []pilotproto.Task `json:"tasks"`
+}
+
+// PullResponse carries batches, and jobs whose tasks must be killed.
+type PullResponse struct {
+	Batches  []Batch `json:"batches,omitempty"`
+	KillJobs []int64 `json:"kill_jobs,omitempty"`
+}
+
+// ResultsRequest reports finished tasks; the master stores them before it
+// answers, so an answered result is never lost.
+type ResultsRequest struct {
+	WorkerID string              `json:"worker_id"`
+	Results  []pilotproto.Result `json:"results"`
+}
+
+// ResultsResponse acknowledges every result of the request (applied or
+// recognised as a duplicate).
+type ResultsResponse struct {
+	Accepted int `json:"accepted"`
+}
+
+// HeartbeatRequest proves the worker is alive while its tasks run.
+type HeartbeatRequest struct {
+	WorkerID string               `json:"worker_id"`
+	Running  []pilotproto.TaskRef `json:"running,omitempty"`
+}
+
+// HeartbeatResponse carries jobs whose tasks must be killed.
+type HeartbeatResponse struct {
+	KillJobs []int64 `json:"kill_jobs,omitempty"`
+}
+
+// ErrorBody is the JSON error body.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// Validate checks a registration.
+func (r *RegisterRequest) Validate() error {
+	switch {
+	case r.WorkerID == "":
+		return errors.New("worker_id is empty")
+	case r.Slots < 1:
+		return fmt.Errorf("slots %d: want at least 1", r.Slots)
+	case r.Capacity < r.Slots:
+		return fmt.Errorf("capacity %d below slots %d", r.Capacity, r.Slots)
+	}
+	return nil
+}
+
+// Validate checks a pull.
+func (r *PullRequest) Validate() error {
+	if r.WorkerID == "" {
+		return errors.New("worker_id is empty")
+	}
+	if r.Free < 0 || r.WaitMS < 0 {
+		return errors.New("free and wait_ms must not be negative")
+	}
+	return nil
+}
+
+// Validate checks a results report.
+func (r *ResultsRequest) Validate() error {
+	if r.WorkerID == "" {
+		return errors.New("worker_id is empty")
+	}
+	for _, res := range r.Results {
+		switch res.Status {
+		case pilotproto.StatusDone, pilotproto.StatusFailed, pilotproto.StatusTimeout,
+			pilotproto.StatusInterrupted, pilotproto.StatusKilled:
+		default:
+			return fmt.Errorf("task %d: unknown status %q", res.TaskID, res.Status)
+		}
+	}
+	return nil
+}
+
+// Validate checks a heartbeat.
+func (r *HeartbeatRequest) Validate() error {
+	if r.WorkerID == "" {
+		return errors.New("worker_id is empty")
+	}
+	return nil
+}
