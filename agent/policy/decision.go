@@ -1,0 +1,131 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Input is everything one round decides on.
+type Input struct {
+	// Snapshot is the cluster as the adapter saw it, with the agent's
+	// min_nodes, max_nodes and demand filled in.
+	Snapshot cluster.Snapshot
+	// Upcoming are pilots submitted in earlier rounds that the snapshot
+	// does not show yet (the ledger). They count as held and as taking
+	// idle nodes, so a round never submits twice for the same hole.
+	Upcoming []Upcoming
+	// Recommended is the master's MiniNode recommendation; 0 = none.
+	Recommended int
+}
+
+// Upcoming is one ledger entry: Count one-node pilots submitted at
+// SubmittedAt (the snapshot clock's seconds) with limit TimeLimit.
+type Upcoming struct {
+	Count       int           `json:"count"`
+	TimeLimit   cluster.Limit `json:"time_limit_s"`
+	SubmittedAt int64         `json:"submitted_at"`
+}
+
+// validate checks the ledger; the snapshot has its own Validate.
+func (u Upcoming) validate() error {
+	if u.Count < 0 {
+		return fmt.Errorf("%w: upcoming pilots: count %d is negative", cluster.ErrInvalidSnapshot, u.Count)
+	}
+	if u.TimeLimit == 0 || u.TimeLimit < cluster.Unlimited {
+		return fmt.Errorf("%w: upcoming pilots: time limit must be positive or unlimited, got %d",
+			cluster.ErrInvalidSnapshot, int64(u.TimeLimit))
+	}
+	return nil
+}
+
+// Submit asks for Count one-node pilots with limit TimeLimit.
+type Submit struct {
+	Count int `json:"count"`
+	// TimeLimit is already rounded down to the granularity; Unlimited
+	// (JSON null) asks for the longest the partition allows.
+	TimeLimit cluster.Limit `json:"time_limit_s"`
+}
+
+// Decision is the outcome of one round. Submit and Release are never both
+// set. Its JSON is the `harvest decide` contract: "submit", "release" and
+// "reason" are stable; the other fields explain the figures used.
+type Decision struct {
+	// Submit is nil when nothing is submitted (JSON null).
+	Submit *Submit `json:"submit"`
+	// Release lists pilot ids to cancel, in cancel order; never nil.
+	Release []string `json:"release"`
+	// Reason explains the decision in one sentence.
+	Reason string `json:"reason"`
+	// Case names the branch that decided.
+	Case Case `json:"case"`
+	// TopJob is the id of the top pending foreign job, if any.
+	TopJob string `json:"top_job,omitempty"`
+	// MaxTime is the time until TopJob can start, as used (Unlimited when
+	// there is no pending foreign job or nothing was computed).
+	MaxTime cluster.Limit `json:"max_time_s"`
+	// MinNodes is the MiniNode used: max(floor, recommendation), capped
+	// by max nodes and by what the backlog can use.
+	MinNodes int `json:"min_nodes"`
+	// Held is R: nodes held by pilots, visible or on their way.
+	Held int `json:"held"`
+	// Idle is I: idle nodes not already claimed by pilots on their way.
+	Idle int `json:"idle"`
+}
+
+// Case is a typed reason: which branch of the policy decided.
+type Case string
+
+// The cases, in the order Decide considers them. Cases 1 to 6 are those of
+// DESIGN.md; the caps come first because they bound everything else, and
+// the submit outcomes say why a branch that wanted pilots got none.
+const (
+	// CaseInvalidInput: the snapshot, ledger or config is inconsistent;
+	// nothing is done.
+	CaseInvalidInput Case = "invalid-input"
+	// CaseAboveMaxNodes: more pilots are held than max nodes allows;
+	// release the excess.
+	CaseAboveMaxNodes Case = "above-max-nodes"
+	// CaseNoDemand: the backlog is empty; release the idle pilots.
+	CaseNoDemand Case = "no-demand"
+	// CaseAboveDemand: more pilots are held than the backlog can use;
+	// release idle ones.
+	CaseAboveDemand Case = "above-demand"
+
+	// CaseNoPendingJob (1): nobody waits; fill the idle nodes with pilots
+	// of the longest limit allowed.
+	CaseNoPendingJob Case = "no-pending-job"
+	// CaseBelowMinNodes (2): fewer pilots than MiniNode; take the idle nodes.
+	CaseBelowMinNodes Case = "below-min-nodes"
+	// CaseTopJobFits (3, need <= 0): the top job fits in the idle nodes;
+	// the batch system starts it, nothing to do.
+	CaseTopJobFits Case = "top-job-fits"
+	// CaseReleaseForTopJob (3): releasing pilots above MiniNode lets the
+	// top job start now.
+	CaseReleaseForTopJob Case = "release-for-top-job"
+	// CaseJobEndingSoon (4): a running job ends within miniTime; wait.
+	CaseJobEndingSoon Case = "job-ending-soon"
+	// CaseBackfillWillStart (5): a pending job fits in the hole and the
+	// idle nodes; the batch system will backfill it.
+	CaseBackfillWillStart Case = "backfill-will-start"
+	// CaseReleaseForBackfill (5): a pending job fits in the hole if some
+	// pilots above MiniNode make room; release them.
+	CaseReleaseForBackfill Case = "release-for-backfill"
+	// CaseFillHole (6): no foreign job can use the hole; fill it with
+	// pilots ending margin before the top job can start.
+	CaseFillHole Case = "fill-hole"
+
+	// CaseHoleTooShort: a branch wanted pilots, but the limit left after
+	// the margin and the rounding is not positive.
+	CaseHoleTooShort Case = "hole-too-short"
+	// CaseNoIdleNodes: a branch wanted pilots, but no idle node is left.
+	CaseNoIdleNodes Case = "no-idle-nodes"
+	// CaseAtMaxNodes: a branch wanted pilots, but max nodes are held.
+	CaseAtMaxNodes Case = "at-max-nodes"
+	// CaseDemandMet: a branch wanted pilots, but the pilots held are all
+	// the backlog can use.
+	CaseDemandMet Case = "demand-met"
+)
+
+// Acts reports whether the decision submits or releases anything.
+func (d Decision) Acts() bool { return d.Submit != nil || len(d.Release) > 0 }

@@ -1,0 +1,402 @@
+// Package policy is the scaling policy of the harvest agent: a pure
+// function from a cluster snapshot (plus the ledger of pilots on their way
+// and the master's recommendation) to a decision: submit pilots, release
+// pilots, or do nothing. It does no I/O, reads no clock (the snapshot's Now
+// is the time) and draws no random numbers, so any decision the agent took
+// can be replayed with `harvest decide` and become a regression fixture.
+//
+// The algorithm is the one of DESIGN.md ("The scaling policy"); docs/policy.md
+// explains it for operators.
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Decide runs one round of the policy.
+//
+// Symbols: I idle nodes, R nodes held by our pilots, J_top the top pending
+// foreign job needing N_top nodes, MiniNode the minimum the harvest keeps.
+//
+// Where the figures come from:
+//   - R counts running pilots, queued pilots and the ledger (in.Upcoming):
+//     everything already asked for, so nothing is submitted twice.
+//   - I is the snapshot's idle nodes (planned ones included) minus the nodes
+//     the queued and ledger pilots will take, never below zero.
+//   - The floor is the snapshot's min_nodes if non-zero, else cfg.MinNodes;
+//     the cap is the snapshot's max_nodes if non-zero, else cfg.MaxNodes.
+//   - The backlog cap is ceil((pending+running tasks)/slots_per_node) from
+//     the snapshot's demand (slots_per_node 0 is read as 1); no demand, or
+//     cfg.HarvestWhileIdle, means an unlimited backlog.
+//   - MiniNode = max(floor, in.Recommended), capped by the cap and by the
+//     backlog cap: pilots the backlog cannot use are never kept.
+//   - Pilot limits are capped by cfg.MaxPilotLimit and the snapshot's
+//     max_time_s (the partition's MaxTime) and rounded down to
+//     cfg.Granularity.
+//
+// The round, first match wins:
+//
+//	caps   R above the cap: release the excess (any pilots);
+//	       R above the backlog cap: release idle pilots (queued or not busy);
+//	1      no pending foreign job: submit I pilots with the longest limit allowed;
+//	2      R < MiniNode: submit I pilots with limit maxTime - margin;
+//	3      N_top - I <= 0: J_top starts by itself; do nothing;
+//	       N_top - I <= R - MiniNode: release N_top - I pilots so J_top starts now;
+//	4      a running job ends within miniTime: wait for its nodes;
+//	5      for each pending foreign job J_i with TL_i < maxTime, in priority order:
+//	       N_i <= I: the batch system backfills it, do nothing;
+//	       N_i - I <= R - MiniNode: release N_i - I pilots;
+//	6      submit I pilots with limit maxTime - margin.
+//
+// Submissions never exceed I, the cap or the backlog cap, and are skipped
+// when the limit is not positive. An invalid snapshot, ledger or config
+// yields CaseInvalidInput and no action; Decide never panics on it.
+func Decide(in Input, cfg Config) Decision {
+	d := Decision{Release: []string{}, MaxTime: cluster.Unlimited}
+	if err := validateInput(&in, cfg); err != nil {
+		d.Case = CaseInvalidInput
+		d.Reason = "nothing done: " + err.Error()
+		return d
+	}
+	v := newView(&in, cfg)
+	d.Held, d.Idle, d.MinNodes = v.held, v.idle, v.miniNode
+	return v.decide(d)
+}
+
+func validateInput(in *Input, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := in.Snapshot.Validate(); err != nil {
+		return err
+	}
+	if mt := in.Snapshot.MaxTime; mt != nil && (*mt == 0 || *mt < cluster.Unlimited) {
+		return fmt.Errorf("%w: max_time_s must be positive or null, got %d", cluster.ErrInvalidSnapshot, int64(*mt))
+	}
+	for _, u := range in.Upcoming {
+		if err := u.validate(); err != nil {
+			return err
+		}
+	}
+	if in.Recommended < 0 {
+		return fmt.Errorf("%w: recommended nodes %d is negative", ErrInvalidConfig, in.Recommended)
+	}
+	return nil
+}
+
+// view holds the figures of one round, derived once from the input.
+type view struct {
+	in  *Input
+	s   *cluster.Snapshot
+	cfg Config
+
+	pilots    []cluster.Job // visible pilots, running and queued
+	top       int           // index of J_top in s.Jobs, -1 if none
+	held      int           // R
+	idle      int           // I
+	onTheWay  int           // queued + ledger pilots
+	maxNodes  int           // 0 = no cap
+	demandCap int           // -1 = unlimited backlog
+	left      int           // pending + running tasks (when demandCap >= 0)
+	miniNode  int
+	limitCap  cluster.Limit
+}
+
+func newView(in *Input, cfg Config) *view {
+	s := &in.Snapshot
+	v := &view{in: in, s: s, cfg: cfg, top: topPending(s), demandCap: -1}
+	running := 0
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if !j.Pilot {
+			continue
+		}
+		v.pilots = append(v.pilots, *j)
+		if j.State == cluster.Running {
+			running += j.Nodes
+		} else {
+			v.onTheWay += j.Nodes
+		}
+	}
+	for _, u := range in.Upcoming {
+		v.onTheWay += u.Count
+	}
+	v.held = running + v.onTheWay
+	v.idle = max(0, s.IdleNodes-v.onTheWay)
+
+	v.maxNodes = cfg.MaxNodes
+	if s.MaxNodes > 0 {
+		v.maxNodes = s.MaxNodes
+	}
+	floor := cfg.MinNodes
+	if s.MinNodes > 0 {
+		floor = s.MinNodes
+	}
+	if s.Demand != nil && !cfg.HarvestWhileIdle {
+		slots := max(1, s.Demand.SlotsPerNode)
+		v.left = s.Demand.PendingTasks + s.Demand.RunningTasks
+		v.demandCap = (v.left + slots - 1) / slots
+	}
+	v.miniNode = max(floor, in.Recommended)
+	if v.maxNodes > 0 {
+		v.miniNode = min(v.miniNode, v.maxNodes)
+	}
+	if v.demandCap >= 0 {
+		v.miniNode = min(v.miniNode, v.demandCap)
+	}
+	v.limitCap = cfg.MaxPilotLimit.Min(s.PartitionMaxTime())
+	return v
+}
+
+func (v *view) decide(d Decision) Decision {
+	if v.maxNodes > 0 && v.held > v.maxNodes {
+		if ids := v.pickRelease(v.held-v.maxNodes, true); len(ids) > 0 {
+			d.Release, d.Case = ids, CaseAboveMaxNodes
+			d.Reason = fmt.Sprintf("pilots hold %s, above the maximum of %d: releasing %s",
+				nodesWord(v.held), v.maxNodes, pilotsWord(len(ids)))
+			return d
+		}
+	}
+	if v.demandCap >= 0 && v.held > v.demandCap {
+		if ids := v.pickRelease(v.held-v.demandCap, false); len(ids) > 0 {
+			d.Release = ids
+			if v.left == 0 {
+				d.Case = CaseNoDemand
+				d.Reason = fmt.Sprintf("the harvest backlog is empty: releasing %s that run no task", pilotsWord(len(ids)))
+			} else {
+				d.Case = CaseAboveDemand
+				d.Reason = fmt.Sprintf("the backlog of %d tasks can use %d nodes but pilots hold %d: releasing %s that run no task",
+					v.left, v.demandCap, v.held, pilotsWord(len(ids)))
+			}
+			return d
+		}
+	}
+
+	// Case 1.
+	if v.top < 0 {
+		return v.submit(d, CaseNoPendingJob, cluster.Unlimited, 0, "no foreign job is pending")
+	}
+	top := &v.s.Jobs[v.top]
+	mt := maxTime(v.s, v.in.Upcoming, top, v.cfg.UseExpectedStart)
+	d.TopJob, d.MaxTime = top.ID, mt
+
+	// Case 2.
+	if v.held < v.miniNode {
+		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
+			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
+		return v.submit(d, CaseBelowMinNodes, mt, v.cfg.Margin, why)
+	}
+
+	// Case 3.
+	spare := v.held - v.miniNode
+	if need := top.Nodes - v.idle; need <= 0 {
+		d.Case = CaseTopJobFits
+		d.Reason = fmt.Sprintf("job %s needs %s and %d are idle: the batch system starts it", top.ID, nodesWord(top.Nodes), v.idle)
+		return d
+	} else if need <= spare {
+		d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForTopJob
+		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle and pilots hold %d above the minimum of %d: releasing %s so it starts now%s",
+			top.ID, nodesWord(need), v.idle, spare, v.miniNode, pilotsWord(len(d.Release)), v.shortfall(d.Release, need))
+		return d
+	}
+
+	// Case 4.
+	if j := v.endingSoon(); j != nil {
+		d.Case = CaseJobEndingSoon
+		d.Reason = fmt.Sprintf("job %s ends within %s (mini time %s): waiting for the nodes it frees",
+			j.ID, fmtLimit(j.Remaining()), fmtLimit(cluster.Limit(v.cfg.MiniTime)))
+		return d
+	}
+
+	// Case 5.
+	for i := v.top; i < len(v.s.Jobs); i++ {
+		j := &v.s.Jobs[i]
+		if j.Pilot || j.State != cluster.Pending || compareLimit(j.TimeLimit, mt) >= 0 {
+			continue
+		}
+		if j.Nodes <= v.idle {
+			d.Case = CaseBackfillWillStart
+			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and fits in the %d idle nodes: the batch system backfills it",
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), v.idle)
+			return d
+		}
+		if need := j.Nodes - v.idle; need <= spare {
+			d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForBackfill
+			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s but needs %s more than the %d idle: releasing %s (%d held, minimum %d)%s",
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idle,
+				pilotsWord(len(d.Release)), v.held, v.miniNode, v.shortfall(d.Release, need))
+			return d
+		}
+	}
+
+	// Case 6.
+	why := fmt.Sprintf("no pending job fits in the hole before job %s can start %s", top.ID, inTime(mt))
+	return v.submit(d, CaseFillHole, mt, v.cfg.Margin, why)
+}
+
+// submit fills the idle nodes with pilots of limit base - margin (base
+// Unlimited: the longest allowed), within the caps. why starts the reason.
+func (v *view) submit(d Decision, c Case, base cluster.Limit, margin int64, why string) Decision {
+	limit := cluster.Unlimited
+	short := false
+	if !base.IsUnlimited() {
+		// Subtract before capping: a negative Limit would read as Unlimited.
+		if l := int64(base) - margin; l > 0 {
+			limit = cluster.Limit(l)
+		} else {
+			short = true
+		}
+	}
+	if !short {
+		limit = roundDown(limit.Min(v.limitCap), v.cfg.Granularity)
+		short = limit == 0
+	}
+	room, capCase, capWhy := v.room()
+	switch {
+	case v.idle == 0:
+		d.Case = CaseNoIdleNodes
+		d.Reason = why + ", but no idle node is left to take"
+	case short:
+		d.Case = CaseHoleTooShort
+		d.Reason = fmt.Sprintf("%s, but that leaves no whole %s of pilot time after the %s margin",
+			why, fmtLimit(cluster.Limit(v.cfg.Granularity)), fmtLimit(cluster.Limit(margin)))
+	case room <= 0:
+		d.Case = capCase
+		d.Reason = why + ", but " + capWhy
+	default:
+		n := min(v.idle, room)
+		d.Submit = &Submit{Count: n, TimeLimit: limit}
+		d.Case = c
+		d.Reason = fmt.Sprintf("%s: submitting %s with %s", why, pilotsWord(n), limitPhrase(limit))
+		if n < v.idle {
+			d.Reason += fmt.Sprintf(" on %d of the %d idle nodes, as %s", n, v.idle, capWhy)
+		}
+	}
+	return d
+}
+
+// room returns how many more pilots the caps allow (a large number if
+// none), the case naming the binding cap, and a clause explaining it.
+func (v *view) room() (int, Case, string) {
+	room, c, why := int(^uint(0)>>1), CaseAtMaxNodes, ""
+	if v.maxNodes > 0 {
+		room = v.maxNodes - v.held
+		why = fmt.Sprintf("pilots hold %d of at most %d nodes", v.held, v.maxNodes)
+	}
+	if v.demandCap >= 0 && v.demandCap-v.held < room {
+		room = v.demandCap - v.held
+		c = CaseDemandMet
+		why = fmt.Sprintf("the backlog of %d tasks can use %d nodes and pilots hold %d", v.left, v.demandCap, v.held)
+		if v.left == 0 {
+			c = CaseNoDemand
+			why = "the harvest backlog is empty"
+		}
+	}
+	return room, c, why
+}
+
+// pickRelease returns the ids of visible pilots to cancel, in release
+// order, until they free at least nodes nodes. Busy pilots are candidates
+// only if busyToo. Pilots on the ledger cannot be cancelled (no id yet).
+func (v *view) pickRelease(nodes int, busyToo bool) []string {
+	ids := []string{}
+	for _, p := range ReleaseOrder(v.pilots) {
+		if nodes <= 0 {
+			break
+		}
+		if !busyToo && releaseTier(p) == 2 {
+			continue
+		}
+		ids = append(ids, p.ID)
+		nodes -= p.Nodes
+	}
+	return ids
+}
+
+// shortfall explains a release that cannot free enough nodes this round
+// (the rest are on the ledger, not yet visible to cancel).
+func (v *view) shortfall(ids []string, need int) string {
+	freed := 0
+	for _, p := range v.pilots {
+		for _, id := range ids {
+			if p.ID == id {
+				freed += p.Nodes
+			}
+		}
+	}
+	if freed >= need {
+		return ""
+	}
+	return fmt.Sprintf(" (only %d can be cancelled now: the others are not visible yet)", freed)
+}
+
+// endingSoon returns the running job (foreign or pilot) that ends soonest
+// within miniTime, ties broken by id so the input order does not matter.
+func (v *view) endingSoon() *cluster.Job {
+	var best *cluster.Job
+	for i := range v.s.Jobs {
+		j := &v.s.Jobs[i]
+		r := j.Remaining()
+		if j.State != cluster.Running || r.IsUnlimited() || int64(r) > v.cfg.MiniTime {
+			continue
+		}
+		if best == nil {
+			best = j
+			continue
+		}
+		if c := compareLimit(r, best.Remaining()); c < 0 || c == 0 && compareIDs(j.ID, best.ID) < 0 {
+			best = j
+		}
+	}
+	return best
+}
+
+// roundDown rounds a limit down to the granularity g; unlimited stays.
+func roundDown(l cluster.Limit, g int64) cluster.Limit {
+	if l.IsUnlimited() || g <= 1 {
+		return l
+	}
+	return cluster.Limit(int64(l) / g * g)
+}
+
+// fmtLimit writes a limit for reasons: "unlimited" or "19m0s".
+func fmtLimit(l cluster.Limit) string {
+	if l.IsUnlimited() {
+		return "unlimited"
+	}
+	return (time.Duration(l) * time.Second).String()
+}
+
+// inTime writes when the top job can start: "in 19m0s" or "at no
+// foreseeable time" (unlimited jobs hold the nodes it needs).
+func inTime(l cluster.Limit) string {
+	if l.IsUnlimited() {
+		return "at no foreseeable time"
+	}
+	return "in " + fmtLimit(l)
+}
+
+// limitPhrase writes a pilot limit: "a 17m0s limit", "no time limit".
+func limitPhrase(l cluster.Limit) string {
+	if l.IsUnlimited() {
+		return "no time limit"
+	}
+	return "a " + fmtLimit(l) + " limit"
+}
+
+func nodesWord(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
+}
+
+func pilotsWord(n int) string {
+	if n == 1 {
+		return "1 pilot"
+	}
+	return fmt.Sprintf("%d pilots", n)
+}
