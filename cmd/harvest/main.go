@@ -28,6 +28,7 @@ func newApp() *cli.App {
 		EnableBashCompletion: true,
 		Commands: []*cli.Command{
 			versionCommand(),
+			agentCommand(),
 			adapterCommand(),
 			decideCommand(),
 			simCommand(),

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/harvest-hpc/harvest/agent"
+	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+)
+
+// agentFlags are the agent's settings. Every flag can also be set by a
+// HARVEST_* environment variable and by the same key in the YAML file
+// given with --config (flags win over the environment, which wins over
+// the file).
+func agentFlags() []cli.Flag {
+	own := []cli.Flag{
+		&cli.StringFlag{Name: "config", EnvVars: []string{"HARVEST_CONFIG"}, Usage: "read settings from this YAML `FILE` (keys are the flag names)"},
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "poll", Value: 10 * time.Second, EnvVars: []string{"HARVEST_POLL"}, Usage: "time between rounds"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "min-nodes", EnvVars: []string{"HARVEST_MIN_NODES"}, Usage: "nodes the harvest keeps even when others wait (the admin's floor of MiniNode)"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-nodes", EnvVars: []string{"HARVEST_MAX_NODES"}, Usage: "most pilots held at once (0 = no cap)"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "mini-time", Value: time.Minute, EnvVars: []string{"HARVEST_MINI_TIME"}, Usage: "if a job ends within this, wait a round instead of acting"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, EnvVars: []string{"HARVEST_MARGIN"}, Usage: "safety margin subtracted from pilot time limits"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "max-pilot-time", EnvVars: []string{"HARVEST_MAX_PILOT_TIME"}, Usage: "cap on a pilot's time limit (0 = the partition's MaxTime)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "harvest-while-idle", EnvVars: []string{"HARVEST_WHILE_IDLE"}, Usage: "keep pilots on idle nodes even with an empty backlog"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "backlog", Value: -1, EnvVars: []string{"HARVEST_BACKLOG"}, Usage: "use a fixed backlog of N pending tasks (testing; -1 = unlimited backlog, i.e. harvest every hole)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "dump-keep", Value: 2000, EnvVars: []string{"HARVEST_DUMP_KEEP"}, Usage: "keep at most this many dumped snapshots"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "submit-timeout", Value: 5 * time.Second, EnvVars: []string{"HARVEST_SUBMIT_TIMEOUT"}, Usage: "first submit timeout; grows by this much after each timeout, resets on success"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-command", Value: "harvest pilot", EnvVars: []string{"HARVEST_PILOT_COMMAND"}, Usage: "command every pilot job runs (split on spaces, no shell)"}),
+		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "pilot-env", EnvVars: []string{"HARVEST_PILOT_ENV"}, Usage: "`KEY=VALUE` added to the pilots' environment (repeatable)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-workdir", EnvVars: []string{"HARVEST_PILOT_WORKDIR"}, Usage: "pilots' working directory (shared file system)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-output", EnvVars: []string{"HARVEST_PILOT_OUTPUT"}, Usage: "pilots' stdout/stderr path pattern, in the batch system's syntax"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"}),
+	}
+	for _, f := range adapterFlags() {
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			own = append(own, altsrc.NewStringFlag(f))
+		case *cli.StringSliceFlag:
+			own = append(own, altsrc.NewStringSliceFlag(f))
+		case *cli.BoolFlag:
+			own = append(own, altsrc.NewBoolFlag(f))
+		default:
+			own = append(own, f)
+		}
+	}
+	return own
+}
+
+func agentCommand() *cli.Command {
+	flags := agentFlags()
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the harvest agent on the head node: poll the batch system, submit and cancel pilots",
+		Description: "Each round the agent takes a snapshot of the cluster through the adapter, decides with the\n" +
+			"backfill-aware policy (see `harvest decide`) and submits one-node pilots sized to end before the\n" +
+			"job at the head of the queue could start, or cancels pilots the moment a waiting job could use\n" +
+			"their nodes. It never cancels because a snapshot failed; while the batch system is unreachable it\n" +
+			"backs off. SIGTERM or SIGINT stop it gracefully (pilots are left running).",
+		Flags:  flags,
+		Before: altsrc.InitInputSourceWithContext(flags, configSource("config")),
+		Action: runAgent,
+	}
+}
+
+// configSource loads the YAML file named by flag, if any.
+func configSource(flag string) func(*cli.Context) (altsrc.InputSourceContext, error) {
+	return func(c *cli.Context) (altsrc.InputSourceContext, error) {
+		if c.String(flag) == "" {
+			return &altsrc.MapInputSource{}, nil
+		}
+		src, err := altsrc.NewYamlSourceFromFile(c.String(flag))
+		if err != nil {
+			return nil, fmt.Errorf("config file %s: %w", c.String(flag), err)
+		}
+		return src, nil
+	}
+}
+
+// agentConfig maps the flags onto agent.Config and validates it.
+func agentConfig(c *cli.Context) (agent.Config, error) {
+	cfg := agent.DefaultConfig()
+	cfg.PollInterval = c.Duration("poll")
+	if cfg.MaxBackoff < cfg.PollInterval {
+		cfg.MaxBackoff = 12 * cfg.PollInterval
+	}
+	p := &cfg.Policy
+	p.MinNodes = c.Int("min-nodes")
+	p.MaxNodes = c.Int("max-nodes")
+	p.MiniTime = int64(c.Duration("mini-time") / time.Second)
+	p.Margin = int64(c.Duration("margin") / time.Second)
+	if d := c.Duration("max-pilot-time"); d > 0 {
+		p.MaxPilotLimit = cluster.Limit(d / time.Second)
+	} else if d < 0 {
+		return cfg, fmt.Errorf("--max-pilot-time must not be negative, got %v", d)
+	}
+	if c.Duration("mini-time") < 0 || c.Duration("margin") < 0 {
+		return cfg, fmt.Errorf("--mini-time and --margin must not be negative")
+	}
+	p.HarvestWhileIdle = c.Bool("harvest-while-idle")
+	cfg.DryRun = c.Bool("dry-run")
+	cfg.DumpDir = c.String("dump-snapshots")
+	cfg.DumpKeep = c.Int("dump-keep")
+	cfg.SubmitTimeout = c.Duration("submit-timeout")
+	cfg.SubmitTimeoutStep = c.Duration("submit-timeout")
+	cfg.PilotCommand = strings.Fields(c.String("pilot-command"))
+	env := map[string]string{}
+	for _, kv := range c.StringSlice("pilot-env") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return cfg, fmt.Errorf("--pilot-env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	cfg.PilotEnv = env
+	cfg.PilotWorkDir = c.String("pilot-workdir")
+	cfg.PilotOutput = c.String("pilot-output")
+	if cfg.DumpDir != "" {
+		if err := os.MkdirAll(cfg.DumpDir, 0o755); err != nil {
+			return cfg, fmt.Errorf("--dump-snapshots: %w", err)
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+func runAgent(c *cli.Context) error {
+	log := newLogger(c.App.ErrWriter, c.String("log-level"), c.Bool("log-json"))
+	cfg, err := agentConfig(c)
+	if err != nil {
+		return cli.Exit("harvest agent: invalid configuration: "+err.Error(), 2)
+	}
+	if c.Int("backlog") < -1 {
+		return cli.Exit("harvest agent: --backlog must be -1 (unlimited) or a number of tasks", 2)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	ad, closeAdapter, err := openAdapter(c, log)
+	if err != nil {
+		return cli.Exit("harvest agent: "+err.Error(), 1)
+	}
+	defer closeAdapter()
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	info, err := ad.Info(ictx)
+	cancel()
+	if err != nil {
+		return cli.Exit("harvest agent: adapter info: "+err.Error(), 1)
+	}
+	if info.TimeGranularity > 0 {
+		cfg.Policy.Granularity = info.TimeGranularity
+	}
+
+	var src agent.DemandSource = agent.StaticDemand{}
+	if n := c.Int("backlog"); n >= 0 {
+		src = agent.StaticDemand{Info: agent.DemandInfo{Demand: &cluster.Demand{PendingTasks: n, SlotsPerNode: 1}}}
+	}
+	r := agent.NewReconciler(ad, src, cfg, log)
+	log.Info("agent started", "adapter", info.Name, "version", info.Version, "tag", info.Tag,
+		"poll", cfg.PollInterval, "min_nodes", cfg.Policy.MinNodes, "max_nodes", cfg.Policy.MaxNodes,
+		"dry_run", cfg.DryRun, "harvest_while_idle", cfg.Policy.HarvestWhileIdle)
+	err = r.Run(ctx)
+	log.Info("agent stopped", "reason", context.Cause(ctx))
+	return err
+}
