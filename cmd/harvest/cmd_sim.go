@@ -1,13 +1,124 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
 
-// simCommand is a placeholder until its issue lands; it fails loudly.
+	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/sim"
+	"github.com/urfave/cli/v2"
+)
+
+// simCommand replays a workload on the simulated cluster (DESIGN.md,
+// "harvest sim").
 func simCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "sim",
-		Usage:  "(not built yet)",
-		Hidden: true,
-		Action: func(*cli.Context) error { return cli.Exit("harvest sim: not built yet", 2) },
+		Name:  "sim",
+		Usage: "replay a workload on a simulated cluster, with or without harvesting, and measure it",
+		Description: "Modes: baseline (every job an ordinary batch job), harvest (the agent fills the holes;\n" +
+			"thesis Calibration jobs and --harvest-backlog go to the harvest queue), fixed (pilots with\n" +
+			"--fixed-limit whenever nodes are idle, as pilot-job tools do). Times are virtual seconds.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "workload", Usage: "workload `FILE` (.txt thesis format, .swf or .swf.gz)", Required: true},
+			&cli.StringFlag{Name: "format", Usage: "thesis or swf (default: from the file name)"},
+			&cli.IntFlag{Name: "nodes", Usage: "cluster size in nodes", Required: true},
+			&cli.StringFlag{Name: "mode", Usage: "baseline, harvest or fixed", Value: "harvest"},
+			&cli.DurationFlag{Name: "fixed-limit", Usage: "pilot time limit in fixed mode", Value: time.Hour},
+			&cli.Int64Flag{Name: "from", Usage: "replay jobs submitted from `S` seconds of the trace (default: its start)", Value: -1},
+			&cli.Int64Flag{Name: "to", Usage: "... until `S` seconds (default: last submit + 30 min)", Value: -1},
+			&cli.Int64Flag{Name: "harvest-backlog", Usage: "`N` harvest tasks queued at the start"},
+			&cli.Int64Flag{Name: "task-seconds", Usage: "length of one harvest task", Value: 60},
+			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes even with no backlog"},
+			&cli.DurationFlag{Name: "poll", Usage: "agent round interval (virtual time)", Value: 10 * time.Second},
+			&cli.DurationFlag{Name: "latency", Usage: "batch system reaction latency (scheduler interval)", Value: 0},
+			&cli.IntFlag{Name: "reservations", Usage: "pending jobs that get a backfill reservation (1 = EASY)", Value: 1},
+			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
+			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
+			&cli.StringFlag{Name: "jobs-csv", Usage: "write id,kind,nodes,submit_s,start_s,end_s of every job to `FILE`"},
+			&cli.StringFlag{Name: "plot", Usage: "write an SVG of node use over time to `FILE.svg`"},
+		},
+		Action: runSim,
 	}
+}
+
+func runSim(c *cli.Context) error {
+	cfg := sim.DefaultConfig()
+	cfg.Mode = sim.Mode(c.String("mode"))
+	cfg.Nodes = c.Int("nodes")
+	cfg.FixedLimit = cluster.Seconds(int64(c.Duration("fixed-limit") / time.Second))
+	cfg.From, cfg.To = c.Int64("from"), c.Int64("to")
+	cfg.HarvestBacklog = c.Int64("harvest-backlog")
+	cfg.TaskSeconds = c.Int64("task-seconds")
+	cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
+	cfg.Poll = int64(c.Duration("poll") / time.Second)
+	cfg.Cluster.Latency = int64(c.Duration("latency") / time.Second)
+	cfg.Cluster.Reservations = c.Int("reservations")
+	cfg.Cluster.TimeAware = !c.Bool("no-time-aware")
+	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
+	if err := cfg.Validate(); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	errw := c.App.ErrWriter
+	if errw == nil {
+		errw = os.Stderr
+	}
+	quiet := c.Bool("quiet") || c.Bool("json")
+	if !quiet {
+		fmt.Fprintf(errw, "sim: %s: %s\n", c.String("workload"), w.Summary())
+		cfg.Progress = errw
+	}
+	res, err := sim.Run(c.Context, w, cfg)
+	if err != nil {
+		return err
+	}
+	if p := c.String("jobs-csv"); p != "" {
+		if err := writeFile(p, func(f io.Writer) error { return sim.WriteJobsCSV(f, res) }); err != nil {
+			return err
+		}
+	}
+	if p := c.String("plot"); p != "" {
+		title := fmt.Sprintf("%s, %d nodes, %s mode", filepath.Base(c.String("workload")), cfg.Nodes, cfg.Mode)
+		if cfg.Mode == sim.Fixed {
+			title += " (" + c.Duration("fixed-limit").String() + " pilots)"
+		}
+		if err := writeFile(p, func(f io.Writer) error { return sim.WritePlot(f, res, title) }); err != nil {
+			return err
+		}
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(out)
+		return enc.Encode(res)
+	}
+	return sim.WriteSummary(out, res)
+}
+
+// writeFile writes through a temporary file so a failed run leaves no
+// half-written output behind.
+func writeFile(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

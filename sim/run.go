@@ -1,0 +1,414 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
+	"github.com/harvest-hpc/harvest/agent"
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Mode is how a workload is replayed.
+type Mode string
+
+const (
+	// Baseline runs every job as an ordinary batch job, no agent.
+	Baseline Mode = "baseline"
+	// Harvest runs the agent's reconciler and policy against the cluster.
+	Harvest Mode = "harvest"
+	// Fixed submits pilots of a fixed limit whenever nodes are idle.
+	Fixed Mode = "fixed"
+)
+
+// ErrInvalidConfig is wrapped by every Config.Validate error.
+var ErrInvalidConfig = errors.New("invalid sim run config")
+
+// Config describes one replay.
+type Config struct {
+	Mode  Mode
+	Nodes int
+	// FixedLimit is the pilots' limit in fixed mode.
+	FixedLimit cluster.Limit
+	// From and To bound the replay (trace seconds): jobs submitted in
+	// [From, To) are replayed and measured over [From, To]. -1 = unset:
+	// From is 0 for the thesis format and the first submit for SWF; To is
+	// the last submit plus Tail.
+	From, To int64
+	Tail     int64
+	// HarvestBacklog tasks of TaskSeconds each are queued at the start;
+	// thesis Calibration jobs are split into tasks of TaskSeconds too.
+	HarvestBacklog int64
+	TaskSeconds    int64
+	// HarvestWhileIdle keeps pilots on idle nodes with no backlog.
+	HarvestWhileIdle bool
+	// Poll is the agent's round interval (seconds of virtual time).
+	Poll int64
+	// Cluster configures the simulated batch system (nodes are set from Nodes).
+	Cluster simcluster.Config
+	// Agent configures the reconciler and policy in harvest mode.
+	Agent agent.Config
+	// Progress, if set, receives a line every 5% of virtual time.
+	Progress io.Writer
+	// Log receives the agent's logs (nil = discarded).
+	Log *slog.Logger
+}
+
+// DefaultConfig returns a harvest-mode replay on 24 nodes with the agent's
+// defaults, 60-second tasks and a 10-second poll.
+func DefaultConfig() Config {
+	return Config{
+		Mode:        Harvest,
+		Nodes:       24,
+		FixedLimit:  3600,
+		From:        -1,
+		To:          -1,
+		Tail:        1800,
+		TaskSeconds: 60,
+		Poll:        int64(agent.DefaultConfig().PollInterval / time.Second),
+		Cluster:     simcluster.DefaultConfig(),
+		Agent:       agent.DefaultConfig(),
+	}
+}
+
+// Validate reports the first setting that makes no sense.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case c.Mode != Baseline && c.Mode != Harvest && c.Mode != Fixed:
+		return bad("mode %q is not baseline, harvest or fixed", c.Mode)
+	case c.Nodes <= 0:
+		return bad("nodes must be positive, got %d", c.Nodes)
+	case c.Mode == Fixed && (c.FixedLimit <= 0 || c.FixedLimit%cluster.Limit(max(c.Cluster.Granularity, 1)) != 0):
+		return bad("fixed limit must be a positive multiple of %d s, got %d", c.Cluster.Granularity, c.FixedLimit)
+	case c.From < -1 || c.To < -1 || (c.From >= 0 && c.To >= 0 && c.To <= c.From):
+		return bad("--from %d and --to %d do not make a window", c.From, c.To)
+	case c.Tail < 0:
+		return bad("tail must not be negative")
+	case c.HarvestBacklog < 0:
+		return bad("harvest backlog must not be negative")
+	case c.TaskSeconds <= 0:
+		return bad("task seconds must be positive, got %d", c.TaskSeconds)
+	case c.Poll <= 0:
+		return bad("poll must be positive, got %d s", c.Poll)
+	}
+	cc := c.Cluster
+	cc.Nodes = c.Nodes
+	if err := cc.Validate(); err != nil {
+		return err
+	}
+	if c.Mode == Harvest {
+		return c.Agent.Validate()
+	}
+	return nil
+}
+
+// Result is the `harvest sim --json` contract (DESIGN.md).
+type Result struct {
+	Mode              Mode      `json:"mode"`
+	Nodes             int       `json:"nodes"`
+	From              int64     `json:"from_s"`
+	SpanS             int64     `json:"span_s"`
+	Utilization       float64   `json:"utilization"`
+	UsefulUtilization float64   `json:"useful_utilization"`
+	Foreign           Foreign   `json:"foreign"`
+	Harvest           Harvested `json:"harvest"`
+	// Usage is the node use over time, for the plot (not in the JSON).
+	Usage []simcluster.Sample `json:"-"`
+	// Records are every job's start and end, for the jobs CSV.
+	Records []simcluster.Record `json:"-"`
+	// Skipped counts workload jobs that could not be replayed, by reason.
+	Skipped map[string]int `json:"skipped,omitempty"`
+}
+
+// Foreign summarises the other users' jobs (thesis Calibration jobs are
+// not foreign: they are the harvest workload, replayed as batch jobs only
+// in baseline mode).
+type Foreign struct {
+	Jobs        int     `json:"jobs"`
+	Started     int     `json:"started"`
+	MeanWaitS   float64 `json:"mean_wait_s"`
+	MaxWaitS    int64   `json:"max_wait_s"`
+	NodeSeconds int64   `json:"node_seconds"`
+}
+
+// Harvested summarises the harvest pool.
+type Harvested struct {
+	NodeSeconds       int64        `json:"node_seconds"`
+	UsefulNodeSeconds int64        `json:"useful_node_seconds"`
+	LostTaskSeconds   int64        `json:"lost_task_seconds"`
+	Pilots            int          `json:"pilots"`
+	Jobs              []HarvestJob `json:"jobs"`
+}
+
+// HarvestJob is one harvest job: FinishS is null if it did not finish
+// within the span. In baseline mode these are the thesis Calibration jobs
+// run as batch jobs.
+type HarvestJob struct {
+	ID      string `json:"id"`
+	SubmitS int64  `json:"submit_s"`
+	FinishS *int64 `json:"finish_s"`
+}
+
+// Run replays the workload. It is deterministic: the same workload and
+// configuration give the same result.
+func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	cc := cfg.Cluster
+	cc.Nodes = cfg.Nodes
+	c, err := simcluster.New(cc)
+	if err != nil {
+		return Result{}, err
+	}
+	from, to := window(w, cfg)
+	res := Result{Mode: cfg.Mode, Nodes: cfg.Nodes, From: from, SpanS: to - from}
+	if err := c.AdvanceTo(from); err != nil {
+		return Result{}, err
+	}
+	skip := func(reason string) {
+		if res.Skipped == nil {
+			res.Skipped = map[string]int{}
+		}
+		res.Skipped[reason]++
+	}
+	for _, j := range w.Jobs {
+		if j.Submit < from || j.Submit >= to {
+			continue
+		}
+		if j.Nodes > cfg.Nodes {
+			skip("jobs wider than the cluster")
+			continue
+		}
+		if j.Calibration && cfg.Mode != Baseline {
+			if err := c.AddWork(simcluster.Work{ID: j.ID, Submit: j.Submit, NodeSeconds: int64(j.Nodes) * j.RunTime, TaskSeconds: cfg.TaskSeconds}); err != nil {
+				skip("calibration jobs without work")
+			}
+			continue
+		}
+		label := "foreign"
+		if j.Calibration {
+			label = "calibration"
+		}
+		if _, err := c.AddJob(simcluster.JobSpec{Name: j.ID, Label: label, User: j.User, Nodes: j.Nodes, TimeLimit: j.TimeLimit, RunTime: j.RunTime, Submit: j.Submit}); err != nil {
+			return Result{}, err
+		}
+	}
+	if cfg.HarvestBacklog > 0 && cfg.Mode != Baseline {
+		if err := c.AddWork(simcluster.Work{ID: "backlog", Submit: from, NodeSeconds: cfg.HarvestBacklog * cfg.TaskSeconds, TaskSeconds: cfg.TaskSeconds}); err != nil {
+			return Result{}, err
+		}
+	}
+
+	var step func(context.Context) error
+	switch cfg.Mode {
+	case Harvest:
+		acfg := cfg.Agent
+		acfg.Policy.HarvestWhileIdle = cfg.HarvestWhileIdle
+		acfg.Policy.Granularity = cc.Granularity
+		acfg.PollInterval = time.Duration(cfg.Poll) * time.Second
+		if acfg.MaxBackoff < acfg.PollInterval {
+			acfg.MaxBackoff = acfg.PollInterval
+		}
+		if err := acfg.Validate(); err != nil {
+			return Result{}, err
+		}
+		rec := agent.NewReconciler(c, demand{c: c, cfg: acfg.Policy}, acfg, cfg.Log)
+		step = func(ctx context.Context) error {
+			_, err := rec.Round(ctx)
+			return err
+		}
+	case Fixed:
+		step = func(ctx context.Context) error { return fixedRound(ctx, c, cfg) }
+	}
+	if step != nil {
+		next := 5
+		for t := from; t < to; t += cfg.Poll {
+			if err := ctx.Err(); err != nil {
+				return Result{}, err
+			}
+			if err := c.AdvanceTo(t); err != nil {
+				return Result{}, err
+			}
+			if err := step(ctx); err != nil {
+				return Result{}, fmt.Errorf("round at %d: %w", t, err)
+			}
+			if cfg.Progress != nil && (t-from)*100 >= int64(next)*(to-from) {
+				fmt.Fprintf(cfg.Progress, "sim: %3d%% of virtual time (%s of %s)\n", next, human(t-from), human(to-from))
+				next += 5
+			}
+		}
+	}
+	if err := c.AdvanceTo(to); err != nil {
+		return Result{}, err
+	}
+	res.Usage = c.Samples()
+	res.Records = c.Records()
+	measure(&res, c, from, to, cfg.Mode)
+	return res, nil
+}
+
+func human(s int64) string {
+	d := time.Duration(s) * time.Second
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%.1f days", d.Hours()/24)
+	}
+	return d.String()
+}
+
+// window returns the replay's span.
+func window(w Workload, cfg Config) (int64, int64) {
+	from, to := cfg.From, cfg.To
+	if from < 0 {
+		from = 0
+		if w.Format != "thesis" && len(w.Jobs) > 0 {
+			from = w.Jobs[0].Submit
+		}
+	}
+	if to < 0 {
+		last := from
+		for _, j := range w.Jobs {
+			last = max(last, j.Submit)
+		}
+		to = last + cfg.Tail
+		if to <= from {
+			to = from + 1
+		}
+	}
+	return from, to
+}
+
+// demand is the DemandSource of harvest mode: the simulated harvest pool.
+type demand struct {
+	c   *simcluster.Cluster
+	cfg policy.Config
+}
+
+func (d demand) Demand(context.Context) (agent.DemandInfo, error) {
+	dm, busy := d.c.Demand()
+	return agent.DemandInfo{
+		Demand:      &dm,
+		Recommended: policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation),
+		Busy:        busy,
+	}, nil
+}
+
+// fixedRound is what autoscalers of pilot-job tools do (HyperQueue's
+// autoalloc, Parsl's and dask-jobqueue's scaling): keep a pilot of a fixed
+// limit queued for every idle node while there is work, and let idle
+// pilots go when the work runs out.
+func fixedRound(ctx context.Context, c *simcluster.Cluster, cfg Config) error {
+	s, err := c.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	dm, busy := c.Demand()
+	queued, idlePilots := 0, 0
+	var idleIDs []string
+	for _, j := range s.Jobs {
+		if !j.Pilot {
+			continue
+		}
+		switch {
+		case j.State == cluster.Pending:
+			queued++
+		case !busy[j.ID]:
+			idlePilots++
+			idleIDs = append(idleIDs, j.ID)
+		}
+	}
+	if dm.PendingTasks == 0 && !cfg.HarvestWhileIdle {
+		for _, id := range idleIDs {
+			if err := c.Cancel(ctx, adapters.PilotID(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	want := s.IdleNodes - queued
+	if !cfg.HarvestWhileIdle {
+		want = min(want, dm.PendingTasks-idlePilots-queued)
+	}
+	for range max(want, 0) {
+		if _, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: cfg.FixedLimit, Command: []string{"harvest", "pilot"}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure fills in the figures over [from, to].
+func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
+	var foreign, busy, idle int64
+	u := res.Usage
+	for i, s := range u {
+		a := max(s.T, from)
+		b := to
+		if i+1 < len(u) {
+			b = min(u[i+1].T, to)
+		}
+		if b <= a {
+			continue
+		}
+		d := b - a
+		foreign += d * int64(s.Foreign)
+		busy += d * int64(s.PilotBusy)
+		idle += d * int64(s.PilotIdle)
+	}
+	total := float64(res.Nodes) * float64(to-from)
+	res.Utilization = float64(foreign+busy+idle) / total
+	res.UsefulUtilization = float64(foreign+busy) / total
+	res.Harvest.NodeSeconds = busy + idle
+	res.Harvest.UsefulNodeSeconds = busy
+	res.Harvest.LostTaskSeconds = c.LostTaskSeconds()
+	res.Harvest.Jobs = []HarvestJob{}
+
+	var waitSum int64
+	for _, r := range res.Records {
+		switch {
+		case r.Pilot:
+			res.Harvest.Pilots++
+		case r.Label == "calibration":
+			hj := HarvestJob{ID: r.Name, SubmitS: r.Submit}
+			if r.End >= 0 && r.End <= to {
+				hj.FinishS = &r.End
+			}
+			res.Harvest.Jobs = append(res.Harvest.Jobs, hj)
+		default:
+			res.Foreign.Jobs++
+			if r.Start >= 0 && r.Start <= to {
+				res.Foreign.Started++
+				wait := r.Start - r.Submit
+				waitSum += wait
+				res.Foreign.MaxWaitS = max(res.Foreign.MaxWaitS, wait)
+				end := to
+				if r.End >= 0 {
+					end = min(r.End, to)
+				}
+				res.Foreign.NodeSeconds += int64(r.Nodes) * (end - r.Start)
+			}
+		}
+	}
+	if res.Foreign.Started > 0 {
+		res.Foreign.MeanWaitS = float64(waitSum) / float64(res.Foreign.Started)
+	}
+	if mode != Baseline {
+		for _, w := range c.WorkRecords() {
+			hj := HarvestJob{ID: w.ID, SubmitS: w.Submit}
+			if w.Finish >= 0 {
+				f := w.Finish
+				hj.FinishS = &f
+			}
+			res.Harvest.Jobs = append(res.Harvest.Jobs, hj)
+		}
+	}
+}
