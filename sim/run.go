@@ -48,6 +48,10 @@ type Config struct {
 	TaskSeconds    int64
 	// HarvestWhileIdle keeps pilots on idle nodes with no backlog.
 	HarvestWhileIdle bool
+	// NoRecommend turns off the master's MiniNode recommendation (the
+	// harvest then keeps no floor of pilots, so it never holds nodes a
+	// foreign job could start on).
+	NoRecommend bool
 	// Poll is the agent's round interval (seconds of virtual time).
 	Poll int64
 	// Cluster configures the simulated batch system (nodes are set from Nodes).
@@ -222,7 +226,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		if err := acfg.Validate(); err != nil {
 			return Result{}, err
 		}
-		rec := agent.NewReconciler(c, demand{c: c, cfg: acfg.Policy}, acfg, cfg.Log)
+		rec := agent.NewReconciler(c, demand{c: c, cfg: acfg.Policy, noRecommend: cfg.NoRecommend}, acfg, cfg.Log)
 		step = func(ctx context.Context) error {
 			_, err := rec.Round(ctx)
 			return err
@@ -289,17 +293,18 @@ func window(w Workload, cfg Config) (int64, int64) {
 
 // demand is the DemandSource of harvest mode: the simulated harvest pool.
 type demand struct {
-	c   *simcluster.Cluster
-	cfg policy.Config
+	c           *simcluster.Cluster
+	cfg         policy.Config
+	noRecommend bool
 }
 
 func (d demand) Demand(context.Context) (agent.DemandInfo, error) {
 	dm, busy := d.c.Demand()
-	return agent.DemandInfo{
-		Demand:      &dm,
-		Recommended: policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation),
-		Busy:        busy,
-	}, nil
+	info := agent.DemandInfo{Demand: &dm, Busy: busy}
+	if !d.noRecommend {
+		info.Recommended = policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation)
+	}
+	return info, nil
 }
 
 // fixedRound is what autoscalers of pilot-job tools do (HyperQueue's

@@ -37,6 +37,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "latency", Usage: "batch system reaction latency (scheduler interval)", Value: 0},
 			&cli.IntFlag{Name: "reservations", Usage: "pending jobs that get a backfill reservation (1 = EASY)", Value: 1},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
+			&cli.BoolFlag{Name: "no-recommend", Usage: "ignore the master's MiniNode recommendation (keep no floor of pilots)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
@@ -61,6 +62,7 @@ func runSim(c *cli.Context) error {
 	cfg.Cluster.Reservations = c.Int("reservations")
 	cfg.Cluster.TimeAware = !c.Bool("no-time-aware")
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
+	cfg.NoRecommend = c.Bool("no-recommend")
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
