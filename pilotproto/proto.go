@@ -109,6 +109,10 @@ type ResultsRequest struct {
 type ResultsResponse struct {
 	Applied    int `json:"applied"`
 	Duplicates int `json:"duplicates"`
+	// Ignored counts results for an attempt that is no longer current (the
+	// task was requeued, killed or finished) or for an unknown task: they
+	// are acknowledged and change nothing.
+	Ignored int `json:"ignored,omitempty"`
 }
 
 // TaskRef names one attempt of one task.

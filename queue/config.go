@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/fairshare"
+)
+
+// Config configures the queue. Only cmd/ maps flags and environment onto it.
+type Config struct {
+	// DBPath is the SQLite file (WAL mode; the -wal and -shm files sit next to it).
+	DBPath string
+	// AllowedRoots are the directories datasets and output directories
+	// must lie in (after symlinks are resolved). At least one.
+	AllowedRoots []string
+	// OutputsRoot, when set, holds the default output directories
+	// (OutputsRoot/<user>/job-<id>); otherwise a job's default output
+	// directory is <dataset>.out-<id> next to the dataset.
+	OutputsRoot string
+	// PilotToken authenticates pilots (the agent hands it to pilot jobs as
+	// HARVEST_PILOT_TOKEN). Empty disables the pilot role.
+	PilotToken string
+	// Admins are user names that are admin on the Unix socket (root always is).
+	Admins []string
+
+	MinBatchSize, MaxBatchSize int
+	DefaultMaxAttempts         int
+	DefaultExpiry              time.Duration // a job still waiting after this is ERROR_EW
+	Retention                  time.Duration // final jobs are purged after this
+	MaxTasksPerJob             int
+
+	LeaseTTL          time.Duration
+	ZombieTimeout     time.Duration // no heartbeat for this: ZOMBIE; twice this: EXPIRED
+	CancelNotice      time.Duration // how long cancelled jobs are listed to the master
+	RecommendationTTL time.Duration // a MiniNode recommendation older than this is ignored
+	MaxPull           int           // tasks per pull at most
+
+	SweepInterval     time.Duration // zombie/expiry/purge sweep period
+	FlushInterval     time.Duration // usage flush period
+	ReconcileInterval time.Duration // usage reconciliation from the task table
+	UsageWindow       time.Duration // the sliding window of CPU time and cost (24 h)
+
+	MaxBodyBytes      int64 // user/admin request bodies
+	MaxPilotBodyBytes int64 // pilot request bodies (results batches)
+	InsertChunk       int   // tasks per insert transaction at submit
+	WriteChunk        int   // rows per write transaction elsewhere
+
+	DefaultLimits       fairshare.Limits
+	DefaultSlotsPerNode int
+
+	// Now is the clock; tests replace it.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of DESIGN.md.
+func DefaultConfig() Config {
+	return Config{
+		DBPath:              "/var/lib/harvest/queue.db",
+		MinBatchSize:        1,
+		MaxBatchSize:        10000,
+		DefaultMaxAttempts:  3,
+		DefaultExpiry:       7 * 24 * time.Hour,
+		Retention:           5 * 24 * time.Hour,
+		MaxTasksPerJob:      1_000_000,
+		LeaseTTL:            30 * time.Second,
+		ZombieTimeout:       5 * time.Minute,
+		CancelNotice:        10 * time.Minute,
+		RecommendationTTL:   2 * time.Minute,
+		MaxPull:             10000,
+		SweepInterval:       10 * time.Second,
+		FlushInterval:       5 * time.Second,
+		ReconcileInterval:   5 * time.Minute,
+		UsageWindow:         24 * time.Hour,
+		MaxBodyBytes:        1 << 20,
+		MaxPilotBodyBytes:   16 << 20,
+		InsertChunk:         5000,
+		WriteChunk:          250,
+		DefaultLimits:       fairshare.DefaultLimits(),
+		DefaultSlotsPerNode: 1,
+		Now:                 time.Now,
+	}
+}
+
+// ErrInvalidConfig is wrapped by every Validate error.
+var ErrInvalidConfig = errors.New("invalid queue config")
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	if c.DBPath == "" {
+		return bad("no database path")
+	}
+	if len(c.AllowedRoots) == 0 {
+		return bad("no allowed roots: datasets could not be submitted")
+	}
+	for _, r := range c.AllowedRoots {
+		if !filepath.IsAbs(r) {
+			return bad("allowed root %q is not absolute", r)
+		}
+	}
+	if c.OutputsRoot != "" && !filepath.IsAbs(c.OutputsRoot) {
+		return bad("outputs root %q is not absolute", c.OutputsRoot)
+	}
+	if c.MinBatchSize < 1 || c.MaxBatchSize < c.MinBatchSize {
+		return bad("batch size bounds %d..%d", c.MinBatchSize, c.MaxBatchSize)
+	}
+	if c.DefaultMaxAttempts < 1 {
+		return bad("default max attempts %d < 1", c.DefaultMaxAttempts)
+	}
+	for name, d := range map[string]time.Duration{
+		"default expiry": c.DefaultExpiry, "retention": c.Retention, "lease TTL": c.LeaseTTL,
+		"zombie timeout": c.ZombieTimeout, "cancel notice": c.CancelNotice,
+		"recommendation TTL": c.RecommendationTTL, "sweep interval": c.SweepInterval,
+		"flush interval": c.FlushInterval, "reconcile interval": c.ReconcileInterval,
+		"usage window": c.UsageWindow,
+	} {
+		if d <= 0 {
+			return bad("%s must be positive, got %v", name, d)
+		}
+	}
+	if c.MaxTasksPerJob < 1 || c.MaxPull < 1 || c.InsertChunk < 1 || c.WriteChunk < 1 {
+		return bad("max tasks per job, max pull and chunk sizes must be positive")
+	}
+	if c.MaxBodyBytes < 1024 || c.MaxPilotBodyBytes < 1024 {
+		return bad("body limits must be at least 1 KiB")
+	}
+	if c.DefaultSlotsPerNode < 1 {
+		return bad("default slots per node must be at least 1")
+	}
+	if err := c.DefaultLimits.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Now == nil {
+		return bad("no clock")
+	}
+	return nil
+}
