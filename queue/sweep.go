@@ -60,7 +60,7 @@ func (q *Queue) sweepExpired(ctx context.Context) error {
 				return err
 			}
 			type exp struct {
-				id, job            int64
+				id, job           int64
 				tries, max, cores int
 				owner             string
 			}

@@ -66,11 +66,11 @@ type Error struct {
 // 7 days, output under the configured outputs root).
 type JobSpec struct {
 	Name        string   `json:"name,omitempty"`
-	Dataset     string   `json:"dataset"`              // absolute path of the dataset directory
-	Command     []string `json:"command"`              // argv; placeholders {input} {output} {job} {task}
-	BatchSize   int      `json:"batch_size"`           // tasks per batch
-	Price       *float64 `json:"price,omitempty"`      // > 0
-	Cores       *int     `json:"cores,omitempty"`      // >= 1
+	Dataset     string   `json:"dataset"`         // absolute path of the dataset directory
+	Command     []string `json:"command"`         // argv; placeholders {input} {output} {job} {task}
+	BatchSize   int      `json:"batch_size"`      // tasks per batch
+	Price       *float64 `json:"price,omitempty"` // > 0
+	Cores       *int     `json:"cores,omitempty"` // >= 1
 	MaxAttempts *int     `json:"max_attempts,omitempty"`
 	TimeoutS    int64    `json:"timeout_s,omitempty"` // per task, 0 = none
 	ExpiryS     int64    `json:"expiry_s,omitempty"`  // 0 = the server default
