@@ -69,7 +69,7 @@ type JobAd struct {
 	BatchName       string
 	// Limit is the job's lifetime limit found in its ad (HarvestLifetime,
 	// AllowedJobDuration, the configured extra attributes, or a
-	// periodic_remove of the documented shape); Unlimited if none.
+	// periodic_remove of the documented shape); Unlimited (or 0) if none.
 	Limit cluster.Limit
 }
 

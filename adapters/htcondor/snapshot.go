@@ -188,6 +188,9 @@ func toJob(j JobAd, state cluster.JobState, v View, now int64) cluster.Job {
 		Priority:   float64(j.Prio),
 		Pilot:      v.Tag != "" && j.PilotTag == v.Tag,
 	}
+	if out.TimeLimit == 0 {
+		out.TimeLimit = cluster.Unlimited // a JobAd built without a limit
+	}
 	if j.Universe == universeParallel && j.MinHosts > 1 {
 		out.Nodes = int(j.MinHosts)
 	}
