@@ -288,8 +288,12 @@ func TestDecide(t *testing.T) {
 			wantSubmit: submit(3, 15*minute),
 		},
 		{
-			name:       "Unlimited jobs holding the needed nodes make the hole unlimited, bounded by the partition",
-			snap:       func() cluster.Snapshot { s := snap(10, 3, running("1", 7, unlimited, 0), pending("2", 10, 60*minute)); s.MaxTime = limitPtr(7200); return s }(),
+			name: "Unlimited jobs holding the needed nodes make the hole unlimited, bounded by the partition",
+			snap: func() cluster.Snapshot {
+				s := snap(10, 3, running("1", 7, unlimited, 0), pending("2", 10, 60*minute))
+				s.MaxTime = limitPtr(7200)
+				return s
+			}(),
 			wantCase:   CaseFillHole,
 			wantSubmit: submit(3, 7200),
 		},
