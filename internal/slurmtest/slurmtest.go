@@ -1,0 +1,179 @@
+// Package slurmtest gives tests a real SLURM cluster: the mini-cluster of
+// scripts/minicluster.sh (slurmctld + N slurmd on this machine).
+//
+// Tests that need it call Require. They run only when HARVEST_SLURM_TESTS=1
+// (the test script sets it; CI runs them); then a cluster that cannot be
+// started is a failure, never a skip. Packages run in parallel under
+// `go test ./...`, so Require holds an exclusive file lock for the life of
+// the test: real-SLURM tests of different packages take turns.
+package slurmtest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Env is the variable that enables real-SLURM tests.
+const Env = "HARVEST_SLURM_TESTS"
+
+// Enabled reports whether real-SLURM tests run.
+func Enabled() bool { return os.Getenv(Env) == "1" }
+
+// Cluster is a running mini-cluster.
+type Cluster struct {
+	Root  string // repository root
+	Nodes int
+}
+
+// Require skips t unless real-SLURM tests are enabled, then takes the
+// cluster lock and makes sure a cluster of n nodes runs with no jobs.
+func Require(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if !Enabled() {
+		t.Skipf("real-SLURM test: set %s=1 (scripts/test.sh does)", Env)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile("/var/tmp/harvest-slurm.lock", os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatalf("slurm test lock: %v", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("slurm test lock: %v", err)
+	}
+	c := &Cluster{Root: root, Nodes: n}
+	t.Cleanup(func() {
+		c.CancelAll(t)
+		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		lock.Close()
+	})
+	out, err := c.script("start", strconv.Itoa(n))
+	if err != nil {
+		t.Fatalf("start the SLURM mini-cluster with %d nodes: %v\n%s", n, err, out)
+	}
+	c.CancelAll(t)
+	return c
+}
+
+// RepoRoot finds the repository root (the directory holding go.mod).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func (c *Cluster) script(args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(c.Root, "scripts", "minicluster.sh"), args...)
+	return cmd.CombinedOutput()
+}
+
+// Script runs scripts/minicluster.sh with args (e.g. "stop-ctld").
+func (c *Cluster) Script(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := c.script(args...); err != nil {
+		t.Fatalf("minicluster.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Run runs a SLURM command as user ("" or "root" = root) and returns stdout.
+func (c *Cluster) Run(t testing.TB, user string, name string, args ...string) string {
+	t.Helper()
+	var cmd *exec.Cmd
+	if user == "" || user == "root" {
+		cmd = exec.Command(name, args...)
+	} else {
+		cmd = exec.Command("runuser", append([]string{"-u", user, "--", name}, args...)...)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Dir = "/tmp"
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s (as %q): %v: %s", name, strings.Join(args, " "), user, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Sbatch submits a batch job as user and returns its id. args are sbatch
+// options; the job runs `script` with /bin/sh.
+func (c *Cluster) Sbatch(t testing.TB, user, script string, args ...string) string {
+	t.Helper()
+	a := append([]string{"--parsable", "-o", "/dev/null", "--wrap", script}, args...)
+	id := c.Run(t, user, "sbatch", a...)
+	if i := strings.IndexByte(id, ';'); i >= 0 {
+		id = id[:i]
+	}
+	return id
+}
+
+// CancelAll cancels every job and waits until none is left.
+func (c *Cluster) CancelAll(t testing.TB) {
+	exec.Command("scancel", "--full", "-u", "root").Run()
+	for _, u := range []string{"alice", "bob", "carol"} {
+		exec.Command("scancel", "-u", u).Run()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED", "-o", "%i").Output()
+		if err == nil && len(bytes.TrimSpace(out)) == 0 {
+			// and all nodes idle again
+			out, err = exec.Command("sinfo", "-h", "-N", "-o", "%T").Output()
+			if err == nil && !bytes.Contains(out, []byte("alloc")) && !bytes.Contains(out, []byte("completing")) && !bytes.Contains(out, []byte("mixed")) {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("warning: jobs or busy nodes left after CancelAll")
+}
+
+// JobField returns one field of `scontrol -o show job ID` (e.g. "StartTime").
+func (c *Cluster) JobField(t testing.TB, id, field string) string {
+	t.Helper()
+	out := c.Run(t, "", "scontrol", "-o", "show", "job", id)
+	for _, kv := range strings.Fields(out) {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == field {
+			return v
+		}
+	}
+	t.Fatalf("job %s has no field %s: %s", id, field, out)
+	return ""
+}
+
+// JobState returns the job's state (PENDING, RUNNING, COMPLETED...).
+func (c *Cluster) JobState(t testing.TB, id string) string { return c.JobField(t, id, "JobState") }
+
+// StartTime returns a job's start time (zero if not started).
+func (c *Cluster) StartTime(t testing.TB, id string) time.Time {
+	t.Helper()
+	if s := c.JobState(t, id); s == "PENDING" {
+		return time.Time{}
+	}
+	v := c.JobField(t, id, "StartTime")
+	ts, err := time.ParseInLocation("2006-01-02T15:04:05", v, time.Local)
+	if err != nil {
+		t.Fatalf("job %s StartTime %q: %v", id, v, err)
+	}
+	return ts
+}
