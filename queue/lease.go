@@ -70,6 +70,8 @@ func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotpr
 	switch {
 	case req.Epoch != 0 && req.Epoch == cur.epoch && req.PilotID == cur.holder:
 		// renewal by the holder
+	case req.Epoch == 0 && req.PilotID == cur.holder && now.Before(cur.expires):
+		// the holder asking again (its first answer was lost): idempotent
 	case cur.holder == "" || !now.Before(cur.expires):
 		next.epoch = cur.epoch + 1
 		next.holder = req.PilotID

@@ -1,0 +1,162 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+func jobBody(dataset string, mod func(m map[string]any)) string {
+	m := map[string]any{"dataset": dataset, "command": []string{"/bin/prog", "{input}", "{output}"}, "batch_size": 2}
+	if mod != nil {
+		mod(m)
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// TestBadInputIsRefusedAndChangesNothing sends every kind of bad request
+// over real HTTP and checks the 4xx, the JSON error, and that a dump of
+// every table is byte-for-byte the same afterwards.
+func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	good := e.dataset("good", 3)
+	bobs, err := e.q.Submit(ctx, "bob", api.JobSpec{Dataset: e.dataset("bobset", 2), Command: []string{"x"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed, err := e.q.Submit(ctx, "alice", api.JobSpec{Dataset: e.dataset("killed", 1), Command: []string{"x"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.q.Cancel(ctx, "alice", false, killed.ID); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(e.dir, "outside")
+	os.MkdirAll(filepath.Join(outside, "secret"), 0o755)
+	if err := os.Symlink(outside, filepath.Join(e.data, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(e.data, "afile"), []byte("x"), 0o644)
+	// Lease history: epoch 1 (p1) expired, epoch 2 (p2) expired too.
+	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://n1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(31 * time.Second)
+	if l, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://n2:1"}); err != nil || l.Epoch != 2 {
+		t.Fatalf("second lease: %+v %v", l, err)
+	}
+	e.clock.Advance(31 * time.Second)
+
+	huge := `{"dataset": "` + strings.Repeat("a", 2<<20) + `"}`
+	for _, tc := range []struct {
+		name         string
+		method, path string
+		who, body    string
+		status       int
+		msg          string
+	}{
+		{"malformed JSON is a 400", "POST", "/v1/jobs", "alice", `{"dataset": `, 400, "malformed JSON"},
+		{"a body that is not an object is a 400", "POST", "/v1/jobs", "alice", `[1,2]`, 400, "malformed JSON"},
+		{"trailing data after the object is a 400", "POST", "/v1/jobs", "alice", jobBody(good, nil) + `{}`, 400, "data after the object"},
+		{"an empty body is a 400", "POST", "/v1/jobs", "alice", ``, 400, "empty body"},
+		{"a huge body is a 413", "POST", "/v1/jobs", "alice", huge, 413, "too large"},
+		{"an unknown field is a 400", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["shell"] = true }), 400, "unknown field"},
+		{"a dataset path with .. is refused", "POST", "/v1/jobs", "alice", jobBody(e.data+"/../outside", nil), 400, `".."`},
+		{"a symlink escaping the roots is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.data, "escape"), nil), 400, "outside the allowed roots"},
+		{"a dataset outside the roots is refused", "POST", "/v1/jobs", "alice", jobBody(outside, nil), 400, "outside the allowed roots"},
+		{"a relative dataset path is refused", "POST", "/v1/jobs", "alice", jobBody("data/good", nil), 400, "not an absolute path"},
+		{"a missing dataset is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.data, "nope"), nil), 400, "does not exist"},
+		{"a dataset that is a file is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.data, "afile"), nil), 400, "not a directory"},
+		{"an empty dataset is refused", "POST", "/v1/jobs", "alice", jobBody(e.dataset("empty", 0), nil), 400, "no entries"},
+		{"an output escaping through .. is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = e.data + "/../outside/o" }), 400, `".."`},
+		{"an output outside the roots is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = "/tmp/harvest-o" }), 400, "outside the allowed roots"},
+		{"a negative batch size is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["batch_size"] = -1 }), 400, "batch_size -1"},
+		{"a batch size above the bound is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["batch_size"] = 10001 }), 400, "outside 1..10000"},
+		{"an unknown placeholder is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["command"] = []string{"prog", "{inptu}"} }), 400, "unknown placeholder {inptu}"},
+		{"an empty command is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["command"] = []string{} }), 400, "non-empty argv"},
+		{"an empty program name is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["command"] = []string{"", "x"} }), 400, "non-empty argv"},
+		{"a zero price is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["price"] = 0 }), 400, "price"},
+		{"zero cores are refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["cores"] = 0 }), 400, "cores"},
+		{"zero max attempts are refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["max_attempts"] = 0 }), 400, "max_attempts"},
+		{"a negative timeout is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["timeout_s"] = -5 }), 400, "timeout_s"},
+		{"another user's job is not found", "GET", fmt.Sprintf("/v1/jobs/%d", bobs.ID), "alice", "", 404, "not found"},
+		{"another user's job cannot be cancelled", "DELETE", fmt.Sprintf("/v1/jobs/%d", bobs.ID), "alice", "", 404, "not found"},
+		{"listing another user's jobs is forbidden", "GET", "/v1/jobs?user=bob", "alice", "", 403, "only your own"},
+		{"a job that does not exist is not found", "GET", "/v1/jobs/999999", "alice", "", 404, "not found"},
+		{"a job id that is not a number is a 400", "GET", "/v1/jobs/abc", "alice", "", 400, "not a positive integer"},
+		{"cancelling a killed job is a conflict", "DELETE", fmt.Sprintf("/v1/jobs/%d", killed.ID), "alice", "", 409, "already KILLED"},
+		{"a bad page limit is a 400", "GET", "/v1/jobs?limit=0", "alice", "", 400, "limit"},
+		{"an unknown state filter is a 400", "GET", "/v1/jobs?state=SLEEPING", "alice", "", 400, "unknown job state"},
+		{"no token is a 401", "GET", "/v1/jobs", "", "", 401, "missing bearer token"},
+		{"a wrong token is a 401", "GET", "/v1/jobs", "not-a-token", "", 401, "invalid token"},
+		{"a wrong token cannot submit", "POST", "/v1/jobs", "not-a-token", jobBody(good, nil), 401, "invalid token"},
+		{"a user cannot set quotas", "PUT", "/v1/users/alice", "alice", `{"priority": 100}`, 403, "admin role"},
+		{"a user cannot set nodes", "PUT", "/v1/admin/nodes", "alice", `{"min_nodes": 3}`, 403, "admin role"},
+		{"a user cannot pull tasks", "POST", pilotproto.PathPull, "alice", `{"epoch": 2, "max": 1}`, 403, "pilot role"},
+		{"an admin cannot take the lease", "POST", pilotproto.PathLease, "admin", `{"pilot_id": "x"}`, 403, "pilot role"},
+		{"a pilot cannot list jobs", "GET", "/v1/jobs", "pilot", "", 403, "user or admin role"},
+		{"a pilot cannot submit", "POST", "/v1/jobs", "pilot", jobBody(good, nil), 403, "user or admin role"},
+		{"a user cannot make a token for someone else", "POST", "/v1/tokens", "alice", `{"user": "bob"}`, 403, "only a user token for yourself"},
+		{"a user cannot make an admin token", "POST", "/v1/tokens", "alice", `{"role": "admin"}`, 403, "only a user token"},
+		{"an admin cannot make a token of an unknown role", "POST", "/v1/tokens", "admin", `{"user": "carol", "role": "root"}`, 400, "role must be"},
+		{"an admin cannot make a token for an invalid name", "POST", "/v1/tokens", "admin", `{"user": "../etc"}`, 400, "not a valid user name"},
+		{"an invalid priority is refused", "PUT", "/v1/users/alice", "admin", `{"priority": -1}`, 400, "priority"},
+		{"an invalid user name is refused", "PUT", "/v1/users/Bad%20Name", "admin", `{"priority": 2}`, 400, "not a valid user name"},
+		{"an unknown user is not found", "GET", "/v1/users/nobody", "alice", "", 404, "unknown user"},
+		{"min nodes above max nodes are refused", "PUT", "/v1/admin/nodes", "admin", `{"min_nodes": 5, "max_nodes": 2}`, 400, "exceeds max_nodes"},
+		{"negative min nodes are refused", "PUT", "/v1/admin/nodes", "admin", `{"min_nodes": -1}`, 400, "negative"},
+		{"an old epoch cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 1, "max": 5}`, 409, "stale epoch"},
+		{"an old epoch cannot report results", "POST", pilotproto.PathResults, "pilot", `{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`, 409, "stale epoch"},
+		{"an old epoch cannot heartbeat", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 1, "running": []}`, 409, "stale epoch"},
+		{"an old epoch cannot renew the lease", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p1", "epoch": 1}`, 409, "stale epoch"},
+		{"an epoch never granted is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 7, "max": 5}`, 409, "never granted"},
+		{"an expired lease cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 5}`, 409, "lease expired"},
+		{"an expired lease cannot heartbeat", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2}`, 409, "lease expired"},
+		{"an expired lease cannot recommend", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": 3}`, 409, "lease expired"},
+		{"a pull without an epoch is refused", "POST", pilotproto.PathPull, "pilot", `{"max": 5}`, 400, "epoch is required"},
+		{"a pull of zero tasks is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 0}`, 400, "max must be"},
+		{"a result with an unknown status is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "attempt": 1, "status": "great"}]}`, 400, "unknown status"},
+		{"a result without attempt is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "status": "done"}]}`, 400, "attempt"},
+		{"a lease request without a pilot id is refused", "POST", pilotproto.PathLease, "pilot", `{"address": "http://x"}`, 400, "pilot_id"},
+		{"a negative recommendation is refused", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": -3}`, 400, "negative"},
+		{"an unknown field in a pilot request is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 1, "greedy": true}`, 400, "unknown field"},
+		{"a wrong method is a 405", "PATCH", "/v1/jobs", "alice", "", 405, "method not allowed"},
+		{"an unknown path is a 404", "GET", "/v1/nothing", "alice", "", 404, "no endpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := snapshot(t, e.q)
+			status, msg := e.raw(tc.method, tc.path, tc.who, tc.body)
+			if status != tc.status || !strings.Contains(msg, tc.msg) {
+				t.Fatalf("got %d %q, want %d containing %q", status, msg, tc.status, tc.msg)
+			}
+			if after := snapshot(t, e.q); after != before {
+				t.Fatalf("the request changed stored state:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+
+	t.Run("a wrong content type is a 400", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/jobs", strings.NewReader(jobBody(good, nil)))
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Authorization", "Bearer "+e.tokens["alice"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Fatalf("status %d, want 400", resp.StatusCode)
+		}
+	})
+}
