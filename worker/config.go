@@ -1,0 +1,60 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config of a worker. Only cmd/ maps flags and environment onto it.
+type Config struct {
+	ID       string    // stable for the life of the process, across masters
+	PilotID  string    // batch system id of its pilot
+	Slots    int       // tasks run at once (an Endpoint may lower it)
+	Prefetch int       // tasks held beyond Slots, so the next one is already here
+	Deadline time.Time // the pilot's end (zero: none)
+	Token    string    // pilot token
+
+	PullWait          time.Duration // long-poll length asked of the master
+	HeartbeatInterval time.Duration
+	MasterGrace       time.Duration // master unreachable this long: back to the lease
+	RetryInterval     time.Duration // wait after a failed call
+	ShutdownTimeout   time.Duration // time to report interrupted tasks when stopping
+	ResultBatch       int           // results per request
+
+	Runner Runner
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns production defaults; ID, Token and Runner must be set.
+func DefaultConfig() Config {
+	return Config{
+		Slots: 1, Prefetch: -1, PullWait: 20 * time.Second, HeartbeatInterval: 5 * time.Second,
+		MasterGrace: 30 * time.Second, RetryInterval: 500 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, ResultBatch: 1000, Logger: slog.Default(),
+	}
+}
+
+// ErrInvalidConfig marks configuration errors.
+var ErrInvalidConfig = errors.New("invalid worker config")
+
+// Validate reports the first problem.
+func (c Config) Validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(f, a...)) }
+	switch {
+	case c.ID == "":
+		return bad("worker id is empty")
+	case c.Token == "":
+		return bad("pilot token is empty")
+	case c.Slots < 1:
+		return bad("slots %d: want at least 1", c.Slots)
+	case c.Runner == nil || c.Logger == nil:
+		return bad("Runner and Logger must be set")
+	case c.PullWait <= 0 || c.HeartbeatInterval <= 0 || c.MasterGrace <= 0 || c.RetryInterval <= 0 || c.ShutdownTimeout <= 0:
+		return bad("durations must be positive")
+	case c.ResultBatch < 1:
+		return bad("result batch %d: want at least 1", c.ResultBatch)
+	}
+	return nil
+}

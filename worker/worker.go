@@ -1,0 +1,481 @@
+// Package worker runs tasks for a master: it registers, pulls batches
+// (long-poll), runs up to Slots tasks at once, reports results in batches
+// and heartbeats. It survives a change of master: running tasks go on, and
+// the worker registers with the next master listing what it holds.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+// Endpoint is a master to work for. Slots, when positive, replaces the
+// configured slots (a master's own node keeps a core for the master).
+type Endpoint struct {
+	URL   string
+	Slots int
+}
+
+// Resolver finds the master: called at start and whenever the master is
+// lost. The pilot implements it with the queue's lease.
+type Resolver func(ctx context.Context) (Endpoint, error)
+
+// Causes of a task's cancellation; they decide the reported status.
+var (
+	errInterrupted = errors.New("pilot stopping")
+	errKilled      = errors.New("job cancelled")
+	errDropped     = errors.New("task reassigned by the master")
+	// ErrMasterLost: the master did not answer for MasterGrace.
+	ErrMasterLost = errors.New("master lost")
+)
+
+type ref = pilotproto.TaskRef
+
+func refOf(t pilotproto.Task) ref { return ref{TaskID: t.ID, Attempt: t.Attempt} }
+
+type running struct {
+	t      pilotproto.Task
+	cancel context.CancelCauseFunc
+}
+
+// Worker is one worker process (or the side worker of a master's pilot).
+type Worker struct {
+	cfg     Config
+	resolve Resolver
+	log     *slog.Logger
+	hc      *http.Client
+
+	mu       sync.Mutex
+	slots    int
+	cur      *client
+	queue    []pilotproto.Task
+	running  map[ref]*running
+	results  []pilotproto.Result // not yet acknowledged by a master
+	draining bool
+	changed  chan struct{}
+	tasks    sync.WaitGroup
+	finished atomic.Int64
+}
+
+// New checks cfg and returns a worker.
+func New(cfg Config, resolve Resolver) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg: cfg, resolve: resolve, log: cfg.Logger.With("component", "worker", "worker", cfg.ID),
+		hc: &http.Client{Transport: NewTransport()}, slots: cfg.Slots,
+		running: map[ref]*running{}, changed: make(chan struct{}),
+	}, nil
+}
+
+// Finished is the number of tasks this worker ran to an end.
+func (w *Worker) Finished() int64 { return w.finished.Load() }
+
+func (w *Worker) capacity() int {
+	p := w.cfg.Prefetch
+	if p < 0 {
+		p = w.slots
+	}
+	return w.slots + p
+}
+
+// notify wakes the loops; called with mu held.
+func (w *Worker) notify() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// Run works until ctx ends, then stops like a pilot that got SIGTERM:
+// takes no more work, kills running tasks (process group), reports them
+// and the queued ones as interrupted, and returns within seconds.
+func (w *Worker) Run(ctx context.Context) error {
+	dctx, dstop := context.WithCancel(context.Background())
+	defer dstop()
+	go w.dispatch(dctx)
+	for ctx.Err() == nil {
+		ep, err := w.resolve(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			w.log.Warn("no master yet", "error", err)
+			sleep(ctx, w.cfg.RetryInterval)
+			continue
+		}
+		w.mu.Lock()
+		w.cur = &client{base: ep.URL, token: w.cfg.Token, hc: w.hc}
+		w.slots = w.cfg.Slots
+		if ep.Slots > 0 {
+			w.slots = ep.Slots
+		}
+		w.notify()
+		w.mu.Unlock()
+		err = w.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		w.log.Warn("master lost; back to the lease", "master", ep.URL, "error", err)
+	}
+	w.shutdown()
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// session works for one master until it is lost or ctx ends.
+type session struct {
+	w      *Worker
+	c      *client
+	lastOK atomic.Int64
+	lost   context.CancelCauseFunc
+}
+
+func (s *session) ok() { s.lastOK.Store(time.Now().UnixNano()) }
+
+// trouble decides whether a failed call means the master is gone.
+func (s *session) trouble(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, ErrNotMaster) {
+		s.lost(err)
+		return
+	}
+	if time.Since(time.Unix(0, s.lastOK.Load())) > s.w.cfg.MasterGrace {
+		s.lost(fmt.Errorf("%w: %w", ErrMasterLost, err))
+		return
+	}
+	s.w.log.Debug("master call failed", "error", err)
+	sleep(ctx, s.w.cfg.RetryInterval)
+}
+
+func (w *Worker) session(ctx context.Context) error {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.mu.Lock()
+	s := &session{w: w, c: w.cur, lost: cancel}
+	w.mu.Unlock()
+	s.ok()
+	if !s.register(sctx) {
+		return context.Cause(sctx)
+	}
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){s.pullLoop, s.sendLoop, s.heartbeatLoop} {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(sctx) }()
+	}
+	<-sctx.Done()
+	wg.Wait()
+	return context.Cause(sctx)
+}
+
+// register (re)introduces the worker, retrying until the master answers
+// or is declared lost. Returns false when the session is over.
+func (s *session) register(ctx context.Context) bool {
+	w := s.w
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		req := wire.RegisterRequest{WorkerID: w.cfg.ID, PilotID: w.cfg.PilotID, Slots: w.slots, Capacity: w.capacity()}
+		if !w.cfg.Deadline.IsZero() {
+			req.Deadline = w.cfg.Deadline.UnixMilli()
+		}
+		for _, t := range w.queue {
+			req.Held = append(req.Held, refOf(t))
+		}
+		for k := range w.running {
+			req.Held = append(req.Held, k)
+		}
+		for _, r := range w.results {
+			req.Finished = append(req.Finished, ref{TaskID: r.TaskID, Attempt: r.Attempt})
+		}
+		w.mu.Unlock()
+		var resp wire.RegisterResponse
+		if err := s.c.post(ctx, wire.PathRegister, req, &resp); err != nil {
+			s.trouble(ctx, err)
+			continue
+		}
+		s.ok()
+		w.drop(resp.Drop)
+		w.log.Info("registered", "master", s.c.base, "epoch", resp.Epoch, "held", len(req.Held), "dropped", len(resp.Drop))
+		return true
+	}
+	return false
+}
+
+func (s *session) pullLoop(ctx context.Context) {
+	w := s.w
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		free := w.capacity() - len(w.queue) - len(w.running)
+		draining := w.draining
+		ch := w.changed
+		w.mu.Unlock()
+		if free <= 0 || draining {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		var resp wire.PullResponse
+		req := wire.PullRequest{WorkerID: w.cfg.ID, Free: free, WaitMS: w.cfg.PullWait.Milliseconds()}
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.PullWait+15*time.Second)
+		err := s.c.post(pctx, wire.PathPull, req, &resp)
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrUnknownWorker) {
+				s.register(ctx)
+				continue
+			}
+			s.trouble(ctx, err)
+			continue
+		}
+		s.ok()
+		w.accept(resp.Batches)
+		w.killJobs(resp.KillJobs)
+	}
+}
+
+func (s *session) sendLoop(ctx context.Context) {
+	w := s.w
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		n := min(len(w.results), w.cfg.ResultBatch)
+		batch := append([]pilotproto.Result(nil), w.results[:n]...)
+		ch := w.changed
+		w.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err := w.sendResults(ctx, s.c, batch); err != nil {
+			s.trouble(ctx, err)
+			continue
+		}
+		s.ok()
+	}
+}
+
+// sendResults posts results and forgets them once acknowledged.
+func (w *Worker) sendResults(ctx context.Context, c *client, batch []pilotproto.Result) error {
+	var resp wire.ResultsResponse
+	if err := c.post(ctx, wire.PathResults, wire.ResultsRequest{WorkerID: w.cfg.ID, Results: batch}, &resp); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	// Only one sender at a time removes from the front; others append.
+	w.results = w.results[len(batch):]
+	w.mu.Unlock()
+	return nil
+}
+
+func (s *session) heartbeatLoop(ctx context.Context) {
+	w := s.w
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		req := wire.HeartbeatRequest{WorkerID: w.cfg.ID}
+		for k := range w.running {
+			req.Running = append(req.Running, k)
+		}
+		w.mu.Unlock()
+		var resp wire.HeartbeatResponse
+		if err := s.c.post(ctx, wire.PathHeartbeat, req, &resp); err != nil {
+			if errors.Is(err, ErrUnknownWorker) {
+				s.register(ctx)
+				continue
+			}
+			s.trouble(ctx, err)
+			continue
+		}
+		s.ok()
+		w.killJobs(resp.KillJobs)
+	}
+}
+
+func (w *Worker) accept(batches []wire.Batch) {
+	if len(batches) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, b := range batches {
+		w.queue = append(w.queue, b.Tasks...)
+	}
+	w.notify()
+}
+
+// drop forgets tasks the master gave to someone else: queued ones are
+// removed, running ones killed, and neither is reported.
+func (w *Worker) drop(refs []ref) {
+	if len(refs) == 0 {
+		return
+	}
+	set := map[ref]bool{}
+	for _, k := range refs {
+		set[k] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queue[:0]
+	for _, t := range w.queue {
+		if !set[refOf(t)] {
+			q = append(q, t)
+		}
+	}
+	w.queue = q
+	for k, r := range w.running {
+		if set[k] {
+			r.cancel(errDropped)
+		}
+	}
+	w.notify()
+}
+
+// killJobs stops the tasks of cancelled jobs and reports them killed.
+func (w *Worker) killJobs(jobs []int64) {
+	if len(jobs) == 0 {
+		return
+	}
+	set := map[int64]bool{}
+	for _, j := range jobs {
+		set[j] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queue[:0]
+	for _, t := range w.queue {
+		if set[t.JobID] {
+			w.results = append(w.results, w.result(t, Outcome{Status: pilotproto.StatusKilled, StartedAt: time.Now()}))
+			continue
+		}
+		q = append(q, t)
+	}
+	w.queue = q
+	for _, r := range w.running {
+		if set[r.t.JobID] {
+			r.cancel(errKilled)
+		}
+	}
+	w.notify()
+}
+
+func (w *Worker) result(t pilotproto.Task, o Outcome) pilotproto.Result {
+	return pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: o.Status, ExitCode: o.ExitCode,
+		StartedAt: o.StartedAt.UnixMilli(), DurationMS: o.Duration.Milliseconds(), Pilot: w.cfg.PilotID, ErrorTail: o.ErrorTail}
+}
+
+// dispatch starts queued tasks while slots are free.
+func (w *Worker) dispatch(ctx context.Context) {
+	for {
+		w.mu.Lock()
+		for !w.draining && len(w.running) < w.slots && len(w.queue) > 0 {
+			t := w.queue[0]
+			w.queue = w.queue[1:]
+			w.start(t)
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// start runs t in its own goroutine; called with mu held.
+func (w *Worker) start(t pilotproto.Task) {
+	tctx, cancel := context.WithCancelCause(context.Background())
+	w.running[refOf(t)] = &running{t: t, cancel: cancel}
+	w.tasks.Add(1)
+	go func() {
+		defer w.tasks.Done()
+		o := w.cfg.Runner.Run(tctx, t)
+		cause := context.Cause(tctx)
+		cancel(nil)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.running, refOf(t))
+		switch {
+		case errors.Is(cause, errDropped):
+			w.notify()
+			return
+		case errors.Is(cause, errInterrupted):
+			o.Status = pilotproto.StatusInterrupted
+		case errors.Is(cause, errKilled):
+			o.Status = pilotproto.StatusKilled
+		}
+		w.finished.Add(1)
+		w.results = append(w.results, w.result(t, o))
+		w.notify()
+	}()
+}
+
+// shutdown interrupts everything and reports it to the current master.
+func (w *Worker) shutdown() {
+	w.mu.Lock()
+	w.draining = true
+	for _, t := range w.queue {
+		w.results = append(w.results, w.result(t, Outcome{Status: pilotproto.StatusInterrupted, StartedAt: time.Now()}))
+	}
+	w.queue = nil
+	for _, r := range w.running {
+		r.cancel(errInterrupted)
+	}
+	w.notify()
+	c := w.cur
+	w.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { w.tasks.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		w.log.Warn("tasks did not stop in time")
+	}
+	if c == nil {
+		return
+	}
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		n := min(len(w.results), w.cfg.ResultBatch)
+		batch := append([]pilotproto.Result(nil), w.results[:n]...)
+		w.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if err := w.sendResults(ctx, c, batch); err != nil {
+			w.log.Warn("could not report interrupted tasks; the master requeues them when this worker times out", "error", err)
+			return
+		}
+	}
+}
