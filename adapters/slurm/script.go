@@ -12,7 +12,7 @@ import (
 // envNameRE is a portable shell variable name.
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// shellQuote quotes s for a POSIX shell: single quotes, with each ' as '\”.
+// shellQuote quotes s for a POSIX shell: inside single quotes, a quote is closed, escaped and reopened.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./_-", r))
