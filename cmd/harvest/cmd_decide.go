@@ -1,13 +1,186 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
 
-// decideCommand is a placeholder until its issue lands; it fails loudly.
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/urfave/cli/v2"
+)
+
+// decideExit is the exit code of every `harvest decide` error: bad flags,
+// unreadable or invalid snapshot.
+const decideExit = 2
+
 func decideCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "decide",
-		Usage:  "(not built yet)",
-		Hidden: true,
-		Action: func(*cli.Context) error { return cli.Exit("harvest decide: not built yet", 2) },
+		Name:      "decide",
+		Usage:     "replay one round of the scaling policy on a snapshot file and print the decision as JSON",
+		UsageText: "harvest decide --snapshot FILE [--min-nodes N] [--max-nodes N] [--mini-time D] [--margin D] [--granularity D] [--harvest-while-idle]",
+		Description: "Reads a cluster snapshot (the JSON the agent dumps with --dump-snapshots, or one written by\n" +
+			"hand; FILE \"-\" reads stdin), runs the same pure policy as `harvest agent`, and prints the\n" +
+			"decision on stdout:\n\n" +
+			"   {\"submit\": {\"count\": 5, \"time_limit_s\": 1020} | null, \"release\": [\"id\", ...], \"reason\": \"...\", \"case\": \"...\", ...}\n\n" +
+			"Nothing is submitted or cancelled: this answers \"why did the agent do that\" and turns any\n" +
+			"decision into a regression fixture. Flags override the snapshot's min_nodes and max_nodes.\n" +
+			"Durations take Go syntax (90s, 2m, 1h30m). Exit status 0 on success, 2 on any error.\n" +
+			"See docs/policy.md.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "snapshot", Aliases: []string{"s"}, Usage: "snapshot `FILE` (\"-\" for stdin); required"},
+			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots `N`; overrides the snapshot's min_nodes"},
+			&cli.IntFlag{Name: "max-nodes", Usage: "cap of pilots `N` (0 = no cap); overrides the snapshot's max_nodes"},
+			&cli.IntFlag{Name: "recommended", Usage: "the master's MiniNode recommendation `N` (0 = none)"},
+			&cli.DurationFlag{Name: "mini-time", Value: time.Minute, Usage: "wait when a running job ends within `D`"},
+			&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, Usage: "pilots end `D` before the top pending job can start"},
+			&cli.DurationFlag{Name: "granularity", Value: time.Minute, Usage: "the batch system's time-limit unit `D`; pilot limits are rounded down to it"},
+			&cli.DurationFlag{Name: "max-pilot-limit", Usage: "cap on every pilot's time limit `D` (0 = only the partition's MaxTime)"},
+			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes whatever the snapshot's demand"},
+			&cli.BoolFlag{Name: "ignore-expected-start", Usage: "do not use the batch system's expected start of the top pending job"},
+		},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return cli.Exit("harvest decide: "+err.Error(), decideExit)
+		},
+		Action: runDecide,
 	}
+}
+
+func runDecide(c *cli.Context) error {
+	fail := func(err error) error { return cli.Exit("harvest decide: "+err.Error(), decideExit) }
+	// Checked here, not with Required, so that it exits 2 like every other error.
+	path := c.String("snapshot")
+	if path == "" {
+		return fail(errors.New("--snapshot FILE is required (\"-\" reads stdin)"))
+	}
+	if c.Args().Present() {
+		return fail(fmt.Errorf("unexpected argument %q (the snapshot goes in --snapshot)", c.Args().First()))
+	}
+	cfg, err := decideConfig(c)
+	if err != nil {
+		return fail(err)
+	}
+	snap, err := readSnapshot(path, c.App.Reader)
+	if err != nil {
+		return fail(err)
+	}
+	if c.IsSet("min-nodes") {
+		snap.MinNodes = c.Int("min-nodes")
+	}
+	if c.IsSet("max-nodes") {
+		snap.MaxNodes = c.Int("max-nodes")
+	}
+	if err := snap.Validate(); err != nil {
+		return fail(fmt.Errorf("%s: %w", displayName(path), err))
+	}
+	in := policy.Input{Snapshot: snap, Recommended: c.Int("recommended")}
+	if in.Recommended < 0 {
+		return fail(fmt.Errorf("--recommended %d is negative", in.Recommended))
+	}
+	d := policy.Decide(in, cfg)
+	if d.Case == policy.CaseInvalidInput {
+		return fail(errors.New(d.Reason))
+	}
+	out, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return fail(err)
+	}
+	out = append(out, '\n')
+	if _, err := c.App.Writer.Write(out); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// decideConfig maps the flags onto policy.Config.
+func decideConfig(c *cli.Context) (policy.Config, error) {
+	cfg := policy.DefaultConfig()
+	secs := func(name string) (int64, error) {
+		d := c.Duration(name)
+		if d < 0 {
+			return 0, fmt.Errorf("--%s %s is negative", name, d)
+		}
+		if d%time.Second != 0 {
+			return 0, fmt.Errorf("--%s %s is not a whole number of seconds", name, d)
+		}
+		return int64(d / time.Second), nil
+	}
+	var err error
+	if cfg.MiniTime, err = secs("mini-time"); err != nil {
+		return cfg, err
+	}
+	if cfg.Margin, err = secs("margin"); err != nil {
+		return cfg, err
+	}
+	if cfg.Granularity, err = secs("granularity"); err != nil {
+		return cfg, err
+	}
+	if cfg.Granularity == 0 {
+		return cfg, errors.New("--granularity must be at least 1s")
+	}
+	capS, err := secs("max-pilot-limit")
+	if err != nil {
+		return cfg, err
+	}
+	if capS > 0 {
+		cfg.MaxPilotLimit = cluster.Limit(capS)
+	}
+	if n := c.Int("min-nodes"); c.IsSet("min-nodes") {
+		if n < 0 {
+			return cfg, fmt.Errorf("--min-nodes %d is negative", n)
+		}
+		cfg.MinNodes = n
+	}
+	if n := c.Int("max-nodes"); c.IsSet("max-nodes") {
+		if n < 0 {
+			return cfg, fmt.Errorf("--max-nodes %d is negative (0 means no cap)", n)
+		}
+		cfg.MaxNodes = n
+	}
+	cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
+	cfg.UseExpectedStart = !c.Bool("ignore-expected-start")
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// readSnapshot reads one snapshot JSON object from path ("-" = stdin).
+// Unknown fields are errors: a misspelt "min_node" must not be ignored.
+func readSnapshot(path string, stdin io.Reader) (cluster.Snapshot, error) {
+	var s cluster.Snapshot
+	var b []byte
+	var err error
+	if path == "-" {
+		if stdin == nil {
+			stdin = os.Stdin
+		}
+		b, err = io.ReadAll(stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	path = displayName(path)
+	if err != nil {
+		return s, fmt.Errorf("read snapshot: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return s, fmt.Errorf("%s: not a snapshot: %w", path, err)
+	}
+	if dec.More() {
+		return s, fmt.Errorf("%s: not a snapshot: more than one JSON value", path)
+	}
+	return s, nil
+}
+
+func displayName(path string) string {
+	if path == "-" {
+		return "stdin"
+	}
+	return path
 }

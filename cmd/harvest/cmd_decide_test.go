@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// runHarvest runs the CLI in process and returns stdout, the error message
+// and the exit code main would use.
+func runHarvest(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	app := newApp()
+	var out, errOut bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errOut
+	app.Reader = strings.NewReader(stdin)
+	app.ExitErrHandler = func(*cli.Context, error) {} // main decides the exit, not os.Exit in a test
+	err := app.Run(append([]string{"harvest"}, args...))
+	if err != nil {
+		return out.String(), err.Error(), exitCode(err)
+	}
+	return out.String(), "", 0
+}
+
+const policyTestdata = "../../agent/policy/testdata"
+
+func TestDecideCommand(t *testing.T) {
+	worked := func(name string) string { return filepath.Join(policyTestdata, name) }
+	contract, err := os.ReadFile(filepath.Join(policyTestdata, "scenarios", "contract-example.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The contract example's snapshot, without the scenario's comments and expectation.
+	contractSnap, _, _ := strings.Cut(string(contract), "\n----\n")
+	contractSnap = contractSnap[strings.Index(contractSnap, "{"):]
+
+	tests := []struct {
+		name       string
+		stdin      string
+		args       []string
+		wantJSON   string // the contract fields, compact
+		wantCase   string
+		wantCode   int
+		wantErrSub string
+	}{
+		{
+			name:     "Worked example 1 releases one pilot",
+			args:     []string{"decide", "--snapshot", worked("worked-example-release.json"), "--mini-time", "2m", "--margin", "2m"},
+			wantJSON: `{"submit":null,"release":["p20"]}`,
+			wantCase: "release-for-backfill",
+		},
+		{
+			name:     "Worked example 2 submits 5 pilots of 1020 s",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--mini-time", "2m", "--margin", "2m"},
+			wantJSON: `{"submit":{"count":5,"time_limit_s":1020},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+		{
+			name:     "The contract example read from stdin submits 5 pilots of 1020 s",
+			stdin:    contractSnap,
+			args:     []string{"decide", "--snapshot", "-"},
+			wantJSON: `{"submit":{"count":5,"time_limit_s":1020},"release":[]}`,
+			wantCase: "below-min-nodes",
+		},
+		{
+			name:     "--min-nodes overrides the snapshot's min_nodes",
+			args:     []string{"decide", "--snapshot", worked("worked-example-release.json"), "--min-nodes", "11"},
+			wantJSON: `{"submit":{"count":5,"time_limit_s":1020},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+		{
+			name:     "--min-nodes 0 overrides a non-zero min_nodes too, so job 3 gets 5 pilots' nodes at once",
+			args:     []string{"decide", "--snapshot", worked("worked-example-release.json"), "--min-nodes", "0"},
+			wantJSON: `{"submit":null,"release":["p20","p19","p18","p17","p16"]}`,
+			wantCase: "release-for-top-job",
+		},
+		{
+			name:     "A longer margin shortens the pilots",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "5m"},
+			wantJSON: `{"submit":{"count":5,"time_limit_s":840},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+		{
+			name:     "A coarser granularity rounds the limit down",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "90s", "--granularity", "5m"},
+			wantJSON: `{"submit":{"count":5,"time_limit_s":900},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+		{
+			name:     "--max-nodes caps the submission",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--max-nodes", "13"},
+			wantJSON: `{"submit":{"count":2,"time_limit_s":1020},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+		{
+			name:     "--harvest-while-idle ignores an empty backlog",
+			stdin:    `{"now": 0, "total_nodes": 4, "idle_nodes": 4, "demand": {"pending_tasks": 0, "running_tasks": 0, "slots_per_node": 8}, "jobs": []}`,
+			args:     []string{"decide", "-s", "-", "--harvest-while-idle"},
+			wantJSON: `{"submit":{"count":4,"time_limit_s":null},"release":[]}`,
+			wantCase: "no-pending-job",
+		},
+		{
+			name:     "Without it an empty backlog submits nothing",
+			stdin:    `{"now": 0, "total_nodes": 4, "idle_nodes": 4, "demand": {"pending_tasks": 0, "running_tasks": 0, "slots_per_node": 8}, "jobs": []}`,
+			args:     []string{"decide", "-s", "-"},
+			wantJSON: `{"submit":null,"release":[]}`,
+			wantCase: "no-demand",
+		},
+
+		// Bad input: a clear message and exit code 2.
+		{
+			name:       "A missing file is an error",
+			args:       []string{"decide", "--snapshot", "testdata/does-not-exist.json"},
+			wantCode:   2,
+			wantErrSub: "read snapshot: open testdata/does-not-exist.json",
+		},
+		{
+			name:       "Malformed JSON is an error",
+			stdin:      `{"now": 0, "total_nodes": 4,`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: "stdin: not a snapshot",
+		},
+		{
+			name:       "A misspelt field is an error, not silently ignored",
+			stdin:      `{"now": 0, "total_nodes": 4, "idle_nodes": 1, "min_node": 3, "jobs": []}`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: `unknown field "min_node"`,
+		},
+		{
+			name:       "A snapshot that fails validation is an error",
+			stdin:      `{"now": 0, "total_nodes": 4, "idle_nodes": 1, "jobs": [{"id": "1", "state": "running", "nodes": 1}]}`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: "stdin: invalid snapshot: job 1: time_limit_s missing or zero",
+		},
+		{
+			name:       "A negative time limit is an error",
+			stdin:      `{"now": 0, "total_nodes": 4, "idle_nodes": 1, "jobs": [{"id": "1", "state": "running", "nodes": 1, "time_limit_s": -5}]}`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: "is negative (use null for unlimited)",
+		},
+		{
+			name:       "Two JSON values are an error",
+			stdin:      `{"now": 0, "total_nodes": 4, "idle_nodes": 1, "jobs": []} {}`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: "more than one JSON value",
+		},
+		{
+			name:       "A negative margin is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "-2m"},
+			wantCode:   2,
+			wantErrSub: "--margin -2m0s is negative",
+		},
+		{
+			name:       "A duration that does not parse is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--mini-time", "soon"},
+			wantCode:   2,
+			wantErrSub: `invalid value "soon"`,
+		},
+		{
+			name:       "A sub-second duration is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "1.5s"},
+			wantCode:   2,
+			wantErrSub: "not a whole number of seconds",
+		},
+		{
+			name:       "A zero granularity is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--granularity", "0s"},
+			wantCode:   2,
+			wantErrSub: "--granularity must be at least 1s",
+		},
+		{
+			name:       "Min nodes above max nodes is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--min-nodes", "5", "--max-nodes", "3"},
+			wantCode:   2,
+			wantErrSub: "min nodes 5 exceeds max nodes 3",
+		},
+		{
+			name:       "A negative min nodes is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--min-nodes", "-1"},
+			wantCode:   2,
+			wantErrSub: "--min-nodes -1 is negative",
+		},
+		{
+			name:       "No --snapshot is an error",
+			args:       []string{"decide"},
+			wantCode:   2,
+			wantErrSub: "--snapshot FILE is required",
+		},
+		{
+			name:       "A stray argument is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "extra.json"},
+			wantCode:   2,
+			wantErrSub: `unexpected argument "extra.json"`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errMsg, code := runHarvest(t, tc.stdin, tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d (error %q, stdout %q)", code, tc.wantCode, errMsg, out)
+			}
+			if tc.wantCode != 0 {
+				if !strings.Contains(errMsg, tc.wantErrSub) || !strings.HasPrefix(errMsg, "harvest decide: ") {
+					t.Errorf("error %q, want it to start with \"harvest decide: \" and contain %q", errMsg, tc.wantErrSub)
+				}
+				if out != "" {
+					t.Errorf("stdout %q on error, want nothing", out)
+				}
+				return
+			}
+			var got struct {
+				Submit  json.RawMessage `json:"submit"`
+				Release json.RawMessage `json:"release"`
+				Reason  string          `json:"reason"`
+				Case    string          `json:"case"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+			}
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, []byte(`{"submit":`+string(got.Submit)+`,"release":`+string(got.Release)+`}`)); err != nil {
+				t.Fatal(err)
+			}
+			if compact.String() != tc.wantJSON {
+				t.Errorf("decision %s, want %s\n%s", compact.String(), tc.wantJSON, out)
+			}
+			if got.Case != tc.wantCase || got.Reason == "" {
+				t.Errorf("case %q reason %q, want case %q and a reason", got.Case, got.Reason, tc.wantCase)
+			}
+			if !strings.HasPrefix(out, "{\n  \"submit\": ") || !strings.HasSuffix(out, "}\n") {
+				t.Errorf("output is not indented JSON with submit first:\n%s", out)
+			}
+		})
+	}
+}
