@@ -137,6 +137,9 @@ func (c *Client) call(ctx context.Context, name string, req, reply any) error {
 	}
 	out := new(wrapperspb.BytesValue)
 	if err := c.conn.Invoke(ctx, "/"+serviceName+"/"+name, wrapperspb.Bytes(body), out); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("adapter %s: %w", name, ctx.Err())
+		}
 		return fromStatus(name, err)
 	}
 	if err := json.Unmarshal(out.GetValue(), reply); err != nil {
@@ -166,9 +169,9 @@ func fromStatus(method string, err error) error {
 	switch st.Code() {
 	case codes.Unknown:
 		return errors.New(st.Message()) // the adapter's own, unclassified error
-	case codes.Canceled:
-		return fmt.Errorf("adapter %s: %w", method, context.Canceled)
 	}
+	// Anything else (Unavailable, Canceled because the connection closed,
+	// an interrupted stream) is a transport failure: the plugin is gone.
 	if method == "Submit" {
 		return fmt.Errorf("adapter plugin %s: %w: %s", method, ErrOutcomeUnknown, st.Message())
 	}
