@@ -1,0 +1,163 @@
+package worker_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/worker"
+)
+
+func TestSubstitute(t *testing.T) {
+	task := pilotproto.Task{ID: 7, JobID: 42, Name: "sub-01", Input: "/data/sub-01", Output: "/out/sub-01"}
+	cases := []struct {
+		name string
+		argv []string
+		want []string
+	}{
+		{"every placeholder is replaced", []string{"prog", "{input}", "-o", "{output}", "--job={job}", "{task}.log"},
+			[]string{"prog", "/data/sub-01", "-o", "/out/sub-01", "--job=42", "sub-01.log"}},
+		{"arguments without placeholders are kept verbatim", []string{"a b", "$HOME", "*"}, []string{"a b", "$HOME", "*"}},
+		{"a placeholder inside a value is not expanded twice", []string{"{input}"}, []string{"{output}"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := task
+			if tc.name == "a placeholder inside a value is not expanded twice" {
+				tk.Input = "{output}"
+			}
+			if got := worker.Substitute(tc.argv, tk); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %q want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func execTask(dir string, timeout int64, argv ...string) pilotproto.Task {
+	return pilotproto.Task{ID: 3, Attempt: 2, JobID: 9, Name: "e1", Input: filepath.Join(dir, "in"),
+		Output: filepath.Join(dir, "out", "e1"), OutputDir: filepath.Join(dir, "out"), Command: argv, TimeoutS: timeout}
+}
+
+func TestExecRunner(t *testing.T) {
+	cases := []struct {
+		name       string
+		argv       []string
+		timeout    int64
+		wantStatus string
+		wantCode   int
+		check      func(t *testing.T, dir string, o worker.Outcome)
+	}{
+		{
+			name: "a successful command writes its output and logs under the job's output directory",
+			argv: []string{"sh", "-c", `echo out; echo err >&2; pwd > "$1"`, "sh", "{output}"}, wantStatus: pilotproto.StatusDone,
+			check: func(t *testing.T, dir string, o worker.Outcome) {
+				b, _ := os.ReadFile(filepath.Join(dir, "out", ".harvest", "logs", "3.2.out"))
+				if string(b) != "out\n" {
+					t.Errorf("stdout log: %q", b)
+				}
+				b, _ = os.ReadFile(filepath.Join(dir, "out", ".harvest", "logs", "3.2.err"))
+				if string(b) != "err\n" {
+					t.Errorf("stderr log: %q", b)
+				}
+				b, _ = os.ReadFile(filepath.Join(dir, "out", "e1"))
+				if strings.TrimSpace(string(b)) != filepath.Join(dir, "out") {
+					t.Errorf("working directory: %q", b)
+				}
+				if o.ErrorTail != "" {
+					t.Errorf("a successful task carries an error tail: %q", o.ErrorTail)
+				}
+			},
+		},
+		{
+			name: "a failing command reports its exit code and the last 2 KB of stderr",
+			argv: []string{"sh", "-c", `i=0; while [ $i -lt 500 ]; do echo "line $i" >&2; i=$((i+1)); done; exit 3`},
+			wantStatus: pilotproto.StatusFailed, wantCode: 3,
+			check: func(t *testing.T, dir string, o worker.Outcome) {
+				if len(o.ErrorTail) != 2048 || !strings.HasSuffix(o.ErrorTail, "line 499\n") {
+					t.Errorf("error tail of %d bytes ending %q", len(o.ErrorTail), o.ErrorTail[max(0, len(o.ErrorTail)-20):])
+				}
+			},
+		},
+		{
+			name: "a missing program fails with 127 and says why", argv: []string{"/nonexistent/prog"},
+			wantStatus: pilotproto.StatusFailed, wantCode: 127,
+			check: func(t *testing.T, dir string, o worker.Outcome) {
+				if !strings.Contains(o.ErrorTail, "/nonexistent/prog") {
+					t.Errorf("error tail %q does not name the program", o.ErrorTail)
+				}
+			},
+		},
+		{
+			name: "a command past its timeout is killed and reported as a timeout",
+			argv: []string{"sleep", "30"}, timeout: 1, wantStatus: pilotproto.StatusTimeout, wantCode: -1,
+			check: func(t *testing.T, dir string, o worker.Outcome) {
+				if o.Duration > 5*time.Second {
+					t.Errorf("timeout took %s", o.Duration)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := worker.DefaultExecRunner()
+			r.KillGrace = 200 * time.Millisecond
+			o := r.Run(context.Background(), execTask(dir, tc.timeout, tc.argv...))
+			if o.Status != tc.wantStatus || o.ExitCode != tc.wantCode {
+				t.Fatalf("status %q code %d, want %q %d (tail %q)", o.Status, o.ExitCode, tc.wantStatus, tc.wantCode, o.ErrorTail)
+			}
+			tc.check(t, dir, o)
+		})
+	}
+}
+
+func TestCancelKillsTheWholeProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	r := worker.DefaultExecRunner()
+	r.KillGrace = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan worker.Outcome)
+	// The shell ignores SIGTERM, so only the group SIGKILL stops it.
+	go func() {
+		done <- r.Run(ctx, execTask(dir, 0, "sh", "-c", `trap "" TERM; sleep 30 & echo $! > `+pidFile+`; wait`))
+	}()
+	var pid int
+	for i := 0; i < 100 && pid == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pid == 0 {
+		t.Fatal("the task never started its child")
+	}
+	start := time.Now()
+	cancel()
+	<-done
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("stopping took %s", d)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := syscall.Kill(pid, 0); err == nil && !zombie(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the task's child %d survived the kill", pid)
+	}
+}
+
+// zombie reports whether pid is dead but not yet reaped (its parent died
+// and the container's init may be slow to reap).
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] == "Z"
+}
