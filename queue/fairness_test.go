@@ -23,6 +23,7 @@ type simReport struct {
 	nuwt    map[string]float64
 	jain    float64
 	steps   int
+	contSt  int // steps while every user still had work
 	makespn time.Duration
 }
 
@@ -64,6 +65,9 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 			break
 		}
 		rep.steps++
+		if contended {
+			rep.contSt++
+		}
 		e.clock.Advance(taskDur)
 		var res []pilotproto.Result
 		for _, tk := range p.Tasks {
@@ -136,9 +140,9 @@ func TestFairShareIntake(t *testing.T) {
 		users := []simUser{{"capped", 1, 2, 50}, {"free", 1, 0, 50}}
 		rep := simulateIntake(t, users, 20, time.Minute)
 		logReport(t, rep)
-		// 20 slots: the capped user holds 2 cores at a time, the other 18.
-		if share := rep.work["capped"] / (rep.work["capped"] + rep.work["free"]); share > 2.0/20+1e-9 || share == 0 {
-			t.Fatalf("capped user took %.3f of the slots, the quota allows 2 of 20", share)
+		// 20 slots: the capped user holds 2 cores at a time, the other the rest.
+		if rep.work["capped"] != 2*60*float64(rep.contSt) {
+			t.Fatalf("capped user got %.0f core-s in %d steps, the quota allows 2 cores", rep.work["capped"], rep.contSt)
 		}
 	})
 }
