@@ -333,7 +333,7 @@ var finishedStates = map[string]bool{
 // reused between the check and the cancel cannot hit a foreign job.
 func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	sid := string(id)
-	if _, err := ParseSbatch([]byte(sid)); err != nil {
+	if _, err := atoiNonNeg(sid); err != nil {
 		return fmt.Errorf("cancel %q: not a pilot job id: %w", sid, adapters.ErrNotPilot)
 	}
 	out, err := a.query(ctx, a.cfg.binary("squeue", a.cfg.Squeue), []string{"-h", "-t", "all", "-j", sid, "-o", jobCheckFormat})
