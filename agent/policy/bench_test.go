@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -84,5 +85,24 @@ func BenchmarkDecide10kJobs1kNodes(b *testing.B) {
 				Decide(in, cfg)
 			}
 		})
+	}
+}
+
+// BenchmarkDecodeAndDecide10kJobs1kNodes is what `harvest decide` does
+// with a dumped snapshot of that size: decode the JSON, then decide.
+func BenchmarkDecodeAndDecide10kJobs1kNodes(b *testing.B) {
+	raw, err := json.Marshal(bigSnapshot(true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("snapshot JSON: %d bytes", len(raw))
+	cfg := DefaultConfig()
+	b.ReportAllocs()
+	for b.Loop() {
+		var s cluster.Snapshot
+		if err := json.Unmarshal(raw, &s); err != nil {
+			b.Fatal(err)
+		}
+		Decide(Input{Snapshot: s}, cfg)
 	}
 }

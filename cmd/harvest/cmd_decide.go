@@ -22,7 +22,7 @@ func decideCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "decide",
 		Usage:     "replay one round of the scaling policy on a snapshot file and print the decision as JSON",
-		UsageText: "harvest decide --snapshot FILE [--min-nodes N] [--max-nodes N] [--mini-time D] [--margin D] [--granularity D] [--harvest-while-idle]",
+		UsageText: "harvest decide --snapshot FILE [--min-nodes N] [--max-nodes N] [--mini-time D] [--margin D] [--granularity D] [--harvest-while-idle] [--upcoming FILE]",
 		Description: "Reads a cluster snapshot (the JSON the agent dumps with --dump-snapshots, or one written by\n" +
 			"hand; FILE \"-\" reads stdin), runs the same pure policy as `harvest agent`, and prints the\n" +
 			"decision on stdout:\n\n" +
@@ -35,6 +35,7 @@ func decideCommand() *cli.Command {
 			&cli.StringFlag{Name: "snapshot", Aliases: []string{"s"}, Usage: "snapshot `FILE` (\"-\" for stdin); required"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots `N`; overrides the snapshot's min_nodes"},
 			&cli.IntFlag{Name: "max-nodes", Usage: "cap of pilots `N` (0 = no cap); overrides the snapshot's max_nodes"},
+			&cli.StringFlag{Name: "upcoming", Usage: "ledger `FILE`: JSON array of pilots submitted but not in the snapshot yet, [{\"count\": N, \"time_limit_s\": S, \"submitted_at\": T}]"},
 			&cli.IntFlag{Name: "recommended", Usage: "the master's MiniNode recommendation `N` (0 = none)"},
 			&cli.DurationFlag{Name: "mini-time", Value: time.Minute, Usage: "wait when a running job ends within `D`"},
 			&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, Usage: "pilots end `D` before the top pending job can start"},
@@ -80,6 +81,11 @@ func runDecide(c *cli.Context) error {
 	in := policy.Input{Snapshot: snap, Recommended: c.Int("recommended")}
 	if in.Recommended < 0 {
 		return fail(fmt.Errorf("--recommended %d is negative", in.Recommended))
+	}
+	if f := c.String("upcoming"); f != "" {
+		if in.Upcoming, err = readUpcoming(f); err != nil {
+			return fail(err)
+		}
 	}
 	d := policy.Decide(in, cfg)
 	if d.Case == policy.CaseInvalidInput {
@@ -176,6 +182,21 @@ func readSnapshot(path string, stdin io.Reader) (cluster.Snapshot, error) {
 		return s, fmt.Errorf("%s: not a snapshot: more than one JSON value", path)
 	}
 	return s, nil
+}
+
+// readUpcoming reads the ledger file of --upcoming.
+func readUpcoming(path string) ([]policy.Upcoming, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read upcoming pilots: %w", err)
+	}
+	var up []policy.Upcoming
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&up); err != nil {
+		return nil, fmt.Errorf("%s: not a list of upcoming pilots: %w", path, err)
+	}
+	return up, nil
 }
 
 func displayName(path string) string {

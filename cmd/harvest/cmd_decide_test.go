@@ -27,6 +27,15 @@ func runHarvest(t *testing.T, stdin string, args ...string) (string, string, int
 	return out.String(), "", 0
 }
 
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "file.json")
+	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 const policyTestdata = "../../agent/policy/testdata"
 
 func TestDecideCommand(t *testing.T) {
@@ -112,7 +121,20 @@ func TestDecideCommand(t *testing.T) {
 			wantCase: "no-demand",
 		},
 
+		{
+			name:     "Pilots on the ledger take the idle nodes, so nothing is submitted twice",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--upcoming", writeTemp(t, `[{"count": 3, "time_limit_s": 1020, "submitted_at": 0}]`)},
+			wantJSON: `{"submit":{"count":2,"time_limit_s":1020},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+
 		// Bad input: a clear message and exit code 2.
+		{
+			name:       "A ledger entry with a zero limit is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--upcoming", writeTemp(t, `[{"count": 3, "time_limit_s": 0}]`)},
+			wantCode:   2,
+			wantErrSub: "upcoming pilots: time limit must be positive or unlimited",
+		},
 		{
 			name:       "A missing file is an error",
 			args:       []string{"decide", "--snapshot", "testdata/does-not-exist.json"},
