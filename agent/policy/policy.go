@@ -24,8 +24,10 @@ import (
 // Where the figures come from:
 //   - R counts running pilots, queued pilots and the ledger (in.Upcoming):
 //     everything already asked for, so nothing is submitted twice.
-//   - I is the snapshot's idle nodes (planned ones included) minus the nodes
-//     the queued and ledger pilots will take, never below zero.
+//   - I is the snapshot's idle nodes minus the nodes the queued and ledger
+//     pilots will take, never below zero. Planned nodes (idle, but kept by
+//     the backfill scheduler for a pending job) are part of the idle nodes:
+//     a pilot there ends before the reservation, as any pilot does.
 //   - The floor is the snapshot's min_nodes if non-zero, else cfg.MinNodes;
 //     the cap is the snapshot's max_nodes if non-zero, else cfg.MaxNodes.
 //   - The backlog cap is ceil((pending+running tasks)/slots_per_node) from
