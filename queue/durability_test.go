@@ -1,0 +1,187 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
+)
+
+// child is a queue running as a separate process on a shared database.
+type child struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startChild(t *testing.T, dir string, n int) *child {
+	t.Helper()
+	addr := filepath.Join(dir, fmt.Sprintf("addr-%d", n))
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HARVEST_QUEUE_TEST_CHILD=serve", "HQ_DIR="+dir, "HQ_ADDR="+addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(addr); err == nil {
+			return &child{cmd: cmd, url: string(b)}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	t.Fatal("the queue process did not start")
+	return nil
+}
+
+func (c *child) kill9() {
+	c.cmd.Process.Kill() // SIGKILL: no flush, no close
+	c.cmd.Wait()
+}
+
+func clientFor(t *testing.T, url, token string) *client.Client {
+	cfg := client.DefaultConfig()
+	cfg.URL, cfg.Token, cfg.RetryFor, cfg.Timeout = url, token, 0, 5*time.Second
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestKill9MidLoadLosesAndDuplicatesNothing runs the queue as a real
+// process, loads it like a master does (pull, report), kills it with
+// SIGKILL in the middle of the load (four times), restarts it on the same
+// database, and checks that every task ends DONE with its result applied
+// exactly once.
+func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const tasks = 600
+	dir := t.TempDir()
+	ds := filepath.Join(dir, "data", "set")
+	for i := 0; i < tasks; i++ {
+		os.MkdirAll(filepath.Join(ds, fmt.Sprintf("t%04d", i)), 0o755)
+	}
+	os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755)
+	q, err := Open(childConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+
+	ctx := context.Background()
+	n := 0
+	ch := startChild(t, dir, n)
+	defer func() { ch.kill9() }()
+	alice := clientFor(t, ch.url, tok.Token)
+	job, err := alice.Submit(ctx, api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pilot := clientFor(t, ch.url, pilotToken)
+	lease, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m1", Address: "http://m1"})
+	if err != nil || !lease.Granted {
+		t.Fatal(lease, err)
+	}
+	epoch := lease.Epoch
+
+	// restart brings a new process up after a kill and renews the lease.
+	restart := func() {
+		ch.kill9()
+		n++
+		ch = startChild(t, dir, n)
+		pilot = clientFor(t, ch.url, pilotToken)
+		alice = clientFor(t, ch.url, tok.Token)
+		l, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m1", Epoch: epoch})
+		if err != nil || !l.Granted || l.Epoch != epoch {
+			t.Fatalf("renewing the lease after restart: %+v %v", l, err)
+		}
+	}
+	var held []pilotproto.Task // pulled, not yet acknowledged
+	killAt := map[int]time.Duration{3: 0, 6: time.Millisecond, 9: 2 * time.Millisecond, 12: 500 * time.Microsecond}
+	deadline := time.Now().Add(90 * time.Second)
+	for round := 0; time.Now().Before(deadline); round++ {
+		if d, ok := killAt[round]; ok {
+			// Kill while requests are in flight.
+			go func(c *child) { time.Sleep(d); c.cmd.Process.Kill() }(ch)
+		}
+		p, err := pilot.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: 40})
+		if err != nil {
+			restart() // tasks this pull may have assigned expire and come back
+			continue
+		}
+		held = append(held, p.Tasks...)
+		if len(held) == 0 {
+			j, err := alice.Job(ctx, job.ID)
+			if err != nil {
+				restart()
+				continue
+			}
+			if api.JobFinal(j.State) {
+				break
+			}
+			time.Sleep(300 * time.Millisecond) // waiting for expired assignments to be requeued
+			continue
+		}
+		var res []pilotproto.Result
+		for _, tk := range held {
+			res = append(res, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone, DurationMS: 1000, Pilot: "m1"})
+		}
+		for {
+			if _, err := pilot.Results(ctx, pilotproto.ResultsRequest{Epoch: epoch, Results: res}); err != nil {
+				if !strings.Contains(err.Error(), "connection") && !strings.Contains(err.Error(), "EOF") {
+					t.Fatalf("results: %v", err)
+				}
+				restart() // the same results again: idempotent
+				continue
+			}
+			break
+		}
+		held = held[:0]
+	}
+	if n < len(killAt) {
+		t.Fatalf("the queue was restarted %d times, want %d", n, len(killAt))
+	}
+	j, err := alice.Job(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != api.JobDone || j.Tasks.Done != tasks {
+		t.Fatalf("after the load: %s %+v", j.State, j.Tasks)
+	}
+	ch.kill9()
+
+	q, err = Open(childConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if n := count(t, q.r, `SELECT count(*) FROM tasks WHERE state != 'DONE'`); n != 0 {
+		t.Fatalf("%d tasks are not DONE", n)
+	}
+	if n := count(t, q.r, `SELECT count(*) FROM results WHERE applied = 1`); n != tasks {
+		t.Fatalf("%d results applied, want exactly %d", n, tasks)
+	}
+	if n := count(t, q.r, `SELECT count(*) FROM (SELECT task_id FROM results WHERE applied = 1 GROUP BY task_id HAVING count(*) != 1)`); n != 0 {
+		t.Fatalf("%d tasks have a result applied more than once", n)
+	}
+	if u, _ := q.User(ctx, "alice"); u.RunningCores != 0 {
+		t.Fatalf("running cores after recovery: %d", u.RunningCores)
+	}
+	t.Logf("%d tasks, %d restarts, %d result rows (stale/late included), %d requeued by expiry",
+		tasks, n, count(t, q.r, `SELECT count(*) FROM results`), count(t, q.r, `SELECT count(*) FROM tasks WHERE attempt > 1`))
+}
