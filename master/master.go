@@ -60,10 +60,10 @@ type Master struct {
 	changed   chan struct{} // closed and replaced when work appears
 	stopping  bool
 
-	pullKick, reportKick chan struct{}
-	failOnce             sync.Once
-	failed               chan struct{}
-	failErr              error
+	pullKick, reportKick, leaseKick chan struct{}
+	failOnce                        sync.Once
+	failed                          chan struct{}
+	failErr                         error
 }
 
 // New opens the checkpoint, claims it for cfg.Epoch (fencing older
@@ -85,7 +85,7 @@ func New(cfg Config, q Queue) (*Master, error) {
 		cfg: cfg, q: q, cp: cp, log: cfg.Logger.With("component", "master", "epoch", cfg.Epoch),
 		tasks: map[ref]*mtask{}, workers: map[string]*mworker{}, est: map[int64]*Estimator{},
 		cancelled: map[int64]bool{}, changed: make(chan struct{}),
-		pullKick: make(chan struct{}, 1), reportKick: make(chan struct{}, 1), failed: make(chan struct{}),
+		pullKick: make(chan struct{}, 1), reportKick: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), failed: make(chan struct{}),
 	}
 	if err := m.restore(); err != nil {
 		cp.Close()
@@ -691,6 +691,9 @@ func sleepCtx(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 }
 
 func (m *Master) queueErr(what string, err error) {
+	if errors.Is(err, ErrLeaseExpired) {
+		kick(m.leaseKick)
+	}
 	if errors.Is(err, ErrStaleEpoch) {
 		m.fail(fmt.Errorf("queue %s: %w", what, err))
 		return
@@ -857,6 +860,11 @@ func (m *Master) tickLoop(ctx context.Context) {
 		}
 		now := m.cfg.Now()
 		m.reap(now)
+		select {
+		case <-m.leaseKick: // a write found the lease expired: renew now
+			lastLease = time.Time{}
+		default:
+		}
 		if now.Sub(lastLease) >= m.cfg.LeaseRenewInterval {
 			lastLease = now
 			l, err := m.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: m.cfg.PilotID, Address: m.cfg.Address, Epoch: m.cfg.Epoch})

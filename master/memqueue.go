@@ -11,7 +11,8 @@ import (
 
 // MemQueue is an in-memory Queue: the task source of `harvest bench
 // dispatch` and the reference queue of the failover tests. It follows the
-// queue's rules that matter to the master: lease with TTL and epochs,
+// queue's rules that matter to the master (same as package queue): lease
+// with TTL and epochs,
 // fencing of stale epochs, results applied once per (task, attempt),
 // failed attempts retried up to MaxAttempts, interrupted tasks requeued at
 // once with a new attempt number that does not count as a failure.
@@ -100,7 +101,7 @@ func (q *MemQueue) fence(epoch int64) error {
 		return fmt.Errorf("memqueue: epoch %d, current %d: %w", epoch, q.epoch, ErrStaleEpoch)
 	}
 	if q.Now().After(q.expires) {
-		return fmt.Errorf("memqueue: lease of epoch %d expired: %w", epoch, ErrStaleEpoch)
+		return fmt.Errorf("memqueue: lease of epoch %d expired: %w", epoch, ErrLeaseExpired)
 	}
 	return nil
 }
@@ -110,7 +111,12 @@ func (q *MemQueue) Lease(_ context.Context, req pilotproto.LeaseRequest) (pilotp
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.Now()
-	renew := req.Epoch != 0 && req.Epoch == q.epoch && req.PilotID == q.holder && !now.After(q.expires)
+	if req.Epoch != 0 && (req.Epoch != q.epoch || req.PilotID != q.holder) {
+		return pilotproto.Lease{}, fmt.Errorf("memqueue: lease epoch %d (current %d held by %s): %w", req.Epoch, q.epoch, q.holder, ErrStaleEpoch)
+	}
+	// The holder renews with its epoch, even after expiry if nobody took
+	// the lease; asking again with 0 before expiry is idempotent.
+	renew := req.PilotID == q.holder && (req.Epoch != 0 || !now.After(q.expires))
 	free := q.holder == "" || now.After(q.expires)
 	if renew || free {
 		if !renew {

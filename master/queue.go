@@ -29,6 +29,10 @@ type Queue interface {
 // the lease (or the lease expired). The master that gets it must stop.
 var ErrStaleEpoch = errors.New("stale epoch")
 
+// ErrLeaseExpired: the queue refused a write because the lease ran out;
+// the holder may still renew it if nobody else took it.
+var ErrLeaseExpired = errors.New("lease expired")
+
 // ErrFenced: the checkpoint belongs to a newer epoch; this master must
 // stop without writing anything more.
 var ErrFenced = errors.New("fenced by a newer master")

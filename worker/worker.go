@@ -125,6 +125,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			break
 		}
 		w.log.Warn("master lost; back to the lease", "master", ep.URL, "error", err)
+		sleep(ctx, w.cfg.RetryInterval) // a new master may need a moment to open its checkpoint
 	}
 	w.shutdown()
 	return nil

@@ -1,0 +1,67 @@
+package pilot
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/worker"
+)
+
+// Config of a pilot. Only cmd/ maps flags and environment onto it.
+type Config struct {
+	PilotID   string    // the batch system's job id (SLURM_JOB_ID)
+	Token     string    // pilot token (HARVEST_PILOT_TOKEN)
+	StateDir  string    // shared directory holding the master checkpoint
+	Slots     int       // cores of this pilot's allocation
+	Deadline  time.Time // the pilot's end (zero: none)
+	Listen    string    // address the master API listens on when this pilot is master
+	Advertise string    // URL workers use to reach this pilot ("" = http://<hostname>:<port>)
+
+	StopBefore time.Duration // stop this long before the deadline (the batch system's kill follows)
+	LeaseRetry time.Duration // wait between lease questions while no master is known
+
+	Master master.Config // PilotID, Address, Epoch, CheckpointPath, Token are filled in
+	Worker worker.Config // ID, PilotID, Slots, Deadline, Token are filled in
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns production defaults.
+func DefaultConfig() Config {
+	return Config{
+		Slots: 1, Listen: "0.0.0.0:0", StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second,
+		Master: master.DefaultConfig(), Worker: worker.DefaultConfig(), Logger: slog.Default(),
+	}
+}
+
+// ErrInvalidConfig marks configuration errors.
+var ErrInvalidConfig = errors.New("invalid pilot config")
+
+// Validate reports the first problem.
+func (c Config) Validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(f, a...)) }
+	switch {
+	case c.PilotID == "":
+		return bad("pilot id is empty (set --pilot-id or SLURM_JOB_ID)")
+	case c.Token == "":
+		return bad("pilot token is empty (set HARVEST_PILOT_TOKEN)")
+	case c.StateDir == "":
+		return bad("state directory is empty (set --state-dir or HARVEST_STATE_DIR)")
+	case c.Slots < 1:
+		return bad("slots %d: want at least 1", c.Slots)
+	case c.Listen == "":
+		return bad("listen address is empty")
+	case c.StopBefore < 0 || c.LeaseRetry <= 0:
+		return bad("durations must be positive")
+	case c.Logger == nil:
+		return bad("Logger must be set")
+	}
+	if st, err := os.Stat(c.StateDir); err != nil || !st.IsDir() {
+		return bad("state directory %s is not a directory", c.StateDir)
+	}
+	return nil
+}

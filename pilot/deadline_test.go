@@ -1,0 +1,94 @@
+package pilot_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilot"
+)
+
+func TestParseSqueueEnd(t *testing.T) {
+	cases := []struct {
+		name string
+		out  string
+		want time.Time
+		err  error
+	}{
+		{"unix seconds from SLURM_TIME_FORMAT=%s", "1795300000\n", time.Unix(1795300000, 0), nil},
+		{"the ISO form is read in local time", "2026-11-21T20:00:00", time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC), nil},
+		{"an unlimited job has no deadline", "UNLIMITED\n", time.Time{}, pilot.ErrNoDeadline},
+		{"a pending job shows N/A", "N/A", time.Time{}, pilot.ErrNoDeadline},
+		{"empty output means no deadline", "", time.Time{}, pilot.ErrNoDeadline},
+		{"garbage is an error, not a deadline", "soon", time.Time{}, errors.New("any")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := pilot.ParseSqueueEnd(tc.out, time.UTC)
+			switch {
+			case tc.err == nil && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case errors.Is(tc.err, pilot.ErrNoDeadline) && !errors.Is(err, pilot.ErrNoDeadline):
+				t.Fatalf("got %v, want ErrNoDeadline", err)
+			case tc.err != nil && err == nil:
+				t.Fatalf("got %v, want an error", got)
+			}
+			if !got.Equal(tc.want) {
+				t.Fatalf("got %v want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParseSqueueEnd(f *testing.F) {
+	for _, s := range []string{"1795300000", "2026-11-21T20:00:00", "N/A", "", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) { pilot.ParseSqueueEnd(s, time.UTC) })
+}
+
+func TestResolveDeadline(t *testing.T) {
+	start := time.Unix(1000, 0)
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	squeue := func(out string) func(string) (string, error) {
+		return func(string) (string, error) { return out, nil }
+	}
+	cases := []struct {
+		name   string
+		src    pilot.DeadlineSources
+		want   time.Time
+		source string
+	}{
+		{"an explicit deadline wins over everything",
+			pilot.DeadlineSources{Explicit: time.Unix(5000, 0), TimeLimit: time.Hour, Getenv: env("SLURM_JOB_END_TIME", "9000")},
+			time.Unix(5000, 0), "--deadline"},
+		{"SLURM's end time from the environment comes next",
+			pilot.DeadlineSources{TimeLimit: time.Hour, Start: start, Getenv: env("SLURM_JOB_END_TIME", "9000", "SLURM_JOB_ID", "7"), Squeue: squeue("8000")},
+			time.Unix(9000, 0), "SLURM_JOB_END_TIME"},
+		{"squeue is asked when the environment has no end time",
+			pilot.DeadlineSources{TimeLimit: time.Hour, Start: start, Getenv: env("SLURM_JOB_ID", "7"), Squeue: squeue("8000\n")},
+			time.Unix(8000, 0), "squeue"},
+		{"an unlimited SLURM job falls back to the time limit flag",
+			pilot.DeadlineSources{TimeLimit: time.Minute, Start: start, Getenv: env("SLURM_JOB_ID", "7"), Squeue: squeue("UNLIMITED")},
+			start.Add(time.Minute), "--time-limit"},
+		{"without SLURM nor flags the pilot has no deadline",
+			pilot.DeadlineSources{Start: start}, time.Time{}, "none"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, src, err := pilot.ResolveDeadline(tc.src)
+			if err != nil || !got.Equal(tc.want) || src != tc.source {
+				t.Fatalf("got %v from %q (%v), want %v from %q", got, src, err, tc.want, tc.source)
+			}
+		})
+	}
+}

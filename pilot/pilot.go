@@ -1,0 +1,205 @@
+// Package pilot is what runs inside every pilot job (`harvest pilot`): it
+// asks the queue for the master lease; the winner runs the master plus a
+// side worker (cores - 1), the others run a worker for the master the
+// lease names. A worker whose master is lost goes back to the lease, so
+// one of the survivors becomes the next master.
+package pilot
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/worker"
+)
+
+// CheckpointFile is the checkpoint's name inside the state directory.
+const CheckpointFile = "master.db"
+
+// Pilot is one pilot process.
+type Pilot struct {
+	cfg Config
+	q   master.Queue
+	log *slog.Logger
+	url string // advertised
+
+	mu      sync.Mutex
+	m       *master.Master
+	mh      http.Handler
+	mcancel context.CancelFunc
+	mdone   chan struct{}
+}
+
+// Run runs the pilot until ctx ends (SIGTERM) or the deadline (minus
+// StopBefore): the worker stops and reports its tasks as interrupted, then
+// the master (if this pilot is master) hands its unstarted tasks back and
+// flushes its results.
+func Run(ctx context.Context, cfg Config, q master.Queue) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("pilot: listen %s: %w", cfg.Listen, err)
+	}
+	p := &Pilot{cfg: cfg, q: q, log: cfg.Logger.With("component", "pilot", "pilot", cfg.PilotID)}
+	p.url, err = advertiseURL(cfg.Advertise, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	if !cfg.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, cfg.Deadline.Add(-cfg.StopBefore))
+		defer cancel()
+	}
+	wc := cfg.Worker
+	wc.ID = cfg.PilotID + "-" + randomHex(4)
+	wc.PilotID, wc.Slots, wc.Deadline, wc.Token = cfg.PilotID, cfg.Slots, cfg.Deadline, cfg.Token
+	if wc.Runner == nil {
+		wc.Runner = worker.DefaultExecRunner()
+	}
+	if wc.Logger == nil {
+		wc.Logger = cfg.Logger
+	}
+	w, err := worker.New(wc, p.resolve)
+	if err != nil {
+		return err
+	}
+	p.log.Info("pilot starts", "address", p.url, "slots", cfg.Slots, "deadline", cfg.Deadline)
+	err = w.Run(ctx)
+	p.stopMaster()
+	p.log.Info("pilot stops", "tasks_run", w.Finished())
+	return err
+}
+
+// ServeHTTP routes worker requests to the master while this pilot is one.
+func (p *Pilot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	h := p.mh
+	p.mu.Unlock()
+	if h == nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "{\"error\":%q}\n", wire.ErrNotMaster)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// resolve finds the master for this pilot's worker: our own master if we
+// run one, else the lease (which may make us master).
+func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
+	side := max(1, p.cfg.Slots-1)
+	p.mu.Lock()
+	running := p.m != nil
+	p.mu.Unlock()
+	if running {
+		return worker.Endpoint{URL: p.url, Slots: side}, nil
+	}
+	l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url})
+	if err != nil {
+		return worker.Endpoint{}, fmt.Errorf("lease: %w", err)
+	}
+	if l.Granted {
+		if err := p.startMaster(l.Epoch); err != nil {
+			return worker.Endpoint{}, err
+		}
+		return worker.Endpoint{URL: p.url, Slots: side}, nil
+	}
+	if l.Address == "" || l.Holder == p.cfg.PilotID {
+		// Our own former master still holds the lease until it expires.
+		t := time.NewTimer(p.cfg.LeaseRetry)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return worker.Endpoint{}, fmt.Errorf("no reachable master yet (lease held by %q until %s)", l.Holder, time.Unix(l.ExpiresAt, 0))
+	}
+	return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, nil
+}
+
+func (p *Pilot) startMaster(epoch int64) error {
+	mc := p.cfg.Master
+	mc.PilotID, mc.Address, mc.Epoch, mc.Token = p.cfg.PilotID, p.url, epoch, p.cfg.Token
+	mc.CheckpointPath = filepath.Join(p.cfg.StateDir, CheckpointFile)
+	if mc.Logger == nil {
+		mc.Logger = p.cfg.Logger
+	}
+	m, err := master.New(mc, p.q)
+	if err != nil {
+		return fmt.Errorf("start master: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.m, p.mh, p.mcancel, p.mdone = m, m.Handler(), cancel, done
+	p.mu.Unlock()
+	p.log.Info("became master", "epoch", epoch, "checkpoint", mc.CheckpointPath)
+	go func() {
+		defer close(done)
+		err := m.Run(ctx)
+		p.mu.Lock()
+		p.m, p.mh = nil, nil
+		p.mu.Unlock()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			p.log.Warn("master ended; back to worker", "epoch", epoch, "error", err)
+		}
+	}()
+	return nil
+}
+
+func (p *Pilot) stopMaster() {
+	p.mu.Lock()
+	cancel, done := p.mcancel, p.mdone
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// advertiseURL is the URL other pilots reach this one at.
+func advertiseURL(advertise string, addr net.Addr) (string, error) {
+	port := strconv.Itoa(addr.(*net.TCPAddr).Port)
+	if advertise != "" {
+		if _, _, err := net.SplitHostPort(advertise); err != nil {
+			advertise = net.JoinHostPort(advertise, port)
+		}
+		return "http://" + advertise, nil
+	}
+	host := addr.(*net.TCPAddr).IP
+	if !host.IsUnspecified() {
+		return "http://" + net.JoinHostPort(host.String(), port), nil
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("pilot: hostname for the advertised address: %w", err)
+	}
+	return "http://" + net.JoinHostPort(name, port), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,218 @@
+package pilot_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/pilot"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/worker"
+)
+
+const pilotToken = "pilot-token-for-tests"
+
+func logger() *slog.Logger {
+	if os.Getenv("HARVEST_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// realQueue is the agent's queue on 127.0.0.1 with a user and a dataset.
+type realQueue struct {
+	q       *queue.Queue
+	url     string
+	user    *client.Client
+	pilot   master.Queue
+	data    string
+	state   string
+	outputs string
+}
+
+func startQueue(t *testing.T) *realQueue {
+	t.Helper()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(filepath.Join(data, "out"), 0o755)
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(state, 0o755)
+	cfg := queue.DefaultConfig()
+	cfg.DBPath = filepath.Join(dir, "queue.db")
+	cfg.AllowedRoots = []string{data}
+	cfg.OutputsRoot = filepath.Join(data, "out")
+	cfg.PilotToken = pilotToken
+	cfg.LeaseTTL = time.Second
+	cfg.SweepInterval = 200 * time.Millisecond
+	cfg.Logger = logger()
+	q, err := queue.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(q.Handler())
+	t.Cleanup(func() { srv.Close(); q.Close() })
+	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(token string) *client.Client {
+		c := client.DefaultConfig()
+		c.URL, c.Token, c.RetryFor = srv.URL, token, 2*time.Second
+		cl, err := client.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	return &realQueue{q: q, url: srv.URL, user: mk(tok.Token), pilot: master.ClientQueue{C: mk(pilotToken)},
+		data: data, state: state, outputs: filepath.Join(data, "out")}
+}
+
+func (r *realQueue) submit(t *testing.T, n, batch int, script string) api.Job {
+	t.Helper()
+	ds := filepath.Join(r.data, fmt.Sprintf("ds%d", time.Now().UnixNano()))
+	for i := 0; i < n; i++ {
+		os.MkdirAll(filepath.Join(ds, fmt.Sprintf("sub%04d", i)), 0o755)
+	}
+	j, err := r.user.Submit(context.Background(), api.JobSpec{Dataset: ds, BatchSize: batch,
+		Command: []string{"sh", "-c", script, "task", "{input}", "{output}", "{task}"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (r *realQueue) waitJob(t *testing.T, id int64, d time.Duration) api.Job {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		j, err := r.user.Job(context.Background(), id)
+		if err == nil && (j.State == api.JobDone || j.State == api.JobDoneWarn || j.State == api.JobFailed) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d not finished after %s: %+v (%v)", id, d, j, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func fastPilot(r *realQueue, id string, slots int) pilot.Config {
+	c := pilot.DefaultConfig()
+	c.PilotID, c.Token, c.StateDir, c.Slots, c.Listen = id, pilotToken, r.state, slots, "127.0.0.1:0"
+	c.LeaseRetry = 100 * time.Millisecond
+	c.Logger = logger()
+	m := &c.Master
+	m.PullWait, m.IdlePoll, m.RetryInterval, m.Tick = 300*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond
+	m.HeartbeatInterval, m.LeaseRenewInterval = 200*time.Millisecond, 200*time.Millisecond
+	m.WorkerTimeout, m.ReconnectGrace, m.SafetyMargin = 2*time.Second, 2*time.Second, 0
+	m.Logger = c.Logger
+	w := &c.Worker
+	w.PullWait, w.HeartbeatInterval, w.MasterGrace, w.RetryInterval = 300*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
+	w.ShutdownTimeout = 3 * time.Second
+	w.Logger = c.Logger
+	r2 := worker.DefaultExecRunner()
+	r2.KillGrace = 300 * time.Millisecond
+	w.Runner = r2
+	return c
+}
+
+type runningPilot struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startPilot(t *testing.T, cfg pilot.Config, q master.Queue) *runningPilot {
+	ctx, cancel := context.WithCancel(context.Background())
+	rp := &runningPilot{cancel: cancel, done: make(chan error, 1)}
+	go func() { rp.done <- pilot.Run(ctx, cfg, q) }()
+	t.Cleanup(func() { rp.stop(t) })
+	return rp
+}
+
+// stop is what SIGTERM does; it must return within seconds.
+func (rp *runningPilot) stop(t *testing.T) {
+	rp.cancel()
+	select {
+	case <-rp.done:
+		rp.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Errorf("pilot did not stop within 10 s of SIGTERM")
+	}
+}
+
+// outputsOnce checks every task wrote its output, and counts re-runs.
+func outputsOnce(t *testing.T, dir string, n int) (reruns int) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		files++
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		if lines := strings.Count(string(b), "\n"); lines > 1 {
+			reruns += lines - 1
+		}
+	}
+	if files != n {
+		t.Fatalf("%d outputs for %d tasks", files, n)
+	}
+	return reruns
+}
+
+func TestPilotsElectOneMasterAndFinishARealQueueJob(t *testing.T) {
+	r := startQueue(t)
+	j := r.submit(t, 60, 4, `sleep 0.02; echo "$3" >> "$2"`)
+	for i := 1; i <= 3; i++ {
+		startPilot(t, fastPilot(r, fmt.Sprintf("%d", 100+i), 2), r.pilot)
+	}
+	got := r.waitJob(t, j.ID, 30*time.Second)
+	if got.State != api.JobDone || got.Tasks.Done != 60 {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	if reruns := outputsOnce(t, got.OutputDir, 60); reruns != 0 {
+		t.Errorf("%d tasks ran twice without any failure", reruns)
+	}
+	if _, err := os.Stat(filepath.Join(got.OutputDir, ".harvest", "logs")); err != nil {
+		t.Errorf("no task logs under the output directory: %v", err)
+	}
+}
+
+func TestMasterPilotStoppedMidRunAnotherPilotTakesOver(t *testing.T) {
+	r := startQueue(t)
+	j := r.submit(t, 80, 2, `sleep 0.1; echo "$3" >> "$2"`)
+	first := startPilot(t, fastPilot(r, "200", 2), r.pilot)
+	time.Sleep(300 * time.Millisecond) // 200 is master
+	for i := 1; i <= 2; i++ {
+		startPilot(t, fastPilot(r, fmt.Sprintf("%d", 200+i), 2), r.pilot)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		jj, _ := r.user.Job(context.Background(), j.ID)
+		if jj.Tasks.Done >= 20 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	first.stop(t) // scancel of the master's pilot
+	got := r.waitJob(t, j.ID, 30*time.Second)
+	if got.State != api.JobDone || got.Tasks.Done != 80 {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	outputsOnce(t, got.OutputDir, 80)
+}
