@@ -50,4 +50,3 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		}
 	}
 }
-

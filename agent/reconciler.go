@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,7 +137,7 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 		dec.Submit = nil
 	}
 	res := RoundResult{Snapshot: snap, Decision: dec}
-	r.dump(snap, dec)
+	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended})
 
 	if r.cfg.DryRun {
 		r.log.Info("decision (dry run)", decisionAttrs(dec)...)
@@ -257,8 +258,41 @@ func (r *Reconciler) setSubmitTimeout(d time.Duration) {
 	r.mu.Unlock()
 }
 
-// dump writes the snapshot (the `harvest decide` format) and the decision.
-func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision) {
+// RoundContext is what a round decided on besides the snapshot: written
+// next to each dumped snapshot so `harvest decide --context` replays the
+// round exactly.
+type RoundContext struct {
+	Config      *policy.Config    `json:"config,omitempty"`
+	Upcoming    []policy.Upcoming `json:"upcoming"`
+	Recommended int               `json:"recommended"`
+}
+
+// ReadRoundContext reads a *.context.json file.
+func ReadRoundContext(path string) (RoundContext, error) {
+	var rc RoundContext
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rc, fmt.Errorf("read round context: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rc); err != nil {
+		return rc, fmt.Errorf("%s: not a round context: %w", path, err)
+	}
+	if rc.Config != nil {
+		if err := rc.Config.Validate(); err != nil {
+			return rc, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if rc.Recommended < 0 {
+		return rc, fmt.Errorf("%s: recommended %d is negative", path, rc.Recommended)
+	}
+	return rc, nil
+}
+
+// dump writes the snapshot (the `harvest decide` format), the round's
+// context and the decision.
+func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision, rc RoundContext) {
 	if r.cfg.DumpDir == "" {
 		return
 	}
@@ -272,6 +306,9 @@ func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision) {
 	if err := writeJSON(base+".json", s); err != nil {
 		r.log.Warn("dump snapshot failed", "error", err)
 		return
+	}
+	if err := writeJSON(base+".context.json", rc); err != nil {
+		r.log.Warn("dump round context failed", "error", err)
 	}
 	if err := writeJSON(base+".decision.json", d); err != nil {
 		r.log.Warn("dump decision failed", "error", err)
@@ -302,6 +339,8 @@ func (r *Reconciler) pruneDumps() {
 	sort.Strings(files)
 	for _, f := range files[:len(files)-r.cfg.DumpKeep] {
 		os.Remove(f)
-		os.Remove(strings.TrimSuffix(f, ".decision.json") + ".json")
+		stem := strings.TrimSuffix(f, ".decision.json")
+		os.Remove(stem + ".json")
+		os.Remove(stem + ".context.json")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,7 +264,14 @@ func TestDumpedSnapshotsReplayToTheSameDecision(t *testing.T) {
 	if s.MinNodes != 2 {
 		t.Fatalf("dumped min_nodes = %d, want the agent's 2", s.MinNodes)
 	}
-	replayed := policy.Decide(policy.Input{Snapshot: s}, cfg.Policy)
+	rc, err := ReadRoundContext(strings.TrimSuffix(files[0], ".json") + ".context.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Config == nil || rc.Config.MinNodes != 2 {
+		t.Fatalf("round context %+v lacks the agent's settings", rc)
+	}
+	replayed := policy.Decide(policy.Input{Snapshot: s, Upcoming: rc.Upcoming, Recommended: rc.Recommended}, *rc.Config)
 	if !reflect.DeepEqual(replayed, res.Decision) {
 		t.Fatalf("replay differs:\n got %+v\nwant %+v", replayed, res.Decision)
 	}

@@ -174,11 +174,12 @@ func TestAgentHarvestsAHoleAndGivesItBackOnRealSLURM(t *testing.T) {
 		t.Fatal("no snapshots dumped")
 	}
 	for _, f := range files[:min(len(files), 5)] {
-		out, err := exec.Command(bin, "decide", "--snapshot", f).Output()
+		stem := strings.TrimSuffix(f, ".json")
+		out, err := exec.Command(bin, "decide", "--snapshot", f, "--context", stem+".context.json").Output()
 		if err != nil {
 			t.Fatalf("harvest decide %s: %v", f, err)
 		}
-		want, err := os.ReadFile(strings.TrimSuffix(f, ".json") + ".decision.json")
+		want, err := os.ReadFile(stem + ".decision.json")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/urfave/cli/v2"
@@ -35,6 +36,7 @@ func decideCommand() *cli.Command {
 			&cli.StringFlag{Name: "snapshot", Aliases: []string{"s"}, Usage: "snapshot `FILE` (\"-\" for stdin); required"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots `N`; overrides the snapshot's min_nodes"},
 			&cli.IntFlag{Name: "max-nodes", Usage: "cap of pilots `N` (0 = no cap); overrides the snapshot's max_nodes"},
+			&cli.StringFlag{Name: "context", Usage: "the agent's context `FILE` of a dumped round (*.context.json next to each dumped snapshot: its policy settings, ledger and the master's recommendation); flags given explicitly win"},
 			&cli.StringFlag{Name: "upcoming", Usage: "ledger `FILE`: JSON array of pilots submitted but not in the snapshot yet, [{\"count\": N, \"time_limit_s\": S, \"submitted_at\": T}]"},
 			&cli.IntFlag{Name: "recommended", Usage: "the master's MiniNode recommendation `N` (0 = none)"},
 			&cli.DurationFlag{Name: "mini-time", Value: time.Minute, Usage: "wait when a running job ends within `D`"},
@@ -61,7 +63,14 @@ func runDecide(c *cli.Context) error {
 	if c.Args().Present() {
 		return fail(fmt.Errorf("unexpected argument %q (the snapshot goes in --snapshot)", c.Args().First()))
 	}
-	cfg, err := decideConfig(c)
+	var rc agent.RoundContext
+	if f := c.String("context"); f != "" {
+		var err error
+		if rc, err = agent.ReadRoundContext(f); err != nil {
+			return fail(err)
+		}
+	}
+	cfg, err := decideConfig(c, rc.Config)
 	if err != nil {
 		return fail(err)
 	}
@@ -78,7 +87,10 @@ func runDecide(c *cli.Context) error {
 	if err := snap.Validate(); err != nil {
 		return fail(fmt.Errorf("%s: %w", displayName(path), err))
 	}
-	in := policy.Input{Snapshot: snap, Recommended: c.Int("recommended")}
+	in := policy.Input{Snapshot: snap, Recommended: rc.Recommended, Upcoming: rc.Upcoming}
+	if c.IsSet("recommended") {
+		in.Recommended = c.Int("recommended")
+	}
 	if in.Recommended < 0 {
 		return fail(fmt.Errorf("--recommended %d is negative", in.Recommended))
 	}
@@ -102,10 +114,18 @@ func runDecide(c *cli.Context) error {
 	return nil
 }
 
-// decideConfig maps the flags onto policy.Config.
-func decideConfig(c *cli.Context) (policy.Config, error) {
+// decideConfig maps the flags onto policy.Config, starting from base (the
+// defaults, or the settings a dumped round was decided with) and
+// overriding only what is given.
+func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 	cfg := policy.DefaultConfig()
-	secs := func(name string) (int64, error) {
+	if base != nil {
+		cfg = *base
+	}
+	secs := func(name string, cur int64) (int64, error) {
+		if base != nil && !c.IsSet(name) {
+			return cur, nil
+		}
 		d := c.Duration(name)
 		if d < 0 {
 			return 0, fmt.Errorf("--%s %s is negative", name, d)
@@ -116,24 +136,27 @@ func decideConfig(c *cli.Context) (policy.Config, error) {
 		return int64(d / time.Second), nil
 	}
 	var err error
-	if cfg.MiniTime, err = secs("mini-time"); err != nil {
+	if cfg.MiniTime, err = secs("mini-time", cfg.MiniTime); err != nil {
 		return cfg, err
 	}
-	if cfg.Margin, err = secs("margin"); err != nil {
+	if cfg.Margin, err = secs("margin", cfg.Margin); err != nil {
 		return cfg, err
 	}
-	if cfg.Granularity, err = secs("granularity"); err != nil {
+	if cfg.Granularity, err = secs("granularity", cfg.Granularity); err != nil {
 		return cfg, err
 	}
 	if cfg.Granularity == 0 {
 		return cfg, errors.New("--granularity must be at least 1s")
 	}
-	capS, err := secs("max-pilot-limit")
-	if err != nil {
-		return cfg, err
-	}
-	if capS > 0 {
-		cfg.MaxPilotLimit = cluster.Limit(capS)
+	if base == nil || c.IsSet("max-pilot-limit") {
+		capS, err := secs("max-pilot-limit", 0)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.MaxPilotLimit = cluster.Unlimited
+		if capS > 0 {
+			cfg.MaxPilotLimit = cluster.Limit(capS)
+		}
 	}
 	if n := c.Int("min-nodes"); c.IsSet("min-nodes") {
 		if n < 0 {
@@ -147,8 +170,12 @@ func decideConfig(c *cli.Context) (policy.Config, error) {
 		}
 		cfg.MaxNodes = n
 	}
-	cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
-	cfg.UseExpectedStart = !c.Bool("ignore-expected-start")
+	if base == nil || c.IsSet("harvest-while-idle") {
+		cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
+	}
+	if base == nil || c.IsSet("ignore-expected-start") {
+		cfg.UseExpectedStart = !c.Bool("ignore-expected-start")
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}

@@ -265,3 +265,36 @@ func TestDecideCommand(t *testing.T) {
 		})
 	}
 }
+
+func TestDecideReplaysADumpedRoundWithItsContext(t *testing.T) {
+	snap := "../../agent/policy/testdata/worked-example-fill.json"
+	// The agent ran with a 5-minute margin and one pilot already on its way.
+	ctx := writeTemp(t, `{"config": {"min_nodes": 0, "max_nodes": 0, "mini_time_s": 120, "margin_s": 300,
+		"granularity_s": 60, "max_pilot_limit_s": null, "harvest_while_idle": false, "use_expected_start": true,
+		"recommendation": {"few_tasks": 5, "few_nodes": 2, "some_tasks": 20, "some_nodes": 4, "many_tasks": 100, "tasks_per_node": 20, "base": 3, "many_nodes": 10}},
+		"upcoming": [{"count": 1, "time_limit_s": 600, "submitted_at": 0}], "recommended": 0}`)
+	out, stderr, code := runHarvest(t, "", "decide", "--snapshot", snap, "--context", ctx)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var d struct {
+		Submit *struct {
+			Count     int   `json:"count"`
+			TimeLimit int64 `json:"time_limit_s"`
+		} `json:"submit"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Submit == nil || d.Submit.TimeLimit != 840 || d.Submit.Count != 4 {
+		t.Fatalf("decision %s; want 4 pilots (one already on its way) of 19m-5m = 840 s", out)
+	}
+	// An explicit flag still wins over the context.
+	out, _, _ = runHarvest(t, "", "decide", "--snapshot", snap, "--context", ctx, "--margin", "2m")
+	if !strings.Contains(out, `"time_limit_s": 1020`) {
+		t.Fatalf("--margin 2m did not override the context: %s", out)
+	}
+	if _, stderr, code := runHarvest(t, "", "decide", "--snapshot", snap, "--context", writeTemp(t, `{"colour": 1}`)); code != 2 || !strings.Contains(stderr, "round context") {
+		t.Fatalf("bad context: exit %d, %s", code, stderr)
+	}
+}
