@@ -39,10 +39,11 @@ type Config struct {
 	RecommendationTTL time.Duration // a MiniNode recommendation older than this is ignored
 	MaxPull           int           // tasks per pull at most
 
-	SweepInterval     time.Duration // zombie/expiry/purge sweep period
-	FlushInterval     time.Duration // usage flush period
-	ReconcileInterval time.Duration // usage reconciliation from the task table
-	UsageWindow       time.Duration // the sliding window of CPU time and cost (24 h)
+	SweepInterval      time.Duration // zombie/expiry/purge sweep period
+	FlushInterval      time.Duration // usage flush period
+	ReconcileInterval  time.Duration // usage reconciliation from the task table
+	CheckpointInterval time.Duration // WAL checkpoints (outside the write lock)
+	UsageWindow        time.Duration // the sliding window of CPU time and cost (24 h)
 
 	MaxBodyBytes      int64 // user/admin request bodies
 	MaxPilotBodyBytes int64 // pilot request bodies (results batches)
@@ -75,10 +76,11 @@ func DefaultConfig() Config {
 		SweepInterval:       10 * time.Second,
 		FlushInterval:       5 * time.Second,
 		ReconcileInterval:   5 * time.Minute,
+		CheckpointInterval:  time.Second,
 		UsageWindow:         24 * time.Hour,
 		MaxBodyBytes:        1 << 20,
 		MaxPilotBodyBytes:   16 << 20,
-		InsertChunk:         5000,
+		InsertChunk:         1000,
 		WriteChunk:          250,
 		DefaultLimits:       fairshare.DefaultLimits(),
 		DefaultSlotsPerNode: 1,
@@ -119,7 +121,8 @@ func (c Config) Validate() error {
 		"zombie timeout": c.ZombieTimeout, "cancel notice": c.CancelNotice,
 		"recommendation TTL": c.RecommendationTTL, "sweep interval": c.SweepInterval,
 		"flush interval": c.FlushInterval, "reconcile interval": c.ReconcileInterval,
-		"usage window": c.UsageWindow,
+		"checkpoint interval": c.CheckpointInterval,
+		"usage window":        c.UsageWindow,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)

@@ -13,8 +13,21 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // the SQLite driver
+	sqlite3 "github.com/mattn/go-sqlite3"
 )
+
+// The writer's driver turns off automatic checkpoints: a checkpoint run
+// by a committing writer would count against its write lock (tens of ms).
+// The queue checkpoints from a connection of its own instead (PASSIVE,
+// which does not take the write lock).
+func init() {
+	sql.Register("sqlite3_harvest_writer", &sqlite3.SQLiteDriver{
+		ConnectHook: func(c *sqlite3.SQLiteConn) error {
+			_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
+			return err
+		},
+	})
+}
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -22,9 +35,9 @@ var migrations embed.FS
 // openDB opens the writer (one connection, so SQLite's single writer is a
 // Go-level queue rather than SQLITE_BUSY retries) and a reader pool; WAL
 // lets readers run while the writer writes.
-func openDB(path string) (w, r *sql.DB, err error) {
+func openDB(path string) (w, r, ck *sql.DB, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, nil, fmt.Errorf("create database directory: %w", err)
+		return nil, nil, nil, fmt.Errorf("create database directory: %w", err)
 	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
@@ -32,20 +45,20 @@ func openDB(path string) (w, r *sql.DB, err error) {
 	q.Set("_synchronous", "NORMAL") // WAL + NORMAL survives a process kill; see docs/queue.md
 	q.Set("_txlock", "immediate")
 	q.Set("_foreign_keys", "off")
-	w, err = sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	w, err = sql.Open("sqlite3_harvest_writer", "file:"+path+"?"+q.Encode())
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	if err := w.Ping(); err != nil {
 		w.Close()
-		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	if err := migrate(w); err != nil {
 		w.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rq := url.Values{}
 	rq.Set("_busy_timeout", "5000")
@@ -53,10 +66,28 @@ func openDB(path string) (w, r *sql.DB, err error) {
 	r, err = sql.Open("sqlite3", "file:"+path+"?"+rq.Encode())
 	if err != nil {
 		w.Close()
-		return nil, nil, fmt.Errorf("open %s for reading: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	return w, r, nil
+	cq := url.Values{}
+	cq.Set("_busy_timeout", "5000")
+	ck, err = sql.Open("sqlite3", "file:"+path+"?"+cq.Encode())
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, nil, nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	return w, r, ck, nil
+}
+
+// checkpoint copies the WAL into the database file without blocking the
+// writer (PASSIVE); SQLite then restarts the WAL from its beginning.
+func (q *Queue) checkpoint(ctx context.Context) error {
+	if _, err := q.ck.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
 }
 
 // migrate applies the embedded migrations in name order, each once.

@@ -89,4 +89,3 @@ func childWhoami() error {
 	}
 	return json.NewEncoder(os.Stdout).Encode(w)
 }
-

@@ -30,6 +30,7 @@ type Queue struct {
 	cfg   Config
 	log   *slog.Logger
 	w, r  *sql.DB
+	ck    *sql.DB  // checkpoints only
 	roots []string // allowed roots, symlinks resolved
 
 	pullMu sync.Mutex // one pull at a time: the fair order is computed over all users
@@ -95,12 +96,12 @@ func Open(cfg Config) (*Queue, error) {
 		}
 		roots = append(roots, rr)
 	}
-	w, r, err := openDB(cfg.DBPath)
+	w, r, ck, err := openDB(cfg.DBPath)
 	if err != nil {
 		return nil, err
 	}
 	q := &Queue{
-		cfg: cfg, log: log.With("component", "queue"), w: w, r: r, roots: roots,
+		cfg: cfg, log: log.With("component", "queue"), w: w, r: r, ck: ck, roots: roots,
 		users: map[string]*userState{}, pilots: map[string]pilotSeen{}, closed: make(chan struct{}),
 	}
 	ctx := context.Background()
@@ -121,6 +122,7 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
+	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.checkpoint)
 	return q, nil
 }
 
@@ -161,7 +163,8 @@ func (q *Queue) Close() error {
 }
 
 func (q *Queue) closeDB() error {
-	return errors.Join(q.r.Close(), q.w.Close())
+	_, cerr := q.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	return errors.Join(cerr, q.ck.Close(), q.r.Close(), q.w.Close())
 }
 
 func (q *Queue) now() time.Time { return q.cfg.Now() }
