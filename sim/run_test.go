@@ -1,0 +1,149 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// lightWorkload is a seeded random workload on 16 nodes. Every job is
+// wider than half the cluster, so no two run side by side, and jobs mostly
+// arrive after the previous one ended: a delay the harvest imposes on one
+// job is not compounded by queueing behind it.
+func lightWorkload(seed uint64, n int) Workload {
+	r := rand.New(rand.NewPCG(seed, 1))
+	w := Workload{Format: "swf"}
+	t := int64(0)
+	for i := range n {
+		t += 1800 + r.Int64N(3600)
+		limit := 600 + r.Int64N(3000)
+		w.Jobs = append(w.Jobs, Job{
+			ID: fmt.Sprint(i), Nodes: 9 + r.IntN(8), Submit: t,
+			TimeLimit: cluster.Seconds(limit), RunTime: 1 + r.Int64N(limit),
+		})
+	}
+	return w
+}
+
+func runMode(t *testing.T, w Workload, mode Mode, mod func(*Config)) Result {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Mode, cfg.Nodes = mode, 16
+	cfg.HarvestBacklog, cfg.TaskSeconds = 1_000_000, 120
+	if mod != nil {
+		mod(&cfg)
+	}
+	res, err := Run(context.Background(), w, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestHarvestDelaysNoForeignJobByMoreThanTheReactionTime(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		poll, latency int64
+	}{
+		{"with a 10 s poll and an instant scheduler", 10, 0},
+		{"with a 30 s poll and a 5 s scheduler latency", 30, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				w := lightWorkload(seed, 60)
+				mod := func(c *Config) {
+					c.Poll, c.Cluster.Latency, c.NoRecommend = tc.poll, tc.latency, true
+				}
+				base := runMode(t, w, Baseline, mod)
+				harv := runMode(t, w, Harvest, mod)
+				if harv.Harvest.UsefulNodeSeconds == 0 {
+					t.Fatal("the harvest did no work: the comparison would prove nothing")
+				}
+				// One poll to see the job, the scheduler's latency to
+				// start it, and the policy's miniTime wait (case 4).
+				bound := tc.poll + tc.latency + DefaultConfig().Agent.Policy.MiniTime
+				starts := map[string]int64{}
+				for _, r := range base.Records {
+					if !r.Pilot {
+						starts[r.Name] = r.Start
+					}
+				}
+				for _, r := range harv.Records {
+					if r.Pilot {
+						continue
+					}
+					b := starts[r.Name]
+					if b < 0 {
+						continue
+					}
+					if r.Start < 0 || r.Start-b > bound {
+						t.Errorf("seed %d: job %s started at %d, in baseline at %d: %d s later, bound %d s", seed, r.Name, r.Start, b, r.Start-b, bound)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestTheSameInputGivesByteIdenticalOutput(t *testing.T) {
+	w := lightWorkload(7, 30)
+	for _, mode := range []Mode{Baseline, Harvest, Fixed} {
+		t.Run(string(mode), func(t *testing.T) {
+			var out [2][]byte
+			for i := range out {
+				res := runMode(t, w, mode, nil)
+				var b bytes.Buffer
+				if err := json.NewEncoder(&b).Encode(res); err != nil {
+					t.Fatal(err)
+				}
+				if err := WriteJobsCSV(&b, res); err != nil {
+					t.Fatal(err)
+				}
+				out[i] = b.Bytes()
+			}
+			if !bytes.Equal(out[0], out[1]) {
+				t.Error("two runs differ")
+			}
+		})
+	}
+}
+
+func TestModesOnAHandComputedWorkload(t *testing.T) {
+	// 4 nodes for 1000 s: one 2-node job runs 0..500. A 4-node job
+	// (limit 300) arrives at 100 and waits for it.
+	w := Workload{Format: "thesis", Jobs: []Job{
+		{ID: "a", Nodes: 2, TimeLimit: 500, RunTime: 500, Submit: 0},
+		{ID: "b", Nodes: 4, TimeLimit: 300, RunTime: 300, Submit: 100},
+	}}
+	mod := func(c *Config) {
+		c.Nodes, c.To, c.HarvestBacklog, c.TaskSeconds, c.NoRecommend = 4, 1000, 100, 60, true
+		c.FixedLimit = 600
+	}
+	t.Run("baseline leaves two nodes idle until the big job starts", func(t *testing.T) {
+		r := runMode(t, w, Baseline, mod)
+		// Busy node-seconds: 2x500 + 4x300 = 2200 of 4000.
+		if r.Utilization != 0.55 || r.Foreign.MeanWaitS != 200 || r.Harvest.NodeSeconds != 0 {
+			t.Errorf("%+v", r)
+		}
+	})
+	t.Run("harvest fills the hole and gives it back in time", func(t *testing.T) {
+		r := runMode(t, w, Harvest, mod)
+		if r.Foreign.MaxWaitS != 400 {
+			t.Errorf("the 4-node job waited %d s, want 400 as in baseline", r.Foreign.MaxWaitS)
+		}
+		if r.Harvest.UsefulNodeSeconds < 1500 || r.Utilization < 0.9 {
+			t.Errorf("harvest %+v utilisation %.3f", r.Harvest, r.Utilization)
+		}
+	})
+	t.Run("fixed 10-minute pilots take the hole and delay the big job", func(t *testing.T) {
+		r := runMode(t, w, Fixed, mod)
+		if r.Foreign.MaxWaitS <= 400 {
+			t.Errorf("the 4-node job waited %d s; fixed pilots should have delayed it", r.Foreign.MaxWaitS)
+		}
+	})
+}
