@@ -32,6 +32,17 @@ func newApp() *cli.App {
 			adapterCommand(),
 			decideCommand(),
 			simCommand(),
+			pilotCommand(),
+			workerCommand(),
+			benchCommand(),
+			queueCommand(),
+			submitCommand(),
+			statusCommand(),
+			jobsCommand(),
+			cancelCommand(),
+			usersCommand(),
+			adminCommand(),
+			tokenCommand(),
 		},
 	}
 }

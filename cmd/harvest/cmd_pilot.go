@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/pilot"
+	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/worker"
+)
+
+func pilotCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pilot",
+		Usage: "run inside a pilot job: become the master (lease) or a worker of the master",
+		Description: "Every pilot job runs `harvest pilot`. It asks the agent's queue for the master lease; the\n" +
+			"winner runs the master (batches, SQLite checkpoint in the state directory) and a side worker\n" +
+			"on cores-1 slots, the others run workers for the master the lease names. SIGTERM (scancel, time\n" +
+			"limit) stops the pilot within seconds: its unfinished tasks are reported interrupted and requeued.\n" +
+			"The deadline is --deadline, else SLURM_JOB_END_TIME, else squeue's end time for SLURM_JOB_ID,\n" +
+			"else --time-limit from now, else none.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Usage: "the agent's queue `URL` (http://head:port)"},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "shared `DIR` for the master checkpoint"},
+			&cli.StringFlag{Name: "pilot-id", EnvVars: []string{"HARVEST_PILOT_ID", "SLURM_JOB_ID"}, Usage: "this pilot's id (the batch job id)"},
+			&cli.IntFlag{Name: "slots", EnvVars: []string{"HARVEST_SLOTS", "SLURM_CPUS_ON_NODE"}, Usage: "tasks at once (default: the cores of this node)"},
+			&cli.Int64Flag{Name: "deadline", Usage: "the pilot's end, Unix seconds"},
+			&cli.DurationFlag{Name: "time-limit", Usage: "the pilot's end, counted from now (when SLURM cannot tell)"},
+			&cli.StringFlag{Name: "listen", Value: "0.0.0.0:0", Usage: "`ADDR` the master API listens on (when this pilot is master)"},
+			&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_ADVERTISE"}, Usage: "`HOST[:PORT]` other pilots reach this one at (default: hostname)"},
+			&cli.DurationFlag{Name: "safety-margin", Value: time.Minute, Usage: "no batch is planned to end later than the worker's deadline minus this"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
+		},
+		Action: runPilot,
+	}
+}
+
+func runPilot(c *cli.Context) error {
+	log := newLogger(os.Stderr, c.String("log-level"), c.Bool("log-json"))
+	token := os.Getenv("HARVEST_PILOT_TOKEN")
+	if c.String("queue") == "" {
+		return cli.Exit("harvest pilot: --queue (or HARVEST_QUEUE) is required", 2)
+	}
+	qc := client.DefaultConfig()
+	qc.URL, qc.Token = c.String("queue"), token
+	cl, err := client.New(qc)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest pilot: %v", err), 2)
+	}
+	var explicit time.Time
+	if d := c.Int64("deadline"); d > 0 {
+		explicit = time.Unix(d, 0)
+	}
+	deadline, source, err := pilot.ResolveDeadline(pilot.DeadlineSources{
+		Explicit: explicit, TimeLimit: c.Duration("time-limit"), Start: time.Now(), Getenv: os.Getenv, Squeue: squeueEnd,
+	})
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest pilot: deadline: %v", err), 2)
+	}
+	cfg := pilot.DefaultConfig()
+	cfg.PilotID, cfg.Token, cfg.StateDir = c.String("pilot-id"), token, c.String("state-dir")
+	cfg.Slots = c.Int("slots")
+	if cfg.Slots == 0 {
+		cfg.Slots = runtime.NumCPU()
+	}
+	cfg.Deadline, cfg.Listen, cfg.Advertise = deadline, c.String("listen"), c.String("advertise")
+	cfg.Logger = log
+	cfg.Master.SafetyMargin = c.Duration("safety-margin")
+	cfg.Master.Logger, cfg.Worker.Logger = log, log
+	if err := cfg.Validate(); err != nil {
+		return cli.Exit(fmt.Sprintf("harvest pilot: %v", err), 2)
+	}
+	log.Info("pilot deadline", "deadline", deadline, "source", source)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return pilot.Run(ctx, cfg, master.ClientQueue{C: cl})
+}
+
+// squeueEnd asks SLURM for the job's end time in Unix seconds.
+func squeueEnd(jobID string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "squeue", "-h", "-j", jobID, "-o", "%e")
+	cmd.Env = append(os.Environ(), "SLURM_TIME_FORMAT=%s")
+	out, err := cmd.Output()
+	return string(out), err
+}
+
+// workerCommand is a bare worker for a known master: the processes of
+// `harvest bench dispatch`, and a debugging aid. Hidden: pilots find
+// their master through the lease instead.
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "worker",
+		Usage:  "run a worker for the master at --master (benchmarks, debugging)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "master", Required: true, Usage: "master `URL`"},
+			&cli.StringFlag{Name: "id", Usage: "worker id (default: host-pid)"},
+			&cli.IntFlag{Name: "slots", Value: 1, Usage: "tasks at once"},
+			&cli.DurationFlag{Name: "task-time", Usage: "run every task as an in-process sleep of this long (0: no-op) instead of its command"},
+			&cli.BoolFlag{Name: "exec", Usage: "run each task's real command (the bench sends sleep/true)"},
+			&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"HARVEST_LOG_LEVEL"}},
+		},
+		Action: func(c *cli.Context) error {
+			log := newLogger(os.Stderr, c.String("log-level"), false)
+			cfg := worker.DefaultConfig()
+			cfg.ID = c.String("id")
+			if cfg.ID == "" {
+				host, _ := os.Hostname()
+				cfg.ID = host + "-" + strconv.Itoa(os.Getpid())
+			}
+			cfg.PilotID, cfg.Slots, cfg.Token, cfg.Logger = cfg.ID, c.Int("slots"), os.Getenv("HARVEST_PILOT_TOKEN"), log
+			switch {
+			case c.Bool("exec"):
+				cfg.Runner = worker.DefaultExecRunner()
+			case c.Duration("task-time") > 0:
+				cfg.Runner = worker.SleepRunner{D: c.Duration("task-time")}
+			default:
+				cfg.Runner = worker.NoopRunner{}
+			}
+			url := c.String("master")
+			w, err := worker.New(cfg, func(context.Context) (worker.Endpoint, error) { return worker.Endpoint{URL: url}, nil })
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("harvest worker: %v", err), 2)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return w.Run(ctx)
+		},
+	}
+}

@@ -1,0 +1,197 @@
+// Package bench measures the master/worker dispatch path: one master in
+// process (real SQLite checkpoint, real HTTP on 127.0.0.1) fed by an
+// in-memory queue, and N worker processes (`harvest worker`).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+// Config of one run.
+type Config struct {
+	Workers   int           // worker processes
+	Slots     int           // slots per worker
+	Tasks     int           // tasks in the job
+	TaskTime  time.Duration // each task's run time (0: no-op)
+	BatchSize int           // the job's batch size
+	Exec      bool          // run each task as a real process (sleep/true) instead of in the worker
+	Binary    string        // the harvest binary to start workers with
+	Dir       string        // scratch directory (checkpoint, task logs)
+	Logger    *slog.Logger
+}
+
+// DefaultConfig is the dispatch benchmark: 4 workers x 4 slots, 50,000
+// no-op tasks in batches of 100.
+func DefaultConfig() Config {
+	return Config{Workers: 4, Slots: 4, Tasks: 50000, BatchSize: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// Validate reports the first problem.
+func (c Config) Validate() error {
+	switch {
+	case c.Workers < 1 || c.Slots < 1 || c.Tasks < 1 || c.BatchSize < 1:
+		return errors.New("bench: workers, slots, tasks and batch size must be at least 1")
+	case c.TaskTime < 0:
+		return errors.New("bench: task time must not be negative")
+	case c.Binary == "" || c.Dir == "":
+		return errors.New("bench: binary and scratch directory must be set")
+	}
+	return nil
+}
+
+// Result of one run. Makespan runs from the moment the tasks enter the
+// queue (all workers registered) until the queue has applied every result.
+type Result struct {
+	Workers    int     `json:"workers"`
+	Slots      int     `json:"slots_per_worker"`
+	Tasks      int     `json:"tasks"`
+	TaskTimeMS float64 `json:"task_time_ms"`
+	MakespanS  float64 `json:"makespan_s"`
+	IdealS     float64 `json:"ideal_makespan_s"`
+	TasksPerS  float64 `json:"tasks_per_s"`
+	OverheadMS float64 `json:"overhead_ms"` // (makespan - ideal) / tasks
+	Efficiency float64 `json:"efficiency"`  // ideal / makespan (0 for no-op tasks)
+}
+
+// Run performs one measurement.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	const token = "bench-token"
+	q := master.NewMemQueue()
+	q.TTL = time.Hour
+	lease, err := q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "bench", Address: "in-process"})
+	if err != nil {
+		return Result{}, err
+	}
+	mc := master.DefaultConfig()
+	mc.PilotID, mc.Epoch, mc.Token, mc.Address = "bench", lease.Epoch, token, "in-process"
+	mc.CheckpointPath = filepath.Join(cfg.Dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano()))
+	mc.IdlePoll, mc.Tick = 5*time.Millisecond, 50*time.Millisecond
+	mc.MinBuffer = max(4*cfg.BatchSize, 256)
+	mc.SafetyMargin = 0
+	mc.Logger = cfg.Logger
+	m, err := master.New(mc, q)
+	if err != nil {
+		return Result{}, err
+	}
+	mctx, mstop := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Run(mctx) }()
+	defer func() { mstop(); <-mdone }()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	srv := &http.Server{Handler: m.Handler()}
+	go srv.Serve(ln)
+	defer srv.Close()
+	url := "http://" + ln.Addr().String()
+
+	procs, err := startWorkers(cfg, url, token)
+	defer stopWorkers(procs)
+	if err != nil {
+		return Result{}, err
+	}
+	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for m.Stats().Workers < cfg.Workers {
+		if wait.Err() != nil {
+			return Result{}, fmt.Errorf("bench: only %d of %d workers registered", m.Stats().Workers, cfg.Workers)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	tasks := make([]pilotproto.Task, cfg.Tasks)
+	argv := []string{"true"}
+	if cfg.TaskTime > 0 {
+		argv = []string{"sleep", strconv.FormatFloat(cfg.TaskTime.Seconds(), 'f', 3, 64)}
+	}
+	out := filepath.Join(cfg.Dir, "out")
+	for i := range tasks {
+		tasks[i] = pilotproto.Task{ID: int64(i + 1), JobID: 1, Name: strconv.Itoa(i), Command: argv,
+			OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize}
+	}
+	start := time.Now()
+	q.Add(tasks...)
+	if err := q.WaitFinal(ctx); err != nil {
+		return Result{}, err
+	}
+	makespan := time.Since(start)
+	if s := q.Stats(); s.Done != cfg.Tasks || s.DoneTwice != 0 {
+		return Result{}, fmt.Errorf("bench: %d of %d tasks done, %d twice", s.Done, cfg.Tasks, s.DoneTwice)
+	}
+	return summarize(cfg, makespan), nil
+}
+
+func summarize(cfg Config, makespan time.Duration) Result {
+	slots := cfg.Workers * cfg.Slots
+	waves := (cfg.Tasks + slots - 1) / slots
+	ideal := time.Duration(waves) * cfg.TaskTime
+	r := Result{Workers: cfg.Workers, Slots: cfg.Slots, Tasks: cfg.Tasks,
+		TaskTimeMS: float64(cfg.TaskTime) / 1e6, MakespanS: makespan.Seconds(), IdealS: ideal.Seconds(),
+		TasksPerS: float64(cfg.Tasks) / makespan.Seconds(),
+		OverheadMS: float64(makespan-ideal) / 1e6 / float64(cfg.Tasks)}
+	if ideal > 0 {
+		r.Efficiency = ideal.Seconds() / makespan.Seconds()
+	}
+	return r
+}
+
+func startWorkers(cfg Config, url, token string) ([]*exec.Cmd, error) {
+	var procs []*exec.Cmd
+	for i := 0; i < cfg.Workers; i++ {
+		args := []string{"worker", "--master", url, "--id", fmt.Sprintf("bench-%d", i),
+			"--slots", strconv.Itoa(cfg.Slots), "--task-time", cfg.TaskTime.String()}
+		if cfg.Exec {
+			args = append(args, "--exec")
+		}
+		cmd := exec.Command(cfg.Binary, args...)
+		cmd.Env = append(os.Environ(), "HARVEST_PILOT_TOKEN="+token)
+		logf, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("worker-%d.log", i)))
+		if err != nil {
+			return procs, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return procs, fmt.Errorf("bench: start worker: %w", err)
+		}
+		logf.Close()
+		procs = append(procs, cmd)
+	}
+	return procs, nil
+}
+
+func stopWorkers(procs []*exec.Cmd) {
+	for _, p := range procs {
+		p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		done := make(chan struct{})
+		go func() { p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			p.Process.Kill()
+			<-done
+		}
+	}
+}
