@@ -13,7 +13,7 @@ import (
 
 // splitNew parses an arguments value of the "new syntax" the way the
 // condor_submit manual describes it: outer double quotes with "" for a
-// literal ", arguments split on blanks, single quotes group, '' is a
+// literal ", arguments split on blanks, single quotes group, ” is a
 // literal '. It is the test's independent reading of the rules.
 func splitNew(t *testing.T, v string) []string {
 	t.Helper()
