@@ -93,7 +93,7 @@ func TestAgentHarvestsAHoleAndGivesItBackOnRealSLURM(t *testing.T) {
 	big := c.Sbatch(t, "alice", "sleep 20", "-N6", "-t", "2", "-J", "big")
 
 	dumps := t.TempDir()
-	agent := exec.Command(bin, "agent", "--poll", poll.String(), "--margin", "30s", "--mini-time", "10s",
+	agent := exec.Command(bin, "agent", "--no-queue", "--poll", poll.String(), "--margin", "30s", "--mini-time", "10s",
 		"--pilot-command", "sleep 3600", "--dump-snapshots", dumps, "--log-level", "debug")
 	var logs bytes.Buffer
 	agent.Stdout, agent.Stderr = &logs, &logs

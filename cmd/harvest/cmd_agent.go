@@ -41,6 +41,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"}),
 	}
+	own = append(own, queueFlags()...)
 	for _, f := range adapterFlags() {
 		switch f := f.(type) {
 		case *cli.StringFlag:
@@ -163,11 +164,49 @@ func runAgent(c *cli.Context) error {
 	if n := c.Int("backlog"); n >= 0 {
 		src = agent.StaticDemand{Info: agent.DemandInfo{Demand: &cluster.Demand{PendingTasks: n, SlotsPerNode: 1}}}
 	}
+	queueDone := make(chan error, 1)
+	if !c.Bool("no-queue") {
+		if c.IsSet("backlog") {
+			return cli.Exit("harvest agent: --backlog replaces the queue's demand; use it with --no-queue", 2)
+		}
+		h, err := openQueue(c, log)
+		if err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
+		}
+		defer h.close()
+		if err := h.seedNodeLimits(ctx, c); err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
+		}
+		src = agent.QueueDemand{Q: h.q}
+		env := map[string]string{"HARVEST_QUEUE": h.advertise, "HARVEST_PILOT_TOKEN": h.token}
+		shared := c.String("shared-dir")
+		if shared == "" {
+			shared = c.String("state-dir")
+		}
+		env["HARVEST_STATE_DIR"] = shared
+		for k, v := range cfg.PilotEnv {
+			env[k] = v // the admin's --pilot-env wins
+		}
+		cfg.PilotEnv = env
+		go func() { queueDone <- h.serve(ctx) }()
+		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
+	}
 	r := agent.NewReconciler(ad, src, cfg, log)
 	log.Info("agent started", "adapter", info.Name, "version", info.Version, "tag", info.Tag,
 		"poll", cfg.PollInterval, "min_nodes", cfg.Policy.MinNodes, "max_nodes", cfg.Policy.MaxNodes,
 		"dry_run", cfg.DryRun, "harvest_while_idle", cfg.Policy.HarvestWhileIdle)
-	err = r.Run(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- r.Run(ctx) }()
+	select {
+	case err = <-runErr:
+	case err = <-queueDone:
+		// The queue stopped on its own: without it pilots cannot work.
+		stop()
+		<-runErr
+		if err != nil {
+			err = cli.Exit("harvest agent: queue: "+err.Error(), 1)
+		}
+	}
 	log.Info("agent stopped", "reason", context.Cause(ctx))
 	return err
 }

@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/harvest-hpc/harvest/queue"
+)
+
+// QueueDemand is the DemandSource of an agent that hosts the queue: the
+// backlog, the master's recommendation, which pilots are busy and the
+// admin's runtime node settings.
+type QueueDemand struct {
+	Q *queue.Queue
+	// Paused, if set, reports whether the admin paused harvesting.
+	Paused func() bool
+}
+
+// Demand implements DemandSource.
+func (d QueueDemand) Demand(ctx context.Context) (DemandInfo, error) {
+	dem, err := d.Q.Demand(ctx)
+	if err != nil {
+		return DemandInfo{}, err
+	}
+	minN, maxN, err := d.Q.NodeLimits(ctx)
+	if err != nil {
+		return DemandInfo{}, err
+	}
+	busy := map[string]bool{}
+	for id, st := range d.Q.PilotStatus() {
+		busy[id] = st.Busy
+	}
+	info := DemandInfo{Demand: &dem, Recommended: d.Q.Recommendation(), Busy: busy, MinNodes: &minN, MaxNodes: &maxN}
+	if d.Paused != nil {
+		info.Paused = d.Paused()
+	}
+	return info, nil
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+)
+
+// queueFlags configure the queue the agent hosts.
+func queueFlags() []cli.Flag {
+	return []cli.Flag{
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "no-queue", EnvVars: []string{"HARVEST_NO_QUEUE"}, Usage: "do not host the queue (demand then comes from --backlog or --harvest-while-idle)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "state-dir", Value: "/var/lib/harvest", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "`DIR` for the queue database and the pilot token"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "shared-dir", EnvVars: []string{"HARVEST_SHARED_DIR"}, Usage: "`DIR` on the shared file system for the masters' checkpoints (default: --state-dir)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "listen", Value: ":8470", EnvVars: []string{"HARVEST_LISTEN"}, Usage: "TCP `ADDR` of the queue API for pilots and remote users"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_ADVERTISE"}, Usage: "`URL` pilots use to reach the queue (default: http(s)://HOSTNAME:PORT of --listen)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, EnvVars: []string{"HARVEST_SOCKET"}, Usage: "Unix socket `PATH` for local users (identity from peer credentials)"}),
+		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "allowed-root", EnvVars: []string{"HARVEST_ALLOWED_ROOTS"}, Usage: "`DIR` datasets and outputs must lie in (repeatable; required with the queue)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "outputs-root", EnvVars: []string{"HARVEST_OUTPUTS_ROOT"}, Usage: "`DIR` for jobs' default output directories (default: next to each dataset)"}),
+		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "admin", EnvVars: []string{"HARVEST_ADMINS"}, Usage: "user `NAME` who is admin on the Unix socket (root always is; repeatable)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"HARVEST_TLS_CERT"}, Usage: "TLS certificate `FILE` for --listen (with --tls-key)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-key", EnvVars: []string{"HARVEST_TLS_KEY"}, Usage: "TLS key `FILE` for --listen"}),
+	}
+}
+
+// hostedQueue is the queue running inside the agent.
+type hostedQueue struct {
+	q         *queue.Queue
+	listeners []net.Listener
+	advertise string
+	token     string
+}
+
+// openQueue opens the queue and its listeners from the flags.
+func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
+	stateDir := c.String("state-dir")
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("--state-dir: %w", err)
+	}
+	roots := c.StringSlice("allowed-root")
+	if len(roots) == 0 {
+		return nil, errors.New("--allowed-root is required: users' datasets must lie in an allowed root (or run with --no-queue)")
+	}
+	token, err := pilotToken(filepath.Join(stateDir, "pilot.token"))
+	if err != nil {
+		return nil, err
+	}
+	cfg := queue.DefaultConfig()
+	cfg.DBPath = filepath.Join(stateDir, "queue.db")
+	cfg.AllowedRoots = roots
+	cfg.OutputsRoot = c.String("outputs-root")
+	cfg.PilotToken = token
+	cfg.Admins = c.StringSlice("admin")
+	cfg.Logger = log
+	q, err := queue.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostedQueue{q: q, token: token}
+	fail := func(err error) (*hostedQueue, error) {
+		h.close()
+		return nil, err
+	}
+	if addr := c.String("listen"); addr != "" {
+		l, err := queue.ListenTCP(addr, c.String("tls-cert"), c.String("tls-key"))
+		if err != nil {
+			return fail(err)
+		}
+		h.listeners = append(h.listeners, l)
+		h.advertise = c.String("advertise")
+		if h.advertise == "" {
+			h.advertise = advertiseURL(l.Addr().(*net.TCPAddr), c.String("tls-cert") != "")
+		}
+	}
+	if sock := c.String("socket"); sock != "" {
+		l, err := queue.ListenUnix(sock)
+		if err != nil {
+			return fail(err)
+		}
+		h.listeners = append(h.listeners, l)
+	}
+	if len(h.listeners) == 0 {
+		return fail(errors.New("the queue needs --listen or --socket"))
+	}
+	return h, nil
+}
+
+// seedNodeLimits stores --min-nodes/--max-nodes in the queue when they
+// were given, so they win at start; `harvest admin nodes` changes them at
+// run time.
+func (h *hostedQueue) seedNodeLimits(ctx context.Context, c *cli.Context) error {
+	var s api.NodesSettings
+	if c.IsSet("min-nodes") {
+		n := c.Int("min-nodes")
+		s.MinNodes = &n
+	}
+	if c.IsSet("max-nodes") {
+		n := c.Int("max-nodes")
+		s.MaxNodes = &n
+	}
+	if s.MinNodes == nil && s.MaxNodes == nil {
+		return nil
+	}
+	_, err := h.q.SetNodes(ctx, s)
+	return err
+}
+
+func (h *hostedQueue) serve(ctx context.Context) error { return h.q.Serve(ctx, h.listeners...) }
+
+func (h *hostedQueue) close() {
+	for _, l := range h.listeners {
+		l.Close()
+	}
+	h.q.Close()
+}
+
+func advertiseURL(a *net.TCPAddr, tls bool) string {
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		if hn, err := os.Hostname(); err == nil {
+			host = hn
+		}
+	}
+	return fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, fmt.Sprint(a.Port)))
+}
+
+// pilotToken reads the pilot token, creating it (0600) on first start.
+// It survives restarts so that running pilots keep working.
+func pilotToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		tok := strings.TrimSpace(string(b))
+		if len(tok) < 32 {
+			return "", fmt.Errorf("pilot token %s is too short; remove it to have a new one made", path)
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("pilot token: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(raw)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("create pilot token: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		return "", err
+	}
+	return tok, nil
+}
