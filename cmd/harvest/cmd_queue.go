@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
+)
+
+// queueCommand runs the queue on its own (tests, development, or a site
+// that hosts the queue apart from the agent).
+func queueCommand() *cli.Command {
+	def := queue.DefaultConfig()
+	return &cli.Command{
+		Name:  "queue",
+		Usage: "run the harvest queue standalone (the agent normally hosts it)",
+		Subcommands: []*cli.Command{{
+			Name:  "serve",
+			Usage: "serve the /v1 queue API on a Unix socket and optionally TCP",
+			Description: "Users on this host reach the queue through the Unix socket, which identifies them by their\n" +
+				"uid (root is admin). Over TCP every request needs a token (HARVEST_TOKEN for users, the pilot\n" +
+				"token for pilots); use --tls-cert/--tls-key when the network is not trusted.",
+			Flags: append(queueServeFlags(def),
+				&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+				&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
+			),
+			Action: runQueueServe,
+		}},
+	}
+}
+
+// queueServeFlags are the flags that configure a queue; the agent may
+// reuse them.
+func queueServeFlags(def queue.Config) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "db", Value: def.DBPath, EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "SQLite database `FILE`"},
+		&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, EnvVars: []string{"HARVEST_QUEUE_SOCKET"}, Usage: "Unix socket `PATH` (empty: none)"},
+		&cli.StringFlag{Name: "listen", EnvVars: []string{"HARVEST_QUEUE_LISTEN"}, Usage: "TCP `ADDR` for pilots and remote users (empty: none)"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "TLS certificate `FILE` for --listen"},
+		&cli.StringFlag{Name: "tls-key", Usage: "TLS key `FILE` for --listen"},
+		&cli.StringSliceFlag{Name: "allowed-root", EnvVars: []string{"HARVEST_ALLOWED_ROOTS"}, Usage: "`DIR` datasets and outputs must lie in (repeatable)"},
+		&cli.StringFlag{Name: "outputs-root", EnvVars: []string{"HARVEST_OUTPUTS_ROOT"}, Usage: "`DIR` for default output directories (DIR/<user>/job-<id>)"},
+		&cli.StringFlag{Name: "pilot-token", EnvVars: []string{"HARVEST_PILOT_TOKEN"}, Usage: "the token pilots authenticate with"},
+		&cli.StringSliceFlag{Name: "admin", Usage: "`USER` who is admin on the Unix socket besides root (repeatable)"},
+		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
+		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
+		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live"},
+		&cli.DurationFlag{Name: "retention", Value: def.Retention, Usage: "final jobs are purged after this"},
+		&cli.DurationFlag{Name: "expiry", Value: def.DefaultExpiry, Usage: "default: a job still waiting after this is ERROR_EW"},
+	}
+}
+
+// queueConfigFromFlags maps the flags onto a queue.Config.
+func queueConfigFromFlags(c *cli.Context) queue.Config {
+	cfg := queue.DefaultConfig()
+	cfg.DBPath = c.String("db")
+	cfg.AllowedRoots = c.StringSlice("allowed-root")
+	cfg.OutputsRoot = c.String("outputs-root")
+	cfg.PilotToken = c.String("pilot-token")
+	cfg.Admins = c.StringSlice("admin")
+	cfg.MaxBatchSize = c.Int("max-batch-size")
+	cfg.ZombieTimeout = c.Duration("zombie-timeout")
+	cfg.LeaseTTL = c.Duration("lease-ttl")
+	cfg.Retention = c.Duration("retention")
+	cfg.DefaultExpiry = c.Duration("expiry")
+	return cfg
+}
+
+// queueListeners opens the socket and TCP listeners the flags ask for.
+func queueListeners(c *cli.Context) ([]net.Listener, error) {
+	var ls []net.Listener
+	if s := c.String("socket"); s != "" {
+		l, err := queue.ListenUnix(s)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	if a := c.String("listen"); a != "" {
+		l, err := queue.ListenTCP(a, c.String("tls-cert"), c.String("tls-key"))
+		if err != nil {
+			for _, x := range ls {
+				x.Close()
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	if len(ls) == 0 {
+		return nil, errors.New("neither --socket nor --listen: nobody could reach the queue")
+	}
+	return ls, nil
+}
+
+func runQueueServe(c *cli.Context) error {
+	log := newLogger(os.Stderr, c.String("log-level"), c.Bool("log-json"))
+	cfg := queueConfigFromFlags(c)
+	cfg.Logger = log
+	q, err := queue.Open(cfg)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 2)
+	}
+	defer q.Close()
+	ls, err := queueListeners(c)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return q.Serve(ctx, ls...)
+}
+
+// Client side: every user/admin command finds the queue the same way.
+
+func clientFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Value: "unix://" + api.DefaultSocket, Usage: "queue `URL`: unix:///path/to/queue.sock or http(s)://host:port"},
+		&cli.StringFlag{Name: "token", Usage: "bearer token (default: HARVEST_TOKEN, else ~/.config/harvest/token; not needed on the socket)"},
+		&cli.StringFlag{Name: "ca", EnvVars: []string{"HARVEST_CA"}, Usage: "CA bundle `FILE` to verify an https queue"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+	}
+}
+
+// tokenFile is where `harvest token create --save` keeps a user's token.
+func tokenFile() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "harvest", "token")
+}
+
+func newQueueClient(c *cli.Context) (*client.Client, error) {
+	cfg := client.DefaultConfig()
+	cfg.URL = c.String("queue")
+	cfg.CAFile = c.String("ca")
+	cfg.Token = c.String("token")
+	if cfg.Token == "" {
+		cfg.Token = os.Getenv("HARVEST_TOKEN")
+	}
+	if cfg.Token == "" && !strings.HasPrefix(cfg.URL, "unix:") {
+		if b, err := os.ReadFile(tokenFile()); err == nil {
+			cfg.Token = strings.TrimSpace(string(b))
+		}
+	}
+	return client.New(cfg)
+}
+
+// withClient wraps an action that needs a queue client; errors from the
+// queue become one clear line and exit code 1.
+func withClient(fn func(c *cli.Context, cl *client.Client) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		cl, err := newQueueClient(c)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("harvest %s: %v", c.Command.Name, err), 2)
+		}
+		if err := fn(c, cl); err != nil {
+			var ec cli.ExitCoder
+			if errors.As(err, &ec) {
+				return err
+			}
+			return cli.Exit(fmt.Sprintf("harvest %s: %v", c.Command.Name, err), 1)
+		}
+		return nil
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

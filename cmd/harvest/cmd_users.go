@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
+)
+
+func usersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "users",
+		Usage: "show every user's fair-share standing: priority, usage over 24 h, quotas",
+		Flags: clientFlags(),
+		Action: withClient(func(c *cli.Context, cl *client.Client) error {
+			us, err := cl.Users(c.Context)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				if us == nil {
+					us = []api.User{}
+				}
+				return printJSON(c.App.Writer, us)
+			}
+			if len(us) == 0 {
+				fmt.Fprintln(c.App.Writer, "no users yet")
+				return nil
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "USER\tPRIORITY\tCOMPUTED\tRUNNING\tMAX CORES\tCPU 24H (s)\tMAX CPU\tCOST 24H\tMAX COST\tWAITING")
+			for _, u := range us {
+				computed := fmt.Sprintf("%.3f", u.ComputedPriority)
+				if u.ComputedPriority < 0 {
+					computed = "over quota"
+				}
+				fmt.Fprintf(tw, "%s\t%g\t%s\t%d\t%d\t%.0f\t%.3g\t%.0f\t%.3g\t%d\n", u.Name, u.Priority, computed,
+					u.RunningCores, u.MaxCores, u.CPUTime24h, u.MaxCPUTime, u.Cost24h, u.MaxCost, u.WaitingTasks)
+			}
+			return tw.Flush()
+		}),
+	}
+}
+
+func adminCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "admin",
+		Usage: "site administration of the queue (admin role: root on the socket, or an admin token)",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "user",
+				Usage: "per-user priority and quotas",
+				Subcommands: []*cli.Command{{
+					Name:      "set",
+					Usage:     "set a user's baseline priority and quotas (unset flags keep their value)",
+					ArgsUsage: "NAME",
+					Flags: append(clientFlags(),
+						&cli.Float64Flag{Name: "priority", Usage: "baseline priority (> 0; the highest user's is the reference)"},
+						&cli.IntFlag{Name: "max-cores", Usage: "cores running at once (JAliEn's maxParallelJobs, default 20)"},
+						&cli.Float64Flag{Name: "max-cpu-time", Usage: "CPU seconds per 24 h (default 1e7)"},
+						&cli.Float64Flag{Name: "max-cost", Usage: "cost (cores x seconds x price) per 24 h (default 1e7)"},
+					),
+					Action: withClient(func(c *cli.Context, cl *client.Client) error {
+						pos, _, err := interspersed(c)
+						if err != nil || len(pos) != 1 {
+							return cli.Exit(fmt.Sprintf("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C] (%v)", err), 2)
+						}
+						var s api.UserSettings
+						if c.IsSet("priority") {
+							s.Priority = ptrTo(c.Float64("priority"))
+						}
+						if c.IsSet("max-cores") {
+							s.MaxCores = ptrTo(c.Int("max-cores"))
+						}
+						if c.IsSet("max-cpu-time") {
+							s.MaxCPUTime = ptrTo(c.Float64("max-cpu-time"))
+						}
+						if c.IsSet("max-cost") {
+							s.MaxCost = ptrTo(c.Float64("max-cost"))
+						}
+						u, err := cl.SetUser(c.Context, pos[0], s)
+						if err != nil {
+							return err
+						}
+						if c.Bool("json") {
+							return printJSON(c.App.Writer, u)
+						}
+						fmt.Fprintf(c.App.Writer, "user %s: priority %g, max cores %d, max CPU time %g s, max cost %g\n",
+							u.Name, u.Priority, u.MaxCores, u.MaxCPUTime, u.MaxCost)
+						return nil
+					}),
+				}},
+			},
+			{
+				Name:  "nodes",
+				Usage: "show or set the floor (--min) and cap (--max, 0 = none) of pilot nodes",
+				Flags: append(clientFlags(),
+					&cli.IntFlag{Name: "min", Usage: "minimum nodes the harvest keeps (MiniNode floor)"},
+					&cli.IntFlag{Name: "max", Usage: "maximum nodes the harvest may hold (0: no cap)"},
+				),
+				Action: withClient(func(c *cli.Context, cl *client.Client) error {
+					var n api.Nodes
+					var err error
+					if c.IsSet("min") || c.IsSet("max") {
+						var s api.NodesSettings
+						if c.IsSet("min") {
+							s.MinNodes = ptrTo(c.Int("min"))
+						}
+						if c.IsSet("max") {
+							s.MaxNodes = ptrTo(c.Int("max"))
+						}
+						n, err = cl.SetNodes(c.Context, s)
+					} else {
+						n, err = cl.Nodes(c.Context)
+					}
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, n)
+					}
+					maxs := fmt.Sprint(n.MaxNodes)
+					if n.MaxNodes == 0 {
+						maxs = "no cap"
+					}
+					rec := "none (or stale)"
+					if n.RecommendedAt > 0 {
+						rec = fmt.Sprintf("%d (at %s)", n.Recommendation, unixTime(n.RecommendedAt))
+					}
+					fmt.Fprintf(c.App.Writer, "min nodes: %d\nmax nodes: %s\nmaster recommendation: %s\ntasks: %d pending, %d running\n",
+						n.MinNodes, maxs, rec, n.PendingTasks, n.RunningTasks)
+					return nil
+				}),
+			},
+			{
+				Name:  "token",
+				Usage: "tokens for HTTP access",
+				Subcommands: []*cli.Command{{
+					Name:      "create",
+					Usage:     "create a token for USER (shown once, stored hashed)",
+					ArgsUsage: "USER",
+					Flags:     append(clientFlags(), &cli.BoolFlag{Name: "admin", Usage: "an admin token instead of a user token"}),
+					Action: withClient(func(c *cli.Context, cl *client.Client) error {
+						pos, _, err := interspersed(c)
+						if err != nil || len(pos) != 1 {
+							return cli.Exit("harvest admin token create: usage: harvest admin token create USER [--admin]", 2)
+						}
+						role := api.RoleUser
+						if c.Bool("admin") {
+							role = api.RoleAdmin
+						}
+						t, err := cl.CreateToken(c.Context, api.TokenRequest{User: pos[0], Role: role})
+						if err != nil {
+							return err
+						}
+						if c.Bool("json") {
+							return printJSON(c.App.Writer, t)
+						}
+						fmt.Fprintln(c.App.Writer, t.Token)
+						return nil
+					}),
+				}},
+			},
+		},
+	}
+}
+
+func tokenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "token",
+		Usage: "your own token for HTTP access to the queue",
+		Subcommands: []*cli.Command{{
+			Name:  "create",
+			Usage: "create a user token for yourself (ask through the Unix socket); --save writes it to ~/.config/harvest/token",
+			Flags: append(clientFlags(), &cli.BoolFlag{Name: "save", Usage: "save it where the CLI looks for it"}),
+			Action: withClient(func(c *cli.Context, cl *client.Client) error {
+				t, err := cl.CreateToken(c.Context, api.TokenRequest{})
+				if err != nil {
+					return err
+				}
+				if !c.Bool("save") {
+					fmt.Fprintln(c.App.Writer, t.Token)
+					return nil
+				}
+				p := tokenFile()
+				if p == "" {
+					return fmt.Errorf("no config directory to save the token in")
+				}
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					return err
+				}
+				if err := os.WriteFile(p, []byte(strings.TrimSpace(t.Token)+"\n"), 0o600); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "token for %s saved in %s\n", t.User, p)
+				return nil
+			}),
+		}},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
