@@ -85,7 +85,7 @@ func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, erro
 	}
 	sort.Strings(names)
 
-	snap := cluster.Snapshot{Now: v.Now}
+	snap := cluster.Snapshot{Now: v.Now, Jobs: []cluster.Job{}}
 	for _, j := range jobs {
 		if j.ServerTime > snap.Now {
 			snap.Now = j.ServerTime
