@@ -89,11 +89,12 @@ func (j *job) endByLimit() int64 { return add(j.rec.Start, j.limit) }
 
 type evKind uint8
 
-// Events at the same instant run in this order: ends free nodes before
-// arrivals are queued, and the scheduling pass sees both.
+// Events at the same instant run in this order: a task due exactly at its
+// pilot's limit completes, ends free nodes before arrivals are queued, and
+// the scheduling pass sees both.
 const (
-	evEnd evKind = iota
-	evTask
+	evTask evKind = iota
+	evEnd
 	evArrive
 	evWork
 	evSched

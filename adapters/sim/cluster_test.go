@@ -244,12 +244,14 @@ func TestHarvestWork(t *testing.T) {
 		name      string
 		timeAware bool
 		cancelAt  int64
+		limit     cluster.Limit
 		wantDone  int64
 		wantLost  int64
 	}{
 		{name: "a time-aware pilot only takes tasks it can finish before its limit", timeAware: true, wantDone: 200, wantLost: 0},
 		{name: "a pilot that is not time-aware loses the task in progress at its limit", timeAware: false, wantDone: 200, wantLost: 40},
 		{name: "a cancelled pilot loses the task in progress", timeAware: true, cancelAt: 130, wantDone: 100, wantLost: 30},
+		{name: "a task due exactly at the pilot's limit completes", timeAware: true, limit: 300, wantDone: 300, wantLost: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,7 +261,11 @@ func TestHarvestWork(t *testing.T) {
 			if err := c.AddWork(Work{ID: "w", NodeSeconds: 1000, TaskSeconds: 100}); err != nil {
 				t.Fatal(err)
 			}
-			id, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: 240, Command: []string{"x"}})
+			limit := tc.limit
+			if limit == 0 {
+				limit = 240
+			}
+			id, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: limit, Command: []string{"x"}})
 			if err != nil {
 				t.Fatal(err)
 			}
