@@ -39,6 +39,10 @@ func pilotCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "0.0.0.0:0", Usage: "`ADDR` the master API listens on (when this pilot is master)"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_ADVERTISE"}, Usage: "`HOST[:PORT]` other pilots reach this one at (default: hostname)"},
 			&cli.DurationFlag{Name: "safety-margin", Value: time.Minute, Usage: "no batch is planned to end later than the worker's deadline minus this"},
+			&cli.DurationFlag{Name: "master-grace", Value: 30 * time.Second, Usage: "a worker whose master does not answer for this long goes back to the lease"},
+			&cli.DurationFlag{Name: "worker-timeout", Value: time.Minute, Usage: "the master requeues the batches of a worker silent for this long"},
+			&cli.DurationFlag{Name: "reconnect-grace", Value: 30 * time.Second, Usage: "a new master keeps the batches of workers that come back within this"},
+			&cli.DurationFlag{Name: "heartbeat", Value: 5 * time.Second, Usage: "worker heartbeat period (the master's queue heartbeat is twice this)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 		},
@@ -77,6 +81,13 @@ func runPilot(c *cli.Context) error {
 	cfg.Deadline, cfg.Listen, cfg.Advertise = deadline, c.String("listen"), c.String("advertise")
 	cfg.Logger = log
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
+	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
+	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")
+	cfg.Worker.MasterGrace, cfg.Worker.HeartbeatInterval = c.Duration("master-grace"), c.Duration("heartbeat")
+	if pw := cfg.Master.WorkerTimeout / 3; pw < cfg.Master.PullWait {
+		// Long-polls must end well within the worker timeout.
+		cfg.Master.PullWait, cfg.Worker.PullWait = pw, pw
+	}
 	cfg.Master.Logger, cfg.Worker.Logger = log, log
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(fmt.Sprintf("harvest pilot: %v", err), 2)

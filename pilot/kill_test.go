@@ -1,0 +1,105 @@
+package pilot_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// buildHarvest builds the harvest binary once for the subprocess tests.
+func buildHarvest(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs pilot processes")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain to build harvest")
+	}
+	bin := filepath.Join(t.TempDir(), "harvest")
+	out, err := exec.Command(goBin, "build", "-o", bin, "github.com/harvest-hpc/harvest/cmd/harvest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build harvest: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func startPilotProcess(t *testing.T, bin string, r *realQueue, id string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "pilot", "--queue", r.url, "--state-dir", r.state, "--pilot-id", id, "--slots", "2",
+		"--listen", "127.0.0.1:0", "--advertise", "127.0.0.1", "--safety-margin", "0",
+		"--master-grace", "500ms", "--worker-timeout", "2s", "--reconnect-grace", "2s", "--heartbeat", "200ms",
+		"--log-level", "warn")
+	cmd.Env = append(os.Environ(), "HARVEST_PILOT_TOKEN="+pilotToken)
+	logf, _ := os.Create(filepath.Join(r.state, "pilot-"+id+".log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logf.Close()
+	})
+	return cmd
+}
+
+// TestKillDashNineOfMasterAndWorkerLosesNoTask is issue 5's failover check
+// with real processes: kill -9 of the master's pilot and of a worker's
+// pilot mid-run; the job completes, every task done once in the queue and
+// every output present.
+func TestKillDashNineOfMasterAndWorkerLosesNoTask(t *testing.T) {
+	bin := buildHarvest(t)
+	r := startQueue(t)
+	const n = 120
+	j := r.submit(t, n, 2, `sleep 0.1; echo "$3" >> "$2"`)
+	procs := map[string]*exec.Cmd{}
+	for i := 1; i <= 4; i++ {
+		id := fmt.Sprintf("%d", 300+i)
+		procs[id] = startPilotProcess(t, bin, r, id)
+		if i == 1 {
+			time.Sleep(500 * time.Millisecond) // 301 wins the lease
+		}
+	}
+	waitDone := func(min int) {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			jj, _ := r.user.Job(context.Background(), j.ID)
+			if jj.Tasks.Done >= min {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("fewer than %d tasks done after 20 s", min)
+	}
+	waitDone(30)
+	l, err := r.pilot.Lease(context.Background(), pilotproto.LeaseRequest{PilotID: "observer"})
+	if err != nil || l.Granted {
+		t.Fatalf("lease query: %+v %v", l, err)
+	}
+	masterProc := procs[l.Holder]
+	if masterProc == nil {
+		t.Fatalf("lease held by unknown pilot %q", l.Holder)
+	}
+	masterProc.Process.Signal(syscall.SIGKILL)
+	for id, p := range procs {
+		if id != l.Holder {
+			p.Process.Signal(syscall.SIGKILL) // and one worker
+			break
+		}
+	}
+	got := r.waitJob(t, j.ID, 60*time.Second)
+	if got.State != api.JobDone || got.Tasks.Done != n {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	reruns := outputsOnce(t, got.OutputDir, n)
+	t.Logf("tasks re-run after the kills (their first run was lost with the killed pilots): %d", reruns)
+}
