@@ -99,11 +99,8 @@ func interspersed(c *cli.Context) (pos, rest []string, err error) {
 	return pos, nil, nil
 }
 
-func runSubmit(c *cli.Context, cl *client.Client) error {
-	pos, argv, err := interspersed(c)
-	if err != nil {
-		return cli.Exit("harvest submit: "+err.Error(), 2)
-	}
+func runSubmit(c *cli.Context, cl *client.Client, a args) error {
+	pos, argv := a.pos, a.rest
 	if len(pos) != 1 {
 		return cli.Exit("harvest submit: usage: harvest submit DIR [flags] -- CMD ARGS...", 2)
 	}
@@ -213,10 +210,10 @@ func statusCommand() *cli.Command {
 		Usage:     "show one job in detail, or your jobs that are not finished",
 		ArgsUsage: "[JOB]",
 		Flags:     clientFlags(),
-		Action: withClient(func(c *cli.Context, cl *client.Client) error {
-			pos, _, err := interspersed(c)
-			if err != nil || len(pos) > 1 {
-				return cli.Exit(fmt.Sprintf("harvest status: usage: harvest status [JOB] [--json] (%v)", err), 2)
+		Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
+			pos := a.pos
+			if len(pos) > 1 {
+				return cli.Exit("harvest status: usage: harvest status [JOB] [--json]", 2)
 			}
 			if len(pos) == 0 {
 				return listJobs(c, cl, true)
@@ -288,7 +285,7 @@ func jobsCommand() *cli.Command {
 			&cli.IntFlag{Name: "limit", Value: 50, Usage: "jobs per page"},
 			&cli.BoolFlag{Name: "all", Usage: "follow every page"},
 		),
-		Action: withClient(func(c *cli.Context, cl *client.Client) error { return listJobs(c, cl, false) }),
+		Action: withClient(func(c *cli.Context, cl *client.Client, _ args) error { return listJobs(c, cl, false) }),
 	}
 }
 
@@ -340,9 +337,9 @@ func cancelCommand() *cli.Command {
 		Usage:     "cancel a job: waiting tasks never run, running ones are stopped",
 		ArgsUsage: "JOB...",
 		Flags:     clientFlags(),
-		Action: withClient(func(c *cli.Context, cl *client.Client) error {
-			pos, _, err := interspersed(c)
-			if err != nil || len(pos) == 0 {
+		Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
+			pos := a.pos
+			if len(pos) == 0 {
 				return cli.Exit("harvest cancel: usage: harvest cancel JOB... [--json]", 2)
 			}
 			var failed int

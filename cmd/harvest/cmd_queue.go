@@ -159,15 +159,26 @@ func newQueueClient(c *cli.Context) (*client.Client, error) {
 	return client.New(cfg)
 }
 
-// withClient wraps an action that needs a queue client; errors from the
-// queue become one clear line and exit code 1.
-func withClient(fn func(c *cli.Context, cl *client.Client) error) cli.ActionFunc {
+// args are a command's positional arguments and those after "--".
+type args struct {
+	pos, rest []string
+}
+
+// withClient wraps an action that needs a queue client: it applies flags
+// given after positional arguments first (see interspersed), so that
+// `harvest status 7 --queue URL` works; queue errors become one clear line
+// and exit code 1, usage errors exit 2.
+func withClient(fn func(c *cli.Context, cl *client.Client, a args) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
+		pos, rest, err := interspersed(c)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("harvest %s: %v", c.Command.Name, err), 2)
+		}
 		cl, err := newQueueClient(c)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("harvest %s: %v", c.Command.Name, err), 2)
 		}
-		if err := fn(c, cl); err != nil {
+		if err := fn(c, cl, args{pos, rest}); err != nil {
 			var ec cli.ExitCoder
 			if errors.As(err, &ec) {
 				return err

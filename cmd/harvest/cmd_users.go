@@ -18,7 +18,7 @@ func usersCommand() *cli.Command {
 		Name:  "users",
 		Usage: "show every user's fair-share standing: priority, usage over 24 h, quotas",
 		Flags: clientFlags(),
-		Action: withClient(func(c *cli.Context, cl *client.Client) error {
+		Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 			us, err := cl.Users(c.Context)
 			if err != nil {
 				return err
@@ -66,10 +66,10 @@ func adminCommand() *cli.Command {
 						&cli.Float64Flag{Name: "max-cpu-time", Usage: "CPU seconds per 24 h (default 1e7)"},
 						&cli.Float64Flag{Name: "max-cost", Usage: "cost (cores x seconds x price) per 24 h (default 1e7)"},
 					),
-					Action: withClient(func(c *cli.Context, cl *client.Client) error {
-						pos, _, err := interspersed(c)
-						if err != nil || len(pos) != 1 {
-							return cli.Exit(fmt.Sprintf("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C] (%v)", err), 2)
+					Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
+						pos := a.pos
+						if len(pos) != 1 {
+							return cli.Exit("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C]", 2)
 						}
 						var s api.UserSettings
 						if c.IsSet("priority") {
@@ -104,7 +104,7 @@ func adminCommand() *cli.Command {
 					&cli.IntFlag{Name: "min", Usage: "minimum nodes the harvest keeps (MiniNode floor)"},
 					&cli.IntFlag{Name: "max", Usage: "maximum nodes the harvest may hold (0: no cap)"},
 				),
-				Action: withClient(func(c *cli.Context, cl *client.Client) error {
+				Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 					var n api.Nodes
 					var err error
 					if c.IsSet("min") || c.IsSet("max") {
@@ -146,9 +146,9 @@ func adminCommand() *cli.Command {
 					Usage:     "create a token for USER (shown once, stored hashed)",
 					ArgsUsage: "USER",
 					Flags:     append(clientFlags(), &cli.BoolFlag{Name: "admin", Usage: "an admin token instead of a user token"}),
-					Action: withClient(func(c *cli.Context, cl *client.Client) error {
-						pos, _, err := interspersed(c)
-						if err != nil || len(pos) != 1 {
+					Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
+						pos := a.pos
+						if len(pos) != 1 {
 							return cli.Exit("harvest admin token create: usage: harvest admin token create USER [--admin]", 2)
 						}
 						role := api.RoleUser
@@ -179,7 +179,7 @@ func tokenCommand() *cli.Command {
 			Name:  "create",
 			Usage: "create a user token for yourself (ask through the Unix socket); --save writes it to ~/.config/harvest/token",
 			Flags: append(clientFlags(), &cli.BoolFlag{Name: "save", Usage: "save it where the CLI looks for it"}),
-			Action: withClient(func(c *cli.Context, cl *client.Client) error {
+			Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 				t, err := cl.CreateToken(c.Context, api.TokenRequest{})
 				if err != nil {
 					return err

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
+)
+
+type cliQueue struct {
+	url, token string
+	pilot      *client.Client
+	data       string
+}
+
+func startCLIQueue(t *testing.T) *cliQueue {
+	t.Helper()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(filepath.Join(data, "ds"), 0o755)
+	for i := 0; i < 4; i++ {
+		os.MkdirAll(filepath.Join(data, "ds", fmt.Sprintf("e%d", i)), 0o755)
+	}
+	cfg := queue.DefaultConfig()
+	cfg.DBPath = filepath.Join(dir, "q.db")
+	cfg.AllowedRoots = []string{data}
+	cfg.OutputsRoot = data
+	cfg.PilotToken = "pt"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	q, err := queue.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(q.Handler())
+	t.Cleanup(func() { srv.Close(); q.Close() })
+	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := client.DefaultConfig()
+	pc.URL, pc.Token = srv.URL, "pt"
+	pilot, _ := client.New(pc)
+	return &cliQueue{url: srv.URL, token: tok.Token, pilot: pilot, data: data}
+}
+
+// run runs the harvest CLI in process and returns stdout, stderr and the
+// exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &out, &errb
+	code := 0
+	oldExit, oldErr := cli.OsExiter, cli.ErrWriter
+	cli.OsExiter = func(c int) { code = c }
+	cli.ErrWriter = &errb // cli.Exit messages go here
+	defer func() { cli.OsExiter, cli.ErrWriter = oldExit, oldErr }()
+	err := app.Run(append([]string{"harvest"}, args...))
+	if err != nil && code == 0 {
+		code = exitCode(err)
+		var ec cli.ExitCoder
+		if !errors.As(err, &ec) {
+			fmt.Fprintln(&errb, err)
+		}
+	}
+	return out.String(), errb.String(), code
+}
+
+// drain plays the master: lease, pull everything, report statuses.
+func (c *cliQueue) drain(t *testing.T, status func(i int) string) {
+	ctx := context.Background()
+	l, err := c.pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p"})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	i := 0
+	for time.Now().Before(deadline) {
+		p, err := c.pilot.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 10})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if len(p.Tasks) == 0 {
+			return
+		}
+		var res []pilotproto.Result
+		for _, tk := range p.Tasks {
+			res = append(res, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: status(i), DurationMS: 100})
+			i++
+		}
+		if _, err := c.pilot.Results(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: res}); err != nil {
+			t.Error(err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSubmitWaitExitCodeReflectsTheResult(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status func(i int) string
+		code   int
+		state  string
+	}{
+		{"every task done exits 0", func(int) string { return pilotproto.StatusDone }, 0, "DONE"},
+		{"one task failing for good exits 3 (DONE_WARN)", func(i int) string {
+			if i == 0 {
+				return pilotproto.StatusFailed
+			}
+			return pilotproto.StatusDone
+		}, 3, "DONE_WARN"},
+		{"every task failing exits 4 (FAILED)", func(int) string { return pilotproto.StatusFailed }, 4, "FAILED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := startCLIQueue(t)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				time.Sleep(100 * time.Millisecond)
+				q.drain(t, tc.status)
+			}()
+			// Flags after DIR, as the documented usage writes them.
+			out, errOut, code := run(t, "submit", filepath.Join(q.data, "ds"), "--queue", q.url, "--token", q.token,
+				"--batch-size", "2", "--max-attempts", "1", "--wait", "--poll", "20ms", "--", "prog", "{input}", "{output}")
+			<-done
+			if code != tc.code || !strings.Contains(out, tc.state) {
+				t.Fatalf("exit %d, want %d; stdout %q stderr %q", code, tc.code, out, errOut)
+			}
+			if !strings.Contains(errOut, "4/4") && !strings.Contains(errOut, "/4 done") {
+				t.Fatalf("no progress bar on stderr: %q", errOut)
+			}
+		})
+	}
+}
+
+func TestCLIRefusesBadInputClearly(t *testing.T) {
+	q := startCLIQueue(t)
+	ds := filepath.Join(q.data, "ds")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"a submit without a command says where it goes", []string{"submit", ds, "--batch-size", "2"}, 2, `after "--"`},
+		{"an unknown placeholder is the queue's clear 400", []string{"submit", ds, "--", "prog", "{inptu}"}, 1, "unknown placeholder {inptu}"},
+		{"a negative batch size is refused", []string{"submit", ds, "--batch-size", "-3", "--", "prog"}, 1, "batch_size -3"},
+		{"an unknown flag after DIR is refused", []string{"submit", ds, "--bogus", "--", "prog"}, 2, "unknown flag --bogus"},
+		{"a job id that is not a number is refused", []string{"status", "abc"}, 2, "not a job id"},
+		{"another user's or a missing job is not found", []string{"cancel", "42"}, 1, "not found"},
+		{"a user cannot set quotas", []string{"admin", "user", "set", "bob", "--priority", "3"}, 1, "admin role"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The client flags go last (before "--"): flags after arguments work everywhere.
+			conn := []string{"--queue", q.url, "--token", q.token}
+			args := append([]string{}, tc.args...)
+			if i := slices.Index(args, "--"); i >= 0 {
+				args = append(append(args[:i:i], conn...), tc.args[i:]...)
+			} else {
+				args = append(args, conn...)
+			}
+			_, errOut, code := run(t, args...)
+			if code != tc.code || !strings.Contains(errOut, tc.msg) {
+				t.Fatalf("exit %d (want %d), stderr %q (want %q)", code, tc.code, errOut, tc.msg)
+			}
+		})
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	j := api.Job{State: "RUNNING", Tasks: api.TaskCounts{Total: 100, Done: 40, Failed: 10, Running: 5}}
+	got := progressLine(j, 50, 100*time.Second)
+	for _, want := range []string{"[###############...............]", "40/100 done", "10 failed", "5 running", "ETA 1m40s", "RUNNING"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("progress line %q lacks %q", got, want)
+		}
+	}
+	if got := progressLine(j, 0, time.Second); !strings.Contains(got, "ETA --") {
+		t.Fatalf("no progress yet must show an unknown ETA: %q", got)
+	}
+}
