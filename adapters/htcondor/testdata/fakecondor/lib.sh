@@ -30,8 +30,26 @@ now() {
 	if [ -f "$S/clock" ]; then cat "$S/clock"; else date +%s; fi
 }
 
-# jget FILE KEY: a job's value ("" if unset).
-jget() { sed -n "s/^$2=//p" "$1" | head -n 1; }
+# jload FILE: read a job into the associative array J (no forks: the
+# fake must stay fast). jget FILE KEY reads one value.
+declare -A J
+jload() {
+	J=()
+	local k v
+	while IFS='=' read -r k v; do
+		[ -n "$k" ] && [ -z "${J[$k]+x}" ] && J[$k]="$v"
+	done <"$1"
+}
+jget() { jload "$1"; printf '%s' "${J[$2]:-}"; }
+
+# jobs_sorted: job ids in cluster.proc order.
+jobs_sorted() {
+	local f
+	for f in "$S"/jobs/*; do
+		f="${f##*/}"
+		[[ "$f" =~ ^[0-9]+\.[0-9]+$ ]] && echo "$f"
+	done | sort -t. -k1,1n -k2,2n
+}
 
 # jset FILE KEY VALUE: replace atomically, so concurrent readers never see
 # half a file.
@@ -43,7 +61,7 @@ jset() {
 }
 
 # jstr S: S as a JSON string body (backslash and double quote escaped).
-jstr() { printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g'; }
+jstr() { local v="${1//\\/\\\\}"; printf '%s' "${v//\"/\\\"}"; }
 
 lock() { exec 9>"$S/lock"; flock 9; }
 
