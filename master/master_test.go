@@ -205,3 +205,23 @@ func TestOlderMasterIsFencedOutOfTheCheckpoint(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+func TestQueueOutageMidRunDelaysReportsButLosesNothing(t *testing.T) {
+	q := master.NewMemQueue()
+	q.Add(tasks(1, 200, 5)...)
+	rm := startMaster(t, q, t.TempDir(), "p1", nil)
+	var ep endpoint
+	ep.set(rm.srv.URL)
+	startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: 5 * time.Millisecond}), ep.resolve)
+	for q.Stats().Done < 20 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	rm.q.cut.Store(true) // the agent restarts
+	time.Sleep(time.Second)
+	if st := rm.m.Stats(); st.Unreported == 0 {
+		t.Fatalf("no results waited for the queue during the outage: %+v", st)
+	}
+	rm.q.cut.Store(false)
+	waitFinal(t, q, 20*time.Second)
+	checkExactlyOnce(t, q)
+}

@@ -1,0 +1,214 @@
+package master_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+// FakeQueue is a Queue whose calls are closures; nil closures answer
+// empty and succeed.
+type FakeQueue struct {
+	LeaseFunc     func(pilotproto.LeaseRequest) (pilotproto.Lease, error)
+	PullFunc      func(pilotproto.PullRequest) (pilotproto.PullResponse, error)
+	ReportFunc    func(pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error)
+	HeartbeatFunc func(pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error)
+	RecommendFunc func(pilotproto.RecommendationRequest) error
+}
+
+var _ master.Queue = (*FakeQueue)(nil)
+
+func (f *FakeQueue) Lease(_ context.Context, r pilotproto.LeaseRequest) (pilotproto.Lease, error) {
+	if f.LeaseFunc == nil {
+		return pilotproto.Lease{Granted: true, Epoch: r.Epoch}, nil
+	}
+	return f.LeaseFunc(r)
+}
+func (f *FakeQueue) Pull(_ context.Context, r pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+	if f.PullFunc == nil {
+		return pilotproto.PullResponse{}, nil
+	}
+	return f.PullFunc(r)
+}
+func (f *FakeQueue) Report(_ context.Context, r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+	if f.ReportFunc == nil {
+		return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
+	}
+	return f.ReportFunc(r)
+}
+func (f *FakeQueue) Heartbeat(_ context.Context, r pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
+	if f.HeartbeatFunc == nil {
+		return pilotproto.HeartbeatResponse{}, nil
+	}
+	return f.HeartbeatFunc(r)
+}
+func (f *FakeQueue) Recommend(_ context.Context, r pilotproto.RecommendationRequest) error {
+	if f.RecommendFunc == nil {
+		return nil
+	}
+	return f.RecommendFunc(r)
+}
+
+func runFake(t *testing.T, f *FakeQueue) (*master.Master, chan error, context.CancelFunc) {
+	t.Helper()
+	cfg := fastMasterConfig(t.TempDir(), "p1", 3)
+	m, err := master.New(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; done <- nil })
+	return m, done, cancel
+}
+
+func TestQueueStaleEpochStopsTheMaster(t *testing.T) {
+	f := &FakeQueue{HeartbeatFunc: func(pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
+		return pilotproto.HeartbeatResponse{}, master.ErrStaleEpoch
+	}}
+	m, done, _ := runFake(t, f)
+	select {
+	case err := <-done:
+		done <- err
+		if !errors.Is(err, master.ErrStaleEpoch) {
+			t.Fatalf("master ended with %v, want ErrStaleEpoch", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("master kept running after the queue said its epoch is stale")
+	}
+	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}); !errors.Is(err, master.ErrNotMaster) {
+		t.Fatalf("a stopped master accepted a worker: %v", err)
+	}
+}
+
+func TestExpiredLeaseIsRenewedAtOnceInsteadOfStopping(t *testing.T) {
+	var mu sync.Mutex
+	renewals := 0
+	expired := true
+	f := &FakeQueue{
+		LeaseFunc: func(r pilotproto.LeaseRequest) (pilotproto.Lease, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			renewals++
+			expired = false
+			return pilotproto.Lease{Granted: true, Epoch: r.Epoch}, nil
+		},
+		ReportFunc: func(r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if expired {
+				return pilotproto.ResultsResponse{}, master.ErrLeaseExpired
+			}
+			return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
+		},
+	}
+	_, done, _ := runFake(t, f)
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-done:
+		done <- err
+		t.Fatalf("master stopped: %v", err)
+	default:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if renewals == 0 {
+		t.Fatal("the lease was never renewed")
+	}
+}
+
+func TestTasksOfACancelledJobAreNeverHandedOut(t *testing.T) {
+	var mu sync.Mutex
+	pulls := 0
+	var reported []pilotproto.Result
+	f := &FakeQueue{
+		PullFunc: func(r pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			pulls++
+			if pulls == 1 {
+				return pilotproto.PullResponse{Tasks: tasks(7, 3, 3), CancelledJobs: []int64{7}}, nil
+			}
+			return pilotproto.PullResponse{}, nil
+		},
+		ReportFunc: func(r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, r.Results...)
+			return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
+		},
+	}
+	m, _, _ := runFake(t, f)
+	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 4, Capacity: 8}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := m.Pull(context.Background(), wire.PullRequest{WorkerID: "w", Free: 8, WaitMS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Batches) != 0 {
+		t.Fatalf("handed out %d batches of a cancelled job", len(resp.Batches))
+	}
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 3 {
+		t.Fatalf("reported %d results, want the 3 tasks as killed", len(reported))
+	}
+	for _, r := range reported {
+		if r.Status != pilotproto.StatusKilled {
+			t.Fatalf("task %d reported %q, want killed", r.TaskID, r.Status)
+		}
+	}
+}
+
+func TestBadWorkerRequestsAreRefusedWithoutChangingState(t *testing.T) {
+	m, _, _ := runFake(t, &FakeQueue{})
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	cases := []struct {
+		name, path, token, body string
+		status                  int
+	}{
+		{"a request without the pilot token is refused", wire.PathRegister, "", `{"worker_id":"w","slots":1,"capacity":1}`, 401},
+		{"a request with a wrong token is refused", wire.PathRegister, "nope", `{"worker_id":"w","slots":1,"capacity":1}`, 401},
+		{"a worker without id is refused", wire.PathRegister, token, `{"slots":1,"capacity":1}`, 400},
+		{"a worker without slots is refused", wire.PathRegister, token, `{"worker_id":"w","capacity":1}`, 400},
+		{"a capacity below the slots is refused", wire.PathRegister, token, `{"worker_id":"w","slots":4,"capacity":2}`, 400},
+		{"a body that is not JSON is refused", wire.PathRegister, token, `{"worker_id":`, 400},
+		{"a result with an unknown status is refused", wire.PathResults, token, `{"worker_id":"w","results":[{"task_id":1,"attempt":1,"status":"great"}]}`, 400},
+		{"a pull from an unregistered worker asks it to register", wire.PathPull, token, `{"worker_id":"ghost","free":1}`, 404},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+tc.path, strings.NewReader(tc.body))
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var eb wire.ErrorBody
+			json.NewDecoder(resp.Body).Decode(&eb)
+			if resp.StatusCode != tc.status || eb.Error == "" {
+				t.Fatalf("status %d error %q, want %d with a JSON error", resp.StatusCode, eb.Error, tc.status)
+			}
+		})
+	}
+	if st := m.Stats(); st.Workers != 0 || st.Assigned != 0 {
+		t.Fatalf("refused requests changed the master: %+v", st)
+	}
+}
