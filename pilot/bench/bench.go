@@ -147,7 +147,7 @@ func summarize(cfg Config, makespan time.Duration) Result {
 	ideal := time.Duration(waves) * cfg.TaskTime
 	r := Result{Workers: cfg.Workers, Slots: cfg.Slots, Tasks: cfg.Tasks,
 		TaskTimeMS: float64(cfg.TaskTime) / 1e6, MakespanS: makespan.Seconds(), IdealS: ideal.Seconds(),
-		TasksPerS: float64(cfg.Tasks) / makespan.Seconds(),
+		TasksPerS:  float64(cfg.Tasks) / makespan.Seconds(),
 		OverheadMS: float64(makespan-ideal) / 1e6 / float64(cfg.Tasks)}
 	if ideal > 0 {
 		r.Efficiency = ideal.Seconds() / makespan.Seconds()
