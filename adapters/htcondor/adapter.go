@@ -171,7 +171,8 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 		return fmt.Errorf("htcondor cancel %s: %w", id, rmErr) // unreachable or outcome unknown
 	}
 	// Nothing matched (or condor_rm refused): ask the queue what the job is.
-	qArgs := append(a.scheddArgs(), "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,"+attrPilot, string(id))
+	// -allusers: a foreign job must be seen to be refused as one.
+	qArgs := append(a.scheddArgs(), "-allusers", "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,"+attrPilot, string(id))
 	out, err := a.run(ctx, "condor_q", qArgs, nil, false)
 	if err != nil {
 		return fmt.Errorf("htcondor cancel %s: %w (after condor_rm: %v)", id, err, rmErr)

@@ -13,10 +13,16 @@ import (
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
-// LifetimeEnv tells the pilot its lifetime in seconds (absent = unlimited):
-// its deadline is its start plus this. HTCondor gives a job no end time of
-// its own, unlike SLURM.
-const LifetimeEnv = "HARVEST_PILOT_LIFETIME"
+// Environment the adapter gives every pilot (unless the spec sets it).
+const (
+	// TimeLimitEnv is the pilot's lifetime as a Go duration ("1800s";
+	// absent = unlimited), the value of `harvest pilot --time-limit`:
+	// HTCondor gives a job no end time of its own, unlike SLURM.
+	TimeLimitEnv = "HARVEST_TIME_LIMIT"
+	// PilotIDEnv is the pilot's job id (cluster.proc), which `harvest
+	// pilot` reads as its id.
+	PilotIDEnv = "HARVEST_PILOT_ID"
+)
 
 // pilotLifetime is the lifetime a pilot asked for with limit gets: the
 // configured maximum caps it, and "unlimited" means that maximum.
@@ -57,12 +63,16 @@ func SubmitDescription(c Config, spec adapters.PilotSpec) (string, error) {
 		}
 		env[k] = v
 	}
-	if _, set := env[LifetimeEnv]; !set && !life.IsUnlimited() {
-		env[LifetimeEnv] = strconv.FormatInt(int64(life), 10)
+	if _, set := env[TimeLimitEnv]; !set && !life.IsUnlimited() {
+		env[TimeLimitEnv] = strconv.FormatInt(int64(life), 10) + "s"
 	}
 	envLine, err := quoteEnvironment(env)
 	if err != nil {
 		return "", invalid("environment: %v", err)
+	}
+	if _, set := spec.Env[PilotIDEnv]; !set {
+		// Added after quoting: these macros are condor_submit's to expand.
+		envLine = addEnvEntry(envLine, PilotIDEnv+"='$(Cluster).$(Process)'")
 	}
 
 	var b strings.Builder
@@ -193,6 +203,15 @@ func quoteEnvironment(env map[string]string) (string, error) {
 		parts[i] = k + "='" + quoteNew(v) + "'"
 	}
 	return `"` + strings.Join(parts, " ") + `"`, nil
+}
+
+// addEnvEntry appends one already-quoted entry to a new-syntax
+// environment value ("" = none yet).
+func addEnvEntry(line, entry string) string {
+	if line == "" {
+		return `"` + entry + `"`
+	}
+	return line[:len(line)-1] + " " + entry + `"`
 }
 
 func quoteNew(s string) string {

@@ -146,8 +146,14 @@ func TestThePilotDescriptionCarriesTagLifetimeAndCommand(t *testing.T) {
 	if got := splitNew(t, l["arguments"]); !reflect.DeepEqual(got, spec.Command[1:]) {
 		t.Errorf("arguments %q", got)
 	}
-	if !strings.Contains(l["environment"], "HARVEST_PILOT_LIFETIME='1800'") || !strings.Contains(l["environment"], "HARVEST_TOKEN='s3cret'") {
-		t.Errorf("environment %q lacks the token or the lifetime", l["environment"])
+	gotEnv := map[string]string{}
+	for _, e := range splitNew(t, l["environment"]) {
+		k, v, _ := strings.Cut(e, "=")
+		gotEnv[k] = v
+	}
+	wantEnv := map[string]string{"HARVEST_TOKEN": "s3cret", "HARVEST_TIME_LIMIT": "1800s", "HARVEST_PILOT_ID": "$(Cluster).$(Process)"}
+	if !reflect.DeepEqual(gotEnv, wantEnv) {
+		t.Errorf("environment %s\nparsed %q, want %q", l["environment"], gotEnv, wantEnv)
 	}
 	if !strings.HasSuffix(d, "accounting_group = group_harvest\nqueue 1\n") {
 		t.Errorf("extra lines must come just before the single queue:\n%s", d)
