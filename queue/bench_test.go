@@ -50,6 +50,7 @@ func BenchmarkRecomputePriorities10kUsers(b *testing.B) {
 	}
 	e.q.mu.Unlock()
 	var total, longest time.Duration
+	var txs int
 	b.ResetTimer()
 	for b.Loop() {
 		e.q.mu.Lock()
@@ -65,10 +66,12 @@ func BenchmarkRecomputePriorities10kUsers(b *testing.B) {
 			b.Fatalf("flushed %d users", st.Users)
 		}
 		total += st.Total
+		txs += st.Transactions
 		longest = max(longest, st.Longest)
 	}
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "lock-ms/recompute")
 	b.ReportMetric(float64(longest.Microseconds())/1000, "longest-tx-ms")
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(txs), "mean-tx-ms")
 }
 
 // BenchmarkPull100Pullers measures pull throughput with 100 concurrent
@@ -119,6 +122,7 @@ func BenchmarkPull100Pullers(b *testing.B) {
 	ws := e.q.WriteStats(false)
 	b.ReportMetric(float64(pulled.Load())/el.Seconds(), "tasks/s")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
+	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 	if pulled.Load() == 0 {
 		b.Fatal("nothing pulled")
 	}
@@ -155,4 +159,51 @@ func TestSubmit100kEntries(t *testing.T) {
 	if el > 10*time.Second {
 		t.Fatalf("submit took %v, want seconds", el)
 	}
+}
+
+// BenchmarkPull100PullersHTTP is the same load through the real HTTP API
+// and the Go client (JSON, auth, one connection per puller).
+func BenchmarkPull100PullersHTTP(b *testing.B) {
+	e := newEnv(b, func(c *Config) {
+		c.LeaseTTL = 24 * time.Hour
+		c.DefaultLimits.MaxParallelJobs = 1 << 30
+	})
+	ctx := context.Background()
+	const users, perUser = 20, 2500
+	for u := 0; u < users; u++ {
+		name := fmt.Sprintf("u%02d", u)
+		ds := filepath.Join(e.data, name)
+		for i := 0; i < perUser; i++ {
+			if err := os.MkdirAll(filepath.Join(ds, fmt.Sprintf("t%05d", i)), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := e.q.Submit(ctx, name, api.JobSpec{Dataset: ds, Command: []string{"p"}, BatchSize: 10}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pilot := e.client("pilot")
+	if _, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"}); err != nil {
+		b.Fatal(err)
+	}
+	var pulled atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for p := 0; p < 100; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := pilot.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 10})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				pulled.Add(int64(len(r.Tasks)))
+			}()
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(pulled.Load())/time.Since(start).Seconds(), "tasks/s")
 }
