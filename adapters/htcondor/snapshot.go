@@ -117,13 +117,23 @@ func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, erro
 	}
 	snap.TotalNodes = len(names)
 
+	// Queues hold many jobs of few shapes: remember each shape's answer.
+	type shape struct{ cpus, mem int64 }
+	fitCache := map[shape]bool{}
 	fits := func(j JobAd) bool {
+		k := shape{j.RequestCPUs, j.RequestMemoryMB}
+		if ok, seen := fitCache[k]; seen {
+			return ok
+		}
+		ok := false
 		for _, m := range usable {
-			if j.RequestCPUs <= m.cpus && j.RequestMemoryMB <= m.memoryMB {
-				return true
+			if k.cpus <= m.cpus && k.mem <= m.memoryMB {
+				ok = true
+				break
 			}
 		}
-		return false
+		fitCache[k] = ok
+		return ok
 	}
 
 	var running, pending []JobAd
