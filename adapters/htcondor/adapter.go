@@ -270,7 +270,9 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 	if len(msg) > 2000 {
 		msg = msg[:2000] + "..."
 	}
-	a.Log.Warn("condor command failed", "command", name, "args", strings.Join(args, " "), "error", err, "output", msg)
+	// Debug: some failures are expected (condor_rm of a pilot already
+	// gone); callers return what matters and the agent logs it.
+	a.Log.Debug("condor command failed", "command", name, "args", strings.Join(args, " "), "error", err, "output", msg)
 	if unreachableRE.MatchString(msg) {
 		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, msg)
 	}
