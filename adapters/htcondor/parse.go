@@ -13,11 +13,13 @@ import (
 type Format string
 
 const (
-	// FormatJSON is `-json` (HTCondor 8.3 and later): a JSON array of ads,
-	// parsed strictly by encoding/json. The default.
+	// FormatJSON is `-json`: a JSON array of ads, parsed strictly by
+	// encoding/json, with names and types intact (unlike -af, whose
+	// columns carry neither, and which prints "undefined" for missing
+	// values). The default.
 	FormatJSON Format = "json"
-	// FormatLong is `-long`: the old ClassAd "Name = value" format, for
-	// pools too old for -json.
+	// FormatLong is `-long`: the ClassAd "Name = value" format, a fallback
+	// where -json output is unusable.
 	FormatLong Format = "long"
 )
 
