@@ -64,9 +64,9 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey, p)
 }
 
-// lookupUser maps a uid to a user name; a variable so tests can map the
-// test runner's uid to chosen names.
-var lookupUser = func(uid uint32) (string, error) {
+// systemLookupUser maps a uid to a user name through the system's user
+// database (NSS: /etc/passwd, LDAP, ...).
+func systemLookupUser(uid uint32) (string, error) {
 	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
 	if err != nil {
 		return "", err
@@ -85,7 +85,7 @@ func (q *Queue) authenticate(r *http.Request) (identity, error) {
 		if p.uid == 0 {
 			return identity{user: "root", role: api.RoleAdmin, via: "socket"}, nil
 		}
-		name, err := lookupUser(p.uid)
+		name, err := q.cfg.LookupUser(p.uid)
 		if err != nil {
 			return identity{}, fmt.Errorf("%w: uid %d has no user name: %v", ErrForbidden, p.uid, err)
 		}

@@ -53,6 +53,10 @@ type Config struct {
 	DefaultLimits       fairshare.Limits
 	DefaultSlotsPerNode int
 
+	// LookupUser maps a Unix-socket peer's uid to a user name (default:
+	// the system's user database).
+	LookupUser func(uid uint32) (string, error)
+
 	// Now is the clock; tests replace it.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -84,6 +88,7 @@ func DefaultConfig() Config {
 		WriteChunk:          250,
 		DefaultLimits:       fairshare.DefaultLimits(),
 		DefaultSlotsPerNode: 1,
+		LookupUser:          systemLookupUser,
 		Now:                 time.Now,
 	}
 }
@@ -140,8 +145,8 @@ func (c Config) Validate() error {
 	if err := c.DefaultLimits.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.Now == nil {
-		return bad("no clock")
+	if c.Now == nil || c.LookupUser == nil {
+		return bad("no clock or no user lookup")
 	}
 	return nil
 }
