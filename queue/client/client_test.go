@@ -1,0 +1,111 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// flaky answers 503 for the first n requests, then 200 with body.
+func flaky(n int32, body string) (*httptest.Server, *atomic.Int32) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if calls.Add(1) <= n {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":"queue closed"}`))
+			return
+		}
+		w.Write([]byte(body))
+	}))
+	return srv, &calls
+}
+
+func newTestClient(t *testing.T, url string) *Client {
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Token, cfg.RetryFor = url, "tok", 5*time.Second
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestIdempotentCallsAreRetriedOthersAreNot(t *testing.T) {
+	ctx := context.Background()
+	t.Run("results are retried through 5xx answers", func(t *testing.T) {
+		srv, calls := flaky(2, `{"applied":1,"duplicates":0}`)
+		defer srv.Close()
+		r, err := newTestClient(t, srv.URL).Results(ctx, pilotproto.ResultsRequest{Epoch: 1})
+		if err != nil || r.Applied != 1 || calls.Load() != 3 {
+			t.Fatalf("got %+v %v after %d calls", r, err, calls.Load())
+		}
+	})
+	t.Run("a pull is never retried", func(t *testing.T) {
+		srv, calls := flaky(1, `{"tasks":[]}`)
+		defer srv.Close()
+		_, err := newTestClient(t, srv.URL).Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1})
+		if err == nil || calls.Load() != 1 {
+			t.Fatalf("pull: %v after %d calls", err, calls.Load())
+		}
+	})
+	t.Run("a submit is never retried", func(t *testing.T) {
+		srv, calls := flaky(1, `{}`)
+		defer srv.Close()
+		_, err := newTestClient(t, srv.URL).Submit(ctx, api.JobSpec{})
+		if err == nil || calls.Load() != 1 {
+			t.Fatalf("submit: %v after %d calls", err, calls.Load())
+		}
+	})
+	t.Run("a 4xx is not retried and maps onto its sentinel", func(t *testing.T) {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			if r.Header.Get("Authorization") != "Bearer tok" {
+				t.Errorf("no bearer token sent")
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			w.Write([]byte(`{"error":"stale epoch: epoch 1 is older than the current epoch 2"}`))
+		}))
+		defer srv.Close()
+		_, err := newTestClient(t, srv.URL).Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1})
+		if !errors.Is(err, ErrStaleEpoch) || !errors.Is(err, ErrConflict) || errors.Is(err, ErrLeaseExpired) || calls.Load() != 1 {
+			t.Fatalf("heartbeat: %v after %d calls", err, calls.Load())
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 409 || e.Message == "" {
+			t.Fatalf("error detail: %#v", err)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  string
+		ok   bool
+	}{
+		{"the default socket is valid", "unix:///run/harvest/queue.sock", true},
+		{"an http URL is valid", "http://head:8080", true},
+		{"an https URL is valid", "https://head", true},
+		{"a unix URL without a path is refused", "unix://", false},
+		{"an ftp URL is refused", "ftp://head", false},
+		{"an http URL without a host is refused", "http://", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.URL = tc.url
+			if err := cfg.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate(%q) = %v", tc.url, err)
+			}
+		})
+	}
+}
