@@ -216,3 +216,25 @@ func TestMasterPilotStoppedMidRunAnotherPilotTakesOver(t *testing.T) {
 	}
 	outputsOnce(t, got.OutputDir, 80)
 }
+
+func TestPilotReachingItsDeadlineStopsAndItsTasksRunElsewhere(t *testing.T) {
+	r := startQueue(t)
+	j := r.submit(t, 60, 2, `sleep 0.1; echo "$3" >> "$2"`)
+	startPilot(t, fastPilot(r, "400", 2), r.pilot)
+	time.Sleep(300 * time.Millisecond)
+	short := fastPilot(r, "401", 4)
+	short.Deadline = time.Now().Add(time.Second)
+	short.StopBefore = 0
+	sp := startPilot(t, short, r.pilot)
+	select {
+	case <-sp.done:
+		sp.done <- nil
+	case <-time.After(6 * time.Second):
+		t.Fatal("the pilot ran far past its deadline")
+	}
+	got := r.waitJob(t, j.ID, 30*time.Second)
+	if got.State != api.JobDone || got.Tasks.Done != 60 {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	outputsOnce(t, got.OutputDir, 60)
+}
