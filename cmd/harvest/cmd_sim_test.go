@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A 4-node thesis workload: a 2-node job runs 0..500 s, a 4-node job
+// waits for it, a calibration job (harvest work) arrives at 10 s.
+const simThesis = `NodeNum=2 Type=Normal TimeLimit=0:08:20 RealTime=500 SubmitTimeStamp=0
+NodeNum=4 Type=Normal TimeLimit=0:05:00 RealTime=300 SubmitTimeStamp=100000
+NodeNum=1 Type=Calibration TimeLimit=0:10:00 RealTime=240 SubmitTimeStamp=10000
+`
+
+func TestSimCommand(t *testing.T) {
+	dir := t.TempDir()
+	wl := filepath.Join(dir, "w.txt")
+	if err := os.WriteFile(wl, []byte(simThesis), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("baseline --json prints the contract's shape with the measured figures", func(t *testing.T) {
+		out, errMsg, code := runHarvest(t, "", "sim", "--workload", wl, "--nodes", "4", "--mode", "baseline", "--to", "1000", "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errMsg)
+		}
+		var got map[string]any
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		for _, k := range []string{"nodes", "span_s", "utilization", "useful_utilization", "foreign", "harvest"} {
+			if _, ok := got[k]; !ok {
+				t.Errorf("missing %q in %s", k, out)
+			}
+		}
+		// 2x500 + 4x300 foreign + 1x240 calibration over 4x1000 node-s.
+		if got["utilization"] != 0.61 || got["span_s"] != 1000.0 {
+			t.Errorf("utilization %v span %v, want 0.61 and 1000", got["utilization"], got["span_s"])
+		}
+		f := got["foreign"].(map[string]any)
+		if f["jobs"] != 2.0 || f["max_wait_s"] != 400.0 {
+			t.Errorf("foreign %v", f)
+		}
+		h := got["harvest"].(map[string]any)
+		jobs := h["jobs"].([]any)
+		if len(jobs) != 1 || jobs[0].(map[string]any)["submit_s"] != 10.0 {
+			t.Errorf("harvest jobs %v", jobs)
+		}
+	})
+	t.Run("harvest mode writes the jobs CSV and the plot", func(t *testing.T) {
+		csv, svg := filepath.Join(dir, "jobs.csv"), filepath.Join(dir, "use.svg")
+		out, errMsg, code := runHarvest(t, "", "sim", "--workload", wl, "--nodes", "4", "--mode", "harvest", "--to", "1000", "--task-seconds", "60", "--quiet", "--jobs-csv", csv, "--plot", svg)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errMsg)
+		}
+		if !strings.Contains(out, "utilisation") || !strings.Contains(out, "harvest job 2") {
+			t.Errorf("summary:\n%s", out)
+		}
+		b, err := os.ReadFile(csv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if lines[0] != "id,kind,nodes,submit_s,start_s,end_s" || !strings.HasPrefix(lines[1], "0,foreign,2,0,") || !strings.Contains(string(b), ",pilot,1,") {
+			t.Errorf("csv:\n%s", b)
+		}
+		s, err := os.ReadFile(svg)
+		if err != nil || !strings.HasPrefix(string(s), "<svg") || !strings.Contains(string(s), "idle pilots") {
+			t.Errorf("svg: %v", err)
+		}
+	})
+	for _, tc := range []struct {
+		name, want string
+		args       []string
+	}{
+		{"an unknown mode is refused", "mode", []string{"--workload", wl, "--nodes", "4", "--mode", "bogus"}},
+		{"a missing workload file is refused", "no such file", []string{"--workload", filepath.Join(dir, "nope.txt"), "--nodes", "4"}},
+		{"a file whose format cannot be told is refused", "--format", []string{"--workload", filepath.Join(dir, "w.dat"), "--nodes", "4"}},
+		{"an empty window is refused", "window", []string{"--workload", wl, "--nodes", "4", "--from", "100", "--to", "50"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errMsg, code := runHarvest(t, "", append([]string{"sim"}, tc.args...)...)
+			if code != 2 || !strings.Contains(errMsg, tc.want) {
+				t.Errorf("exit %d, error %q; want 2 mentioning %q", code, errMsg, tc.want)
+			}
+		})
+	}
+}
