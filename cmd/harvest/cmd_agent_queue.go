@@ -26,7 +26,7 @@ func queueFlags() []cli.Flag {
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "state-dir", Value: "/var/lib/harvest", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "`DIR` for the queue database and the pilot token"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "shared-dir", EnvVars: []string{"HARVEST_SHARED_DIR"}, Usage: "`DIR` on the shared file system for the masters' checkpoints (default: --state-dir)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "listen", Value: ":8470", EnvVars: []string{"HARVEST_LISTEN"}, Usage: "TCP `ADDR` of the queue API for pilots and remote users"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_ADVERTISE"}, Usage: "`URL` pilots use to reach the queue (default: http(s)://HOSTNAME:PORT of --listen)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_QUEUE_ADVERTISE"}, Usage: "`URL` pilots use to reach the queue (default: http(s)://HOSTNAME:PORT of --listen)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, EnvVars: []string{"HARVEST_SOCKET"}, Usage: "Unix socket `PATH` for local users (identity from peer credentials)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "allowed-root", EnvVars: []string{"HARVEST_ALLOWED_ROOTS"}, Usage: "`DIR` datasets and outputs must lie in (repeatable; required with the queue)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "outputs-root", EnvVars: []string{"HARVEST_OUTPUTS_ROOT"}, Usage: "`DIR` for jobs' default output directories (default: next to each dataset)"}),
