@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${1:-../shared/workloads}
-BIN=$(mktemp -d)/harvest
-trap 'rm -rf "$(dirname "$BIN")"' EXIT
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+BIN=$TMP/harvest
 go build -o "$BIN" ./cmd/harvest
 
 sim() { "$BIN" sim --json "$@"; }
@@ -31,30 +32,29 @@ done
 echo
 echo "### Production traces, one-month windows, unlimited backlog of 300 s tasks"
 echo
-echo "| trace | window (days from trace start) | mode | baseline idle node-h | harvested: held / useful (% of idle) | lost task-h | foreign node-h in window: baseline -> mode | foreign mean wait (s): baseline -> mode | jobs started later than baseline by > 70 s |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| trace | window (days from trace start) | mode | pilots started | baseline idle node-h | harvested: held / useful (% of idle) | lost task-h | foreign node-h in window: baseline -> mode | foreign mean wait (s): baseline -> mode | jobs started later than baseline by > 70 s |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 month=2592000
 for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850" "SDSC-SP2-1998-4.2-cln.swf.gz 128 566129"; do
   set -- $spec
   f=$W/$1 nodes=$2 start=$3
-  for k in 2 8; do
+  for k in 2 5 8; do
     from=$((start + k * month)) to=$((start + (k + 1) * month))
     win="--workload $f --nodes $nodes --from $from --to $to"
     echo "$1 window $k baseline" >&2
     # shellcheck disable=SC2086
-    base=$(sim $win --mode baseline --jobs-csv /tmp/sim-report-base.csv)
+    base=$(sim $win --mode baseline --jobs-csv "$TMP/base.csv")
     idle=$(jq -r '(1 - .utilization) * .nodes * .span_s' <<<"$base")
     bwait=$(jq -r '.foreign.mean_wait_s|round' <<<"$base")
     bfns=$(jq -r '.foreign.node_seconds/3600|round' <<<"$base")
-    for m in "harvest --no-recommend" "fixed --fixed-limit 1h" "fixed --fixed-limit 10m"; do
+    for m in "harvest --no-recommend" "harvest" "fixed --fixed-limit 1h" "fixed --fixed-limit 10m"; do
       echo "$1 window $k $m" >&2
       # shellcheck disable=SC2086
-      r=$(sim $win --mode $m --harvest-backlog 1000000000 --task-seconds 300 --jobs-csv /tmp/sim-report-mode.csv)
-      late=$(join -t, <(grep ',foreign,' /tmp/sim-report-base.csv | sort) <(grep ',foreign,' /tmp/sim-report-mode.csv | sort) |
+      r=$(sim $win --mode $m --harvest-backlog 1000000000 --task-seconds 300 --jobs-csv "$TMP/mode.csv")
+      late=$(join -t, <(grep ',foreign,' "$TMP/base.csv" | sort) <(grep ',foreign,' "$TMP/mode.csv" | sort) |
         awk -F, '$5 != "" { n++; if ($10 == "" || $10 - $5 > 70) l++ } END { printf "%d of %d", l, n }')
       jq -r --arg t "${1%%-cln*}" --arg k "$((k * 30))-$(((k + 1) * 30))" --arg m "$m" --argjson idle "$idle" --arg bw "$bwait" --arg late "$late" --arg bfns "$bfns" \
-        '"| \($t) | \($k) | \($m) | \($idle/3600|round) | \(.harvest.node_seconds/$idle*1000|round/10)% / \(.harvest.useful_node_seconds/$idle*1000|round/10)% | \(.harvest.lost_task_seconds/3600|round) | \($bfns) -> \(.foreign.node_seconds/3600|round) | \($bw) -> \(.foreign.mean_wait_s|round) | \($late) |"' <<<"$r"
+        '"| \($t) | \($k) | \($m) | \(.harvest.pilots) | \($idle/3600|round) | \(.harvest.node_seconds/$idle*1000|round/10)% / \(.harvest.useful_node_seconds/$idle*1000|round/10)% | \(.harvest.lost_task_seconds/3600|round) | \($bfns) -> \(.foreign.node_seconds/3600|round) | \($bw) -> \(.foreign.mean_wait_s|round) | \($late) |"' <<<"$r"
     done
   done
 done
-rm -f /tmp/sim-report-base.csv /tmp/sim-report-mode.csv

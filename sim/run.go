@@ -146,11 +146,12 @@ type Foreign struct {
 
 // Harvested summarises the harvest pool.
 type Harvested struct {
-	NodeSeconds       int64        `json:"node_seconds"`
-	UsefulNodeSeconds int64        `json:"useful_node_seconds"`
-	LostTaskSeconds   int64        `json:"lost_task_seconds"`
-	Pilots            int          `json:"pilots"`
-	Jobs              []HarvestJob `json:"jobs"`
+	NodeSeconds       int64 `json:"node_seconds"`
+	UsefulNodeSeconds int64 `json:"useful_node_seconds"`
+	LostTaskSeconds   int64 `json:"lost_task_seconds"`
+	// Pilots counts the pilots that started (a scheduler-load figure).
+	Pilots int          `json:"pilots"`
+	Jobs   []HarvestJob `json:"jobs"`
 }
 
 // HarvestJob is one harvest job: FinishS is null if it did not finish
@@ -381,7 +382,9 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 	for _, r := range res.Records {
 		switch {
 		case r.Pilot:
-			res.Harvest.Pilots++
+			if r.Start >= 0 {
+				res.Harvest.Pilots++
+			}
 		case r.Label == "calibration":
 			hj := HarvestJob{ID: r.Name, SubmitS: r.Submit}
 			if r.End >= 0 && r.End <= to {
