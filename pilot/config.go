@@ -63,5 +63,26 @@ func (c Config) Validate() error {
 	if st, err := os.Stat(c.StateDir); err != nil || !st.IsDir() {
 		return bad("state directory %s is not a directory", c.StateDir)
 	}
+	// The master and worker settings are checked now, with the fields the
+	// pilot fills in later, so a bad setting fails at start, not at election.
+	m := c.Master
+	m.PilotID, m.Epoch, m.CheckpointPath, m.Token = c.PilotID, 1, "checkpoint", c.Token
+	if m.Logger == nil {
+		m.Logger = c.Logger
+	}
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	w := c.Worker
+	w.ID, w.Token, w.Slots = c.PilotID, c.Token, c.Slots
+	if w.Runner == nil {
+		w.Runner = worker.NoopRunner{}
+	}
+	if w.Logger == nil {
+		w.Logger = c.Logger
+	}
+	if err := w.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	return nil
 }

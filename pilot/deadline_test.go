@@ -92,3 +92,35 @@ func TestResolveDeadline(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := func() pilot.Config {
+		c := pilot.DefaultConfig()
+		c.PilotID, c.Token, c.StateDir = "7", "tok", dir
+		return c
+	}
+	if err := good().Validate(); err != nil {
+		t.Fatalf("a complete config is refused: %v", err)
+	}
+	cases := []struct {
+		name string
+		mod  func(*pilot.Config)
+	}{
+		{"a pilot without id is refused", func(c *pilot.Config) { c.PilotID = "" }},
+		{"a pilot without token is refused", func(c *pilot.Config) { c.Token = "" }},
+		{"a missing state directory is refused", func(c *pilot.Config) { c.StateDir = dir + "/nope" }},
+		{"zero slots are refused", func(c *pilot.Config) { c.Slots = 0 }},
+		{"an unknown journal mode is refused at start, not at election", func(c *pilot.Config) { c.Master.JournalMode = "MEMORY" }},
+		{"a worker timeout shorter than the long-poll is refused", func(c *pilot.Config) { c.Master.WorkerTimeout = time.Second }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good()
+			tc.mod(&c)
+			if err := c.Validate(); !errors.Is(err, pilot.ErrInvalidConfig) {
+				t.Fatalf("got %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}

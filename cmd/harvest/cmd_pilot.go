@@ -42,6 +42,7 @@ func pilotCommand() *cli.Command {
 			&cli.DurationFlag{Name: "master-grace", Value: 30 * time.Second, Usage: "a worker whose master does not answer for this long goes back to the lease"},
 			&cli.DurationFlag{Name: "worker-timeout", Value: time.Minute, Usage: "the master requeues the batches of a worker silent for this long"},
 			&cli.DurationFlag{Name: "reconnect-grace", Value: 30 * time.Second, Usage: "a new master keeps the batches of workers that come back within this"},
+			&cli.StringFlag{Name: "checkpoint-journal", Value: "WAL", Usage: "SQLite journal mode of the checkpoint: WAL, or DELETE for file systems without shared-memory locking"},
 			&cli.DurationFlag{Name: "heartbeat", Value: 5 * time.Second, Usage: "worker heartbeat period (the master's queue heartbeat is twice this)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
@@ -83,6 +84,7 @@ func runPilot(c *cli.Context) error {
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
 	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")
+	cfg.Master.JournalMode = c.String("checkpoint-journal")
 	cfg.Worker.MasterGrace, cfg.Worker.HeartbeatInterval = c.Duration("master-grace"), c.Duration("heartbeat")
 	if pw := cfg.Master.WorkerTimeout / 3; pw < cfg.Master.PullWait {
 		// Long-polls must end well within the worker timeout.
