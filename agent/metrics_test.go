@@ -1,0 +1,300 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/adapters/adaptertest"
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// fakeQueue is a QueueStats with closure fields.
+type fakeQueue struct {
+	users func() ([]api.User, error)
+	stats func() (queue.Stats, error)
+}
+
+var _ QueueStats = (*fakeQueue)(nil)
+
+func (f *fakeQueue) Users(context.Context) ([]api.User, error)  { return f.users() }
+func (f *fakeQueue) Stats(context.Context) (queue.Stats, error) { return f.stats() }
+
+func metered(t *testing.T, m *adaptertest.Memory, src DemandSource) (*Reconciler, *Metrics) {
+	t.Helper()
+	mx := NewMetrics(nil, func() bool { return false })
+	r := NewReconciler(mx.InstrumentAdapter(m), src, testConfig(), nil)
+	r.OnRound = mx.ObserveRound
+	return r, mx
+}
+
+func round(t *testing.T, r *Reconciler) RoundResult {
+	t.Helper()
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestRoundMetricsFollowTheScriptedRounds(t *testing.T) {
+	m := adaptertest.NewMemory(6)
+	m.AddJob(cluster.Job{ID: "f1", User: "u1", State: cluster.Running, Nodes: 2, TimeLimit: 3600, RunTime: 60})
+	busy := map[string]bool{}
+	src := demandFunc(func() DemandInfo { return DemandInfo{Busy: busy} })
+	r, mx := metered(t, m, src)
+
+	// Round 1: nobody waits, so the 4 idle nodes get pilots.
+	res := round(t, r)
+	if len(res.Submitted) != 4 {
+		t.Fatalf("submitted %d, want 4 (%s)", len(res.Submitted), res.Decision.Reason)
+	}
+	// Round 2: two pilots report tasks; nothing else changes.
+	busy[string(res.Submitted[0])] = true
+	busy[string(res.Submitted[1])] = true
+	round(t, r)
+
+	checks := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"two rounds ran", testutil.ToFloat64(mx.rounds), 2},
+		{"four pilots were submitted", testutil.ToFloat64(mx.submitted), 4},
+		{"every submit was timed", float64(testutil.CollectAndCount(mx.submitLatency)), 1},
+		{"the first round decided no-pending-job", testutil.ToFloat64(mx.decisions.WithLabelValues(string(policy.CaseNoPendingJob))), 1},
+		{"the second round decided no-idle-nodes", testutil.ToFloat64(mx.decisions.WithLabelValues(string(policy.CaseNoIdleNodes))), 1},
+		{"no node is idle", testutil.ToFloat64(mx.nodes.WithLabelValues("idle")), 0},
+		{"pilots hold 4 nodes", testutil.ToFloat64(mx.nodes.WithLabelValues("held")), 4},
+		{"2 nodes do useful work", testutil.ToFloat64(mx.nodes.WithLabelValues("useful")), 2},
+		{"the foreign job holds 2 nodes", testutil.ToFloat64(mx.nodes.WithLabelValues("foreign")), 2},
+		{"2 pilots are busy", testutil.ToFloat64(mx.pilots.WithLabelValues("busy")), 2},
+		{"2 pilots are idle", testutil.ToFloat64(mx.pilots.WithLabelValues("idle")), 2},
+		{"no snapshot failed", testutil.ToFloat64(mx.snapshotFailures), 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if n := histCount(t, mx, "harvest_submit_duration_seconds"); n != 4 {
+		t.Errorf("submit latency histogram counted %d submits, want 4", n)
+	}
+
+	// Round 3: the batch system is down: counted, the round does nothing.
+	m.Down = true
+	if _, err := r.Round(context.Background()); !errors.Is(err, ErrNoSnapshot) {
+		t.Fatalf("round with the batch system down: %v", err)
+	}
+	if got := testutil.ToFloat64(mx.snapshotFailures); got != 1 {
+		t.Errorf("snapshot failures = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(mx.rounds); got != 2 {
+		t.Errorf("a failed round counted as a round: %v", got)
+	}
+}
+
+// editing changes snapshots on their way to the agent.
+type editing struct {
+	adapters.Adapter
+	edit func(*cluster.Snapshot)
+}
+
+func (e *editing) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	s, err := e.Adapter.Snapshot(ctx)
+	if err == nil && e.edit != nil {
+		e.edit(&s)
+	}
+	return s, err
+}
+
+type demandFunc func() DemandInfo
+
+func (f demandFunc) Demand(context.Context) (DemandInfo, error) { return f(), nil }
+
+func histCount(t *testing.T, mx *Metrics, name string) uint64 {
+	t.Helper()
+	mfs, err := mx.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func TestBackfillDelayIsTheTimeFromTheReleaseToTheJobsStart(t *testing.T) {
+	tests := []struct {
+		name string
+		// startAfter is when (seconds after the release) the job starts;
+		// reportStart says whether the batch system reports its start time.
+		startAfter  int64
+		seenAfter   int64
+		reportStart bool
+		wantDelay   float64
+	}{
+		{name: "a job whose start time is reported is measured to its start", startAfter: 30, seenAfter: 60, reportStart: true, wantDelay: 30},
+		{name: "a job without a start time is measured to the first snapshot that shows it running", startAfter: 30, seenAfter: 60, wantDelay: 60},
+		{name: "a job that starts in the release round's own second has no delay", startAfter: 0, seenAfter: 10, reportStart: true, wantDelay: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// 4 nodes, 4 pilots; then a job needing 2 nodes arrives: the
+			// policy releases 2 pilots for it (min nodes 0).
+			m := adaptertest.NewMemory(4)
+			ed := &editing{Adapter: m}
+			mx := NewMetrics(nil, nil)
+			r := NewReconciler(mx.InstrumentAdapter(ed), StaticDemand{}, testConfig(), nil)
+			r.OnRound = mx.ObserveRound
+			round(t, r)
+			m.AddJob(cluster.Job{ID: "j9", User: "u", State: cluster.Pending, Nodes: 2, TimeLimit: 600})
+			m.Advance(10)
+			t0 := m.Now
+			res := round(t, r)
+			if res.Decision.Case != policy.CaseReleaseForTopJob || len(res.Cancelled) != 2 {
+				t.Fatalf("want 2 pilots released for the top job, got %s %v: %s", res.Decision.Case, res.Cancelled, res.Decision.Reason)
+			}
+			if got := ReleaseTarget(res.Decision); got != "j9" {
+				t.Fatalf("release target = %q, want j9 (reason %q)", got, res.Decision.Reason)
+			}
+			// Still pending a round later: nothing observed yet.
+			m.Advance(5)
+			round(t, r)
+			if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 0 {
+				t.Fatalf("observed a delay before the job ran")
+			}
+			// The batch system starts j9 (the memory cluster cannot).
+			ed.edit = func(s *cluster.Snapshot) {
+				for i := range s.Jobs {
+					if s.Jobs[i].ID == "j9" {
+						s.Jobs[i].State, s.Jobs[i].RunTime = cluster.Running, tc.seenAfter-tc.startAfter
+						if tc.reportStart {
+							s.Jobs[i].StartTime = t0 + tc.startAfter
+						}
+						s.IdleNodes -= 2
+					}
+				}
+			}
+			m.Advance(tc.seenAfter - 5)
+			round(t, r)
+			if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 1 {
+				t.Fatalf("observed %d delays, want 1", n)
+			}
+			mfs, _ := mx.Registry.Gather()
+			for _, mf := range mfs {
+				if mf.GetName() == "harvest_backfill_delay_seconds" {
+					if got := mf.GetMetric()[0].GetHistogram().GetSampleSum(); got != tc.wantDelay {
+						t.Errorf("delay = %v s, want %v", got, tc.wantDelay)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestAReleasedForJobThatLeavesTheQueueIsCountedAsUnobserved(t *testing.T) {
+	m := adaptertest.NewMemory(2)
+	r, mx := metered(t, m, StaticDemand{})
+	round(t, r)
+	m.AddJob(cluster.Job{ID: "j1", User: "u", State: cluster.Pending, Nodes: 1, TimeLimit: 600})
+	m.Advance(10)
+	if res := round(t, r); len(res.Cancelled) == 0 {
+		t.Fatalf("nothing released: %s", res.Decision.Reason)
+	}
+	m.End("j1") // cancelled by its owner before it started
+	m.Advance(10)
+	round(t, r)
+	if got := testutil.ToFloat64(mx.backfillUnseen); got != 1 {
+		t.Errorf("unobserved = %v, want 1", got)
+	}
+	if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 0 {
+		t.Errorf("a job that never ran was observed as started")
+	}
+}
+
+func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
+	epoch := int64(3)
+	q := &fakeQueue{
+		users: func() ([]api.User, error) {
+			return []api.User{
+				{Name: "alice", ComputedPriority: 9.5, RunningCores: 4, MaxCores: 20, CPUTime24h: 7200, Cost24h: 7200},
+				{Name: "bob", ComputedPriority: -1, RunningCores: 20, MaxCores: 20},
+			}, nil
+		},
+		stats: func() (queue.Stats, error) {
+			return queue.Stats{
+				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
+				Requeued: 5, Epoch: epoch, MasterAlive: true,
+			}, nil
+		},
+	}
+	mx := NewMetrics(q, nil)
+	want := `
+# HELP harvest_master_epoch Epoch of the master lease (each new master increments it).
+# TYPE harvest_master_epoch gauge
+harvest_master_epoch 3
+# HELP harvest_tasks_requeued Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.
+# TYPE harvest_tasks_requeued gauge
+harvest_tasks_requeued 5
+# HELP harvest_user_computed_priority The user's fair-share computedPriority (-1 = over quota, gets no tasks).
+# TYPE harvest_user_computed_priority gauge
+harvest_user_computed_priority{user="alice"} 9.5
+harvest_user_computed_priority{user="bob"} -1
+`
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(want), "harvest_master_epoch", "harvest_tasks_requeued", "harvest_user_computed_priority"); err != nil {
+		t.Error(err)
+	}
+	waiting := `
+# HELP harvest_tasks Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).
+# TYPE harvest_tasks gauge
+harvest_tasks{state="done",user="alice"} 30
+harvest_tasks{state="failed",user="alice"} 1
+harvest_tasks{state="killed",user="alice"} 0
+harvest_tasks{state="running",user="alice"} 4
+harvest_tasks{state="waiting",user="alice"} 12
+`
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(waiting), "harvest_tasks"); err != nil {
+		t.Error(err)
+	}
+
+	// The first epoch seen is not a failover; two new masters later are.
+	epoch = 5
+	failovers := func() string {
+		return fmt.Sprintf(`
+# HELP harvest_master_failovers_total Master changes this agent saw (epoch increments after the first master it saw).
+# TYPE harvest_master_failovers_total counter
+harvest_master_failovers_total %d
+`, 2)
+	}
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(failovers()), "harvest_master_failovers_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestAQueueThatCannotBeReadCountsAScrapeErrorAndStillServesTheRest(t *testing.T) {
+	q := &fakeQueue{
+		users: func() ([]api.User, error) { return nil, errors.New("database is locked") },
+		stats: func() (queue.Stats, error) { return queue.Stats{}, errors.New("database is locked") },
+	}
+	mx := NewMetrics(q, nil)
+	want := `
+# HELP harvest_queue_scrape_errors_total Scrapes that could not read the queue.
+# TYPE harvest_queue_scrape_errors_total counter
+harvest_queue_scrape_errors_total 1
+`
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(want), "harvest_queue_scrape_errors_total"); err != nil {
+		t.Error(err)
+	}
+}
