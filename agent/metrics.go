@@ -97,7 +97,7 @@ func NewMetrics(q QueueStats, paused func() bool) *Metrics {
 		cancelFailures:   prometheus.NewCounter(prometheus.CounterOpts{Name: "harvest_cancel_failures_total", Help: "Failed pilot cancels."}),
 		snapshotFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "harvest_snapshot_failures_total", Help: "Snapshots that failed (the round did nothing)."}),
 		backfillDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "harvest_backfill_delay_seconds",
-			Help: "For a pending foreign job the agent released pilots for: batch-system seconds from the release round's snapshot to the job's start (its start time if the batch system reports one, else the first snapshot that shows it running).",
+			Help:    "For a pending foreign job the agent released pilots for: batch-system seconds from the release round's snapshot to the job's start (its start time if the batch system reports one, else the first snapshot that shows it running).",
 			Buckets: []float64{0, 10, 30, 60, 120, 300, 600, 1800, 3600}}),
 		backfillUnseen: prometheus.NewCounter(prometheus.CounterOpts{Name: "harvest_backfill_unobserved_total",
 			Help: "Foreign jobs pilots were released for that left the queue (or waited a day) without being seen running."}),
