@@ -487,6 +487,7 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		TotalNodes: c.cfg.Nodes,
 		IdleNodes:  c.cfg.Nodes - c.used,
 		Partition:  "sim",
+		MaxTime:    c.maxTime(),
 		Jobs:       make([]cluster.Job, 0, len(c.running)+len(c.pending)),
 	}
 	run := append([]*job(nil), c.running...)
@@ -518,6 +519,15 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	return s, nil
 }
 
+// maxTime is the snapshot's max_time_s: absent when unlimited.
+func (c *Cluster) maxTime() *cluster.Limit {
+	if c.cfg.MaxTime.IsUnlimited() {
+		return nil
+	}
+	m := c.cfg.MaxTime
+	return &m
+}
+
 func (c *Cluster) view(j *job) cluster.Job {
 	cj := cluster.Job{ID: j.rec.ID, Nodes: j.nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
 	if j.pilot {
@@ -537,7 +547,7 @@ func (c *Cluster) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
-	limit := adapters.RoundDown(spec.TimeLimit, c.cfg.Granularity)
+	limit := adapters.RoundDown(spec.TimeLimit.Min(c.cfg.MaxTime), c.cfg.Granularity)
 	if limit == 0 {
 		return "", fmt.Errorf("%w: time limit %s is below the granularity of %d s", adapters.ErrInvalidSpec, spec.TimeLimit, c.cfg.Granularity)
 	}

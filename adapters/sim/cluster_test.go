@@ -198,6 +198,22 @@ func TestPilots(t *testing.T) {
 			t.Errorf("record %+v", r)
 		}
 	})
+	t.Run("an unlimited pilot gets the partition's MaxTime", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.MaxTime = 3600
+		c := newClusterCfg(t, cfg)
+		if _, err := c.Submit(ctx, spec(cluster.Unlimited)); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := c.Snapshot(ctx)
+		if s.PartitionMaxTime() != 3600 || s.Pilots()[0].TimeLimit != 3600 {
+			t.Errorf("max time %v, pilot %+v", s.PartitionMaxTime(), s.Pilots()[0])
+		}
+		_ = c.AdvanceTo(5000)
+		if r := c.Records()[0]; r.End != 3600 || !r.Killed {
+			t.Errorf("record %+v", r)
+		}
+	})
 	t.Run("a limit below the granularity is refused and nothing is submitted", func(t *testing.T) {
 		c := newCluster(t, 2, 0)
 		if _, err := c.Submit(ctx, spec(59)); !errors.Is(err, adapters.ErrInvalidSpec) {

@@ -10,6 +10,8 @@ package sim
 import (
 	"errors"
 	"fmt"
+
+	"github.com/harvest-hpc/harvest/cluster"
 )
 
 // ErrInvalidConfig is wrapped by every Validate error.
@@ -33,6 +35,9 @@ type Config struct {
 	Reservations int
 	// Tag is the job name by which pilots are recognised.
 	Tag string
+	// MaxTime is the partition's MaxTime: a pilot asking for an unlimited
+	// limit gets it, as SLURM does. Unlimited = no MaxTime.
+	MaxTime cluster.Limit
 	// TimeAware makes pilots take a task only if it can finish before the
 	// pilot's time limit, as the harvest master does. Without it a pilot
 	// killed at its limit loses the task in progress.
@@ -41,7 +46,7 @@ type Config struct {
 
 // DefaultConfig returns a 24-node cluster with SLURM's minute granularity.
 func DefaultConfig() Config {
-	return Config{Nodes: 24, Granularity: 60, Latency: 0, Reservations: 1, Tag: "harvest-pilot", TimeAware: true}
+	return Config{Nodes: 24, Granularity: 60, Latency: 0, Reservations: 1, Tag: "harvest-pilot", MaxTime: cluster.Unlimited, TimeAware: true}
 }
 
 // Validate rejects configurations the simulator cannot run.
@@ -55,6 +60,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: latency must not be negative, got %d", ErrInvalidConfig, c.Latency)
 	case c.Reservations < 1:
 		return fmt.Errorf("%w: reservations must be at least 1, got %d", ErrInvalidConfig, c.Reservations)
+	case !c.MaxTime.IsUnlimited() && int64(c.MaxTime) < c.Granularity:
+		return fmt.Errorf("%w: max time must be unlimited or at least the granularity (%d s), got %d", ErrInvalidConfig, c.Granularity, int64(c.MaxTime))
 	case c.Tag == "":
 		return fmt.Errorf("%w: tag is empty", ErrInvalidConfig)
 	}

@@ -36,6 +36,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "poll", Usage: "agent round interval (virtual time)", Value: 10 * time.Second},
 			&cli.DurationFlag{Name: "latency", Usage: "batch system reaction latency (scheduler interval)", Value: 0},
 			&cli.IntFlag{Name: "reservations", Usage: "pending jobs that get a backfill reservation (1 = EASY)", Value: 1},
+			&cli.DurationFlag{Name: "max-time", Usage: "partition MaxTime: the longest pilot limit (0 = unlimited)"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
 			&cli.BoolFlag{Name: "no-recommend", Usage: "ignore the master's MiniNode recommendation (keep no floor of pilots)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
@@ -61,6 +62,9 @@ func runSim(c *cli.Context) error {
 	cfg.Cluster.Latency = int64(c.Duration("latency") / time.Second)
 	cfg.Cluster.Reservations = c.Int("reservations")
 	cfg.Cluster.TimeAware = !c.Bool("no-time-aware")
+	if d := c.Duration("max-time"); d > 0 {
+		cfg.Cluster.MaxTime = cluster.Seconds(int64(d / time.Second))
+	}
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
 	cfg.NoRecommend = c.Bool("no-recommend")
 	if err := cfg.Validate(); err != nil {
