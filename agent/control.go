@@ -14,6 +14,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/queue/api"
 )
 
 // Control holds the admin's run-time switches: pause (no new pilots) and
@@ -30,32 +31,10 @@ type Control struct {
 }
 
 // ControlState is what Control persists and the admin endpoints show.
-type ControlState struct {
-	Paused bool `json:"paused"`
-	// PausedAt is Unix seconds (wall clock) of the last pause.
-	PausedAt int64 `json:"paused_at,omitempty"`
-	// Drain is set while a drain runs and after it finished (until resume).
-	Drain *DrainState `json:"drain,omitempty"`
-}
+type ControlState = api.HarvestState
 
 // DrainState is the progress of a drain.
-type DrainState struct {
-	// Now cancels busy pilots too instead of waiting for their batch.
-	Now       bool  `json:"now"`
-	StartedAt int64 `json:"started_at"`
-	// Remaining is the number of pilots the last round still saw (queued
-	// or running); -1 until a round has run since the drain started.
-	Remaining int `json:"remaining"`
-	// Busy is how many of them are running tasks (left to finish).
-	Busy int `json:"busy"`
-	// Cancelled counts the pilots the drain cancelled.
-	Cancelled int  `json:"cancelled"`
-	Done      bool `json:"done"`
-	// DoneAt is Unix seconds when the last pilot was gone.
-	DoneAt int64 `json:"done_at,omitempty"`
-	// LastError is the last cancel error, if any (retried next round).
-	LastError string `json:"last_error,omitempty"`
-}
+type DrainState = api.DrainState
 
 // ErrControlState wraps errors reading or writing the control file.
 var ErrControlState = errors.New("control state")
