@@ -163,10 +163,8 @@ func (m *Master) shutdown() error {
 	m.mu.Lock()
 	m.stopping = true
 	var ops []op
-	for _, k := range m.pending {
-		if t := m.tasks[k]; t != nil && t.state == statePending {
-			ops = append(ops, op{kind: opFinish, k: k, res: m.resultFor(t, pilotproto.StatusInterrupted)})
-		}
+	for _, k := range m.livePending() {
+		ops = append(ops, op{kind: opFinish, k: k, res: m.resultFor(m.tasks[k], pilotproto.StatusInterrupted)})
 	}
 	err := m.commit(ops)
 	m.mu.Unlock()
@@ -430,6 +428,20 @@ func (m *Master) estimate(t pilotproto.Task) time.Duration {
 	return time.Duration(t.TimeoutS) * time.Second
 }
 
+// livePending lists the pending tasks once each, in order (the pending
+// list may hold stale and repeated entries).
+func (m *Master) livePending() []ref {
+	live := make([]ref, 0, m.npending)
+	seen := make(map[ref]bool, m.npending)
+	for _, k := range m.pending {
+		if t := m.tasks[k]; t != nil && t.state == statePending && !seen[k] {
+			seen[k] = true
+			live = append(live, k)
+		}
+	}
+	return live
+}
+
 // compact drops stale entries of the pending list once they dominate it.
 func (m *Master) compact() {
 	for len(m.pending) > 0 {
@@ -442,15 +454,7 @@ func (m *Master) compact() {
 	if len(m.pending) <= 2*m.npending+64 {
 		return
 	}
-	live := make([]ref, 0, m.npending)
-	seen := make(map[ref]bool, m.npending)
-	for _, k := range m.pending {
-		if t := m.tasks[k]; t != nil && t.state == statePending && !seen[k] {
-			seen[k] = true
-			live = append(live, k)
-		}
-	}
-	m.pending = live
+	m.pending = m.livePending()
 }
 
 func (m *Master) bufferTarget() int {
@@ -779,8 +783,8 @@ func (m *Master) cancelJobs(jobs []int64) error {
 			w.kill = append(w.kill, j)
 		}
 	}
-	for _, k := range m.pending {
-		if t := m.tasks[k]; t != nil && t.state == statePending && m.cancelled[t.t.JobID] {
+	for _, k := range m.livePending() {
+		if t := m.tasks[k]; m.cancelled[t.t.JobID] {
 			ops = append(ops, op{kind: opFinish, k: k, res: m.resultFor(t, pilotproto.StatusKilled)})
 		}
 	}

@@ -2,6 +2,7 @@ package pilot_test
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -122,5 +123,29 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("got %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// The fixtures are real `squeue -h -j ID -o %e` output of SLURM 22.05 on
+// the mini-cluster, with and without SLURM_TIME_FORMAT=%s, for one job.
+func TestParseSqueueEndFromRealSlurmOutput(t *testing.T) {
+	unix, err := os.ReadFile("testdata/squeue-end-unix.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	iso, err := os.ReadFile("testdata/squeue-end-iso.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := pilot.ParseSqueueEnd(string(unix), time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pilot.ParseSqueueEnd(string(iso), time.UTC) // the cluster's local time is UTC
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Equal(b) {
+		t.Fatalf("the two forms of the same end time differ: %v vs %v", a, b)
 	}
 }

@@ -76,8 +76,8 @@ func TestExecRunner(t *testing.T) {
 			},
 		},
 		{
-			name: "a failing command reports its exit code and the last 2 KB of stderr",
-			argv: []string{"sh", "-c", `i=0; while [ $i -lt 500 ]; do echo "line $i" >&2; i=$((i+1)); done; exit 3`},
+			name:       "a failing command reports its exit code and the last 2 KB of stderr",
+			argv:       []string{"sh", "-c", `i=0; while [ $i -lt 500 ]; do echo "line $i" >&2; i=$((i+1)); done; exit 3`},
 			wantStatus: pilotproto.StatusFailed, wantCode: 3,
 			check: func(t *testing.T, dir string, o worker.Outcome) {
 				if len(o.ErrorTail) != 2048 || !strings.HasSuffix(o.ErrorTail, "line 499\n") {
