@@ -1,0 +1,52 @@
+package queue
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+var fuzzPaths = []string{"/v1/jobs", pilotproto.PathPull, pilotproto.PathResults, pilotproto.PathLease,
+	pilotproto.PathHeartbeat, pilotproto.PathRecommendation, "/v1/users/alice", "/v1/admin/nodes", "/v1/tokens"}
+
+// FuzzRequestBodies feeds arbitrary bodies to the write endpoints: no
+// input may panic or cause a 5xx, and a refused request stores nothing.
+func FuzzRequestBodies(f *testing.F) {
+	for _, s := range []string{
+		`{"dataset": "/x", "command": ["p", "{input}"], "batch_size": 2}`,
+		`{"dataset": "", "command": [], "batch_size": -1, "price": -0}`,
+		`{"epoch": 1, "max": 3}`, `{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`,
+		`{"pilot_id": "p", "epoch": 9223372036854775807}`, `{"priority": 1e308}`, `null`, `[]`, `"x"`, `{`, ``,
+		`{"command": ["{{input}}"], "batch_size": 1, "dataset": "/../.."}`,
+	} {
+		for i := range fuzzPaths {
+			f.Add(uint8(i), s)
+		}
+	}
+	e := newEnv(f)
+	h := e.q.Handler()
+	e.q.Lease(f.Context(), pilotproto.LeaseRequest{PilotID: "p"})
+	f.Fuzz(func(t *testing.T, which uint8, body string) {
+		path := fuzzPaths[int(which)%len(fuzzPaths)]
+		method, who := "POST", "alice"
+		switch {
+		case strings.HasPrefix(path, "/v1/pilot/"):
+			who = "pilot"
+		case strings.HasPrefix(path, "/v1/users/") || path == "/v1/admin/nodes":
+			method, who = "PUT", "admin"
+		}
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+e.tokens[who])
+		before := snapshot(t, e.q)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%s %s %q: %d %s", method, path, body, rec.Code, rec.Body)
+		}
+		if rec.Code >= 400 && snapshot(t, e.q) != before {
+			t.Fatalf("%s %s %q was refused (%d) but changed stored state", method, path, body, rec.Code)
+		}
+	})
+}
