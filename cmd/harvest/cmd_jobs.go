@@ -290,27 +290,25 @@ func jobsCommand() *cli.Command {
 }
 
 func listJobs(c *cli.Context, cl *client.Client, activeOnly bool) error {
-	o := client.ListOptions{}
-	all := true
-	if !activeOnly {
-		o = client.ListOptions{User: c.String("user"), State: c.String("state"), Limit: c.Int("limit")}
-		all = c.Bool("all")
+	queries := []client.ListOptions{{User: c.String("user"), State: c.String("state"), Limit: c.Int("limit")}}
+	all := c.Bool("all")
+	if activeOnly { // the two non-final states, every page
+		queries = []client.ListOptions{{State: api.JobRunning}, {State: api.JobWaiting}}
+		all = true
 	}
 	var jobs []api.Job
-	for {
-		page, err := cl.Jobs(c.Context, o)
-		if err != nil {
-			return err
-		}
-		for _, j := range page.Jobs {
-			if !activeOnly || !api.JobFinal(j.State) {
-				jobs = append(jobs, j)
+	for _, o := range queries {
+		for {
+			page, err := cl.Jobs(c.Context, o)
+			if err != nil {
+				return err
 			}
+			jobs = append(jobs, page.Jobs...)
+			if !all || page.NextCursor == 0 {
+				break
+			}
+			o.Cursor = page.NextCursor
 		}
-		if !all || page.NextCursor == 0 {
-			break
-		}
-		o.Cursor = page.NextCursor
 	}
 	if c.Bool("json") {
 		if jobs == nil {
