@@ -11,6 +11,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 )
@@ -42,6 +43,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"}),
 	}
 	own = append(own, queueFlags()...)
+	own = append(own, opsFlags()...)
 	for _, f := range adapterFlags() {
 		switch f := f.(type) {
 		case *cli.StringFlag:
@@ -165,6 +167,7 @@ func runAgent(c *cli.Context) error {
 		src = agent.StaticDemand{Info: agent.DemandInfo{Demand: &cluster.Demand{PendingTasks: n, SlotsPerNode: 1}}}
 	}
 	queueDone := make(chan error, 1)
+	var hq *hostedQueue
 	if !c.Bool("no-queue") {
 		if c.IsSet("backlog") {
 			return cli.Exit("harvest agent: --backlog replaces the queue's demand; use it with --no-queue", 2)
@@ -188,10 +191,28 @@ func runAgent(c *cli.Context) error {
 			env[k] = v // the admin's --pilot-env wins
 		}
 		cfg.PilotEnv = env
-		go func() { queueDone <- h.serve(ctx) }()
+		hq = h
 		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
 	}
+	var q *queue.Queue
+	if hq != nil {
+		q = hq.q
+	}
+	ops, err := newAgentOps(c, q, log)
+	if err != nil {
+		return cli.Exit("harvest agent: "+err.Error(), 2)
+	}
+	ad = ops.metrics.InstrumentAdapter(ad)
+	src = agent.PausedDemand{Src: src, Paused: ops.ctl.Paused}
 	r := agent.NewReconciler(ad, src, cfg, log)
+	r.OnRound = ops.hook(ctx, ad, cfg.CancelTimeout)
+	if hq != nil {
+		handler, err := ops.handler(c, hq.q, r, info.Name, log)
+		if err != nil {
+			return cli.Exit("harvest agent: "+err.Error(), 1)
+		}
+		go func() { queueDone <- hq.serveWith(ctx, handler) }()
+	}
 	log.Info("agent started", "adapter", info.Name, "version", info.Version, "tag", info.Tag,
 		"poll", cfg.PollInterval, "min_nodes", cfg.Policy.MinNodes, "max_nodes", cfg.Policy.MaxNodes,
 		"dry_run", cfg.DryRun, "harvest_while_idle", cfg.Policy.HarvestWhileIdle)

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	_ "github.com/harvest-hpc/harvest/adapters/simlive" // the "sim" built-in adapter
 )
 
 func main() {
@@ -41,7 +43,8 @@ func newApp() *cli.App {
 			jobsCommand(),
 			cancelCommand(),
 			usersCommand(),
-			adminCommand(),
+			withAdminOps(adminCommand()),
+			explainCommand(),
 			tokenCommand(),
 		},
 	}
