@@ -89,6 +89,8 @@ func TestKillDashNineOfMasterAndWorkerLosesNoTask(t *testing.T) {
 	if masterProc == nil {
 		t.Fatalf("lease held by unknown pilot %q", l.Holder)
 	}
+	before, _ := r.user.Job(context.Background(), j.ID)
+	killedAt := time.Now()
 	masterProc.Process.Signal(syscall.SIGKILL)
 	for id, p := range procs {
 		if id != l.Holder {
@@ -96,6 +98,19 @@ func TestKillDashNineOfMasterAndWorkerLosesNoTask(t *testing.T) {
 			break
 		}
 	}
+	// Failover time: until the queue sees results again (the survivors'
+	// results wait for the new master). Lease TTL 1 s + grace 0.5 s here.
+	for {
+		jj, _ := r.user.Job(context.Background(), j.ID)
+		if jj.Tasks.Done > before.Tasks.Done || jj.State == api.JobDone {
+			break
+		}
+		if time.Since(killedAt) > 15*time.Second {
+			t.Fatalf("no result reached the queue for 15 s after the master was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("failover: results flow again %s after kill -9 of the master", time.Since(killedAt).Round(time.Millisecond))
 	got := r.waitJob(t, j.ID, 60*time.Second)
 	if got.State != api.JobDone || got.Tasks.Done != n {
 		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)

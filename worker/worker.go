@@ -64,6 +64,11 @@ type Worker struct {
 	changed  chan struct{}
 	tasks    sync.WaitGroup
 	finished atomic.Int64
+	// lastContact is the last answer from any master: the grace before
+	// going back to the lease counts from it, so a worker sent again to a
+	// master that is already dead (its lease not yet expired) asks the
+	// lease again at once instead of waiting a whole grace each time.
+	lastContact atomic.Int64
 }
 
 // New checks cfg and returns a worker.
@@ -71,11 +76,13 @@ func New(cfg Config, resolve Resolver) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		cfg: cfg, resolve: resolve, log: cfg.Logger.With("component", "worker", "worker", cfg.ID),
 		hc: &http.Client{Transport: NewTransport()}, slots: cfg.Slots,
 		running: map[ref]*running{}, changed: make(chan struct{}),
-	}, nil
+	}
+	w.lastContact.Store(time.Now().UnixNano())
+	return w, nil
 }
 
 // Finished is the number of tasks this worker ran to an end.
@@ -102,6 +109,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	dctx, dstop := context.WithCancel(context.Background())
 	defer dstop()
 	go w.dispatch(dctx)
+	backoff := w.cfg.RetryInterval
 	for ctx.Err() == nil {
 		ep, err := w.resolve(ctx)
 		if err != nil {
@@ -124,8 +132,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		w.log.Warn("master lost; back to the lease", "master", ep.URL, "error", err)
-		sleep(ctx, w.cfg.RetryInterval) // a new master may need a moment to open its checkpoint
+		if time.Since(time.Unix(0, w.lastContact.Load())) < w.cfg.MasterGrace {
+			backoff = w.cfg.RetryInterval
+		}
+		w.log.Warn("master lost; back to the lease", "master", ep.URL, "error", err, "retry_in", backoff)
+		// A new master may need a moment to open its checkpoint, and the
+		// old lease a while to expire: ask the lease again with backoff.
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 5*time.Second)
 	}
 	w.shutdown()
 	return nil
@@ -148,7 +162,11 @@ type session struct {
 	lost   context.CancelCauseFunc
 }
 
-func (s *session) ok() { s.lastOK.Store(time.Now().UnixNano()) }
+func (s *session) ok() {
+	now := time.Now().UnixNano()
+	s.lastOK.Store(now)
+	s.w.lastContact.Store(now)
+}
 
 // trouble decides whether a failed call means the master is gone.
 func (s *session) trouble(ctx context.Context, err error) {
@@ -173,7 +191,7 @@ func (w *Worker) session(ctx context.Context) error {
 	w.mu.Lock()
 	s := &session{w: w, c: w.cur, lost: cancel}
 	w.mu.Unlock()
-	s.ok()
+	s.lastOK.Store(w.lastContact.Load())
 	if !s.register(sctx) {
 		return context.Cause(sctx)
 	}
