@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -316,35 +315,7 @@ func (q *Queue) pilotRecommend(w http.ResponseWriter, r *http.Request, id identi
 // Serve serves the API on every listener until ctx ends, then shuts down
 // gracefully. Unix-socket listeners identify callers by peer credentials.
 func (q *Queue) Serve(ctx context.Context, listeners ...net.Listener) error {
-	if len(listeners) == 0 {
-		return errors.New("queue: serve: no listener")
-	}
-	srv := &http.Server{
-		Handler:           q.Handler(),
-		ConnContext:       connContext,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		WriteTimeout:      2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-	}
-	errc := make(chan error, len(listeners))
-	for _, l := range listeners {
-		go func(l net.Listener) {
-			q.log.Info("queue API listening", "addr", l.Addr().String())
-			errc <- srv.Serve(l)
-		}(l)
-	}
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			srv.Close()
-			return fmt.Errorf("queue: serve: %w", err)
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return q.ServeHandler(ctx, q.Handler(), listeners...)
 }
 
 // ListenUnix listens on a Unix socket at path (replacing a stale one),
