@@ -116,8 +116,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			w.log.Warn("no master yet", "error", err)
-			sleep(ctx, w.cfg.RetryInterval)
+			w.log.Warn("no master yet", "error", err, "retry_in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
 		w.mu.Lock()
