@@ -232,6 +232,13 @@ type Chart struct {
 // foreign jobs at the bottom, pilots running tasks on top of them, and
 // idle pilots above. Each sample holds until the next one (or to).
 func BuildChart(samples []Sample, from, to int64, w, h int) Chart {
+	// A history shorter than the window is drawn across the whole width.
+	if len(samples) > 0 && samples[0].T > from {
+		from = samples[0].T
+		if to-from < 60 {
+			from = to - 60
+		}
+	}
 	c := Chart{W: w, H: h, From: clock(from), To: clock(to), Hours: human(time.Duration(to-from) * time.Second)}
 	var in []Sample
 	for i, s := range samples {
