@@ -148,7 +148,13 @@ func (m *Master) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	defer m.cp.Close()
+	defer func() {
+		// Under mu, so no request handler is in the middle of a write.
+		m.mu.Lock()
+		m.stopping = true
+		m.cp.Close()
+		m.mu.Unlock()
+	}()
 	if err := m.failure(); err != nil {
 		m.broadcast()
 		return err
