@@ -207,3 +207,31 @@ func BenchmarkPull100PullersHTTP(b *testing.B) {
 	}
 	b.ReportMetric(float64(pulled.Load())/time.Since(start).Seconds(), "tasks/s")
 }
+
+// BenchmarkPullAcross1000Users pulls 1000 tasks in one call when 1000
+// users compete: the fair order is recomputed after every task handed out.
+func BenchmarkPullAcross1000Users(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.LeaseTTL = 24 * time.Hour })
+	ctx := context.Background()
+	const users = 1000
+	ds := filepath.Join(e.data, "shared")
+	for i := 0; i < 200; i++ {
+		os.MkdirAll(filepath.Join(ds, fmt.Sprintf("t%03d", i)), 0o755)
+	}
+	for u := 0; u < users; u++ {
+		if _, err := e.q.Submit(ctx, fmt.Sprintf("u%04d", u), api.JobSpec{Dataset: ds, Command: []string{"p"}, BatchSize: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
+	e.q.WriteStats(true)
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1000})
+		if err != nil || len(r.Tasks) != 1000 {
+			b.Fatalf("pulled %d: %v", len(r.Tasks), err)
+		}
+	}
+	ws := e.q.WriteStats(false)
+	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
+}

@@ -21,6 +21,8 @@ type readyJob struct {
 	argv                               []string
 	next                               []pendingTask // fetched, not yet picked
 	exhausted                          bool
+	fetchN                             int // next fetch size: small first, doubling
+
 }
 
 type pendingTask struct {
@@ -73,7 +75,7 @@ func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotprot
 }
 
 // planPull reads (no write lock) and decides which tasks to hand out.
-func (q *Queue) planPull(ctx context.Context, max int) ([]pick, error) {
+func (q *Queue) planPull(ctx context.Context, want int) ([]pick, error) {
 	rows, err := q.r.QueryContext(ctx, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
 		FROM jobs WHERE state IN ('WAITING', 'RUNNING') AND n_waiting > 0 ORDER BY price DESC, id`)
 	if err != nil {
@@ -116,9 +118,8 @@ func (q *Queue) planPull(ctx context.Context, max int) ([]pick, error) {
 	}
 	q.mu.Unlock()
 
-	fetch := min(max, 1000)
 	var picks []pick
-	for len(picks) < max {
+	for len(picks) < want {
 		var best *candidate
 		bestPrio := 0.0
 		for _, c := range users {
@@ -138,7 +139,10 @@ func (q *Queue) planPull(ctx context.Context, max int) ([]pick, error) {
 		}
 		j := best.jobs[0]
 		if len(j.next) == 0 && !j.exhausted {
-			if err := q.fetchWaiting(ctx, j, fetch); err != nil {
+			// Many users competing take a few tasks each: fetch little
+			// first, more each time a job turns out to be drawn from a lot.
+			j.fetchN = min(max(2*j.fetchN, 8), 1000, want)
+			if err := q.fetchWaiting(ctx, j, j.fetchN); err != nil {
 				return nil, err
 			}
 		}
