@@ -173,6 +173,10 @@ func (m *Master) shutdown() error {
 		ops = append(ops, op{kind: opFinish, k: k, res: m.resultFor(m.tasks[k], pilotproto.StatusInterrupted)})
 	}
 	err := m.commit(ops)
+	if len(ops) == 0 {
+		// Nothing to write, but say so if a newer master owns the state.
+		err = m.cp.Tx(func(*CTx) error { return nil })
+	}
 	m.mu.Unlock()
 	m.broadcast()
 	if err != nil {

@@ -1,0 +1,107 @@
+package master_test
+
+import (
+	"context"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+// TestNewMasterKeepsTheBatchesOfWorkersThatComeBack walks the restore
+// rules one registration at a time, on the checkpoint a first master left.
+func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
+	dir := t.TempDir()
+	six := tasks(1, 6, 3)
+	for i := range six {
+		six[i].Attempt = 1
+	}
+	pulled := false
+	f := &FakeQueue{PullFunc: func(pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+		if pulled {
+			return pilotproto.PullResponse{}, nil
+		}
+		pulled = true
+		return pilotproto.PullResponse{Tasks: six}, nil
+	}}
+	a, err := master.New(fastMasterConfig(dir, "pA", 1), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, astop := context.WithCancel(context.Background())
+	adone := make(chan error, 1)
+	go func() { adone <- a.Run(actx) }()
+	if _, err := a.Register(wire.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := a.Pull(context.Background(), wire.PullRequest{WorkerID: "w1", Free: 6, WaitMS: 2000})
+	if err != nil || len(resp.Batches) != 2 {
+		t.Fatalf("w1 should get two batches of 3: %+v %v", resp, err)
+	}
+
+	// Master A is gone (its process would be dead); B takes the checkpoint.
+	b, err := master.New(fastMasterConfig(dir, "pB", 2), &FakeQueue{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Assigned != 6 || st.Pending != 0 {
+		t.Fatalf("restored %+v, want the 6 tasks in flight", st)
+	}
+	ref := func(i int) pilotproto.TaskRef { return pilotproto.TaskRef{TaskID: six[i].ID, Attempt: 1} }
+	steps := []struct {
+		name                  string
+		req                   wire.RegisterRequest
+		wantDrop              []pilotproto.TaskRef
+		wantAssigned, wantPen int
+	}{
+		{
+			name: "the worker that comes back keeps what it holds or finished; its other tasks are requeued; unknown ones are dropped",
+			req: wire.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6,
+				Held: []pilotproto.TaskRef{ref(0), ref(1), {TaskID: 999, Attempt: 1}}, Finished: []pilotproto.TaskRef{ref(2)}},
+			wantDrop: []pilotproto.TaskRef{{TaskID: 999, Attempt: 1}}, wantAssigned: 3, wantPen: 3,
+		},
+		{
+			name: "a worker still running a task that was requeued keeps it",
+			req:  wire.RegisterRequest{WorkerID: "w2", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(3)}},
+			wantAssigned: 4, wantPen: 2,
+		},
+		{
+			name:     "a worker holding a task another worker owns drops it",
+			req:      wire.RegisterRequest{WorkerID: "w3", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(0)}},
+			wantDrop: []pilotproto.TaskRef{ref(0)}, wantAssigned: 4, wantPen: 2,
+		},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			resp, err := b.Register(s.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Epoch != 2 {
+				t.Errorf("epoch %d, want 2", resp.Epoch)
+			}
+			sort.Slice(resp.Drop, func(i, j int) bool { return resp.Drop[i].TaskID < resp.Drop[j].TaskID })
+			if !reflect.DeepEqual(resp.Drop, s.wantDrop) {
+				t.Errorf("drop %v, want %v", resp.Drop, s.wantDrop)
+			}
+			if st := b.Stats(); st.Assigned != s.wantAssigned || st.Pending != s.wantPen {
+				t.Errorf("after registration %+v, want %d assigned and %d pending", st, s.wantAssigned, s.wantPen)
+			}
+		})
+	}
+
+	// A, deposed, can no longer write: its run ends with a fencing error.
+	astop()
+	select {
+	case err := <-adone:
+		if err == nil {
+			t.Error("the deposed master stopped as if nothing happened")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deposed master did not stop")
+	}
+}
