@@ -65,8 +65,8 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 			wantDrop: []pilotproto.TaskRef{{TaskID: 999, Attempt: 1}}, wantAssigned: 3, wantPen: 3,
 		},
 		{
-			name: "a worker still running a task that was requeued keeps it",
-			req:  wire.RegisterRequest{WorkerID: "w2", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(3)}},
+			name:         "a worker still running a task that was requeued keeps it",
+			req:          wire.RegisterRequest{WorkerID: "w2", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(3)}},
 			wantAssigned: 4, wantPen: 2,
 		},
 		{
