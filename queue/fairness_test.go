@@ -178,3 +178,34 @@ func TestPullInterleavesEqualUsersWithinOnePull(t *testing.T) {
 		t.Fatalf("alice's pricier job must come first: %d %d", p.Tasks[0].JobID, p.Tasks[2].JobID)
 	}
 }
+
+// TestOnePullHandsOutEachTaskOnce pulls more tasks than the first fetch
+// of a job (the pull fetches per job in growing chunks).
+func TestOnePullHandsOutEachTaskOnce(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.DefaultLimits.MaxParallelJobs = 1000 })
+	ctx := context.Background()
+	if _, err := e.q.Submit(ctx, "alice", api.JobSpec{Dataset: e.dataset("many", 300), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
+	p, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 250})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for i, tk := range p.Tasks {
+		if seen[tk.ID] {
+			t.Fatalf("task %d handed out twice", tk.ID)
+		}
+		seen[tk.ID] = true
+		if i > 0 && tk.ID < p.Tasks[i-1].ID {
+			t.Fatalf("tasks out of FIFO order at %d", i)
+		}
+	}
+	if len(p.Tasks) != 250 {
+		t.Fatalf("pulled %d, want 250", len(p.Tasks))
+	}
+	if p2, _ := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 250}); len(p2.Tasks) != 50 {
+		t.Fatalf("second pull got %d, want the 50 left", len(p2.Tasks))
+	}
+}

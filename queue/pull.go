@@ -21,7 +21,8 @@ type readyJob struct {
 	argv                               []string
 	next                               []pendingTask // fetched, not yet picked
 	exhausted                          bool
-	fetchN                             int // next fetch size: small first, doubling
+	fetchN                             int   // next fetch size: small first, doubling
+	lastID                             int64 // highest task id fetched (picked ones are still WAITING in the table)
 
 }
 
@@ -159,11 +160,7 @@ func (q *Queue) planPull(ctx context.Context, want int) ([]pick, error) {
 }
 
 func (q *Queue) fetchWaiting(ctx context.Context, j *readyJob, n int) error {
-	after := int64(0)
-	if len(j.next) > 0 {
-		after = j.next[len(j.next)-1].id
-	}
-	rows, err := q.r.QueryContext(ctx, `SELECT id, name, attempt FROM tasks WHERE job_id = ? AND state = 'WAITING' AND id > ? ORDER BY id LIMIT ?`, j.id, after, n)
+	rows, err := q.r.QueryContext(ctx, `SELECT id, name, attempt FROM tasks WHERE job_id = ? AND state = 'WAITING' AND id > ? ORDER BY id LIMIT ?`, j.id, j.lastID, n)
 	if err != nil {
 		return fmt.Errorf("pull: tasks of job %d: %w", j.id, err)
 	}
@@ -175,6 +172,7 @@ func (q *Queue) fetchWaiting(ctx context.Context, j *readyJob, n int) error {
 			return fmt.Errorf("pull: tasks of job %d: %w", j.id, err)
 		}
 		j.next = append(j.next, t)
+		j.lastID = t.id
 		got++
 	}
 	if got < n {
