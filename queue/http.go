@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -76,7 +77,7 @@ func (q *Queue) route(methods map[string]endpoint) http.Handler {
 			writeErr(w, fmt.Errorf("%w: %s %s", ErrMethod, r.Method, r.URL.Path), q)
 			return
 		}
-		if ep.roles != nil && !contains(ep.roles, id.role) {
+		if ep.roles != nil && !slices.Contains(ep.roles, id.role) {
 			writeErr(w, fmt.Errorf("%w: %s needs the %s role, you are %s (%s)", ErrForbidden, r.URL.Path, strings.Join(ep.roles, " or "), id.user, id.role), q)
 			return
 		}
@@ -87,15 +88,6 @@ func (q *Queue) route(methods map[string]endpoint) http.Handler {
 		}
 		writeJSON(w, status, v)
 	})
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -175,14 +167,12 @@ func (q *Queue) listJobs(w http.ResponseWriter, r *http.Request, id identity) (a
 	} else if u := v.Get("user"); u != "" && u != id.user {
 		return nil, 0, fmt.Errorf("%w: you can list only your own jobs", ErrForbidden)
 	}
-	for name, dst := range map[string]*int64{"cursor": &f.Cursor} {
-		if s := v.Get(name); s != "" {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return nil, 0, invalid("%s %q is not an integer", name, s)
-			}
-			*dst = n
+	if s := v.Get("cursor"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, 0, invalid("cursor %q is not an integer", s)
 		}
+		f.Cursor = n
 	}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
