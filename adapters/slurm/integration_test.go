@@ -151,6 +151,31 @@ func TestRealSLURM(t *testing.T) {
 	c.CancelAll(t)
 
 	a := newAdapter(t, nil)
+	t.Run("figures: snapshot, submit and start latency on the idle cluster", func(t *testing.T) {
+		const n = 20
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			snap(t, a)
+		}
+		snapD := time.Since(start) / n
+		var submitD, runD time.Duration
+		for i := 0; i < 5; i++ {
+			t0 := time.Now()
+			id, err := a.Submit(bg(t), pilotSpec(5*60))
+			if err != nil {
+				t.Fatal(err)
+			}
+			submitD += time.Since(t0)
+			waitSnap(t, a, "pilot running", 15*time.Second, func(s cluster.Snapshot) bool {
+				j, ok := job(s, string(id))
+				return ok && j.State == cluster.Running
+			})
+			runD += time.Since(t0)
+		}
+		t.Logf("FIGURES: Snapshot %s (mean of %d, %d nodes); Submit %s; submit to RUNNING %s (means of 5, polled every 300 ms)",
+			snapD.Round(100*time.Microsecond), n, nodes, (submitD / 5).Round(100*time.Microsecond), (runD / 5).Round(10*time.Millisecond))
+		cancelPilots(t, a)
+	})
 	info, err := a.Info(bg(t))
 	if err != nil || info.Version != "22.05.8" && !strings.HasPrefix(info.Version, "2") {
 		t.Fatalf("Info = %+v, %v", info, err)
@@ -335,9 +360,11 @@ func TestRealSLURM(t *testing.T) {
 		if !errors.Is(err, adapters.ErrUnreachable) {
 			t.Fatalf("Snapshot = %+v, %v; want ErrUnreachable", s, err)
 		}
-		if d := time.Since(start); d > 8*time.Second {
+		d := time.Since(start)
+		if d > 8*time.Second {
 			t.Errorf("Snapshot took %s to fail, timeout is 3 s", d)
 		}
+		t.Logf("FIGURES: Snapshot with slurmctld stopped failed after %s: %v", d.Round(10*time.Millisecond), err)
 		if _, err := down.Submit(bg(t), pilotSpec(120)); !errors.Is(err, adapters.ErrUnreachable) && !errors.Is(err, adapters.ErrOutcomeUnknown) {
 			t.Errorf("Submit = %v, want ErrUnreachable or ErrOutcomeUnknown", err)
 		}
