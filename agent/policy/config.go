@@ -41,6 +41,13 @@ type Config struct {
 	// UseExpectedStart lets maxTime be the earlier of the policy's own
 	// estimate and the batch system's expected start of the top job.
 	UseExpectedStart bool `json:"use_expected_start"`
+	// KeepRecommended lets the master's MiniNode recommendation protect
+	// pilots from release, as the admin's floor does (the original
+	// system's behaviour). By default the recommendation only makes the
+	// harvest take idle nodes sooner (case 2); pilots are released for a
+	// waiting job down to the admin's floor, so nobody waits on a
+	// recommendation the admin never made.
+	KeepRecommended bool `json:"keep_recommended,omitempty"`
 	// Recommendation maps the backlog to the master's MiniNode
 	// recommendation (see Recommend).
 	Recommendation RecommendConfig `json:"recommendation"`

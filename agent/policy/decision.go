@@ -67,6 +67,9 @@ type Decision struct {
 	// MinNodes is the MiniNode used: max(floor, recommendation), capped
 	// by max nodes and by what the backlog can use.
 	MinNodes int `json:"min_nodes"`
+	// KeepNodes is the number of pilots no release goes below: the
+	// admin's floor (or MinNodes with Config.KeepRecommended).
+	KeepNodes int `json:"keep_nodes"`
 	// Held is R: nodes held by pilots, visible or on their way.
 	Held int `json:"held"`
 	// Idle is I: idle nodes not already claimed by pilots on their way.

@@ -35,6 +35,13 @@ import (
 //     cfg.HarvestWhileIdle, means an unlimited backlog.
 //   - MiniNode = max(floor, in.Recommended), capped by the cap and by the
 //     backlog cap: pilots the backlog cannot use are never kept.
+//   - Keep, the count no release goes below, is the floor (capped the same
+//     way), or MiniNode with cfg.KeepRecommended. The master's
+//     recommendation makes the harvest take idle nodes sooner (case 2) but
+//     does not hold nodes a waiting job could use: only the admin's floor
+//     does. DESIGN.md's cases 3 and 5 read "R - MiniNode"; with the
+//     default, read "R - Keep", and case 2 yields to case 3 when J_top can
+//     start by releasing pilots above Keep.
 //   - Pilot limits are capped by cfg.MaxPilotLimit and the snapshot's
 //     max_time_s (the partition's MaxTime) and rounded down to
 //     cfg.Granularity.
@@ -44,13 +51,14 @@ import (
 //	caps   R above the cap: release the excess (any pilots);
 //	       R above the backlog cap: release idle pilots (queued or not busy);
 //	1      no pending foreign job: submit I pilots with the longest limit allowed;
-//	2      R < MiniNode: submit I pilots with limit maxTime - margin;
+//	2      R < MiniNode: submit I pilots with limit maxTime - margin
+//	       (unless 0 < N_top - I <= R - Keep: then case 3 releases);
 //	3      N_top - I <= 0: J_top starts by itself; do nothing;
-//	       N_top - I <= R - MiniNode: release N_top - I pilots so J_top starts now;
+//	       N_top - I <= R - Keep: release N_top - I pilots so J_top starts now;
 //	4      a running job ends within miniTime: wait for its nodes;
 //	5      for each pending foreign job J_i with TL_i < maxTime, in priority order:
 //	       N_i <= I: the batch system backfills it, do nothing;
-//	       N_i - I <= R - MiniNode: release N_i - I pilots;
+//	       N_i - I <= R - Keep: release N_i - I pilots;
 //	6      submit I pilots with limit maxTime - margin.
 //
 // Submissions never exceed I, the cap or the backlog cap, and are skipped
@@ -64,7 +72,7 @@ func Decide(in Input, cfg Config) Decision {
 		return d
 	}
 	v := newView(&in, cfg)
-	d.Held, d.Idle, d.MinNodes = v.held, v.idle, v.miniNode
+	d.Held, d.Idle, d.MinNodes, d.KeepNodes = v.held, v.idle, v.miniNode, v.keep
 	return v.decide(d)
 }
 
@@ -104,6 +112,7 @@ type view struct {
 	demandCap int           // -1 = unlimited backlog
 	left      int           // pending + running tasks (when demandCap >= 0)
 	miniNode  int
+	keep      int // no release goes below this
 	limitCap  cluster.Limit
 }
 
@@ -142,12 +151,19 @@ func newView(in *Input, cfg Config) *view {
 		v.left = s.Demand.PendingTasks + s.Demand.RunningTasks
 		v.demandCap = (v.left + slots - 1) / slots
 	}
-	v.miniNode = max(floor, in.Recommended)
-	if v.maxNodes > 0 {
-		v.miniNode = min(v.miniNode, v.maxNodes)
+	capped := func(n int) int {
+		if v.maxNodes > 0 {
+			n = min(n, v.maxNodes)
+		}
+		if v.demandCap >= 0 {
+			n = min(n, v.demandCap)
+		}
+		return n
 	}
-	if v.demandCap >= 0 {
-		v.miniNode = min(v.miniNode, v.demandCap)
+	v.miniNode = capped(max(floor, in.Recommended))
+	v.keep = capped(floor)
+	if cfg.KeepRecommended {
+		v.keep = v.miniNode
 	}
 	v.limitCap = cfg.MaxPilotLimit.Min(s.PartitionMaxTime())
 	return v
@@ -185,23 +201,24 @@ func (v *view) decide(d Decision) Decision {
 	mt := maxTime(v.s, v.in.Upcoming, top, v.cfg.UseExpectedStart)
 	d.TopJob, d.MaxTime = top.ID, mt
 
-	// Case 2.
-	if v.held < v.miniNode {
+	// Case 2, unless releasing pilots above Keep lets J_top start now.
+	spare := v.held - v.keep
+	need := top.Nodes - v.idle
+	if v.held < v.miniNode && !(need > 0 && need <= spare) {
 		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
 			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
 		return v.submit(d, CaseBelowMinNodes, mt, v.cfg.Margin, why)
 	}
 
 	// Case 3.
-	spare := v.held - v.miniNode
-	if need := top.Nodes - v.idle; need <= 0 {
+	if need <= 0 {
 		d.Case = CaseTopJobFits
 		d.Reason = fmt.Sprintf("job %s needs %s and %d are idle: the batch system starts it", top.ID, nodesWord(top.Nodes), v.idle)
 		return d
 	} else if need <= spare {
 		d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForTopJob
 		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle and pilots hold %d above the minimum of %d: releasing %s so it starts now%s",
-			top.ID, nodesWord(need), v.idle, spare, v.miniNode, pilotsWord(len(d.Release)), v.shortfall(d.Release, need))
+			top.ID, nodesWord(need), v.idle, spare, v.keep, pilotsWord(len(d.Release)), v.shortfall(d.Release, need))
 		return d
 	}
 
@@ -229,7 +246,7 @@ func (v *view) decide(d Decision) Decision {
 			d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForBackfill
 			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s but needs %s more than the %d idle: releasing %s (%d held, minimum %d)%s",
 				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idle,
-				pilotsWord(len(d.Release)), v.held, v.miniNode, v.shortfall(d.Release, need))
+				pilotsWord(len(d.Release)), v.held, v.keep, v.shortfall(d.Release, need))
 			return d
 		}
 	}

@@ -98,10 +98,34 @@ func TestDecide(t *testing.T) {
 
 		// Case 2.
 		{
-			name: "The master's recommendation raises the minimum above the pilots held",
+			name: "With KeepRecommended the master's recommendation raises the minimum above the pilots held",
 			snap: func() cluster.Snapshot {
 				s := thesis(25 * minute)
 				s.MinNodes = 0
+				return s
+			}(),
+			config:      func(c *Config) { c.KeepRecommended = true },
+			recommended: 12,
+			wantCase:    CaseBelowMinNodes,
+			wantSubmit:  submit(5, 17*minute),
+		},
+		{
+			name: "By default a recommendation does not keep pilots a waiting top job could use: they are released",
+			snap: func() cluster.Snapshot {
+				s := thesis(25 * minute)
+				s.MinNodes = 0
+				return s
+			}(),
+			recommended: 12,
+			wantCase:    CaseReleaseForTopJob,
+			wantRelease: []string{"p20", "p19", "p18", "p17", "p16"},
+			wantReason:  "above the minimum of 0",
+		},
+		{
+			name: "By default a recommendation above the pilots held takes idle nodes when the top job cannot start anyway",
+			snap: func() cluster.Snapshot {
+				s := thesis(25 * minute)
+				s.MinNodes = 8
 				return s
 			}(),
 			recommended: 12,
@@ -127,6 +151,7 @@ func TestDecide(t *testing.T) {
 				s.MaxNodes = 11
 				return s
 			}(),
+			config:      func(c *Config) { c.KeepRecommended = true },
 			recommended: 20,
 			wantCase:    CaseAtMaxNodes,
 			wantReason:  "pilots hold 11 of at most 11 nodes",

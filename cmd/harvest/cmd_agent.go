@@ -30,6 +30,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, EnvVars: []string{"HARVEST_MARGIN"}, Usage: "safety margin subtracted from pilot time limits"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "max-pilot-time", EnvVars: []string{"HARVEST_MAX_PILOT_TIME"}, Usage: "cap on a pilot's time limit (0 = the partition's MaxTime)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "harvest-while-idle", EnvVars: []string{"HARVEST_WHILE_IDLE"}, Usage: "keep pilots on idle nodes even with an empty backlog"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "keep-recommended", EnvVars: []string{"HARVEST_KEEP_RECOMMENDED"}, Usage: "let the master's MiniNode recommendation keep pilots a waiting job could use (by default only --min-nodes does)"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "backlog", Value: -1, EnvVars: []string{"HARVEST_BACKLOG"}, Usage: "use a fixed backlog of N pending tasks (testing; -1 = unlimited backlog, i.e. harvest every hole)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
@@ -110,6 +111,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 		return cfg, fmt.Errorf("--mini-time and --margin must not be negative")
 	}
 	p.HarvestWhileIdle = c.Bool("harvest-while-idle")
+	p.KeepRecommended = c.Bool("keep-recommended")
 	cfg.DryRun = c.Bool("dry-run")
 	cfg.DumpDir = c.String("dump-snapshots")
 	cfg.DumpKeep = c.Int("dump-keep")

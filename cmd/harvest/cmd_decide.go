@@ -44,6 +44,7 @@ func decideCommand() *cli.Command {
 			&cli.DurationFlag{Name: "granularity", Value: time.Minute, Usage: "the batch system's time-limit unit `D`; pilot limits are rounded down to it"},
 			&cli.DurationFlag{Name: "max-pilot-limit", Usage: "cap on every pilot's time limit `D` (0 = only the partition's MaxTime)"},
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes whatever the snapshot's demand"},
+			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the --recommended MiniNode keep pilots from release, as the admin's floor does"},
 			&cli.BoolFlag{Name: "ignore-expected-start", Usage: "do not use the batch system's expected start of the top pending job"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
@@ -172,6 +173,9 @@ func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 	}
 	if base == nil || c.IsSet("harvest-while-idle") {
 		cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
+	}
+	if base == nil || c.IsSet("keep-recommended") {
+		cfg.KeepRecommended = c.Bool("keep-recommended")
 	}
 	if base == nil || c.IsSet("ignore-expected-start") {
 		cfg.UseExpectedStart = !c.Bool("ignore-expected-start")

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole harvest system end to end on the real SLURM mini-cluster:
+# agent + queue, background jobs of alice and bob, harvest jobs of carol and
+# dave, the master's pilot scancelled and a worker killed with SIGKILL
+# mid-run. Prints a summary (utilisation, throughput, failover time, tasks
+# lost and duplicated) and fails if a check fails.
+# Usage: scripts/e2e-slurm.sh [e2e flags, see: go run ./scripts/e2e -h]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "e2e-slurm.sh: run as root (it starts SLURM daemons and submits as test users)" >&2; exit 1; }
+scripts/deps.sh >/dev/null
+exec go run ./scripts/e2e "$@"

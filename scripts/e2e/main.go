@@ -1,0 +1,769 @@
+// Command e2e runs the whole harvest system end to end on the real SLURM
+// mini-cluster (scripts/e2e-slurm.sh runs it): an agent hosting the queue,
+// background batch jobs of two users, harvest jobs of two other users, a
+// scancel of the master's pilot and a kill -9 of a worker mid-run. It then
+// checks that every task's output exists exactly once, the queue's counts
+// match, no foreign job was delayed beyond one poll interval plus a few
+// seconds, and the two harvest users' shares were fair, and prints a
+// summary. Exit status 1 if any check fails.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+var (
+	nodes    = flag.Int("nodes", 8, "nodes of the mini-cluster")
+	tasks    = flag.Int("tasks", 300, "tasks (dataset entries) per harvest user")
+	taskTime = flag.Duration("task-time", 300*time.Millisecond, "run time of one task")
+	batch    = flag.Int("batch-size", 5, "tasks per batch")
+	poll     = flag.Duration("poll", 2*time.Second, "agent poll interval")
+	slack    = flag.Duration("slack", 5*time.Second, "allowed delay of a foreign job beyond one poll interval")
+	timeout  = flag.Duration("timeout", 7*time.Minute, "give up after this long")
+	bin      = flag.String("harvest", "", "harvest binary (default: build it)")
+	port     = flag.Int("port", 18471, "queue TCP port on 127.0.0.1")
+	keep     = flag.Bool("keep", false, "keep the work directory")
+)
+
+const lab = "/var/tmp/harvest-slurm"
+
+type run struct {
+	root, work, harvest string
+	agent               *exec.Cmd
+	agentLog            string
+	start               time.Time
+	problems            []string
+}
+
+func main() {
+	flag.Parse()
+	r := &run{start: time.Now()}
+	code := 0
+	if err := r.main(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
+	if len(r.problems) > 0 {
+		fmt.Println("\nFAILED CHECKS:")
+		for _, p := range r.problems {
+			fmt.Println("  -", p)
+		}
+		code = 1
+	}
+	r.cleanup(code != 0)
+	if code == 0 {
+		fmt.Println("\ne2e: all checks passed")
+	}
+	os.Exit(code)
+}
+
+func logf(format string, a ...any) {
+	fmt.Printf("[e2e %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+func (r *run) fail(format string, a ...any) { r.problems = append(r.problems, fmt.Sprintf(format, a...)) }
+
+func sh(name string, args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+func as(user, name string, args ...string) (string, error) {
+	return sh("runuser", append([]string{"-u", user, "--", name}, args...)...)
+}
+
+func (r *run) main() error {
+	var err error
+	if r.root, err = os.Getwd(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(r.root, "go.mod")); err != nil {
+		return errors.New("run from the repository root")
+	}
+	logf("mini-cluster: %d nodes", *nodes)
+	if out, err := sh("scripts/minicluster.sh", "users", "alice", "bob", "carol", "dave"); err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	if out, err := sh("scripts/minicluster.sh", "start", strconv.Itoa(*nodes)); err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	sh("scancel", "--full", "-u", "root")
+	for _, u := range []string{"alice", "bob", "carol", "dave"} {
+		sh("scancel", "-u", u)
+	}
+
+	r.work = filepath.Join(lab, "shared", fmt.Sprintf("e2e-%d", time.Now().Unix()))
+	for _, d := range []string{"agent", "state", "pilots", "dumps", "foreign", "ledger"} {
+		if err := os.MkdirAll(filepath.Join(r.work, d), 0o755); err != nil {
+			return err
+		}
+	}
+	os.Chmod(r.work, 0o755)
+	for _, d := range []string{"foreign", "ledger"} {
+		os.Chmod(filepath.Join(r.work, d), 0o1777)
+	}
+	r.harvest = *bin
+	if r.harvest == "" {
+		r.harvest = filepath.Join(r.work, "harvest")
+		logf("building harvest")
+		if out, err := sh("go", "build", "-o", r.harvest, "./cmd/harvest"); err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+	}
+	datasets := map[string]string{}
+	for _, u := range []string{"carol", "dave"} {
+		ds := filepath.Join(r.work, "data-"+u)
+		for i := 0; i < *tasks; i++ {
+			sub := filepath.Join(ds, fmt.Sprintf("sub%04d", i))
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				return err
+			}
+			os.WriteFile(filepath.Join(sub, "data.txt"), []byte(fmt.Sprintf("%s %d\n", u, i)), 0o644)
+		}
+		if _, err := sh("chown", "-R", u, ds); err != nil {
+			return err
+		}
+		datasets[u] = ds
+	}
+
+	if err := r.startAgent(); err != nil {
+		return err
+	}
+	foreign, err := r.foreignWorkload()
+	if err != nil {
+		return err
+	}
+
+	// Both users submit at the same time: equal standing.
+	jobs := map[string]int64{}
+	for _, u := range []string{"carol", "dave"} {
+		cmd := fmt.Sprintf("sleep %.3f; cat {input}/data.txt > {output}; echo \"%s {task} $(date +%%s.%%N)\" >> %s/ledger/%s.log",
+			taskTime.Seconds(), u, r.work, u)
+		out, err := as(u, r.harvest, "submit", "--queue", "unix://"+r.socket(), "--json", "--batch-size", strconv.Itoa(*batch),
+			datasets[u], "--", "/bin/sh", "-c", cmd)
+		if err != nil {
+			return err
+		}
+		var j struct {
+			ID int64 `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			return fmt.Errorf("submit output %q: %w", out, err)
+		}
+		jobs[u] = j.ID
+		logf("%s submitted harvest job %d (%d tasks)", u, j.ID, *tasks)
+	}
+
+	injected := false
+	var failover struct {
+		master          string
+		killedAt        time.Time
+		newMasterAt     time.Time
+		worker, workPID string
+	}
+	deadline := time.Now().Add(*timeout)
+	for {
+		if time.Now().After(deadline) {
+			r.fail("harvest jobs not finished after %v", *timeout)
+			break
+		}
+		time.Sleep(time.Second)
+		st := map[string]jobStatus{}
+		done, total := 0, 0
+		final := true
+		for u, id := range jobs {
+			s, err := r.status(u, id)
+			if err != nil {
+				logf("status: %v", err)
+				continue
+			}
+			st[u] = s
+			done += s.Tasks.Done
+			total += s.Tasks.Total
+			if !isFinal(s.State) {
+				final = false
+			}
+		}
+		if !injected && total > 0 && done >= total/3 {
+			injected = true
+			failover.master = r.currentMaster()
+			if failover.master == "" {
+				r.fail("no master found in the agent log")
+			} else {
+				failover.killedAt = time.Now()
+				logf("scancel the master's pilot %s (%d/%d tasks done)", failover.master, done, total)
+				if _, err := sh("scancel", failover.master); err != nil {
+					r.fail("scancel master: %v", err)
+				}
+				failover.worker, failover.workPID = r.workerPilot(failover.master)
+				if failover.workPID != "" {
+					logf("kill -9 the worker of pilot %s (pid %s)", failover.worker, failover.workPID)
+					pid, _ := strconv.Atoi(failover.workPID)
+					syscall.Kill(pid, syscall.SIGKILL)
+				} else {
+					r.fail("no worker pilot process found to kill")
+				}
+			}
+		}
+		if injected && failover.newMasterAt.IsZero() && failover.master != "" {
+			if m, at := r.masterAfter(failover.killedAt); m != "" && m != failover.master {
+				failover.newMasterAt = at
+				logf("new master: pilot %s after %v", m, at.Sub(failover.killedAt).Round(100*time.Millisecond))
+			}
+		}
+		if final {
+			logf("harvest jobs final: %s", fmtStates(st))
+			break
+		}
+	}
+	foreign = r.waitForeign(foreign, 3*time.Minute)
+
+	// Checks and summary.
+	fmt.Println("\n================ harvest e2e on real SLURM ================")
+	lost, dup := 0, 0
+	totalTasks := 0
+	for _, u := range []string{"carol", "dave"} {
+		s, err := r.status(u, jobs[u])
+		if err != nil {
+			r.fail("status of %s's job: %v", u, err)
+			continue
+		}
+		totalTasks += s.Tasks.Total
+		if s.State != "DONE" {
+			r.fail("%s's job %d is %s, want DONE", u, jobs[u], s.State)
+		}
+		if s.Tasks.Done != *tasks || s.Tasks.Total != *tasks {
+			r.fail("%s's job: queue counts %d done of %d, want %d of %d", u, s.Tasks.Done, s.Tasks.Total, *tasks, *tasks)
+		}
+		outs, _ := filepath.Glob(filepath.Join(s.OutputDir, "sub*"))
+		missing := 0
+		for i := 0; i < *tasks; i++ {
+			b, err := os.ReadFile(filepath.Join(s.OutputDir, fmt.Sprintf("sub%04d", i)))
+			if err != nil || string(b) != fmt.Sprintf("%s %d\n", u, i) {
+				missing++
+			}
+		}
+		lost += missing
+		if len(outs) != *tasks {
+			r.fail("%s: %d output files, want %d", u, len(outs), *tasks)
+		}
+		runs := ledger(filepath.Join(r.work, "ledger", u+".log"))
+		reexec := 0
+		for _, n := range runs {
+			if n > 1 {
+				reexec += n - 1
+			}
+		}
+		fmt.Printf("%-6s job %d: %s, %d/%d done in the queue, %d outputs, %d missing, %d completed runs (%d re-executions)\n",
+			u, jobs[u], s.State, s.Tasks.Done, s.Tasks.Total, len(outs), missing, sum(runs), reexec)
+		if s.Tasks.Done > s.Tasks.Total {
+			dup += s.Tasks.Done - s.Tasks.Total
+		}
+	}
+	if lost > 0 {
+		r.fail("%d tasks lost (no correct output)", lost)
+	}
+
+	// Fairness while both users had work: completions per user until the
+	// first of the two jobs finished.
+	comp := map[string][]float64{}
+	for _, u := range []string{"carol", "dave"} {
+		comp[u] = completionTimes(filepath.Join(r.work, "ledger", u+".log"))
+	}
+	firstEnd := math.Min(last(comp["carol"]), last(comp["dave"]))
+	var x []float64
+	for _, u := range []string{"carol", "dave"} {
+		n := 0
+		for _, t := range comp[u] {
+			if t <= firstEnd {
+				n++
+			}
+		}
+		x = append(x, float64(n))
+	}
+	jain := jainIndex(x)
+	allT := append(append([]float64{}, comp["carol"]...), comp["dave"]...)
+	sort.Float64s(allT)
+	span := 0.0
+	if len(allT) > 1 {
+		span = allT[len(allT)-1] - allT[0]
+	}
+
+	util, useful := r.utilisation()
+	delays := r.foreignDelays(foreign)
+	maxDelay := 0.0
+	fmt.Println("\nforeign jobs (start - the first round at which enough nodes were idle or held by pilots):")
+	for _, f := range foreign {
+		d, ok := delays[f.id]
+		ds := "never waited on pilots"
+		if ok {
+			ds = fmt.Sprintf("%.0f s", d)
+			maxDelay = math.Max(maxDelay, d)
+		}
+		fmt.Printf("  %-4s %-5s %d nodes limit %dm: waited %s, delay by harvest %s\n", f.id, f.user, f.nodes, f.limitMin,
+			f.wait(), ds)
+	}
+	if maxDelay > slack.Seconds() {
+		r.fail("a foreign job was delayed %.0f s after the round that could have started it (bound %v beyond the poll interval)", maxDelay, *slack)
+	}
+	if jain < 0.9 {
+		r.fail("Jain's index of the two harvest users' shares is %.3f, want >= 0.9", jain)
+	}
+	failoverS := "n/a"
+	if !failover.newMasterAt.IsZero() {
+		failoverS = failover.newMasterAt.Sub(failover.killedAt).Round(100 * time.Millisecond).String()
+	} else if failover.master != "" {
+		r.fail("no new master after the master's pilot was cancelled")
+	}
+	fmt.Printf("\nsummary:\n")
+	fmt.Printf("  utilisation (nodes held by any job or pilot): %.1f%%\n", 100*util)
+	fmt.Printf("  useful utilisation (foreign jobs + busy pilots): %.1f%%\n", 100*useful)
+	fmt.Printf("  harvest throughput: %d tasks in %.1f s = %.1f tasks/s (%v per task, batch %d)\n", totalTasks, span, float64(totalTasks)/math.Max(span, 1e-9), *taskTime, *batch)
+	fmt.Printf("  failover (master pilot scancelled -> new master): %s\n", failoverS)
+	fmt.Printf("  worker killed with SIGKILL: pilot %s\n", failover.worker)
+	fmt.Printf("  fairness: Jain's index %.3f over completions until the first job finished (%v)\n", jain, x)
+	fmt.Printf("  max delay imposed on a foreign job: %.0f s after the deciding round (poll %v)\n", maxDelay, *poll)
+	fmt.Printf("  tasks lost: %d   tasks duplicated (counted twice): %d\n", lost, dup)
+	if dup > 0 {
+		r.fail("%d tasks counted twice", dup)
+	}
+	r.stopAgent()
+	return nil
+}
+
+func (r *run) socket() string { return filepath.Join(r.work, "agent", "q.sock") }
+
+func (r *run) startAgent() error {
+	r.agentLog = filepath.Join(r.work, "agent.log")
+	f, err := os.Create(r.agentLog)
+	if err != nil {
+		return err
+	}
+	pilot := fmt.Sprintf("%s pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s", r.harvest)
+	r.agent = exec.Command(r.harvest, "agent",
+		"--state-dir", filepath.Join(r.work, "agent"), "--shared-dir", filepath.Join(r.work, "state"),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", *port), "--socket", r.socket(), "--allowed-root", r.work,
+		"--poll", poll.String(), "--margin", "30s", "--mini-time", "10s",
+		"--pilot-command", pilot, "--pilot-output", filepath.Join(r.work, "pilots", "pilot-%j.out"),
+		"--dump-snapshots", filepath.Join(r.work, "dumps"), "--log-level", "info")
+	r.agent.Stdout, r.agent.Stderr = f, f
+	if err := r.agent.Start(); err != nil {
+		return err
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := os.Stat(r.socket()); err == nil {
+			logf("agent started (log %s)", r.agentLog)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("agent did not open its socket; log:\n%s", readFile(r.agentLog))
+}
+
+func (r *run) stopAgent() {
+	if r.agent == nil || r.agent.Process == nil {
+		return
+	}
+	r.agent.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- r.agent.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			r.fail("agent exited with %v after SIGTERM", err)
+		}
+	case <-time.After(20 * time.Second):
+		r.agent.Process.Kill()
+		r.fail("agent did not stop within 20 s of SIGTERM")
+	}
+	r.agent = nil
+}
+
+func (r *run) cleanup(failed bool) {
+	r.stopAgent()
+	sh("scancel", "--full", "-u", "root")
+	for _, u := range []string{"alice", "bob", "carol", "dave"} {
+		sh("scancel", "-u", u)
+	}
+	if failed && r.agentLog != "" {
+		fmt.Printf("\nagent log (last 60 lines):\n%s\n", tail(readFile(r.agentLog), 60))
+	}
+	if r.work != "" {
+		if *keep || failed {
+			fmt.Println("work directory kept:", r.work)
+		} else {
+			os.RemoveAll(r.work)
+		}
+	}
+}
+
+type foreignJob struct {
+	id, user      string
+	nodes         int
+	limitMin      int
+	submit, start time.Time
+}
+
+func (f foreignJob) wait() string {
+	if f.start.IsZero() {
+		return "(not started)"
+	}
+	return fmt.Sprintf("%.0f s", f.start.Sub(f.submit).Seconds())
+}
+
+// foreignWorkload submits the background jobs of alice and bob: a big job
+// that waits for a running one (a hole for pilots), then more jobs that
+// arrive while pilots hold nodes.
+func (r *run) foreignWorkload() ([]foreignJob, error) {
+	type spec struct {
+		at       time.Duration
+		user     string
+		nodes    int
+		limitMin int
+		run      int
+	}
+	specs := []spec{
+		{0, "alice", 4, 3, 50},
+		{0, "bob", 2, 2, 80},
+		{3 * time.Second, "alice", 6, 2, 25},
+		{40 * time.Second, "bob", 3, 2, 30},
+		{70 * time.Second, "alice", *nodes, 1, 15},
+		{75 * time.Second, "bob", 2, 1, 20},
+	}
+	var out []foreignJob
+	t0 := time.Now()
+	ch := make(chan foreignJob, len(specs))
+	errc := make(chan error, 1)
+	go func() {
+		for _, s := range specs {
+			time.Sleep(time.Until(t0.Add(s.at)))
+			script := fmt.Sprintf("date +%%s > %s/foreign/$SLURM_JOB_ID.start; sleep %d", r.work, s.run)
+			id, err := as(s.user, "sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp", "-N", strconv.Itoa(s.nodes),
+				"-t", strconv.Itoa(s.limitMin), "-J", "bg-"+s.user, "--wrap", script)
+			if err != nil {
+				errc <- err
+				return
+			}
+			ch <- foreignJob{id: strings.TrimSpace(id), user: s.user, nodes: s.nodes, limitMin: s.limitMin, submit: time.Now()}
+		}
+		close(ch)
+	}()
+	// The first two jobs are needed before the harvest starts.
+	for len(out) < 2 {
+		select {
+		case f := <-ch:
+			out = append(out, f)
+			logf("foreign job %s: %s, %d nodes, limit %d min", f.id, f.user, f.nodes, f.limitMin)
+		case err := <-errc:
+			return nil, err
+		}
+	}
+	go func() {
+		for f := range ch {
+			logf("foreign job %s: %s, %d nodes, limit %d min", f.id, f.user, f.nodes, f.limitMin)
+			foreignLate <- f
+		}
+		close(foreignLate)
+	}()
+	return out, nil
+}
+
+var foreignLate = make(chan foreignJob, 16)
+
+func (r *run) waitForeign(fs []foreignJob, d time.Duration) []foreignJob {
+	for f := range foreignLate {
+		fs = append(fs, f)
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		out, _ := sh("squeue", "-h", "-u", "alice,bob", "-o", "%i")
+		if strings.TrimSpace(out) == "" {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	for i := range fs {
+		if b, err := os.ReadFile(filepath.Join(r.work, "foreign", fs[i].id+".start")); err == nil {
+			if s, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				fs[i].start = time.Unix(s, 0)
+			}
+		}
+		if fs[i].start.IsZero() {
+			r.fail("foreign job %s never started", fs[i].id)
+		}
+	}
+	allForeign = fs
+	return fs
+}
+
+var allForeign []foreignJob
+
+type jobStatus struct {
+	State     string `json:"state"`
+	OutputDir string `json:"output_dir"`
+	Tasks     struct {
+		Total int `json:"total"`
+		Done  int `json:"done"`
+	} `json:"tasks"`
+}
+
+func (r *run) status(user string, id int64) (jobStatus, error) {
+	var s jobStatus
+	out, err := as(user, r.harvest, "status", "--queue", "unix://"+r.socket(), "--json", strconv.FormatInt(id, 10))
+	if err != nil {
+		return s, err
+	}
+	err = json.Unmarshal([]byte(out), &s)
+	return s, err
+}
+
+func isFinal(state string) bool {
+	switch state {
+	case "DONE", "DONE_WARN", "FAILED", "KILLED", "ERROR_EW":
+		return true
+	}
+	return false
+}
+
+func fmtStates(st map[string]jobStatus) string {
+	var parts []string
+	for u, s := range st {
+		parts = append(parts, fmt.Sprintf("%s=%s (%d/%d)", u, s.State, s.Tasks.Done, s.Tasks.Total))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+var masterRE = regexp.MustCompile(`time=(\S+) .*msg="new master".* pilot=(\S+)`)
+
+// masters returns the "new master" events of the agent log.
+func (r *run) masters() (ids []string, at []time.Time) {
+	for _, line := range strings.Split(readFile(r.agentLog), "\n") {
+		m := masterRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		ids = append(ids, m[2])
+		at = append(at, t)
+	}
+	return
+}
+
+func (r *run) currentMaster() string {
+	ids, _ := r.masters()
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[len(ids)-1]
+}
+
+func (r *run) masterAfter(t time.Time) (string, time.Time) {
+	ids, at := r.masters()
+	for i := range ids {
+		if at[i].After(t) {
+			return ids[i], at[i]
+		}
+	}
+	return "", time.Time{}
+}
+
+// workerPilot finds the `harvest pilot` process of a running pilot other
+// than the master's.
+func (r *run) workerPilot(master string) (jobID, pid string) {
+	out, _ := sh("squeue", "-h", "-n", "harvest-pilot", "-t", "RUNNING", "-o", "%i")
+	for _, id := range strings.Fields(out) {
+		if id == master {
+			continue
+		}
+		procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+		for _, p := range procs {
+			env, err := os.ReadFile(p)
+			if err != nil || !bytes.Contains(env, []byte("SLURM_JOB_ID="+id+"\x00")) {
+				continue
+			}
+			dir := filepath.Dir(p)
+			cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+			args := strings.Split(string(cmdline), "\x00")
+			if len(args) > 1 && strings.HasSuffix(args[0], "harvest") && args[1] == "pilot" {
+				return id, filepath.Base(dir)
+			}
+		}
+	}
+	return "", ""
+}
+
+func (r *run) snapshots() []cluster.Snapshot {
+	files, _ := filepath.Glob(filepath.Join(r.work, "dumps", "snapshot-*[0-9].json"))
+	sort.Strings(files)
+	var out []cluster.Snapshot
+	for _, f := range files {
+		var s cluster.Snapshot
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &s) == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// utilisation averages, over the rounds, the share of nodes held by any
+// job or pilot, and by foreign jobs plus pilots running tasks.
+func (r *run) utilisation() (held, useful float64) {
+	snaps := r.snapshots()
+	if len(snaps) == 0 {
+		return 0, 0
+	}
+	for _, s := range snaps {
+		h, u := 0, 0
+		for _, j := range s.Jobs {
+			if j.State != cluster.Running {
+				continue
+			}
+			h += j.Nodes
+			if !j.Pilot || j.Busy {
+				u += j.Nodes
+			}
+		}
+		held += float64(h) / float64(s.TotalNodes)
+		useful += float64(u) / float64(s.TotalNodes)
+	}
+	return held / float64(len(snaps)), useful / float64(len(snaps))
+}
+
+// foreignDelays: for each foreign job that was the top pending job, the
+// time from the first round at which idle nodes plus nodes held by running
+// pilots would have let it start, to its actual start.
+func (r *run) foreignDelays(fs []foreignJob) map[string]float64 {
+	starts := map[string]time.Time{}
+	for _, f := range allForeign {
+		starts[f.id] = f.start
+	}
+	possible := map[string]int64{}
+	for _, s := range r.snapshots() {
+		var top *cluster.Job
+		pilotNodes := 0
+		for i, j := range s.Jobs {
+			if j.Pilot && j.State == cluster.Running {
+				pilotNodes += j.Nodes
+			}
+			if top == nil && !j.Pilot && j.State == cluster.Pending {
+				top = &s.Jobs[i]
+			}
+		}
+		if top == nil || pilotNodes == 0 {
+			continue
+		}
+		if s.IdleNodes+pilotNodes >= top.Nodes {
+			if _, seen := possible[top.ID]; !seen {
+				possible[top.ID] = s.Now
+			}
+		}
+	}
+	out := map[string]float64{}
+	for id, t := range possible {
+		st, ok := starts[id]
+		if !ok || st.IsZero() {
+			continue
+		}
+		out[id] = math.Max(0, float64(st.Unix()-t))
+	}
+	return out
+}
+
+func ledger(path string) map[string]int {
+	out := map[string]int{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 3 {
+			out[fields[1]]++
+		}
+	}
+	return out
+}
+
+func completionTimes(path string) []float64 {
+	var out []float64
+	b, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 {
+			if t, err := strconv.ParseFloat(f[2], 64); err == nil {
+				out = append(out, t)
+			}
+		}
+	}
+	sort.Float64s(out)
+	return out
+}
+
+func jainIndex(x []float64) float64 {
+	var s, s2 float64
+	for _, v := range x {
+		s += v
+		s2 += v * v
+	}
+	if s2 == 0 {
+		return 0
+	}
+	return s * s / (float64(len(x)) * s2)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func last(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	return x[len(x)-1]
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
