@@ -148,13 +148,27 @@ func TestCancelledJobStopsItsRunningTasks(t *testing.T) {
 	ep.set(rm.srv.URL)
 	w := startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: 30 * time.Second}), ep.resolve)
 	time.Sleep(200 * time.Millisecond)
+	held := rm.m.Stats().Assigned
+	if held == 0 {
+		t.Fatal("the worker got no tasks")
+	}
 	q.Cancel(1)
 	q.Cancel(2)
-	waitFinal(t, q, 5*time.Second)
+	// The worker's 30 s tasks must be stopped and reported, not left to
+	// finish: the master then holds nothing in flight.
+	deadline := time.Now().Add(3 * time.Second)
+	for rm.m.Stats().Assigned > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := rm.m.Stats(); st.Assigned != 0 {
+		t.Fatalf("%d of the %d tasks the worker held are still in flight 3 s after the cancel", st.Assigned, held)
+	}
+	if w.w.Finished() == 0 {
+		t.Error("no running task was stopped")
+	}
 	if s := q.Stats(); s.Done != 0 {
 		t.Errorf("cancelled tasks reported done: %+v", s)
 	}
-	_ = w
 }
 
 func TestRecommendationFollowsTheBacklog(t *testing.T) {
@@ -222,6 +236,42 @@ func TestQueueOutageMidRunDelaysReportsButLosesNothing(t *testing.T) {
 		t.Fatalf("no results waited for the queue during the outage: %+v", st)
 	}
 	rm.q.cut.Store(false)
+	waitFinal(t, q, 20*time.Second)
+	checkExactlyOnce(t, q)
+}
+
+func TestResultsAcknowledgedToWorkersSurviveAMasterCrashBeforeTheQueueSawThem(t *testing.T) {
+	q := master.NewMemQueue()
+	q.TTL = 300 * time.Millisecond
+	q.Add(tasks(1, 40, 4)...)
+	dir := t.TempDir()
+	a := startMaster(t, q, dir, "pA", nil)
+	var ep endpoint
+	ep.set(a.srv.URL)
+	w := startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
+	// Let the first pull through, then cut the queue: results pile up in
+	// the checkpoint, acknowledged to the worker, unknown to the queue.
+	for a.m.Stats().Assigned == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.q.cut.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.m.Stats().Unreported < 8 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	held := a.m.Stats().Unreported
+	if held < 8 {
+		t.Fatalf("want results held by the master only: master %+v, queue %+v", a.m.Stats(), q.Stats())
+	}
+	a.crash()
+	w.stop() // the worker goes too: only the checkpoint knows those results
+	time.Sleep(400 * time.Millisecond)
+	b := startMaster(t, q, dir, "pB", nil)
+	if st := b.m.Stats(); st.Unreported < held {
+		t.Fatalf("the new master restored %d unreported results, the old one held %d", st.Unreported, held)
+	}
+	ep.set(b.srv.URL)
+	startWorker(t, fastWorkerConfig("w2", 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
 	waitFinal(t, q, 20*time.Second)
 	checkExactlyOnce(t, q)
 }
