@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
+
+	"github.com/harvest-hpc/harvest/agent"
+)
+
+const exampleConfig = "../../deploy/agent.example.yaml"
+
+// agentFlagNames are the names of every agent flag but --config.
+func agentFlagNames() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range agentFlags() {
+		n := f.Names()[0]
+		if n != "config" {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// commentedKey is an option documented but left commented out ("# min-nodes: 0").
+var commentedKey = regexp.MustCompile(`^#\s*([a-z][a-z-]+):`)
+
+func TestTheExampleConfigDocumentsEveryAgentFlagAndNothingElse(t *testing.T) {
+	b, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]any
+	if err := yaml.Unmarshal(b, &keys); err != nil {
+		t.Fatalf("the example config is not YAML: %v", err)
+	}
+	documented := map[string]bool{}
+	for k := range keys {
+		documented[k] = true
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		if m := commentedKey.FindStringSubmatch(sc.Text()); m != nil {
+			documented[m[1]] = true
+		}
+	}
+	flags := agentFlagNames()
+	var unknown, missing []string
+	for k := range documented {
+		if !flags[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	for f := range flags {
+		if !documented[f] {
+			missing = append(missing, f)
+		}
+	}
+	sort.Strings(unknown)
+	sort.Strings(missing)
+	if len(unknown) > 0 {
+		t.Errorf("keys that are not agent flags (typo, or a flag was renamed): %v", unknown)
+	}
+	if len(missing) > 0 {
+		t.Errorf("agent flags the example config does not document: %v", missing)
+	}
+}
+
+// parseAgent runs `harvest agent ARGS` through the real flag set and
+// config loading, with an action that only builds the configuration.
+func parseAgent(t *testing.T, args ...string) (agent.Config, *cli.Context, error) {
+	t.Helper()
+	app := newApp()
+	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	var cfg agent.Config
+	var ctx *cli.Context
+	var cfgErr error
+	for _, c := range app.Commands {
+		if c.Name == "agent" {
+			c.Action = func(c *cli.Context) error {
+				ctx = c
+				cfg, cfgErr = agentConfig(c)
+				return nil
+			}
+		}
+	}
+	err := app.Run(append([]string{"harvest", "agent"}, args...))
+	if err == nil {
+		err = cfgErr
+	}
+	return cfg, ctx, err
+}
+
+func TestTheExampleConfigLoadsWithTheRealFlagSet(t *testing.T) {
+	dump := filepath.Join(t.TempDir(), "snaps")
+	// The dump directory is created by the parse: point it at a temp dir.
+	cfg, c, err := parseAgent(t, "--config", exampleConfig, "--dump-snapshots", dump)
+	if err != nil {
+		t.Fatalf("the example config does not load: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"poll", cfg.PollInterval, 10 * time.Second},
+		{"margin", cfg.Policy.Margin, int64(120)},
+		{"mini-time", cfg.Policy.MiniTime, int64(60)},
+		{"pilot command", strings.Join(cfg.PilotCommand, " "), "/usr/local/bin/harvest pilot"},
+		{"adapter", c.String("adapter"), "slurm"},
+		{"adapter options", strings.Join(c.StringSlice("adapter-opt"), ","), "partition=batch"},
+		{"allowed roots", strings.Join(c.StringSlice("allowed-root"), ","), "/shared/data"},
+		{"socket", c.String("socket"), "/run/harvest/queue.sock"},
+		{"state dir", c.String("state-dir"), "/var/lib/harvest"},
+		{"chart window", c.Duration("chart-window"), 6 * time.Hour},
+		{"a flag wins over the file", cfg.DumpDir, dump},
+		{"min-nodes left commented keeps the run-time setting", c.IsSet("min-nodes"), false},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: got %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestABadConfigKeyValueIsRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(p, []byte("poll: often\n"), 0o644)
+	if _, _, err := parseAgent(t, "--config", p); err == nil {
+		t.Fatal("poll: often was accepted")
+	}
+}
+
+func TestTheSystemdUnitStartsTheAgentWithTheConfigFile(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/harvest-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, want := range []string{
+		"Type=simple", "ExecStart=/usr/local/bin/harvest agent --config /etc/harvest/agent.yaml", "Restart=on-failure",
+		"KillSignal=SIGTERM", "StateDirectory=harvest", "RuntimeDirectory=harvest",
+	} {
+		if !strings.Contains(unit, "\n"+want+"\n") {
+			t.Errorf("the unit lacks %q", want)
+		}
+	}
+	// The directories systemd makes are the agent's defaults.
+	_, c, err := parseAgent(t, "--config", exampleConfig, "--dump-snapshots", filepath.Join(t.TempDir(), "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.String("state-dir") != "/var/lib/harvest" || !strings.HasPrefix(c.String("socket"), "/run/harvest/") {
+		t.Errorf("state dir %s and socket %s do not match StateDirectory=harvest and RuntimeDirectory=harvest", c.String("state-dir"), c.String("socket"))
+	}
+}
