@@ -147,3 +147,20 @@ func TestModesOnAHandComputedWorkload(t *testing.T) {
 		}
 	})
 }
+
+func TestAPartitionMaxTimeBoundsHowLongTheFloorCanHoldNodes(t *testing.T) {
+	// With the master's recommendation (10 nodes for a big backlog) the
+	// harvest keeps 10 of 16 nodes; a pilot submitted while nothing is
+	// pending asks for an unlimited limit. The partition's MaxTime is
+	// what makes those pilots end, so that jobs wider than 6 nodes start.
+	w := lightWorkload(3, 40)
+	res := runMode(t, w, Harvest, func(c *Config) { c.Cluster.MaxTime = 3600 })
+	if res.Foreign.Started < res.Foreign.Jobs-1 {
+		t.Errorf("%d of %d foreign jobs started", res.Foreign.Started, res.Foreign.Jobs)
+	}
+	for _, r := range res.Records {
+		if r.Pilot && r.Start >= 0 && (r.Limit.IsUnlimited() || r.Limit > 3600) {
+			t.Fatalf("pilot %s ran with limit %s beyond the partition's MaxTime", r.ID, r.Limit)
+		}
+	}
+}

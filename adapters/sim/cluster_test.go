@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/adapters"
@@ -323,5 +325,24 @@ func TestWorkFinishesAcrossPilots(t *testing.T) {
 	last := s[len(s)-1]
 	if last.PilotIdle != 2 || last.PilotBusy != 0 || last.T != 160 {
 		t.Errorf("last sample %+v", last)
+	}
+}
+
+func TestStartsAndEndsAreObservedInOrder(t *testing.T) {
+	c := newCluster(t, 2, 0)
+	var seen []string
+	c.OnStartEnd(func(r Record) {
+		ev := "start"
+		if r.End >= 0 {
+			ev = "end"
+		}
+		seen = append(seen, fmt.Sprintf("%s %s@%d", ev, r.Name, max(r.Start, r.End)))
+	})
+	mustAdd(t, c, JobSpec{Name: "a", Nodes: 2, TimeLimit: 100, RunTime: 50})
+	mustAdd(t, c, JobSpec{Name: "b", Nodes: 1, TimeLimit: 100, RunTime: 200, Submit: 10})
+	_ = c.AdvanceTo(1000)
+	want := "start a@0,end a@50,start b@50,end b@150"
+	if got := strings.Join(seen, ","); got != want {
+		t.Errorf("observed %s, want %s", got, want)
 	}
 }
