@@ -131,6 +131,30 @@ func TestBrowserSeesTheLiveAgent(t *testing.T) {
 	if !strings.Contains(dom, "Harvesting is paused by the admin") {
 		t.Errorf("the page does not say harvesting is paused")
 	}
+
+	// A drain before maintenance: the CLI shows progress until no pilot
+	// is left, and the page says so.
+	out := cli("admin", "drain", "--now", "--timeout", "30s", "--every", "200ms")
+	if !strings.Contains(out, "no pilot left") {
+		t.Errorf("drain output:\n%s", out)
+	}
+	// The page shows the last round's snapshot: the next round no longer
+	// sees the cancelled pilots.
+	for try := 0; try < 20; try++ {
+		dom = runChromium(t, ctx, browser, dir, "--dump-dom", url)
+		if strings.Contains(dom, `id="nopilots"`) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !strings.Contains(dom, "Drained: no pilot left") || !strings.Contains(dom, `id="nopilots"`) {
+		t.Errorf("after the drain the page does not show an empty, drained cluster")
+	}
+	// The pause survives a restart of the agent: checked through the
+	// persisted switch the next agent reads.
+	if b, err := os.ReadFile(filepath.Join(dir, "state", "control.json")); err != nil || !strings.Contains(string(b), `"paused": true`) {
+		t.Errorf("control file: %s %v", b, err)
+	}
 }
 
 func sizeOf(fi os.FileInfo) int64 {
