@@ -33,10 +33,11 @@ type Runner interface {
 
 // Substitute replaces the placeholders {input} {output} {job} {task} in
 // every argument, in one pass (a value that contains a placeholder is not
-// expanded again). {task} is the dataset entry's name.
+// expanded again). {job} and {task} are the job and task ids, as `harvest
+// submit` documents.
 func Substitute(argv []string, t pilotproto.Task) []string {
 	r := strings.NewReplacer("{input}", t.Input, "{output}", t.Output,
-		"{job}", strconv.FormatInt(t.JobID, 10), "{task}", t.Name)
+		"{job}", strconv.FormatInt(t.JobID, 10), "{task}", strconv.FormatInt(t.ID, 10))
 	out := make([]string, len(argv))
 	for i, a := range argv {
 		out[i] = r.Replace(a)

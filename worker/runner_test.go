@@ -23,7 +23,7 @@ func TestSubstitute(t *testing.T) {
 		want []string
 	}{
 		{"every placeholder is replaced", []string{"prog", "{input}", "-o", "{output}", "--job={job}", "{task}.log"},
-			[]string{"prog", "/data/sub-01", "-o", "/out/sub-01", "--job=42", "sub-01.log"}},
+			[]string{"prog", "/data/sub-01", "-o", "/out/sub-01", "--job=42", "7.log"}},
 		{"arguments without placeholders are kept verbatim", []string{"a b", "$HOME", "*"}, []string{"a b", "$HOME", "*"}},
 		{"a placeholder inside a value is not expanded twice", []string{"{input}"}, []string{"{output}"}},
 	}
