@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +117,22 @@ func TestBrowserSeesTheLiveAgent(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("DOM:\n%s", dom)
+	}
+
+	// Prometheus scrapes the same listener with a token.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, re := range []string{`(?m)^harvest_rounds_total [1-9]`, `(?m)^harvest_nodes\{state="total"\} 8$`,
+		`(?m)^harvest_tasks\{state="waiting",user="root"\} 8$`, `(?m)^harvest_pilots_submitted_total [1-9]`} {
+		if !regexp.MustCompile(re).Match(metrics) {
+			t.Errorf("/metrics lacks /%s/", re)
+		}
 	}
 
 	shot := filepath.Join(t.ArtifactDir(), "status.png")

@@ -243,9 +243,13 @@ func tokenRotateCommand() *cli.Command {
 			&cli.StringFlag{Name: "state-dir", Value: "/var/lib/harvest", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "the agent's state `DIR` (with --pilot)"},
 		),
 		Action: func(c *cli.Context) error {
+			// Flags may follow USER: apply them before deciding which rotation.
+			pos, _, err := interspersed(c)
+			if err != nil {
+				return cli.Exit("harvest admin token rotate: "+err.Error(), 2)
+			}
 			if c.Bool("pilot") {
-				pos, _, err := interspersed(c)
-				if err != nil || len(pos) != 0 || c.Bool("admin") {
+				if len(pos) != 0 || c.Bool("admin") {
 					return cli.Exit("harvest admin token rotate: usage: harvest admin token rotate --pilot [--state-dir DIR] (no USER, no --admin)", 2)
 				}
 				path, err := rotatePilotToken(c.String("state-dir"))
