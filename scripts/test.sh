@@ -40,7 +40,7 @@ scripts/minicluster.sh start 8
 
 step "all tests, real SLURM included"
 # Packages that use the mini-cluster serialise on a lock (internal/slurmtest).
-HARVEST_SLURM_TESTS=1 go test -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
+HARVEST_REQUIRE_BROWSER=1 HARVEST_SLURM_TESTS=1 go test -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
 status=${PIPESTATUS[0]}
 [ "$status" = 0 ] || exit "$status"
 

@@ -195,6 +195,9 @@ func runAgent(c *cli.Context) error {
 		cfg.PilotEnv = env
 		hq = h
 		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
+		if h.advertise == "" {
+			log.Warn("the queue has no TCP listener (--listen): pilots on compute nodes cannot reach it")
+		}
 	}
 	var q *queue.Queue
 	if hq != nil {

@@ -74,26 +74,18 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 		h.close()
 		return nil, err
 	}
-	if addr := c.String("listen"); addr != "" {
-		l, err := queue.ListenTCP(addr, c.String("tls-cert"), c.String("tls-key"))
-		if err != nil {
-			return fail(err)
-		}
-		h.listeners = append(h.listeners, l)
-		h.advertise = c.String("advertise")
-		if h.advertise == "" {
-			h.advertise = advertiseURL(l.Addr().(*net.TCPAddr), c.String("tls-cert") != "")
-		}
+	ls, err := queueListeners(c)
+	if err != nil {
+		return fail(err)
 	}
-	if sock := c.String("socket"); sock != "" {
-		l, err := queue.ListenUnix(sock)
-		if err != nil {
-			return fail(err)
+	h.listeners = ls
+	for _, l := range ls {
+		if a, ok := l.Addr().(*net.TCPAddr); ok {
+			h.advertise = c.String("advertise")
+			if h.advertise == "" {
+				h.advertise = advertiseURL(a, c.String("tls-cert") != "")
+			}
 		}
-		h.listeners = append(h.listeners, l)
-	}
-	if len(h.listeners) == 0 {
-		return fail(errors.New("the queue needs --listen or --socket"))
 	}
 	return h, nil
 }
