@@ -78,7 +78,9 @@ func logf(format string, a ...any) {
 	fmt.Printf("[e2e %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 }
 
-func (r *run) fail(format string, a ...any) { r.problems = append(r.problems, fmt.Sprintf(format, a...)) }
+func (r *run) fail(format string, a ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, a...))
+}
 
 func sh(name string, args ...string) (string, error) {
 	var out, errb bytes.Buffer

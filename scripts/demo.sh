@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Sets everything up on a fresh Debian 12 machine and runs a demo harvest:
+#   1. installs SLURM (munge, slurmctld, slurmd, slurm-client) from Debian's packages,
+#   2. builds harvest and installs it as /usr/local/bin/harvest,
+#   3. starts a real 8-node SLURM cluster on this machine (scripts/minicluster.sh),
+#   4. starts `harvest agent` (policy loop + queue on /run/harvest/queue.sock),
+#   5. submits background batch jobs for alice and bob that leave a hole,
+#   6. submits a harvest job for carol (200 sub-datasets) and waits for it with a progress bar,
+#   7. shows the result, the agent's decisions (`harvest explain`) and where to look next.
+# The agent keeps running afterwards; `scripts/demo.sh stop` stops it and the cluster.
+# Usage: scripts/demo.sh [run|stop]   (as root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LAB=${LAB:-/var/tmp/harvest-slurm}
+DEMO=$LAB/shared/demo
+STATE=/var/tmp/harvest-demo
+PORT=${PORT:-8470}
+export PATH=$PATH:/usr/local/go/bin
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+[ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (it installs packages and starts SLURM daemons)" >&2; exit 1; }
+
+stop() {
+  if [ -f $STATE/agent.pid ] && kill -0 "$(cat $STATE/agent.pid)" 2>/dev/null; then
+    kill -TERM "$(cat $STATE/agent.pid)"; sleep 1
+  fi
+  rm -f $STATE/agent.pid
+  scripts/minicluster.sh stop >/dev/null 2>&1 || true
+  echo "demo stopped"
+}
+case "${1:-run}" in
+  stop) stop; exit 0 ;;
+  run) ;;
+  *) echo "usage: scripts/demo.sh [run|stop]" >&2; exit 2 ;;
+esac
+
+say "1/7 Debian packages"
+scripts/deps.sh
+command -v go >/dev/null || { echo "Go 1.26+ is needed to build harvest (https://go.dev/dl/; Debian 12's golang is too old)" >&2; exit 1; }
+
+say "2/7 build"
+go build -o bin/harvest ./cmd/harvest
+install -m 0755 bin/harvest /usr/local/bin/harvest
+harvest version
+
+say "3/7 SLURM mini-cluster (8 nodes, backfill scheduler)"
+scripts/minicluster.sh users alice bob carol >/dev/null
+scripts/minicluster.sh start 8
+scancel -u alice >/dev/null 2>&1 || true; scancel -u bob >/dev/null 2>&1 || true
+scancel -n harvest-pilot >/dev/null 2>&1 || true
+sinfo
+
+say "4/7 harvest agent"
+if [ -f $STATE/agent.pid ] && kill -0 "$(cat $STATE/agent.pid)" 2>/dev/null; then
+  kill -TERM "$(cat $STATE/agent.pid)"; sleep 1
+fi
+rm -rf $STATE $DEMO; mkdir -p $STATE $DEMO/state $DEMO/pilots; chmod 755 $DEMO
+nohup harvest agent --state-dir $STATE --shared-dir $DEMO/state --listen 127.0.0.1:$PORT \
+  --allowed-root $LAB/shared --poll 2s --margin 30s --mini-time 10s \
+  --pilot-command "/usr/local/bin/harvest pilot" --pilot-output "$DEMO/pilots/pilot-%j.out" \
+  --dump-snapshots $STATE/rounds >$STATE/agent.log 2>&1 &
+echo $! > $STATE/agent.pid
+for _ in $(seq 50); do [ -S /run/harvest/queue.sock ] && break; sleep 0.1; done
+[ -S /run/harvest/queue.sock ] || { cat $STATE/agent.log; exit 1; }
+echo "agent pid $(cat $STATE/agent.pid), log $STATE/agent.log"
+
+say "5/7 other users' batch jobs: 5 of 8 nodes busy, a 7-node job waits, 3 nodes are a hole"
+runuser -u alice -- sbatch -Q -D /tmp -o /dev/null -J sim-a -N 3 -t 3 --wrap "sleep 60"
+runuser -u bob   -- sbatch -Q -D /tmp -o /dev/null -J sim-b -N 2 -t 5 --wrap "sleep 240"
+runuser -u alice -- sbatch -Q -D /tmp -o /dev/null -J big   -N 7 -t 2 --wrap "sleep 30"
+squeue
+
+say "6/7 carol harvests a dataset of 200 sub-datasets (batches of 5, 0.5 s per task)"
+runuser -u carol -- mkdir -p $DEMO/carol
+for i in $(seq -w 1 200); do runuser -u carol -- mkdir -p $DEMO/carol/dataset/sample$i; echo "sample $i" > $DEMO/carol/dataset/sample$i/reads.txt; done
+chown -R carol $DEMO/carol
+echo '$ harvest submit dataset --batch-size 5 --wait -- /bin/sh -c "sleep 0.5; wc -c {input}/reads.txt > {output}"'
+cd $DEMO/carol
+runuser -u carol -- harvest submit dataset --batch-size 5 --wait -- /bin/sh -c 'sleep 0.5; wc -c {input}/reads.txt > {output}'
+cd "$ROOT"
+
+say "7/7 results"
+runuser -u carol -- harvest jobs
+out=$(runuser -u carol -- harvest status 1 --json | sed -n 's/.*"output_dir": *"\([^"]*\)".*/\1/p')
+echo "outputs: $(ls "$out" | wc -l) files in $out, e.g.: $(cat "$out/sample001")"
+echo; echo '$ harvest explain --dir '$STATE'/rounds --last 8 --acting'
+harvest explain --dir $STATE/rounds --last 8 --acting || true
+echo
+squeue
+cat <<MSG
+
+The agent is still running: try
+  harvest users                      # fair-share standing
+  harvest admin nodes                # floor and cap of pilot nodes (root is admin on the socket)
+  curl -s --unix-socket /run/harvest/queue.sock http://x/metrics | grep ^harvest_ | head
+  scripts/demo.sh stop               # stop the agent and the cluster
+MSG
