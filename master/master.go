@@ -21,11 +21,12 @@ type ref = pilotproto.TaskRef
 func refOf(t pilotproto.Task) ref { return ref{TaskID: t.ID, Attempt: t.Attempt} }
 
 type mtask struct {
-	t      pilotproto.Task
-	state  string
-	worker string
-	batch  int64
-	result *pilotproto.Result
+	t        pilotproto.Task
+	state    string
+	worker   string
+	batch    int64
+	handedAt time.Time // when it was assigned to its worker (or restored)
+	result   *pilotproto.Result
 }
 
 type mworker struct {
@@ -101,7 +102,7 @@ func (m *Master) restore() error {
 	}
 	now := m.cfg.Now()
 	for _, r := range rows {
-		t := &mtask{t: r.Task, state: r.State, worker: r.Worker, batch: r.Batch, result: r.Result}
+		t := &mtask{t: r.Task, state: r.State, worker: r.Worker, batch: r.Batch, result: r.Result, handedAt: now}
 		k := refOf(r.Task)
 		m.tasks[k] = t
 		if r.Batch >= m.nextBatch {
@@ -304,7 +305,7 @@ func (m *Master) apply(o op) {
 		m.tasks[o.k] = t
 		m.toPending(o.k, t)
 	case opAssign:
-		t.state, t.worker, t.batch = stateAssigned, o.worker, o.batch
+		t.state, t.worker, t.batch, t.handedAt = stateAssigned, o.worker, o.batch, m.cfg.Now()
 		m.nassigned++
 		m.worker(o.worker).out[o.k] = struct{}{}
 	case opRequeue:
@@ -686,7 +687,29 @@ func (m *Master) Heartbeat(req wire.HeartbeatRequest) (wire.HeartbeatResponse, e
 	if w == nil || !w.registered {
 		return wire.HeartbeatResponse{}, ErrUnknownWorker
 	}
-	w.lastSeen = m.cfg.Now()
+	now := m.cfg.Now()
+	w.lastSeen = now
+	if req.Complete {
+		held := make(map[ref]bool, len(req.Held))
+		for _, k := range req.Held {
+			held[k] = true
+		}
+		var ops []op
+		for k := range w.out {
+			// Handed out a while ago (so not a batch whose answer is still
+			// on its way) and unknown to the worker: the answer was lost.
+			if t := m.tasks[k]; !held[k] && now.Sub(t.handedAt) > m.cfg.PullWait+m.cfg.WorkerTimeout {
+				ops = append(ops, op{kind: opRequeue, k: k})
+			}
+		}
+		if err := m.commit(ops); err != nil {
+			return wire.HeartbeatResponse{}, err
+		}
+		if len(ops) > 0 {
+			m.log.Warn("tasks handed to a worker never reached it; requeued", "worker", w.id, "tasks", len(ops))
+			go m.broadcast()
+		}
+	}
 	resp := wire.HeartbeatResponse{KillJobs: w.kill}
 	w.kill = nil
 	return resp, nil

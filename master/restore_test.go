@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,5 +104,66 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the deposed master did not stop")
+	}
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestABatchWhoseAnswerNeverReachedTheWorkerIsRequeued(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	cfg := fastMasterConfig(t.TempDir(), "p1", 1)
+	cfg.Now = clock.Now
+	m, err := master.New(cfg, &FakeQueue{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Feed tasks the way the pull loop does, without running the loops:
+	// this test drives the master's clock alone.
+	six := tasks(1, 6, 3)
+	for i := range six {
+		six[i].Attempt = 1
+	}
+	if err := master.AddPulledForTest(m, six); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 3, Capacity: 3}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := m.Pull(context.Background(), wire.PullRequest{WorkerID: "w", Free: 3, WaitMS: 100})
+	if err != nil || len(resp.Batches) != 1 {
+		t.Fatalf("pull: %+v %v", resp, err)
+	}
+	lost := resp.Batches[0].Tasks // the answer is lost on the way
+	steps := []struct {
+		name         string
+		advance      time.Duration
+		held         []pilotproto.TaskRef
+		wantAssigned int
+	}{
+		{"a heartbeat right after the hand-out does not requeue a batch still on its way", time.Second, nil, 3},
+		{"a heartbeat long after the hand-out requeues the tasks the worker does not hold",
+			cfg.PullWait + cfg.WorkerTimeout + time.Second, []pilotproto.TaskRef{{TaskID: lost[0].ID, Attempt: 1}}, 1},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			clock.Add(s.advance)
+			if _, err := m.Heartbeat(wire.HeartbeatRequest{WorkerID: "w", Held: s.held, Complete: true}); err != nil {
+				t.Fatal(err)
+			}
+			if st := m.Stats(); st.Assigned != s.wantAssigned {
+				t.Fatalf("%+v, want %d assigned", st, s.wantAssigned)
+			}
+		})
 	}
 }

@@ -320,9 +320,16 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		w.mu.Lock()
-		req := wire.HeartbeatRequest{WorkerID: w.cfg.ID}
+		req := wire.HeartbeatRequest{WorkerID: w.cfg.ID, Complete: true}
 		for k := range w.running {
 			req.Running = append(req.Running, k)
+			req.Held = append(req.Held, k)
+		}
+		for _, t := range w.queue {
+			req.Held = append(req.Held, refOf(t))
+		}
+		for _, r := range w.results {
+			req.Held = append(req.Held, ref{TaskID: r.TaskID, Attempt: r.Attempt})
 		}
 		w.mu.Unlock()
 		var resp wire.HeartbeatResponse

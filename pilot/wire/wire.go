@@ -89,10 +89,16 @@ type ResultsResponse struct {
 	Accepted int `json:"accepted"`
 }
 
-// HeartbeatRequest proves the worker is alive while its tasks run.
+// HeartbeatRequest proves the worker is alive while its tasks run. With
+// Complete set, Held lists every task the worker has (queued, running, or
+// finished with its result not yet acknowledged): a task the master
+// handed to it long ago that it does not hold was lost on the way (a pull
+// answer that never arrived) and is requeued.
 type HeartbeatRequest struct {
 	WorkerID string               `json:"worker_id"`
 	Running  []pilotproto.TaskRef `json:"running,omitempty"`
+	Held     []pilotproto.TaskRef `json:"held,omitempty"`
+	Complete bool                 `json:"complete,omitempty"`
 }
 
 // HeartbeatResponse carries jobs whose tasks must be killed.
