@@ -21,6 +21,10 @@ import (
 	"time"
 )
 
+// lockWait bounds the wait for the cluster lock; the whole suite's
+// real-SLURM tests take a few minutes.
+const lockWait = 12 * time.Minute
+
 // Env is the variable that enables real-SLURM tests.
 const Env = "HARVEST_SLURM_TESTS"
 
@@ -48,8 +52,22 @@ func Require(t testing.TB, n int) *Cluster {
 	if err != nil {
 		t.Fatalf("slurm test lock: %v", err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("slurm test lock: %v", err)
+	// Wait for our turn, but not forever: a daemon started by hand under
+	// `flock` keeps the lock for its whole life, and a hung test is worse
+	// than a clear failure.
+	waitUntil := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != syscall.EWOULDBLOCK {
+			t.Fatalf("slurm test lock: %v", err)
+		}
+		if time.Now().After(waitUntil) {
+			t.Fatalf("slurm test lock /var/tmp/harvest-slurm.lock still held after %v (see FLOCK in /proc/locks for the holder)", lockWait)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	c := &Cluster{Root: root, Nodes: n}
 	t.Cleanup(func() {
