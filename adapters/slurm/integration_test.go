@@ -344,6 +344,33 @@ func TestRealSLURM(t *testing.T) {
 		waitSnap(t, a, "no pilots", 10*time.Second, func(s cluster.Snapshot) bool { return len(s.Pilots()) == 0 })
 	})
 
+	t.Run("a pilot runs its exact argv with its environment and writes to the output dir", func(t *testing.T) {
+		arg := `it's "quoted" $HOME ; a,b`
+		spec := adapters.PilotSpec{
+			TimeLimit: 60,
+			Command:   []string{"/bin/sh", "-c", `printf '%s|%s|%s\n' "$1" "$HARVEST_TEST" "$HOME"`, "sh", arg},
+			Env:       map[string]string{"HARVEST_TEST": "x=1,y=2 'z'"},
+		}
+		id, err := a.Submit(bg(t), spec)
+		if err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		out := filepath.Join(lab, "shared", "harvest-pilot-"+string(id)+".out")
+		deadline := time.Now().Add(20 * time.Second)
+		var b []byte
+		for time.Now().Before(deadline) {
+			if b, err = os.ReadFile(out); err == nil && len(b) > 0 {
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		want := arg + "|x=1,y=2 'z'|/root\n"
+		if string(b) != want {
+			t.Errorf("pilot output %q (err %v), want %q", b, err, want)
+		}
+		os.Remove(out)
+	})
+
 	t.Run("with slurmctld stopped, snapshots and submits fail as unreachable", func(t *testing.T) {
 		c.Script(t, "stop-ctld")
 		restarted := false
