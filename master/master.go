@@ -189,12 +189,20 @@ func (m *Master) shutdown() error {
 		n, err := m.reportOnce(ctx)
 		if err != nil {
 			m.log.Warn("results not flushed at stop; the next master sends them", "error", err)
-			return nil
+			break
 		}
 		if n == 0 {
-			return nil
+			break
 		}
 	}
+	// Give the lease up so a worker becomes master now, not after the TTL.
+	// Workers already hear "not the master" from us and go back to the lease.
+	if _, err := m.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: m.cfg.PilotID, Address: m.cfg.Address, Epoch: m.cfg.Epoch, Release: true}); err != nil {
+		m.log.Warn("could not release the lease; the next master waits for its TTL", "error", err)
+	} else {
+		m.log.Info("released the master lease", "epoch", m.cfg.Epoch)
+	}
+	return nil
 }
 
 func (m *Master) resultFor(t *mtask, status string) *pilotproto.Result {

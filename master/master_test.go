@@ -275,3 +275,28 @@ func TestResultsAcknowledgedToWorkersSurviveAMasterCrashBeforeTheQueueSawThem(t 
 	waitFinal(t, q, 20*time.Second)
 	checkExactlyOnce(t, q)
 }
+
+func TestAGracefullyStoppingMasterReleasesTheLeaseAndTheNextTakesOverAtOnce(t *testing.T) {
+	q := master.NewMemQueue()
+	q.TTL = time.Hour // a takeover within the test can only come from the release
+	q.Add(tasks(1, 100, 4)...)
+	dir := t.TempDir()
+	a := startMaster(t, q, dir, "pA", nil)
+	var ep endpoint
+	ep.set(a.srv.URL)
+	startWorker(t, fastWorkerConfig("w1", 2, worker.SleepRunner{D: 10 * time.Millisecond}), ep.resolve)
+	deadline := time.Now().Add(10 * time.Second)
+	for q.Stats().Done < 20 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+	if q.Releases != 1 {
+		t.Fatalf("lease releases = %d, want 1", q.Releases)
+	}
+	b := startMaster(t, q, dir, "pB", nil) // fails the test if the lease is not free
+	ep.set(b.srv.URL)
+	waitFinal(t, q, 30*time.Second)
+	checkExactlyOnce(t, q)
+}

@@ -25,6 +25,8 @@ type MemQueue struct {
 	// but never checkpointed.
 	ZombieTimeout time.Duration
 	Now           func() time.Time
+	// Releases counts leases given up by a stopping master.
+	Releases int
 
 	mu        sync.Mutex
 	epoch     int64
@@ -113,6 +115,14 @@ func (q *MemQueue) Lease(_ context.Context, req pilotproto.LeaseRequest) (pilotp
 	now := q.Now()
 	if req.Epoch != 0 && (req.Epoch != q.epoch || req.PilotID != q.holder) {
 		return pilotproto.Lease{}, fmt.Errorf("memqueue: lease epoch %d (current %d held by %s): %w", req.Epoch, q.epoch, q.holder, ErrStaleEpoch)
+	}
+	if req.Release {
+		if req.Epoch == 0 {
+			return pilotproto.Lease{}, fmt.Errorf("memqueue: release without an epoch: %w", ErrStaleEpoch)
+		}
+		q.expires = now
+		q.Releases++
+		return q.lease(false), nil
 	}
 	// The holder renews with its epoch, even after expiry if nobody took
 	// the lease; asking again with 0 before expiry is idempotent.

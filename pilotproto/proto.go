@@ -31,6 +31,10 @@ type LeaseRequest struct {
 	PilotID string `json:"pilot_id"` // the batch system's id of the asking pilot
 	Address string `json:"address"`  // the master URL the asker would publish ("http://host:port")
 	Epoch   int64  `json:"epoch,omitempty"`
+	// Release gives the lease up (a master stopping gracefully: scancel,
+	// time limit), so the next asker becomes master at once instead of
+	// after the TTL. Only the holder, with its current epoch, may release.
+	Release bool `json:"release,omitempty"`
 }
 
 // Lease is the answer: Granted says whether the asker is (still) master.

@@ -67,6 +67,18 @@ func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotpr
 		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d was never granted (current %d)", ErrStaleEpoch, req.Epoch, cur.epoch)
 	}
 	next := cur
+	if req.Release {
+		if req.Epoch == 0 || req.PilotID != cur.holder {
+			return pilotproto.Lease{}, fmt.Errorf("%w: only the holder may release the lease, with its epoch (held by %s, epoch %d)", ErrStaleEpoch, cur.holder, cur.epoch)
+		}
+		next.expires = now // expired: the next asker gets epoch+1 at once
+		if err := q.saveLease(ctx, next); err != nil {
+			return pilotproto.Lease{}, fmt.Errorf("save lease: %w", err)
+		}
+		q.log.Info("master released the lease", "pilot", cur.holder, "epoch", cur.epoch)
+		q.lease = next
+		return q.leaseView(next, false), nil
+	}
 	switch {
 	case req.Epoch != 0 && req.Epoch == cur.epoch && req.PilotID == cur.holder:
 		// renewal by the holder

@@ -351,3 +351,34 @@ func TestLeaseFencing(t *testing.T) {
 		t.Fatalf("a stale recommendation must read 0, got %d", r)
 	}
 }
+
+func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l1, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"})
+	if err != nil || !l1.Granted {
+		t.Fatal(l1, err)
+	}
+	// Somebody else may not release it, nor may the holder without its epoch.
+	for _, bad := range []pilotproto.LeaseRequest{
+		{PilotID: "p2", Epoch: l1.Epoch, Release: true},
+		{PilotID: "p1", Release: true},
+	} {
+		if _, err := e.q.Lease(ctx, bad); !errors.Is(err, ErrStaleEpoch) {
+			t.Fatalf("release %+v: %v, want ErrStaleEpoch", bad, err)
+		}
+	}
+	if l, _ := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"}); l.Granted {
+		t.Fatalf("lease granted to p2 while p1 holds it: %+v", l)
+	}
+	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: l1.Epoch, Release: true}); err != nil {
+		t.Fatalf("release by the holder: %v", err)
+	}
+	if _, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: l1.Epoch, Max: 1}); !errors.Is(err, ErrLeaseExpired) {
+		t.Fatalf("a released epoch may still pull: %v", err)
+	}
+	l2, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})
+	if err != nil || !l2.Granted || l2.Epoch != l1.Epoch+1 || l2.Address != "a2" {
+		t.Fatalf("the next asker after a release: %+v %v, want granted with epoch %d at once", l2, err, l1.Epoch+1)
+	}
+}
