@@ -80,7 +80,25 @@ func Require(t testing.TB, n int) *Cluster {
 		t.Fatalf("start the SLURM mini-cluster with %d nodes: %v\n%s", n, err, out)
 	}
 	c.CancelAll(t)
+	c.ResumeAll(t)
 	return c
+}
+
+// ResumeAll brings drained or down nodes back (a test that drains a node
+// must not change the next test's cluster) and waits until all n are idle.
+func (c *Cluster) ResumeAll(t testing.TB) {
+	t.Helper()
+	exec.Command("scontrol", "update", fmt.Sprintf("nodename=n[1-%d]", c.Nodes), "state=resume").Run()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("sinfo", "-h", "-N", "-t", "idle", "-o", "%N").Output()
+		if err == nil && len(strings.Fields(string(out))) >= c.Nodes {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out, _ := exec.Command("sinfo", "-N").CombinedOutput()
+	t.Fatalf("not all %d nodes idle after resuming:\n%s", c.Nodes, out)
 }
 
 // RepoRoot finds the repository root (the directory holding go.mod).
