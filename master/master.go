@@ -962,10 +962,11 @@ func (m *Master) reap(now time.Time) {
 func (m *Master) heartbeat(ctx context.Context) {
 	m.mu.Lock()
 	req := pilotproto.HeartbeatRequest{Epoch: m.cfg.Epoch}
-	for k, t := range m.tasks {
-		if t.state != stateFinal {
-			req.Running = append(req.Running, k)
-		}
+	// Every task we hold, final ones whose result the queue has not
+	// acknowledged included: the queue requeues the active tasks of older
+	// epochs that a new master's first heartbeat does not list.
+	for k := range m.tasks {
+		req.Running = append(req.Running, k)
 	}
 	pilots := map[string]*pilotproto.PilotStatus{}
 	slots := 0

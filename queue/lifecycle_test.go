@@ -382,3 +382,53 @@ func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing
 		t.Fatalf("the next asker after a release: %+v %v, want granted with epoch %d at once", l2, err, l1.Epoch+1)
 	}
 }
+
+func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	j, err := e.q.Submit(ctx, "alice", api.JobSpec{Dataset: e.dataset("orph", 5), Command: []string{"p"}, BatchSize: 1, MaxAttempts: ptr(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, _ := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"})
+	pulled, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: l1.Epoch, Max: 5})
+	if err != nil || len(pulled.Tasks) != 5 {
+		t.Fatalf("pull: %d tasks, %v", len(pulled.Tasks), err)
+	}
+	// p1 dies; it had checkpointed only the first two tasks (the answer of
+	// its last pull never reached its checkpoint).
+	e.clock.Advance(31 * time.Second)
+	l2, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})
+	if err != nil || !l2.Granted {
+		t.Fatal(l2, err)
+	}
+	held := []pilotproto.TaskRef{
+		{TaskID: pulled.Tasks[0].ID, Attempt: pulled.Tasks[0].Attempt},
+		{TaskID: pulled.Tasks[1].ID, Attempt: pulled.Tasks[1].Attempt},
+	}
+	if _, err := e.q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: l2.Epoch, Running: held}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.q.Job(ctx, "alice", false, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Tasks.Waiting != 3 || got.Tasks.Running != 2 {
+		t.Fatalf("after the new master's first heartbeat: %+v, want 3 waiting (orphans requeued at once) and 2 running", got.Tasks)
+	}
+	// Requeued as interrupted: no attempt counted, so they can run twice more.
+	if n := count(t, e.q.r, `SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'WAITING' AND tries = 0`, j.ID); n != 3 {
+		t.Fatalf("%d requeued tasks with no attempt counted, want 3", n)
+	}
+	again, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: l2.Epoch, Max: 5})
+	if err != nil || len(again.Tasks) != 3 {
+		t.Fatalf("the new master pulls %d tasks (%v), want the 3 orphans", len(again.Tasks), err)
+	}
+	// Later heartbeats of the same epoch do not requeue what it pulled since.
+	if _, err := e.q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: l2.Epoch, Running: held}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.q.Job(ctx, "alice", false, j.ID); got.Tasks.Running != 5 {
+		t.Fatalf("a second heartbeat changed the tasks: %+v", got.Tasks)
+	}
+}

@@ -34,6 +34,9 @@ type Queue struct {
 	roots []string // allowed roots, symlinks resolved
 
 	pullMu sync.Mutex // one pull at a time: the fair order is computed over all users
+	// orphansChecked is the newest epoch whose first heartbeat requeued the
+	// older epochs' tasks it did not list (under mu).
+	orphansChecked int64
 	// mut is held across every write that changes usage (commit + the
 	// in-memory update), so the reconciler sees the tables and the memory
 	// in step. It is not SQLite's write lock and is held for as short.

@@ -51,9 +51,14 @@ func (q *Queue) ReportResults(ctx context.Context, req pilotproto.ResultsRequest
 	if err := q.checkEpoch(req.Epoch); err != nil {
 		return resp, err
 	}
+	return q.applyResults(ctx, req.Results)
+}
+
+// applyResults applies validated results in short per-chunk transactions.
+func (q *Queue) applyResults(ctx context.Context, results []pilotproto.Result) (pilotproto.ResultsResponse, error) {
+	var resp pilotproto.ResultsResponse
 	q.mut.Lock()
 	defer q.mut.Unlock()
-	results := req.Results
 	for len(results) > 0 {
 		chunk := results[:min(len(results), q.cfg.WriteChunk)]
 		results = results[len(chunk):]
@@ -246,9 +251,64 @@ func (q *Queue) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) 
 			return resp, fmt.Errorf("heartbeat: %w", err)
 		}
 	}
+	if err := q.requeueOrphans(ctx, req); err != nil {
+		return resp, err
+	}
 	var err error
 	resp.CancelledJobs, err = q.cancelledSince(ctx)
 	return resp, err
+}
+
+// requeueOrphans runs on the first heartbeat of a new master. Its heartbeat
+// lists every task it holds (restored from its checkpoint or pulled
+// since), so a task still active under an older epoch and not listed was
+// pulled by a master that died before it could checkpoint the pull (the
+// answer was lost): nobody will ever run or report it. It is requeued at
+// once, as interrupted (no attempt counted), instead of waiting for the
+// zombie timeout.
+func (q *Queue) requeueOrphans(ctx context.Context, req pilotproto.HeartbeatRequest) error {
+	q.mu.Lock()
+	done := q.orphansChecked >= req.Epoch
+	q.mu.Unlock()
+	if done {
+		return nil
+	}
+	listed := make(map[int64]bool, len(req.Running))
+	for _, r := range req.Running {
+		listed[r.TaskID] = true
+	}
+	rows, err := q.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND epoch < ?`, req.Epoch)
+	if err != nil {
+		return fmt.Errorf("find orphaned tasks: %w", err)
+	}
+	var orphans []pilotproto.Result
+	now := q.now().UnixMilli()
+	for rows.Next() {
+		var id int64
+		var attempt int
+		if err := rows.Scan(&id, &attempt); err != nil {
+			rows.Close()
+			return fmt.Errorf("find orphaned tasks: %w", err)
+		}
+		if !listed[id] {
+			orphans = append(orphans, pilotproto.Result{TaskID: id, Attempt: attempt, Status: pilotproto.StatusInterrupted,
+				StartedAt: now, ErrorTail: "requeued: its master stopped before recording it"})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find orphaned tasks: %w", err)
+	}
+	if len(orphans) > 0 {
+		if _, err := q.applyResults(ctx, orphans); err != nil {
+			return fmt.Errorf("requeue orphaned tasks: %w", err)
+		}
+		q.log.Warn("requeued tasks no master holds", "tasks", len(orphans), "epoch", req.Epoch)
+	}
+	q.mu.Lock()
+	q.orphansChecked = max(q.orphansChecked, req.Epoch)
+	q.mu.Unlock()
+	return nil
 }
 
 // Recommend stores the master's MiniNode recommendation and demand figures.
