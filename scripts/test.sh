@@ -42,13 +42,15 @@ step "all tests, real SLURM included"
 # Packages that use the mini-cluster serialise on a lock (internal/slurmtest).
 HARVEST_REQUIRE_BROWSER=1 HARVEST_SLURM_TESTS=1 go test -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
 status=${PIPESTATUS[0]}
+passed=$(grep -c '^ok ' /tmp/harvest-test.log || true)
+failed=$(grep -c '^FAIL[[:space:]]' /tmp/harvest-test.log || true)
+echo "packages: $passed passed, $failed failed"
 [ "$status" = 0 ] || exit "$status"
 
 step "short fuzz runs"
 scripts/fuzz.sh 5s
 
-if [ -x scripts/e2e-slurm.sh ]; then
-  step "end to end on real SLURM"
-  scripts/e2e-slurm.sh
-fi
+step "end to end on real SLURM"
+scripts/e2e-slurm.sh
 step "done"
+echo "packages: $passed passed, 0 failed; fuzz targets and the end-to-end scenario passed"

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/queue/fairshare"
 )
 
 var (
@@ -306,7 +307,7 @@ func (r *run) main() error {
 		}
 		x = append(x, float64(n))
 	}
-	jain := jainIndex(x)
+	jain := fairshare.Jain(x)
 	allT := append(append([]float64{}, comp["carol"]...), comp["dave"]...)
 	sort.Float64s(allT)
 	span := 0.0
@@ -433,7 +434,8 @@ func (f foreignJob) wait() string {
 	if f.start.IsZero() {
 		return "(not started)"
 	}
-	return fmt.Sprintf("%.0f s", f.start.Sub(f.submit).Seconds())
+	// Second resolution on both sides: a job that started at once may read -1 s.
+	return fmt.Sprintf("%.0f s", math.Max(0, f.start.Sub(f.submit).Seconds()))
 }
 
 // foreignWorkload submits the background jobs of alice and bob: a big job
@@ -730,17 +732,6 @@ func completionTimes(path string) []float64 {
 	return out
 }
 
-func jainIndex(x []float64) float64 {
-	var s, s2 float64
-	for _, v := range x {
-		s += v
-		s2 += v * v
-	}
-	if s2 == 0 {
-		return 0
-	}
-	return s * s / (float64(len(x)) * s2)
-}
 
 func sum(m map[string]int) int {
 	n := 0
