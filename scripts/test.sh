@@ -53,4 +53,5 @@ scripts/fuzz.sh 5s
 step "end to end on real SLURM"
 scripts/e2e-slurm.sh
 step "done"
-echo "packages: $passed passed, 0 failed; fuzz targets and the end-to-end scenario passed"
+echo "fuzz targets and the end-to-end scenario passed"
+echo "packages: $passed passed, 0 failed"
