@@ -20,7 +20,7 @@ echo "| list | mode | utilisation | useful utilisation | harvest nodes held (avg
 echo "|---|---|---|---|---|---|---|---|"
 for n in 1 2; do
   f=$W/thesis-submit-list-$n.txt
-  for m in baseline "harvest" "harvest --no-recommend"; do
+  for m in baseline "harvest" "harvest --keep-recommended" "harvest --no-recommend"; do
     echo "thesis $n $m" >&2
     # shellcheck disable=SC2086
     r=$(sim --workload "$f" --nodes 24 --mode $m --harvest-while-idle --task-seconds 60)
@@ -47,7 +47,7 @@ for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850" "SDSC-SP2-1998-4.2-cln.swf.
     idle=$(jq -r '(1 - .utilization) * .nodes * .span_s' <<<"$base")
     bwait=$(jq -r '.foreign.mean_wait_s|round' <<<"$base")
     bfns=$(jq -r '.foreign.node_seconds/3600|round' <<<"$base")
-    for m in "harvest --no-recommend" "harvest" "fixed --fixed-limit 1h" "fixed --fixed-limit 10m"; do
+    for m in "harvest" "harvest --keep-recommended" "harvest --no-recommend" "fixed --fixed-limit 1h" "fixed --fixed-limit 10m"; do
       echo "$1 window $k $m" >&2
       # shellcheck disable=SC2086
       r=$(sim $win --mode $m --harvest-backlog 1000000000 --task-seconds 300 --jobs-csv "$TMP/mode.csv")

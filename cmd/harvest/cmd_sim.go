@@ -39,6 +39,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-time", Usage: "partition MaxTime: the longest pilot limit (0 = unlimited)"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
 			&cli.BoolFlag{Name: "no-recommend", Usage: "ignore the master's MiniNode recommendation (keep no floor of pilots)"},
+			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the recommendation keep pilots a waiting job could use, as the admin's floor does (the original system's rule)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
@@ -67,6 +68,7 @@ func runSim(c *cli.Context) error {
 	}
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
 	cfg.NoRecommend = c.Bool("no-recommend")
+	cfg.Agent.Policy.KeepRecommended = c.Bool("keep-recommended")
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
