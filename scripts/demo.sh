@@ -5,6 +5,7 @@
 #   3. starts a real 8-node SLURM cluster on this machine (scripts/minicluster.sh),
 #   4. starts `harvest agent` (policy loop + queue on /run/harvest/queue.sock),
 #   5. submits background batch jobs for alice and bob that leave a hole,
+#      one of which ends early so the agent must give nodes back,
 #   6. submits a harvest job for carol (200 sub-datasets) and waits for it with a progress bar,
 #   7. shows the result, the agent's decisions (`harvest explain`) and where to look next.
 # The agent keeps running afterwards; `scripts/demo.sh stop` stops it and the cluster.
@@ -65,15 +66,15 @@ for _ in $(seq 50); do [ -S /run/harvest/queue.sock ] && break; sleep 0.1; done
 [ -S /run/harvest/queue.sock ] || { cat $STATE/agent.log; exit 1; }
 echo "agent pid $(cat $STATE/agent.pid), log $STATE/agent.log"
 
-say "5/7 other users' batch jobs: 5 of 8 nodes busy, a 7-node job waits, 3 nodes are a hole"
-runuser -u alice -- sbatch -Q -D /tmp -o /dev/null -J sim-a -N 3 -t 3 --wrap "sleep 60"
+say "5/7 other users' batch jobs: 5 of 8 nodes busy, a 6-node job waits for sim-a (limit 3 min, done after 20 s): 3 nodes are a hole"
+runuser -u alice -- sbatch -Q -D /tmp -o /dev/null -J sim-a -N 3 -t 3 --wrap "sleep 20"
 runuser -u bob   -- sbatch -Q -D /tmp -o /dev/null -J sim-b -N 2 -t 5 --wrap "sleep 240"
-runuser -u alice -- sbatch -Q -D /tmp -o /dev/null -J big   -N 7 -t 2 --wrap "sleep 30"
+runuser -u alice -- sbatch -Q -D /tmp -o /dev/null -J big   -N 6 -t 2 --wrap "sleep 30"
+sleep 2
 squeue
 
 say "6/7 carol harvests a dataset of 200 sub-datasets (batches of 5, 0.5 s per task)"
-runuser -u carol -- mkdir -p $DEMO/carol
-for i in $(seq -w 1 200); do runuser -u carol -- mkdir -p $DEMO/carol/dataset/sample$i; echo "sample $i" > $DEMO/carol/dataset/sample$i/reads.txt; done
+for i in $(seq -w 1 200); do mkdir -p $DEMO/carol/dataset/sample$i; echo "sample $i" > $DEMO/carol/dataset/sample$i/reads.txt; done
 chown -R carol $DEMO/carol
 echo '$ harvest submit dataset --batch-size 5 --wait -- /bin/sh -c "sleep 0.5; wc -c {input}/reads.txt > {output}"'
 cd $DEMO/carol
@@ -84,8 +85,8 @@ say "7/7 results"
 runuser -u carol -- harvest jobs
 out=$(runuser -u carol -- harvest status 1 --json | sed -n 's/.*"output_dir": *"\([^"]*\)".*/\1/p')
 echo "outputs: $(ls "$out" | wc -l) files in $out, e.g.: $(cat "$out/sample001")"
-echo; echo '$ harvest explain --dir '$STATE'/rounds --last 8 --acting'
-harvest explain --dir $STATE/rounds --last 8 --acting || true
+echo; echo '$ harvest explain --dir '$STATE'/rounds --last 12 --acting'
+harvest explain --dir $STATE/rounds --last 12 --acting || true
 echo
 squeue
 cat <<MSG
