@@ -52,7 +52,8 @@ import (
 //	       R above the backlog cap: release idle pilots (queued or not busy);
 //	1      no pending foreign job: submit I pilots with the longest limit allowed;
 //	2      R < MiniNode: submit I pilots with limit maxTime - margin
-//	       (unless 0 < N_top - I <= R - Keep: then case 3 releases);
+//	       (unless 0 < N_top - I <= R - Keep, or case 5 would release
+//	       for a backfill job: then those cases act);
 //	3      N_top - I <= 0: J_top starts by itself; do nothing;
 //	       N_top - I <= R - Keep: release N_top - I pilots so J_top starts now;
 //	4      a running job ends within miniTime: wait for its nodes;
@@ -201,10 +202,12 @@ func (v *view) decide(d Decision) Decision {
 	mt := maxTime(v.s, v.in.Upcoming, top, v.cfg.UseExpectedStart)
 	d.TopJob, d.MaxTime = top.ID, mt
 
-	// Case 2, unless releasing pilots above Keep lets J_top start now.
+	// Case 2, unless releasing pilots above Keep lets J_top, or a job that
+	// would backfill, start now: pilots kept only for the recommendation
+	// never hold nodes a waiting job could use.
 	spare := v.held - v.keep
 	need := top.Nodes - v.idle
-	if v.held < v.miniNode && !(need > 0 && need <= spare) {
+	if v.held < v.miniNode && !(need > 0 && need <= spare) && !v.backfillWantsPilots(mt, spare) {
 		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
 			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
 		return v.submit(d, CaseBelowMinNodes, mt, v.cfg.Margin, why)
@@ -254,6 +257,24 @@ func (v *view) decide(d Decision) Decision {
 	// Case 6.
 	why := fmt.Sprintf("no pending job fits in the hole before job %s can start %s", top.ID, inTime(mt))
 	return v.submit(d, CaseFillHole, mt, v.cfg.Margin, why)
+}
+
+// backfillWantsPilots reports whether case 5 would release pilots for a
+// pending job that ends before maxTime.
+func (v *view) backfillWantsPilots(mt cluster.Limit, spare int) bool {
+	for i := v.top; i < len(v.s.Jobs); i++ {
+		j := &v.s.Jobs[i]
+		if j.Pilot || j.State != cluster.Pending || compareLimit(j.TimeLimit, mt) >= 0 {
+			continue
+		}
+		if j.Nodes <= v.idle {
+			return false // case 5 would stop here: the batch system starts it
+		}
+		if j.Nodes-v.idle <= spare {
+			return true
+		}
+	}
+	return false
 }
 
 // submit fills the idle nodes with pilots of limit base - margin (base

@@ -122,6 +122,17 @@ func TestDecide(t *testing.T) {
 			wantReason:  "above the minimum of 0",
 		},
 		{
+			name: "By default a recommendation above the pilots held does not keep pilots a backfill job could use",
+			snap: func() cluster.Snapshot {
+				s := thesis(10 * minute)
+				s.MinNodes = 8
+				return s
+			}(),
+			recommended: 12,
+			wantCase:    CaseReleaseForBackfill,
+			wantRelease: []string{"p20"},
+		},
+		{
 			name: "By default a recommendation above the pilots held takes idle nodes when the top job cannot start anyway",
 			snap: func() cluster.Snapshot {
 				s := thesis(25 * minute)
