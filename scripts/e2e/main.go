@@ -732,7 +732,6 @@ func completionTimes(path string) []float64 {
 	return out
 }
 
-
 func sum(m map[string]int) int {
 	n := 0
 	for _, v := range m {
