@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -32,6 +33,8 @@ func logger() *slog.Logger {
 // realQueue is the agent's queue on 127.0.0.1 with a user and a dataset.
 type realQueue struct {
 	q       *queue.Queue
+	srv     *httptest.Server
+	cfg     queue.Config
 	url     string
 	user    *client.Client
 	pilot   master.Queue
@@ -60,7 +63,8 @@ func startQueue(t *testing.T) *realQueue {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(q.Handler())
-	t.Cleanup(func() { srv.Close(); q.Close() })
+	r := &realQueue{q: q, srv: srv, cfg: cfg}
+	t.Cleanup(func() { r.srv.Close(); r.q.Close() })
 	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +78,41 @@ func startQueue(t *testing.T) *realQueue {
 		}
 		return cl
 	}
-	return &realQueue{q: q, url: srv.URL, user: mk(tok.Token), pilot: master.ClientQueue{C: mk(pilotToken)},
-		data: data, state: state, outputs: filepath.Join(data, "out")}
+	r.url, r.user, r.pilot = srv.URL, mk(tok.Token), master.ClientQueue{C: mk(pilotToken)}
+	r.data, r.state, r.outputs = data, state, filepath.Join(data, "out")
+	return r
+}
+
+// restart stops the queue (server and database) and starts it again on the
+// same database and address, as an agent restart does.
+func (r *realQueue) restart(t *testing.T, down time.Duration) {
+	t.Helper()
+	addr := r.srv.Listener.Addr().String()
+	r.srv.CloseClientConnections()
+	r.srv.Close()
+	if err := r.q.Close(); err != nil {
+		t.Fatalf("close queue: %v", err)
+	}
+	time.Sleep(down)
+	q, err := queue.Open(r.cfg)
+	if err != nil {
+		t.Fatalf("reopen queue: %v", err)
+	}
+	var l net.Listener
+	for i := 0; i < 50; i++ {
+		if l, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	srv := httptest.NewUnstartedServer(q.Handler())
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	r.q, r.srv = q, srv
 }
 
 func (r *realQueue) submit(t *testing.T, n, batch int, script string) api.Job {
@@ -191,6 +228,31 @@ func TestPilotsElectOneMasterAndFinishARealQueueJob(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(got.OutputDir, ".harvest", "logs")); err != nil {
 		t.Errorf("no task logs under the output directory: %v", err)
 	}
+}
+
+func TestAQueueRestartMidRunLosesAndDoublesNothing(t *testing.T) {
+	r := startQueue(t)
+	j := r.submit(t, 80, 2, `sleep 0.05; echo "$3" >> "$2"`)
+	for i := 1; i <= 3; i++ {
+		startPilot(t, fastPilot(r, fmt.Sprintf("%d", 300+i), 2), r.pilot)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if jj, _ := r.user.Job(context.Background(), j.ID); jj.Tasks.Done >= 20 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.restart(t, 700*time.Millisecond) // longer than the lease TTL
+	got := r.waitJob(t, j.ID, 30*time.Second)
+	if got.State != api.JobDone || got.Tasks.Done != 80 {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	if got.Tasks.Done+got.Tasks.Failed+got.Tasks.Killed != got.Tasks.Total {
+		t.Fatalf("counts do not add up: %+v", got.Tasks)
+	}
+	reruns := outputsOnce(t, got.OutputDir, 80)
+	t.Logf("%d tasks ran twice across the restart (counted once)", reruns)
 }
 
 func TestMasterPilotStoppedMidRunAnotherPilotTakesOver(t *testing.T) {
