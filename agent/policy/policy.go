@@ -11,7 +11,6 @@ package policy
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -59,11 +58,8 @@ import (
 //	       N_top - I <= R - Keep: release N_top - I pilots so J_top starts now;
 //	4      a running job ends within miniTime: wait for its nodes;
 //	5      for each pending foreign job J_i with TL_i < maxTime, in priority order:
-//	       N_i <= I: the batch system backfills it (I -= N_i);
-//	       N_i - I <= R - Keep: release N_i - I pilots (R -= N_i - I, I = 0);
-//	       all in one round (DESIGN.md stops at the first: jobs arriving
-//	       together then started one poll apart); nothing to release but a
-//	       job backfills: do nothing;
+//	       N_i <= I: the batch system backfills it, do nothing;
+//	       N_i - I <= R - Keep: release N_i - I pilots;
 //	6      submit I pilots with limit maxTime - margin.
 //
 // Submissions never exceed I, the cap or the backlog cap, and are skipped
@@ -237,53 +233,25 @@ func (v *view) decide(d Decision) Decision {
 		return d
 	}
 
-	// Case 5, for every job that would backfill, in one round: jobs
-	// arriving together must not start one poll apart. A job that fits the
-	// idle nodes takes them (the batch system starts it); one that needs
-	// pilot nodes gets them while pilots above Keep remain.
-	idle, left, total := v.idle, spare, 0
-	var fits, helped []*cluster.Job
+	// Case 5.
 	for i := v.top; i < len(v.s.Jobs); i++ {
 		j := &v.s.Jobs[i]
 		if j.Pilot || j.State != cluster.Pending || compareLimit(j.TimeLimit, mt) >= 0 {
 			continue
 		}
-		if j.Nodes <= idle {
-			idle -= j.Nodes
-			fits = append(fits, j)
-			continue
+		if j.Nodes <= v.idle {
+			d.Case = CaseBackfillWillStart
+			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and fits in the %d idle nodes: the batch system backfills it",
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), v.idle)
+			return d
 		}
-		if need := j.Nodes - idle; need <= left {
-			total += need
-			left -= need
-			idle = 0
-			helped = append(helped, j)
-		}
-	}
-	if total > 0 {
-		d.Release, d.Case = v.pickRelease(total, true), CaseReleaseForBackfill
-		if len(helped) == 1 {
-			j := helped[0]
+		if need := j.Nodes - v.idle; need <= spare {
+			d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForBackfill
 			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s but needs %s more than the %d idle: releasing %s (%d held, minimum %d)%s",
-				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(total), v.idle,
-				pilotsWord(len(d.Release)), v.held, v.keep, v.shortfall(d.Release, total))
-		} else {
-			ids := make([]string, len(helped))
-			for k, j := range helped {
-				ids[k] = j.ID
-			}
-			d.Reason = fmt.Sprintf("jobs %s end before job %s can start %s but need %s more than the %d idle: releasing %s (%d held, minimum %d)%s",
-				strings.Join(ids, ", "), top.ID, inTime(mt), nodesWord(total), v.idle,
-				pilotsWord(len(d.Release)), v.held, v.keep, v.shortfall(d.Release, total))
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idle,
+				pilotsWord(len(d.Release)), v.held, v.keep, v.shortfall(d.Release, need))
+			return d
 		}
-		return d
-	}
-	if len(fits) > 0 {
-		j := fits[0]
-		d.Case = CaseBackfillWillStart
-		d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and fits in the %d idle nodes: the batch system backfills it",
-			j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), v.idle)
-		return d
 	}
 
 	// Case 6.
@@ -294,17 +262,15 @@ func (v *view) decide(d Decision) Decision {
 // backfillWantsPilots reports whether case 5 would release pilots for a
 // pending job that ends before maxTime.
 func (v *view) backfillWantsPilots(mt cluster.Limit, spare int) bool {
-	idle := v.idle
 	for i := v.top; i < len(v.s.Jobs); i++ {
 		j := &v.s.Jobs[i]
 		if j.Pilot || j.State != cluster.Pending || compareLimit(j.TimeLimit, mt) >= 0 {
 			continue
 		}
-		if j.Nodes <= idle {
-			idle -= j.Nodes // the batch system starts it on idle nodes
-			continue
+		if j.Nodes <= v.idle {
+			return false // case 5 would stop here: the batch system starts it
 		}
-		if j.Nodes-idle <= spare {
+		if j.Nodes-v.idle <= spare {
 			return true
 		}
 	}

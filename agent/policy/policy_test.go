@@ -122,30 +122,6 @@ func TestDecide(t *testing.T) {
 			wantReason:  "above the minimum of 0",
 		},
 		{
-			name: "Two jobs that would backfill both get their pilots in one round",
-			snap: func() cluster.Snapshot {
-				s := thesis(10 * minute)
-				s.MinNodes = 8
-				s.Jobs = append(s.Jobs, pending("5", 2, 5*minute))
-				return s
-			}(),
-			wantCase:    CaseReleaseForBackfill,
-			wantRelease: []string{"p20", "p19", "p18"},
-			wantReason:  "jobs 4, 5 end before job 3",
-		},
-		{
-			name: "A job that fits the idle nodes takes them, and the next gets pilots",
-			snap: func() cluster.Snapshot {
-				s := thesis(10 * minute)
-				s.MinNodes = 8
-				s.Jobs = append(s.Jobs[:2], append([]cluster.Job{pending("2", 4, 5*minute)}, s.Jobs[2:]...)...)
-				return s
-			}(),
-			// job 2 takes 4 of the 5 idle nodes; job 4 then needs 5 more: 3 spare pilots are not enough;
-			// nothing to release, and the batch system backfills job 2.
-			wantCase: CaseBackfillWillStart,
-		},
-		{
 			name: "By default a recommendation above the pilots held does not keep pilots a backfill job could use",
 			snap: func() cluster.Snapshot {
 				s := thesis(10 * minute)
