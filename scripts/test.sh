@@ -48,7 +48,7 @@ echo "packages: $passed passed, $failed failed"
 [ "$status" = 0 ] || exit "$status"
 
 step "short fuzz runs"
-scripts/fuzz.sh 5s
+scripts/fuzz.sh 20000x
 
 step "end to end on real SLURM"
 scripts/e2e-slurm.sh
