@@ -123,3 +123,29 @@ func walk(s *cluster.Snapshot, upcoming []Upcoming, nodes int) cluster.Limit {
 	}
 	return cluster.Unlimited
 }
+
+// extraAt is EASY backfill's "extra nodes": how many nodes are free at
+// time mt (the top job's start) beyond the nodes the top job needs. A job
+// longer than mt that fits in them delays nobody, so the batch system
+// backfills it and pilots should not stand in its way. Unlimited mt: every
+// node is extra (the top job never starts).
+func extraAt(s *cluster.Snapshot, upcoming []Upcoming, mt cluster.Limit, topNodes int) int {
+	if mt.IsUnlimited() {
+		return s.TotalNodes
+	}
+	entries, taken := claims(s, upcoming, nil)
+	free := s.IdleNodes - taken
+	for _, e := range entries {
+		if compareLimit(e.after, mt) <= 0 {
+			free += e.nodes
+		}
+	}
+	for i := range s.Jobs {
+		if j := &s.Jobs[i]; j.State == cluster.Running {
+			if r := j.Remaining(); !r.IsUnlimited() && compareLimit(r, mt) <= 0 {
+				free += j.Nodes
+			}
+		}
+	}
+	return max(0, free-topNodes)
+}

@@ -233,10 +233,12 @@ func (v *view) decide(d Decision) Decision {
 		return d
 	}
 
-	// Case 5.
+	// Case 5: jobs that would backfill: those that end before J_top can
+	// start, and (EASY) longer ones that fit in the nodes J_top will not need.
+	extra := extraAt(v.s, v.in.Upcoming, mt, top.Nodes)
 	for i := v.top; i < len(v.s.Jobs); i++ {
 		j := &v.s.Jobs[i]
-		if j.Pilot || j.State != cluster.Pending || compareLimit(j.TimeLimit, mt) >= 0 {
+		if !v.wouldBackfill(j, mt, extra) {
 			continue
 		}
 		if j.Nodes <= v.idle {
@@ -262,9 +264,10 @@ func (v *view) decide(d Decision) Decision {
 // backfillWantsPilots reports whether case 5 would release pilots for a
 // pending job that ends before maxTime.
 func (v *view) backfillWantsPilots(mt cluster.Limit, spare int) bool {
+	extra := extraAt(v.s, v.in.Upcoming, mt, v.s.Jobs[v.top].Nodes)
 	for i := v.top; i < len(v.s.Jobs); i++ {
 		j := &v.s.Jobs[i]
-		if j.Pilot || j.State != cluster.Pending || compareLimit(j.TimeLimit, mt) >= 0 {
+		if !v.wouldBackfill(j, mt, extra) {
 			continue
 		}
 		if j.Nodes <= v.idle {
@@ -275,6 +278,16 @@ func (v *view) backfillWantsPilots(mt cluster.Limit, spare int) bool {
 		}
 	}
 	return false
+}
+
+// wouldBackfill reports whether the batch system would start pending
+// foreign job j now if the nodes were there: it ends before J_top starts
+// (mt), or it fits in the extra nodes J_top will not need (EASY backfill).
+func (v *view) wouldBackfill(j *cluster.Job, mt cluster.Limit, extra int) bool {
+	if j.Pilot || j.State != cluster.Pending || j == &v.s.Jobs[v.top] {
+		return false
+	}
+	return compareLimit(j.TimeLimit, mt) < 0 || j.Nodes <= extra
 }
 
 // submit fills the idle nodes with pilots of limit base - margin (base

@@ -265,11 +265,34 @@ func TestDecide(t *testing.T) {
 			wantReason: "can start at no foreseeable time",
 		},
 		{
-			name: "An unlimited pending job never backfills, and an unlimited hole gets unlimited pilots",
+			name: "When the top job can never start, an unlimited job behind it backfills (EASY: every node is extra)",
 			snap: snap(10, 3, running("1", 7, unlimited, 0), pending("2", 10, 60*minute), pending("3", 2, unlimited)),
-			// the top job itself (60 min) fits the unlimited hole but needs 7 more nodes, no pilots to release.
+			wantCase: CaseBackfillWillStart,
+		},
+		{
+			name: "An unlimited hole with nothing that fits gets unlimited pilots",
+			snap: snap(10, 3, running("1", 7, unlimited, 0), pending("2", 10, 60*minute), pending("3", 4, unlimited)),
+			// the top job needs 7 more nodes than idle, job 3 needs 4 > 3 idle, no pilots to release.
 			wantCase:   CaseFillHole,
 			wantSubmit: submit(3, unlimited),
+		},
+		{
+			name: "A job longer than the hole backfills onto nodes the top job will not need (EASY extra nodes)",
+			// 10 nodes: job 1 (4 nodes) ends in 10 min and the pilots (3) in 9, so 9 nodes are free then
+			// and the top job needs 6: 3 are extra. 2 are idle now. Job 4 (3 nodes, 2 h) is longer than
+			// the hole but fits in the extra nodes: release 1 pilot so it starts now.
+			snap: snap(10, 2, running("1", 4, 10*minute, 0), pilot("p1", 9*minute, 0), pilot("p2", 9*minute, 0),
+				pilot("p3", 9*minute, 0), running("9", 1, unlimited, 0), pending("2", 6, 60*minute), pending("4", 3, 120*minute)),
+			wantCase:    CaseReleaseForBackfill,
+			wantRelease: []string{"p3"},
+		},
+		{
+			name: "A job longer than the hole that does not fit in the extra nodes waits behind pilots",
+			snap: snap(10, 2, running("1", 4, 10*minute, 0), pilot("p1", 9*minute, 0), pilot("p2", 9*minute, 0),
+				pilot("p3", 9*minute, 0), running("9", 1, unlimited, 0), pending("2", 6, 60*minute), pending("4", 5, 120*minute)),
+			// 5 nodes > the 3 extra: it would delay the top job, so the hole is filled instead.
+			wantCase:   CaseFillHole,
+			wantSubmit: submit(2, 8*minute),
 		},
 		{
 			name: "Pilots are released for a backfill job only above the minimum",
