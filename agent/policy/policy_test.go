@@ -265,8 +265,8 @@ func TestDecide(t *testing.T) {
 			wantReason: "can start at no foreseeable time",
 		},
 		{
-			name: "When the top job can never start, an unlimited job behind it backfills (EASY: every node is extra)",
-			snap: snap(10, 3, running("1", 7, unlimited, 0), pending("2", 10, 60*minute), pending("3", 2, unlimited)),
+			name:     "When the top job can never start, an unlimited job behind it backfills (EASY: every node is extra)",
+			snap:     snap(10, 3, running("1", 7, unlimited, 0), pending("2", 10, 60*minute), pending("3", 2, unlimited)),
 			wantCase: CaseBackfillWillStart,
 		},
 		{
