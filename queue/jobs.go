@@ -213,9 +213,18 @@ func (q *Queue) Cancel(ctx context.Context, caller string, admin bool, id int64)
 // master must stop (repeated at every exchange in that window, so a lost
 // answer costs nothing).
 func (q *Queue) cancelledSince(ctx context.Context) ([]int64, error) {
-	rows, err := q.r.QueryContext(ctx, `SELECT id FROM jobs WHERE cancelled_at > ? ORDER BY id`, ms(q.now().Add(-q.cfg.CancelNotice)))
+	ids, err := q.ids(ctx, `SELECT id FROM jobs WHERE cancelled_at > ? ORDER BY id`, ms(q.now().Add(-q.cfg.CancelNotice)))
 	if err != nil {
 		return nil, fmt.Errorf("list cancelled jobs: %w", err)
+	}
+	return ids, nil
+}
+
+// ids runs a read query whose rows are single ids.
+func (q *Queue) ids(ctx context.Context, query string, args ...any) ([]int64, error) {
+	rows, err := q.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var ids []int64

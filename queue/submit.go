@@ -343,20 +343,10 @@ func (q *Queue) dropJob(ctx context.Context, id int64) error {
 
 // cleanupPartialSubmits removes jobs whose submission died half way.
 func (q *Queue) cleanupPartialSubmits(ctx context.Context) error {
-	rows, err := q.r.QueryContext(ctx, `SELECT id FROM jobs WHERE state = ?`, submitting)
+	ids, err := q.ids(ctx, `SELECT id FROM jobs WHERE state = ?`, submitting)
 	if err != nil {
 		return fmt.Errorf("find partial submissions: %w", err)
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
 	for _, id := range ids {
 		q.log.Warn("removing a job whose submission was interrupted", "job", id)
 		if err := q.dropJob(ctx, id); err != nil {

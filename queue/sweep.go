@@ -119,20 +119,10 @@ func (q *Queue) sweepExpired(ctx context.Context) error {
 
 func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 	now := ms(q.now())
-	rows, err := q.r.QueryContext(ctx, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, now)
+	ids, err := q.ids(ctx, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, now)
 	if err != nil {
 		return fmt.Errorf("find expired jobs: %w", err)
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
 	for _, id := range ids {
 		var changed int64
 		err := q.write(ctx, func(tx *sql.Tx) error {
@@ -176,20 +166,10 @@ func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 
 func (q *Queue) purge(ctx context.Context) error {
 	cut := ms(q.now().Add(-q.cfg.Retention))
-	rows, err := q.r.QueryContext(ctx, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, cut)
+	ids, err := q.ids(ctx, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, cut)
 	if err != nil {
 		return fmt.Errorf("find jobs to purge: %w", err)
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
 	for _, id := range ids {
 		if err := q.dropJob(ctx, id); err != nil {
 			return fmt.Errorf("purge: %w", err)
