@@ -52,22 +52,16 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	roots := c.StringSlice("allowed-root")
-	if len(roots) == 0 {
+	if len(c.StringSlice("allowed-root")) == 0 {
 		return nil, errors.New("--allowed-root is required: users' datasets must lie in an allowed root (or run with --no-queue)")
 	}
 	token, err := pilotToken(filepath.Join(stateDir, "pilot.token"))
 	if err != nil {
 		return nil, err
 	}
-	cfg := queue.DefaultConfig()
+	cfg := queueSharedConfig(c)
 	cfg.DBPath = filepath.Join(stateDir, "queue.db")
-	cfg.AllowedRoots = roots
-	cfg.OutputsRoot = c.String("outputs-root")
 	cfg.PilotToken = token
-	cfg.Admins = c.StringSlice("admin")
-	cfg.LeaseTTL = c.Duration("lease-ttl")
-	cfg.ZombieTimeout = c.Duration("zombie-timeout")
 	cfg.Logger = log
 	q, err := queue.Open(cfg)
 	if err != nil {

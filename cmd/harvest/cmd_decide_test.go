@@ -298,3 +298,28 @@ func TestDecideReplaysADumpedRoundWithItsContext(t *testing.T) {
 		t.Fatalf("bad context: exit %d, %s", code, stderr)
 	}
 }
+
+func TestAgentRefusesBadSettingsBeforeTouchingAnything(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"the hosted queue needs an allowed root", []string{"--state-dir", dir, "--socket", dir + "/s", "--listen", "127.0.0.1:0"}, "--allowed-root is required"},
+		{"a negative margin", []string{"--no-queue", "--margin", "-1m"}, "must not be negative"},
+		{"a malformed pilot environment", []string{"--no-queue", "--pilot-env", "NOEQUALS"}, "want KEY=VALUE"},
+		{"an unknown adapter", []string{"--no-queue", "--adapter", "pbs"}, `unknown adapter "pbs"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runHarvest(t, "", append([]string{"agent", "--adapter-in-process"}, tc.args...)...)
+			if code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want a failure mentioning %q", code, stderr, tc.want)
+			}
+		})
+	}
+	if _, err := os.Stat(dir + "/queue.db"); err == nil {
+		t.Fatal("a refused start created the queue database")
+	}
+}

@@ -65,17 +65,24 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 
 // queueConfigFromFlags maps the flags onto a queue.Config.
 func queueConfigFromFlags(c *cli.Context) queue.Config {
-	cfg := queue.DefaultConfig()
+	cfg := queueSharedConfig(c)
 	cfg.DBPath = c.String("db")
-	cfg.AllowedRoots = c.StringSlice("allowed-root")
-	cfg.OutputsRoot = c.String("outputs-root")
 	cfg.PilotToken = c.String("pilot-token")
-	cfg.Admins = c.StringSlice("admin")
 	cfg.MaxBatchSize = c.Int("max-batch-size")
-	cfg.ZombieTimeout = c.Duration("zombie-timeout")
-	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.Retention = c.Duration("retention")
 	cfg.DefaultExpiry = c.Duration("expiry")
+	return cfg
+}
+
+// queueSharedConfig maps the queue flags that `harvest queue serve` and
+// `harvest agent` (which hosts the queue) both have.
+func queueSharedConfig(c *cli.Context) queue.Config {
+	cfg := queue.DefaultConfig()
+	cfg.AllowedRoots = c.StringSlice("allowed-root")
+	cfg.OutputsRoot = c.String("outputs-root")
+	cfg.Admins = c.StringSlice("admin")
+	cfg.ZombieTimeout = c.Duration("zombie-timeout")
+	cfg.LeaseTTL = c.Duration("lease-ttl")
 	return cfg
 }
 
