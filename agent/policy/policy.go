@@ -184,10 +184,10 @@ func (v *view) decide(d Decision) Decision {
 			d.Release = ids
 			if v.left == 0 {
 				d.Case = CaseNoDemand
-				d.Reason = fmt.Sprintf("the harvest backlog is empty: releasing %s that run no task", pilotsWord(len(ids)))
+				d.Reason = fmt.Sprintf("the harvest backlog is empty: releasing %s with no task running", pilotsWord(len(ids)))
 			} else {
 				d.Case = CaseAboveDemand
-				d.Reason = fmt.Sprintf("the backlog of %d tasks can use %d nodes but pilots hold %d: releasing %s that run no task",
+				d.Reason = fmt.Sprintf("the backlog of %d tasks can use %d nodes but pilots hold %d: releasing %s with no task running",
 					v.left, v.demandCap, v.held, pilotsWord(len(ids)))
 			}
 			return d
