@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 )
 
 // Queue is what the master needs from the agent's queue: the pilot
@@ -25,13 +26,13 @@ type Queue interface {
 	Recommend(ctx context.Context, req pilotproto.RecommendationRequest) error
 }
 
-// ErrStaleEpoch: the queue refused a write because a newer master holds
-// the lease (or the lease expired). The master that gets it must stop.
-var ErrStaleEpoch = errors.New("stale epoch")
-
-// ErrLeaseExpired: the queue refused a write because the lease ran out;
-// the holder may still renew it if nobody else took it.
-var ErrLeaseExpired = errors.New("lease expired")
+// ErrStaleEpoch and ErrLeaseExpired are the queue's fencing answers,
+// declared once in queue/api: the master that gets ErrStaleEpoch must stop;
+// one that gets ErrLeaseExpired may renew if nobody took the lease.
+var (
+	ErrStaleEpoch   = api.ErrStaleEpoch
+	ErrLeaseExpired = api.ErrLeaseExpired
+)
 
 // ErrFenced: the checkpoint belongs to a newer epoch; this master must
 // stop without writing anything more.

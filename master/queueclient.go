@@ -2,8 +2,6 @@ package master
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -17,18 +15,9 @@ type ClientQueue struct {
 
 var _ Queue = ClientQueue{}
 
-// mapErr turns the client's fencing errors into the master's sentinels.
-func mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, client.ErrStaleEpoch):
-		return fmt.Errorf("%w: %w", ErrStaleEpoch, err)
-	case errors.Is(err, client.ErrLeaseExpired):
-		return fmt.Errorf("%w: %w", ErrLeaseExpired, err)
-	}
-	return err
-}
+// mapErr: the client's errors already wrap the sentinels of queue/api
+// (ErrStaleEpoch, ErrLeaseExpired) by their typed code.
+func mapErr(err error) error { return err }
 
 // Lease implements Queue.
 func (q ClientQueue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotproto.Lease, error) {

@@ -80,14 +80,14 @@ func systemLookupUser(uid uint32) (string, error) {
 func (q *Queue) authenticate(r *http.Request) (identity, error) {
 	if p, ok := r.Context().Value(peerKey).(peer); ok {
 		if p.err != nil {
-			return identity{}, fmt.Errorf("%w: cannot read peer credentials: %v", ErrUnauthorized, p.err)
+			return identity{}, fmt.Errorf("%w: cannot read peer credentials: %v", api.ErrUnauthorized, p.err)
 		}
 		if p.uid == 0 {
 			return identity{user: "root", role: api.RoleAdmin, via: "socket"}, nil
 		}
 		name, err := q.cfg.LookupUser(p.uid)
 		if err != nil {
-			return identity{}, fmt.Errorf("%w: uid %d has no user name: %v", ErrForbidden, p.uid, err)
+			return identity{}, fmt.Errorf("%w: uid %d has no user name: %v", api.ErrForbidden, p.uid, err)
 		}
 		role := api.RoleUser
 		if slices.Contains(q.cfg.Admins, name) {
@@ -98,7 +98,7 @@ func (q *Queue) authenticate(r *http.Request) (identity, error) {
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || strings.TrimSpace(tok) == "" {
-		return identity{}, fmt.Errorf("%w: missing bearer token (set HARVEST_TOKEN, or use the Unix socket)", ErrUnauthorized)
+		return identity{}, fmt.Errorf("%w: missing bearer token (set HARVEST_TOKEN, or use the Unix socket)", api.ErrUnauthorized)
 	}
 	tok = strings.TrimSpace(tok)
 	if q.cfg.PilotToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(q.cfg.PilotToken)) == 1 {
@@ -107,7 +107,7 @@ func (q *Queue) authenticate(r *http.Request) (identity, error) {
 	var id identity
 	err := q.r.QueryRowContext(r.Context(), `SELECT user, role FROM tokens WHERE hash = ?`, hashToken(tok)).Scan(&id.user, &id.role)
 	if errors.Is(err, sql.ErrNoRows) {
-		return identity{}, fmt.Errorf("%w: invalid token", ErrUnauthorized)
+		return identity{}, fmt.Errorf("%w: invalid token", api.ErrUnauthorized)
 	}
 	if err != nil {
 		return identity{}, fmt.Errorf("look up token: %w", err)

@@ -40,9 +40,6 @@ func (q *Queue) AuthenticateToken(r *http.Request, token string) (name, role str
 // WriteError writes err as the API's JSON error body with its status.
 func (q *Queue) WriteError(w http.ResponseWriter, err error) { writeErr(w, err, q) }
 
-// StatusOf is the HTTP status the API answers err with.
-func StatusOf(err error) int { return statusOf(err) }
-
 // ServeHandler is Serve with another handler (the agent's mux, which
 // wraps Handler): Unix-socket callers are identified by peer credentials.
 func (q *Queue) ServeHandler(ctx context.Context, h http.Handler, listeners ...net.Listener) error {

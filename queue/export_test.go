@@ -22,7 +22,7 @@ func TestRevokedTokensStopWorkingAndOthersStay(t *testing.T) {
 	}
 	for _, tok := range []string{e.tokens["alice"], second.Token} {
 		r := httptest.NewRequest("GET", "/status", nil)
-		if _, _, err := e.q.AuthenticateToken(r, tok); !errors.Is(err, ErrUnauthorized) {
+		if _, _, err := e.q.AuthenticateToken(r, tok); !errors.Is(err, api.ErrUnauthorized) {
 			t.Errorf("a revoked token still authenticates: %v", err)
 		}
 	}
@@ -30,8 +30,8 @@ func TestRevokedTokensStopWorkingAndOthersStay(t *testing.T) {
 	if name, role, err := e.q.AuthenticateToken(r, e.tokens["bob"]); err != nil || name != "bob" || role != api.RoleUser {
 		t.Errorf("bob's token: %s %s %v", name, role, err)
 	}
-	if _, err := e.q.RevokeTokens(ctx, "alice", api.RolePilot); !errors.Is(err, ErrInvalid) {
-		t.Errorf("revoking the pilot role: %v, want ErrInvalid", err)
+	if _, err := e.q.RevokeTokens(ctx, "alice", api.RolePilot); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("revoking the pilot role: %v, want api.ErrInvalid", err)
 	}
 }
 

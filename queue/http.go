@@ -40,7 +40,7 @@ func (q *Queue) Handler() http.Handler {
 	mux.Handle(pilotproto.PathHeartbeat, q.route(map[string]endpoint{"POST": {pilot, q.pilotHeartbeat}}))
 	mux.Handle(pilotproto.PathRecommendation, q.route(map[string]endpoint{"POST": {pilot, q.pilotRecommend}}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, fmt.Errorf("%w: no endpoint %s", ErrNotFound, r.URL.Path), q)
+		writeErr(w, fmt.Errorf("%w: no endpoint %s", api.ErrNotFound, r.URL.Path), q)
 	})
 	return mux
 }
@@ -74,11 +74,11 @@ func (q *Queue) route(methods map[string]endpoint) http.Handler {
 				allowed = append(allowed, m)
 			}
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeErr(w, fmt.Errorf("%w: %s %s", ErrMethod, r.Method, r.URL.Path), q)
+			writeErr(w, fmt.Errorf("%w: %s %s", api.ErrMethod, r.Method, r.URL.Path), q)
 			return
 		}
 		if ep.roles != nil && !slices.Contains(ep.roles, id.role) {
-			writeErr(w, fmt.Errorf("%w: %s needs the %s role, you are %s (%s)", ErrForbidden, r.URL.Path, strings.Join(ep.roles, " or "), id.user, id.role), q)
+			writeErr(w, fmt.Errorf("%w: %s needs the %s role, you are %s (%s)", api.ErrForbidden, r.URL.Path, strings.Join(ep.roles, " or "), id.user, id.role), q)
 			return
 		}
 		v, status, err := ep.h(w, r, id)
@@ -105,7 +105,7 @@ func writeErr(w http.ResponseWriter, err error, q *Queue) {
 			msg = "internal error (see the agent's log)"
 		}
 	}
-	writeJSON(w, status, api.Error{Error: msg})
+	writeJSON(w, status, api.Error{Error: msg, Code: api.CodeOf(err)})
 }
 
 // decode reads one JSON object, rejecting unknown fields, trailing data
@@ -120,7 +120,7 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
+			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
 		}
 		if errors.Is(err, io.EOF) {
 			return invalid("empty body: a JSON object is required")
@@ -130,7 +130,7 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
+			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
 		}
 		return invalid("malformed JSON: data after the object")
 	}
@@ -165,7 +165,7 @@ func (q *Queue) listJobs(w http.ResponseWriter, r *http.Request, id identity) (a
 	if id.role == api.RoleAdmin {
 		f.Owner = v.Get("user") // admins see everybody unless they filter
 	} else if u := v.Get("user"); u != "" && u != id.user {
-		return nil, 0, fmt.Errorf("%w: you can list only your own jobs", ErrForbidden)
+		return nil, 0, fmt.Errorf("%w: you can list only your own jobs", api.ErrForbidden)
 	}
 	if s := v.Get("cursor"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -252,7 +252,7 @@ func (q *Queue) createToken(w http.ResponseWriter, r *http.Request, id identity)
 		req.Role = api.RoleUser
 	}
 	if id.role != api.RoleAdmin && (req.User != id.user || req.Role != api.RoleUser) {
-		return nil, 0, fmt.Errorf("%w: you can create only a user token for yourself", ErrForbidden)
+		return nil, 0, fmt.Errorf("%w: you can create only a user token for yourself", api.ErrForbidden)
 	}
 	t, err := q.CreateToken(r.Context(), req.User, req.Role)
 	return t, http.StatusCreated, err

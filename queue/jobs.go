@@ -80,12 +80,12 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 }
 
 // Job returns one job. A user asking for another user's job gets
-// ErrNotFound, exactly as for a job that does not exist, so job ids do not
+// api.ErrNotFound, exactly as for a job that does not exist, so job ids do not
 // leak who runs what; admins see every job.
 func (q *Queue) Job(ctx context.Context, caller string, admin bool, id int64) (api.Job, error) {
 	j, err := scanJob(q.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, submitting))
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !admin && j.Owner != caller) {
-		return api.Job{}, fmt.Errorf("%w: job %d", ErrNotFound, id)
+		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
 	if err != nil {
 		return api.Job{}, fmt.Errorf("read job %d: %w", id, err)
@@ -160,7 +160,7 @@ func (q *Queue) Cancel(ctx context.Context, caller string, admin bool, id int64)
 		return j, err
 	}
 	if api.JobFinal(j.State) {
-		return j, fmt.Errorf("%w: job %d is already %s", ErrConflict, id, j.State)
+		return j, fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, j.State)
 	}
 	q.mut.Lock()
 	defer q.mut.Unlock()
@@ -173,7 +173,7 @@ func (q *Queue) Cancel(ctx context.Context, caller string, admin bool, id int64)
 			return err
 		}
 		if api.JobFinal(state) {
-			return fmt.Errorf("%w: job %d is already %s", ErrConflict, id, state)
+			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
 		}
 		_, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?,
 			n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0 WHERE id = ?`, now, now, id)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 )
 
 // leaseState mirrors the single lease row (the queue is its only writer).
@@ -61,15 +62,15 @@ func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotpr
 	cur := q.lease
 	now := q.now()
 	if req.Epoch != 0 && req.Epoch < cur.epoch {
-		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d is older than the current epoch %d", ErrStaleEpoch, req.Epoch, cur.epoch)
+		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d is older than the current epoch %d", api.ErrStaleEpoch, req.Epoch, cur.epoch)
 	}
 	if req.Epoch > cur.epoch {
-		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d was never granted (current %d)", ErrStaleEpoch, req.Epoch, cur.epoch)
+		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d was never granted (current %d)", api.ErrStaleEpoch, req.Epoch, cur.epoch)
 	}
 	next := cur
 	if req.Release {
 		if req.Epoch == 0 || req.PilotID != cur.holder {
-			return pilotproto.Lease{}, fmt.Errorf("%w: only the holder may release the lease, with its epoch (held by %s, epoch %d)", ErrStaleEpoch, cur.holder, cur.epoch)
+			return pilotproto.Lease{}, fmt.Errorf("%w: only the holder may release the lease, with its epoch (held by %s, epoch %d)", api.ErrStaleEpoch, cur.holder, cur.epoch)
 		}
 		next.expires = now // expired: the next asker gets epoch+1 at once
 		if err := q.saveLease(ctx, next); err != nil {
@@ -89,7 +90,7 @@ func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotpr
 		next.holder = req.PilotID
 	default:
 		if req.Epoch != 0 { // a renewal by somebody who is not the holder
-			return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d is held by %s", ErrStaleEpoch, req.Epoch, cur.holder)
+			return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d is held by %s", api.ErrStaleEpoch, req.Epoch, cur.holder)
 		}
 		return q.leaseView(cur, false), nil
 	}
@@ -121,11 +122,11 @@ func (q *Queue) checkEpochLocked(epoch int64) error {
 	case epoch <= 0:
 		return invalid("epoch is required (the lease's epoch)")
 	case epoch < cur.epoch:
-		return fmt.Errorf("%w: epoch %d is older than the current epoch %d", ErrStaleEpoch, epoch, cur.epoch)
+		return fmt.Errorf("%w: epoch %d is older than the current epoch %d", api.ErrStaleEpoch, epoch, cur.epoch)
 	case epoch > cur.epoch:
-		return fmt.Errorf("%w: epoch %d was never granted (current %d)", ErrStaleEpoch, epoch, cur.epoch)
+		return fmt.Errorf("%w: epoch %d was never granted (current %d)", api.ErrStaleEpoch, epoch, cur.epoch)
 	case !q.now().Before(cur.expires):
-		return fmt.Errorf("%w: the lease of epoch %d expired at %s; renew it", ErrLeaseExpired, epoch, cur.expires.UTC().Format(time.RFC3339))
+		return fmt.Errorf("%w: the lease of epoch %d expired at %s; renew it", api.ErrLeaseExpired, epoch, cur.expires.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func TestJobLifecycleOverHTTP(t *testing.T) {
 	if want := filepath.Join(e.data, "out", "alice", "job-1"); j.OutputDir != want {
 		t.Fatalf("output dir %s, want %s", j.OutputDir, want)
 	}
-	if _, err := e.client("bob").Job(ctx, j.ID); !errors.Is(err, client.ErrNotFound) {
+	if _, err := e.client("bob").Job(ctx, j.ID); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("bob sees alice's job: %v", err)
 	}
 	if got, err := admin.Job(ctx, j.ID); err != nil || got.ID != j.ID {
@@ -328,10 +328,10 @@ func TestLeaseFencing(t *testing.T) {
 	if err != nil || !l2.Granted || l2.Epoch != 2 || l2.Address != "a2" {
 		t.Fatalf("takeover: %+v %v", l2, err)
 	}
-	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: 1}); !errors.Is(err, ErrStaleEpoch) {
+	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: 1}); !errors.Is(err, api.ErrStaleEpoch) {
 		t.Fatalf("the deposed master renewing: %v", err)
 	}
-	if _, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1}); !errors.Is(err, ErrStaleEpoch) {
+	if _, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1}); !errors.Is(err, api.ErrStaleEpoch) {
 		t.Fatalf("the deposed master pulling: %v", err)
 	}
 	if addr, ok := e.q.MasterAddress(); addr != "a2" || !ok {
@@ -364,8 +364,8 @@ func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing
 		{PilotID: "p2", Epoch: l1.Epoch, Release: true},
 		{PilotID: "p1", Release: true},
 	} {
-		if _, err := e.q.Lease(ctx, bad); !errors.Is(err, ErrStaleEpoch) {
-			t.Fatalf("release %+v: %v, want ErrStaleEpoch", bad, err)
+		if _, err := e.q.Lease(ctx, bad); !errors.Is(err, api.ErrStaleEpoch) {
+			t.Fatalf("release %+v: %v, want api.ErrStaleEpoch", bad, err)
 		}
 	}
 	if l, _ := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"}); l.Granted {
@@ -374,7 +374,7 @@ func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing
 	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: l1.Epoch, Release: true}); err != nil {
 		t.Fatalf("release by the holder: %v", err)
 	}
-	if _, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: l1.Epoch, Max: 1}); !errors.Is(err, ErrLeaseExpired) {
+	if _, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: l1.Epoch, Max: 1}); !errors.Is(err, api.ErrLeaseExpired) {
 		t.Fatalf("a released epoch may still pull: %v", err)
 	}
 	l2, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})

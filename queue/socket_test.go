@@ -105,8 +105,8 @@ func TestUnixSocketIdentity(t *testing.T) {
 	t.Run("a uid without a user name is refused", func(t *testing.T) {
 		// Only root and uid 4242 can connect here, so exercise the refusal directly.
 		_, err := e.q.authenticate(requestWithPeer(4243))
-		if !errors.Is(err, ErrForbidden) {
-			t.Fatalf("got %v, want ErrForbidden", err)
+		if !errors.Is(err, api.ErrForbidden) {
+			t.Fatalf("got %v, want api.ErrForbidden", err)
 		}
 	})
 }

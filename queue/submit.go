@@ -198,7 +198,7 @@ func (q *Queue) resolveOutput(p string) (string, error) {
 
 // Submit validates a job spec, lists the dataset and stores the job and its
 // tasks (in InsertChunk-sized transactions; the job stays invisible until
-// the last one commits). Bad input returns ErrInvalid and stores nothing.
+// the last one commits). Bad input returns api.ErrInvalid and stores nothing.
 func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Job, error) {
 	n, err := q.validateSpec(s)
 	if err != nil {

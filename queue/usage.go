@@ -157,7 +157,7 @@ func (q *Queue) Users(ctx context.Context) ([]api.User, error) {
 	return out, nil
 }
 
-// User returns one user's standing, or ErrUnknownUser.
+// User returns one user's standing, or api.ErrUnknownUser.
 func (q *Queue) User(ctx context.Context, name string) (api.User, error) {
 	waiting, err := q.waitingByOwner(ctx, name)
 	if err != nil {
@@ -167,7 +167,7 @@ func (q *Queue) User(ctx context.Context, name string) (api.User, error) {
 	defer q.mu.Unlock()
 	u, ok := q.users[name]
 	if !ok {
-		return api.User{}, fmt.Errorf("%w %q", ErrUnknownUser, name)
+		return api.User{}, fmt.Errorf("%w %q", api.ErrUnknownUser, name)
 	}
 	return q.userViewLocked(name, u, q.now(), waiting[name]), nil
 }

@@ -9,4 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "e2e-slurm.sh: run as root (it starts SLURM daemons and submits as test users)" >&2; exit 1; }
 scripts/deps.sh >/dev/null
-exec go run ./scripts/e2e "$@"
+# One run at a time per cluster: the real-SLURM tests take the same lock.
+lock=${LAB:-/var/tmp/harvest-slurm}.lock
+exec flock -w 900 "$lock" go run ./scripts/e2e "$@"

@@ -413,7 +413,13 @@ cmd_stop() {
   done
   if [ -s "$RUN/munged.pid" ]; then
     pid=$(cat "$RUN/munged.pid")
-    alive "$pid" && kill "$pid" && log "munged $pid stopped"
+    # munged is shared by every cluster on this machine: leave it to the
+    # others while any slurmctld still runs.
+    if pgrep -x slurmctld >/dev/null 2>&1; then
+      log "munged $pid left running: another cluster's slurmctld uses it"
+    else
+      alive "$pid" && kill "$pid" && log "munged $pid stopped"
+    fi
     rm -f "$RUN/munged.pid"
   fi
   rm -f "$RUN"/slurmctld.pid "$RUN"/slurmd-*.pid

@@ -24,7 +24,6 @@ import (
 
 const (
 	nodes   = 8
-	lab     = "/var/tmp/harvest-slurm"
 	pilotCm = "sleep"
 )
 
@@ -32,7 +31,7 @@ func newAdapter(t *testing.T, mod func(*slurm.Config)) *slurm.Adapter {
 	t.Helper()
 	cfg := slurm.DefaultConfig()
 	cfg.Timeout = 5 * time.Second
-	cfg.OutputDir = lab + "/shared"
+	cfg.OutputDir = slurmtest.Lab() + "/shared"
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -105,7 +104,7 @@ func cancelPilots(t *testing.T, a adapters.Adapter) {
 // the clients at a port where no slurmctld listens.
 func deadControllerConf(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(lab + "/etc/slurm.conf")
+	b, err := os.ReadFile(slurmtest.Conf())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +354,7 @@ func TestRealSLURM(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Submit: %v", err)
 		}
-		out := filepath.Join(lab, "shared", "harvest-pilot-"+string(id)+".out")
+		out := filepath.Join(slurmtest.Lab(), "shared", "harvest-pilot-"+string(id)+".out")
 		deadline := time.Now().Add(20 * time.Second)
 		var b []byte
 		for time.Now().Before(deadline) {

@@ -322,7 +322,7 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	name, role, err := s.caller(r, true)
 	if err != nil {
-		s.denied(w, queue.StatusOf(err), "Sign in with a token: open "+api.PathStatus+"?token=TOKEN (make one with `harvest token create`), or send it as Authorization: Bearer.")
+		s.denied(w, api.StatusOf(api.CodeOf(err)), "Sign in with a token: open "+api.PathStatus+"?token=TOKEN (make one with `harvest token create`), or send it as Authorization: Bearer.")
 		return
 	}
 	if role != api.RoleUser && role != api.RoleAdmin {

@@ -84,13 +84,6 @@ func (c Config) Validate() error {
 // reload the page without the token in the URL.
 const cookieName = "harvest_token"
 
-// ErrForbidden and ErrUnauthorized classify refusals of these endpoints.
-var (
-	ErrUnauthorized = errors.New("unauthorized")
-	ErrForbidden    = errors.New("forbidden")
-	ErrBadRequest   = errors.New("bad request")
-)
-
 // Handler returns a mux serving the operations endpoints and everything
 // else from api (the queue's /v1 handler).
 func Handler(cfg Config, apiHandler http.Handler) (http.Handler, error) {
@@ -138,7 +131,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if role != api.RoleAdmin && role != api.RoleUser {
-			writeErr(w, http.StatusForbidden, fmt.Errorf("%w: /metrics needs a user or admin token, you are %s", ErrForbidden, role))
+			writeErr(w, fmt.Errorf("%w: /metrics needs a user or admin token, you are %s", api.ErrForbidden, role))
 			return
 		}
 	}
@@ -156,22 +149,15 @@ func (s *server) admin(h adminFunc) http.HandlerFunc {
 			return
 		}
 		if role != api.RoleAdmin {
-			writeErr(w, http.StatusForbidden, fmt.Errorf("%w: %s needs the admin role, you are %s (%s)", ErrForbidden, r.URL.Path, name, role))
+			writeErr(w, fmt.Errorf("%w: %s needs the admin role, you are %s (%s)", api.ErrForbidden, r.URL.Path, name, role))
 			return
 		}
 		v, err := h(w, r, name)
 		if err != nil {
-			status := http.StatusInternalServerError
-			switch {
-			case errors.Is(err, ErrBadRequest):
-				status = http.StatusBadRequest
-			case queue.StatusOf(err) < 500:
-				status = queue.StatusOf(err)
-			}
-			if status >= 500 {
+			if api.StatusOf(api.CodeOf(err)) >= 500 {
 				s.cfg.Log.Error("admin request failed", "path", r.URL.Path, "error", err)
 			}
-			writeErr(w, status, err)
+			writeErr(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
@@ -188,7 +174,7 @@ func (s *server) putHarvest(w http.ResponseWriter, r *http.Request, user string)
 		return nil, err
 	}
 	if req.Paused == nil {
-		return nil, fmt.Errorf("%w: body must set \"paused\" (true or false)", ErrBadRequest)
+		return nil, fmt.Errorf("%w: body must set \"paused\" (true or false)", api.ErrInvalid)
 	}
 	st, err := s.cfg.Control.SetPaused(*req.Paused)
 	if err == nil {
@@ -218,7 +204,7 @@ func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, user string
 		req.Role = api.RoleUser
 	}
 	if req.Role != api.RoleUser && req.Role != api.RoleAdmin {
-		return nil, fmt.Errorf("%w: role must be %q or %q, got %q", ErrBadRequest, api.RoleUser, api.RoleAdmin, req.Role)
+		return nil, fmt.Errorf("%w: role must be %q or %q, got %q", api.ErrInvalid, api.RoleUser, api.RoleAdmin, req.Role)
 	}
 	n, err := s.cfg.Queue.RevokeTokens(r.Context(), req.User, req.Role)
 	if err != nil {
@@ -234,15 +220,15 @@ func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, user string
 
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("%w: Content-Type must be application/json, got %q", ErrBadRequest, ct)
+		return fmt.Errorf("%w: Content-Type must be application/json, got %q", api.ErrInvalid, ct)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: empty body: a JSON object is required", ErrBadRequest)
+			return fmt.Errorf("%w: empty body: a JSON object is required", api.ErrInvalid)
 		}
-		return fmt.Errorf("%w: malformed JSON: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: malformed JSON: %v", api.ErrInvalid, err)
 	}
 	return nil
 }
@@ -253,10 +239,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func writeErr(w http.ResponseWriter, status int, err error) {
+// writeErr answers err with the status and code of the sentinel it wraps.
+func writeErr(w http.ResponseWriter, err error) {
+	code := api.CodeOf(err)
+	status := api.StatusOf(code)
 	msg := err.Error()
 	if status >= 500 {
 		msg = "internal error (see the agent's log)"
 	}
-	writeJSON(w, status, api.Error{Error: msg})
+	writeJSON(w, status, api.Error{Error: msg, Code: code})
 }

@@ -31,7 +31,7 @@ type fakeQueue struct {
 
 var _ Queue = (*fakeQueue)(nil)
 
-var errUnauth = fmt.Errorf("%w: invalid token", queue.ErrUnauthorized)
+var errUnauth = fmt.Errorf("%w: invalid token", api.ErrUnauthorized)
 
 func (f *fakeQueue) lookup(tok string) (string, string, error) {
 	v, ok := f.tokens[tok]
@@ -45,7 +45,7 @@ func (f *fakeQueue) lookup(tok string) (string, string, error) {
 func (f *fakeQueue) Authenticate(r *http.Request) (string, string, error) {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return "", "", fmt.Errorf("%w: missing bearer token", queue.ErrUnauthorized)
+		return "", "", fmt.Errorf("%w: missing bearer token", api.ErrUnauthorized)
 	}
 	return f.lookup(tok)
 }
@@ -53,7 +53,7 @@ func (f *fakeQueue) AuthenticateToken(r *http.Request, tok string) (string, stri
 	return f.lookup(tok)
 }
 func (f *fakeQueue) WriteError(w http.ResponseWriter, err error) {
-	writeErr(w, queue.StatusOf(err), err)
+	writeErr(w, err)
 }
 func (f *fakeQueue) Users(context.Context) ([]api.User, error) { return f.users() }
 func (f *fakeQueue) ListJobs(_ context.Context, lf queue.ListFilter) (api.JobList, error) {
@@ -64,7 +64,7 @@ func (f *fakeQueue) PilotStatus() map[string]pilotproto.PilotStatus {
 }
 func (f *fakeQueue) CreateToken(_ context.Context, name, role string) (api.Token, error) {
 	if name == "" {
-		return api.Token{}, fmt.Errorf("%w: user name is empty", queue.ErrInvalid)
+		return api.Token{}, fmt.Errorf("%w: user name is empty", api.ErrInvalid)
 	}
 	return api.Token{User: name, Role: role, Token: "hv_new"}, nil
 }

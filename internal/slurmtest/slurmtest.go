@@ -28,6 +28,22 @@ const lockWait = 12 * time.Minute
 // Env is the variable that enables real-SLURM tests.
 const Env = "HARVEST_SLURM_TESTS"
 
+// DefaultLab is the mini-cluster's directory when LAB is not set.
+const DefaultLab = "/var/tmp/harvest-slurm"
+
+// Lab is the mini-cluster's directory: $LAB (as scripts/minicluster.sh
+// reads it) or DefaultLab. Several clusters run side by side with their own
+// LAB, CTLD_PORT and PORT_BASE (and LINK_ETC=0); each has its own test lock.
+func Lab() string {
+	if l := os.Getenv("LAB"); l != "" {
+		return l
+	}
+	return DefaultLab
+}
+
+// Conf is the slurm.conf of the cluster in Lab.
+func Conf() string { return filepath.Join(Lab(), "etc", "slurm.conf") }
+
 // Enabled reports whether real-SLURM tests run.
 func Enabled() bool { return os.Getenv(Env) == "1" }
 
@@ -48,7 +64,13 @@ func Require(t testing.TB, n int) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.OpenFile("/var/tmp/harvest-slurm.lock", os.O_CREATE|os.O_RDWR, 0o666)
+	// SLURM commands run by the test and by the code under test find this
+	// cluster without the /etc/slurm symlink.
+	if os.Getenv("SLURM_CONF") == "" {
+		os.Setenv("SLURM_CONF", Conf())
+	}
+	lockPath := Lab() + ".lock"
+	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		t.Fatalf("slurm test lock: %v", err)
 	}
@@ -65,7 +87,7 @@ func Require(t testing.TB, n int) *Cluster {
 			t.Fatalf("slurm test lock: %v", err)
 		}
 		if time.Now().After(waitUntil) {
-			t.Fatalf("slurm test lock /var/tmp/harvest-slurm.lock still held after %v (see FLOCK in /proc/locks for the holder)", lockWait)
+			t.Fatalf("slurm test lock %s still held after %v (see FLOCK in /proc/locks for the holder)", lockPath, lockWait)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

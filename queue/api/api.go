@@ -56,9 +56,11 @@ func JobFinal(state string) bool {
 	return false
 }
 
-// Error is the body of every error answer.
+// Error is the body of every error answer: a message for people and a
+// code for programs (errors.go maps it onto a sentinel error).
 type Error struct {
 	Error string `json:"error"`
+	Code  Code   `json:"code,omitempty"`
 }
 
 // JobSpec is the body of POST /v1/jobs. Optional fields left out take the

@@ -99,20 +99,11 @@ func New(cfg Config) (*Client, error) {
 	return &Client{cfg: cfg, r: r}, nil
 }
 
-// Errors the server's answers map onto (check with errors.Is).
-var (
-	ErrInvalid      = errors.New("invalid request")
-	ErrUnauthorized = errors.New("not authenticated")
-	ErrForbidden    = errors.New("forbidden")
-	ErrNotFound     = errors.New("not found")
-	ErrConflict     = errors.New("conflict")
-	ErrStaleEpoch   = errors.New("stale epoch")
-	ErrLeaseExpired = errors.New("lease expired")
-)
-
-// Error is an error answer of the queue.
+// Error is an error answer of the queue. It wraps the sentinel of its
+// code (queue/api: errors.Is(err, api.ErrStaleEpoch) and so on).
 type Error struct {
 	Status  int
+	Code    api.Code
 	Message string
 }
 
@@ -120,26 +111,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("queue: %s (HTTP %d)", e.Message, e.Status)
 }
 
-// Is maps the status (and, for 409, the message) onto the sentinel errors.
-func (e *Error) Is(target error) bool {
-	switch target {
-	case ErrInvalid:
-		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge
-	case ErrUnauthorized:
-		return e.Status == http.StatusUnauthorized
-	case ErrForbidden:
-		return e.Status == http.StatusForbidden
-	case ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case ErrConflict:
-		return e.Status == http.StatusConflict
-	case ErrStaleEpoch:
-		return e.Status == http.StatusConflict && strings.Contains(e.Message, "stale epoch")
-	case ErrLeaseExpired:
-		return e.Status == http.StatusConflict && strings.Contains(e.Message, "lease expired")
-	}
-	return false
-}
+// Unwrap is the sentinel of the answer's code (for an answer without a
+// code, from an older server or a proxy, that of its HTTP status).
+func (e *Error) Unwrap() error { return api.ErrOf(e.Code, e.Status) }
 
 // do performs one call; idempotent calls are retried on transient failures.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any, idempotent bool) error {
@@ -167,6 +141,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(resp.String())}
 		if ae, ok := resp.Error().(*api.Error); ok && ae.Error != "" {
 			e.Message = ae.Error
+			e.Code = ae.Code
 		}
 		if e.Status >= 500 {
 			return e

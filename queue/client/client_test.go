@@ -73,11 +73,11 @@ func TestIdempotentCallsAreRetriedOthersAreNot(t *testing.T) {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusConflict)
-			w.Write([]byte(`{"error":"stale epoch: epoch 1 is older than the current epoch 2"}`))
+			w.Write([]byte(`{"error":"stale epoch: epoch 1 is older than the current epoch 2","code":"stale_epoch"}`))
 		}))
 		defer srv.Close()
 		_, err := newTestClient(t, srv.URL).Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1})
-		if !errors.Is(err, ErrStaleEpoch) || !errors.Is(err, ErrConflict) || errors.Is(err, ErrLeaseExpired) || calls.Load() != 1 {
+		if !errors.Is(err, api.ErrStaleEpoch) || errors.Is(err, api.ErrLeaseExpired) || calls.Load() != 1 {
 			t.Fatalf("heartbeat: %v after %d calls", err, calls.Load())
 		}
 		var e *Error
@@ -85,6 +85,33 @@ func TestIdempotentCallsAreRetriedOthersAreNot(t *testing.T) {
 			t.Fatalf("error detail: %#v", err)
 		}
 	})
+}
+
+func TestErrorsMapByCodeNotByMessage(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		want, not  error
+	}{
+		{"the code decides, whatever the message says", `{"error":"stale epoch?","code":"lease_expired"}`, 409, api.ErrLeaseExpired, api.ErrStaleEpoch},
+		{"a 409 without a code is a plain conflict", `{"error":"stale epoch"}`, 409, api.ErrConflict, api.ErrStaleEpoch},
+		{"an unknown code falls back on the status", `{"error":"x","code":"from_the_future"}`, 404, api.ErrNotFound, api.ErrInvalid},
+		{"a body that is not JSON maps by status", `<html>bad gateway</html>`, 403, api.ErrForbidden, api.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			_, err := newTestClient(t, srv.URL).Job(ctx, 1)
+			if !errors.Is(err, tc.want) || errors.Is(err, tc.not) {
+				t.Fatalf("got %v: want it to be %v and not %v", err, tc.want, tc.not)
+			}
+		})
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

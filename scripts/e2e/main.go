@@ -43,7 +43,13 @@ var (
 	keep     = flag.Bool("keep", false, "keep the work directory")
 )
 
-const lab = "/var/tmp/harvest-slurm"
+// lab is the mini-cluster's directory ($LAB, as scripts/minicluster.sh reads it).
+var lab = func() string {
+	if l := os.Getenv("LAB"); l != "" {
+		return l
+	}
+	return "/var/tmp/harvest-slurm"
+}()
 
 type run struct {
 	root, work, harvest string
