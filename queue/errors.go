@@ -7,13 +7,9 @@ import (
 )
 
 // The sentinel errors, their codes and HTTP statuses are declared once, in
-// queue/api (errors.go). Two more are the server's own:
-var (
-	// ErrClosed: the queue is shutting down (503, retry elsewhere/later).
-	ErrClosed = fmt.Errorf("queue closed: %w", api.ErrUnavailable)
-	// errInternalWrite: a storage failure; the answer is a logged 500.
-	errInternalWrite = api.ErrInternal
-)
+// queue/api (errors.go). ErrClosed is the server's own: the queue is
+// shutting down (503, retry later).
+var ErrClosed = fmt.Errorf("queue closed: %w", api.ErrUnavailable)
 
 // statusOf maps an error onto its HTTP status through the code table.
 func statusOf(err error) int { return api.StatusOf(api.CodeOf(err)) }

@@ -63,10 +63,6 @@ func (q *Queue) usageLocked(u *userState, now time.Time) fairshare.Usage {
 	return us
 }
 
-func (q *Queue) priorityLocked(u *userState, now time.Time) float64 {
-	return fairshare.ComputedPriority(u.limits, q.usageLocked(u, now), q.highest)
-}
-
 // ensureUser makes sure a users row exists (new users get the defaults).
 func (q *Queue) ensureUser(ctx context.Context, name string) error {
 	q.mu.Lock()

@@ -28,6 +28,16 @@ go vet ./...
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 [ -z "$unformatted" ] || { echo "gofmt needed on: $unformatted" >&2; exit 1; }
 
+if [ "$QUICK" = 0 ]; then
+  step "staticcheck and deadcode (zero findings)"
+  # Pinned versions from the Go module proxy, installed next to the build.
+  GOBIN=$ROOT/bin/tools go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+  GOBIN=$ROOT/bin/tools go install golang.org/x/tools/cmd/deadcode@v0.52.0
+  bin/tools/staticcheck ./...
+  dead=$(bin/tools/deadcode -test ./...)
+  [ -z "$dead" ] || { echo "deadcode: unreachable functions:"; echo "$dead"; exit 1; } >&2
+fi
+
 if [ "$QUICK" = 1 ]; then
   step "unit tests"
   go test ./...

@@ -234,8 +234,3 @@ func (a ad) expression(name string) (expr, bool) {
 	e, ok := a[strings.ToLower(name)].(expr)
 	return e, ok
 }
-
-func (a ad) has(name string) bool {
-	_, ok := a[strings.ToLower(name)]
-	return ok
-}

@@ -262,12 +262,12 @@ func TestRealSLURM(t *testing.T) {
 		if fits, err = a.Submit(bg(t), pilotSpec(2*60+59)); err != nil {
 			t.Fatalf("Submit: %v", err)
 		}
-		s := waitSnap(t, a, "the fitting pilot running", 15*time.Second, func(s cluster.Snapshot) bool {
+		waitSnap(t, a, "the fitting pilot running", 15*time.Second, func(s cluster.Snapshot) bool {
 			j, ok := job(s, string(fits))
 			return ok && j.State == cluster.Running
 		})
 		time.Sleep(3 * time.Second) // three more backfill passes
-		s = snap(t, a)
+		s := snap(t, a)
 		f, _ := job(s, string(fits))
 		l, ok := job(s, string(tooLong))
 		if !ok || l.State != cluster.Pending || !l.Pilot || l.TimeLimit != 600 {

@@ -108,8 +108,6 @@ func (h *hostedQueue) seedNodeLimits(ctx context.Context, c *cli.Context) error 
 	return err
 }
 
-func (h *hostedQueue) serve(ctx context.Context) error { return h.q.Serve(ctx, h.listeners...) }
-
 func (h *hostedQueue) close() {
 	for _, l := range h.listeners {
 		l.Close()
