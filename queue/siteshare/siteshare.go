@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 )
 
 // ErrInvalidConfig is wrapped by every Config.Validate error.
@@ -55,11 +56,14 @@ type Config struct {
 	// Alpha is the weight of a new observation in the moving averages.
 	// Default 0.1 (about the last 20 tasks of a job at a site).
 	Alpha float64 `json:"alpha"`
+	// SilentAfter: a site whose agent and master have not called for this
+	// long is silent and weighs 0 until it calls again. Default 1 min.
+	SilentAfter time.Duration `json:"silent_after"`
 }
 
 // DefaultConfig returns the defaults above.
 func DefaultConfig() Config {
-	return Config{Tolerance: 0.2, Fastest: 4, Faster: 2, Slowest: 0.5, Ahead: 1, MinHold: 4, Alpha: 0.1}
+	return Config{Tolerance: 0.2, Fastest: 4, Faster: 2, Slowest: 0.5, Ahead: 1, MinHold: 4, Alpha: 0.1, SilentAfter: time.Minute}
 }
 
 // Validate reports the first setting that makes no sense.
@@ -79,6 +83,8 @@ func (c Config) Validate() error {
 		return bad("min hold %d must be at least 1", c.MinHold)
 	case !(c.Alpha > 0 && c.Alpha <= 1):
 		return bad("alpha %v must be in (0, 1]", c.Alpha)
+	case c.SilentAfter <= 0:
+		return bad("silent after %v must be positive", c.SilentAfter)
 	}
 	return nil
 }
