@@ -51,6 +51,55 @@ func Enabled() bool { return os.Getenv(Env) == "1" }
 type Cluster struct {
 	Root  string // repository root
 	Nodes int
+	// Lab and Conf are the cluster's directory and slurm.conf.
+	Lab, Conf string
+	// env is added to every command's environment (a second cluster's
+	// LAB, ports and SLURM_CONF); nil for the cluster of the process's
+	// own environment.
+	env []string
+}
+
+// Spec names a mini-cluster other than the one of the environment: its
+// directory and ports (scripts/minicluster.sh's LAB, CTLD_PORT, PORT_BASE).
+type Spec struct {
+	Lab                string
+	CtldPort, PortBase int
+}
+
+// SecondSpec is the second cluster of two-cluster tests: LAB_B,
+// CTLD_PORT_B and PORT_BASE_B, by default next to the first (Lab()+"-b",
+// its ports + 100).
+func SecondSpec() Spec {
+	num := func(name string, def int) int {
+		if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+			return n
+		}
+		return def
+	}
+	lab := os.Getenv("LAB_B")
+	if lab == "" {
+		lab = Lab() + "-b"
+	}
+	return Spec{Lab: lab, CtldPort: num("CTLD_PORT_B", num("CTLD_PORT", 6817)+100), PortBase: num("PORT_BASE_B", num("PORT_BASE", 17000)+100)}
+}
+
+// RequireTwo gives a test two clusters of n nodes each: the one of the
+// environment and SecondSpec's. Both are locked (always in this order)
+// for the life of the test.
+func RequireTwo(t testing.TB, n int) (a, b *Cluster) {
+	t.Helper()
+	a = Require(t, n)
+	spec := SecondSpec()
+	if spec.Lab == a.Lab {
+		t.Fatalf("the second cluster's LAB_B %s is the first cluster's LAB", spec.Lab)
+	}
+	conf := filepath.Join(spec.Lab, "etc", "slurm.conf")
+	b = &Cluster{Root: a.Root, Nodes: n, Lab: spec.Lab, Conf: conf, env: []string{
+		"LAB=" + spec.Lab, "CTLD_PORT=" + strconv.Itoa(spec.CtldPort), "PORT_BASE=" + strconv.Itoa(spec.PortBase),
+		"LINK_ETC=0", "SLURM_CONF=" + conf,
+	}}
+	b.lockAndStart(t)
+	return a, b
 }
 
 // Require skips t unless real-SLURM tests are enabled, then takes the
@@ -69,7 +118,16 @@ func Require(t testing.TB, n int) *Cluster {
 	if os.Getenv("SLURM_CONF") == "" {
 		os.Setenv("SLURM_CONF", Conf())
 	}
-	lockPath := Lab() + ".lock"
+	c := &Cluster{Root: root, Nodes: n, Lab: Lab(), Conf: os.Getenv("SLURM_CONF")}
+	c.lockAndStart(t)
+	return c
+}
+
+// lockAndStart takes the cluster's test lock for the life of the test and
+// makes sure it runs with c.Nodes idle nodes and no jobs.
+func (c *Cluster) lockAndStart(t testing.TB) {
+	t.Helper()
+	lockPath := c.Lab + ".lock"
 	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		t.Fatalf("slurm test lock: %v", err)
@@ -91,35 +149,42 @@ func Require(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	c := &Cluster{Root: root, Nodes: n}
 	t.Cleanup(func() {
 		c.CancelAll(t)
 		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 		lock.Close()
 	})
-	out, err := c.script("start", strconv.Itoa(n))
+	out, err := c.script("start", strconv.Itoa(c.Nodes))
 	if err != nil {
-		t.Fatalf("start the SLURM mini-cluster with %d nodes: %v\n%s", n, err, out)
+		t.Fatalf("start the SLURM mini-cluster %s with %d nodes: %v\n%s", c.Lab, c.Nodes, err, out)
 	}
 	c.CancelAll(t)
 	c.ResumeAll(t)
-	return c
+}
+
+// Command is a command run against this cluster (its SLURM_CONF).
+func (c *Cluster) Command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	if c.env != nil {
+		cmd.Env = append(os.Environ(), c.env...)
+	}
+	return cmd
 }
 
 // ResumeAll brings drained or down nodes back (a test that drains a node
 // must not change the next test's cluster) and waits until all n are idle.
 func (c *Cluster) ResumeAll(t testing.TB) {
 	t.Helper()
-	exec.Command("scontrol", "update", fmt.Sprintf("nodename=n[1-%d]", c.Nodes), "state=resume").Run()
+	c.Command("scontrol", "update", fmt.Sprintf("nodename=n[1-%d]", c.Nodes), "state=resume").Run()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		out, err := exec.Command("sinfo", "-h", "-N", "-t", "idle", "-o", "%N").Output()
+		out, err := c.Command("sinfo", "-h", "-N", "-t", "idle", "-o", "%N").Output()
 		if err == nil && len(strings.Fields(string(out))) >= c.Nodes {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	out, _ := exec.Command("sinfo", "-N").CombinedOutput()
+	out, _ := c.Command("sinfo", "-N").CombinedOutput()
 	t.Fatalf("not all %d nodes idle after resuming:\n%s", c.Nodes, out)
 }
 
@@ -142,8 +207,7 @@ func RepoRoot() (string, error) {
 }
 
 func (c *Cluster) script(args ...string) ([]byte, error) {
-	cmd := exec.Command(filepath.Join(c.Root, "scripts", "minicluster.sh"), args...)
-	return cmd.CombinedOutput()
+	return c.Command(filepath.Join(c.Root, "scripts", "minicluster.sh"), args...).CombinedOutput()
 }
 
 // Script runs scripts/minicluster.sh with args (e.g. "stop-ctld").
@@ -159,9 +223,9 @@ func (c *Cluster) Run(t testing.TB, user string, name string, args ...string) st
 	t.Helper()
 	var cmd *exec.Cmd
 	if user == "" || user == "root" {
-		cmd = exec.Command(name, args...)
+		cmd = c.Command(name, args...)
 	} else {
-		cmd = exec.Command("runuser", append([]string{"-u", user, "--", name}, args...)...)
+		cmd = c.Command("runuser", append([]string{"-u", user, "--", name}, args...)...)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -187,16 +251,16 @@ func (c *Cluster) Sbatch(t testing.TB, user, script string, args ...string) stri
 
 // CancelAll cancels every job and waits until none is left.
 func (c *Cluster) CancelAll(t testing.TB) {
-	exec.Command("scancel", "--full", "-u", "root").Run()
+	c.Command("scancel", "--full", "-u", "root").Run()
 	for _, u := range []string{"alice", "bob", "carol"} {
-		exec.Command("scancel", "-u", u).Run()
+		c.Command("scancel", "-u", u).Run()
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		out, err := exec.Command("squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED", "-o", "%i").Output()
+		out, err := c.Command("squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED", "-o", "%i").Output()
 		if err == nil && len(bytes.TrimSpace(out)) == 0 {
 			// and all nodes idle again
-			out, err = exec.Command("sinfo", "-h", "-N", "-o", "%T").Output()
+			out, err = c.Command("sinfo", "-h", "-N", "-o", "%T").Output()
 			if err == nil && !bytes.Contains(out, []byte("alloc")) && !bytes.Contains(out, []byte("completing")) && !bytes.Contains(out, []byte("mixed")) {
 				return
 			}
@@ -234,4 +298,18 @@ func (c *Cluster) StartTime(t testing.TB, id string) time.Time {
 		t.Fatalf("job %s StartTime %q: %v", id, v, err)
 	}
 	return ts
+}
+
+// WaitFor polls cond until it holds or d passes (SLURM cannot tell us when
+// a job changes state, so tests watch it with a deadline).
+func WaitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", d, what)
 }
