@@ -242,8 +242,8 @@ type PausedDemand struct {
 }
 
 // Demand implements DemandSource.
-func (p PausedDemand) Demand(ctx context.Context) (DemandInfo, error) {
-	d, err := p.Src.Demand(ctx)
+func (p PausedDemand) Demand(ctx context.Context, seen Seen) (DemandInfo, error) {
+	d, err := p.Src.Demand(ctx, seen)
 	if err != nil {
 		return d, err
 	}

@@ -118,7 +118,7 @@ func (e *editing) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 
 type demandFunc func() DemandInfo
 
-func (f demandFunc) Demand(context.Context) (DemandInfo, error) { return f(), nil }
+func (f demandFunc) Demand(context.Context, Seen) (DemandInfo, error) { return f(), nil }
 
 func histCount(t *testing.T, mx *Metrics, name string) uint64 {
 	t.Helper()

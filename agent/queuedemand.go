@@ -16,7 +16,7 @@ type QueueDemand struct {
 }
 
 // Demand implements DemandSource.
-func (d QueueDemand) Demand(ctx context.Context) (DemandInfo, error) {
+func (d QueueDemand) Demand(ctx context.Context, _ Seen) (DemandInfo, error) {
 	dem, err := d.Q.Demand(ctx)
 	if err != nil {
 		return DemandInfo{}, err

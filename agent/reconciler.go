@@ -34,9 +34,19 @@ type DemandInfo struct {
 	Paused bool
 }
 
-// DemandSource is the queue as seen by the agent.
+// DemandSource is the queue as seen by the agent. Seen is what the agent
+// sees of its cluster this round: a queue shared by several clusters
+// splits the work by it.
 type DemandSource interface {
-	Demand(ctx context.Context) (DemandInfo, error)
+	Demand(ctx context.Context, seen Seen) (DemandInfo, error)
+}
+
+// Seen is what a round saw before deciding.
+type Seen struct {
+	// Held is the pilot nodes held: visible pilots and those on their way.
+	Held int
+	// Idle is the cluster's idle nodes.
+	Idle int
 }
 
 // StaticDemand is a DemandSource with a fixed answer: harvest-while-idle
@@ -44,7 +54,7 @@ type DemandSource interface {
 type StaticDemand struct{ Info DemandInfo }
 
 // Demand implements DemandSource.
-func (s StaticDemand) Demand(context.Context) (DemandInfo, error) { return s.Info, nil }
+func (s StaticDemand) Demand(context.Context, Seen) (DemandInfo, error) { return s.Info, nil }
 
 // RoundResult is what one round saw, decided and did.
 type RoundResult struct {
@@ -120,14 +130,14 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	if err := snap.Validate(); err != nil {
 		return RoundResult{}, fmt.Errorf("%w: adapter returned %w", ErrNoSnapshot, err)
 	}
-	dem, err := r.src.Demand(ctx)
+	r.ledger.Observe(snap)
+	dem, err := r.src.Demand(ctx, seen(snap, r.ledger))
 	if err != nil {
 		// Without demand figures, harvesting blind could grab nodes nobody
 		// uses; holding still is the safe choice.
 		return RoundResult{}, fmt.Errorf("%w: queue: %w", ErrNoSnapshot, err)
 	}
 	r.enrich(&snap, dem)
-	r.ledger.Observe(snap)
 
 	pcfg := r.cfg.Policy
 	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended}
@@ -151,6 +161,17 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 		r.OnRound(res)
 	}
 	return res, nil
+}
+
+// seen sums up a snapshot for the queue.
+func seen(s cluster.Snapshot, l *Ledger) Seen {
+	held := l.Len()
+	for _, j := range s.Jobs {
+		if j.Pilot {
+			held += j.Nodes
+		}
+	}
+	return Seen{Held: held, Idle: s.IdleNodes}
 }
 
 // enrich adds what the queue knows to the adapter's snapshot, so a dumped

@@ -188,7 +188,7 @@ func TestAQueueErrorHoldsStill(t *testing.T) {
 
 type failingDemand struct{}
 
-func (failingDemand) Demand(context.Context) (DemandInfo, error) {
+func (failingDemand) Demand(context.Context, Seen) (DemandInfo, error) {
 	return DemandInfo{}, errors.New("queue down")
 }
 
@@ -308,4 +308,37 @@ type countingSnapshots struct {
 func (c *countingSnapshots) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	c.n.Add(1)
 	return c.Memory.Snapshot(ctx)
+}
+
+// recordingDemand remembers what each round told the queue.
+type recordingDemand struct{ seen []Seen }
+
+func (d *recordingDemand) Demand(_ context.Context, s Seen) (DemandInfo, error) {
+	d.seen = append(d.seen, s)
+	return DemandInfo{}, nil
+}
+
+// A shared queue splits the work by what each site sees: the pilots it
+// holds (visible or still on their way) and its idle nodes.
+func TestTheQueueHearsThePilotsHeldAndTheIdleNodes(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	h := &hiding{Adapter: m}
+	src := &recordingDemand{}
+	r := NewReconciler(h, src, testConfig(), nil)
+	ctx := context.Background()
+	if _, err := r.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.hide.Store(true) // the 4 pilots are not listed yet: the ledger holds them
+	if _, err := r.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.hide.Store(false)
+	if _, err := r.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []Seen{{Held: 0, Idle: 4}, {Held: 4, Idle: 4}, {Held: 4, Idle: 0}}
+	if !reflect.DeepEqual(src.seen, want) {
+		t.Fatalf("seen %+v, want %+v", src.seen, want)
+	}
 }

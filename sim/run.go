@@ -299,7 +299,7 @@ type demand struct {
 	noRecommend bool
 }
 
-func (d demand) Demand(context.Context) (agent.DemandInfo, error) {
+func (d demand) Demand(context.Context, agent.Seen) (agent.DemandInfo, error) {
 	dm, busy := d.c.Demand()
 	info := agent.DemandInfo{Demand: &dm, Busy: busy}
 	if !d.noRecommend {
