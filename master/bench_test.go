@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/harvest-hpc/harvest/master"
-	"github.com/harvest-hpc/harvest/pilot/wire"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // BenchmarkMasterCorePerTask is the master's own cost per task without
@@ -35,12 +35,12 @@ func BenchmarkMasterCorePerTask(b *testing.B) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 100, Capacity: 200}); err != nil {
+	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 100, Capacity: 200}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for n := 0; n < b.N; {
-		resp, err := m.Pull(ctx, wire.PullRequest{WorkerID: "w", Free: 200, WaitMS: 1000})
+		resp, err := m.Pull(ctx, workerproto.PullRequest{WorkerID: "w", Free: 200, WaitMS: 1000})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func BenchmarkMasterCorePerTask(b *testing.B) {
 				res = append(res, pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: pilotproto.StatusDone})
 			}
 		}
-		if _, err := m.Results(wire.ResultsRequest{WorkerID: "w", Results: res}); err != nil {
+		if _, err := m.Results(workerproto.ResultsRequest{WorkerID: "w", Results: res}); err != nil {
 			b.Fatal(err)
 		}
 		n += len(res)

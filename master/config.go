@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/harvest-hpc/harvest/agent/policy"
 )
 
 // Config of a master. Only cmd/ maps flags and environment onto it.
@@ -16,22 +18,22 @@ type Config struct {
 	JournalMode    string // SQLite journal mode: WAL (default) or DELETE
 	Token          string // pilot token workers must present
 
-	PullWait           time.Duration // longest worker long-poll
-	Prefetch           int           // task buffer = Prefetch x the workers' capacity
-	MinBuffer          int           // buffer floor (before workers register)
-	MaxBuffer          int           // buffer ceiling
-	MaxPull            int           // tasks per queue pull
-	IdlePoll           time.Duration // pull interval while the queue has nothing
-	RetryInterval      time.Duration // wait after a failed queue call
-	Tick               time.Duration // housekeeping period (reaper, timers)
-	HeartbeatInterval  time.Duration // queue heartbeat + recommendation period
-	LeaseRenewInterval time.Duration // lease renewal period (well under the TTL)
-	WorkerTimeout      time.Duration // a silent worker's tasks are requeued after this
-	ReconnectGrace     time.Duration // after a restore, workers have this long to come back
-	SafetyMargin       time.Duration // no batch may be planned to end later than deadline - margin
-	ReportBatch        int           // results per queue report
-	ShutdownTimeout    time.Duration // time to flush results when stopping
-	Recommend          RecommendConfig
+	PullWait           time.Duration          // longest worker long-poll
+	Prefetch           int                    // task buffer = Prefetch x the workers' capacity
+	MinBuffer          int                    // buffer floor (before workers register)
+	MaxBuffer          int                    // buffer ceiling
+	MaxPull            int                    // tasks per queue pull
+	IdlePoll           time.Duration          // pull interval while the queue has nothing
+	RetryInterval      time.Duration          // wait after a failed queue call
+	Tick               time.Duration          // housekeeping period (reaper, timers)
+	HeartbeatInterval  time.Duration          // queue heartbeat + recommendation period
+	LeaseRenewInterval time.Duration          // lease renewal period (well under the TTL)
+	WorkerTimeout      time.Duration          // a silent worker's tasks are requeued after this
+	ReconnectGrace     time.Duration          // after a restore, workers have this long to come back
+	SafetyMargin       time.Duration          // no batch may be planned to end later than deadline - margin
+	ReportBatch        int                    // results per queue report
+	ShutdownTimeout    time.Duration          // time to flush results when stopping
+	Recommend          policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
 
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -57,7 +59,7 @@ func DefaultConfig() Config {
 		SafetyMargin:       60 * time.Second,
 		ReportBatch:        1000,
 		ShutdownTimeout:    5 * time.Second,
-		Recommend:          DefaultRecommendConfig(),
+		Recommend:          policy.DefaultRecommendConfig(),
 		Now:                time.Now,
 		Logger:             slog.Default(),
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
-	"github.com/harvest-hpc/harvest/pilot/wire"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // FakeQueue is a Queue whose calls are closures; nil closures answer
@@ -87,7 +87,7 @@ func TestQueueStaleEpochStopsTheMaster(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("master kept running after the queue said its epoch is stale")
 	}
-	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}); !errors.Is(err, master.ErrNotMaster) {
+	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}); !errors.Is(err, master.ErrNotMaster) {
 		t.Fatalf("a stopped master accepted a worker: %v", err)
 	}
 }
@@ -150,10 +150,10 @@ func TestTasksOfACancelledJobAreNeverHandedOut(t *testing.T) {
 		},
 	}
 	m, _, _ := runFake(t, f)
-	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 4, Capacity: 8}); err != nil {
+	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 4, Capacity: 8}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := m.Pull(context.Background(), wire.PullRequest{WorkerID: "w", Free: 8, WaitMS: 300})
+	resp, err := m.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w", Free: 8, WaitMS: 300})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,14 +181,14 @@ func TestBadWorkerRequestsAreRefusedWithoutChangingState(t *testing.T) {
 		name, path, token, body string
 		status                  int
 	}{
-		{"a request without the pilot token is refused", wire.PathRegister, "", `{"worker_id":"w","slots":1,"capacity":1}`, 401},
-		{"a request with a wrong token is refused", wire.PathRegister, "nope", `{"worker_id":"w","slots":1,"capacity":1}`, 401},
-		{"a worker without id is refused", wire.PathRegister, token, `{"slots":1,"capacity":1}`, 400},
-		{"a worker without slots is refused", wire.PathRegister, token, `{"worker_id":"w","capacity":1}`, 400},
-		{"a capacity below the slots is refused", wire.PathRegister, token, `{"worker_id":"w","slots":4,"capacity":2}`, 400},
-		{"a body that is not JSON is refused", wire.PathRegister, token, `{"worker_id":`, 400},
-		{"a result with an unknown status is refused", wire.PathResults, token, `{"worker_id":"w","results":[{"task_id":1,"attempt":1,"status":"great"}]}`, 400},
-		{"a pull from an unregistered worker asks it to register", wire.PathPull, token, `{"worker_id":"ghost","free":1}`, 404},
+		{"a request without the pilot token is refused", workerproto.PathRegister, "", `{"worker_id":"w","slots":1,"capacity":1}`, 401},
+		{"a request with a wrong token is refused", workerproto.PathRegister, "nope", `{"worker_id":"w","slots":1,"capacity":1}`, 401},
+		{"a worker without id is refused", workerproto.PathRegister, token, `{"slots":1,"capacity":1}`, 400},
+		{"a worker without slots is refused", workerproto.PathRegister, token, `{"worker_id":"w","capacity":1}`, 400},
+		{"a capacity below the slots is refused", workerproto.PathRegister, token, `{"worker_id":"w","slots":4,"capacity":2}`, 400},
+		{"a body that is not JSON is refused", workerproto.PathRegister, token, `{"worker_id":`, 400},
+		{"a result with an unknown status is refused", workerproto.PathResults, token, `{"worker_id":"w","results":[{"task_id":1,"attempt":1,"status":"great"}]}`, 400},
+		{"a pull from an unregistered worker asks it to register", workerproto.PathPull, token, `{"worker_id":"ghost","free":1}`, 404},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,7 +201,7 @@ func TestBadWorkerRequestsAreRefusedWithoutChangingState(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var eb wire.ErrorBody
+			var eb workerproto.ErrorBody
 			json.NewDecoder(resp.Body).Decode(&eb)
 			if resp.StatusCode != tc.status || eb.Error == "" {
 				t.Fatalf("status %d error %q, want %d with a JSON error", resp.StatusCode, eb.Error, tc.status)

@@ -12,8 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 type ref = pilotproto.TaskRef
@@ -362,13 +363,13 @@ func (m *Master) worker(id string) *mworker {
 
 // assign plans batches for w (at least one batch when one fits, more while
 // the tasks handed stay under free), commits them, and returns them.
-func (m *Master) assign(w *mworker, free int, now time.Time) ([]wire.Batch, error) {
+func (m *Master) assign(w *mworker, free int, now time.Time) ([]workerproto.Batch, error) {
 	if m.stopping || m.npending == 0 || free <= 0 {
 		return nil, nil
 	}
 	m.compact()
 	taken := map[ref]bool{}
-	var batches []wire.Batch
+	var batches []workerproto.Batch
 	var ops []op
 	handed := 0
 	for handed < free {
@@ -377,7 +378,7 @@ func (m *Master) assign(w *mworker, free int, now time.Time) ([]wire.Batch, erro
 			break
 		}
 		m.nextBatch++
-		b := wire.Batch{ID: m.nextBatch}
+		b := workerproto.Batch{ID: m.nextBatch}
 		for _, k := range refs {
 			taken[k] = true
 			b.Tasks = append(b.Tasks, m.tasks[k].t)
@@ -496,10 +497,10 @@ func (m *Master) bufferTarget() int {
 // ---- worker requests ----
 
 // ErrUnknownWorker: the worker must register (again).
-var ErrUnknownWorker = errors.New(wire.ErrUnknownWorker)
+var ErrUnknownWorker = errors.New(workerproto.ErrUnknownWorker)
 
 // ErrNotMaster: this master stopped; workers go back to the lease.
-var ErrNotMaster = errors.New(wire.ErrNotMaster)
+var ErrNotMaster = errors.New(workerproto.ErrNotMaster)
 
 func (m *Master) usable() error {
 	select {
@@ -513,12 +514,12 @@ func (m *Master) usable() error {
 	return nil
 }
 
-// Register handles a worker's (re)registration; see wire.RegisterRequest.
-func (m *Master) Register(req wire.RegisterRequest) (wire.RegisterResponse, error) {
+// Register handles a worker's (re)registration; see workerproto.RegisterRequest.
+func (m *Master) Register(req workerproto.RegisterRequest) (workerproto.RegisterResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.usable(); err != nil {
-		return wire.RegisterResponse{}, err
+		return workerproto.RegisterResponse{}, err
 	}
 	now := m.cfg.Now()
 	w := m.worker(req.WorkerID)
@@ -540,7 +541,7 @@ func (m *Master) Register(req wire.RegisterRequest) (wire.RegisterResponse, erro
 			ops = append(ops, op{kind: opRequeue, k: k})
 		}
 	}
-	var resp wire.RegisterResponse
+	var resp workerproto.RegisterResponse
 	resp.Epoch = m.cfg.Epoch
 	for _, k := range req.Held {
 		t := m.tasks[k]
@@ -557,7 +558,7 @@ func (m *Master) Register(req wire.RegisterRequest) (wire.RegisterResponse, erro
 		}
 	}
 	if err := m.commit(ops); err != nil {
-		return wire.RegisterResponse{}, err
+		return workerproto.RegisterResponse{}, err
 	}
 	w.registered = true
 	for job := range m.cancelled {
@@ -570,7 +571,7 @@ func (m *Master) Register(req wire.RegisterRequest) (wire.RegisterResponse, erro
 }
 
 // Pull hands batches to a worker, waiting up to wait for work to appear.
-func (m *Master) Pull(ctx context.Context, req wire.PullRequest) (wire.PullResponse, error) {
+func (m *Master) Pull(ctx context.Context, req workerproto.PullRequest) (workerproto.PullResponse, error) {
 	wait := time.Duration(req.WaitMS) * time.Millisecond
 	if wait <= 0 || wait > m.cfg.PullWait {
 		wait = m.cfg.PullWait
@@ -581,20 +582,20 @@ func (m *Master) Pull(ctx context.Context, req wire.PullRequest) (wire.PullRespo
 		m.mu.Lock()
 		if err := m.usable(); err != nil {
 			m.mu.Unlock()
-			return wire.PullResponse{}, err
+			return workerproto.PullResponse{}, err
 		}
 		w := m.workers[req.WorkerID]
 		if w == nil || !w.registered {
 			m.mu.Unlock()
-			return wire.PullResponse{}, ErrUnknownWorker
+			return workerproto.PullResponse{}, ErrUnknownWorker
 		}
 		w.lastSeen = m.cfg.Now()
 		batches, err := m.assign(w, req.Free, w.lastSeen)
 		if err != nil {
 			m.mu.Unlock()
-			return wire.PullResponse{}, err
+			return workerproto.PullResponse{}, err
 		}
-		resp := wire.PullResponse{Batches: batches, KillJobs: w.kill}
+		resp := workerproto.PullResponse{Batches: batches, KillJobs: w.kill}
 		w.kill = nil
 		ch := m.changed
 		if len(batches) > 0 || len(resp.KillJobs) > 0 {
@@ -617,7 +618,7 @@ func (m *Master) Pull(ctx context.Context, req wire.PullRequest) (wire.PullRespo
 		w.lastSeen = m.cfg.Now()
 		m.mu.Unlock()
 		if done {
-			return wire.PullResponse{}, nil
+			return workerproto.PullResponse{}, nil
 		}
 	}
 }
@@ -625,11 +626,11 @@ func (m *Master) Pull(ctx context.Context, req wire.PullRequest) (wire.PullRespo
 // Results stores a worker's results before they are acknowledged.
 // Results of unknown or already final (task, attempt) pairs are
 // acknowledged and ignored: that is what makes resending harmless.
-func (m *Master) Results(req wire.ResultsRequest) (wire.ResultsResponse, error) {
+func (m *Master) Results(req workerproto.ResultsRequest) (workerproto.ResultsResponse, error) {
 	m.mu.Lock()
 	if err := m.usable(); err != nil {
 		m.mu.Unlock()
-		return wire.ResultsResponse{}, err
+		return workerproto.ResultsResponse{}, err
 	}
 	if w := m.workers[req.WorkerID]; w != nil {
 		w.lastSeen = m.cfg.Now()
@@ -664,7 +665,7 @@ func (m *Master) Results(req wire.ResultsRequest) (wire.ResultsResponse, error) 
 	}
 	if err := m.commit(ops); err != nil {
 		m.mu.Unlock()
-		return wire.ResultsResponse{}, err
+		return workerproto.ResultsResponse{}, err
 	}
 	for _, o := range ops {
 		if o.kind == opFinish && (o.res.Status == pilotproto.StatusDone || o.res.Status == pilotproto.StatusFailed) {
@@ -681,19 +682,19 @@ func (m *Master) Results(req wire.ResultsRequest) (wire.ResultsResponse, error) 
 	if requeued {
 		m.broadcast()
 	}
-	return wire.ResultsResponse{Accepted: len(req.Results)}, nil
+	return workerproto.ResultsResponse{Accepted: len(req.Results)}, nil
 }
 
 // Heartbeat marks a worker alive and returns jobs to kill.
-func (m *Master) Heartbeat(req wire.HeartbeatRequest) (wire.HeartbeatResponse, error) {
+func (m *Master) Heartbeat(req workerproto.HeartbeatRequest) (workerproto.HeartbeatResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.usable(); err != nil {
-		return wire.HeartbeatResponse{}, err
+		return workerproto.HeartbeatResponse{}, err
 	}
 	w := m.workers[req.WorkerID]
 	if w == nil || !w.registered {
-		return wire.HeartbeatResponse{}, ErrUnknownWorker
+		return workerproto.HeartbeatResponse{}, ErrUnknownWorker
 	}
 	now := m.cfg.Now()
 	w.lastSeen = now
@@ -711,14 +712,14 @@ func (m *Master) Heartbeat(req wire.HeartbeatRequest) (wire.HeartbeatResponse, e
 			}
 		}
 		if err := m.commit(ops); err != nil {
-			return wire.HeartbeatResponse{}, err
+			return workerproto.HeartbeatResponse{}, err
 		}
 		if len(ops) > 0 {
 			m.log.Warn("tasks handed to a worker never reached it; requeued", "worker", w.id, "tasks", len(ops))
 			go m.broadcast()
 		}
 	}
-	resp := wire.HeartbeatResponse{KillJobs: w.kill}
+	resp := workerproto.HeartbeatResponse{KillJobs: w.kill}
 	w.kill = nil
 	return resp, nil
 }
@@ -989,7 +990,7 @@ func (m *Master) heartbeat(ctx context.Context) {
 		req.Pilots = append(req.Pilots, *p)
 	}
 	left := m.npending + m.nassigned
-	rec := pilotproto.RecommendationRequest{Epoch: m.cfg.Epoch, MinNodes: MiniNode(left, m.cfg.Recommend),
+	rec := pilotproto.RecommendationRequest{Epoch: m.cfg.Epoch, MinNodes: policy.Recommend(left, m.cfg.Recommend),
 		PendingTasks: m.npending, RunningTasks: m.nassigned, SlotsPerNode: slots}
 	m.mu.Unlock()
 	resp, err := m.q.Heartbeat(ctx, req)

@@ -1,50 +1,6 @@
 package master
 
-import (
-	"fmt"
-	"time"
-)
-
-// RecommendConfig is the MiniNode mapping from leftTasks (pending +
-// running). Defaults (DESIGN.md): 2 if < 5; 4 if < 20; left/20 + 3 if <
-// 100; 10 otherwise.
-type RecommendConfig struct {
-	Tiny, Small, Medium  int // thresholds: 5, 20, 100
-	TinyNodes            int // 2
-	SmallNodes           int // 4
-	LargeNodes           int // 10
-	MediumPer, MediumAdd int // left/20 + 3
-}
-
-// DefaultRecommendConfig is the thesis mapping with its gaps closed.
-func DefaultRecommendConfig() RecommendConfig {
-	return RecommendConfig{Tiny: 5, Small: 20, Medium: 100, TinyNodes: 2, SmallNodes: 4, LargeNodes: 10, MediumPer: 20, MediumAdd: 3}
-}
-
-// Validate checks that the thresholds are increasing and the figures positive.
-func (c RecommendConfig) Validate() error {
-	if c.Tiny <= 0 || c.Small <= c.Tiny || c.Medium <= c.Small {
-		return fmt.Errorf("recommendation thresholds must increase: %d, %d, %d", c.Tiny, c.Small, c.Medium)
-	}
-	if c.MediumPer <= 0 || c.TinyNodes < 0 || c.SmallNodes < 0 || c.LargeNodes < 0 || c.MediumAdd < 0 {
-		return fmt.Errorf("recommendation node counts must be positive")
-	}
-	return nil
-}
-
-// MiniNode is the number of nodes the harvest should keep for left tasks.
-func MiniNode(left int, c RecommendConfig) int {
-	switch {
-	case left < c.Tiny:
-		return c.TinyNodes
-	case left < c.Small:
-		return c.SmallNodes
-	case left < c.Medium:
-		return left/c.MediumPer + c.MediumAdd
-	default:
-		return c.LargeNodes
-	}
-}
+import "time"
 
 // Estimator learns one job's task duration: an exponentially weighted mean
 // and mean absolute deviation, so Estimate is a high, not a typical, value

@@ -7,32 +7,6 @@ import (
 	"github.com/harvest-hpc/harvest/master"
 )
 
-func TestMiniNode(t *testing.T) {
-	c := master.DefaultRecommendConfig()
-	cases := []struct {
-		name string
-		left int
-		want int
-	}{
-		{"an empty backlog keeps the floor of 2", 0, 2},
-		{"4 left tasks still keep 2", 4, 2},
-		{"5 left tasks move to 4 nodes", 5, 4},
-		{"19 left tasks keep 4", 19, 4},
-		{"20 left tasks give 20/20+3 = 4", 20, 4},
-		{"60 left tasks give 60/20+3 = 6", 60, 6},
-		{"99 left tasks give 99/20+3 = 7", 99, 7},
-		{"100 left tasks and more keep 10", 100, 10},
-		{"a huge backlog is capped at 10", 1_000_000, 10},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := master.MiniNode(tc.left, c); got != tc.want {
-				t.Fatalf("MiniNode(%d) = %d, want %d", tc.left, got, tc.want)
-			}
-		})
-	}
-}
-
 func TestFitBatch(t *testing.T) {
 	s := time.Second
 	cases := []struct {
@@ -77,16 +51,5 @@ func TestEstimatorPlansWithAHighValue(t *testing.T) {
 	}
 	if got, _ := e.Estimate(); got < 55*time.Second {
 		t.Fatalf("estimate %s did not follow tasks that now take 60 s", got)
-	}
-}
-
-func TestRecommendConfigValidate(t *testing.T) {
-	c := master.DefaultRecommendConfig()
-	if err := c.Validate(); err != nil {
-		t.Fatalf("defaults invalid: %v", err)
-	}
-	c.Small = c.Tiny
-	if err := c.Validate(); err == nil {
-		t.Fatal("non-increasing thresholds accepted")
 	}
 }

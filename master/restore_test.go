@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
-	"github.com/harvest-hpc/harvest/pilot/wire"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // TestNewMasterKeepsTheBatchesOfWorkersThatComeBack walks the restore
@@ -36,10 +36,10 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 	actx, astop := context.WithCancel(context.Background())
 	adone := make(chan error, 1)
 	go func() { adone <- a.Run(actx) }()
-	if _, err := a.Register(wire.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6}); err != nil {
+	if _, err := a.Register(workerproto.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := a.Pull(context.Background(), wire.PullRequest{WorkerID: "w1", Free: 6, WaitMS: 2000})
+	resp, err := a.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w1", Free: 6, WaitMS: 2000})
 	if err != nil || len(resp.Batches) != 2 {
 		t.Fatalf("w1 should get two batches of 3: %+v %v", resp, err)
 	}
@@ -55,24 +55,24 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 	ref := func(i int) pilotproto.TaskRef { return pilotproto.TaskRef{TaskID: six[i].ID, Attempt: 1} }
 	steps := []struct {
 		name                  string
-		req                   wire.RegisterRequest
+		req                   workerproto.RegisterRequest
 		wantDrop              []pilotproto.TaskRef
 		wantAssigned, wantPen int
 	}{
 		{
 			name: "the worker that comes back keeps what it holds or finished; its other tasks are requeued; unknown ones are dropped",
-			req: wire.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6,
+			req: workerproto.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6,
 				Held: []pilotproto.TaskRef{ref(0), ref(1), {TaskID: 999, Attempt: 1}}, Finished: []pilotproto.TaskRef{ref(2)}},
 			wantDrop: []pilotproto.TaskRef{{TaskID: 999, Attempt: 1}}, wantAssigned: 3, wantPen: 3,
 		},
 		{
 			name:         "a worker still running a task that was requeued keeps it",
-			req:          wire.RegisterRequest{WorkerID: "w2", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(3)}},
+			req:          workerproto.RegisterRequest{WorkerID: "w2", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(3)}},
 			wantAssigned: 4, wantPen: 2,
 		},
 		{
 			name:     "a worker holding a task another worker owns drops it",
-			req:      wire.RegisterRequest{WorkerID: "w3", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(0)}},
+			req:      workerproto.RegisterRequest{WorkerID: "w3", Slots: 1, Capacity: 2, Held: []pilotproto.TaskRef{ref(0)}},
 			wantDrop: []pilotproto.TaskRef{ref(0)}, wantAssigned: 4, wantPen: 2,
 		},
 	}
@@ -137,10 +137,10 @@ func TestABatchWhoseAnswerNeverReachedTheWorkerIsRequeued(t *testing.T) {
 	if err := master.AddPulledForTest(m, six); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Register(wire.RegisterRequest{WorkerID: "w", Slots: 3, Capacity: 3}); err != nil {
+	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 3, Capacity: 3}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := m.Pull(context.Background(), wire.PullRequest{WorkerID: "w", Free: 3, WaitMS: 100})
+	resp, err := m.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w", Free: 3, WaitMS: 100})
 	if err != nil || len(resp.Batches) != 1 {
 		t.Fatalf("pull: %+v %v", resp, err)
 	}
@@ -158,7 +158,7 @@ func TestABatchWhoseAnswerNeverReachedTheWorkerIsRequeued(t *testing.T) {
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
 			clock.Add(s.advance)
-			if _, err := m.Heartbeat(wire.HeartbeatRequest{WorkerID: "w", Held: s.held, Complete: true}); err != nil {
+			if _, err := m.Heartbeat(workerproto.HeartbeatRequest{WorkerID: "w", Held: s.held, Complete: true}); err != nil {
 				t.Fatal(err)
 			}
 			if st := m.Stats(); st.Assigned != s.wantAssigned {

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 const maxBody = 64 << 20
@@ -16,32 +16,32 @@ const maxBody = 64 << 20
 // Handler serves the worker protocol (package wire).
 func (m *Master) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+wire.PathRegister, func(w http.ResponseWriter, r *http.Request) {
-		var req wire.RegisterRequest
+	mux.HandleFunc("POST "+workerproto.PathRegister, func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.RegisterRequest
 		if !m.decode(w, r, &req) {
 			return
 		}
 		resp, err := m.Register(req)
 		reply(w, resp, err)
 	})
-	mux.HandleFunc("POST "+wire.PathPull, func(w http.ResponseWriter, r *http.Request) {
-		var req wire.PullRequest
+	mux.HandleFunc("POST "+workerproto.PathPull, func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.PullRequest
 		if !m.decode(w, r, &req) {
 			return
 		}
 		resp, err := m.Pull(r.Context(), req)
 		reply(w, resp, err)
 	})
-	mux.HandleFunc("POST "+wire.PathResults, func(w http.ResponseWriter, r *http.Request) {
-		var req wire.ResultsRequest
+	mux.HandleFunc("POST "+workerproto.PathResults, func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.ResultsRequest
 		if !m.decode(w, r, &req) {
 			return
 		}
 		resp, err := m.Results(req)
 		reply(w, resp, err)
 	})
-	mux.HandleFunc("POST "+wire.PathHeartbeat, func(w http.ResponseWriter, r *http.Request) {
-		var req wire.HeartbeatRequest
+	mux.HandleFunc("POST "+workerproto.PathHeartbeat, func(w http.ResponseWriter, r *http.Request) {
+		var req workerproto.HeartbeatRequest
 		if !m.decode(w, r, &req) {
 			return
 		}
@@ -80,9 +80,9 @@ func reply(w http.ResponseWriter, v any, err error) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(v)
 	case errors.Is(err, ErrUnknownWorker):
-		writeErr(w, http.StatusNotFound, wire.ErrUnknownWorker)
+		writeErr(w, http.StatusNotFound, workerproto.ErrUnknownWorker)
 	case errors.Is(err, ErrNotMaster), errors.Is(err, ErrFenced):
-		writeErr(w, http.StatusServiceUnavailable, wire.ErrNotMaster)
+		writeErr(w, http.StatusServiceUnavailable, workerproto.ErrNotMaster)
 	default:
 		writeErr(w, http.StatusInternalServerError, err.Error())
 	}
@@ -91,5 +91,5 @@ func reply(w http.ResponseWriter, v any, err error) {
 func writeErr(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(wire.ErrorBody{Error: msg})
+	json.NewEncoder(w).Encode(workerproto.ErrorBody{Error: msg})
 }

@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
-	"github.com/harvest-hpc/harvest/pilot/wire"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // CheckpointFile is the checkpoint's name inside the state directory.
@@ -98,7 +98,7 @@ func (p *Pilot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h == nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "{\"error\":%q}\n", wire.ErrNotMaster)
+		fmt.Fprintf(w, "{\"error\":%q}\n", workerproto.ErrNotMaster)
 		return
 	}
 	h.ServeHTTP(w, r)

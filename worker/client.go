@@ -12,13 +12,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/harvest-hpc/harvest/pilot/wire"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // Errors of the master's answers that change what the worker does.
 var (
-	ErrUnknownWorker = errors.New(wire.ErrUnknownWorker) // register again
-	ErrNotMaster     = errors.New(wire.ErrNotMaster)     // back to the lease
+	ErrUnknownWorker = errors.New(workerproto.ErrUnknownWorker) // register again
+	ErrNotMaster     = errors.New(workerproto.ErrNotMaster)     // back to the lease
 )
 
 // client talks to one master over persistent connections.
@@ -56,11 +56,11 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var eb wire.ErrorBody
+		var eb workerproto.ErrorBody
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		_ = json.Unmarshal(b, &eb)
 		switch {
-		case resp.StatusCode == http.StatusNotFound && eb.Error == wire.ErrUnknownWorker:
+		case resp.StatusCode == http.StatusNotFound && eb.Error == workerproto.ErrUnknownWorker:
 			return ErrUnknownWorker
 		case resp.StatusCode == http.StatusServiceUnavailable:
 			return ErrNotMaster

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/harvest-hpc/harvest/pilot/wire"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // Endpoint is a master to work for. Slots, when positive, replaces the
@@ -212,7 +212,7 @@ func (s *session) register(ctx context.Context) bool {
 	w := s.w
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		req := wire.RegisterRequest{WorkerID: w.cfg.ID, PilotID: w.cfg.PilotID, Slots: w.slots, Capacity: w.capacity()}
+		req := workerproto.RegisterRequest{WorkerID: w.cfg.ID, PilotID: w.cfg.PilotID, Slots: w.slots, Capacity: w.capacity()}
 		if !w.cfg.Deadline.IsZero() {
 			req.Deadline = w.cfg.Deadline.UnixMilli()
 		}
@@ -226,8 +226,8 @@ func (s *session) register(ctx context.Context) bool {
 			req.Finished = append(req.Finished, ref{TaskID: r.TaskID, Attempt: r.Attempt})
 		}
 		w.mu.Unlock()
-		var resp wire.RegisterResponse
-		if err := s.c.post(ctx, wire.PathRegister, req, &resp); err != nil {
+		var resp workerproto.RegisterResponse
+		if err := s.c.post(ctx, workerproto.PathRegister, req, &resp); err != nil {
 			s.trouble(ctx, err)
 			continue
 		}
@@ -254,10 +254,10 @@ func (s *session) pullLoop(ctx context.Context) {
 			}
 			continue
 		}
-		var resp wire.PullResponse
-		req := wire.PullRequest{WorkerID: w.cfg.ID, Free: free, WaitMS: w.cfg.PullWait.Milliseconds()}
+		var resp workerproto.PullResponse
+		req := workerproto.PullRequest{WorkerID: w.cfg.ID, Free: free, WaitMS: w.cfg.PullWait.Milliseconds()}
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.PullWait+15*time.Second)
-		err := s.c.post(pctx, wire.PathPull, req, &resp)
+		err := s.c.post(pctx, workerproto.PathPull, req, &resp)
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrUnknownWorker) {
@@ -298,8 +298,8 @@ func (s *session) sendLoop(ctx context.Context) {
 
 // sendResults posts results and forgets them once acknowledged.
 func (w *Worker) sendResults(ctx context.Context, c *client, batch []pilotproto.Result) error {
-	var resp wire.ResultsResponse
-	if err := c.post(ctx, wire.PathResults, wire.ResultsRequest{WorkerID: w.cfg.ID, Results: batch}, &resp); err != nil {
+	var resp workerproto.ResultsResponse
+	if err := c.post(ctx, workerproto.PathResults, workerproto.ResultsRequest{WorkerID: w.cfg.ID, Results: batch}, &resp); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -320,7 +320,7 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		w.mu.Lock()
-		req := wire.HeartbeatRequest{WorkerID: w.cfg.ID, Complete: true}
+		req := workerproto.HeartbeatRequest{WorkerID: w.cfg.ID, Complete: true}
 		for k := range w.running {
 			req.Running = append(req.Running, k)
 			req.Held = append(req.Held, k)
@@ -332,8 +332,8 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 			req.Held = append(req.Held, ref{TaskID: r.TaskID, Attempt: r.Attempt})
 		}
 		w.mu.Unlock()
-		var resp wire.HeartbeatResponse
-		if err := s.c.post(ctx, wire.PathHeartbeat, req, &resp); err != nil {
+		var resp workerproto.HeartbeatResponse
+		if err := s.c.post(ctx, workerproto.PathHeartbeat, req, &resp); err != nil {
 			if errors.Is(err, ErrUnknownWorker) {
 				s.register(ctx)
 				continue
@@ -346,7 +346,7 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-func (w *Worker) accept(batches []wire.Batch) {
+func (w *Worker) accept(batches []workerproto.Batch) {
 	if len(batches) == 0 {
 		return
 	}

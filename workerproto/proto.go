@@ -1,4 +1,5 @@
-// Package wire holds the master <-> worker protocol: JSON over HTTP on the
+// Package workerproto holds the master <-> worker protocol (pilot to
+// pilot; pilotproto is the queue <-> pilot one): JSON over HTTP on the
 // pilots' network, every request authenticated with the pilot token
 // (Authorization: Bearer ...). Workers pull: a worker registers, then asks
 // for work with a long-poll; the master answers with batches as soon as it
@@ -12,7 +13,7 @@
 // Errors are {"error": "..."}: 404 with ErrUnknownWorker (register
 // again), 503 with ErrNotMaster (this process is no longer the master: go
 // back to the lease), 401 for a bad token, 400 for bad input.
-package wire
+package workerproto
 
 import (
 	"errors"
