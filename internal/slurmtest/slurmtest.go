@@ -57,6 +57,34 @@ type Cluster struct {
 	// LAB, ports and SLURM_CONF); nil for the cluster of the process's
 	// own environment.
 	env []string
+	// opts are the settings the cluster is started with.
+	opts Options
+}
+
+// Options are the mini-cluster settings a test needs besides the node
+// count; the zero value is the default cluster (one partition, batch).
+type Options struct {
+	// Preempt adds the preemptible partition PreemptPartition over the
+	// same nodes (minicluster.sh PREEMPT=1), with GraceTime seconds of
+	// grace and PreemptMode CANCEL.
+	Preempt   bool
+	GraceTime int
+	// Extra is appended to slurm.conf (minicluster.sh EXTRA_CONF).
+	Extra string
+}
+
+// PreemptPartition is the preemptible partition of Options.Preempt.
+const PreemptPartition = "harvest"
+
+// env is what minicluster.sh start reads for these options. Every knob is
+// set, so a cluster started with other settings is restarted.
+func (o Options) env() []string {
+	e := []string{"PREEMPT=0", "EXTRA_CONF=" + o.Extra}
+	if o.Preempt {
+		e = []string{"PREEMPT=1", "PREEMPT_PARTITION=" + PreemptPartition, "PREEMPT_MODE=CANCEL",
+			"PREEMPT_GRACE=" + strconv.Itoa(o.GraceTime), "EXTRA_CONF=" + o.Extra}
+	}
+	return e
 }
 
 // Spec names a mini-cluster other than the one of the environment: its
@@ -106,6 +134,14 @@ func RequireTwo(t testing.TB, n int) (a, b *Cluster) {
 // cluster lock and makes sure a cluster of n nodes runs with no jobs.
 func Require(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return RequireWith(t, n, Options{})
+}
+
+// RequireWith is Require for a cluster with options: a running cluster
+// with other settings is restarted (minicluster.sh start compares the
+// whole slurm.conf).
+func RequireWith(t testing.TB, n int, o Options) *Cluster {
+	t.Helper()
 	if !Enabled() {
 		t.Skipf("real-SLURM test: set %s=1 (scripts/test.sh does)", Env)
 	}
@@ -118,7 +154,7 @@ func Require(t testing.TB, n int) *Cluster {
 	if os.Getenv("SLURM_CONF") == "" {
 		os.Setenv("SLURM_CONF", Conf())
 	}
-	c := &Cluster{Root: root, Nodes: n, Lab: Lab(), Conf: os.Getenv("SLURM_CONF")}
+	c := &Cluster{Root: root, Nodes: n, Lab: Lab(), Conf: os.Getenv("SLURM_CONF"), opts: o}
 	c.lockAndStart(t)
 	return c
 }
@@ -154,7 +190,9 @@ func (c *Cluster) lockAndStart(t testing.TB) {
 		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 		lock.Close()
 	})
-	out, err := c.script("start", strconv.Itoa(c.Nodes))
+	start := c.Command(filepath.Join(c.Root, "scripts", "minicluster.sh"), "start", strconv.Itoa(c.Nodes))
+	start.Env = append(append(os.Environ(), c.env...), c.opts.env()...)
+	out, err := start.CombinedOutput()
 	if err != nil {
 		t.Fatalf("start the SLURM mini-cluster %s with %d nodes: %v\n%s", c.Lab, c.Nodes, err, out)
 	}
@@ -312,4 +350,18 @@ func WaitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %v waiting for %s", d, what)
+}
+
+// Try runs a command as user ("" or "root" = root) and returns its
+// combined output and error, for commands expected to fail.
+func (c *Cluster) Try(user string, name string, args ...string) (string, error) {
+	var cmd *exec.Cmd
+	if user == "" || user == "root" {
+		cmd = c.Command(name, args...)
+	} else {
+		cmd = c.Command("runuser", append([]string{"-u", user, "--", name}, args...)...)
+	}
+	cmd.Dir = "/tmp"
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
 }
