@@ -58,10 +58,14 @@ func (s StaticDemand) Demand(context.Context, Seen) (DemandInfo, error) { return
 
 // RoundResult is what one round saw, decided and did.
 type RoundResult struct {
-	Snapshot  cluster.Snapshot
-	Decision  policy.Decision
-	Submitted []adapters.PilotID
-	Cancelled []string
+	Snapshot cluster.Snapshot
+	// Upcoming and Recommended are the rest of the policy's input: with
+	// Snapshot, Decide(Input{Snapshot, Upcoming, Recommended}) is Decision.
+	Upcoming    []policy.Upcoming
+	Recommended int
+	Decision    policy.Decision
+	Submitted   []adapters.PilotID
+	Cancelled   []string
 	// Errors of individual actions (the round still counts as done).
 	Errors []error
 	// SubmitTimedOut is set when a submit timed out or its outcome is unknown.
@@ -146,7 +150,7 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 		dec.Reason = "paused by the admin; would have: " + dec.Reason
 		dec.Submit = nil
 	}
-	res := RoundResult{Snapshot: snap, Decision: dec}
+	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Decision: dec}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended})
 
 	if r.cfg.DryRun {

@@ -60,8 +60,13 @@ type Config struct {
 	Agent agent.Config
 	// Progress, if set, receives a line every 5% of virtual time.
 	Progress io.Writer
-	// Log receives the agent's logs (nil = discarded).
+	// Log receives the agent's logs (nil = discarded). Rounds skipped as
+	// quiet (see quiet) log nothing.
 	Log *slog.Logger
+
+	// everyRound runs the agent at every poll, quiet or not (tests compare
+	// it with the default).
+	everyRound bool
 }
 
 // DefaultConfig returns a harvest-mode replay on 24 nodes with the agent's
@@ -131,6 +136,8 @@ type Result struct {
 	Records []simcluster.Record `json:"-"`
 	// Skipped counts workload jobs that could not be replayed, by reason.
 	Skipped map[string]int `json:"skipped,omitempty"`
+	// rounds counts the agent rounds run (quiet ones are skipped).
+	rounds int
 }
 
 // Foreign summarises the other users' jobs (thesis Calibration jobs are
@@ -214,7 +221,8 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		}
 	}
 
-	var step func(context.Context) error
+	var step func(context.Context, int64) error
+	rounds := 0
 	switch cfg.Mode {
 	case Harvest:
 		acfg := cfg.Agent
@@ -227,13 +235,23 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		if err := acfg.Validate(); err != nil {
 			return Result{}, err
 		}
-		rec := agent.NewReconciler(c, demand{c: c, cfg: acfg.Policy, noRecommend: cfg.NoRecommend}, acfg, cfg.Log)
-		step = func(ctx context.Context) error {
-			_, err := rec.Round(ctx)
-			return err
+		dem := demand{c: c, cfg: acfg.Policy, noRecommend: cfg.NoRecommend}
+		rec := agent.NewReconciler(c, dem, acfg, cfg.Log)
+		q := quiet{until: from}
+		step = func(ctx context.Context, t int64) error {
+			if !cfg.everyRound && q.holds(t, c, dem) {
+				return nil
+			}
+			res, err := rec.Round(ctx)
+			if err != nil {
+				return err
+			}
+			rounds++
+			q.after(t, res, c, dem, acfg.Policy)
+			return nil
 		}
 	case Fixed:
-		step = func(ctx context.Context) error { return fixedRound(ctx, c, cfg) }
+		step = func(ctx context.Context, _ int64) error { return fixedRound(ctx, c, cfg) }
 	}
 	if step != nil {
 		next := 5
@@ -244,7 +262,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			if err := c.AdvanceTo(t); err != nil {
 				return Result{}, err
 			}
-			if err := step(ctx); err != nil {
+			if err := step(ctx, t); err != nil {
 				return Result{}, fmt.Errorf("round at %d: %w", t, err)
 			}
 			if cfg.Progress != nil && (t-from)*100 >= int64(next)*(to-from) {
@@ -256,6 +274,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	if err := c.AdvanceTo(to); err != nil {
 		return Result{}, err
 	}
+	res.rounds = rounds
 	res.Usage = c.Samples()
 	res.Records = c.Records()
 	measure(&res, c, from, to, cfg.Mode)
@@ -306,6 +325,54 @@ func (d demand) Demand(context.Context, agent.Seen) (agent.DemandInfo, error) {
 		info.Recommended = policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation)
 	}
 	return info, nil
+}
+
+// quiet tells which rounds of harvest mode need not run: a round that
+// acted on nothing, saw no pilots on their way and is followed only by
+// time passing decides the same for policy.Steady seconds. A later round
+// is skipped if it falls within that time, the cluster shows no change
+// (Cluster.Changes) and the backlog reads the same to the policy. Skipped
+// rounds would have decided nothing; skipping them makes a harvest month
+// several times faster and changes no result (TestQuietRoundsChangeNothing).
+type quiet struct {
+	until   int64 // rounds before this time may be skipped
+	changes int64
+	backlog backlogKey
+}
+
+// backlogKey is the backlog as the policy reads it: the number of pilots
+// it can use (pending + running tasks, one slot per node) and the master's
+// recommendation. The pilots it can use matter only up to the nodes the
+// cluster has (pilots never hold more), so all larger backlogs read alike:
+// tasks finishing one after another in a large backlog change nothing.
+type backlogKey struct{ usable, recommended int }
+
+func (d demand) key() backlogKey {
+	p, r := d.c.Backlog()
+	limit := int64(2*d.c.Config().Nodes + 1)
+	k := backlogKey{usable: int(min(p+r, limit))}
+	if !d.noRecommend {
+		k.recommended = policy.Recommend(int(min(p, 1<<31-1)+r), d.cfg.Recommendation)
+	}
+	return k
+}
+
+func (q *quiet) holds(t int64, c *simcluster.Cluster, d demand) bool {
+	return t < q.until && c.Changes() == q.changes && d.key() == q.backlog
+}
+
+func (q *quiet) after(t int64, res agent.RoundResult, c *simcluster.Cluster, d demand, pcfg policy.Config) {
+	q.until = t
+	if res.Decision.Acts() || len(res.Errors) > 0 {
+		return
+	}
+	st := policy.Steady(policy.Input{Snapshot: res.Snapshot, Upcoming: res.Upcoming, Recommended: res.Recommended}, pcfg)
+	if st == policy.Forever || t > policy.Forever-st {
+		q.until = policy.Forever
+	} else {
+		q.until = t + st
+	}
+	q.changes, q.backlog = c.Changes(), d.key()
 }
 
 // fixedRound is what autoscalers of pilot-job tools do (HyperQueue's

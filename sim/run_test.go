@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -162,5 +163,63 @@ func TestAPartitionMaxTimeBoundsHowLongTheFloorCanHoldNodes(t *testing.T) {
 		if r.Pilot && r.Start >= 0 && (r.Limit.IsUnlimited() || r.Limit > 3600) {
 			t.Fatalf("pilot %s ran with limit %s beyond the partition's MaxTime", r.ID, r.Limit)
 		}
+	}
+}
+
+// busyWorkload is a seeded random workload on 32 nodes that keeps a queue:
+// jobs of 1 to 32 nodes arrive faster than they finish at times, run
+// shorter than their limits, some at their limit.
+func busyWorkload(seed uint64, n int) Workload {
+	r := rand.New(rand.NewPCG(seed, 2))
+	w := Workload{Format: "swf"}
+	t := int64(0)
+	for i := range n {
+		t += r.Int64N(1500)
+		limit := 300 + r.Int64N(3*3600)
+		run := 1 + r.Int64N(limit)
+		if r.IntN(5) == 0 {
+			run = limit
+		}
+		w.Jobs = append(w.Jobs, Job{ID: fmt.Sprint(i), Nodes: 1 + r.IntN(32), Submit: t, TimeLimit: cluster.Seconds(limit), RunTime: run})
+	}
+	return w
+}
+
+func TestQuietRoundsChangeNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    Workload
+		mod  func(*Config)
+	}{
+		{"a light workload and an endless backlog", lightWorkload(5, 60), func(c *Config) { c.HarvestBacklog = 1_000_000_000 }},
+		{"a busy queue and an endless backlog", busyWorkload(1, 300), func(c *Config) { c.Nodes, c.HarvestBacklog = 32, 1_000_000_000 }},
+		{"a busy queue and a backlog that runs out", busyWorkload(2, 300), func(c *Config) { c.Nodes, c.HarvestBacklog = 32, 3000 }},
+		{"a busy queue, a floor and the recommendation kept", busyWorkload(3, 300), func(c *Config) {
+			c.Nodes, c.HarvestBacklog, c.Agent.Policy.MinNodes, c.Agent.Policy.KeepRecommended = 32, 20000, 3, true
+		}},
+		{"a busy queue, scheduler latency and a 30 s poll", busyWorkload(4, 300), func(c *Config) {
+			c.Nodes, c.HarvestBacklog, c.Cluster.Latency, c.Poll = 32, 1_000_000_000, 7, 30
+		}},
+		{"a busy queue, three reservations and the expected start", busyWorkload(5, 300), func(c *Config) {
+			c.Nodes, c.HarvestBacklog, c.Cluster.Reservations, c.Agent.Policy.UseExpectedStart = 32, 1_000_000_000, 3, true
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			every := runMode(t, tc.w, Harvest, func(c *Config) { tc.mod(c); c.everyRound = true })
+			quiet := runMode(t, tc.w, Harvest, tc.mod)
+			if quiet.rounds*2 > every.rounds {
+				t.Errorf("%d of %d rounds ran: too few were quiet for the test to mean much", quiet.rounds, every.rounds)
+			}
+			t.Logf("%d of %d rounds ran", quiet.rounds, every.rounds)
+			every.rounds, quiet.rounds = 0, 0
+			if !reflect.DeepEqual(every, quiet) {
+				for i := range every.Records {
+					if i < len(quiet.Records) && every.Records[i] != quiet.Records[i] {
+						t.Fatalf("first difference, record %d:\nevery round: %+v\nquiet:       %+v", i, every.Records[i], quiet.Records[i])
+					}
+				}
+				t.Fatalf("results differ:\nevery round: %+v\nquiet:       %+v", every.Harvest, quiet.Harvest)
+			}
+		})
 	}
 }

@@ -166,6 +166,9 @@ type Cluster struct {
 
 	samples []Sample
 	onEvent func(Record)
+	// changes counts every change a snapshot or the busy pilots could
+	// show (see Changes).
+	changes int64
 }
 
 // New returns an empty cluster at virtual time 0.
@@ -187,6 +190,17 @@ func (c *Cluster) Now() int64 {
 
 // Config returns the cluster's configuration.
 func (c *Cluster) Config() Config { return c.cfg }
+
+// Changes counts the changes of what Snapshot and Demand show, other than
+// time passing and the backlog's size: a job arriving, starting, ending,
+// a pilot submitted or cancelled, a pilot starting or stopping to run
+// tasks. Two calls returning the same count bracket a stretch in which
+// only time and the task counts moved.
+func (c *Cluster) Changes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changes
+}
 
 // OnStartEnd registers a function called (with the lock held, so it must
 // not call back into the cluster) whenever a job starts or ends.
@@ -280,6 +294,7 @@ func (c *Cluster) handle(e event) {
 		}
 		e.j.state = stPending
 		c.enqueue(e.j)
+		c.changes++
 		c.dirty()
 	case evEnd:
 		if e.j.state != stRunning || e.j.endGen != e.gen {
@@ -380,6 +395,7 @@ func (c *Cluster) schedule() {
 }
 
 func (c *Cluster) start(j *job) {
+	c.changes++
 	j.state = stRunning
 	j.rec.Start = c.now
 	j.runIdx = len(c.running)
@@ -404,6 +420,7 @@ func (c *Cluster) start(j *job) {
 
 // finish ends a running job now.
 func (c *Cluster) finish(j *job, killed, cancelled bool) {
+	c.changes++
 	j.state = stDone
 	j.rec.End = c.now
 	j.rec.Killed = killed && !cancelled
@@ -556,6 +573,7 @@ func (c *Cluster) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	j := c.newJob("", "pilot", "harvest", 1, limit, never, c.now, true)
 	j.state = stPending
 	c.enqueue(j)
+	c.changes++
 	c.dirty()
 	return adapters.PilotID(j.rec.ID), nil
 }
@@ -580,6 +598,7 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 	case stPending:
 		j.state = stDone
 		j.rec.Cancelled = true
+		c.changes++
 		c.dirty()
 	case stRunning:
 		c.finish(j, false, true)

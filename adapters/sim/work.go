@@ -116,6 +116,9 @@ func (c *Cluster) taskDone(j *job) {
 	c.busyPilots--
 	c.idlePilots++
 	c.pull(j)
+	if j.task == nil {
+		c.changes++ // the pilot went idle
+	}
 	c.sample()
 }
 
@@ -150,6 +153,9 @@ func (c *Cluster) feedIdle() {
 			return
 		}
 		c.pull(p)
+		if p.task != nil {
+			c.changes++ // an idle pilot went busy
+		}
 	}
 }
 
@@ -165,6 +171,13 @@ func (c *Cluster) Demand() (cluster.Demand, map[string]bool) {
 		}
 	}
 	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}, busy
+}
+
+// Backlog returns the harvest tasks pending and running.
+func (c *Cluster) Backlog() (pending, running int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pendingTasks, c.runningTasks
 }
 
 // LostTaskSeconds is the task time lost by pilots that ended mid-task.

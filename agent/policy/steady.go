@@ -1,0 +1,79 @@
+package policy
+
+import (
+	"math"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// Forever is what Steady returns when nothing in the input depends on time.
+const Forever int64 = math.MaxInt64
+
+// Steady returns for how many seconds Decide keeps deciding the same thing
+// on in if nothing but time changes: the clock moves, running jobs run on
+// (their run times grow by as much), and nothing starts, ends, arrives, is
+// submitted or cancelled, and the demand stays as it is. "The same" is the
+// same case, the same releases and the same submit count; a submitted
+// limit may shrink with the hole. Decide(in advanced by dt) agrees for
+// every 0 <= dt < Steady(in, cfg). The simulator uses it to skip rounds
+// that could not change anything; the figure errs short, never long.
+//
+// Why time alone changes little: every remaining limit of a running job
+// shrinks at the same pace, so their order, which job's end lets the top
+// job start and which jobs end before it, stay the same; maxTime shrinks
+// with them. What can flip is a remaining limit or maxTime crossing a
+// constant: a job's remaining limit reaching zero (Remaining stops there)
+// or miniTime (case 4), maxTime falling to a pending job's limit (case 5
+// no longer sees it ending in time), to the margin plus one granularity
+// step (no pilot time is left), or the batch system's expected start
+// passing. Queued pilots and ledger entries count with fixed or separately
+// ageing limits, so an input with any of them is steady for 0 seconds.
+func Steady(in Input, cfg Config) int64 {
+	if validateInput(&in, cfg) != nil || len(in.Upcoming) > 0 {
+		return 0
+	}
+	s := &in.Snapshot
+	steady := Forever
+	bound := func(dt int64) { steady = max(0, min(steady, dt)) }
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if j.Pilot && j.State == cluster.Pending {
+			return 0
+		}
+		if j.State != cluster.Running {
+			continue
+		}
+		if r := j.Remaining(); !r.IsUnlimited() && r > 0 {
+			bound(int64(r))
+			if int64(r) > cfg.MiniTime {
+				bound(int64(r) - cfg.MiniTime)
+			}
+		}
+	}
+	top := topPending(s)
+	if top < 0 {
+		return steady
+	}
+	tj := &s.Jobs[top]
+	if cfg.UseExpectedStart && tj.ExpectedStart > 0 && tj.ExpectedStart >= s.Now {
+		bound(tj.ExpectedStart - s.Now)
+	}
+	mt := maxTime(s, nil, tj, cfg.UseExpectedStart)
+	if mt.IsUnlimited() {
+		return steady
+	}
+	m := int64(mt)
+	if m-cfg.Margin >= max(cfg.Granularity, 1) {
+		bound(m - cfg.Margin - max(cfg.Granularity, 1))
+	}
+	for i := top; i < len(s.Jobs); i++ {
+		j := &s.Jobs[i]
+		if j.Pilot || j.State != cluster.Pending || j.TimeLimit.IsUnlimited() {
+			continue
+		}
+		if tl := int64(j.TimeLimit); tl < m {
+			bound(m - tl)
+		}
+	}
+	return steady
+}
