@@ -35,7 +35,7 @@ func BenchmarkMasterCorePerTask(b *testing.B) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 100, Capacity: 200}); err != nil {
+	if _, err := m.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "w", Slots: 100, Capacity: 200}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -50,7 +50,7 @@ func BenchmarkMasterCorePerTask(b *testing.B) {
 				res = append(res, pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: pilotproto.StatusDone})
 			}
 		}
-		if _, err := m.Results(workerproto.ResultsRequest{WorkerID: "w", Results: res}); err != nil {
+		if _, err := m.Results(context.Background(), workerproto.ResultsRequest{WorkerID: "w", Results: res}); err != nil {
 			b.Fatal(err)
 		}
 		n += len(res)

@@ -8,43 +8,59 @@ import (
 
 	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
 
+	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
-// Task states in the checkpoint.
-const (
-	statePending  = "pending"  // held by the master, not handed out
-	stateAssigned = "assigned" // in a batch handed to a worker
-	stateFinal    = "final"    // result stored, not yet acknowledged by the queue
-)
+// migrations[i] brings the checkpoint from schema version i to i+1
+// (PRAGMA user_version). Append only: a pilot of an older harvest refuses
+// a checkpoint whose version it does not know.
+var migrations = []string{
+	// 1: the tasks the master holds. Checkpoints of harvest before
+	// versioning have exactly this layout with user_version 0, so this
+	// migration (IF NOT EXISTS) adopts them unchanged.
+	`CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+	CREATE TABLE IF NOT EXISTS tasks (
+		seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+		task_id INTEGER NOT NULL,
+		attempt INTEGER NOT NULL,
+		body    TEXT NOT NULL,
+		state   TEXT NOT NULL,
+		worker  TEXT NOT NULL DEFAULT '',
+		batch   INTEGER NOT NULL DEFAULT 0,
+		result  TEXT NOT NULL DEFAULT '',
+		UNIQUE (task_id, attempt)
+	);`,
+	// 2: the learnt task durations, so a new master shrinks batches to
+	// its workers' deadlines from its first hand-out. (A pilot of
+	// version 1 opening this file ignores the table.)
+	`CREATE TABLE IF NOT EXISTS estimates (
+		job_id INTEGER PRIMARY KEY,
+		n      INTEGER NOT NULL,
+		mean   REAL NOT NULL,
+		dev    REAL NOT NULL
+	);`,
+}
 
-const schema = `
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS tasks (
-	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-	task_id INTEGER NOT NULL,
-	attempt INTEGER NOT NULL,
-	body    TEXT NOT NULL,
-	state   TEXT NOT NULL,
-	worker  TEXT NOT NULL DEFAULT '',
-	batch   INTEGER NOT NULL DEFAULT 0,
-	result  TEXT NOT NULL DEFAULT '',
-	UNIQUE (task_id, attempt)
-);`
+// SchemaVersion is the checkpoint schema this harvest writes.
+var SchemaVersion = len(migrations)
+
+// ErrCheckpointVersion: the checkpoint was written by a newer harvest.
+var ErrCheckpointVersion = errors.New("checkpoint schema is newer than this harvest")
 
 // Checkpoint is the master's state on the shared file system. Every write
-// goes through Tx, which takes SQLite's write lock and checks that the
+// goes through Commit, which takes SQLite's write lock and checks that the
 // stored epoch is still ours before writing anything (fencing): a deposed
 // master cannot overwrite its successor's state.
 type Checkpoint struct {
 	db    *sql.DB
 	epoch int64
 
-	insert, assign, requeue, finish, del *sql.Stmt
+	insert, assign, requeue, finish, del, estimate *sql.Stmt
 }
 
-// OpenCheckpoint opens (creating if needed) the checkpoint at path.
-// journal is the SQLite journal mode ("WAL" normally).
+// OpenCheckpoint opens (creating or migrating if needed) the checkpoint at
+// path. journal is the SQLite journal mode ("WAL" normally).
 func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_busy_timeout=10000&_journal_mode=%s&_synchronous=NORMAL", path, journal)
 	db, err := sql.Open("sqlite3", dsn)
@@ -54,9 +70,9 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 	// One connection: the master serialises its writes anyway, and a
 	// single connection keeps prepared statements and the lock simple.
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if err := migrate(db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("checkpoint %s: schema: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	c := &Checkpoint{db: db}
 	stmts := []struct {
@@ -69,6 +85,8 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		{&c.requeue, `UPDATE tasks SET state = 'pending', worker = '', batch = 0 WHERE task_id = ? AND attempt = ?`},
 		{&c.finish, `UPDATE tasks SET state = 'final', result = ? WHERE task_id = ? AND attempt = ?`},
 		{&c.del, `DELETE FROM tasks WHERE task_id = ? AND attempt = ?`},
+		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) VALUES (?, ?, ?, ?)
+			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
@@ -77,6 +95,36 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		}
 	}
 	return c, nil
+}
+
+// migrate brings the schema to SchemaVersion in one transaction, or
+// refuses a version it does not know.
+func migrate(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: version %d, this harvest knows up to %d; run the newer harvest in every pilot (or move the file away to start empty)",
+			ErrCheckpointVersion, v, SchemaVersion)
+	}
+	if v == SchemaVersion {
+		return nil
+	}
+	for i := v; i < SchemaVersion; i++ {
+		if _, err := tx.Exec(migrations[i]); err != nil {
+			return fmt.Errorf("schema migration %d -> %d: %w", i, i+1, err)
+		}
+	}
+	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, SchemaVersion)); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	return tx.Commit()
 }
 
 // Close closes the database.
@@ -108,46 +156,56 @@ func (c *Checkpoint) Claim(epoch int64) error {
 	return nil
 }
 
-// Row is one task as stored.
-type Row struct {
-	Task   pilotproto.Task
-	State  string
-	Worker string
-	Batch  int64
-	Result *pilotproto.Result // set in stateFinal
-}
-
-// Load returns every stored task in the order the master received them.
-func (c *Checkpoint) Load() ([]Row, error) {
+// Load returns every stored task in the order the master received them,
+// and the learnt task durations by job.
+func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
 	rows, err := c.db.Query(`SELECT body, state, worker, batch, result FROM tasks ORDER BY seq`)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint load: %w", err)
+		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
 	}
 	defer rows.Close()
-	var out []Row
+	var out []core.Row
 	for rows.Next() {
-		var body, result string
-		var r Row
-		if err := rows.Scan(&body, &r.State, &r.Worker, &r.Batch, &result); err != nil {
-			return nil, fmt.Errorf("checkpoint load: %w", err)
+		var body, result, state string
+		var r core.Row
+		if err := rows.Scan(&body, &state, &r.Worker, &r.Batch, &result); err != nil {
+			return nil, nil, fmt.Errorf("checkpoint load: %w", err)
 		}
+		r.State = core.State(state)
 		if err := json.Unmarshal([]byte(body), &r.Task); err != nil {
-			return nil, fmt.Errorf("checkpoint load: task body: %w", err)
+			return nil, nil, fmt.Errorf("checkpoint load: task body: %w", err)
 		}
 		if result != "" {
 			r.Result = new(pilotproto.Result)
 			if err := json.Unmarshal([]byte(result), r.Result); err != nil {
-				return nil, fmt.Errorf("checkpoint load: result: %w", err)
+				return nil, nil, fmt.Errorf("checkpoint load: result: %w", err)
 			}
 		}
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+	}
+	est := map[int64]core.Estimator{}
+	erows, err := c.db.Query(`SELECT job_id, n, mean, dev FROM estimates`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+	}
+	defer erows.Close()
+	for erows.Next() {
+		var job int64
+		var e core.Estimator
+		if err := erows.Scan(&job, &e.N, &e.Mean, &e.Dev); err != nil {
+			return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+		}
+		est[job] = e
+	}
+	return out, est, erows.Err()
 }
 
-// Tx runs fn in one write transaction, after checking that the checkpoint
-// still belongs to our epoch. Nothing is written when fn fails.
-func (c *Checkpoint) Tx(fn func(*CTx) error) error {
+// Commit stores ops in one write transaction, after checking that the
+// checkpoint still belongs to our epoch. Nothing is written when it fails.
+func (c *Checkpoint) Commit(ops []core.Op) error {
 	tx, err := c.db.Begin()
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -160,57 +218,43 @@ func (c *Checkpoint) Tx(fn func(*CTx) error) error {
 	if stored != c.epoch {
 		return fmt.Errorf("checkpoint holds epoch %d, we have %d: %w", stored, c.epoch, ErrFenced)
 	}
-	if err := fn(&CTx{c: c, tx: tx}); err != nil {
-		return err
+	exec := func(s *sql.Stmt, args ...any) error {
+		if _, err := tx.Stmt(s).Exec(args...); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		return nil
+	}
+	for _, o := range ops {
+		k := o.Ref
+		switch o.Kind {
+		case core.OpAdd:
+			var body []byte
+			if body, err = json.Marshal(o.Task); err == nil {
+				err = exec(c.insert, o.Task.ID, o.Task.Attempt, string(body))
+			}
+		case core.OpAssign:
+			err = exec(c.assign, o.Worker, o.Batch, k.TaskID, k.Attempt)
+		case core.OpRequeue:
+			err = exec(c.requeue, k.TaskID, k.Attempt)
+		case core.OpFinish:
+			var body []byte
+			if body, err = json.Marshal(o.Result); err == nil {
+				err = exec(c.finish, string(body), k.TaskID, k.Attempt)
+			}
+		case core.OpDelete:
+			err = exec(c.del, k.TaskID, k.Attempt)
+		case core.OpEstimate:
+			err = exec(c.estimate, o.Job, o.Est.N, o.Est.Mean, o.Est.Dev)
+		case core.OpFenceCheck:
+		default:
+			err = fmt.Errorf("checkpoint: unknown op %d", o.Kind)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
 	return nil
-}
-
-// CTx is a checkpoint write transaction.
-type CTx struct {
-	c  *Checkpoint
-	tx *sql.Tx
-}
-
-func (t *CTx) exec(s *sql.Stmt, args ...any) error {
-	if _, err := t.tx.Stmt(s).Exec(args...); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return nil
-}
-
-// Add stores a task as pending (replacing a stale row of the same attempt).
-func (t *CTx) Add(task pilotproto.Task) error {
-	body, err := json.Marshal(task)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return t.exec(t.c.insert, task.ID, task.Attempt, string(body))
-}
-
-// Assign records that a task is in batch of worker.
-func (t *CTx) Assign(ref pilotproto.TaskRef, worker string, batch int64) error {
-	return t.exec(t.c.assign, worker, batch, ref.TaskID, ref.Attempt)
-}
-
-// Requeue makes a task pending again.
-func (t *CTx) Requeue(ref pilotproto.TaskRef) error {
-	return t.exec(t.c.requeue, ref.TaskID, ref.Attempt)
-}
-
-// Finish stores a task's result (to be sent to the queue).
-func (t *CTx) Finish(r pilotproto.Result) error {
-	body, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return t.exec(t.c.finish, string(body), r.TaskID, r.Attempt)
-}
-
-// Delete forgets a task (its result was acknowledged by the queue).
-func (t *CTx) Delete(ref pilotproto.TaskRef) error {
-	return t.exec(t.c.del, ref.TaskID, ref.Attempt)
 }

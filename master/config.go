@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/master/core"
 )
 
 // Config of a master. Only cmd/ maps flags and environment onto it.
@@ -25,14 +26,14 @@ type Config struct {
 	MaxPull            int                    // tasks per queue pull
 	IdlePoll           time.Duration          // pull interval while the queue has nothing
 	RetryInterval      time.Duration          // wait after a failed queue call
-	Tick               time.Duration          // housekeeping period (reaper, timers)
 	HeartbeatInterval  time.Duration          // queue heartbeat + recommendation period
-	LeaseRenewInterval time.Duration          // lease renewal period (well under the TTL)
+	LeaseRenewInterval time.Duration          // lease renewal period, at most: the master renews at least every TTL/3
+	LeaseTTL           time.Duration          // the TTL the queue granted (0: learnt from the first renewal)
 	WorkerTimeout      time.Duration          // a silent worker's tasks are requeued after this
 	ReconnectGrace     time.Duration          // after a restore, workers have this long to come back
 	SafetyMargin       time.Duration          // no batch may be planned to end later than deadline - margin
 	ReportBatch        int                    // results per queue report
-	ShutdownTimeout    time.Duration          // time to flush results when stopping
+	ShutdownTimeout    time.Duration          // time to flush results and release the lease when stopping
 	Recommend          policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
 
 	Now    func() time.Time
@@ -51,7 +52,6 @@ func DefaultConfig() Config {
 		MaxPull:            2000,
 		IdlePoll:           time.Second,
 		RetryInterval:      time.Second,
-		Tick:               250 * time.Millisecond,
 		HeartbeatInterval:  10 * time.Second,
 		LeaseRenewInterval: 10 * time.Second,
 		WorkerTimeout:      60 * time.Second,
@@ -84,8 +84,8 @@ func (c Config) Validate() error {
 		return bad("pilot token is empty")
 	case c.Prefetch < 1 || c.MinBuffer < 1 || c.MaxBuffer < c.MinBuffer || c.MaxPull < 1 || c.ReportBatch < 1:
 		return bad("buffer sizes must be positive and MaxBuffer >= MinBuffer")
-	case c.PullWait <= 0 || c.IdlePoll <= 0 || c.RetryInterval <= 0 || c.Tick <= 0 || c.HeartbeatInterval <= 0 ||
-		c.LeaseRenewInterval <= 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0:
+	case c.PullWait <= 0 || c.IdlePoll <= 0 || c.RetryInterval <= 0 || c.HeartbeatInterval <= 0 ||
+		c.LeaseRenewInterval <= 0 || c.LeaseTTL < 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0:
 		return bad("durations must be positive")
 	case c.WorkerTimeout <= c.PullWait:
 		return bad("worker timeout %s must exceed the pull wait %s", c.WorkerTimeout, c.PullWait)
@@ -93,4 +93,16 @@ func (c Config) Validate() error {
 		return bad("Now and Logger must be set")
 	}
 	return c.Recommend.Validate()
+}
+
+// core is the part of the configuration the state machine decides with.
+func (c Config) core() core.Config {
+	return core.Config{
+		PilotID: c.PilotID, Address: c.Address, Epoch: c.Epoch,
+		PullWait: c.PullWait, Prefetch: c.Prefetch, MinBuffer: c.MinBuffer, MaxBuffer: c.MaxBuffer, MaxPull: c.MaxPull,
+		IdlePoll: c.IdlePoll, RetryInterval: c.RetryInterval, HeartbeatInterval: c.HeartbeatInterval,
+		LeaseRenewInterval: c.LeaseRenewInterval, LeaseTTL: c.LeaseTTL, WorkerTimeout: c.WorkerTimeout,
+		ReconnectGrace: c.ReconnectGrace, SafetyMargin: c.SafetyMargin, ReportBatch: c.ReportBatch,
+		Recommend: c.Recommend, Logger: c.Logger,
+	}
 }

@@ -87,7 +87,7 @@ func TestQueueStaleEpochStopsTheMaster(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("master kept running after the queue said its epoch is stale")
 	}
-	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}); !errors.Is(err, master.ErrNotMaster) {
+	if _, err := m.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}); !errors.Is(err, master.ErrNotMaster) {
 		t.Fatalf("a stopped master accepted a worker: %v", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestTasksOfACancelledJobAreNeverHandedOut(t *testing.T) {
 		},
 	}
 	m, _, _ := runFake(t, f)
-	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 4, Capacity: 8}); err != nil {
+	if _, err := m.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "w", Slots: 4, Capacity: 8}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := m.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w", Free: 8, WaitMS: 300})

@@ -37,7 +37,6 @@ func fastMasterConfig(dir, pilot string, epoch int64) master.Config {
 	c.PullWait = 200 * time.Millisecond
 	c.IdlePoll = 20 * time.Millisecond
 	c.RetryInterval = 50 * time.Millisecond
-	c.Tick = 20 * time.Millisecond
 	c.HeartbeatInterval = 100 * time.Millisecond
 	c.LeaseRenewInterval = 100 * time.Millisecond
 	c.WorkerTimeout = time.Second
@@ -110,6 +109,12 @@ type runningMaster struct {
 // startMaster takes the lease as pilot and runs a master on dir's checkpoint.
 func startMaster(t *testing.T, q master.Queue, dir, pilot string, tweak func(*master.Config)) *runningMaster {
 	t.Helper()
+	return startMasterAfter(t, q, dir, pilot, tweak, nil)
+}
+
+// startMasterAfter is startMaster with a look at the master before it runs.
+func startMasterAfter(t *testing.T, q master.Queue, dir, pilot string, tweak func(*master.Config), before func(*master.Master)) *runningMaster {
+	t.Helper()
 	cq := &cutQueue{Queue: q}
 	lease, err := q.Lease(context.Background(), pilotproto.LeaseRequest{PilotID: pilot, Address: "http://" + pilot})
 	if err != nil || !lease.Granted {
@@ -126,6 +131,9 @@ func startMaster(t *testing.T, q master.Queue, dir, pilot string, tweak func(*ma
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rm := &runningMaster{m: m, srv: httptest.NewServer(m.Handler()), q: cq, cancel: cancel, done: make(chan error, 1)}
+	if before != nil {
+		before(m) // sees the master as restored, before it acts
+	}
 	go func() { rm.done <- m.Run(ctx) }()
 	t.Cleanup(func() { rm.stop() })
 	return rm

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
 )
@@ -206,14 +207,14 @@ func TestOlderMasterIsFencedOutOfTheCheckpoint(t *testing.T) {
 	if err := newer.Claim(2); err != nil {
 		t.Fatal(err)
 	}
-	err = old.Tx(func(tx *master.CTx) error { return tx.Add(pilotproto.Task{ID: 1, Attempt: 1}) })
+	err = old.Commit([]core.Op{{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: 1, Attempt: 1}, Task: pilotproto.Task{ID: 1, Attempt: 1}}})
 	if !errorsIs(err, master.ErrFenced) {
 		t.Fatalf("write of epoch 1 after epoch 2 claimed: got %v, want ErrFenced", err)
 	}
 	if err := old.Claim(1); !errorsIs(err, master.ErrFenced) {
 		t.Fatalf("claim of epoch 1 after 2: got %v, want ErrFenced", err)
 	}
-	rows, err := newer.Load()
+	rows, _, err := newer.Load()
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("the fenced write left rows: %v %v", rows, err)
 	}
@@ -266,10 +267,11 @@ func TestResultsAcknowledgedToWorkersSurviveAMasterCrashBeforeTheQueueSawThem(t 
 	a.crash()
 	w.stop() // the worker goes too: only the checkpoint knows those results
 	time.Sleep(400 * time.Millisecond)
-	b := startMaster(t, q, dir, "pB", nil)
-	if st := b.m.Stats(); st.Unreported < held {
-		t.Fatalf("the new master restored %d unreported results, the old one held %d", st.Unreported, held)
-	}
+	b := startMasterAfter(t, q, dir, "pB", nil, func(m *master.Master) {
+		if st := m.Stats(); st.Unreported < held {
+			t.Fatalf("the new master restored %d unreported results, the old one held %d", st.Unreported, held)
+		}
+	})
 	ep.set(b.srv.URL)
 	startWorker(t, fastWorkerConfig("w2", 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
 	waitFinal(t, q, 20*time.Second)

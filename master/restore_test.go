@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +35,7 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 	actx, astop := context.WithCancel(context.Background())
 	adone := make(chan error, 1)
 	go func() { adone <- a.Run(actx) }()
-	if _, err := a.Register(workerproto.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6}); err != nil {
+	if _, err := a.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "w1", Slots: 6, Capacity: 6}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := a.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w1", Free: 6, WaitMS: 2000})
@@ -49,6 +48,9 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bctx, bstop := context.WithCancel(context.Background())
+	defer bstop()
+	go b.Run(bctx)
 	if st := b.Stats(); st.Assigned != 6 || st.Pending != 0 {
 		t.Fatalf("restored %+v, want the 6 tasks in flight", st)
 	}
@@ -78,7 +80,7 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			resp, err := b.Register(s.req)
+			resp, err := b.Register(context.Background(), s.req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,66 +106,5 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the deposed master did not stop")
-	}
-}
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func TestABatchWhoseAnswerNeverReachedTheWorkerIsRequeued(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	cfg := fastMasterConfig(t.TempDir(), "p1", 1)
-	cfg.Now = clock.Now
-	m, err := master.New(cfg, &FakeQueue{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Feed tasks the way the pull loop does, without running the loops:
-	// this test drives the master's clock alone.
-	six := tasks(1, 6, 3)
-	for i := range six {
-		six[i].Attempt = 1
-	}
-	if err := master.AddPulledForTest(m, six); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Register(workerproto.RegisterRequest{WorkerID: "w", Slots: 3, Capacity: 3}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := m.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w", Free: 3, WaitMS: 100})
-	if err != nil || len(resp.Batches) != 1 {
-		t.Fatalf("pull: %+v %v", resp, err)
-	}
-	lost := resp.Batches[0].Tasks // the answer is lost on the way
-	steps := []struct {
-		name         string
-		advance      time.Duration
-		held         []pilotproto.TaskRef
-		wantAssigned int
-	}{
-		{"a heartbeat right after the hand-out does not requeue a batch still on its way", time.Second, nil, 3},
-		{"a heartbeat long after the hand-out requeues the tasks the worker does not hold",
-			cfg.PullWait + cfg.WorkerTimeout + time.Second, []pilotproto.TaskRef{{TaskID: lost[0].ID, Attempt: 1}}, 1},
-	}
-	for _, s := range steps {
-		t.Run(s.name, func(t *testing.T) {
-			clock.Add(s.advance)
-			if _, err := m.Heartbeat(workerproto.HeartbeatRequest{WorkerID: "w", Held: s.held, Complete: true}); err != nil {
-				t.Fatal(err)
-			}
-			if st := m.Stats(); st.Assigned != s.wantAssigned {
-				t.Fatalf("%+v, want %d assigned", st, s.wantAssigned)
-			}
-		})
 	}
 }

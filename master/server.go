@@ -21,7 +21,7 @@ func (m *Master) Handler() http.Handler {
 		if !m.decode(w, r, &req) {
 			return
 		}
-		resp, err := m.Register(req)
+		resp, err := m.Register(r.Context(), req)
 		reply(w, resp, err)
 	})
 	mux.HandleFunc("POST "+workerproto.PathPull, func(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +37,7 @@ func (m *Master) Handler() http.Handler {
 		if !m.decode(w, r, &req) {
 			return
 		}
-		resp, err := m.Results(req)
+		resp, err := m.Results(r.Context(), req)
 		reply(w, resp, err)
 	})
 	mux.HandleFunc("POST "+workerproto.PathHeartbeat, func(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +45,7 @@ func (m *Master) Handler() http.Handler {
 		if !m.decode(w, r, &req) {
 			return
 		}
-		resp, err := m.Heartbeat(req)
+		resp, err := m.Heartbeat(r.Context(), req)
 		reply(w, resp, err)
 	})
 	return mux

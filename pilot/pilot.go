@@ -119,7 +119,7 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		return worker.Endpoint{}, fmt.Errorf("lease: %w", err)
 	}
 	if l.Granted {
-		if err := p.startMaster(l.Epoch); err != nil {
+		if err := p.startMaster(l); err != nil {
 			return worker.Endpoint{}, err
 		}
 		return worker.Endpoint{URL: p.url, Slots: side}, nil
@@ -137,9 +137,14 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 	return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, nil
 }
 
-func (p *Pilot) startMaster(epoch int64) error {
+func (p *Pilot) startMaster(l pilotproto.Lease) error {
+	epoch := l.Epoch
 	mc := p.cfg.Master
 	mc.PilotID, mc.Address, mc.Epoch, mc.Token = p.cfg.PilotID, p.url, epoch, p.cfg.Token
+	mc.LeaseTTL = time.Duration(l.TTLMS) * time.Millisecond
+	if mc.LeaseTTL == 0 {
+		mc.LeaseTTL = time.Duration(l.TTLSecond) * time.Second
+	}
 	mc.CheckpointPath = filepath.Join(p.cfg.StateDir, CheckpointFile)
 	if mc.Logger == nil {
 		mc.Logger = p.cfg.Logger

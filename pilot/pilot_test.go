@@ -150,7 +150,7 @@ func fastPilot(r *realQueue, id string, slots int) pilot.Config {
 	c.LeaseRetry = 100 * time.Millisecond
 	c.Logger = logger()
 	m := &c.Master
-	m.PullWait, m.IdlePoll, m.RetryInterval, m.Tick = 300*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond
+	m.PullWait, m.IdlePoll, m.RetryInterval = 300*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
 	m.HeartbeatInterval, m.LeaseRenewInterval = 200*time.Millisecond, 200*time.Millisecond
 	m.WorkerTimeout, m.ReconnectGrace, m.SafetyMargin = 2*time.Second, 2*time.Second, 0
 	m.Logger = c.Logger

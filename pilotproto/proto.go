@@ -46,6 +46,9 @@ type Lease struct {
 	Address   string `json:"address"`    // the current master's URL
 	ExpiresAt int64  `json:"expires_at"` // Unix seconds
 	TTLSecond int64  `json:"ttl_s"`
+	// TTLMS is the TTL in milliseconds (a TTL under a second reads 0 in
+	// TTLSecond); the master renews from it. 0 from an older queue.
+	TTLMS int64 `json:"ttl_ms,omitempty"`
 }
 
 // PullRequest asks for up to Max waiting tasks in fair-share order. The

@@ -39,7 +39,7 @@ func (q *Queue) saveLease(ctx context.Context, l leaseState) error {
 
 func (q *Queue) leaseView(l leaseState, granted bool) pilotproto.Lease {
 	return pilotproto.Lease{Granted: granted, Epoch: l.epoch, Holder: l.holder, Address: l.address,
-		ExpiresAt: l.expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second)}
+		ExpiresAt: l.expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second), TTLMS: q.cfg.LeaseTTL.Milliseconds()}
 }
 
 // Lease grants, renews or refuses the master lease. The first asker, or

@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	mc := master.DefaultConfig()
 	mc.PilotID, mc.Epoch, mc.Token, mc.Address = "bench", lease.Epoch, token, "in-process"
 	mc.CheckpointPath = filepath.Join(cfg.Dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano()))
-	mc.IdlePoll, mc.Tick = 5*time.Millisecond, 50*time.Millisecond
+	mc.IdlePoll = 5 * time.Millisecond
 	mc.MinBuffer = max(4*cfg.BatchSize, 256)
 	mc.SafetyMargin = 0
 	mc.Logger = cfg.Logger

@@ -1,10 +1,10 @@
-package master_test
+package core_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/master/core"
 )
 
 func TestFitBatch(t *testing.T) {
@@ -27,7 +27,7 @@ func TestFitBatch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := master.FitBatch(tc.want, tc.outstanding, tc.sl, tc.d, tc.remaining); got != tc.fit {
+			if got := core.FitBatch(tc.want, tc.outstanding, tc.sl, tc.d, tc.remaining); got != tc.fit {
 				t.Fatalf("FitBatch = %d, want %d", got, tc.fit)
 			}
 		})
@@ -35,7 +35,7 @@ func TestFitBatch(t *testing.T) {
 }
 
 func TestEstimatorPlansWithAHighValue(t *testing.T) {
-	var e master.Estimator
+	var e core.Estimator
 	if _, ok := e.Estimate(); ok {
 		t.Fatal("an estimator without observations claims an estimate")
 	}

@@ -1,0 +1,159 @@
+package core
+
+import (
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
+)
+
+// assign plans batches for w (at least one batch when one fits, more while
+// the tasks handed stay under free) and assigns them.
+func (c *Core) assign(w *worker, free int, now time.Time) []workerproto.Batch {
+	if c.phase != running || c.npending == 0 || free <= 0 {
+		return nil
+	}
+	c.compact()
+	var batches []workerproto.Batch
+	handed := 0
+	for handed < free {
+		refs := c.nextBatchFor(w, len(w.out), now)
+		if len(refs) == 0 {
+			break
+		}
+		c.nextBatch++
+		b := workerproto.Batch{ID: c.nextBatch}
+		for _, k := range refs {
+			b.Tasks = append(b.Tasks, c.tasks[k].t)
+			c.do(Op{Kind: OpAssign, Ref: k, Worker: w.id, Batch: b.ID}, now)
+		}
+		batches = append(batches, b)
+		handed += len(refs)
+	}
+	return batches
+}
+
+// nextBatchFor picks the next batch for w: tasks of one job, in queue
+// order, as many as the job's batch size and the worker's deadline allow.
+// If the first job's tasks cannot finish in time it tries the next few
+// jobs.
+func (c *Core) nextBatchFor(w *worker, outstanding int, now time.Time) []ref {
+	remaining := time.Duration(-1)
+	if !w.deadline.IsZero() {
+		remaining = w.deadline.Add(-c.cfg.SafetyMargin).Sub(now)
+		if remaining <= 0 {
+			return nil
+		}
+	}
+	tried := map[int64]bool{}
+	for i := 0; i < len(c.pending) && len(tried) < 8; i++ {
+		k := c.pending[i]
+		t := c.tasks[k]
+		if t == nil || t.state != StatePending || tried[t.t.JobID] {
+			continue
+		}
+		job := t.t.JobID
+		tried[job] = true
+		n := FitBatch(max(t.t.BatchSize, 1), outstanding, w.slots, c.estimate(t.t), remaining)
+		if n == 0 {
+			continue
+		}
+		refs := make([]ref, 0, n)
+		in := make(map[ref]bool, n) // a requeued task may be listed twice
+		for j := i; j < len(c.pending) && len(refs) < n; j++ {
+			k2 := c.pending[j]
+			if t2 := c.tasks[k2]; t2 != nil && t2.state == StatePending && t2.t.JobID == job && !in[k2] {
+				in[k2] = true
+				refs = append(refs, k2)
+			}
+		}
+		return refs
+	}
+	return nil
+}
+
+// estimate is the duration to plan a task with: learnt from the job's
+// results, else its timeout, else unknown (0).
+func (c *Core) estimate(t pilotproto.Task) time.Duration {
+	if e := c.est[t.JobID]; e != nil {
+		if d, ok := e.Estimate(); ok {
+			return d
+		}
+	}
+	return time.Duration(t.TimeoutS) * time.Second
+}
+
+// compact drops stale entries of the pending list once they dominate it.
+func (c *Core) compact() {
+	for len(c.pending) > 0 {
+		t := c.tasks[c.pending[0]]
+		if t != nil && t.state == StatePending {
+			break
+		}
+		c.pending = c.pending[1:]
+	}
+	if len(c.pending) <= 2*c.npending+64 {
+		return
+	}
+	c.pending = c.livePending()
+}
+
+// Estimator learns one job's task duration: an exponentially weighted mean
+// and mean absolute deviation, so Estimate is a high, not a typical, value
+// (mean + 2 deviations covers most tasks of a job whose tasks differ). The
+// checkpoint stores it, so a new master plans with what the last one learnt.
+type Estimator struct {
+	N         int
+	Mean, Dev float64 // seconds
+}
+
+const ewmaAlpha = 0.2
+
+// Observe adds one measured duration.
+func (e *Estimator) Observe(d time.Duration) {
+	x := d.Seconds()
+	if e.N == 0 {
+		e.Mean, e.Dev = x, x/4
+	} else {
+		diff := x - e.Mean
+		if diff < 0 {
+			diff = -diff
+		}
+		e.Mean += ewmaAlpha * (x - e.Mean)
+		e.Dev += ewmaAlpha * (diff - e.Dev)
+	}
+	e.N++
+}
+
+// Estimate returns the duration to plan with and whether anything was
+// observed yet.
+func (e *Estimator) Estimate() (time.Duration, bool) {
+	if e.N == 0 {
+		return 0, false
+	}
+	return time.Duration((e.Mean + 2*e.Dev) * float64(time.Second)), true
+}
+
+// FitBatch returns how many of want tasks (each estimated to take d) a
+// worker with slots slots and outstanding tasks already handed to it can
+// finish within remaining. The worker runs slots tasks at a time, so n new
+// tasks finish after ceil((outstanding+n)/slots) waves of d. remaining < 0
+// means no deadline. Returns 0 when not even one task fits: the worker is
+// left idle so the agent can release its node.
+func FitBatch(want, outstanding, slots int, d, remaining time.Duration) int {
+	if want <= 0 || slots <= 0 {
+		return 0
+	}
+	if remaining < 0 {
+		return want
+	}
+	if d <= 0 {
+		// Nothing learnt yet: any task may fit, but not past the end.
+		if remaining == 0 {
+			return 0
+		}
+		return want
+	}
+	waves := int(remaining / d) // whole waves that fit
+	return min(max(waves*slots-outstanding, 0), want)
+}

@@ -1,0 +1,341 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// need is how many tasks to pull now: the buffer's shortfall, at most
+// MaxPull.
+func (c *Core) need() int {
+	if c.phase != running {
+		return 0
+	}
+	return min(c.bufferTarget()-c.npending, c.cfg.MaxPull)
+}
+
+// bufferTarget keeps Prefetch x the registered workers' capacity pending,
+// within MinBuffer and MaxBuffer. Pulled tasks count in their owner's
+// running cores at the queue, which is why the buffer stays small.
+func (c *Core) bufferTarget() int {
+	capSum := 0
+	for _, w := range c.workers {
+		if w.registered {
+			capSum += w.capacity
+		}
+	}
+	return min(max(c.cfg.Prefetch*capSum, c.cfg.MinBuffer), c.cfg.MaxBuffer)
+}
+
+// plan starts the queue calls that are due, at most one of each kind in
+// flight.
+func (c *Core) plan(now time.Time) {
+	if c.phase == running {
+		if n := c.need(); n > 0 && !c.pullBusy && !now.Before(c.pullAt) {
+			c.rd.Pull = &pilotproto.PullRequest{Epoch: c.cfg.Epoch, Max: n}
+			c.pullBusy = true
+		}
+		if !c.beatBusy && !now.Before(c.beatAt) {
+			c.rd.Beat = c.beat()
+			c.beatBusy = true
+			c.beatAt = now.Add(c.cfg.HeartbeatInterval)
+		}
+		if !c.leaseBusy && !now.Before(c.leaseAt) {
+			c.rd.Lease = &pilotproto.LeaseRequest{PilotID: c.cfg.PilotID, Address: c.cfg.Address, Epoch: c.cfg.Epoch}
+			c.leaseBusy = true
+			c.leaseAt = now.Add(c.renewEvery())
+		}
+	}
+	if !c.reportBusy && c.nfinal > 0 && !now.Before(c.reportAt) && !c.flushGaveUp {
+		c.sendReport()
+	}
+	if c.phase == stopping && !c.releasing && !c.reportBusy && !c.pullBusy && !c.leaseBusy && !c.beatBusy &&
+		(c.nfinal == 0 || c.flushGaveUp) {
+		// Give the lease up so a worker becomes master now, not after the
+		// TTL. Workers already hear "not the master" and go to the lease.
+		c.releasing = true
+		c.rd.Lease = &pilotproto.LeaseRequest{PilotID: c.cfg.PilotID, Address: c.cfg.Address, Epoch: c.cfg.Epoch, Release: true}
+	}
+}
+
+// renewEvery is the lease renewal period: LeaseRenewInterval, but at
+// least three renewals per TTL the queue granted, so one lost renewal
+// does not lose the lease.
+func (c *Core) renewEvery() time.Duration {
+	d := c.cfg.LeaseRenewInterval
+	if c.ttl > 0 && c.ttl/3 < d {
+		d = c.ttl / 3
+	}
+	return d
+}
+
+func (c *Core) sendReport() {
+	var refs []ref
+	var results []pilotproto.Result
+	seen := map[ref]bool{}
+	i := 0
+	for ; i < len(c.outbox) && len(results) < c.cfg.ReportBatch; i++ {
+		k := c.outbox[i]
+		t := c.tasks[k]
+		if t == nil || t.state != StateFinal || t.result == nil || seen[k] {
+			continue
+		}
+		seen[k] = true
+		refs = append(refs, k)
+		results = append(results, *t.result)
+	}
+	c.outbox = c.outbox[i:]
+	if len(results) == 0 {
+		return
+	}
+	c.sent, c.reportBusy = refs, true
+	c.rd.Report = &pilotproto.ResultsRequest{Epoch: c.cfg.Epoch, Results: results}
+}
+
+// beat is the queue heartbeat: every task the master holds (final ones
+// whose result the queue has not acknowledged included: the queue
+// requeues the active tasks of older epochs that a new master's first
+// heartbeat does not list), which pilots are busy, and the recommendation.
+func (c *Core) beat() *Beat {
+	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, Running: make([]ref, 0, len(c.tasks))}
+	for k := range c.tasks {
+		hb.Running = append(hb.Running, k)
+	}
+	slices.SortFunc(hb.Running, cmpRef)
+	pilots := map[string]*pilotproto.PilotStatus{}
+	slots := 0
+	for _, w := range c.workers {
+		if w.pilot == "" {
+			continue
+		}
+		p := pilots[w.pilot]
+		if p == nil {
+			p = &pilotproto.PilotStatus{PilotID: w.pilot}
+			pilots[w.pilot] = p
+		}
+		p.Busy = p.Busy || len(w.out) > 0
+		if !w.deadline.IsZero() {
+			p.Deadline = w.deadline.Unix()
+		}
+		slots = max(slots, w.slots)
+	}
+	for _, p := range pilots {
+		hb.Pilots = append(hb.Pilots, *p)
+	}
+	slices.SortFunc(hb.Pilots, func(a, b pilotproto.PilotStatus) int {
+		if a.PilotID < b.PilotID {
+			return -1
+		}
+		if a.PilotID > b.PilotID {
+			return 1
+		}
+		return 0
+	})
+	left := c.npending + c.nassigned
+	rec := pilotproto.RecommendationRequest{Epoch: c.cfg.Epoch, MinNodes: policy.Recommend(left, c.cfg.Recommend),
+		PendingTasks: c.npending, RunningTasks: c.nassigned, SlotsPerNode: slots}
+	return &Beat{Heartbeat: hb, Recommendation: rec}
+}
+
+// pulled adds the tasks a queue pull brought. The queue hands an attempt
+// out again only after it applied our interrupted report; anything else
+// already held is a duplicate delivery.
+func (c *Core) pulled(now time.Time, e Pulled) {
+	c.pullBusy = false
+	if e.Err != nil {
+		c.queueErr(now, "pull", e.Err)
+		c.pullAt = now.Add(c.cfg.RetryInterval)
+		return
+	}
+	for _, t := range e.Resp.Tasks {
+		k := refOf(t)
+		if old := c.tasks[k]; old != nil {
+			if old.state != StateFinal || old.result == nil || old.result.Status != pilotproto.StatusInterrupted {
+				continue
+			}
+		}
+		c.do(Op{Kind: OpAdd, Ref: k, Task: t}, now)
+		switch {
+		case c.cancelled[t.JobID]:
+			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(t, pilotproto.StatusKilled, now)}, now)
+		case c.phase != running:
+			// Pulled just before a graceful stop: back to the queue at once.
+			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(t, pilotproto.StatusInterrupted, now)}, now)
+		}
+	}
+	c.cancelJobs(now, e.Resp.CancelledJobs)
+	c.pullAt = now
+	if len(e.Resp.Tasks) == 0 {
+		c.pullAt = now.Add(c.cfg.IdlePoll)
+	}
+}
+
+// cancelJobs finalises the pending tasks of cancelled jobs as killed and
+// tells every worker to kill the running ones.
+func (c *Core) cancelJobs(now time.Time, jobs []int64) {
+	if len(jobs) == 0 {
+		return
+	}
+	for _, j := range jobs {
+		c.cancelled[j] = true
+		for _, w := range c.workers {
+			w.kill = append(w.kill, j)
+		}
+	}
+	killed := 0
+	for _, k := range c.livePending() {
+		if t := c.tasks[k]; c.cancelled[t.t.JobID] {
+			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(t.t, pilotproto.StatusKilled, now)}, now)
+			killed++
+		}
+	}
+	c.dirty = true // parked pulls carry the kills
+	c.log.Info("jobs cancelled", "jobs", jobs, "pending_killed", killed)
+}
+
+// reportedResults forgets the results the queue acknowledged; on failure
+// they go back to the front of the outbox.
+func (c *Core) reportedResults(now time.Time, e Reported) {
+	c.reportBusy = false
+	sent := c.sent
+	c.sent = nil
+	if e.Err != nil {
+		c.outbox = append(sent, c.outbox...)
+		c.queueErr(now, "results", e.Err)
+		c.reportAt = now.Add(c.cfg.RetryInterval)
+		if c.phase == stopping {
+			c.log.Warn("results not flushed at stop; the next master sends them", "error", e.Err, "unreported", c.nfinal)
+			c.flushGaveUp = true
+		}
+		return
+	}
+	for _, k := range sent {
+		if t := c.tasks[k]; t != nil && t.state == StateFinal {
+			c.do(Op{Kind: OpDelete, Ref: k}, now)
+			c.reported++
+		}
+	}
+}
+
+func (c *Core) beaten(now time.Time, e Beaten) {
+	c.beatBusy = false
+	if e.Err != nil {
+		c.queueErr(now, "heartbeat", e.Err)
+		return
+	}
+	c.cancelJobs(now, e.Resp.CancelledJobs)
+	if e.RecErr != nil {
+		c.queueErr(now, "recommendation", e.RecErr)
+	}
+}
+
+func (c *Core) leased(now time.Time, e Leased) {
+	c.leaseBusy = false
+	if c.releasing {
+		if e.Err != nil {
+			c.log.Warn("could not release the lease; the next master waits for its TTL", "error", e.Err)
+		} else {
+			c.log.Info("released the master lease", "epoch", c.cfg.Epoch)
+		}
+		c.end(nil)
+		return
+	}
+	if e.Err != nil {
+		c.queueErr(now, "lease", e.Err)
+		c.leaseAt = minTime(c.leaseAt, now.Add(c.cfg.RetryInterval))
+		return
+	}
+	l := e.Lease
+	if !l.Granted || l.Epoch != c.cfg.Epoch {
+		c.fail(fmt.Errorf("lease now held by %s (epoch %d): %w", l.Holder, l.Epoch, api.ErrStaleEpoch))
+		return
+	}
+	if ttl := leaseTTL(l); ttl > 0 {
+		c.ttl = ttl
+	}
+	c.leaseAt = now.Add(c.renewEvery())
+}
+
+// leaseTTL is the TTL the queue granted (milliseconds when it says).
+func leaseTTL(l pilotproto.Lease) time.Duration {
+	if l.TTLMS > 0 {
+		return time.Duration(l.TTLMS) * time.Millisecond
+	}
+	return time.Duration(l.TTLSecond) * time.Second
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// queueErr: a stale epoch stops the master (a newer one exists); an
+// expired lease is renewed at once (nobody may have taken it yet).
+func (c *Core) queueErr(now time.Time, what string, err error) {
+	switch {
+	case errors.Is(err, api.ErrStaleEpoch):
+		c.fail(fmt.Errorf("queue %s: %w", what, err))
+	case errors.Is(err, api.ErrLeaseExpired):
+		c.log.Warn("queue call found the lease expired; renewing", "call", what, "error", err)
+		c.leaseAt = now
+	default:
+		c.log.Warn("queue call failed", "call", what, "error", err)
+	}
+}
+
+// stop begins a graceful stop: the tasks no worker holds go back to the
+// queue as interrupted (requeued at once), results are flushed, then the
+// lease is released. Batches held by workers stay in the checkpoint: those
+// workers keep running and report to the next master.
+func (c *Core) stop(now time.Time) {
+	if c.phase != running {
+		return
+	}
+	c.phase = stopping
+	live := c.livePending()
+	for _, k := range live {
+		c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(c.tasks[k].t, pilotproto.StatusInterrupted, now)}, now)
+	}
+	if len(live) == 0 {
+		// Nothing to write, but learn it if a newer master owns the state.
+		c.do(Op{Kind: OpFenceCheck}, now)
+	}
+	c.endPolls()
+	c.log.Info("master stopping", "returned_to_queue", len(live), "unreported", c.nfinal)
+}
+
+// fail stops the core at once: a newer master exists, or the checkpoint
+// could not be written. Nothing more is written or sent.
+func (c *Core) fail(err error) {
+	if c.phase == done {
+		return
+	}
+	c.log.Warn("master stops", "error", err)
+	c.end(err)
+}
+
+func (c *Core) end(err error) {
+	c.phase = done
+	c.endPolls()
+	c.rd.Done, c.rd.Err = true, err
+}
+
+// endPolls answers the parked pulls "not the master": their workers go
+// back to the lease.
+func (c *Core) endPolls() {
+	for _, p := range c.polls {
+		if w := c.workers[p.worker]; w != nil {
+			w.polls--
+		}
+		c.reply(Reply{Req: p.req, Err: ErrNotMaster})
+	}
+	c.polls = nil
+}
