@@ -20,7 +20,12 @@ type Ledger struct {
 	TTL     int64
 	known   map[string]entry // id -> entry, submitted and not yet visible
 	unknown []entry          // outcome unknown
-	seen    map[string]bool  // pilot ids seen in a snapshot
+	// seen holds the pilot ids of the last snapshot; seenSet is the same
+	// as a set, built only when a round needs it (a submit, or an unknown
+	// submit to settle): most rounds need neither, and a set of a thousand
+	// pilots each round was a tenth of a simulated month.
+	seen, spare []string
+	seenSet     map[string]bool
 }
 
 type entry struct {
@@ -30,12 +35,23 @@ type entry struct {
 
 // NewLedger returns an empty ledger whose entries expire after ttl seconds.
 func NewLedger(ttl int64) *Ledger {
-	return &Ledger{TTL: ttl, known: map[string]entry{}, seen: map[string]bool{}}
+	return &Ledger{TTL: ttl, known: map[string]entry{}}
+}
+
+// wasSeen reports whether the last snapshot showed pilot id.
+func (l *Ledger) wasSeen(id string) bool {
+	if l.seenSet == nil {
+		l.seenSet = make(map[string]bool, len(l.seen))
+		for _, s := range l.seen {
+			l.seenSet[s] = true
+		}
+	}
+	return l.seenSet[id]
 }
 
 // Submitted records a pilot the batch system accepted.
 func (l *Ledger) Submitted(id adapters.PilotID, limit cluster.Limit, now int64) {
-	if l.seen[string(id)] {
+	if l.wasSeen(string(id)) {
 		return
 	}
 	l.known[string(id)] = entry{limit, now}
@@ -49,29 +65,23 @@ func (l *Ledger) Unknown(limit cluster.Limit, now int64) {
 // Observe updates the ledger from a snapshot: visible pilots leave it,
 // new unexpected pilots settle unknown submits, old entries expire.
 func (l *Ledger) Observe(s cluster.Snapshot) {
-	visible := map[string]bool{}
-	var fresh []string
+	visible := l.spare[:0]
+	fresh := 0
 	for _, j := range s.Jobs {
 		if !j.Pilot {
 			continue
 		}
-		visible[j.ID] = true
+		visible = append(visible, j.ID)
 		if _, ok := l.known[j.ID]; ok {
 			delete(l.known, j.ID)
-		} else if !l.seen[j.ID] {
-			fresh = append(fresh, j.ID)
+		} else if len(l.unknown) > 0 && !l.wasSeen(j.ID) {
+			fresh++
 		}
 	}
-	sort.Strings(fresh)
-	for range fresh {
-		if len(l.unknown) == 0 {
-			break
-		}
-		l.unknown = l.unknown[1:]
-	}
-	// Forget ids no longer visible so the map does not grow forever; a
+	l.unknown = l.unknown[min(fresh, len(l.unknown)):]
+	// Forget ids no longer visible so the set does not grow forever; a
 	// pilot never comes back once it has left the batch system.
-	l.seen = visible
+	l.seen, l.spare, l.seenSet = visible, l.seen, nil
 	for id, e := range l.known {
 		if s.Now-e.at > l.TTL {
 			delete(l.known, id)

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
+	"sync"
 )
 
 // Limit is a time limit in seconds. Unlimited (-1) is written as JSON null,
@@ -221,15 +223,14 @@ func (s Snapshot) Validate() error {
 	if s.Demand != nil && (s.Demand.PendingTasks < 0 || s.Demand.RunningTasks < 0 || s.Demand.SlotsPerNode < 0) {
 		return bad("demand figures must not be negative")
 	}
-	seen := make(map[string]bool, len(s.Jobs))
+	dup := firstDuplicate(s.Jobs)
 	for i, j := range s.Jobs {
 		if j.ID == "" {
 			return bad("job %d has no id", i)
 		}
-		if seen[j.ID] {
+		if i == dup {
 			return bad("job id %q appears twice", j.ID)
 		}
-		seen[j.ID] = true
 		if j.State != Pending && j.State != Running {
 			return bad("job %s: state %q is neither %q nor %q", j.ID, j.State, Pending, Running)
 		}
@@ -247,4 +248,39 @@ func (s Snapshot) Validate() error {
 		}
 	}
 	return nil
+}
+
+var (
+	idSeed  = maphash.MakeSeed()
+	idTable = sync.Pool{New: func() any { return new([]int32) }}
+)
+
+// firstDuplicate returns the index of the first job whose id an earlier
+// job has, or -1. It is an open-addressing set of job indexes by id hash,
+// reused between calls: a simulated month validates hundreds of thousands
+// of snapshots of a thousand jobs, and a map per call was a fifth of it.
+func firstDuplicate(jobs []Job) int {
+	size := 16
+	for size < 2*len(jobs) {
+		size *= 2
+	}
+	tp := idTable.Get().(*[]int32)
+	defer idTable.Put(tp)
+	if cap(*tp) < size {
+		*tp = make([]int32, size)
+	}
+	t := (*tp)[:size]
+	clear(t)
+	mask := uint64(size - 1)
+	for i := range jobs {
+		k := maphash.String(idSeed, jobs[i].ID) & mask
+		for t[k] != 0 {
+			if jobs[t[k]-1].ID == jobs[i].ID {
+				return i
+			}
+			k = (k + 1) & mask
+		}
+		t[k] = int32(i + 1)
+	}
+	return -1
 }

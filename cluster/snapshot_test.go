@@ -3,6 +3,8 @@ package cluster
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -87,5 +89,34 @@ func TestValidateRejectsContradictions(t *testing.T) {
 	}
 	if err := (Snapshot{TotalNodes: 2, IdleNodes: 1, Jobs: []Job{ok}}).Validate(); err != nil {
 		t.Fatalf("valid snapshot rejected: %v", err)
+	}
+}
+
+func TestFirstDuplicateAgreesWithAMapOnLargeSnapshots(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		n := r.IntN(3000)
+		jobs := make([]Job, n)
+		for i, id := range r.Perm(n) {
+			jobs[i].ID = strconv.Itoa(id)
+		}
+		if n > 1 && round%3 != 0 { // one duplicate anywhere, or none
+			a, b := r.IntN(n), r.IntN(n)
+			if a != b {
+				jobs[max(a, b)].ID = jobs[min(a, b)].ID
+			}
+		}
+		want := -1
+		seen := map[string]bool{}
+		for i, j := range jobs {
+			if seen[j.ID] {
+				want = i
+				break
+			}
+			seen[j.ID] = true
+		}
+		if got := firstDuplicate(jobs); got != want {
+			t.Fatalf("round %d (%d jobs): first duplicate at %d, want %d", round, n, got, want)
+		}
 	}
 }

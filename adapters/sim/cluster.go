@@ -1,10 +1,11 @@
 package sim
 
 import (
-	"container/heap"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -75,8 +76,6 @@ type job struct {
 	seq   int64
 	state jobState
 	pilot bool
-	// runIdx is the job's index in Cluster.running.
-	runIdx int
 	endGen int
 	// Harvest work of a running pilot.
 	task     *workItem
@@ -109,25 +108,58 @@ type event struct {
 	gen  int
 }
 
+func (e *event) before(o *event) bool {
+	if e.t != o.t {
+		return e.t < o.t
+	}
+	if e.kind != o.kind {
+		return e.kind < o.kind
+	}
+	return e.seq < o.seq
+}
+
+// eventHeap is a binary min-heap of events by (time, kind, seq), typed so
+// that the millions of task events of a month cost no allocation each.
 type eventHeap []event
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(a, b int) bool {
-	if h[a].t != h[b].t {
-		return h[a].t < h[b].t
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	i := len(q) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !q[i].before(&q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
 	}
-	if h[a].kind != h[b].kind {
-		return h[a].kind < h[b].kind
-	}
-	return h[a].seq < h[b].seq
 }
-func (h eventHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q[n] = event{} // drop the job pointer
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q[r].before(&q[l]) {
+			m = r
+		}
+		if !q[m].before(&q[i]) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }
 
 // Sample is the node use from time T until the next sample.
@@ -149,11 +181,12 @@ type Cluster struct {
 	evSeq   int64
 	jobs    []*job
 	pending []*job // priority order; may hold jobs no longer pending
-	running []*job
+	running []*job // in id order
 	used    int
 	// schedAt is the time of the scheduling pass already queued, or -1.
 	schedAt int64
 	prof    profile
+	ends    []release // buildProfile's scratch
 
 	// Harvest pool.
 	work         []*workItem
@@ -169,6 +202,9 @@ type Cluster struct {
 	// changes counts every change a snapshot or the busy pilots could
 	// show (see Changes).
 	changes int64
+	// busy is Demand's map of busy pilots as of change busyAt.
+	busy   map[string]bool
+	busyAt int64
 }
 
 // New returns an empty cluster at virtual time 0.
@@ -246,7 +282,7 @@ func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limi
 	}
 	j := &job{
 		rec:   Record{ID: id, Name: name, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Start: -1, End: -1},
-		nodes: nodes, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot, runIdx: -1,
+		nodes: nodes, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot,
 	}
 	_ = user
 	c.jobs = append(c.jobs, j)
@@ -256,7 +292,7 @@ func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limi
 func (c *Cluster) push(e event) {
 	c.evSeq++
 	e.seq = c.evSeq
-	heap.Push(&c.events, e)
+	c.events.push(e)
 }
 
 // AdvanceTo processes every event up to and including t, in order, and
@@ -268,7 +304,7 @@ func (c *Cluster) AdvanceTo(t int64) error {
 		return fmt.Errorf("%w: advance to %d, now %d", ErrPast, t, c.now)
 	}
 	for len(c.events) > 0 && c.events[0].t <= t {
-		e := heap.Pop(&c.events).(event)
+		e := c.events.pop()
 		c.now = e.t
 		c.handle(e)
 	}
@@ -339,17 +375,23 @@ func (c *Cluster) dirty() {
 	c.push(event{t: c.schedAt, kind: evSched})
 }
 
+// release is nodes coming back at time t.
+type release struct {
+	t     int64
+	nodes int
+}
+
 // buildProfile fills c.prof with the free nodes over time, judged by the
 // running jobs' time limits.
 func (c *Cluster) buildProfile() *profile {
-	ends := make([][2]int64, 0, len(c.running))
+	c.ends = c.ends[:0]
 	for _, r := range c.running {
-		ends = append(ends, [2]int64{r.endByLimit(), int64(r.nodes)})
+		c.ends = append(c.ends, release{r.endByLimit(), r.nodes})
 	}
-	sort.Slice(ends, func(a, b int) bool { return ends[a][0] < ends[b][0] })
+	slices.SortFunc(c.ends, func(a, b release) int { return cmp.Compare(a.t, b.t) })
 	c.prof.reset(c.now, c.cfg.Nodes-c.used)
-	for _, e := range ends {
-		c.prof.release(max(e[0], c.now), int(e[1]))
+	for _, e := range c.ends {
+		c.prof.release(max(e.t, c.now), e.nodes)
 	}
 	return &c.prof
 }
@@ -398,8 +440,8 @@ func (c *Cluster) start(j *job) {
 	c.changes++
 	j.state = stRunning
 	j.rec.Start = c.now
-	j.runIdx = len(c.running)
-	c.running = append(c.running, j)
+	i := c.runningIndex(j)
+	c.running = slices.Insert(c.running, i, j)
 	c.used += j.nodes
 	j.endGen++
 	end := add(c.now, min(j.run, j.limit))
@@ -418,6 +460,12 @@ func (c *Cluster) start(j *job) {
 	}
 }
 
+// runningIndex is where j is, or goes, in the running jobs (id order).
+func (c *Cluster) runningIndex(j *job) int {
+	i, _ := slices.BinarySearchFunc(c.running, j.seq, func(r *job, seq int64) int { return cmp.Compare(r.seq, seq) })
+	return i
+}
+
 // finish ends a running job now.
 func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	c.changes++
@@ -425,11 +473,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	j.rec.End = c.now
 	j.rec.Killed = killed && !cancelled
 	j.rec.Cancelled = cancelled
-	last := c.running[len(c.running)-1]
-	c.running[j.runIdx] = last
-	last.runIdx = j.runIdx
-	c.running = c.running[:len(c.running)-1]
-	j.runIdx = -1
+	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
 	c.used -= j.nodes
 	if j.pilot {
 		if j.task != nil {
@@ -507,9 +551,7 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		MaxTime:    c.maxTime(),
 		Jobs:       make([]cluster.Job, 0, len(c.running)+len(c.pending)),
 	}
-	run := append([]*job(nil), c.running...)
-	sort.Slice(run, func(a, b int) bool { return run[a].seq < run[b].seq })
-	for _, j := range run {
+	for _, j := range c.running {
 		cj := c.view(j)
 		cj.State = cluster.Running
 		cj.RunTime = c.now - j.rec.Start

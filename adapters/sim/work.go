@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/harvest-hpc/harvest/cluster"
 )
@@ -141,16 +140,12 @@ func (c *Cluster) feedIdle() {
 	if c.pendingTasks == 0 || c.idlePilots == 0 {
 		return
 	}
-	var idle []*job
-	for _, r := range c.running {
-		if r.pilot && r.task == nil {
-			idle = append(idle, r)
-		}
-	}
-	sort.Slice(idle, func(a, b int) bool { return idle[a].seq < idle[b].seq })
-	for _, p := range idle {
+	for _, p := range c.running { // oldest first: they are in id order
 		if c.pendingTasks == 0 {
 			return
+		}
+		if !p.pilot || p.task != nil {
+			continue
 		}
 		c.pull(p)
 		if p.task != nil {
@@ -160,17 +155,21 @@ func (c *Cluster) feedIdle() {
 }
 
 // Demand is the harvest backlog as the queue would report it (one task
-// slot per node), and which pilots are running a task.
+// slot per node), and which pilots are running a task. The map is shared
+// until the next change (see Changes): callers must not modify it.
 func (c *Cluster) Demand() (cluster.Demand, map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	busy := make(map[string]bool)
-	for _, r := range c.running {
-		if r.pilot && r.task != nil {
-			busy[r.rec.ID] = true
+	if c.busy == nil || c.busyAt != c.changes {
+		c.busy = make(map[string]bool, c.busyPilots)
+		for _, r := range c.running {
+			if r.pilot && r.task != nil {
+				c.busy[r.rec.ID] = true
+			}
 		}
+		c.busyAt = c.changes
 	}
-	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}, busy
+	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}, c.busy
 }
 
 // Backlog returns the harvest tasks pending and running.

@@ -11,6 +11,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -104,14 +105,13 @@ type view struct {
 	s   *cluster.Snapshot
 	cfg Config
 
-	pilots    []cluster.Job // visible pilots, running and queued
-	top       int           // index of J_top in s.Jobs, -1 if none
-	held      int           // R
-	idle      int           // I
-	onTheWay  int           // queued + ledger pilots
-	maxNodes  int           // 0 = no cap
-	demandCap int           // -1 = unlimited backlog
-	left      int           // pending + running tasks (when demandCap >= 0)
+	top       int // index of J_top in s.Jobs, -1 if none
+	held      int // R
+	idle      int // I
+	onTheWay  int // queued + ledger pilots
+	maxNodes  int // 0 = no cap
+	demandCap int // -1 = unlimited backlog
+	left      int // pending + running tasks (when demandCap >= 0)
 	miniNode  int
 	keep      int // no release goes below this
 	limitCap  cluster.Limit
@@ -126,7 +126,6 @@ func newView(in *Input, cfg Config) *view {
 		if !j.Pilot {
 			continue
 		}
-		v.pilots = append(v.pilots, *j)
 		if j.State == cluster.Running {
 			running += j.Nodes
 		} else {
@@ -356,7 +355,14 @@ func (v *view) room() (int, Case, string) {
 // only if busyToo. Pilots on the ledger cannot be cancelled (no id yet).
 func (v *view) pickRelease(nodes int, busyToo bool) []string {
 	ids := []string{}
-	for _, p := range ReleaseOrder(v.pilots) {
+	pilots := make([]cluster.Job, 0, len(v.s.Jobs))
+	for i := range v.s.Jobs {
+		if v.s.Jobs[i].Pilot {
+			pilots = append(pilots, v.s.Jobs[i])
+		}
+	}
+	slices.SortFunc(pilots, compareRelease) // ReleaseOrder, on our own copy
+	for _, p := range pilots {
 		if nodes <= 0 {
 			break
 		}
@@ -372,12 +378,14 @@ func (v *view) pickRelease(nodes int, busyToo bool) []string {
 // shortfall explains a release that cannot free enough nodes this round
 // (the rest are on the ledger, not yet visible to cancel).
 func (v *view) shortfall(ids []string, need int) string {
+	release := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		release[id] = true
+	}
 	freed := 0
-	for _, p := range v.pilots {
-		for _, id := range ids {
-			if p.ID == id {
-				freed += p.Nodes
-			}
+	for i := range v.s.Jobs {
+		if p := &v.s.Jobs[i]; p.Pilot && release[p.ID] {
+			freed += p.Nodes
 		}
 	}
 	if freed >= need {
