@@ -68,14 +68,14 @@ const (
 )
 
 type job struct {
-	rec   Record
-	nodes int
-	limit int64 // seconds, never = unlimited
-	run   int64 // real duration, never = until the limit
-	prio  float64
-	seq   int64
-	state jobState
-	pilot bool
+	rec    Record
+	nodes  int
+	limit  int64 // seconds, never = unlimited
+	run    int64 // real duration, never = until the limit
+	prio   float64
+	seq    int64
+	state  jobState
+	pilot  bool
 	endGen int
 	// Harvest work of a running pilot.
 	task     *workItem
