@@ -18,6 +18,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
 	"github.com/harvest-hpc/harvest/worker"
 )
 
@@ -62,7 +63,7 @@ func startQueue(t *testing.T) *realQueue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(q.Handler())
+	srv := httptest.NewServer(httpapi.New(q, httpapi.DefaultConfig()).Handler())
 	r := &realQueue{q: q, srv: srv, cfg: cfg}
 	t.Cleanup(func() { r.srv.Close(); r.q.Close() })
 	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
@@ -108,7 +109,7 @@ func (r *realQueue) restart(t *testing.T, down time.Duration) {
 	if err != nil {
 		t.Fatalf("listen again on %s: %v", addr, err)
 	}
-	srv := httptest.NewUnstartedServer(q.Handler())
+	srv := httptest.NewUnstartedServer(httpapi.New(q, httpapi.DefaultConfig()).Handler())
 	srv.Listener.Close()
 	srv.Listener = l
 	srv.Start()

@@ -12,8 +12,9 @@
 //	/v1/pilot/heartbeat       HeartbeatRequest      -> HeartbeatResponse
 //	/v1/pilot/recommendation  RecommendationRequest -> {}
 //
-// A write with an epoch older than the current lease gets 409 Conflict
-// with an error mentioning "stale epoch"; an expired lease gets 409 too.
+// A write with an epoch other than the current lease's gets 409 Conflict
+// with the code "stale_epoch"; with an expired lease, 409 and
+// "lease_expired" (queue/api: api.ErrStaleEpoch, api.ErrLeaseExpired).
 package pilotproto
 
 // Paths of the pilot endpoints.

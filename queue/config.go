@@ -45,10 +45,8 @@ type Config struct {
 	CheckpointInterval time.Duration // WAL checkpoints (outside the write lock)
 	UsageWindow        time.Duration // the sliding window of CPU time and cost (24 h)
 
-	MaxBodyBytes      int64 // user/admin request bodies
-	MaxPilotBodyBytes int64 // pilot request bodies (results batches)
-	InsertChunk       int   // tasks per insert transaction at submit
-	WriteChunk        int   // rows per write transaction elsewhere
+	InsertChunk int // tasks per insert transaction at submit
+	WriteChunk  int // rows per write transaction elsewhere
 
 	DefaultLimits       fairshare.Limits
 	DefaultSlotsPerNode int
@@ -82,8 +80,6 @@ func DefaultConfig() Config {
 		ReconcileInterval:   5 * time.Minute,
 		CheckpointInterval:  time.Second,
 		UsageWindow:         24 * time.Hour,
-		MaxBodyBytes:        1 << 20,
-		MaxPilotBodyBytes:   16 << 20,
 		InsertChunk:         1000,
 		WriteChunk:          250,
 		DefaultLimits:       fairshare.DefaultLimits(),
@@ -135,9 +131,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTasksPerJob < 1 || c.MaxPull < 1 || c.InsertChunk < 1 || c.WriteChunk < 1 {
 		return bad("max tasks per job, max pull and chunk sizes must be positive")
-	}
-	if c.MaxBodyBytes < 1024 || c.MaxPilotBodyBytes < 1024 {
-		return bad("body limits must be at least 1 KiB")
 	}
 	if c.DefaultSlotsPerNode < 1 {
 		return bad("default slots per node must be at least 1")

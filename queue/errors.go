@@ -11,9 +11,6 @@ import (
 // shutting down (503, retry later).
 var ErrClosed = fmt.Errorf("queue closed: %w", api.ErrUnavailable)
 
-// statusOf maps an error onto its HTTP status through the code table.
-func statusOf(err error) int { return api.StatusOf(api.CodeOf(err)) }
-
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", api.ErrInvalid, fmt.Sprintf(format, a...))
 }

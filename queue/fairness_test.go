@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 type simUser struct {
@@ -32,21 +34,21 @@ type simReport struct {
 // and the results come back at the end of the step.
 func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Duration) simReport {
 	t.Helper()
-	e := newEnv(t, func(c *Config) { c.LeaseTTL = 365 * 24 * time.Hour })
+	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = 365 * 24 * time.Hour })
 	ctx := context.Background()
 	for _, u := range users {
-		s := api.UserSettings{Priority: ptr(u.priority)}
+		s := api.UserSettings{Priority: queuetest.Ptr(u.priority)}
 		if u.maxCores > 0 {
-			s.MaxCores = ptr(u.maxCores)
+			s.MaxCores = queuetest.Ptr(u.maxCores)
 		}
-		if _, err := e.q.SetUser(ctx, u.name, s); err != nil {
+		if _, err := e.Q.SetUser(ctx, u.name, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.q.Submit(ctx, u.name, api.JobSpec{Dataset: e.dataset("ds-"+u.name, u.tasks), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		if _, err := e.Q.Submit(ctx, u.name, api.JobSpec{Dataset: e.Dataset("ds-"+u.name, u.tasks), Command: []string{"p"}, BatchSize: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"}); err != nil {
+	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"}); err != nil {
 		t.Fatal(err)
 	}
 	rep := simReport{work: map[string]float64{}, nuwt: map[string]float64{}}
@@ -55,9 +57,9 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 		remaining[u.name] = u.tasks
 	}
 	contended := true
-	start := e.clock.Now()
+	start := e.Clock.Now()
 	for step := 0; step < 100_000; step++ {
-		p, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: slots})
+		p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: slots})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +70,7 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 		if contended {
 			rep.contSt++
 		}
-		e.clock.Advance(taskDur)
+		e.Clock.Advance(taskDur)
 		var res []pilotproto.Result
 		for _, tk := range p.Tasks {
 			res = append(res, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone, DurationMS: taskDur.Milliseconds()})
@@ -77,7 +79,7 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 			}
 			remaining[tk.Owner]--
 		}
-		if _, err := e.q.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: 1, Results: res}); err != nil {
+		if _, err := e.Q.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: 1, Results: res}); err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range remaining {
@@ -86,11 +88,11 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 			}
 		}
 	}
-	rep.makespn = e.clock.Now().Sub(start)
+	rep.makespn = e.Clock.Now().Sub(start)
 	shares := make([]float64, 0, len(users))
 	for _, u := range users {
 		var wait, work float64
-		e.q.r.QueryRow(`SELECT coalesce(sum(t.wait_ms), 0) / 1000.0, coalesce(sum(j.cores * r.duration_ms), 0) / 1000.0
+		e.DB().QueryRow(`SELECT coalesce(sum(t.wait_ms), 0) / 1000.0, coalesce(sum(j.cores * r.duration_ms), 0) / 1000.0
 			FROM tasks t JOIN jobs j ON j.id = t.job_id LEFT JOIN results r ON r.task_id = t.id AND r.applied = 1 WHERE j.owner = ?`, u.name).Scan(&wait, &work)
 		rep.nuwt[u.name] = fairshare.NUWT(wait, work)
 		shares = append(shares, rep.work[u.name]/u.priority) // share normalised by entitlement
@@ -150,20 +152,20 @@ func TestFairShareIntake(t *testing.T) {
 // TestPullInterleavesEqualUsersWithinOnePull checks the order inside a
 // single pull, not just over time.
 func TestPullInterleavesEqualUsersWithinOnePull(t *testing.T) {
-	e := newEnv(t)
+	e := queuetest.New(t)
 	ctx := context.Background()
 	for _, u := range []string{"alice", "bob"} {
-		if _, err := e.q.Submit(ctx, u, api.JobSpec{Dataset: e.dataset("d"+u, 10), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		if _, err := e.Q.Submit(ctx, u, api.JobSpec{Dataset: e.Dataset("d"+u, 10), Command: []string{"p"}, BatchSize: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A second, pricier job of alice's goes first among hers.
-	pricey, err := e.q.Submit(ctx, "alice", api.JobSpec{Dataset: e.dataset("pricey", 2), Command: []string{"p"}, BatchSize: 1, Price: ptr(5.0)})
+	pricey, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("pricey", 2), Command: []string{"p"}, BatchSize: 1, Price: queuetest.Ptr(5.0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
-	p, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 8})
+	e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,13 +184,13 @@ func TestPullInterleavesEqualUsersWithinOnePull(t *testing.T) {
 // TestOnePullHandsOutEachTaskOnce pulls more tasks than the first fetch
 // of a job (the pull fetches per job in growing chunks).
 func TestOnePullHandsOutEachTaskOnce(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.DefaultLimits.MaxParallelJobs = 1000 })
+	e := queuetest.New(t, func(c *queue.Config) { c.DefaultLimits.MaxParallelJobs = 1000 })
 	ctx := context.Background()
-	if _, err := e.q.Submit(ctx, "alice", api.JobSpec{Dataset: e.dataset("many", 300), Command: []string{"p"}, BatchSize: 1}); err != nil {
+	if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("many", 300), Command: []string{"p"}, BatchSize: 1}); err != nil {
 		t.Fatal(err)
 	}
-	e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
-	p, err := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 250})
+	e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 250})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestOnePullHandsOutEachTaskOnce(t *testing.T) {
 	if len(p.Tasks) != 250 {
 		t.Fatalf("pulled %d, want 250", len(p.Tasks))
 	}
-	if p2, _ := e.q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 250}); len(p2.Tasks) != 50 {
+	if p2, _ := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 250}); len(p2.Tasks) != 50 {
 		t.Fatalf("second pull got %d, want the 50 left", len(p2.Tasks))
 	}
 }

@@ -2,51 +2,15 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
-	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// leaseState mirrors the single lease row (the queue is its only writer).
-type leaseState struct {
-	epoch   int64
-	holder  string
-	address string
-	expires time.Time
-}
-
-func (q *Queue) loadLease(ctx context.Context) error {
-	var exp int64
-	err := q.r.QueryRowContext(ctx, `SELECT epoch, holder, address, expires_at FROM lease WHERE id = 1`).
-		Scan(&q.lease.epoch, &q.lease.holder, &q.lease.address, &exp)
-	if err != nil {
-		return fmt.Errorf("load lease: %w", err)
-	}
-	q.lease.expires = time.UnixMilli(exp)
-	return nil
-}
-
-func (q *Queue) saveLease(ctx context.Context, l leaseState) error {
-	return q.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE lease SET epoch = ?, holder = ?, address = ?, expires_at = ? WHERE id = 1`,
-			l.epoch, l.holder, l.address, ms(l.expires))
-		return err
-	})
-}
-
-func (q *Queue) leaseView(l leaseState, granted bool) pilotproto.Lease {
-	return pilotproto.Lease{Granted: granted, Epoch: l.epoch, Holder: l.holder, Address: l.address,
-		ExpiresAt: l.expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second), TTLMS: q.cfg.LeaseTTL.Milliseconds()}
-}
-
-// Lease grants, renews or refuses the master lease. The first asker, or
-// the first after the TTL expired, becomes master with epoch+1. The holder
-// renews by sending its pilot id and current epoch (even after expiry, as
-// long as nobody else took the lease). An epoch older than the current one
-// is stale: 409.
+// Lease grants, renews, releases or refuses the master lease
+// (rules.DecideLease, applied in one write transaction). An epoch other
+// than the current one is stale: 409.
 func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotproto.Lease, error) {
 	if req.PilotID == "" || len(req.PilotID) > 256 {
 		return pilotproto.Lease{}, invalid("pilot_id is required (at most 256 bytes)")
@@ -57,95 +21,41 @@ func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotpr
 	if req.Epoch < 0 {
 		return pilotproto.Lease{}, invalid("epoch must not be negative")
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock() // lease changes are rare; one tiny write under the lock
-	cur := q.lease
-	now := q.now()
-	if req.Epoch != 0 && req.Epoch < cur.epoch {
-		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d is older than the current epoch %d", api.ErrStaleEpoch, req.Epoch, cur.epoch)
-	}
-	if req.Epoch > cur.epoch {
-		return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d was never granted (current %d)", api.ErrStaleEpoch, req.Epoch, cur.epoch)
-	}
-	next := cur
-	if req.Release {
-		if req.Epoch == 0 || req.PilotID != cur.holder {
-			return pilotproto.Lease{}, fmt.Errorf("%w: only the holder may release the lease, with its epoch (held by %s, epoch %d)", api.ErrStaleEpoch, cur.holder, cur.epoch)
-		}
-		next.expires = now // expired: the next asker gets epoch+1 at once
-		if err := q.saveLease(ctx, next); err != nil {
-			return pilotproto.Lease{}, fmt.Errorf("save lease: %w", err)
-		}
-		q.log.Info("master released the lease", "pilot", cur.holder, "epoch", cur.epoch)
-		q.lease = next
-		return q.leaseView(next, false), nil
+	prev, d, err := q.st.DecideLease(ctx, req, q.now(), q.cfg.LeaseTTL)
+	if err != nil {
+		return pilotproto.Lease{}, err
 	}
 	switch {
-	case req.Epoch != 0 && req.Epoch == cur.epoch && req.PilotID == cur.holder:
-		// renewal by the holder
-	case req.Epoch == 0 && req.PilotID == cur.holder && now.Before(cur.expires):
-		// the holder asking again (its first answer was lost): idempotent
-	case cur.holder == "" || !now.Before(cur.expires):
-		next.epoch = cur.epoch + 1
-		next.holder = req.PilotID
-	default:
-		if req.Epoch != 0 { // a renewal by somebody who is not the holder
-			return pilotproto.Lease{}, fmt.Errorf("%w: epoch %d is held by %s", api.ErrStaleEpoch, req.Epoch, cur.holder)
-		}
-		return q.leaseView(cur, false), nil
+	case req.Release:
+		q.log.Info("master released the lease", "pilot", prev.Holder, "epoch", prev.Epoch)
+	case d.Next.Epoch != prev.Epoch:
+		q.log.Info("new master", "pilot", d.Next.Holder, "epoch", d.Next.Epoch, "address", d.Next.Address)
 	}
-	if req.Address != "" {
-		next.address = req.Address
-	}
-	next.expires = now.Add(q.cfg.LeaseTTL)
-	if err := q.saveLease(ctx, next); err != nil {
-		return pilotproto.Lease{}, fmt.Errorf("save lease: %w", err)
-	}
-	if next.epoch != cur.epoch {
-		q.log.Info("new master", "pilot", next.holder, "epoch", next.epoch, "address", next.address)
-	}
-	q.lease = next
-	return q.leaseView(next, true), nil
+	return q.leaseView(d.Next, d.Granted), nil
 }
 
-// checkEpoch fences a master write: the epoch must be the current one and
-// the lease alive. q.mu must not be held.
-func (q *Queue) checkEpoch(epoch int64) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.checkEpochLocked(epoch)
-}
-
-func (q *Queue) checkEpochLocked(epoch int64) error {
-	cur := q.lease
-	switch {
-	case epoch <= 0:
-		return invalid("epoch is required (the lease's epoch)")
-	case epoch < cur.epoch:
-		return fmt.Errorf("%w: epoch %d is older than the current epoch %d", api.ErrStaleEpoch, epoch, cur.epoch)
-	case epoch > cur.epoch:
-		return fmt.Errorf("%w: epoch %d was never granted (current %d)", api.ErrStaleEpoch, epoch, cur.epoch)
-	case !q.now().Before(cur.expires):
-		return fmt.Errorf("%w: the lease of epoch %d expired at %s; renew it", api.ErrLeaseExpired, epoch, cur.expires.UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// renewLocked extends the current lease (a heartbeat counts as renewal).
-func (q *Queue) renewLocked(ctx context.Context) error {
-	next := q.lease
-	next.expires = q.now().Add(q.cfg.LeaseTTL)
-	if err := q.saveLease(ctx, next); err != nil {
-		return err
-	}
-	q.lease = next
-	return nil
+func (q *Queue) leaseView(l rules.Lease, granted bool) pilotproto.Lease {
+	return pilotproto.Lease{Granted: granted, Epoch: l.Epoch, Holder: l.Holder, Address: l.Address,
+		ExpiresAt: l.Expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second), TTLMS: q.cfg.LeaseTTL.Milliseconds()}
 }
 
 // MasterAddress returns the published master address and whether the
 // lease is alive.
-func (q *Queue) MasterAddress() (string, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.lease.address, q.lease.holder != "" && q.now().Before(q.lease.expires)
+func (q *Queue) MasterAddress(ctx context.Context) (string, bool, error) {
+	l, err := q.st.Lease(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	return l.Address, l.Alive(q.now()), nil
+}
+
+// precheckEpoch refuses a master request early from a read of the lease.
+// It is not the fence (the store checks the epoch again inside each write
+// transaction); it answers a deposed master that has nothing to write.
+func (q *Queue) precheckEpoch(ctx context.Context, epoch int64) error {
+	l, err := q.st.Lease(ctx)
+	if err != nil {
+		return err
+	}
+	return rules.CheckEpoch(l, epoch, q.now())
 }

@@ -1,18 +1,29 @@
-// Package queue is harvest's job queue: SQLite storage, the /v1 REST API
-// with three roles (user, admin, pilot), fair-share intake with JAliEn's
-// computedPriority, the job/task lifecycle, the master lease with epoch
-// fencing, and the MiniNode recommendation and demand figures the agent's
-// policy reads. It runs inside `harvest agent` (or `harvest queue serve`).
+// Package queue is harvest's job queue service: the rules of job
+// submission, fair-share intake with JAliEn's computedPriority, the
+// job/task lifecycle, the master lease with epoch fencing, and the
+// MiniNode recommendation and demand figures the agent's policy reads. It
+// runs inside `harvest agent` (or `harvest queue serve`).
+//
+// The queue is three layers, in the shape of benbjohnson/wtf:
+//
+//	queue/store    SQLite: schema, migrations, every SQL statement; each
+//	               method one short transaction; master writes fenced by
+//	               the lease epoch inside the transaction
+//	queue/rules    pure decisions the store applies inside transactions
+//	               (task and job transitions, the lease)
+//	queue          this package: validation, fair share and usage in
+//	               memory, sweeps; no SQL, no HTTP
+//	queue/httpapi  the /v1 REST API over this package: routing, roles,
+//	               JSON, error codes, listeners
 //
 //	q, err := queue.Open(cfg)
 //	defer q.Close()
-//	go q.Serve(ctx, unixListener, tcpListener)
+//	go httpapi.New(q, httpapi.DefaultConfig()).Serve(ctx, unixListener, tcpListener)
 //	demand, _ := q.Demand(ctx)
 package queue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,36 +31,47 @@ import (
 	"sync"
 	"time"
 
-	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Queue is the queue service. All methods are safe for concurrent use.
+//
+// Locks, in the only order they are ever taken:
+//
+//  1. pullMu: one pull at a time (the fair order is computed over all
+//     users, then handed out).
+//  2. mu: the in-memory mirror (users' limits, running cores and usage
+//     windows; the recommendation; pilot status). A write that changes
+//     what the mirror reflects holds mu from before its transaction until
+//     the mirror is updated, so the tables and the mirror change together
+//     for every other holder of mu (the reconciler reads the tables under
+//     mu). Writes that change nothing mirrored (lease, heartbeats, task
+//     inserts of a submission, tokens, settings) do not take it.
+//  3. the store's writer connection (inside the store; it calls nothing
+//     back, so no lock is ever taken while a transaction is open).
 type Queue struct {
 	cfg   Config
 	log   *slog.Logger
-	w, r  *sql.DB
-	ck    *sql.DB  // checkpoints only
+	st    *store.Store
 	roots []string // allowed roots, symlinks resolved
 
-	pullMu sync.Mutex // one pull at a time: the fair order is computed over all users
-	// orphansChecked is the newest epoch whose first heartbeat requeued the
-	// older epochs' tasks it did not list (under mu).
-	orphansChecked int64
-	// mut is held across every write that changes usage (commit + the
-	// in-memory update), so the reconciler sees the tables and the memory
-	// in step. It is not SQLite's write lock and is held for as short.
-	mut sync.Mutex
+	pullMu sync.Mutex
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex
 	users   map[string]*userState
 	highest float64 // highest baseline priority of any user
-	lease   leaseState
 	rec     recommendation
 	pilots  map[string]pilotSeen
+	// orphansChecked is the newest epoch whose first heartbeat requeued
+	// the older epochs' tasks it did not list.
+	orphansChecked int64
 
-	wstats writeStats
+	// beforeWrite, when set (tests only), runs before each fenced write
+	// of a master, outside every lock: where a deposed master's write
+	// would slip through if the epoch were checked before the transaction.
+	beforeWrite func(op string)
 
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -61,17 +83,13 @@ type Queue struct {
 // table is a flushed copy.
 type userState struct {
 	limits  fairshare.Limits
-	running int          // cores of ASSIGNED/RUNNING/ZOMBIE tasks
-	events  []usageEvent // results in the window, oldest first
-	dirty   bool         // changed since the last flush
-}
-
-type usageEvent struct {
-	at        int64 // Unix ms
-	cpu, cost float64
+	running int                // cores of active tasks of live jobs
+	events  []store.UsageEvent // results in the window, oldest first
+	dirty   bool               // changed since the last flush
 }
 
 type recommendation struct {
+	epoch                             int64
 	minNodes, pending, running, slots int
 	at                                time.Time
 }
@@ -81,8 +99,9 @@ type pilotSeen struct {
 	at     time.Time
 }
 
-// Open opens (creating or migrating) the database, loads users, usage and
-// the lease, and starts the background sweeps. Close stops them.
+// Open opens (creating or migrating) the database, removes submissions
+// that died half way, loads users and usage, and starts the background
+// sweeps. Close stops them.
 func Open(cfg Config) (*Queue, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -99,25 +118,21 @@ func Open(cfg Config) (*Queue, error) {
 		}
 		roots = append(roots, rr)
 	}
-	w, r, ck, err := openDB(cfg.DBPath)
+	st, err := store.Open(cfg.DBPath)
 	if err != nil {
 		return nil, err
 	}
 	q := &Queue{
-		cfg: cfg, log: log.With("component", "queue"), w: w, r: r, ck: ck, roots: roots,
+		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, pilots: map[string]pilotSeen{}, closed: make(chan struct{}),
 	}
 	ctx := context.Background()
 	if err := q.cleanupPartialSubmits(ctx); err != nil {
-		q.closeDB()
-		return nil, err
-	}
-	if err := q.loadLease(ctx); err != nil {
-		q.closeDB()
+		st.Close()
 		return nil, err
 	}
 	if err := q.Reconcile(ctx); err != nil {
-		q.closeDB()
+		st.Close()
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
@@ -125,7 +140,7 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
-	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.checkpoint)
+	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.Checkpoint)
 	return q, nil
 }
 
@@ -160,71 +175,25 @@ func (q *Queue) Close() error {
 		if _, ferr := q.FlushUsage(context.Background()); ferr != nil {
 			q.log.Warn("final usage flush failed", "error", ferr)
 		}
-		err = q.closeDB()
+		err = q.st.Close()
 	})
 	return err
 }
 
-func (q *Queue) closeDB() error {
-	_, cerr := q.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	return errors.Join(cerr, q.ck.Close(), q.r.Close(), q.w.Close())
-}
+// Closing is closed when Close starts: the API answers ErrClosed from then on.
+func (q *Queue) Closing() <-chan struct{} { return q.closed }
+
+// Logger is the queue's logger (the API logs through it).
+func (q *Queue) Logger() *slog.Logger { return q.log }
+
+// WriteStats returns the write-lock figures since Open (or the last reset).
+func (q *Queue) WriteStats(reset bool) store.WriteStats { return q.st.WriteStats(reset) }
 
 func (q *Queue) now() time.Time { return q.cfg.Now() }
 
-// Demand returns the backlog the agent's policy reads: pending = WAITING
-// tasks (requeued ones included) of live jobs, running = ASSIGNED, RUNNING
-// or ZOMBIE tasks. SlotsPerNode comes from the master's latest fresh
-// recommendation, else the configured default.
-func (q *Queue) Demand(ctx context.Context) (cluster.Demand, error) {
-	var pending, running sql.NullInt64
-	err := q.r.QueryRowContext(ctx, `SELECT sum(n_waiting), sum(n_active) FROM jobs WHERE state IN ('WAITING', 'RUNNING')`).Scan(&pending, &running)
-	if err != nil {
-		return cluster.Demand{}, fmt.Errorf("demand: %w", err)
+// hook runs the test hook before a fenced write of a master.
+func (q *Queue) hook(op string) {
+	if q.beforeWrite != nil {
+		q.beforeWrite(op)
 	}
-	d := cluster.Demand{PendingTasks: int(pending.Int64), RunningTasks: int(running.Int64), SlotsPerNode: q.cfg.DefaultSlotsPerNode}
-	q.mu.Lock()
-	if q.recFresh() && q.rec.slots > 0 {
-		d.SlotsPerNode = q.rec.slots
-	}
-	q.mu.Unlock()
-	return d, nil
-}
-
-// Recommendation returns the master's latest MiniNode recommendation, or 0
-// when there is none or it is stale (older than RecommendationTTL).
-func (q *Queue) Recommendation() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.recFresh() {
-		return 0
-	}
-	return q.rec.minNodes
-}
-
-func (q *Queue) recFresh() bool {
-	return !q.rec.at.IsZero() && q.now().Sub(q.rec.at) <= q.cfg.RecommendationTTL
-}
-
-// PilotStatus returns the pilots the master reported in its heartbeats
-// within the last zombie timeout (busy ones run tasks and are released last).
-func (q *Queue) PilotStatus() map[string]pilotproto.PilotStatus {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := make(map[string]pilotproto.PilotStatus, len(q.pilots))
-	now := q.now()
-	for id, p := range q.pilots {
-		if now.Sub(p.at) > q.cfg.ZombieTimeout {
-			delete(q.pilots, id)
-			continue
-		}
-		out[id] = p.status
-	}
-	return out
-}
-
-// NodeLimits returns the admin's floor and cap of pilot nodes (0 = no cap).
-func (q *Queue) NodeLimits(ctx context.Context) (minNodes, maxNodes int, err error) {
-	n, err := q.nodes(ctx)
-	return n.MinNodes, n.MaxNodes, err
 }

@@ -2,8 +2,6 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Placeholders a command may use; anything else in braces is rejected so
@@ -24,11 +23,6 @@ var (
 	placeholderRE = regexp.MustCompile(`\{[^{}]*\}`)
 	placeholders  = map[string]bool{"{input}": true, "{output}": true, "{job}": true, "{task}": true}
 )
-
-// submitting is the internal state of a job whose tasks are still being
-// inserted; it is invisible to lists and pulls, and removed at Open if the
-// process died half way.
-const submitting = "SUBMITTING"
 
 // normalized is a validated job spec with the defaults filled in.
 type normalized struct {
@@ -222,21 +216,13 @@ func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Jo
 	if err := q.ensureUser(ctx, owner); err != nil {
 		return api.Job{}, err
 	}
-	cmd, _ := json.Marshal(n.command)
 	now := q.now()
-	var id int64
-	err = q.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at)
-			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)`,
-			owner, n.name, submitting, n.dataset, string(cmd), n.batchSize, n.price, n.cores, n.maxAttempts, n.timeoutS, ms(now), ms(now.Add(n.expiry)))
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
-		return err
+	id, err := q.st.CreateJob(ctx, store.NewJob{
+		Owner: owner, Name: n.name, Dataset: n.dataset, Command: n.command, BatchSize: n.batchSize, Price: n.price,
+		Cores: n.cores, MaxAttempts: n.maxAttempts, TimeoutS: n.timeoutS, Submitted: now, Expires: now.Add(n.expiry),
 	})
 	if err != nil {
-		return api.Job{}, fmt.Errorf("store job: %w", err)
+		return api.Job{}, err
 	}
 	out := n.output
 	if out == "" {
@@ -246,110 +232,35 @@ func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Jo
 			out = fmt.Sprintf("%s.out-%d", n.dataset, id)
 		}
 	}
-	if err := q.insertTasks(ctx, id, names, ms(now)); err != nil {
-		q.dropJob(context.Background(), id)
+	if err := q.st.InsertTasks(ctx, id, names, now, q.cfg.InsertChunk); err != nil {
+		q.dropJob(id)
 		return api.Job{}, err
 	}
-	err = q.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, output_dir = ?, n_total = ?, n_waiting = ? WHERE id = ?`, api.JobWaiting, out, len(names), len(names), id)
-		return err
-	})
-	if err != nil {
-		q.dropJob(context.Background(), id)
-		return api.Job{}, fmt.Errorf("store job: %w", err)
+	if err := q.st.ActivateJob(ctx, id, out, len(names)); err != nil {
+		q.dropJob(id)
+		return api.Job{}, err
 	}
 	q.log.Info("job submitted", "job", id, "owner", owner, "tasks", len(names), "batch_size", n.batchSize)
 	return q.Job(ctx, owner, true, id)
 }
 
-func (q *Queue) insertTasks(ctx context.Context, job int64, names []string, now int64) error {
-	const perStmt = 200 // rows per multi-row INSERT (SQLite's variable limit is 32766)
-	for len(names) > 0 {
-		chunk := names[:min(len(names), q.cfg.InsertChunk)]
-		names = names[len(chunk):]
-		err := q.write(ctx, func(tx *sql.Tx) error {
-			var full *sql.Stmt
-			for len(chunk) > 0 {
-				part := chunk[:min(len(chunk), perStmt)]
-				chunk = chunk[len(part):]
-				args := make([]any, 0, 3*len(part))
-				for _, nm := range part {
-					args = append(args, job, nm, now)
-				}
-				var err error
-				if len(part) == perStmt {
-					if full == nil {
-						if full, err = tx.PrepareContext(ctx, insertTasksSQL(perStmt)); err != nil {
-							return err
-						}
-						defer full.Close()
-					}
-					_, err = full.ExecContext(ctx, args...)
-				} else {
-					_, err = tx.ExecContext(ctx, insertTasksSQL(len(part)), args...)
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("store tasks of job %d: %w", job, err)
-		}
+// dropJob removes a job whose submission failed half way (a fresh
+// context: the caller's may be what failed).
+func (q *Queue) dropJob(id int64) {
+	if err := q.st.DropJob(context.Background(), id, q.cfg.InsertChunk); err != nil {
+		q.log.Error("could not remove a half-submitted job; it is removed at the next start", "job", id, "error", err)
 	}
-	return nil
-}
-
-func insertTasksSQL(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO tasks (job_id, name, state, queued_at) VALUES `)
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`(?, ?, 'WAITING', ?)`)
-	}
-	return b.String()
-}
-
-// dropJob deletes a job and its tasks in short transactions.
-func (q *Queue) dropJob(ctx context.Context, id int64) error {
-	for {
-		var n int64
-		err := q.write(ctx, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? LIMIT ?)`, id, q.cfg.InsertChunk)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("drop job %d: %w", id, err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	return q.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE job_id = ?`, id); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id = ?`, id)
-		return err
-	})
 }
 
 // cleanupPartialSubmits removes jobs whose submission died half way.
 func (q *Queue) cleanupPartialSubmits(ctx context.Context) error {
-	ids, err := q.ids(ctx, `SELECT id FROM jobs WHERE state = ?`, submitting)
+	ids, err := q.st.SubmittingJobs(ctx)
 	if err != nil {
-		return fmt.Errorf("find partial submissions: %w", err)
+		return err
 	}
 	for _, id := range ids {
 		q.log.Warn("removing a job whose submission was interrupted", "job", id)
-		if err := q.dropJob(ctx, id); err != nil {
+		if err := q.st.DropJob(ctx, id, q.cfg.InsertChunk); err != nil {
 			return err
 		}
 	}

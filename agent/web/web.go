@@ -22,7 +22,9 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
-// Queue is what the endpoints need from the queue (*queue.Queue).
+// Queue is what the endpoints need from the queue: the service
+// (*queue.Queue) and its API's authentication and errors
+// (*httpapi.Server); cmd/harvest hands them over together.
 type Queue interface {
 	Authenticate(r *http.Request) (name, role string, err error)
 	AuthenticateToken(r *http.Request, token string) (name, role string, err error)
@@ -33,8 +35,6 @@ type Queue interface {
 	CreateToken(ctx context.Context, name, role string) (api.Token, error)
 	RevokeTokens(ctx context.Context, user, role string) (int, error)
 }
-
-var _ Queue = (*queue.Queue)(nil)
 
 // Rounds gives the last round (*agent.Reconciler).
 type Rounds interface {

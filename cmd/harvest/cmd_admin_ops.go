@@ -21,6 +21,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
 )
 
 // opsFlags are the agent's settings for the status page and metrics.
@@ -72,18 +73,27 @@ func (o *agentOps) hook(ctx context.Context, ad adapters.Adapter, cancelTimeout 
 }
 
 // handler is the mux the agent serves on the queue's listeners.
-func (o *agentOps) handler(c *cli.Context, q *queue.Queue, r *agent.Reconciler, adapterName string, log *slog.Logger) (http.Handler, error) {
+// webQueue is what the operations endpoints need: the queue service and
+// its API's authentication and error answers.
+type webQueue struct {
+	*queue.Queue
+	*httpapi.Server
+}
+
+var _ web.Queue = webQueue{}
+
+func (o *agentOps) handler(c *cli.Context, h *hostedQueue, r *agent.Reconciler, adapterName string, log *slog.Logger) (http.Handler, error) {
 	cfg := web.DefaultConfig()
-	cfg.Queue, cfg.Rounds, cfg.Control, cfg.Metrics, cfg.History = q, r, o.ctl, o.metrics, o.hist
+	cfg.Queue, cfg.Rounds, cfg.Control, cfg.Metrics, cfg.History = webQueue{h.q, h.api}, r, o.ctl, o.metrics, o.hist
 	cfg.MetricsAnonymous = c.Bool("metrics-anonymous")
 	cfg.ChartWindow = c.Duration("chart-window")
 	cfg.Adapter = adapterName
 	cfg.Log = log
-	return web.Handler(cfg, q.Handler())
+	return web.Handler(cfg, h.api.Handler())
 }
 
 func (h *hostedQueue) serveWith(ctx context.Context, handler http.Handler) error {
-	return h.q.ServeHandler(ctx, handler, h.listeners...)
+	return h.api.ServeHandler(ctx, handler, h.listeners...)
 }
 
 // withAdminOps adds the site admin's day to the admin command: pause,

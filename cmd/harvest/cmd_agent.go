@@ -212,7 +212,7 @@ func runAgent(c *cli.Context) error {
 	r := agent.NewReconciler(ad, src, cfg, log)
 	r.OnRound = ops.hook(ctx, ad, cfg.CancelTimeout)
 	if hq != nil {
-		handler, err := ops.handler(c, hq.q, r, info.Name, log)
+		handler, err := ops.handler(c, hq, r, info.Name, log)
 		if err != nil {
 			return cli.Exit("harvest agent: "+err.Error(), 1)
 		}

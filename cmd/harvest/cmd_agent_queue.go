@@ -15,6 +15,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 )
@@ -41,6 +42,7 @@ func queueFlags() []cli.Flag {
 // hostedQueue is the queue running inside the agent.
 type hostedQueue struct {
 	q         *queue.Queue
+	api       *httpapi.Server
 	listeners []net.Listener
 	advertise string
 	token     string
@@ -67,7 +69,7 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &hostedQueue{q: q, token: token}
+	h := &hostedQueue{q: q, api: httpapi.New(q, httpapi.DefaultConfig()), token: token}
 	fail := func(err error) (*hostedQueue, error) {
 		h.close()
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
 )
 
 // queueCommand runs the queue on its own (tests, development, or a site
@@ -90,14 +91,14 @@ func queueSharedConfig(c *cli.Context) queue.Config {
 func queueListeners(c *cli.Context) ([]net.Listener, error) {
 	var ls []net.Listener
 	if s := c.String("socket"); s != "" {
-		l, err := queue.ListenUnix(s)
+		l, err := httpapi.ListenUnix(s)
 		if err != nil {
 			return nil, err
 		}
 		ls = append(ls, l)
 	}
 	if a := c.String("listen"); a != "" {
-		l, err := queue.ListenTCP(a, c.String("tls-cert"), c.String("tls-key"))
+		l, err := httpapi.ListenTCP(a, c.String("tls-cert"), c.String("tls-key"))
 		if err != nil {
 			for _, x := range ls {
 				x.Close()
@@ -127,7 +128,7 @@ func runQueueServe(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return q.Serve(ctx, ls...)
+	return httpapi.New(q, httpapi.DefaultConfig()).Serve(ctx, ls...)
 }
 
 // Client side: every user/admin command finds the queue the same way.

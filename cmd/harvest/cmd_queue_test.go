@@ -21,6 +21,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
 )
 
 type cliQueue struct {
@@ -47,7 +48,7 @@ func startCLIQueue(t *testing.T) *cliQueue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(q.Handler())
+	srv := httptest.NewServer(httpapi.New(q, httpapi.DefaultConfig()).Handler())
 	t.Cleanup(func() { srv.Close(); q.Close() })
 	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
 	if err != nil {

@@ -1,4 +1,4 @@
-package queue
+package httpapi_test
 
 import (
 	"context"
@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 // TestMain lets the test binary act as a standalone queue process (for
@@ -39,12 +42,12 @@ func TestMain(m *testing.M) {
 }
 
 // childConfig is the configuration of a queue process under test.
-func childConfig(dir string) Config {
-	cfg := DefaultConfig()
+func childConfig(dir string) queue.Config {
+	cfg := queue.DefaultConfig()
 	cfg.DBPath = filepath.Join(dir, "queue.db")
 	cfg.AllowedRoots = []string{filepath.Join(dir, "data")}
 	cfg.OutputsRoot = filepath.Join(dir, "data", "out")
-	cfg.PilotToken = pilotToken
+	cfg.PilotToken = queuetest.PilotToken
 	cfg.ZombieTimeout = 2 * time.Second
 	cfg.SweepInterval = 300 * time.Millisecond
 	cfg.FlushInterval = 200 * time.Millisecond
@@ -54,7 +57,7 @@ func childConfig(dir string) Config {
 
 func childServe() error {
 	dir := os.Getenv("HQ_DIR")
-	q, err := Open(childConfig(dir))
+	q, err := queue.Open(childConfig(dir))
 	if err != nil {
 		return err
 	}
@@ -72,7 +75,7 @@ func childServe() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return q.Serve(ctx, l)
+	return httpapi.New(q, httpapi.DefaultConfig()).Serve(ctx, l)
 }
 
 func childWhoami() error {

@@ -1,4 +1,4 @@
-package queue
+package httpapi_test
 
 import (
 	"net/http/httptest"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 var fuzzPaths = []string{"/v1/jobs", pilotproto.PathPull, pilotproto.PathResults, pilotproto.PathLease,
@@ -25,9 +26,9 @@ func FuzzRequestBodies(f *testing.F) {
 			f.Add(uint8(i), s)
 		}
 	}
-	e := newEnv(f)
-	h := e.q.Handler()
-	e.q.Lease(f.Context(), pilotproto.LeaseRequest{PilotID: "p"})
+	e := queuetest.New(f)
+	h := e.Handler()
+	e.Q.Lease(f.Context(), pilotproto.LeaseRequest{PilotID: "p"})
 	f.Fuzz(func(t *testing.T, which uint8, body string) {
 		path := fuzzPaths[int(which)%len(fuzzPaths)]
 		method, who := "POST", "alice"
@@ -38,14 +39,14 @@ func FuzzRequestBodies(f *testing.F) {
 			method, who = "PUT", "admin"
 		}
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+e.tokens[who])
-		before := snapshot(t, e.q)
+		req.Header.Set("Authorization", "Bearer "+e.Tokens[who])
+		before := e.Snapshot(t)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {
 			t.Fatalf("%s %s %q: %d %s", method, path, body, rec.Code, rec.Body)
 		}
-		if rec.Code >= 400 && snapshot(t, e.q) != before {
+		if rec.Code >= 400 && e.Snapshot(t) != before {
 			t.Fatalf("%s %s %q was refused (%d) but changed stored state", method, path, body, rec.Code)
 		}
 	})

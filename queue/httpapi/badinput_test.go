@@ -1,4 +1,4 @@
-package queue
+package httpapi_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 func jobBody(dataset string, mod func(m map[string]any)) string {
@@ -28,35 +29,35 @@ func jobBody(dataset string, mod func(m map[string]any)) string {
 // over real HTTP and checks the 4xx, the JSON error, and that a dump of
 // every table is byte-for-byte the same afterwards.
 func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
-	e := newEnv(t)
+	e := queuetest.New(t)
 	ctx := context.Background()
-	good := e.dataset("good", 3)
-	bobs, err := e.q.Submit(ctx, "bob", api.JobSpec{Dataset: e.dataset("bobset", 2), Command: []string{"x"}, BatchSize: 1})
+	good := e.Dataset("good", 3)
+	bobs, err := e.Q.Submit(ctx, "bob", api.JobSpec{Dataset: e.Dataset("bobset", 2), Command: []string{"x"}, BatchSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed, err := e.q.Submit(ctx, "alice", api.JobSpec{Dataset: e.dataset("killed", 1), Command: []string{"x"}, BatchSize: 1})
+	killed, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("killed", 1), Command: []string{"x"}, BatchSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.q.Cancel(ctx, "alice", false, killed.ID); err != nil {
+	if _, err := e.Q.Cancel(ctx, "alice", false, killed.ID); err != nil {
 		t.Fatal(err)
 	}
-	outside := filepath.Join(e.dir, "outside")
+	outside := filepath.Join(e.Dir, "outside")
 	os.MkdirAll(filepath.Join(outside, "secret"), 0o755)
-	if err := os.Symlink(outside, filepath.Join(e.data, "escape")); err != nil {
+	if err := os.Symlink(outside, filepath.Join(e.Data, "escape")); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(e.data, "afile"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(e.Data, "afile"), []byte("x"), 0o644)
 	// Lease history: epoch 1 (p1) expired, epoch 2 (p2) expired too.
-	if _, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://n1:1"}); err != nil {
+	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://n1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Advance(31 * time.Second)
-	if l, err := e.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://n2:1"}); err != nil || l.Epoch != 2 {
+	e.Clock.Advance(31 * time.Second)
+	if l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://n2:1"}); err != nil || l.Epoch != 2 {
 		t.Fatalf("second lease: %+v %v", l, err)
 	}
-	e.clock.Advance(31 * time.Second)
+	e.Clock.Advance(31 * time.Second)
 
 	huge := `{"dataset": "` + strings.Repeat("a", 2<<20) + `"}`
 	for _, tc := range []struct {
@@ -72,14 +73,14 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"an empty body is a 400", "POST", "/v1/jobs", "alice", ``, 400, "empty body"},
 		{"a huge body is a 413", "POST", "/v1/jobs", "alice", huge, 413, "too large"},
 		{"an unknown field is a 400", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["shell"] = true }), 400, "unknown field"},
-		{"a dataset path with .. is refused", "POST", "/v1/jobs", "alice", jobBody(e.data+"/../outside", nil), 400, `".."`},
-		{"a symlink escaping the roots is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.data, "escape"), nil), 400, "outside the allowed roots"},
+		{"a dataset path with .. is refused", "POST", "/v1/jobs", "alice", jobBody(e.Data+"/../outside", nil), 400, `".."`},
+		{"a symlink escaping the roots is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.Data, "escape"), nil), 400, "outside the allowed roots"},
 		{"a dataset outside the roots is refused", "POST", "/v1/jobs", "alice", jobBody(outside, nil), 400, "outside the allowed roots"},
 		{"a relative dataset path is refused", "POST", "/v1/jobs", "alice", jobBody("data/good", nil), 400, "not an absolute path"},
-		{"a missing dataset is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.data, "nope"), nil), 400, "does not exist"},
-		{"a dataset that is a file is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.data, "afile"), nil), 400, "not a directory"},
-		{"an empty dataset is refused", "POST", "/v1/jobs", "alice", jobBody(e.dataset("empty", 0), nil), 400, "no entries"},
-		{"an output escaping through .. is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = e.data + "/../outside/o" }), 400, `".."`},
+		{"a missing dataset is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.Data, "nope"), nil), 400, "does not exist"},
+		{"a dataset that is a file is refused", "POST", "/v1/jobs", "alice", jobBody(filepath.Join(e.Data, "afile"), nil), 400, "not a directory"},
+		{"an empty dataset is refused", "POST", "/v1/jobs", "alice", jobBody(e.Dataset("empty", 0), nil), 400, "no entries"},
+		{"an output escaping through .. is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = e.Data + "/../outside/o" }), 400, `".."`},
 		{"an output outside the roots is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = "/tmp/harvest-o" }), 400, "outside the allowed roots"},
 		{"a negative batch size is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["batch_size"] = -1 }), 400, "batch_size -1"},
 		{"a batch size above the bound is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["batch_size"] = 10001 }), 400, "outside 1..10000"},
@@ -135,21 +136,21 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"an unknown path is a 404", "GET", "/v1/nothing", "alice", "", 404, "no endpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := snapshot(t, e.q)
-			status, msg := e.raw(tc.method, tc.path, tc.who, tc.body)
+			before := e.Snapshot(t)
+			status, msg := e.Raw(tc.method, tc.path, tc.who, tc.body)
 			if status != tc.status || !strings.Contains(msg, tc.msg) {
 				t.Fatalf("got %d %q, want %d containing %q", status, msg, tc.status, tc.msg)
 			}
-			if after := snapshot(t, e.q); after != before {
+			if after := e.Snapshot(t); after != before {
 				t.Fatalf("the request changed stored state:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
 	}
 
 	t.Run("a wrong content type is a 400", func(t *testing.T) {
-		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/jobs", strings.NewReader(jobBody(good, nil)))
+		req, _ := http.NewRequest("POST", e.URL()+"/v1/jobs", strings.NewReader(jobBody(good, nil)))
 		req.Header.Set("Content-Type", "text/plain")
-		req.Header.Set("Authorization", "Bearer "+e.tokens["alice"])
+		req.Header.Set("Authorization", "Bearer "+e.Tokens["alice"])
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

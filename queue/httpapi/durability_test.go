@@ -1,7 +1,8 @@
-package queue
+package httpapi_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 // child is a queue running as a separate process on a shared database.
@@ -73,7 +76,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		os.MkdirAll(filepath.Join(ds, fmt.Sprintf("t%04d", i)), 0o755)
 	}
 	os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755)
-	q, err := Open(childConfig(dir))
+	q, err := queue.Open(childConfig(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +95,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pilot := clientFor(t, ch.url, pilotToken)
+	pilot := clientFor(t, ch.url, queuetest.PilotToken)
 	lease, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m1", Address: "http://m1"})
 	if err != nil || !lease.Granted {
 		t.Fatal(lease, err)
@@ -104,7 +107,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		ch.kill9()
 		n++
 		ch = startChild(t, dir, n)
-		pilot = clientFor(t, ch.url, pilotToken)
+		pilot = clientFor(t, ch.url, queuetest.PilotToken)
 		alice = clientFor(t, ch.url, tok.Token)
 		l, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m1", Epoch: epoch})
 		if err != nil || !l.Granted || l.Epoch != epoch {
@@ -165,23 +168,44 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	ch.kill9()
 
-	q, err = Open(childConfig(dir))
+	q, err = queue.Open(childConfig(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if n := count(t, q.r, `SELECT count(*) FROM tasks WHERE state != 'DONE'`); n != 0 {
+	db := readDB(t, filepath.Join(dir, "queue.db"))
+	if n := count(t, db, `SELECT count(*) FROM tasks WHERE state != 'DONE'`); n != 0 {
 		t.Fatalf("%d tasks are not DONE", n)
 	}
-	if n := count(t, q.r, `SELECT count(*) FROM results WHERE applied = 1`); n != tasks {
+	if n := count(t, db, `SELECT count(*) FROM results WHERE applied = 1`); n != tasks {
 		t.Fatalf("%d results applied, want exactly %d", n, tasks)
 	}
-	if n := count(t, q.r, `SELECT count(*) FROM (SELECT task_id FROM results WHERE applied = 1 GROUP BY task_id HAVING count(*) != 1)`); n != 0 {
+	if n := count(t, db, `SELECT count(*) FROM (SELECT task_id FROM results WHERE applied = 1 GROUP BY task_id HAVING count(*) != 1)`); n != 0 {
 		t.Fatalf("%d tasks have a result applied more than once", n)
 	}
 	if u, _ := q.User(ctx, "alice"); u.RunningCores != 0 {
 		t.Fatalf("running cores after recovery: %d", u.RunningCores)
 	}
 	t.Logf("%d tasks, %d restarts, %d result rows (stale/late included), %d requeued by expiry",
-		tasks, n, count(t, q.r, `SELECT count(*) FROM results`), count(t, q.r, `SELECT count(*) FROM tasks WHERE attempt > 1`))
+		tasks, n, count(t, db, `SELECT count(*) FROM results`), count(t, db, `SELECT count(*) FROM tasks WHERE attempt > 1`))
+}
+
+// readDB opens a queue database read-only (WAL: it sees every commit).
+func readDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?_query_only=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func count(t *testing.T, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,4 +1,4 @@
-package queue
+package httpapi_test
 
 import (
 	"context"
@@ -6,20 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 // serveSocket serves e's queue on a real Unix socket and returns its URL.
-func serveSocket(t *testing.T, e *env) string {
+func serveSocket(t *testing.T, e *queuetest.Env) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "hq") // short: socket paths are limited to 108 bytes
 	if err != nil {
@@ -28,13 +29,13 @@ func serveSocket(t *testing.T, e *env) string {
 	os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "queue.sock")
-	l, err := ListenUnix(sock)
+	l, err := httpapi.ListenUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.q.Serve(ctx, l) }()
+	go func() { done <- httpapi.New(e.Q, httpapi.DefaultConfig()).Serve(ctx, l) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return "unix://" + sock
 }
@@ -51,7 +52,7 @@ func socketClient(t *testing.T, url, token string) *client.Client {
 
 func TestUnixSocketIdentity(t *testing.T) {
 	const uid = 4242
-	e := newEnv(t, func(c *Config) {
+	e := queuetest.New(t, func(c *queue.Config) {
 		c.LookupUser = func(u uint32) (string, error) {
 			if u == uid {
 				return "carol", nil
@@ -70,17 +71,17 @@ func TestUnixSocketIdentity(t *testing.T) {
 		if err != nil || w.User != "root" || w.Role != api.RoleAdmin || w.Via != "socket" {
 			t.Fatalf("whoami: %+v %v", w, err)
 		}
-		if _, err := socketClient(t, url, "").SetNodes(ctx, api.NodesSettings{MinNodes: ptr(2), MaxNodes: ptr(8)}); err != nil {
+		if _, err := socketClient(t, url, "").SetNodes(ctx, api.NodesSettings{MinNodes: queuetest.Ptr(2), MaxNodes: queuetest.Ptr(8)}); err != nil {
 			t.Fatalf("root cannot set nodes over the socket: %v", err)
 		}
-		if min, max, _ := e.q.NodeLimits(ctx); min != 2 || max != 8 {
+		if min, max, _ := e.Q.NodeLimits(ctx); min != 2 || max != 8 {
 			t.Fatalf("node limits %d %d", min, max)
 		}
 	})
 
 	t.Run("another uid is identified by the kernel and cannot claim a token's identity", func(t *testing.T) {
 		bin := copyTestBinary(t)
-		for _, token := range []string{"", e.tokens["admin"]} {
+		for _, token := range []string{"", e.Tokens["admin"]} {
 			cmd := exec.Command(bin, "-test.run=^$")
 			cmd.Env = []string{"HARVEST_QUEUE_TEST_CHILD=whoami", "HQ_URL=" + url, "HQ_TOKEN=" + token}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
@@ -104,7 +105,7 @@ func TestUnixSocketIdentity(t *testing.T) {
 
 	t.Run("a uid without a user name is refused", func(t *testing.T) {
 		// Only root and uid 4242 can connect here, so exercise the refusal directly.
-		_, err := e.q.authenticate(requestWithPeer(4243))
+		_, err := e.Q.Identify(ctx, queue.Credentials{Socket: true, UID: 4243})
 		if !errors.Is(err, api.ErrForbidden) {
 			t.Fatalf("got %v, want api.ErrForbidden", err)
 		}
@@ -135,9 +136,4 @@ func copyTestBinary(t *testing.T) string {
 	}
 	f.Close()
 	return dst
-}
-
-func requestWithPeer(uid uint32) *http.Request {
-	r := httptest.NewRequest("GET", "/v1/whoami", nil)
-	return r.WithContext(context.WithValue(r.Context(), peerKey, peer{uid: uid}))
 }

@@ -1,0 +1,172 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+func pathID(r *http.Request) (int64, error) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, invalid("job id %q is not a positive integer", s)
+	}
+	return id, nil
+}
+
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	return api.Whoami{User: id.User, Role: id.Role, Via: id.Via}, http.StatusOK, nil
+}
+
+func (s *Server) submitJob(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var spec api.JobSpec
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &spec); err != nil {
+		return nil, 0, err
+	}
+	j, err := s.q.Submit(r.Context(), id.User, spec)
+	return j, http.StatusCreated, err
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	v := r.URL.Query()
+	f := queue.ListFilter{Owner: id.User, State: v.Get("state")}
+	if id.Role == api.RoleAdmin {
+		f.Owner = v.Get("user") // admins see everybody unless they filter
+	} else if u := v.Get("user"); u != "" && u != id.User {
+		return nil, 0, fmt.Errorf("%w: you can list only your own jobs", api.ErrForbidden)
+	}
+	if c := v.Get("cursor"); c != "" {
+		n, err := strconv.ParseInt(c, 10, 64)
+		if err != nil {
+			return nil, 0, invalid("cursor %q is not an integer", c)
+		}
+		f.Cursor = n
+	}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			return nil, 0, invalid("limit %q is not a positive integer", l)
+		}
+		f.Limit = n
+	}
+	l, err := s.q.ListJobs(r.Context(), f)
+	return l, http.StatusOK, err
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	jid, err := pathID(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	j, err := s.q.Job(r.Context(), id.User, id.Role == api.RoleAdmin, jid)
+	return j, http.StatusOK, err
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	jid, err := pathID(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	j, err := s.q.Cancel(r.Context(), id.User, id.Role == api.RoleAdmin, jid)
+	return j, http.StatusOK, err
+}
+
+func (s *Server) listUsers(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	us, err := s.q.Users(r.Context())
+	return api.UserList{Users: us}, http.StatusOK, err
+}
+
+func (s *Server) getUser(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	u, err := s.q.User(r.Context(), r.PathValue("name"))
+	return u, http.StatusOK, err
+}
+
+func (s *Server) putUser(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var us api.UserSettings
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &us); err != nil {
+		return nil, 0, err
+	}
+	u, err := s.q.SetUser(r.Context(), r.PathValue("name"), us)
+	return u, http.StatusOK, err
+}
+
+func (s *Server) getNodes(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	n, err := s.q.Nodes(r.Context())
+	return n, http.StatusOK, err
+}
+
+func (s *Server) putNodes(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var ns api.NodesSettings
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &ns); err != nil {
+		return nil, 0, err
+	}
+	n, err := s.q.SetNodes(r.Context(), ns)
+	return n, http.StatusOK, err
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req api.TokenRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	if req.User == "" {
+		req.User = id.User
+	}
+	if req.Role == "" {
+		req.Role = api.RoleUser
+	}
+	if id.Role != api.RoleAdmin && (req.User != id.User || req.Role != api.RoleUser) {
+		return nil, 0, fmt.Errorf("%w: you can create only a user token for yourself", api.ErrForbidden)
+	}
+	t, err := s.q.CreateToken(r.Context(), req.User, req.Role)
+	return t, http.StatusCreated, err
+}
+
+func (s *Server) pilotLease(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req pilotproto.LeaseRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	l, err := s.q.Lease(r.Context(), req)
+	return l, http.StatusOK, err
+}
+
+func (s *Server) pilotPull(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req pilotproto.PullRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	p, err := s.q.Pull(r.Context(), req)
+	return p, http.StatusOK, err
+}
+
+func (s *Server) pilotResults(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req pilotproto.ResultsRequest
+	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	p, err := s.q.ReportResults(r.Context(), req)
+	return p, http.StatusOK, err
+}
+
+func (s *Server) pilotHeartbeat(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req pilotproto.HeartbeatRequest
+	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	p, err := s.q.Heartbeat(r.Context(), req)
+	return p, http.StatusOK, err
+}
+
+func (s *Server) pilotRecommend(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req pilotproto.RecommendationRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	return struct{}{}, http.StatusOK, s.q.Recommend(r.Context(), req)
+}

@@ -1,0 +1,94 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Serve serves the API on every listener until ctx ends, then shuts down
+// gracefully. Unix-socket listeners identify callers by peer credentials.
+func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
+	return s.ServeHandler(ctx, s.Handler(), listeners...)
+}
+
+// ServeHandler is Serve with another handler (the agent's mux, which
+// wraps Handler): Unix-socket callers are identified by peer credentials.
+func (s *Server) ServeHandler(ctx context.Context, h http.Handler, listeners ...net.Listener) error {
+	if len(listeners) == 0 {
+		return errors.New("queue: serve: no listener")
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ConnContext:       connContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func(l net.Listener) {
+			s.log.Info("queue API listening", "addr", l.Addr().String())
+			errc <- srv.Serve(l)
+		}(l)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			srv.Close()
+			return fmt.Errorf("queue: serve: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// ListenUnix listens on a Unix socket at path (replacing a stale one),
+// world-connectable: identity comes from the peer's credentials.
+func ListenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s is in use by another queue", path)
+		}
+		os.Remove(path)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// ListenTCP listens on addr, with TLS when certFile and keyFile are set.
+func ListenTCP(addr, certFile, keyFile string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if certFile == "" && keyFile == "" {
+		return l, nil
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	return tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+}

@@ -1,0 +1,131 @@
+// Package httpapi serves the queue's /v1 REST API over the queue service
+// (package queue): routing, authentication transport (peer credentials on
+// the Unix socket, bearer tokens elsewhere), roles, strict JSON bodies and
+// the error contract of queue/api (a typed code and its status). It holds
+// no state and no rules of its own.
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// Config configures the API. Only cmd/ maps flags onto it.
+type Config struct {
+	MaxBodyBytes      int64 // user/admin request bodies
+	MaxPilotBodyBytes int64 // pilot request bodies (results batches, heartbeats)
+}
+
+// DefaultConfig returns the documented limits (1 MiB, 16 MiB).
+func DefaultConfig() Config {
+	return Config{MaxBodyBytes: 1 << 20, MaxPilotBodyBytes: 16 << 20}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.MaxBodyBytes < 1024 || c.MaxPilotBodyBytes < 1024 {
+		return errors.New("httpapi: body limits must be at least 1 KiB")
+	}
+	return nil
+}
+
+// Server is the API over one queue.
+type Server struct {
+	q   *queue.Queue
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns the API of q. A config that does not validate falls back to
+// the defaults' limits field by field.
+func New(q *queue.Queue, cfg Config) *Server {
+	def := DefaultConfig()
+	if cfg.MaxBodyBytes < 1024 {
+		cfg.MaxBodyBytes = def.MaxBodyBytes
+	}
+	if cfg.MaxPilotBodyBytes < 1024 {
+		cfg.MaxPilotBodyBytes = def.MaxPilotBodyBytes
+	}
+	return &Server{q: q, cfg: cfg, log: q.Logger()}
+}
+
+// Handler returns the /v1 API. Unix-socket callers are identified only if
+// the server was started by Serve or ServeHandler (which record peer
+// credentials).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	user := []string{api.RoleUser, api.RoleAdmin}
+	admin := []string{api.RoleAdmin}
+	pilot := []string{api.RolePilot}
+	mux.HandleFunc("/v1/healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]bool{"ok": true}) })
+	mux.Handle(api.PathWhoami, s.route(map[string]endpoint{"GET": {nil, s.whoami}}))
+	mux.Handle(api.PathJobs, s.route(map[string]endpoint{"POST": {user, s.submitJob}, "GET": {user, s.listJobs}}))
+	mux.Handle(api.PathJob+"{id}", s.route(map[string]endpoint{"GET": {user, s.getJob}, "DELETE": {user, s.cancelJob}}))
+	mux.Handle(api.PathUsers, s.route(map[string]endpoint{"GET": {user, s.listUsers}}))
+	mux.Handle(api.PathUser+"{name}", s.route(map[string]endpoint{"GET": {user, s.getUser}, "PUT": {admin, s.putUser}}))
+	mux.Handle(api.PathNodes, s.route(map[string]endpoint{"GET": {admin, s.getNodes}, "PUT": {admin, s.putNodes}}))
+	mux.Handle(api.PathTokens, s.route(map[string]endpoint{"POST": {user, s.createToken}}))
+	mux.Handle(pilotproto.PathLease, s.route(map[string]endpoint{"POST": {pilot, s.pilotLease}}))
+	mux.Handle(pilotproto.PathPull, s.route(map[string]endpoint{"POST": {pilot, s.pilotPull}}))
+	mux.Handle(pilotproto.PathResults, s.route(map[string]endpoint{"POST": {pilot, s.pilotResults}}))
+	mux.Handle(pilotproto.PathHeartbeat, s.route(map[string]endpoint{"POST": {pilot, s.pilotHeartbeat}}))
+	mux.Handle(pilotproto.PathRecommendation, s.route(map[string]endpoint{"POST": {pilot, s.pilotRecommend}}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.WriteError(w, fmt.Errorf("%w: no endpoint %s", api.ErrNotFound, r.URL.Path))
+	})
+	return mux
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error)
+
+type endpoint struct {
+	roles []string // nil = any authenticated caller
+	h     handlerFunc
+}
+
+// route authenticates, checks the method and the role, and writes the
+// answer or the error as JSON.
+func (s *Server) route(methods map[string]endpoint) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-s.q.Closing():
+			s.WriteError(w, queue.ErrClosed)
+			return
+		default:
+		}
+		id, err := s.identify(r)
+		if err != nil {
+			s.WriteError(w, err)
+			return
+		}
+		ep, ok := methods[r.Method]
+		if !ok {
+			allowed := make([]string, 0, len(methods))
+			for m := range methods {
+				allowed = append(allowed, m)
+			}
+			slices.Sort(allowed)
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			s.WriteError(w, fmt.Errorf("%w: %s %s", api.ErrMethod, r.Method, r.URL.Path))
+			return
+		}
+		if ep.roles != nil && !slices.Contains(ep.roles, id.Role) {
+			s.WriteError(w, fmt.Errorf("%w: %s needs the %s role, you are %s (%s)", api.ErrForbidden, r.URL.Path, strings.Join(ep.roles, " or "), id.User, id.Role))
+			return
+		}
+		v, status, err := ep.h(w, r, id)
+		if err != nil {
+			s.WriteError(w, err)
+			return
+		}
+		writeJSON(w, status, v)
+	})
+}

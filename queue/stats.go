@@ -1,0 +1,146 @@
+package queue
+
+import (
+	"context"
+
+	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// Demand returns the backlog the agent's policy reads: pending = WAITING
+// tasks (requeued ones included) of live jobs, running = ASSIGNED, RUNNING
+// or ZOMBIE tasks. SlotsPerNode comes from the master's latest fresh
+// recommendation, else the configured default.
+func (q *Queue) Demand(ctx context.Context) (cluster.Demand, error) {
+	pending, running, err := q.st.Demand(ctx)
+	if err != nil {
+		return cluster.Demand{}, err
+	}
+	d := cluster.Demand{PendingTasks: pending, RunningTasks: running, SlotsPerNode: q.cfg.DefaultSlotsPerNode}
+	q.mu.Lock()
+	if q.recFresh() && q.rec.slots > 0 {
+		d.SlotsPerNode = q.rec.slots
+	}
+	q.mu.Unlock()
+	return d, nil
+}
+
+// Recommendation returns the master's latest MiniNode recommendation, or 0
+// when there is none or it is stale (older than RecommendationTTL).
+func (q *Queue) Recommendation() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.recFresh() {
+		return 0
+	}
+	return q.rec.minNodes
+}
+
+func (q *Queue) recFresh() bool {
+	return !q.rec.at.IsZero() && q.now().Sub(q.rec.at) <= q.cfg.RecommendationTTL
+}
+
+// PilotStatus returns the pilots the master reported in its heartbeats
+// within the last zombie timeout (busy ones run tasks and are released last).
+func (q *Queue) PilotStatus() map[string]pilotproto.PilotStatus {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[string]pilotproto.PilotStatus, len(q.pilots))
+	now := q.now()
+	for id, p := range q.pilots {
+		if now.Sub(p.at) > q.cfg.ZombieTimeout {
+			delete(q.pilots, id)
+			continue
+		}
+		out[id] = p.status
+	}
+	return out
+}
+
+// NodeLimits returns the admin's floor and cap of pilot nodes (0 = no cap).
+func (q *Queue) NodeLimits(ctx context.Context) (minNodes, maxNodes int, err error) {
+	return q.st.NodeSettings(ctx)
+}
+
+// Nodes returns the node settings, the recommendation and the demand.
+func (q *Queue) Nodes(ctx context.Context) (api.Nodes, error) {
+	var n api.Nodes
+	var err error
+	if n.MinNodes, n.MaxNodes, err = q.st.NodeSettings(ctx); err != nil {
+		return n, err
+	}
+	q.mu.Lock()
+	if q.recFresh() {
+		n.Recommendation = q.rec.minNodes
+		n.RecommendedAt = q.rec.at.Unix()
+	}
+	q.mu.Unlock()
+	d, err := q.Demand(ctx)
+	if err != nil {
+		return n, err
+	}
+	n.PendingTasks, n.RunningTasks = d.PendingTasks, d.RunningTasks
+	return n, nil
+}
+
+// SetNodes sets the admin's floor and cap of pilot nodes.
+func (q *Queue) SetNodes(ctx context.Context, s api.NodesSettings) (api.Nodes, error) {
+	cur, err := q.Nodes(ctx)
+	if err != nil {
+		return cur, err
+	}
+	if s.MinNodes != nil {
+		cur.MinNodes = *s.MinNodes
+	}
+	if s.MaxNodes != nil {
+		cur.MaxNodes = *s.MaxNodes
+	}
+	switch {
+	case cur.MinNodes < 0 || cur.MaxNodes < 0:
+		return cur, invalid("min_nodes and max_nodes must not be negative")
+	case cur.MaxNodes > 0 && cur.MinNodes > cur.MaxNodes:
+		return cur, invalid("min_nodes %d exceeds max_nodes %d", cur.MinNodes, cur.MaxNodes)
+	}
+	if err := q.st.PutNodeSettings(ctx, cur.MinNodes, cur.MaxNodes); err != nil {
+		return cur, err
+	}
+	return q.Nodes(ctx)
+}
+
+// TaskStats counts tasks of the jobs still stored (final jobs are purged
+// after the retention period), per owner.
+type TaskStats struct {
+	Waiting, Running, Done, Failed, Killed int
+}
+
+// Stats is a read-only summary for metrics.
+type Stats struct {
+	// ByUser counts tasks per job owner.
+	ByUser map[string]TaskStats
+	// Requeued counts hand-outs beyond a task's first (retries after a
+	// failure, and requeues after an interruption or an expiry).
+	Requeued int
+	// Epoch is the master lease's epoch (0 = no master ever); MasterAlive
+	// reports whether the lease is held and not expired.
+	Epoch       int64
+	MasterAlive bool
+}
+
+// Stats reads the figures the agent's metrics export. Three short reads.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	byOwner, requeued, err := q.st.TaskStats(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{ByUser: make(map[string]TaskStats, len(byOwner)), Requeued: requeued}
+	for o, c := range byOwner {
+		st.ByUser[o] = TaskStats(c)
+	}
+	l, err := q.st.Lease(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Epoch, st.MasterAlive = l.Epoch, l.Alive(q.now())
+	return st, nil
+}

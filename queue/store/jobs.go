@@ -1,0 +1,344 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/rules"
+)
+
+// NewJob is a validated job as the service stores it.
+type NewJob struct {
+	Owner, Name, Dataset string
+	Command              []string
+	BatchSize            int
+	Price                float64
+	Cores, MaxAttempts   int
+	TimeoutS             int64
+	Submitted, Expires   time.Time
+}
+
+// CreateJob stores a job in the internal SUBMITTING state (invisible to
+// reads and pulls) and returns its id.
+func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
+	cmd, err := json.Marshal(j.Command)
+	if err != nil {
+		return 0, fmt.Errorf("store job: %w", err)
+	}
+	var id int64
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at)
+			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)`,
+			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires))
+		if err != nil {
+			return err
+		}
+		id, err = res.LastInsertId()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store job: %w", err)
+	}
+	return id, nil
+}
+
+// InsertTasks inserts WAITING tasks named names for a SUBMITTING job, in
+// transactions of chunk tasks.
+func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int) error {
+	const perStmt = 200 // rows per multi-row INSERT (SQLite's variable limit is 32766)
+	for len(names) > 0 {
+		part := names[:min(len(names), chunk)]
+		names = names[len(part):]
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			var full *sql.Stmt
+			for rest := part; len(rest) > 0; {
+				p := rest[:min(len(rest), perStmt)]
+				rest = rest[len(p):]
+				args := make([]any, 0, 3*len(p))
+				for _, nm := range p {
+					args = append(args, job, nm, ms(now))
+				}
+				var err error
+				if len(p) == perStmt {
+					if full == nil {
+						if full, err = tx.PrepareContext(ctx, insertTasksSQL(perStmt)); err != nil {
+							return err
+						}
+						defer full.Close()
+					}
+					_, err = full.ExecContext(ctx, args...)
+				} else {
+					_, err = tx.ExecContext(ctx, insertTasksSQL(len(p)), args...)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store tasks of job %d: %w", job, err)
+		}
+	}
+	return nil
+}
+
+func insertTasksSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO tasks (job_id, name, state, queued_at) VALUES `)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`(?, ?, 'WAITING', ?)`)
+	}
+	return b.String()
+}
+
+// ActivateJob makes a SUBMITTING job WAITING with its n tasks and output
+// directory: from this commit on it is visible.
+func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, output_dir = ?, n_total = ?, n_waiting = ? WHERE id = ?`, api.JobWaiting, outputDir, n, n, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store job: %w", err)
+	}
+	return nil
+}
+
+// DropJob deletes a job, its tasks and results, in transactions of chunk
+// tasks.
+func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
+	for {
+		var n int64
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? LIMIT ?)`, id, chunk)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("drop job %d: %w", id, err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE job_id = ?`, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id = ?`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("drop job %d: %w", id, err)
+	}
+	return nil
+}
+
+// SubmittingJobs lists the jobs whose submission never completed.
+func (s *Store) SubmittingJobs(ctx context.Context) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = ?`, rules.JobSubmitting)
+	if err != nil {
+		return nil, fmt.Errorf("find partial submissions: %w", err)
+	}
+	return out, nil
+}
+
+// refreshJob recomputes a job's state from its counters inside tx
+// (rules.JobState) and reports the change, if any.
+func refreshJob(ctx context.Context, tx *sql.Tx, id int64, now time.Time) (from, to string, err error) {
+	var started int64
+	var c rules.Counts
+	err = tx.QueryRowContext(ctx, `SELECT state, started_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed FROM jobs WHERE id = ?`, id).
+		Scan(&from, &started, &c.Total, &c.Waiting, &c.Active, &c.Done, &c.Failed, &c.Killed)
+	if err != nil {
+		return "", "", fmt.Errorf("job %d: %w", id, err)
+	}
+	to = rules.JobState(from, started > 0, c)
+	if to == from {
+		return from, to, nil
+	}
+	fin := int64(0)
+	if api.JobFinal(to) {
+		fin = ms(now)
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ? WHERE id = ?`, to, fin, id)
+	return from, to, err
+}
+
+// JobChange is a job's state change made by a write.
+type JobChange struct {
+	Job      int64
+	From, To string
+}
+
+const jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
+	submitted_at, started_at, finished_at, expires_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
+
+func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
+	var j api.Job
+	var cmd string
+	var sub, st, fin, exp int64
+	err := sc.Scan(&j.ID, &j.Owner, &j.Name, &j.State, &j.Dataset, &j.OutputDir, &cmd, &j.BatchSize, &j.Price, &j.Cores, &j.MaxAttempts, &j.TimeoutS,
+		&sub, &st, &fin, &exp, &j.Tasks.Total, &j.Tasks.Waiting, &j.Tasks.Running, &j.Tasks.Done, &j.Tasks.Failed, &j.Tasks.Killed)
+	if err != nil {
+		return j, err
+	}
+	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sec(sub), sec(st), sec(fin), sec(exp)
+	if err := json.Unmarshal([]byte(cmd), &j.Command); err != nil {
+		return j, fmt.Errorf("job %d: stored command: %w", j.ID, err)
+	}
+	return j, nil
+}
+
+// Job reads one visible job; api.ErrNotFound when there is none.
+func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
+	if errors.Is(err, sql.ErrNoRows) {
+		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
+	}
+	if err != nil {
+		return api.Job{}, fmt.Errorf("read job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// ListJobs reads up to limit visible jobs with ids below cursor, newest
+// first, of owner and in state ("" = any).
+func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
+		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	out := []api.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return out, nil
+}
+
+// Cancelled is what cancelling a job took away from its owner.
+type Cancelled struct {
+	Owner         string
+	Active, Cores int // tasks that were active, cores per task
+}
+
+// CancelJob marks a live job KILLED (its counters: every waiting and
+// active task killed) in one transaction; api.ErrConflict when the job is
+// final already. Its tasks follow with KillTasks.
+func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
+	var c Cancelled
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var state string
+		if err := tx.QueryRowContext(ctx, `SELECT state, n_active, cores, owner FROM jobs WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
+			return err
+		}
+		if api.JobFinal(state) {
+			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?,
+			n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0 WHERE id = ?`, ms(now), ms(now), id)
+		return err
+	})
+	if err != nil {
+		return c, fmt.Errorf("cancel job %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// KillTasks marks the tasks of a KILLED or ERROR_EW job that are still in
+// one of states KILLED, in transactions of chunk tasks. Its counters were
+// set when the job was; results and sweeps leave the tasks of a job that
+// is not live alone in the meantime (rules.JobLive).
+func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now time.Time, chunk int) error {
+	in := "'" + strings.Join(states, "', '") + "'"
+	for {
+		var n int64
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'KILLED', finished_at = ? WHERE id IN
+				(SELECT id FROM tasks WHERE job_id = ? AND state IN (`+in+`) LIMIT ?)`, ms(now), id, chunk)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("kill tasks of job %d: %w", id, err)
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// CancelledSince lists the jobs cancelled after since.
+func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > ? ORDER BY id`, ms(since))
+	if err != nil {
+		return nil, fmt.Errorf("list cancelled jobs: %w", err)
+	}
+	return out, nil
+}
+
+// Demand sums the waiting and the active tasks of live jobs.
+func (s *Store) Demand(ctx context.Context) (pending, running int, err error) {
+	var p, r sql.NullInt64
+	err = s.r.QueryRowContext(ctx, `SELECT sum(n_waiting), sum(n_active) FROM jobs WHERE state IN ('WAITING', 'RUNNING')`).Scan(&p, &r)
+	if err != nil {
+		return 0, 0, fmt.Errorf("demand: %w", err)
+	}
+	return int(p.Int64), int(r.Int64), nil
+}
+
+// TaskCounts are an owner's tasks by state over the stored jobs.
+type TaskCounts struct {
+	Waiting, Running, Done, Failed, Killed int
+}
+
+// TaskStats counts the tasks of stored jobs per owner, and the hand-outs
+// beyond a task's first.
+func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
+	byOwner = map[string]TaskCounts{}
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed) FROM jobs GROUP BY owner`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var owner string
+		var t TaskCounts
+		if err := rows.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed); err != nil {
+			return nil, 0, fmt.Errorf("stats: %w", err)
+		}
+		byOwner[owner] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("stats: %w", err)
+	}
+	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(attempt - 1), 0) FROM tasks WHERE attempt > 1`).Scan(&requeued); err != nil {
+		return nil, 0, fmt.Errorf("stats: %w", err)
+	}
+	return byOwner, requeued, nil
+}

@@ -1,0 +1,257 @@
+// Package store is the queue's SQLite storage: the schema and its
+// embedded migrations, and every SQL statement of the queue. Each method
+// is one short write transaction (or a series of them, for work in
+// chunks) or a read on the reader pool. Writes of a master (assign,
+// results, heartbeat, recommendation) are fenced: the lease row is read
+// and the master's epoch checked inside the same write transaction, so no
+// new master can be granted between the check and the write. The rules
+// the store applies inside its transactions are pure functions of
+// queue/rules; the store never calls back into the service and takes no
+// lock of its own but the stats mutex (a leaf).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/harvest-hpc/harvest/queue/rules"
+)
+
+// The writer's driver turns off automatic checkpoints: a checkpoint run
+// by a committing writer would count against its write lock (tens of ms).
+// The queue checkpoints from a connection of its own instead (PASSIVE,
+// which does not take the write lock).
+func init() {
+	sql.Register("sqlite3_harvest_writer", &sqlite3.SQLiteDriver{
+		ConnectHook: func(c *sqlite3.SQLiteConn) error {
+			_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
+			return err
+		},
+	})
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is the queue's database. All methods are safe for concurrent use.
+type Store struct {
+	w  *sql.DB // the one writer connection: SQLite's single writer as a Go-level queue
+	r  *sql.DB // readers (WAL lets them read while the writer writes)
+	ck *sql.DB // checkpoints only
+
+	stats struct {
+		mu sync.Mutex
+		s  WriteStats
+	}
+}
+
+// Open opens (creating or migrating) the database at path.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("create database directory: %w", err)
+	}
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_busy_timeout", "5000")
+	q.Set("_synchronous", "NORMAL") // WAL + NORMAL survives a process kill; see docs/queue.md
+	q.Set("_txlock", "immediate")
+	q.Set("_foreign_keys", "off")
+	w, err := sql.Open("sqlite3_harvest_writer", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if err := w.Ping(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := migrate(w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	rq := url.Values{}
+	rq.Set("_busy_timeout", "5000")
+	rq.Set("_query_only", "1")
+	r, err := sql.Open("sqlite3", "file:"+path+"?"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	cq := url.Values{}
+	cq.Set("_busy_timeout", "5000")
+	ck, err := sql.Open("sqlite3", "file:"+path+"?"+cq.Encode())
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	return &Store{w: w, r: r, ck: ck}, nil
+}
+
+// Close checkpoints the WAL into the database file and closes it.
+func (s *Store) Close() error {
+	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	return errors.Join(cerr, s.ck.Close(), s.r.Close(), s.w.Close())
+}
+
+// Checkpoint copies the WAL into the database file without blocking the
+// writer (PASSIVE); SQLite then restarts the WAL from its beginning.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	if _, err := s.ck.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// migrate applies the embedded migrations in name order, each once.
+func migrate(db *sql.DB) error {
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
+			return fmt.Errorf("check migration %s: %w", name, err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("read migration %s: %w", name, err)
+		}
+		tx, err := db.Begin()
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+		if _, err := tx.Exec(string(body)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("apply migration %s: %w", name, err)
+		}
+		if _, err := tx.Exec(`INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, name, time.Now().Unix()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("record migration %s: %w", name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("commit migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// WriteStats measures how long the queue holds SQLite's write lock.
+type WriteStats struct {
+	Transactions int64
+	Total        time.Duration
+	Longest      time.Duration
+}
+
+// WriteStats returns the write-lock figures since Open (or the last reset).
+func (s *Store) WriteStats(reset bool) WriteStats {
+	s.stats.mu.Lock()
+	defer s.stats.mu.Unlock()
+	st := s.stats.s
+	if reset {
+		s.stats.s = WriteStats{}
+	}
+	return st
+}
+
+func (s *Store) addStat(d time.Duration) {
+	s.stats.mu.Lock()
+	s.stats.s.Transactions++
+	s.stats.s.Total += d
+	s.stats.s.Longest = max(s.stats.s.Longest, d)
+	s.stats.mu.Unlock()
+}
+
+// write runs fn in one IMMEDIATE transaction on the writer connection and
+// records how long the write lock was held (BEGIN to COMMIT).
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	start := time.Now() // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	s.addStat(time.Since(start))
+	return nil
+}
+
+// fenced is write for a master: inside the transaction, before fn, it
+// reads the lease and checks that epoch is current and alive at now. A
+// lease granted to a newer master commits either before this transaction
+// (and the check refuses) or after it (and this write was the current
+// master's): there is no window between check and write.
+func (s *Store) fenced(ctx context.Context, epoch int64, now time.Time, fn func(tx *sql.Tx, l rules.Lease) error) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		l, err := readLease(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := rules.CheckEpoch(l, epoch, now); err != nil {
+			return err
+		}
+		return fn(tx, l)
+	})
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ids runs a read query whose rows are single ids.
+func ids(ctx context.Context, db querier, query string, args ...any) ([]int64, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func sec(msv int64) int64 {
+	if msv == 0 {
+		return 0
+	}
+	return msv / 1000
+}

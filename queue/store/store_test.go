@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	for i := 0; i < 2; i++ {
+		s, err := Open(path)
+		if err != nil {
+			t.Fatalf("open #%d: %v", i+1, err)
+		}
+		var n int
+		if err := s.r.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("open #%d: %d migrations recorded (%v), want 1", i+1, n, err)
+		}
+		s.Close()
+	}
+}
+
+func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	if _, d, err := s.DecideLease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}, t0, 30*time.Second); err != nil || !d.Granted || d.Next.Epoch != 1 {
+		t.Fatalf("lease: %+v %v", d, err)
+	}
+	id, err := s.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1, Submitted: t0, Expires: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertTasks(ctx, id, []string{"a", "b", "c"}, t0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivateJob(ctx, id, "/o", 3); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := s.Assign(ctx, 1, t0, []Take{{Job: id, N: 2}})
+	if err != nil || len(taken.Tasks[id]) != 2 || taken.Tasks[id][0].Name != "a" || taken.Tasks[id][1].Name != "b" {
+		t.Fatalf("assign: %+v %v, want a and b (FIFO)", taken, err)
+	}
+	if _, err := s.Assign(ctx, 1, t0.Add(30*time.Second), []Take{{Job: id, N: 1}}); !errors.Is(err, api.ErrLeaseExpired) {
+		t.Fatalf("assign after expiry: %v, want api.ErrLeaseExpired", err)
+	}
+	if _, err := s.ApplyResults(ctx, 2, t0, []pilotproto.Result{{TaskID: taken.Tasks[id][0].ID, Attempt: 1, Status: pilotproto.StatusDone}}); !errors.Is(err, api.ErrStaleEpoch) {
+		t.Fatalf("results of an epoch never granted: %v, want api.ErrStaleEpoch", err)
+	}
+	j, err := s.Job(ctx, id)
+	if err != nil || j.Tasks.Waiting != 1 || j.Tasks.Running != 2 || j.Tasks.Done != 0 {
+		t.Fatalf("job after refused writes: %+v %v", j.Tasks, err)
+	}
+	var results int
+	s.r.QueryRow(`SELECT count(*) FROM results`).Scan(&results)
+	if results != 0 {
+		t.Fatalf("%d results stored by refused writes", results)
+	}
+}

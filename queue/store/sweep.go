@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/rules"
+)
+
+// MarkZombies makes up to limit ASSIGNED or RUNNING tasks whose last
+// heartbeat is older than cut ZOMBIE, in one transaction.
+func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'ZOMBIE' WHERE id IN
+			(SELECT id FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING') AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sweep zombies: %w", err)
+	}
+	return int(n), nil
+}
+
+// Expired is what ExpireZombies changed.
+type Expired struct {
+	Tasks   int
+	Running map[string]int // change of running cores per owner
+	Waiting map[int64]int  // requeued tasks per job
+	Changes []JobChange
+}
+
+// ExpireZombies moves up to limit ZOMBIE tasks of live jobs silent since
+// before cut as rules.AfterExpiry says, in one transaction.
+func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
+	var x Expired
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
+		rows, err := tx.QueryContext(ctx, `SELECT t.id, t.job_id, t.tries, j.max_attempts, j.cores, j.owner FROM tasks t JOIN jobs j ON j.id = t.job_id
+			WHERE t.state = 'ZOMBIE' AND t.heartbeat_at < ? AND j.state IN ('WAITING', 'RUNNING') LIMIT ?`, ms(cut), limit)
+		if err != nil {
+			return err
+		}
+		type zombie struct {
+			id, job           int64
+			tries, max, cores int
+			owner             string
+		}
+		var list []zombie
+		for rows.Next() {
+			var z zombie
+			if err := rows.Scan(&z.id, &z.job, &z.tries, &z.max, &z.cores, &z.owner); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, z)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		touched := map[int64]bool{}
+		for _, z := range list {
+			tr := rules.AfterExpiry(z.tries, z.max)
+			fin := int64(0)
+			if tr.Final() {
+				fin = ms(now)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = ?, tries = tries + 1, queued_at = ?, finished_at = ?, last_error = 'no heartbeat: expired' WHERE id = ?`,
+				tr.State, ms(now), fin, z.id); err != nil {
+				return err
+			}
+			col := counterColumn[tr.Counter]
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET n_active = n_active - 1, `+col+` = `+col+` + 1 WHERE id = ?`, z.job); err != nil {
+				return err
+			}
+			x.Running[z.owner] -= z.cores
+			if !tr.Final() {
+				x.Waiting[z.job]++
+			}
+			touched[z.job] = true
+		}
+		for id := range touched {
+			from, to, err := refreshJob(ctx, tx, id, now)
+			if err != nil {
+				return err
+			}
+			if from != to {
+				x.Changes = append(x.Changes, JobChange{id, from, to})
+			}
+		}
+		x.Tasks = len(list)
+		return nil
+	})
+	if err != nil {
+		return Expired{}, fmt.Errorf("sweep expired tasks: %w", err)
+	}
+	return x, nil
+}
+
+// WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
+func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
+	if err != nil {
+		return nil, fmt.Errorf("find expired jobs: %w", err)
+	}
+	return out, nil
+}
+
+// ExpireJob makes a job that never started (WAITING, nothing active)
+// ERROR_EW, its waiting tasks counted as killed, and returns how many
+// were waiting; ok is false when the job has changed since it was listed.
+// Its tasks follow with KillTasks.
+func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT n_waiting FROM jobs WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
+		if err == sql.ErrNoRows {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ok = true
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, n_killed = n_killed + n_waiting, n_waiting = 0 WHERE id = ?`, ms(now), id)
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("expire job %d: %w", id, err)
+	}
+	return waiting, ok, nil
+}
+
+// FinalJobsBefore lists the final jobs that finished before cut.
+func (s *Store) FinalJobsBefore(ctx context.Context, cut time.Time) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
+	if err != nil {
+		return nil, fmt.Errorf("find jobs to purge: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,214 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/fairshare"
+)
+
+// EnsureUser inserts a user with limits unless the user exists.
+func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
+		return err
+	})
+}
+
+// PutUser creates or changes a user's limits.
+func (s *Store) PutUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT(name) DO UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`,
+			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
+		return err
+	})
+}
+
+// Users reads every user's limits.
+func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
+	if err != nil {
+		return nil, fmt.Errorf("read users: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]fairshare.Limits{}
+	for rows.Next() {
+		var n string
+		var l fairshare.Limits
+		if err := rows.Scan(&n, &l.Priority, &l.MaxParallelJobs, &l.MaxTotalRunningTime, &l.MaxTotalCpuCost); err != nil {
+			return nil, fmt.Errorf("read users: %w", err)
+		}
+		out[n] = l
+	}
+	return out, rows.Err()
+}
+
+// RunningCores sums, per owner, the cores of the active tasks (ASSIGNED,
+// RUNNING, ZOMBIE) of live jobs.
+func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT j.owner, sum(j.cores) FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE t.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND j.state IN ('WAITING', 'RUNNING') GROUP BY j.owner`)
+	if err != nil {
+		return nil, fmt.Errorf("read running cores: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var n string
+		var c int
+		if err := rows.Scan(&n, &c); err != nil {
+			return nil, fmt.Errorf("read running cores: %w", err)
+		}
+		out[n] = c
+	}
+	return out, rows.Err()
+}
+
+// UsageEvent is one result's usage, at its arrival (Unix ms).
+type UsageEvent struct {
+	At        int64
+	CPU, Cost float64
+}
+
+// UsageEvents reads, per owner, the results received after since, oldest
+// first (the sliding usage window).
+func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]UsageEvent, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, received_at, cpu_s, cost FROM results WHERE received_at > ? ORDER BY received_at`, ms(since))
+	if err != nil {
+		return nil, fmt.Errorf("read usage: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]UsageEvent{}
+	for rows.Next() {
+		var n string
+		var e UsageEvent
+		if err := rows.Scan(&n, &e.At, &e.CPU, &e.Cost); err != nil {
+			return nil, fmt.Errorf("read usage: %w", err)
+		}
+		out[n] = append(out[n], e)
+	}
+	return out, rows.Err()
+}
+
+// UsageRow is a user's usage and computedPriority as flushed.
+type UsageRow struct {
+	User     string
+	Usage    fairshare.Usage
+	Priority float64
+}
+
+// PutUsage writes rows into the usage table in one transaction.
+func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage (user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT(user) DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
+			computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, r := range rows {
+			if _, err := stmt.ExecContext(ctx, r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
+// owner when only is set).
+func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM jobs WHERE state IN ('WAITING', 'RUNNING') AND (? = '' OR owner = ?) GROUP BY owner`, only, only)
+	if err != nil {
+		return nil, fmt.Errorf("count waiting tasks: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var o string
+		var n int
+		if err := rows.Scan(&o, &n); err != nil {
+			return nil, fmt.Errorf("count waiting tasks: %w", err)
+		}
+		out[o] = n
+	}
+	return out, rows.Err()
+}
+
+// TokenIdentity returns the user and role of a token's hash; ok is false
+// for an unknown token.
+func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
+	err = s.r.QueryRowContext(ctx, `SELECT user, role FROM tokens WHERE hash = ?`, hash).Scan(&user, &role)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, fmt.Errorf("look up token: %w", err)
+	}
+	return user, role, true, nil
+}
+
+// PutToken stores a token's hash.
+func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
+		return err
+	})
+}
+
+// DeleteTokens deletes every token of user with role and counts them.
+func (s *Store) DeleteTokens(ctx context.Context, user, role string) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user = ? AND role = ?`, user, role)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// NodeSettings reads the admin's floor and cap of pilot nodes.
+func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes int, err error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes')`)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read node settings: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var v int
+		if err := rows.Scan(&k, &v); err != nil {
+			return 0, 0, fmt.Errorf("read node settings: %w", err)
+		}
+		if k == "min_nodes" {
+			minNodes = v
+		} else {
+			maxNodes = v
+		}
+	}
+	return minNodes, maxNodes, rows.Err()
+}
+
+// PutNodeSettings stores the admin's floor and cap of pilot nodes.
+func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes int) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		for _, kv := range []struct {
+			k string
+			v int
+		}{{"min_nodes", minNodes}, {"max_nodes", maxNodes}} {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, kv.k, kv.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
