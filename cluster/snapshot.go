@@ -101,6 +101,9 @@ type Job struct {
 	// Busy marks a pilot whose worker is running tasks (filled in by the
 	// agent from the queue's heartbeats; adapters leave it false).
 	Busy bool `json:"busy,omitempty"`
+	// Preemptible marks a pilot in the batch system's preemptible tier
+	// (a partition foreign jobs preempt at once).
+	Preemptible bool `json:"preemptible,omitempty"`
 	// Reason is the batch system's pending reason (Resources, Priority...).
 	Reason string `json:"reason,omitempty"`
 	// ExpectedStart is the batch system's own estimate of when a pending

@@ -51,6 +51,26 @@ type Config struct {
 	// Recommendation maps the backlog to the master's MiniNode
 	// recommendation (see Recommend).
 	Recommendation RecommendConfig `json:"recommendation"`
+
+	// Preemption is the give-back mode where pilots above Keep run in a
+	// preemptible tier (snapshot jobs marked preemptible) that the batch
+	// system preempts the moment a foreign job needs their nodes: the
+	// policy never releases those for a waiting job, it only sizes, caps
+	// and drains. Pilots outside the tier (the floor) are handled as when
+	// polling.
+	Preemption bool `json:"preemption,omitempty"`
+	// Shrink pulls in the end of running pilots above the floor that
+	// would still hold nodes when the top pending job can start
+	// (Decision.Shrink), rather than cancelling them then.
+	Shrink bool `json:"shrink,omitempty"`
+	// ShrinkMargin is how long before the top job can start a shrunk
+	// pilot ends. Seconds.
+	ShrinkMargin int64 `json:"shrink_margin_s,omitempty"`
+	// MinPilotLimit, when positive, is submitted as each pilot's minimum
+	// limit (Submit.MinTimeLimit): the batch system may shorten the pilot
+	// down to it to fit its own plan (SLURM's --time-min, where backfill
+	// honours it). 0: off.
+	MinPilotLimit cluster.Limit `json:"min_pilot_limit_s,omitempty"`
 }
 
 // DefaultConfig returns the settings of DESIGN.md: no floor, no cap,
@@ -63,6 +83,7 @@ func DefaultConfig() Config {
 		MaxPilotLimit:    cluster.Unlimited,
 		UseExpectedStart: true,
 		Recommendation:   DefaultRecommendConfig(),
+		ShrinkMargin:     30,
 	}
 }
 
@@ -86,6 +107,10 @@ func (c Config) Validate() error {
 		return bad("granularity %ds must be at least 1s", c.Granularity)
 	case c.MaxPilotLimit == 0 || c.MaxPilotLimit < cluster.Unlimited:
 		return bad("max pilot limit must be positive or unlimited, got %d", int64(c.MaxPilotLimit))
+	case c.ShrinkMargin < 0:
+		return bad("shrink margin %ds is negative", c.ShrinkMargin)
+	case c.MinPilotLimit < 0:
+		return bad("min pilot limit %ds is negative (0 means off)", int64(c.MinPilotLimit))
 	}
 	if err := c.Recommendation.Validate(); err != nil {
 		return err

@@ -20,11 +20,13 @@ type Input struct {
 }
 
 // Upcoming is one ledger entry: Count one-node pilots submitted at
-// SubmittedAt (the snapshot clock's seconds) with limit TimeLimit.
+// SubmittedAt (the snapshot clock's seconds) with limit TimeLimit, to the
+// preemptible tier if Preemptible.
 type Upcoming struct {
 	Count       int           `json:"count"`
 	TimeLimit   cluster.Limit `json:"time_limit_s"`
 	SubmittedAt int64         `json:"submitted_at"`
+	Preemptible bool          `json:"preemptible,omitempty"`
 }
 
 // validate checks the ledger; the snapshot has its own Validate.
@@ -45,6 +47,19 @@ type Submit struct {
 	// TimeLimit is already rounded down to the granularity; Unlimited
 	// (JSON null) asks for the longest the partition allows.
 	TimeLimit cluster.Limit `json:"time_limit_s"`
+	// Preemptible is how many of the Count go to the preemptible tier
+	// (Config.Preemption); the others bring the floor up to Keep.
+	Preemptible int `json:"preemptible,omitempty"`
+	// MinTimeLimit, when set (Config.MinPilotLimit), lets the batch
+	// system shorten the limit down to it to fit its own plan.
+	MinTimeLimit cluster.Limit `json:"min_time_limit_s,omitempty"`
+}
+
+// Shrink pulls a running pilot's end in to End (the snapshot clock's
+// seconds).
+type Shrink struct {
+	ID  string `json:"id"`
+	End int64  `json:"end"`
 }
 
 // Decision is the outcome of one round. Submit and Release are never both
@@ -55,6 +70,8 @@ type Decision struct {
 	Submit *Submit `json:"submit"`
 	// Release lists pilot ids to cancel, in cancel order; never nil.
 	Release []string `json:"release"`
+	// Shrink lists running pilots whose end to pull in (Config.Shrink).
+	Shrink []Shrink `json:"shrink,omitempty"`
 	// Reason explains the decision in one sentence.
 	Reason string `json:"reason"`
 	// Case names the branch that decided.
@@ -106,6 +123,10 @@ const (
 	// CaseReleaseForTopJob (3): releasing pilots above MiniNode lets the
 	// top job start now.
 	CaseReleaseForTopJob Case = "release-for-top-job"
+	// CaseSchedulerPreempts (3 or 5, preemption mode): the top job, or one
+	// that would backfill, needs nodes that preemptible pilots hold; the
+	// batch system preempts them by itself.
+	CaseSchedulerPreempts Case = "scheduler-preempts"
 	// CaseJobEndingSoon (4): a running job ends within miniTime; wait.
 	CaseJobEndingSoon Case = "job-ending-soon"
 	// CaseBackfillWillStart (5): a pending job fits in the hole and the
@@ -130,5 +151,5 @@ const (
 	CaseDemandMet Case = "demand-met"
 )
 
-// Acts reports whether the decision submits or releases anything.
-func (d Decision) Acts() bool { return d.Submit != nil || len(d.Release) > 0 }
+// Acts reports whether the decision submits, releases or shrinks anything.
+func (d Decision) Acts() bool { return d.Submit != nil || len(d.Release) > 0 || len(d.Shrink) > 0 }

@@ -24,17 +24,77 @@ func topPending(s *cluster.Snapshot) int {
 	return -1
 }
 
-// claims lets the pilots on their way, queued pilots first (the batch
+// holding is how the maxTime walk sees our pilots: as the batch system
+// would judge a pending job's start with the pilots above the floor gone.
+// Those are released (polling) or preempted (preemption mode) the moment a
+// waiting job could use their nodes, so they never hold nodes until their
+// own limits; only the floor pilots, which nobody releases, do.
+type holding struct {
+	// freeNow counts the nodes of running pilots above the floor.
+	freeNow int
+	// floor holds the floor pilots (visible, running or queued).
+	floor []cluster.Job
+	// floorLedger is how many floor pilots are still on the ledger.
+	floorLedger int
+}
+
+// newHolding splits the pilots into those above the floor and the keep
+// floor pilots: the last in release order among those only we may release
+// (all pilots when polling; the pilots outside the preemptible tier in
+// preemption mode: the batch system preempts the others by itself).
+func newHolding(jobs []cluster.Job, upcoming []Upcoming, keep int, preemption bool) holding {
+	var h holding
+	var own []cluster.Job
+	for _, p := range jobs {
+		if !p.Pilot {
+			continue
+		}
+		if keep == 0 || preemption && p.Preemptible {
+			if p.State == cluster.Running {
+				h.freeNow += p.Nodes
+			}
+			continue
+		}
+		own = append(own, p)
+	}
+	if keep == 0 {
+		return h // no floor: no need to sort
+	}
+	own = ReleaseOrder(own)
+	nfloor := 0
+	for i := len(own) - 1; i >= 0; i-- {
+		if nfloor >= keep {
+			if own[i].State == cluster.Running {
+				h.freeNow += own[i].Nodes
+			}
+			continue
+		}
+		h.floor = append(h.floor, own[i])
+		nfloor += own[i].Nodes
+	}
+	if nfloor < keep {
+		for _, u := range upcoming {
+			if !(preemption && u.Preemptible) {
+				h.floorLedger += u.Count
+			}
+		}
+		h.floorLedger = min(h.floorLedger, keep-nfloor)
+	}
+	return h
+}
+
+// claims lets the floor pilots on their way, queued ones first (the batch
 // system already has them), then the ledger's, take the idle nodes they
 // will run on. It returns when those nodes free up again and how many idle
 // nodes they take. Pilots beyond the idle nodes take nothing: they wait
-// for a node like any pending job.
+// for a node like any pending job. Pilots above the floor take nothing:
+// they would be released or preempted for a waiting job.
 //
 // A queued pilot frees its node its whole limit from now (it has not
 // started); a ledger pilot is assumed to have started when it was
 // submitted, the earliest it could, so that maxTime errs short (shorter
 // pilots) rather than long (a delayed foreign job).
-func claims(s *cluster.Snapshot, upcoming []Upcoming, out []freeing) ([]freeing, int) {
+func (h holding) claims(s *cluster.Snapshot, upcoming []Upcoming, preemption bool, out []freeing) ([]freeing, int) {
 	free := s.IdleNodes
 	taken := 0
 	take := func(n int, after cluster.Limit) {
@@ -48,72 +108,79 @@ func claims(s *cluster.Snapshot, upcoming []Upcoming, out []freeing) ([]freeing,
 			out = append(out, freeing{after: after, nodes: n})
 		}
 	}
-	for i := range s.Jobs {
-		if j := &s.Jobs[i]; j.Pilot && j.State == cluster.Pending {
-			take(j.Nodes, j.TimeLimit)
+	for _, p := range h.floor {
+		if p.State == cluster.Pending {
+			take(p.Nodes, p.TimeLimit)
 		}
 	}
+	left := h.floorLedger
 	for _, u := range upcoming {
+		if left <= 0 {
+			break
+		}
+		if preemption && u.Preemptible {
+			continue
+		}
 		after := u.TimeLimit
 		if !after.IsUnlimited() {
 			elapsed := max(0, s.Now-u.SubmittedAt)
 			after = cluster.Limit(max(0, int64(after)-elapsed))
 		}
-		take(u.Count, after)
+		n := min(u.Count, left)
+		left -= n
+		take(n, after)
 	}
 	return out, taken
 }
 
 // MaxTime returns the time until the top pending foreign job J_top can
-// start, or Unlimited if no foreign job is pending (or J_top can never
-// start because unlimited jobs hold the nodes it needs).
+// start, as the policy computes it for in and cfg (Decision.MaxTime), or
+// Unlimited if no foreign job is pending (or J_top can never start because
+// unlimited jobs hold the nodes it needs).
 //
-// The walk: need = N_top - I (the published pseudocode's I - N_top has the
-// wrong sign); running jobs, foreign and pilots alike, are taken in order
-// of remaining limit TL - RT, each subtracting its nodes from need; the
+// The walk: the nodes of running pilots above the floor count as idle (see
+// holding); need = N_top - I (the published pseudocode's I - N_top has the
+// wrong sign); running foreign jobs and floor pilots are taken in order of
+// remaining limit TL - RT, each subtracting its nodes from need; the
 // remaining limit of the job at which need reaches zero is maxTime. If
 // need <= 0 at the start, J_top can start now (0). Jobs with an unlimited
 // limit never free their nodes, so if need is not met by the limited ones,
-// maxTime is Unlimited. Queued pilots count as taking idle nodes (see
-// Decide). With useExpected, the batch system's own expected start of
-// J_top (Unix seconds, turned into a duration from s.Now) wins when it is
-// earlier; one in the past or 0 is ignored as stale or unknown.
-func MaxTime(s cluster.Snapshot, useExpected bool) cluster.Limit {
-	top := topPending(&s)
-	if top < 0 {
+// maxTime is Unlimited. Queued and ledger floor pilots count as taking
+// idle nodes (see claims). With cfg.UseExpectedStart, the batch system's
+// own expected start of J_top (Unix seconds, turned into a duration from
+// the snapshot's Now) wins when it is earlier; one in the past or 0 is
+// ignored as stale or unknown.
+func MaxTime(in Input, cfg Config) cluster.Limit {
+	if err := validateInput(&in, cfg); err != nil || topPending(&in.Snapshot) < 0 {
 		return cluster.Unlimited
 	}
-	return maxTime(&s, nil, &s.Jobs[top], useExpected)
+	v := newView(&in, cfg)
+	return v.maxTime(&v.s.Jobs[v.top])
 }
 
-func maxTime(s *cluster.Snapshot, upcoming []Upcoming, top *cluster.Job, useExpected bool) cluster.Limit {
-	mt := walk(s, upcoming, top.Nodes)
-	if useExpected && top.ExpectedStart > 0 && top.ExpectedStart >= s.Now {
-		mt = mt.Min(cluster.Limit(top.ExpectedStart - s.Now))
+func (v *view) maxTime(top *cluster.Job) cluster.Limit {
+	mt := v.walk(top.Nodes)
+	if v.cfg.UseExpectedStart && top.ExpectedStart > 0 && top.ExpectedStart >= v.s.Now {
+		mt = mt.Min(cluster.Limit(top.ExpectedStart - v.s.Now))
 	}
 	return mt
 }
 
-func walk(s *cluster.Snapshot, upcoming []Upcoming, nodes int) cluster.Limit {
+func (v *view) walk(nodes int) cluster.Limit {
+	s := v.s
 	// Count first so that a 10,000-job snapshot costs one allocation.
-	n := len(upcoming)
+	n := len(v.in.Upcoming)
 	for i := range s.Jobs {
 		if s.Jobs[i].State == cluster.Running || s.Jobs[i].Pilot {
 			n++
 		}
 	}
-	entries, taken := claims(s, upcoming, make([]freeing, 0, n))
-	need := nodes - (s.IdleNodes - taken)
+	entries, taken := v.hold.claims(s, v.in.Upcoming, v.cfg.Preemption, make([]freeing, 0, n))
+	need := nodes - (s.IdleNodes - taken + v.hold.freeNow)
 	if need <= 0 {
 		return 0
 	}
-	for i := range s.Jobs {
-		if j := &s.Jobs[i]; j.State == cluster.Running {
-			if r := j.Remaining(); !r.IsUnlimited() {
-				entries = append(entries, freeing{after: r, nodes: j.Nodes})
-			}
-		}
-	}
+	entries = v.runningHolders(entries)
 	slices.SortFunc(entries, func(a, b freeing) int { return compareLimit(a.after, b.after) })
 	for _, e := range entries {
 		need -= e.nodes
@@ -124,27 +191,41 @@ func walk(s *cluster.Snapshot, upcoming []Upcoming, nodes int) cluster.Limit {
 	return cluster.Unlimited
 }
 
-// extraAt is EASY backfill's "extra nodes": how many nodes are free at
-// time mt (the top job's start) beyond the nodes the top job needs. A job
-// longer than mt that fits in them delays nobody, so the batch system
-// backfills it and pilots should not stand in its way. Unlimited mt: every
-// node is extra (the top job never starts).
-func extraAt(s *cluster.Snapshot, upcoming []Upcoming, mt cluster.Limit, topNodes int) int {
-	if mt.IsUnlimited() {
-		return s.TotalNodes
-	}
-	entries, taken := claims(s, upcoming, nil)
-	free := s.IdleNodes - taken
-	for _, e := range entries {
-		if compareLimit(e.after, mt) <= 0 {
-			free += e.nodes
+// runningHolders appends the running jobs that hold their nodes until
+// their limits: foreign jobs and floor pilots.
+func (v *view) runningHolders(out []freeing) []freeing {
+	for i := range v.s.Jobs {
+		if j := &v.s.Jobs[i]; j.State == cluster.Running && !j.Pilot {
+			if r := j.Remaining(); !r.IsUnlimited() {
+				out = append(out, freeing{after: r, nodes: j.Nodes})
+			}
 		}
 	}
-	for i := range s.Jobs {
-		if j := &s.Jobs[i]; j.State == cluster.Running {
-			if r := j.Remaining(); !r.IsUnlimited() && compareLimit(r, mt) <= 0 {
-				free += j.Nodes
+	for _, p := range v.hold.floor {
+		if p.State == cluster.Running {
+			if r := p.Remaining(); !r.IsUnlimited() {
+				out = append(out, freeing{after: r, nodes: p.Nodes})
 			}
+		}
+	}
+	return out
+}
+
+// extraAt is EASY backfill's "extra nodes": how many nodes are free at
+// time mt (the top job's start) beyond the nodes the top job needs, with
+// the pilots above the floor gone. A job longer than mt that fits in them
+// delays nobody, so the batch system backfills it and pilots should not
+// stand in its way. Unlimited mt: every node is extra (the top job never
+// starts).
+func (v *view) extraAt(mt cluster.Limit, topNodes int) int {
+	if mt.IsUnlimited() {
+		return v.s.TotalNodes
+	}
+	entries, taken := v.hold.claims(v.s, v.in.Upcoming, v.cfg.Preemption, nil)
+	free := v.s.IdleNodes - taken + v.hold.freeNow
+	for _, e := range v.runningHolders(entries) {
+		if compareLimit(e.after, mt) <= 0 {
+			free += e.nodes
 		}
 	}
 	return max(0, free-topNodes)

@@ -41,8 +41,18 @@ func TestMaxTime(t *testing.T) {
 			want: 10 * minute,
 		},
 		{
-			name: "Pilots free their nodes in the walk like foreign jobs",
+			name: "Pilots above the floor count as idle: they are released the moment the top job could use their nodes",
 			snap: snap(10, 2, running("1", 4, 60*minute, 0), pilot("p1", 15*minute, 5*minute), pilot("p2", 15*minute, 5*minute), pilot("p3", 15*minute, 0), pilot("p4", unlimited, 0), pending("2", 4, 10*minute)),
+			want: 0,
+		},
+		{
+			name: "Floor pilots free their nodes in the walk like foreign jobs; the pilot released first is above the floor",
+			snap: func() cluster.Snapshot {
+				// Release order p2, p1, p3, p4: the floor of 3 is p1, p3, p4.
+				s := snap(10, 2, running("1", 4, 60*minute, 0), pilot("p1", 15*minute, 5*minute), pilot("p2", 15*minute, 5*minute), pilot("p3", 15*minute, 0), pilot("p4", unlimited, 0), pending("2", 4, 10*minute))
+				s.MinNodes = 3
+				return s
+			}(),
 			want: 10 * minute,
 		},
 		{
@@ -61,9 +71,18 @@ func TestMaxTime(t *testing.T) {
 			want: unlimited,
 		},
 		{
-			name: "A queued pilot takes an idle node, which frees after its whole limit",
-			snap: snap(10, 3, running("1", 7, 60*minute, 0), queuedPilot("q1", 20*minute), pending("2", 3, 10*minute)),
+			name: "A queued floor pilot takes an idle node, which frees after its whole limit",
+			snap: func() cluster.Snapshot {
+				s := snap(10, 3, running("1", 7, 60*minute, 0), queuedPilot("q1", 20*minute), pending("2", 3, 10*minute))
+				s.MinNodes = 1
+				return s
+			}(),
 			want: 20 * minute,
+		},
+		{
+			name: "A queued pilot above the floor takes no idle node: it would be cancelled for the top job",
+			snap: snap(10, 3, running("1", 7, 60*minute, 0), queuedPilot("q1", 20*minute), pending("2", 3, 10*minute)),
+			want: 0,
 		},
 		{
 			name:        "The batch system's earlier expected start wins",
@@ -92,7 +111,9 @@ func TestMaxTime(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.snap.Now = now
-			if got := MaxTime(tc.snap, tc.useExpected); got != cluster.Limit(tc.want) {
+			cfg := DefaultConfig()
+			cfg.UseExpectedStart = tc.useExpected
+			if got := MaxTime(Input{Snapshot: tc.snap}, cfg); got != cluster.Limit(tc.want) {
 				t.Errorf("MaxTime = %v, want %v", got, cluster.Limit(tc.want))
 			}
 		})

@@ -115,28 +115,59 @@ type view struct {
 	miniNode  int
 	keep      int // no release goes below this
 	limitCap  cluster.Limit
+	hold      holding // the pilots as the maxTime walk sees them
+
+	// What a waiting foreign job sees (see Config.Preemption): the idle
+	// nodes it may take (idleF), the nodes the batch system frees for it
+	// by preempting pilots (schedFree, 0 when polling), and how many
+	// pilots above Keep only we can release for it (spare).
+	idleF     int
+	schedFree int
+	spare     int
+	// floorHeld counts the pilots outside the preemptible tier (all of
+	// them when polling): a submission first brings them up to Keep.
+	floorHeld int
 }
 
 func newView(in *Input, cfg Config) *view {
 	s := &in.Snapshot
 	v := &view{in: in, s: s, cfg: cfg, top: topPending(s), demandCap: -1}
 	running := 0
+	ownOnTheWay := 0 // queued and ledger pilots outside the preemptible tier
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		if !j.Pilot {
 			continue
 		}
-		if j.State == cluster.Running {
+		tier := cfg.Preemption && j.Preemptible
+		switch {
+		case j.State == cluster.Running:
 			running += j.Nodes
-		} else {
+			if tier {
+				v.schedFree += j.Nodes
+			}
+		default:
 			v.onTheWay += j.Nodes
+			if !tier {
+				ownOnTheWay += j.Nodes
+			}
+		}
+		if !tier {
+			v.floorHeld += j.Nodes
 		}
 	}
 	for _, u := range in.Upcoming {
 		v.onTheWay += u.Count
+		if !(cfg.Preemption && u.Preemptible) {
+			ownOnTheWay += u.Count
+			v.floorHeld += u.Count
+		}
 	}
 	v.held = running + v.onTheWay
 	v.idle = max(0, s.IdleNodes-v.onTheWay)
+	// Queued pilots of the preemptible tier never compete with a foreign
+	// job for an idle node (the foreign job's partition goes first).
+	v.idleF = max(0, s.IdleNodes-ownOnTheWay)
 
 	v.maxNodes = cfg.MaxNodes
 	if s.MaxNodes > 0 {
@@ -166,12 +197,22 @@ func newView(in *Input, cfg Config) *view {
 		v.keep = v.miniNode
 	}
 	v.limitCap = cfg.MaxPilotLimit.Min(s.PartitionMaxTime())
+	if v.top >= 0 {
+		v.hold = newHolding(s.Jobs, in.Upcoming, v.keep, cfg.Preemption)
+	}
+	// Pilots above Keep that we release for a waiting job: all of them
+	// when polling; in preemption mode only those outside the preemptible
+	// tier (the batch system preempts the others).
+	v.spare = max(0, v.held-v.keep)
+	if cfg.Preemption {
+		v.spare = max(0, v.floorHeld-v.keep)
+	}
 	return v
 }
 
 func (v *view) decide(d Decision) Decision {
 	if v.maxNodes > 0 && v.held > v.maxNodes {
-		if ids := v.pickRelease(v.held-v.maxNodes, true); len(ids) > 0 {
+		if ids := v.pickRelease(v.held-v.maxNodes, true, false); len(ids) > 0 {
 			d.Release, d.Case = ids, CaseAboveMaxNodes
 			d.Reason = fmt.Sprintf("pilots hold %s, above the maximum of %d: releasing %s",
 				nodesWord(v.held), v.maxNodes, pilotsWord(len(ids)))
@@ -179,7 +220,7 @@ func (v *view) decide(d Decision) Decision {
 		}
 	}
 	if v.demandCap >= 0 && v.held > v.demandCap {
-		if ids := v.pickRelease(v.held-v.demandCap, false); len(ids) > 0 {
+		if ids := v.pickRelease(v.held-v.demandCap, false, false); len(ids) > 0 {
 			d.Release = ids
 			if v.left == 0 {
 				d.Case = CaseNoDemand
@@ -198,29 +239,41 @@ func (v *view) decide(d Decision) Decision {
 		return v.submit(d, CaseNoPendingJob, cluster.Unlimited, 0, "no foreign job is pending")
 	}
 	top := &v.s.Jobs[v.top]
-	mt := maxTime(v.s, v.in.Upcoming, top, v.cfg.UseExpectedStart)
+	mt := v.maxTime(top)
 	d.TopJob, d.MaxTime = top.ID, mt
+	return v.withShrink(v.decideTop(d, top, mt), top, mt)
+}
 
-	// Case 2, unless releasing pilots above Keep lets J_top, or a job that
-	// would backfill, start now: pilots kept only for the recommendation
-	// never hold nodes a waiting job could use.
-	spare := v.held - v.keep
-	need := top.Nodes - v.idle
-	if v.held < v.miniNode && !(need > 0 && need <= spare) && !v.backfillWantsPilots(mt, spare) {
+// decideTop is the round from case 2 on, J_top pending and mt its start.
+func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decision {
+	// Case 2, unless releasing pilots above Keep (or the batch system
+	// preempting pilots) lets J_top, or a job that would backfill, start
+	// now: pilots kept only for the recommendation never hold nodes a
+	// waiting job could use.
+	spare := v.spare
+	need := top.Nodes - v.idleF
+	if v.held < v.miniNode && !(need > 0 && need <= v.schedFree+spare) && !v.backfillWantsPilots(mt, spare) {
 		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
 			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
 		return v.submit(d, CaseBelowMinNodes, mt, v.cfg.Margin, why)
 	}
 
 	// Case 3.
-	if need <= 0 {
+	switch {
+	case need <= 0:
 		d.Case = CaseTopJobFits
-		d.Reason = fmt.Sprintf("job %s needs %s and %d are idle: the batch system starts it", top.ID, nodesWord(top.Nodes), v.idle)
+		d.Reason = fmt.Sprintf("job %s needs %s and %d are idle: the batch system starts it", top.ID, nodesWord(top.Nodes), v.idleF)
 		return d
-	} else if need <= spare {
-		d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForTopJob
-		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle and pilots hold %d above the minimum of %d: releasing %s so it starts now%s",
-			top.ID, nodesWord(need), v.idle, spare, v.keep, pilotsWord(len(d.Release)), v.shortfall(d.Release, need))
+	case need <= v.schedFree:
+		d.Case = CaseSchedulerPreempts
+		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle: the batch system preempts that many of the %d preemptible pilots",
+			top.ID, nodesWord(need), v.idleF, v.schedFree)
+		return d
+	case need <= v.schedFree+spare:
+		own := need - v.schedFree
+		d.Release, d.Case = v.pickRelease(own, true, v.cfg.Preemption), CaseReleaseForTopJob
+		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle and pilots hold %d above the minimum of %d: releasing %s so it starts now%s%s",
+			top.ID, nodesWord(need), v.idleF, spare, v.keep, pilotsWord(len(d.Release)), v.preemptClause(), v.shortfall(d.Release, own))
 		return d
 	}
 
@@ -234,23 +287,30 @@ func (v *view) decide(d Decision) Decision {
 
 	// Case 5: jobs that would backfill: those that end before J_top can
 	// start, and (EASY) longer ones that fit in the nodes J_top will not need.
-	extra := extraAt(v.s, v.in.Upcoming, mt, top.Nodes)
+	extra := v.extraAt(mt, top.Nodes)
 	for i := v.top; i < len(v.s.Jobs); i++ {
 		j := &v.s.Jobs[i]
 		if !v.wouldBackfill(j, mt, extra) {
 			continue
 		}
-		if j.Nodes <= v.idle {
+		need := j.Nodes - v.idleF
+		switch {
+		case need <= 0:
 			d.Case = CaseBackfillWillStart
 			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and fits in the %d idle nodes: the batch system backfills it",
-				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), v.idle)
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), v.idleF)
 			return d
-		}
-		if need := j.Nodes - v.idle; need <= spare {
-			d.Release, d.Case = v.pickRelease(need, true), CaseReleaseForBackfill
-			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s but needs %s more than the %d idle: releasing %s (%d held, minimum %d)%s",
-				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idle,
-				pilotsWord(len(d.Release)), v.held, v.keep, v.shortfall(d.Release, need))
+		case need <= v.schedFree:
+			d.Case = CaseSchedulerPreempts
+			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and needs %s more than the %d idle: the batch system backfills it by preempting that many of the %d preemptible pilots",
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idleF, v.schedFree)
+			return d
+		case need <= v.schedFree+spare:
+			own := need - v.schedFree
+			d.Release, d.Case = v.pickRelease(own, true, v.cfg.Preemption), CaseReleaseForBackfill
+			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s but needs %s more than the %d idle: releasing %s (%d held, minimum %d)%s%s",
+				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idleF,
+				pilotsWord(len(d.Release)), v.held, v.keep, v.preemptClause(), v.shortfall(d.Release, own))
 			return d
 		}
 	}
@@ -260,23 +320,32 @@ func (v *view) decide(d Decision) Decision {
 	return v.submit(d, CaseFillHole, mt, v.cfg.Margin, why)
 }
 
-// backfillWantsPilots reports whether case 5 would release pilots for a
-// pending job that ends before maxTime.
+// backfillWantsPilots reports whether case 5 would release (or the batch
+// system preempt) pilots for a pending job that ends before maxTime.
 func (v *view) backfillWantsPilots(mt cluster.Limit, spare int) bool {
-	extra := extraAt(v.s, v.in.Upcoming, mt, v.s.Jobs[v.top].Nodes)
+	extra := v.extraAt(mt, v.s.Jobs[v.top].Nodes)
 	for i := v.top; i < len(v.s.Jobs); i++ {
 		j := &v.s.Jobs[i]
 		if !v.wouldBackfill(j, mt, extra) {
 			continue
 		}
-		if j.Nodes <= v.idle {
+		if j.Nodes <= v.idleF {
 			return false // case 5 would stop here: the batch system starts it
 		}
-		if j.Nodes-v.idle <= spare {
+		if j.Nodes-v.idleF <= v.schedFree+spare {
 			return true
 		}
 	}
 	return false
+}
+
+// preemptClause adds, in preemption mode, that the batch system preempts
+// the rest: " (the batch system preempts 2 more)".
+func (v *view) preemptClause() string {
+	if v.schedFree == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the batch system preempts up to %d preemptible ones)", v.schedFree)
 }
 
 // wouldBackfill reports whether the batch system would start pending
@@ -326,6 +395,69 @@ func (v *view) submit(d Decision, c Case, base cluster.Limit, margin int64, why 
 		if n < v.idle {
 			d.Reason += fmt.Sprintf(" on %d of the %d idle nodes, as %s", n, v.idle, capWhy)
 		}
+		if v.cfg.Preemption {
+			// The first pilots bring the floor up to Keep; the rest go to
+			// the preemptible tier.
+			floor := min(n, max(0, v.keep-v.floorHeld))
+			d.Submit.Preemptible = n - floor
+			d.Reason += fmt.Sprintf(", %d of them preemptible", d.Submit.Preemptible)
+		}
+		if m := v.cfg.MinPilotLimit; m > 0 && compareLimit(m, limit) < 0 {
+			d.Submit.MinTimeLimit = m
+			d.Reason += fmt.Sprintf(" the batch system may shorten to %s to fit its own plan", fmtLimit(m))
+		}
+	}
+	return d
+}
+
+// withShrink adds to d the pilots whose end to pull in (Config.Shrink):
+// J_top cannot start now but will at mt, and some running pilots above
+// the floor would still hold nodes it needs then. Rather than cancel them
+// when it can start (losing their tasks; polling also loses a round),
+// their ends move to mt - ShrinkMargin from now: the master plans no
+// batch past the new end, the pilots leave by themselves, and the batch
+// system sees the nodes free at mt in its own plan. Releases take
+// precedence: a round that releases shrinks nothing.
+func (v *view) withShrink(d Decision, top *cluster.Job, mt cluster.Limit) Decision {
+	if !v.cfg.Shrink || len(d.Release) > 0 || mt.IsUnlimited() || int64(mt) <= v.cfg.ShrinkMargin {
+		return d
+	}
+	target := cluster.Limit(int64(mt) - v.cfg.ShrinkMargin)
+	// Nodes J_top finds at mt without the pilots that would still run.
+	entries, taken := v.hold.claims(v.s, v.in.Upcoming, v.cfg.Preemption, nil)
+	avail := v.s.IdleNodes - taken
+	for _, e := range v.runningHolders(entries) {
+		if compareLimit(e.after, mt) <= 0 {
+			avail += e.nodes
+		}
+	}
+	floor := map[string]bool{}
+	for _, p := range v.hold.floor {
+		floor[p.ID] = true
+	}
+	var inTheWay []cluster.Job
+	for i := range v.s.Jobs {
+		p := v.s.Jobs[i]
+		if !p.Pilot || p.State != cluster.Running || floor[p.ID] {
+			continue
+		}
+		if compareLimit(p.Remaining(), target) <= 0 {
+			avail += p.Nodes // ends before J_top needs it anyway
+			continue
+		}
+		inTheWay = append(inTheWay, p)
+	}
+	need := top.Nodes - avail
+	for _, p := range ReleaseOrder(inTheWay) {
+		if need <= 0 {
+			break
+		}
+		d.Shrink = append(d.Shrink, Shrink{ID: p.ID, End: v.s.Now + int64(target)})
+		need -= p.Nodes
+	}
+	if len(d.Shrink) > 0 {
+		d.Reason += fmt.Sprintf("; pulling in the end of %s to %s from now, when job %s can start",
+			pilotsWord(len(d.Shrink)), fmtLimit(target), top.ID)
 	}
 	return d
 }
@@ -352,8 +484,10 @@ func (v *view) room() (int, Case, string) {
 
 // pickRelease returns the ids of visible pilots to cancel, in release
 // order, until they free at least nodes nodes. Busy pilots are candidates
-// only if busyToo. Pilots on the ledger cannot be cancelled (no id yet).
-func (v *view) pickRelease(nodes int, busyToo bool) []string {
+// only if busyToo; pilots of the preemptible tier only if not ownOnly
+// (a waiting job gets those from the batch system). Pilots on the ledger
+// cannot be cancelled (no id yet).
+func (v *view) pickRelease(nodes int, busyToo, ownOnly bool) []string {
 	ids := []string{}
 	pilots := make([]cluster.Job, 0, len(v.s.Jobs))
 	for i := range v.s.Jobs {
@@ -366,7 +500,7 @@ func (v *view) pickRelease(nodes int, busyToo bool) []string {
 		if nodes <= 0 {
 			break
 		}
-		if !busyToo && releaseTier(p) == 2 {
+		if !busyToo && releaseTier(p) == 2 || ownOnly && p.Preemptible {
 			continue
 		}
 		ids = append(ids, p.ID)

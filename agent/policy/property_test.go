@@ -42,6 +42,7 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		tl := limit()
 		p := pilot(nextID(), tl, runTime(tl))
 		p.Busy = r.IntN(2) == 0
+		p.Preemptible = r.IntN(2) == 0
 		jobs = append(jobs, p)
 		used++
 	}
@@ -49,7 +50,9 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	r.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 	for range r.IntN(7) {
 		if r.IntN(5) == 0 {
-			jobs = append(jobs, queuedPilot(nextID(), limit()))
+			q := queuedPilot(nextID(), limit())
+			q.Preemptible = r.IntN(2) == 0
+			jobs = append(jobs, q)
 			continue
 		}
 		p := pending(nextID(), 1+r.IntN(total+2), limit())
@@ -79,7 +82,7 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	}
 	in := Input{Snapshot: s}
 	for range r.IntN(3) {
-		in.Upcoming = append(in.Upcoming, Upcoming{Count: r.IntN(5), TimeLimit: cluster.Limit(limit()), SubmittedAt: now - r.Int64N(600)})
+		in.Upcoming = append(in.Upcoming, Upcoming{Count: r.IntN(5), TimeLimit: cluster.Limit(limit()), SubmittedAt: now - r.Int64N(600), Preemptible: r.IntN(2) == 0})
 	}
 	if r.IntN(3) == 0 {
 		in.Recommended = r.IntN(12)
@@ -97,14 +100,24 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		cfg.MinNodes = r.IntN(total + 1)
 		cfg.MaxNodes = cfg.MinNodes + r.IntN(total+1)
 	}
+	cfg.Preemption = r.IntN(2) == 0
+	cfg.Shrink = r.IntN(2) == 0
+	cfg.ShrinkMargin = r.Int64N(120)
+	if r.IntN(3) == 0 {
+		cfg.MinPilotLimit = cluster.Limit(1 + r.Int64N(30*minute))
+	}
 	return in, cfg
 }
 
 // refMaxTime is an independent statement of maxTime: the earliest instant
 // t (0 or a job's end) at which the idle nodes plus the nodes freed by t
-// reach N_top. Pilots on their way take idle nodes first (queued ones,
-// then the ledger) and free them at their limit.
-func refMaxTime(in Input, useExpected bool) (cluster.Limit, bool) {
+// reach N_top, with the pilots above the floor gone. The floor is the keep
+// pilots released last, among those only the agent releases (in
+// preemption mode, the pilots outside the preemptible tier); the others
+// free their nodes at once if running and take none if on their way.
+// Floor pilots on their way take idle nodes first (queued ones, then the
+// ledger) and free them at their limit.
+func refMaxTime(in Input, useExpected bool, keep int, preemption bool) (cluster.Limit, bool) {
 	s := in.Snapshot
 	var top *cluster.Job
 	for i := range s.Jobs {
@@ -129,20 +142,49 @@ func refMaxTime(in Input, useExpected bool) (cluster.Limit, bool) {
 			evs = append(evs, ev{t, n})
 		}
 	}
+	var own []cluster.Job
 	for _, j := range s.Jobs {
-		if j.Pilot && j.State == cluster.Pending {
+		if j.Pilot && !(preemption && j.Preemptible) {
+			own = append(own, j)
+		}
+	}
+	own = ReleaseOrder(own)
+	floor := map[string]bool{}
+	kept := 0
+	for i := len(own) - 1; i >= 0 && kept < keep; i-- {
+		floor[own[i].ID] = true
+		kept += own[i].Nodes
+	}
+	freeNow := 0
+	for _, j := range s.Jobs {
+		if j.Pilot && !floor[j.ID] && j.State == cluster.Running {
+			freeNow += j.Nodes
+		}
+	}
+	for i := len(own) - 1; i >= 0; i-- {
+		if j := own[i]; floor[j.ID] && j.State == cluster.Pending {
 			take(j.Nodes, int64(j.TimeLimit))
 		}
 	}
+	ledger := keep - kept
 	for _, u := range in.Upcoming {
+		if ledger <= 0 {
+			break
+		}
+		if preemption && u.Preemptible {
+			continue
+		}
 		t := int64(u.TimeLimit)
 		if t >= 0 {
 			t = max(0, t-max(0, s.Now-u.SubmittedAt))
 		}
-		take(u.Count, t)
+		n := min(u.Count, ledger)
+		ledger -= n
+		take(n, t)
 	}
+	free += freeNow
 	for _, j := range s.Jobs {
-		if j.State == cluster.Running && j.TimeLimit >= 0 {
+		if j.State == cluster.Running && j.TimeLimit >= 0 && (!j.Pilot || floor[j.ID]) {
 			evs = append(evs, ev{max(0, int64(j.TimeLimit)-j.RunTime), j.Nodes})
 		}
 	}
@@ -169,6 +211,7 @@ var knownCases = map[Case]bool{
 	CaseNoPendingJob: true, CaseBelowMinNodes: true, CaseTopJobFits: true, CaseReleaseForTopJob: true,
 	CaseJobEndingSoon: true, CaseBackfillWillStart: true, CaseReleaseForBackfill: true, CaseFillHole: true,
 	CaseHoleTooShort: true, CaseNoIdleNodes: true, CaseAtMaxNodes: true, CaseDemandMet: true,
+	CaseSchedulerPreempts: true,
 }
 
 func TestDecideProperties(t *testing.T) {
@@ -218,6 +261,40 @@ func TestDecideProperties(t *testing.T) {
 		if len(d.Release) > len(pilots) {
 			fail("released %d of %d pilots", len(d.Release), len(pilots))
 		}
+		// In preemption mode a waiting job gets the preemptible pilots from
+		// the batch system: only the caps release them.
+		if cfg.Preemption && d.Case != CaseAboveMaxNodes && d.Case != CaseNoDemand && d.Case != CaseAboveDemand {
+			for _, id := range d.Release {
+				if pilots[id].Preemptible {
+					fail("released preemptible pilot %q for a waiting job", id)
+				}
+			}
+		}
+		if d.Case == CaseSchedulerPreempts && !cfg.Preemption {
+			fail("the scheduler preempts, but preemption mode is off")
+		}
+		// Shrinks: running pilots above the floor, each only pulled in,
+		// to no later than J_top's start minus the margin, and never in a
+		// round that releases.
+		if len(d.Shrink) > 0 {
+			if !cfg.Shrink || len(d.Release) > 0 {
+				fail("shrinks with Shrink %v and %d releases", cfg.Shrink, len(d.Release))
+			}
+			seenShrink := map[string]bool{}
+			for _, sh := range d.Shrink {
+				p, ok := pilots[sh.ID]
+				if !ok || p.State != cluster.Running || seenShrink[sh.ID] {
+					fail("shrinks %q: not a running pilot, or twice", sh.ID)
+				}
+				seenShrink[sh.ID] = true
+				if sh.End <= s.Now || sh.End > s.Now+int64(d.MaxTime)-cfg.ShrinkMargin {
+					fail("shrinks %q to %d: not after now %d and by the top job's start %v minus %ds", sh.ID, sh.End, s.Now, d.MaxTime, cfg.ShrinkMargin)
+				}
+				if r := p.Remaining(); !r.IsUnlimited() && s.Now+int64(r) <= sh.End {
+					fail("shrinks %q to %d, not before its end %d", sh.ID, sh.End, s.Now+int64(r))
+				}
+			}
+		}
 		if (d.Case == CaseNoDemand || d.Case == CaseAboveDemand) && len(d.Release) > 0 {
 			for _, id := range d.Release {
 				if pilots[id].Busy && pilots[id].State == cluster.Running {
@@ -226,11 +303,21 @@ func TestDecideProperties(t *testing.T) {
 			}
 		}
 
+		if mt, waiting := refMaxTime(in, cfg.UseExpectedStart, d.KeepNodes, cfg.Preemption); waiting && d.TopJob != "" && mt != d.MaxTime {
+			fail("maxTime %v, reference %v", d.MaxTime, mt)
+		}
+
 		if d.Submit == nil {
 			continue
 		}
 		// Submissions: within the idle nodes and the caps.
 		n, l := d.Submit.Count, d.Submit.TimeLimit
+		if p := d.Submit.Preemptible; p < 0 || p > n || p > 0 && !cfg.Preemption {
+			fail("%d of %d pilots preemptible with Preemption %v", p, n, cfg.Preemption)
+		}
+		if m := d.Submit.MinTimeLimit; m != 0 && (m != cfg.MinPilotLimit || compareLimit(m, l) >= 0) {
+			fail("min time limit %v: want 0 or the configured %v below the limit %v", m, cfg.MinPilotLimit, l)
+		}
 		if n < 1 || n > s.IdleNodes || n > d.Idle {
 			fail("submits %d pilots with %d idle (%d free of pilots on their way)", n, s.IdleNodes, d.Idle)
 		}
@@ -257,13 +344,10 @@ func TestDecideProperties(t *testing.T) {
 
 		// The invariant: while a foreign job waits, no pilot outlives its
 		// start minus the margin.
-		if mt, waiting := refMaxTime(in, cfg.UseExpectedStart); waiting && !mt.IsUnlimited() {
+		if mt, waiting := refMaxTime(in, cfg.UseExpectedStart, d.KeepNodes, cfg.Preemption); waiting && !mt.IsUnlimited() {
 			if l.IsUnlimited() || int64(l) > int64(mt)-cfg.Margin {
 				fail("pilot limit %v reaches past the top job's start %v minus the margin %ds", l, mt, cfg.Margin)
 			}
-		}
-		if mt, waiting := refMaxTime(in, cfg.UseExpectedStart); waiting && mt != d.MaxTime {
-			fail("maxTime %v, reference %v", d.MaxTime, mt)
 		}
 	}
 	// The generator must reach every branch, or the properties prove little.

@@ -58,7 +58,7 @@ func Steady(in Input, cfg Config) int64 {
 	if cfg.UseExpectedStart && tj.ExpectedStart > 0 && tj.ExpectedStart >= s.Now {
 		bound(tj.ExpectedStart - s.Now)
 	}
-	mt := maxTime(s, nil, tj, cfg.UseExpectedStart)
+	mt := newView(&in, cfg).maxTime(tj)
 	if mt.IsUnlimited() {
 		return steady
 	}
