@@ -146,6 +146,14 @@ func runAgent(c *cli.Context) error {
 	if c.Int("backlog") < -1 {
 		return cli.Exit("harvest agent: --backlog must be -1 (unlimited) or a number of tasks", 2)
 	}
+	if !c.Bool("no-queue") {
+		if c.IsSet("backlog") {
+			return cli.Exit("harvest agent: --backlog replaces the queue's demand; use it with --no-queue", 2)
+		}
+		if err := checkQueueFlags(c); err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
+		}
+	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -171,9 +179,6 @@ func runAgent(c *cli.Context) error {
 	queueDone := make(chan error, 1)
 	var hq *hostedQueue
 	if !c.Bool("no-queue") {
-		if c.IsSet("backlog") {
-			return cli.Exit("harvest agent: --backlog replaces the queue's demand; use it with --no-queue", 2)
-		}
 		h, err := openQueue(c, log)
 		if err != nil {
 			return cli.Exit("harvest agent: queue: "+err.Error(), 1)

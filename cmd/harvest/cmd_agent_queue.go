@@ -48,14 +48,24 @@ type hostedQueue struct {
 	token     string
 }
 
+// checkQueueFlags refuses queue settings that cannot work. The agent calls
+// it before it contacts the batch system, so a bad configuration fails the
+// same way whether or not SLURM answers.
+func checkQueueFlags(c *cli.Context) error {
+	if len(c.StringSlice("allowed-root")) == 0 {
+		return errors.New("--allowed-root is required: users' datasets must lie in an allowed root (or run with --no-queue)")
+	}
+	return nil
+}
+
 // openQueue opens the queue and its listeners from the flags.
 func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	stateDir := c.String("state-dir")
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	if len(c.StringSlice("allowed-root")) == 0 {
-		return nil, errors.New("--allowed-root is required: users' datasets must lie in an allowed root (or run with --no-queue)")
+	if err := checkQueueFlags(c); err != nil {
+		return nil, err
 	}
 	token, err := pilotToken(filepath.Join(stateDir, "pilot.token"))
 	if err != nil {
