@@ -52,7 +52,7 @@ for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850" "SDSC-SP2-1998-4.2-cln.swf.
       # shellcheck disable=SC2086
       r=$(sim $win --mode $m --harvest-backlog 1000000000 --task-seconds 300 --jobs-csv "$TMP/mode.csv")
       late=$(join -t, <(grep ',foreign,' "$TMP/base.csv" | sort) <(grep ',foreign,' "$TMP/mode.csv" | sort) |
-        awk -F, '$5 != "" { n++; if ($10 == "" || $10 - $5 > 70) l++ } END { printf "%d of %d", l, n }')
+        awk -F, '$5 != "" { n++; if ($11 == "" || $11 - $5 > 70) l++ } END { printf "%d of %d", l, n }')
       jq -r --arg t "${1%%-cln*}" --arg k "$((k * 30))-$(((k + 1) * 30))" --arg m "$m" --argjson idle "$idle" --arg bw "$bwait" --arg late "$late" --arg bfns "$bfns" \
         '"| \($t) | \($k) | \($m) | \(.harvest.pilots) | \($idle/3600|round) | \(.harvest.node_seconds/$idle*1000|round/10)% / \(.harvest.useful_node_seconds/$idle*1000|round/10)% | \(.harvest.lost_task_seconds/3600|round) | \($bfns) -> \(.foreign.node_seconds/3600|round) | \($bw) -> \(.foreign.mean_wait_s|round) | \($late) |"' <<<"$r"
     done

@@ -8,13 +8,14 @@ import (
 	"strconv"
 )
 
-// WriteJobsCSV writes id,kind,nodes,submit_s,start_s,end_s for every job
-// (start_s and end_s empty when the job did not start or end). Foreign
-// jobs keep their workload id, so two runs compare job by job; pilots are
+// WriteJobsCSV writes id,kind,nodes,submit_s,start_s,end_s,blocked_s for
+// every job (start_s and end_s empty when the job did not start or end;
+// blocked_s is the pilots' harm, Record.Blocked). Foreign jobs keep their
+// workload id, so two runs compare job by job; pilots are
 // "pilot-<batch id>".
 func WriteJobsCSV(w io.Writer, res Result) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, "id,kind,nodes,submit_s,start_s,end_s")
+	fmt.Fprintln(bw, "id,kind,nodes,submit_s,start_s,end_s,blocked_s")
 	opt := func(v int64) string {
 		if v < 0 {
 			return ""
@@ -26,7 +27,7 @@ func WriteJobsCSV(w io.Writer, res Result) error {
 		if r.Pilot {
 			id, kind = "pilot-"+r.ID, "pilot"
 		}
-		fmt.Fprintf(bw, "%s,%s,%d,%d,%s,%s\n", id, kind, r.Nodes, r.Submit, opt(r.Start), opt(r.End))
+		fmt.Fprintf(bw, "%s,%s,%d,%d,%s,%s,%d\n", id, kind, r.Nodes, r.Submit, opt(r.Start), opt(r.End), r.Blocked)
 	}
 	return bw.Flush()
 }
@@ -171,8 +172,12 @@ func WriteSummary(w io.Writer, res Result) error {
 	fmt.Fprintf(bw, "mode %s, %d nodes, span %s (from %d s)\n", res.Mode, res.Nodes, human(res.SpanS), res.From)
 	fmt.Fprintf(bw, "utilisation         %6.2f%% (nodes held by any job or pilot)\n", 100*res.Utilization)
 	fmt.Fprintf(bw, "useful utilisation  %6.2f%% (foreign jobs + pilots running tasks)\n", 100*res.UsefulUtilization)
-	fmt.Fprintf(bw, "foreign jobs        %d submitted, %d started, mean wait %.0f s (%.1f min), max wait %d s\n",
-		res.Foreign.Jobs, res.Foreign.Started, res.Foreign.MeanWaitS, res.Foreign.MeanWaitS/60, res.Foreign.MaxWaitS)
+	fmt.Fprintf(bw, "foreign jobs        %d submitted, %d started, mean wait %.0f s (%.1f min), p99 %d s, max %d s\n",
+		res.Foreign.Jobs, res.Foreign.Started, res.Foreign.MeanWaitS, res.Foreign.MeanWaitS/60, res.Foreign.P99WaitS, res.Foreign.MaxWaitS)
+	if b := res.Foreign.Blocked; res.Mode != Baseline {
+		fmt.Fprintf(bw, "blocked by pilots   %d jobs, %d s in all, p99 %d s, max %d s (pending while the scheduler would have started them without pilots)\n",
+			b.Jobs, b.SumS, b.P99S, b.MaxS)
+	}
 	h := res.Harvest
 	if res.Mode != Baseline {
 		fmt.Fprintf(bw, "harvest             %d pilots, %.2f nodes held on average, %.2f running tasks; %d node-s held, %d useful, %d task-s lost\n",

@@ -147,8 +147,24 @@ type Foreign struct {
 	Jobs        int     `json:"jobs"`
 	Started     int     `json:"started"`
 	MeanWaitS   float64 `json:"mean_wait_s"`
+	P99WaitS    int64   `json:"p99_wait_s"`
 	MaxWaitS    int64   `json:"max_wait_s"`
 	NodeSeconds int64   `json:"node_seconds"`
+	// Blocked is the pilots' harm, measured inside the run (see
+	// adapters/sim harm.go): time the jobs spent pending while the
+	// scheduler's own test, with the pilots removed, would have started
+	// them. 0 in baseline by construction.
+	Blocked Blocked `json:"blocked_by_pilots"`
+}
+
+// Blocked sums the pilots' harm over the foreign jobs of the window.
+type Blocked struct {
+	// Jobs counts the jobs blocked for any time.
+	Jobs int   `json:"jobs"`
+	SumS int64 `json:"sum_s"`
+	// P99S and MaxS are over every foreign job of the window (most 0).
+	P99S int64 `json:"p99_s"`
+	MaxS int64 `json:"max_s"`
 }
 
 // Harvested summarises the harvest pool.
@@ -446,6 +462,7 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 	res.Harvest.Jobs = []HarvestJob{}
 
 	var waitSum int64
+	var waits, blocked []int64
 	for _, r := range res.Records {
 		switch {
 		case r.Pilot:
@@ -460,10 +477,16 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 			res.Harvest.Jobs = append(res.Harvest.Jobs, hj)
 		default:
 			res.Foreign.Jobs++
+			blocked = append(blocked, r.Blocked)
+			if r.Blocked > 0 {
+				res.Foreign.Blocked.Jobs++
+				res.Foreign.Blocked.SumS += r.Blocked
+			}
 			if r.Start >= 0 && r.Start <= to {
 				res.Foreign.Started++
 				wait := r.Start - r.Submit
 				waitSum += wait
+				waits = append(waits, wait)
 				res.Foreign.MaxWaitS = max(res.Foreign.MaxWaitS, wait)
 				end := to
 				if r.End >= 0 {
@@ -476,6 +499,9 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 	if res.Foreign.Started > 0 {
 		res.Foreign.MeanWaitS = float64(waitSum) / float64(res.Foreign.Started)
 	}
+	res.Foreign.P99WaitS = quantile(waits, 0.99)
+	res.Foreign.Blocked.P99S = quantile(blocked, 0.99)
+	res.Foreign.Blocked.MaxS = quantile(blocked, 1)
 	if mode != Baseline {
 		for _, w := range c.WorkRecords() {
 			hj := HarvestJob{ID: w.ID, SubmitS: w.Submit}

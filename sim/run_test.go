@@ -223,3 +223,22 @@ func TestQuietRoundsChangeNothing(t *testing.T) {
 		})
 	}
 }
+
+func TestPilotHarmIsBoundedByTheReactionTimeAndZeroInBaseline(t *testing.T) {
+	w := lightWorkload(11, 80)
+	base := runMode(t, w, Baseline, nil)
+	if b := base.Foreign.Blocked; b.SumS != 0 || b.Jobs != 0 {
+		t.Fatalf("baseline has pilot harm: %+v", b)
+	}
+	mod := func(c *Config) { c.NoRecommend = true }
+	harv := runMode(t, w, Harvest, mod)
+	bound := DefaultConfig().Poll + DefaultConfig().Agent.Policy.MiniTime
+	if b := harv.Foreign.Blocked; b.Jobs == 0 || b.MaxS > bound {
+		t.Fatalf("harvest: %+v; want some jobs blocked, none longer than poll + miniTime = %d s", b, bound)
+	}
+	fixed := runMode(t, w, Fixed, func(c *Config) { c.FixedLimit = 3600 })
+	if f, h := fixed.Foreign.Blocked, harv.Foreign.Blocked; f.SumS < 10*h.SumS || f.MaxS <= bound {
+		t.Fatalf("fixed 1 h pilots: %+v, harvest: %+v; fixed pilots that are never released should block far more", f, h)
+	}
+	t.Logf("harvest %+v, fixed %+v", harv.Foreign.Blocked, fixed.Foreign.Blocked)
+}

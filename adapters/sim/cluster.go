@@ -53,6 +53,9 @@ type Record struct {
 	// Start and End are -1 while unknown (not started, not ended).
 	Start int64
 	End   int64
+	// Blocked is the time the job spent pending while the scheduler's own
+	// test, with the pilots removed, would have started it (see harm.go).
+	Blocked int64
 	// Killed: ended at its time limit. Cancelled: cancelled by the agent.
 	Killed    bool
 	Cancelled bool
@@ -82,6 +85,9 @@ type job struct {
 	taskLen  int64
 	taskFrom int64
 	taskGen  int
+	// An open charge of pilot harm: blocked since chargeFrom, at most
+	// until chargeUntil (see harm.go).
+	chargeFrom, chargeUntil int64
 }
 
 func (j *job) endByLimit() int64 { return add(j.rec.Start, j.limit) }
@@ -187,6 +193,10 @@ type Cluster struct {
 	schedAt int64
 	prof    profile
 	ends    []release // buildProfile's scratch
+	// Pilot harm (harm.go): the profile without pilots and the jobs with
+	// an open charge.
+	cfProf  profile
+	charged []*job
 
 	// Harvest pool.
 	work         []*workItem
@@ -384,16 +394,27 @@ type release struct {
 // buildProfile fills c.prof with the free nodes over time, judged by the
 // running jobs' time limits.
 func (c *Cluster) buildProfile() *profile {
+	c.fillProfile(&c.prof, true)
+	return &c.prof
+}
+
+// fillProfile fills p with the free nodes over time judged by the running
+// jobs' limits; without pilots, as if no pilot ran (see harm).
+func (c *Cluster) fillProfile(p *profile, withPilots bool) {
 	c.ends = c.ends[:0]
+	free := c.cfg.Nodes - c.used
 	for _, r := range c.running {
+		if r.pilot && !withPilots {
+			free += r.nodes
+			continue
+		}
 		c.ends = append(c.ends, release{r.endByLimit(), r.nodes})
 	}
 	slices.SortFunc(c.ends, func(a, b release) int { return cmp.Compare(a.t, b.t) })
-	c.prof.reset(c.now, c.cfg.Nodes-c.used)
+	p.reset(c.now, free)
 	for _, e := range c.ends {
-		c.prof.release(max(e.t, c.now), e.nodes)
+		p.release(max(e.t, c.now), e.nodes)
 	}
-	return &c.prof
 }
 
 // schedule is one pass of the scheduler: jobs start in priority order while
@@ -401,6 +422,8 @@ func (c *Cluster) buildProfile() *profile {
 // their earliest start, and a lower job starts now only if it fits around
 // every reservation for its whole time limit (backfill).
 func (c *Cluster) schedule() {
+	c.closeCharges()
+	defer c.chargePilots()
 	var p *profile
 	reserved := 0
 	live := c.pending[:0]
@@ -521,6 +544,9 @@ func (c *Cluster) Records() []Record {
 	out := make([]Record, len(c.jobs))
 	for i, j := range c.jobs {
 		out[i] = j.rec
+	}
+	for _, j := range c.charged {
+		out[j.seq].Blocked += min(c.now, j.chargeUntil) - j.chargeFrom
 	}
 	return out
 }

@@ -103,3 +103,14 @@ func add(a, b int64) int64 {
 	}
 	return a + b
 }
+
+// firstShort returns the first time at which fewer than n nodes are
+// free, or never.
+func (p *profile) firstShort(n int) int64 {
+	for i := range p.times {
+		if p.free[i] < n {
+			return p.times[i]
+		}
+	}
+	return never
+}

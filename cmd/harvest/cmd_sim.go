@@ -43,7 +43,7 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
-			&cli.StringFlag{Name: "jobs-csv", Usage: "write id,kind,nodes,submit_s,start_s,end_s of every job to `FILE`"},
+			&cli.StringFlag{Name: "jobs-csv", Usage: "write id,kind,nodes,submit_s,start_s,end_s,blocked_s of every job to `FILE`"},
 			&cli.StringFlag{Name: "plot", Usage: "write an SVG of node use over time to `FILE.svg`"},
 		},
 		Action: runSim,

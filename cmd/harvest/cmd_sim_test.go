@@ -63,7 +63,7 @@ func TestSimCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		if lines[0] != "id,kind,nodes,submit_s,start_s,end_s" || !strings.HasPrefix(lines[1], "0,foreign,2,0,") || !strings.Contains(string(b), ",pilot,1,") {
+		if lines[0] != "id,kind,nodes,submit_s,start_s,end_s,blocked_s" || !strings.HasPrefix(lines[1], "0,foreign,2,0,") || !strings.Contains(string(b), ",pilot,1,") {
 			t.Errorf("csv:\n%s", b)
 		}
 		s, err := os.ReadFile(svg)
