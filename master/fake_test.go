@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,11 +16,13 @@ import (
 )
 
 // FakeQueue is a Queue whose calls are closures; nil closures answer
-// empty and succeed.
+// empty and succeed. It keeps none of the queue's rules: it injects
+// answers (faults) into the driver; the rules are the real queue's
+// (pilotproto/queuetest).
 type FakeQueue struct {
 	LeaseFunc     func(pilotproto.LeaseRequest) (pilotproto.Lease, error)
 	PullFunc      func(pilotproto.PullRequest) (pilotproto.PullResponse, error)
-	ReportFunc    func(pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error)
+	ResultsFunc   func(pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error)
 	HeartbeatFunc func(pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error)
 	RecommendFunc func(pilotproto.RecommendationRequest) error
 }
@@ -40,11 +41,11 @@ func (f *FakeQueue) Pull(_ context.Context, r pilotproto.PullRequest) (pilotprot
 	}
 	return f.PullFunc(r)
 }
-func (f *FakeQueue) Report(_ context.Context, r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
-	if f.ReportFunc == nil {
+func (f *FakeQueue) Results(_ context.Context, r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+	if f.ResultsFunc == nil {
 		return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
 	}
-	return f.ReportFunc(r)
+	return f.ResultsFunc(r)
 }
 func (f *FakeQueue) Heartbeat(_ context.Context, r pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
 	if f.HeartbeatFunc == nil {
@@ -89,87 +90,6 @@ func TestQueueStaleEpochStopsTheMaster(t *testing.T) {
 	}
 	if _, err := m.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}); !errors.Is(err, master.ErrNotMaster) {
 		t.Fatalf("a stopped master accepted a worker: %v", err)
-	}
-}
-
-func TestExpiredLeaseIsRenewedAtOnceInsteadOfStopping(t *testing.T) {
-	var mu sync.Mutex
-	renewals := 0
-	expired := true
-	f := &FakeQueue{
-		LeaseFunc: func(r pilotproto.LeaseRequest) (pilotproto.Lease, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			renewals++
-			expired = false
-			return pilotproto.Lease{Granted: true, Epoch: r.Epoch}, nil
-		},
-		ReportFunc: func(r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if expired {
-				return pilotproto.ResultsResponse{}, master.ErrLeaseExpired
-			}
-			return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
-		},
-	}
-	_, done, _ := runFake(t, f)
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case err := <-done:
-		done <- err
-		t.Fatalf("master stopped: %v", err)
-	default:
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if renewals == 0 {
-		t.Fatal("the lease was never renewed")
-	}
-}
-
-func TestTasksOfACancelledJobAreNeverHandedOut(t *testing.T) {
-	var mu sync.Mutex
-	pulls := 0
-	var reported []pilotproto.Result
-	f := &FakeQueue{
-		PullFunc: func(r pilotproto.PullRequest) (pilotproto.PullResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			pulls++
-			if pulls == 1 {
-				return pilotproto.PullResponse{Tasks: tasks(7, 3, 3), CancelledJobs: []int64{7}}, nil
-			}
-			return pilotproto.PullResponse{}, nil
-		},
-		ReportFunc: func(r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			reported = append(reported, r.Results...)
-			return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
-		},
-	}
-	m, _, _ := runFake(t, f)
-	if _, err := m.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "w", Slots: 4, Capacity: 8}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := m.Pull(context.Background(), workerproto.PullRequest{WorkerID: "w", Free: 8, WaitMS: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Batches) != 0 {
-		t.Fatalf("handed out %d batches of a cancelled job", len(resp.Batches))
-	}
-	time.Sleep(100 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(reported) != 3 {
-		t.Fatalf("reported %d results, want the 3 tasks as killed", len(reported))
-	}
-	for _, r := range reported {
-		if r.Status != pilotproto.StatusKilled {
-			t.Fatalf("task %d reported %q, want killed", r.TaskID, r.Status)
-		}
 	}
 }
 

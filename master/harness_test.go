@@ -3,23 +3,28 @@ package master_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/testqueue"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/worker"
 )
+
+// These tests drive the master (the driver around master/core) with the
+// real queue in process, real HTTP and in-process workers. They wait on
+// events with deadlines, never on sleeps: the master's counters (WaitFor),
+// the queue's answers (watchQueue), the queue's own clock for lease
+// expiry. The rules themselves are pinned by core's scenario files.
 
 const token = "test-token"
 
@@ -27,7 +32,7 @@ func quietLogger() *slog.Logger {
 	if os.Getenv("HARVEST_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 func fastMasterConfig(dir, pilot string, epoch int64) master.Config {
@@ -58,9 +63,71 @@ func fastWorkerConfig(id string, slots int, r worker.Runner) worker.Config {
 	return c
 }
 
+// watchQueue tells the test when the queue applied results.
+type watchQueue struct {
+	pilotproto.Queue
+	mu         sync.Mutex
+	changed    chan struct{}
+	duplicates int
+}
+
+func watch(q pilotproto.Queue) *watchQueue {
+	return &watchQueue{Queue: q, changed: make(chan struct{})}
+}
+
+func (w *watchQueue) Results(ctx context.Context, r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+	resp, err := w.Queue.Results(ctx, r)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.duplicates += resp.Duplicates
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return resp, err
+}
+
+func (w *watchQueue) next() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// waitJob waits until the job is final, on the queue's results.
+func waitJob(t *testing.T, e *testqueue.Env, w *watchQueue, id int64, d time.Duration) api.Job {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		ch := w.next()
+		if j := e.Job(t, id); testqueue.Final(j.State) {
+			return j
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("job %d not final after %s: %+v", id, d, e.Job(t, id))
+		}
+	}
+}
+
+// checkDone: the job ended DONE with every task done once.
+func checkDone(t *testing.T, j api.Job, n int) {
+	t.Helper()
+	if j.State != api.JobDone || j.Tasks.Done != n || j.Tasks.Total != n {
+		t.Fatalf("job %d ended %s with %+v, want DONE with %d tasks done", j.ID, j.State, j.Tasks, n)
+	}
+}
+
+func waitFor(t *testing.T, m *master.Master, what string, d time.Duration, cond func(master.Stats) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := m.WaitFor(ctx, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // cutQueue wraps a queue; once cut, every call fails like a partition.
 type cutQueue struct {
-	master.Queue
+	pilotproto.Queue
 	cut atomic.Bool
 }
 
@@ -78,11 +145,11 @@ func (c *cutQueue) Pull(ctx context.Context, r pilotproto.PullRequest) (pilotpro
 	}
 	return c.Queue.Pull(ctx, r)
 }
-func (c *cutQueue) Report(ctx context.Context, r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+func (c *cutQueue) Results(ctx context.Context, r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
 	if c.cut.Load() {
 		return pilotproto.ResultsResponse{}, errCut
 	}
-	return c.Queue.Report(ctx, r)
+	return c.Queue.Results(ctx, r)
 }
 func (c *cutQueue) Heartbeat(ctx context.Context, r pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
 	if c.cut.Load() {
@@ -106,14 +173,9 @@ type runningMaster struct {
 	done   chan error
 }
 
-// startMaster takes the lease as pilot and runs a master on dir's checkpoint.
-func startMaster(t *testing.T, q master.Queue, dir, pilot string, tweak func(*master.Config)) *runningMaster {
-	t.Helper()
-	return startMasterAfter(t, q, dir, pilot, tweak, nil)
-}
-
-// startMasterAfter is startMaster with a look at the master before it runs.
-func startMasterAfter(t *testing.T, q master.Queue, dir, pilot string, tweak func(*master.Config), before func(*master.Master)) *runningMaster {
+// startMaster takes the lease as pilot and runs a master on dir's
+// checkpoint; before, if set, sees the master as restored, before it acts.
+func startMaster(t *testing.T, q pilotproto.Queue, dir, pilot string, tweak func(*master.Config), before func(*master.Master)) *runningMaster {
 	t.Helper()
 	cq := &cutQueue{Queue: q}
 	lease, err := q.Lease(context.Background(), pilotproto.LeaseRequest{PilotID: pilot, Address: "http://" + pilot})
@@ -129,11 +191,11 @@ func startMasterAfter(t *testing.T, q master.Queue, dir, pilot string, tweak fun
 	if err != nil {
 		t.Fatalf("master.New: %v", err)
 	}
+	if before != nil {
+		before(m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rm := &runningMaster{m: m, srv: httptest.NewServer(m.Handler()), q: cq, cancel: cancel, done: make(chan error, 1)}
-	if before != nil {
-		before(m) // sees the master as restored, before it acts
-	}
 	go func() { rm.done <- m.Run(ctx) }()
 	t.Cleanup(func() { rm.stop() })
 	return rm
@@ -191,77 +253,3 @@ func startWorker(t *testing.T, cfg worker.Config, resolve worker.Resolver) *runn
 }
 
 func (rw *runningWorker) stop() { rw.cancel(); <-rw.done }
-
-func tasks(job int64, n, batch int) []pilotproto.Task {
-	out := make([]pilotproto.Task, n)
-	for i := range out {
-		out[i] = pilotproto.Task{ID: job*100000 + int64(i) + 1, JobID: job, Name: fmt.Sprintf("t%d", i),
-			Command: []string{"true"}, BatchSize: batch}
-	}
-	return out
-}
-
-func waitFinal(t *testing.T, q *master.MemQueue, d time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	if err := q.WaitFinal(ctx); err != nil {
-		t.Fatalf("tasks not all final after %s: %+v", d, q.Stats())
-	}
-}
-
-func checkExactlyOnce(t *testing.T, q *master.MemQueue) {
-	t.Helper()
-	s := q.Stats()
-	if s.Done != s.Tasks || s.DoneTwice != 0 {
-		t.Fatalf("want every task done exactly once: %+v", s)
-	}
-}
-
-// proxy forwards TCP to a master until cut, like a network that fails.
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln}
-	addr := strings.TrimPrefix(target, "http://")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *proxy) url() string { return "http://" + p.ln.Addr().String() }
-
-func (p *proxy) cut() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}

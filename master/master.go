@@ -180,11 +180,11 @@ func (m *Master) carryOut(rd core.Ready, waiting map[core.ReqID]chan core.Reply,
 			return true, err
 		}
 	}
+	m.publish() // before the replies: a worker that has its answer sees the counters with it
 	for _, r := range rd.Replies {
 		deliver(r)
 	}
 	m.startCalls(rd, calls, wg)
-	m.publish()
 	return rd.Done, rd.Err
 }
 
@@ -206,7 +206,7 @@ func (m *Master) startCalls(rd core.Ready, ctx context.Context, wg *sync.WaitGro
 		call(func() core.Event { resp, err := m.q.Pull(ctx, *r); return core.Pulled{Resp: resp, Err: err} })
 	}
 	if r := rd.Report; r != nil {
-		call(func() core.Event { resp, err := m.q.Report(ctx, *r); return core.Reported{Resp: resp, Err: err} })
+		call(func() core.Event { resp, err := m.q.Results(ctx, *r); return core.Reported{Resp: resp, Err: err} })
 	}
 	if b := rd.Beat; b != nil {
 		call(func() core.Event {

@@ -5,300 +5,215 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/testqueue"
 	"github.com/harvest-hpc/harvest/master"
-	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/worker"
 )
 
+func withTTL(d time.Duration) testqueue.Option { return func(c *queue.Config) { c.LeaseTTL = d } }
+
 func TestJobCompletesOnSeveralWorkersEachTaskOnce(t *testing.T) {
-	q := master.NewMemQueue()
-	q.Add(tasks(1, 600, 8)...)
-	rm := startMaster(t, q, t.TempDir(), "p1", nil)
+	e := testqueue.Start(t)
+	job := e.Submit(t, 600, 8, nil)
+	q := watch(e.Q)
+	rm := startMaster(t, q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
 	ep.set(rm.srv.URL)
 	for _, id := range []string{"w1", "w2", "w3"} {
 		startWorker(t, fastWorkerConfig(id, 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
 	}
-	waitFinal(t, q, 20*time.Second)
-	checkExactlyOnce(t, q)
-	if s := q.Stats(); s.Duplicates != 0 {
-		t.Errorf("a single master reported %d duplicate results", s.Duplicates)
+	checkDone(t, waitJob(t, e, q, job.ID, 20*time.Second), 600)
+	if q.duplicates != 0 {
+		t.Errorf("a single master reported %d duplicate results", q.duplicates)
 	}
 }
 
 func TestMasterDroppedMidRunIsReplacedWithoutLossOrDoubleCount(t *testing.T) {
-	q := master.NewMemQueue()
-	q.TTL = 500 * time.Millisecond
-	q.Add(tasks(1, 300, 4)...)
+	const ttl = 5 * time.Second
+	e := testqueue.Start(t, withTTL(ttl))
+	job := e.Submit(t, 300, 4, nil)
+	q := watch(e.Q)
 	dir := t.TempDir()
-	a := startMaster(t, q, dir, "pA", nil)
+	a := startMaster(t, q, dir, "pA", nil, nil)
 	var ep endpoint
 	ep.set(a.srv.URL)
-	var ws []*runningWorker
 	for _, id := range []string{"w1", "w2", "w3"} {
-		ws = append(ws, startWorker(t, fastWorkerConfig(id, 2, worker.SleepRunner{D: 20 * time.Millisecond}), ep.resolve))
+		startWorker(t, fastWorkerConfig(id, 2, worker.SleepRunner{D: 20 * time.Millisecond}), ep.resolve)
 	}
 	// Let work flow, then kill the master while batches are in flight.
-	deadline := time.Now().Add(10 * time.Second)
-	for q.Stats().Done < 60 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, a.m, "60 results reported", 10*time.Second, func(s master.Stats) bool { return s.Reported >= 60 })
 	a.crash()
-	before := q.Stats().Done
-	time.Sleep(600 * time.Millisecond) // the lease expires
-	b := startMaster(t, q, dir, "pB", nil)
-	ep.set(b.srv.URL)
-	waitFinal(t, q, 30*time.Second)
-	checkExactlyOnce(t, q)
-	if before >= 300 {
-		t.Fatalf("the crash happened after the job finished (%d done): the test proves nothing", before)
+	if j := e.Job(t, job.ID); j.Tasks.Done >= 300 {
+		t.Fatalf("the crash happened after the job finished (%+v): the test proves nothing", j.Tasks)
 	}
+	e.Clock.Advance(ttl) // the dead master's lease expires
+	b := startMaster(t, q, dir, "pB", nil, nil)
+	ep.set(b.srv.URL)
+	checkDone(t, waitJob(t, e, q, job.ID, 30*time.Second), 300)
 	// The deposed master must not be able to write any more.
 	if err := a.stop(); err == nil {
 		t.Errorf("the old master stopped cleanly after being deposed; want a fencing error")
 	}
-	_ = ws
-}
-
-func TestSilentWorkerTasksAreRequeuedAndCountedOnce(t *testing.T) {
-	q := master.NewMemQueue()
-	q.Add(tasks(1, 200, 5)...)
-	rm := startMaster(t, q, t.TempDir(), "p1", nil)
-	var good, bad endpoint
-	good.set(rm.srv.URL)
-	p := newProxy(t, rm.srv.URL)
-	bad.set(p.url())
-	// The bad worker takes batches, then its network goes away while its
-	// tasks run: to the master it is dead (as after kill -9). Its tasks
-	// finish later and it comes back: its late results must not count twice.
-	badW := startWorker(t, fastWorkerConfig("bad", 4, worker.SleepRunner{D: 1500 * time.Millisecond}), bad.resolve)
-	time.Sleep(150 * time.Millisecond)
-	if badW.w.Finished() != 0 || rm.m.Stats().Assigned == 0 {
-		t.Fatalf("the bad worker should hold unfinished batches: %+v", rm.m.Stats())
-	}
-	p.cut()
-	cutAt := time.Now()
-	startWorker(t, fastWorkerConfig("good", 2, worker.SleepRunner{D: 5 * time.Millisecond}), good.resolve)
-	waitFinal(t, q, 20*time.Second)
-	checkExactlyOnce(t, q)
-	time.Sleep(time.Until(cutAt.Add(1600 * time.Millisecond)))
-	if badW.w.Finished() < 4 {
-		t.Fatalf("the bad worker should have finished its first wave offline, has %d", badW.w.Finished())
-	}
-	bad.set(rm.srv.URL) // it comes back with results of tasks that were requeued and done
-	time.Sleep(700 * time.Millisecond)
-	checkExactlyOnce(t, q)
-	if d := q.Stats().Duplicates; d != 0 {
-		t.Errorf("the master passed %d late duplicate results on to the queue", d)
-	}
 }
 
 func TestWorkerStoppingReportsInterruptedTasksThatRunElsewhereAtOnce(t *testing.T) {
-	q := master.NewMemQueue()
-	q.MaxAttempts = 1 // an interrupted task must not burn its only attempt
-	q.Add(tasks(1, 40, 4)...)
-	rm := startMaster(t, q, t.TempDir(), "p1", nil)
+	e := testqueue.Start(t)
+	one := 1 // an interrupted task must not burn its only attempt
+	job := e.Submit(t, 40, 4, func(s *api.JobSpec) { s.MaxAttempts = &one })
+	q := watch(e.Q)
+	rm := startMaster(t, q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
 	ep.set(rm.srv.URL)
 	slow := startWorker(t, fastWorkerConfig("slow", 4, worker.SleepRunner{D: 10 * time.Second}), ep.resolve)
-	time.Sleep(200 * time.Millisecond)
-	if st := rm.m.Stats(); st.Assigned == 0 {
-		t.Fatalf("the slow worker got no batch: %+v", st)
-	}
+	waitFor(t, rm.m, "the slow worker gets batches", 5*time.Second, func(s master.Stats) bool { return s.Assigned > 0 })
 	start := time.Now()
 	slow.stop() // what SIGTERM does
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("worker took %s to stop; want seconds at most", d)
 	}
 	startWorker(t, fastWorkerConfig("fast", 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
-	waitFinal(t, q, 5*time.Second) // far below the 1 s worker timeout x retries: requeued at once
-	checkExactlyOnce(t, q)
-}
-
-func TestNoBatchIsHandedThatCannotFinishBeforeTheWorkersDeadline(t *testing.T) {
-	q := master.NewMemQueue()
-	q.Add(tasks(1, 20, 10)...)
-	rm := startMaster(t, q, t.TempDir(), "p1", func(c *master.Config) { c.SafetyMargin = 100 * time.Millisecond })
-	var ep endpoint
-	ep.set(rm.srv.URL)
-	// A long-lived worker teaches the master that tasks take ~100 ms.
-	long := fastWorkerConfig("long", 1, worker.SleepRunner{D: 100 * time.Millisecond})
-	startWorker(t, long, ep.resolve)
-	time.Sleep(500 * time.Millisecond)
-	// A worker whose pilot ends in 450 ms: 450 - 100 margin leaves room
-	// for about 2 tasks of ~100 ms (plus deviation), never a whole batch of 10.
-	short := fastWorkerConfig("short", 1, worker.SleepRunner{D: 100 * time.Millisecond})
-	short.Deadline = time.Now().Add(450 * time.Millisecond)
-	sw := startWorker(t, short, ep.resolve)
-	time.Sleep(450 * time.Millisecond)
-	sw.stop()
-	if n := sw.w.Finished(); n > 3 {
-		t.Errorf("the short worker ran %d tasks in 450 ms of 100 ms tasks on one slot", n)
-	}
-	waitFinal(t, q, 20*time.Second)
-	checkExactlyOnce(t, q)
+	// Well within the slow worker's timeout (1 s) plus its 10 s tasks: the
+	// interrupted tasks were requeued at once.
+	checkDone(t, waitJob(t, e, q, job.ID, 5*time.Second), 40)
 }
 
 func TestCancelledJobStopsItsRunningTasks(t *testing.T) {
-	q := master.NewMemQueue()
-	q.Add(tasks(1, 20, 2)...)
-	q.Add(tasks(2, 10, 2)...)
-	rm := startMaster(t, q, t.TempDir(), "p1", nil)
+	e := testqueue.Start(t)
+	j1, j2 := e.Submit(t, 20, 2, nil), e.Submit(t, 10, 2, nil)
+	rm := startMaster(t, e.Q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
 	ep.set(rm.srv.URL)
 	w := startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: 30 * time.Second}), ep.resolve)
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, rm.m, "the worker gets tasks", 5*time.Second, func(s master.Stats) bool { return s.Assigned > 0 })
 	held := rm.m.Stats().Assigned
-	if held == 0 {
-		t.Fatal("the worker got no tasks")
-	}
-	q.Cancel(1)
-	q.Cancel(2)
+	e.Cancel(t, j1.ID)
+	e.Cancel(t, j2.ID)
 	// The worker's 30 s tasks must be stopped and reported, not left to
 	// finish: the master then holds nothing in flight.
-	deadline := time.Now().Add(3 * time.Second)
-	for rm.m.Stats().Assigned > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if st := rm.m.Stats(); st.Assigned != 0 {
-		t.Fatalf("%d of the %d tasks the worker held are still in flight 3 s after the cancel", st.Assigned, held)
-	}
+	waitFor(t, rm.m, "the cancelled tasks in flight end", 3*time.Second, func(s master.Stats) bool { return s.Assigned == 0 })
 	if w.w.Finished() == 0 {
-		t.Error("no running task was stopped")
+		t.Errorf("none of the %d running tasks was stopped", held)
 	}
-	if s := q.Stats(); s.Done != 0 {
-		t.Errorf("cancelled tasks reported done: %+v", s)
-	}
-}
-
-func TestRecommendationFollowsTheBacklog(t *testing.T) {
-	q := master.NewMemQueue()
-	q.Add(tasks(1, 30, 5)...)
-	startMaster(t, q, t.TempDir(), "p1", nil)
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if r := q.Stats().Recommendation; r.PendingTasks == 30 {
-			if want := 30/20 + 3; r.MinNodes != want {
-				t.Fatalf("min nodes for 30 left tasks: got %d want %d", r.MinNodes, want)
-			}
-			return
+	for _, id := range []int64{j1.ID, j2.ID} {
+		if j := e.Job(t, id); j.Tasks.Done != 0 || j.State != api.JobKilled {
+			t.Errorf("cancelled job %d: %s %+v, want KILLED with nothing done", id, j.State, j.Tasks)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("no recommendation with the 30 pending tasks: %+v", q.Stats().Recommendation)
-}
-
-func TestOlderMasterIsFencedOutOfTheCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	old, err := master.OpenCheckpoint(dir+"/cp.db", "WAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	if err := old.Claim(1); err != nil {
-		t.Fatal(err)
-	}
-	newer, err := master.OpenCheckpoint(dir+"/cp.db", "WAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer newer.Close()
-	if err := newer.Claim(2); err != nil {
-		t.Fatal(err)
-	}
-	err = old.Commit([]core.Op{{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: 1, Attempt: 1}, Task: pilotproto.Task{ID: 1, Attempt: 1}}})
-	if !errorsIs(err, master.ErrFenced) {
-		t.Fatalf("write of epoch 1 after epoch 2 claimed: got %v, want ErrFenced", err)
-	}
-	if err := old.Claim(1); !errorsIs(err, master.ErrFenced) {
-		t.Fatalf("claim of epoch 1 after 2: got %v, want ErrFenced", err)
-	}
-	rows, _, err := newer.Load()
-	if err != nil || len(rows) != 0 {
-		t.Fatalf("the fenced write left rows: %v %v", rows, err)
-	}
-	_ = context.Background
 }
 
 func TestQueueOutageMidRunDelaysReportsButLosesNothing(t *testing.T) {
-	q := master.NewMemQueue()
-	q.Add(tasks(1, 200, 5)...)
-	rm := startMaster(t, q, t.TempDir(), "p1", nil)
+	e := testqueue.Start(t)
+	job := e.Submit(t, 200, 5, nil)
+	q := watch(e.Q)
+	rm := startMaster(t, q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
 	ep.set(rm.srv.URL)
 	startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: 5 * time.Millisecond}), ep.resolve)
-	for q.Stats().Done < 20 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, rm.m, "20 results reported", 10*time.Second, func(s master.Stats) bool { return s.Reported >= 20 })
 	rm.q.cut.Store(true) // the agent restarts
-	time.Sleep(time.Second)
-	if st := rm.m.Stats(); st.Unreported == 0 {
-		t.Fatalf("no results waited for the queue during the outage: %+v", st)
-	}
+	waitFor(t, rm.m, "results wait for the queue", 5*time.Second, func(s master.Stats) bool { return s.Unreported >= 8 })
 	rm.q.cut.Store(false)
-	waitFinal(t, q, 20*time.Second)
-	checkExactlyOnce(t, q)
+	checkDone(t, waitJob(t, e, q, job.ID, 20*time.Second), 200)
 }
 
 func TestResultsAcknowledgedToWorkersSurviveAMasterCrashBeforeTheQueueSawThem(t *testing.T) {
-	q := master.NewMemQueue()
-	q.TTL = 300 * time.Millisecond
-	q.Add(tasks(1, 40, 4)...)
+	const ttl = 5 * time.Second
+	e := testqueue.Start(t, withTTL(ttl))
+	job := e.Submit(t, 40, 4, nil)
+	q := watch(e.Q)
 	dir := t.TempDir()
-	a := startMaster(t, q, dir, "pA", nil)
+	a := startMaster(t, q, dir, "pA", nil, nil)
 	var ep endpoint
 	ep.set(a.srv.URL)
 	w := startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
 	// Let the first pull through, then cut the queue: results pile up in
 	// the checkpoint, acknowledged to the worker, unknown to the queue.
-	for a.m.Stats().Assigned == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, a.m, "tasks handed out", 5*time.Second, func(s master.Stats) bool { return s.Assigned > 0 })
 	a.q.cut.Store(true)
-	deadline := time.Now().Add(5 * time.Second)
-	for a.m.Stats().Unreported < 8 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, a.m, "results held by the master only", 5*time.Second, func(s master.Stats) bool { return s.Unreported >= 8 })
 	held := a.m.Stats().Unreported
-	if held < 8 {
-		t.Fatalf("want results held by the master only: master %+v, queue %+v", a.m.Stats(), q.Stats())
-	}
 	a.crash()
 	w.stop() // the worker goes too: only the checkpoint knows those results
-	time.Sleep(400 * time.Millisecond)
-	b := startMasterAfter(t, q, dir, "pB", nil, func(m *master.Master) {
+	e.Clock.Advance(ttl)
+	b := startMaster(t, q, dir, "pB", nil, func(m *master.Master) {
 		if st := m.Stats(); st.Unreported < held {
 			t.Fatalf("the new master restored %d unreported results, the old one held %d", st.Unreported, held)
 		}
 	})
 	ep.set(b.srv.URL)
 	startWorker(t, fastWorkerConfig("w2", 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
-	waitFinal(t, q, 20*time.Second)
-	checkExactlyOnce(t, q)
+	checkDone(t, waitJob(t, e, q, job.ID, 20*time.Second), 40)
 }
 
 func TestAGracefullyStoppingMasterReleasesTheLeaseAndTheNextTakesOverAtOnce(t *testing.T) {
-	q := master.NewMemQueue()
-	q.TTL = time.Hour // a takeover within the test can only come from the release
-	q.Add(tasks(1, 100, 4)...)
+	e := testqueue.Start(t, withTTL(time.Hour)) // a takeover can only come from the release
+	job := e.Submit(t, 100, 4, nil)
+	q := watch(e.Q)
 	dir := t.TempDir()
-	a := startMaster(t, q, dir, "pA", nil)
+	a := startMaster(t, q, dir, "pA", nil, nil)
 	var ep endpoint
 	ep.set(a.srv.URL)
 	startWorker(t, fastWorkerConfig("w1", 2, worker.SleepRunner{D: 10 * time.Millisecond}), ep.resolve)
-	deadline := time.Now().Add(10 * time.Second)
-	for q.Stats().Done < 20 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, a.m, "20 results reported", 10*time.Second, func(s master.Stats) bool { return s.Reported >= 20 })
 	if err := a.stop(); err != nil {
 		t.Fatalf("graceful stop: %v", err)
 	}
-	if q.Releases != 1 {
-		t.Fatalf("lease releases = %d, want 1", q.Releases)
-	}
-	b := startMaster(t, q, dir, "pB", nil) // fails the test if the lease is not free
+	b := startMaster(t, q, dir, "pB", nil, nil) // fails the test if the lease is not free
 	ep.set(b.srv.URL)
-	waitFinal(t, q, 30*time.Second)
-	checkExactlyOnce(t, q)
+	checkDone(t, waitJob(t, e, q, job.ID, 30*time.Second), 100)
+}
+
+// TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants: the master's renewal
+// period (10 s here) is far longer than the queue's TTL (600 ms); the
+// master renews from the granted TTL, so a pilot asking for the lease all
+// along never gets it while the job runs for several TTLs.
+func TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants(t *testing.T) {
+	e := testqueue.Start(t, testqueue.WithRealClock(), withTTL(600*time.Millisecond))
+	job := e.Submit(t, 20, 1, nil)
+	q := watch(e.Q)
+	rm := startMaster(t, q, t.TempDir(), "p1", func(c *master.Config) {
+		// Nothing else touches the lease: no heartbeat, no pull after the first.
+		c.LeaseRenewInterval, c.HeartbeatInterval, c.IdlePoll = 10*time.Second, 10*time.Second, 10*time.Second
+	}, nil)
+	var ep endpoint
+	ep.set(rm.srv.URL)
+	startWorker(t, fastWorkerConfig("w1", 1, worker.SleepRunner{D: 150 * time.Millisecond}), ep.resolve)
+	// A pilot that wants to be master asks every 20 ms, as workers of a
+	// lost master do.
+	ctx, stop := context.WithCancel(context.Background())
+	taken := make(chan pilotproto.Lease, 1)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "rival", Address: "http://rival"}); err == nil && l.Granted {
+				taken <- l
+				return
+			}
+		}
+	}()
+	defer stop()
+	deadline := time.After(20 * time.Second)
+	for {
+		ch := q.next()
+		if j := e.Job(t, job.ID); testqueue.Final(j.State) {
+			checkDone(t, j, 20)
+			return
+		}
+		select {
+		case <-ch:
+		case l := <-taken:
+			t.Fatalf("the lease expired while the master ran: the rival got epoch %d", l.Epoch)
+		case <-deadline:
+			t.Fatalf("job not final after 20 s: %+v", e.Job(t, job.ID))
+		}
+	}
 }

@@ -108,3 +108,11 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 		t.Fatal("the deposed master did not stop")
 	}
 }
+
+func tasks(job int64, n, batch int) []pilotproto.Task {
+	out := make([]pilotproto.Task, n)
+	for i := range out {
+		out[i] = pilotproto.Task{ID: job*100000 + int64(i) + 1, JobID: job, Attempt: 1, Command: []string{"true"}, BatchSize: batch}
+	}
+	return out
+}

@@ -79,7 +79,7 @@ func startQueue(t *testing.T) *realQueue {
 		}
 		return cl
 	}
-	r.url, r.user, r.pilot = srv.URL, mk(tok.Token), master.ClientQueue{C: mk(pilotToken)}
+	r.url, r.user, r.pilot = srv.URL, mk(tok.Token), mk(pilotToken)
 	r.data, r.state, r.outputs = data, state, filepath.Join(data, "out")
 	return r
 }

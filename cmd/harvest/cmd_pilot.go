@@ -13,7 +13,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilot"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/worker"
@@ -97,7 +96,7 @@ func runPilot(c *cli.Context) error {
 	log.Info("pilot deadline", "deadline", deadline, "source", source)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return pilot.Run(ctx, cfg, master.ClientQueue{C: cl})
+	return pilot.Run(ctx, cfg, cl)
 }
 
 // squeueEnd asks SLURM for the job's end time in Unix seconds.

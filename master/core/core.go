@@ -273,7 +273,7 @@ func (c *Core) Next() time.Time {
 			at(c.leaseAt)
 		}
 	}
-	if !c.reportBusy && c.nfinal > 0 {
+	if !c.reportBusy && c.nfinal > 0 && !c.flushGaveUp {
 		at(c.reportAt)
 	}
 	return next

@@ -55,10 +55,12 @@ func (c *Core) plan(now time.Time) {
 	if !c.reportBusy && c.nfinal > 0 && !now.Before(c.reportAt) && !c.flushGaveUp {
 		c.sendReport()
 	}
-	if c.phase == stopping && !c.releasing && !c.reportBusy && !c.pullBusy && !c.leaseBusy && !c.beatBusy &&
+	if c.phase == stopping && !c.releasing && !c.reportBusy && !c.pullBusy && !c.leaseBusy &&
 		(c.nfinal == 0 || c.flushGaveUp) {
 		// Give the lease up so a worker becomes master now, not after the
 		// TTL. Workers already hear "not the master" and go to the lease.
+		// (A pull in flight first: its tasks go back to the queue too; a
+		// renewal in flight first: its answer would read as the release's.)
 		c.releasing = true
 		c.rd.Lease = &pilotproto.LeaseRequest{PilotID: c.cfg.PilotID, Address: c.cfg.Address, Epoch: c.cfg.Epoch, Release: true}
 	}

@@ -1,6 +1,6 @@
 // Package bench measures the master/worker dispatch path: one master in
 // process (real SQLite checkpoint, real HTTP on 127.0.0.1) fed by an
-// in-memory queue, and N worker processes (`harvest worker`).
+// in-memory task feed (feed.go), and N worker processes (`harvest worker`).
 package bench
 
 import (
@@ -74,14 +74,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	const token = "bench-token"
-	q := master.NewMemQueue()
-	q.TTL = time.Hour
-	lease, err := q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "bench", Address: "in-process"})
-	if err != nil {
-		return Result{}, err
-	}
+	q := newFeed()
 	mc := master.DefaultConfig()
-	mc.PilotID, mc.Epoch, mc.Token, mc.Address = "bench", lease.Epoch, token, "in-process"
+	mc.PilotID, mc.Epoch, mc.Token, mc.Address = "bench", 1, token, "in-process"
 	mc.CheckpointPath = filepath.Join(cfg.Dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano()))
 	mc.IdlePoll = 5 * time.Millisecond
 	mc.MinBuffer = max(4*cfg.BatchSize, 256)
@@ -112,11 +107,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	for m.Stats().Workers < cfg.Workers {
-		if wait.Err() != nil {
-			return Result{}, fmt.Errorf("bench: only %d of %d workers registered", m.Stats().Workers, cfg.Workers)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := m.WaitFor(wait, func(s master.Stats) bool { return s.Workers >= cfg.Workers }); err != nil {
+		return Result{}, fmt.Errorf("bench: only %d of %d workers registered: %w", m.Stats().Workers, cfg.Workers, err)
 	}
 
 	tasks := make([]pilotproto.Task, cfg.Tasks)
@@ -130,13 +122,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize}
 	}
 	start := time.Now()
-	q.Add(tasks...)
-	if err := q.WaitFinal(ctx); err != nil {
+	q.add(tasks)
+	if err := q.wait(ctx); err != nil {
 		return Result{}, err
 	}
 	makespan := time.Since(start)
-	if s := q.Stats(); s.Done != cfg.Tasks || s.DoneTwice != 0 {
-		return Result{}, fmt.Errorf("bench: %d of %d tasks done, %d twice", s.Done, cfg.Tasks, s.DoneTwice)
+	if done, twice := q.counts(); done != cfg.Tasks || twice != 0 {
+		return Result{}, fmt.Errorf("bench: %d of %d tasks done, %d twice", done, cfg.Tasks, twice)
 	}
 	return summarize(cfg, makespan), nil
 }

@@ -23,6 +23,9 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
+// The client is the pilotproto.Queue over HTTP (what pilots' masters use).
+var _ pilotproto.Queue = (*Client)(nil)
+
 // Config configures a client.
 type Config struct {
 	// URL is http(s)://host:port or unix:///path/to/queue.sock.
