@@ -3,6 +3,7 @@ package master_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -13,10 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/internal/testqueue"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 	"github.com/harvest-hpc/harvest/worker"
 )
 
@@ -63,6 +65,64 @@ func fastWorkerConfig(id string, slots int, r worker.Runner) worker.Config {
 	return c
 }
 
+// env is the real queue in process (queue/queuetest) with the few
+// helpers these tests need.
+type env struct {
+	*queuetest.Env
+	datasets int
+}
+
+// startQueue opens a queue on its own settable clock; alice's quota is
+// high enough not to slow the tests down.
+func startQueue(t *testing.T, mods ...func(*queue.Config)) *env {
+	t.Helper()
+	mods = append([]func(*queue.Config){func(c *queue.Config) { c.DefaultLimits.MaxParallelJobs = 100_000 }}, mods...)
+	return &env{Env: queuetest.New(t, mods...)}
+}
+
+func withTTL(d time.Duration) func(*queue.Config) { return func(c *queue.Config) { c.LeaseTTL = d } }
+
+// withRealClock: the queue's lease runs on real time (the master renews in real time).
+func withRealClock(c *queue.Config) { c.Now = time.Now }
+
+func (e *env) submit(t *testing.T, n, batch int, mod func(*api.JobSpec)) api.Job {
+	t.Helper()
+	e.datasets++
+	spec := api.JobSpec{Dataset: e.Dataset(fmt.Sprintf("ds%d", e.datasets), n), BatchSize: batch, Command: []string{"true"}}
+	if mod != nil {
+		mod(&spec)
+	}
+	j, err := e.Q.Submit(context.Background(), "alice", spec)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return j
+}
+
+func (e *env) job(t *testing.T, id int64) api.Job {
+	t.Helper()
+	j, err := e.Q.Job(context.Background(), "alice", false, id)
+	if err != nil {
+		t.Fatalf("job %d: %v", id, err)
+	}
+	return j
+}
+
+func (e *env) cancel(t *testing.T, id int64) {
+	t.Helper()
+	if _, err := e.Q.Cancel(context.Background(), "alice", false, id); err != nil {
+		t.Fatalf("cancel job %d: %v", id, err)
+	}
+}
+
+func final(state string) bool {
+	switch state {
+	case api.JobDone, api.JobDoneWarn, api.JobFailed, api.JobKilled, api.JobErrorEW:
+		return true
+	}
+	return false
+}
+
 // watchQueue tells the test when the queue applied results.
 type watchQueue struct {
 	pilotproto.Queue
@@ -92,18 +152,18 @@ func (w *watchQueue) next() <-chan struct{} {
 }
 
 // waitJob waits until the job is final, on the queue's results.
-func waitJob(t *testing.T, e *testqueue.Env, w *watchQueue, id int64, d time.Duration) api.Job {
+func waitJob(t *testing.T, e *env, w *watchQueue, id int64, d time.Duration) api.Job {
 	t.Helper()
 	deadline := time.After(d)
 	for {
 		ch := w.next()
-		if j := e.Job(t, id); testqueue.Final(j.State) {
+		if j := e.job(t, id); final(j.State) {
 			return j
 		}
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("job %d not final after %s: %+v", id, d, e.Job(t, id))
+			t.Fatalf("job %d not final after %s: %+v", id, d, e.job(t, id))
 		}
 	}
 }

@@ -5,19 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/internal/testqueue"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
-	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/worker"
 )
 
-func withTTL(d time.Duration) testqueue.Option { return func(c *queue.Config) { c.LeaseTTL = d } }
-
 func TestJobCompletesOnSeveralWorkersEachTaskOnce(t *testing.T) {
-	e := testqueue.Start(t)
-	job := e.Submit(t, 600, 8, nil)
+	e := startQueue(t)
+	job := e.submit(t, 600, 8, nil)
 	q := watch(e.Q)
 	rm := startMaster(t, q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
@@ -33,8 +29,8 @@ func TestJobCompletesOnSeveralWorkersEachTaskOnce(t *testing.T) {
 
 func TestMasterDroppedMidRunIsReplacedWithoutLossOrDoubleCount(t *testing.T) {
 	const ttl = 5 * time.Second
-	e := testqueue.Start(t, withTTL(ttl))
-	job := e.Submit(t, 300, 4, nil)
+	e := startQueue(t, withTTL(ttl))
+	job := e.submit(t, 300, 4, nil)
 	q := watch(e.Q)
 	dir := t.TempDir()
 	a := startMaster(t, q, dir, "pA", nil, nil)
@@ -46,7 +42,7 @@ func TestMasterDroppedMidRunIsReplacedWithoutLossOrDoubleCount(t *testing.T) {
 	// Let work flow, then kill the master while batches are in flight.
 	waitFor(t, a.m, "60 results reported", 10*time.Second, func(s master.Stats) bool { return s.Reported >= 60 })
 	a.crash()
-	if j := e.Job(t, job.ID); j.Tasks.Done >= 300 {
+	if j := e.job(t, job.ID); j.Tasks.Done >= 300 {
 		t.Fatalf("the crash happened after the job finished (%+v): the test proves nothing", j.Tasks)
 	}
 	e.Clock.Advance(ttl) // the dead master's lease expires
@@ -60,9 +56,9 @@ func TestMasterDroppedMidRunIsReplacedWithoutLossOrDoubleCount(t *testing.T) {
 }
 
 func TestWorkerStoppingReportsInterruptedTasksThatRunElsewhereAtOnce(t *testing.T) {
-	e := testqueue.Start(t)
+	e := startQueue(t)
 	one := 1 // an interrupted task must not burn its only attempt
-	job := e.Submit(t, 40, 4, func(s *api.JobSpec) { s.MaxAttempts = &one })
+	job := e.submit(t, 40, 4, func(s *api.JobSpec) { s.MaxAttempts = &one })
 	q := watch(e.Q)
 	rm := startMaster(t, q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
@@ -81,16 +77,16 @@ func TestWorkerStoppingReportsInterruptedTasksThatRunElsewhereAtOnce(t *testing.
 }
 
 func TestCancelledJobStopsItsRunningTasks(t *testing.T) {
-	e := testqueue.Start(t)
-	j1, j2 := e.Submit(t, 20, 2, nil), e.Submit(t, 10, 2, nil)
+	e := startQueue(t)
+	j1, j2 := e.submit(t, 20, 2, nil), e.submit(t, 10, 2, nil)
 	rm := startMaster(t, e.Q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
 	ep.set(rm.srv.URL)
 	w := startWorker(t, fastWorkerConfig("w1", 4, worker.SleepRunner{D: 30 * time.Second}), ep.resolve)
 	waitFor(t, rm.m, "the worker gets tasks", 5*time.Second, func(s master.Stats) bool { return s.Assigned > 0 })
 	held := rm.m.Stats().Assigned
-	e.Cancel(t, j1.ID)
-	e.Cancel(t, j2.ID)
+	e.cancel(t, j1.ID)
+	e.cancel(t, j2.ID)
 	// The worker's 30 s tasks must be stopped and reported, not left to
 	// finish: the master then holds nothing in flight.
 	waitFor(t, rm.m, "the cancelled tasks in flight end", 3*time.Second, func(s master.Stats) bool { return s.Assigned == 0 })
@@ -98,15 +94,15 @@ func TestCancelledJobStopsItsRunningTasks(t *testing.T) {
 		t.Errorf("none of the %d running tasks was stopped", held)
 	}
 	for _, id := range []int64{j1.ID, j2.ID} {
-		if j := e.Job(t, id); j.Tasks.Done != 0 || j.State != api.JobKilled {
+		if j := e.job(t, id); j.Tasks.Done != 0 || j.State != api.JobKilled {
 			t.Errorf("cancelled job %d: %s %+v, want KILLED with nothing done", id, j.State, j.Tasks)
 		}
 	}
 }
 
 func TestQueueOutageMidRunDelaysReportsButLosesNothing(t *testing.T) {
-	e := testqueue.Start(t)
-	job := e.Submit(t, 200, 5, nil)
+	e := startQueue(t)
+	job := e.submit(t, 200, 5, nil)
 	q := watch(e.Q)
 	rm := startMaster(t, q, t.TempDir(), "p1", nil, nil)
 	var ep endpoint
@@ -121,8 +117,8 @@ func TestQueueOutageMidRunDelaysReportsButLosesNothing(t *testing.T) {
 
 func TestResultsAcknowledgedToWorkersSurviveAMasterCrashBeforeTheQueueSawThem(t *testing.T) {
 	const ttl = 5 * time.Second
-	e := testqueue.Start(t, withTTL(ttl))
-	job := e.Submit(t, 40, 4, nil)
+	e := startQueue(t, withTTL(ttl))
+	job := e.submit(t, 40, 4, nil)
 	q := watch(e.Q)
 	dir := t.TempDir()
 	a := startMaster(t, q, dir, "pA", nil, nil)
@@ -149,8 +145,8 @@ func TestResultsAcknowledgedToWorkersSurviveAMasterCrashBeforeTheQueueSawThem(t 
 }
 
 func TestAGracefullyStoppingMasterReleasesTheLeaseAndTheNextTakesOverAtOnce(t *testing.T) {
-	e := testqueue.Start(t, withTTL(time.Hour)) // a takeover can only come from the release
-	job := e.Submit(t, 100, 4, nil)
+	e := startQueue(t, withTTL(time.Hour)) // a takeover can only come from the release
+	job := e.submit(t, 100, 4, nil)
 	q := watch(e.Q)
 	dir := t.TempDir()
 	a := startMaster(t, q, dir, "pA", nil, nil)
@@ -171,8 +167,8 @@ func TestAGracefullyStoppingMasterReleasesTheLeaseAndTheNextTakesOverAtOnce(t *t
 // master renews from the granted TTL, so a pilot asking for the lease all
 // along never gets it while the job runs for several TTLs.
 func TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants(t *testing.T) {
-	e := testqueue.Start(t, testqueue.WithRealClock(), withTTL(600*time.Millisecond))
-	job := e.Submit(t, 20, 1, nil)
+	e := startQueue(t, withRealClock, withTTL(600*time.Millisecond))
+	job := e.submit(t, 20, 1, nil)
 	q := watch(e.Q)
 	rm := startMaster(t, q, t.TempDir(), "p1", func(c *master.Config) {
 		// Nothing else touches the lease: no heartbeat, no pull after the first.
@@ -204,7 +200,7 @@ func TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants(t *testing.T) {
 	deadline := time.After(20 * time.Second)
 	for {
 		ch := q.next()
-		if j := e.Job(t, job.ID); testqueue.Final(j.State) {
+		if j := e.job(t, job.ID); final(j.State) {
 			checkDone(t, j, 20)
 			return
 		}
@@ -213,7 +209,7 @@ func TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants(t *testing.T) {
 		case l := <-taken:
 			t.Fatalf("the lease expired while the master ran: the rival got epoch %d", l.Epoch)
 		case <-deadline:
-			t.Fatalf("job not final after 20 s: %+v", e.Job(t, job.ID))
+			t.Fatalf("job not final after 20 s: %+v", e.job(t, job.ID))
 		}
 	}
 }

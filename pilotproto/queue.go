@@ -4,7 +4,7 @@ import "context"
 
 // Queue is the contract between a master and the queue: the pilot
 // endpoints above as Go calls. The queue in process (*queue.Queue) and
-// its HTTP client (*client.Client) implement it; pilotproto/queuetest is
+// its HTTP client (*client.Client) implement it; pilotproto/contract is
 // the one conformance suite every implementation passes. Errors wrap the
 // sentinels of queue/api: ErrStaleEpoch (a newer master exists: stop),
 // ErrLeaseExpired (renew, then retry).

@@ -1,39 +1,49 @@
 package queue_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/internal/testqueue"
 	"github.com/harvest-hpc/harvest/pilotproto"
-	"github.com/harvest-hpc/harvest/pilotproto/queuetest"
+	"github.com/harvest-hpc/harvest/pilotproto/contract"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 // harness wraps a real queue; over selects how the suite reaches it.
-func harness(t *testing.T, over func(t *testing.T, e *testqueue.Env) pilotproto.Queue) queuetest.Harness {
+func harness(t *testing.T, over func(e *queuetest.Env) pilotproto.Queue) contract.Harness {
 	const ttl = 5 * time.Second
-	e := testqueue.Start(t, func(c *queue.Config) { c.LeaseTTL = ttl })
-	return queuetest.Harness{
-		Queue: over(t, e), TTL: ttl, Advance: e.Clock.Advance,
-		Submit: func(t *testing.T, n, batch, attempts int) int64 {
-			return e.Submit(t, n, batch, func(s *api.JobSpec) { s.MaxAttempts = &attempts }).ID
+	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = ttl })
+	n := 0
+	return contract.Harness{
+		Queue: over(e), TTL: ttl, Advance: e.Clock.Advance,
+		Submit: func(t *testing.T, tasks, batch, attempts int) int64 {
+			n++
+			j, err := e.Q.Submit(t.Context(), "alice", api.JobSpec{Dataset: e.Dataset(fmt.Sprintf("ds%d", n), tasks),
+				Command: []string{"true"}, BatchSize: batch, MaxAttempts: &attempts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j.ID
 		},
-		Cancel: func(t *testing.T, job int64) { e.Cancel(t, job) },
+		Cancel: func(t *testing.T, job int64) {
+			if _, err := e.Q.Cancel(t.Context(), "alice", false, job); err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 }
 
 func TestQueueInProcessKeepsThePilotContract(t *testing.T) {
-	queuetest.Run(t, func(t *testing.T) queuetest.Harness {
-		return harness(t, func(_ *testing.T, e *testqueue.Env) pilotproto.Queue { return e.Q })
+	contract.Run(t, func(t *testing.T) contract.Harness {
+		return harness(t, func(e *queuetest.Env) pilotproto.Queue { return e.Q })
 	})
 }
 
 func TestQueueOverHTTPKeepsThePilotContract(t *testing.T) {
-	queuetest.Run(t, func(t *testing.T) queuetest.Harness {
-		return harness(t, func(t *testing.T, e *testqueue.Env) pilotproto.Queue {
-			return testqueue.Client(t, e.Serve(t), testqueue.PilotToken)
-		})
+	contract.Run(t, func(t *testing.T) contract.Harness {
+		return harness(t, func(e *queuetest.Env) pilotproto.Queue { return e.Client("pilot") })
 	})
 }

@@ -1,10 +1,10 @@
-// Package queuetest is the conformance suite of the pilotproto.Queue
+// Package contract is the conformance suite of the pilotproto.Queue
 // contract: the rules a master relies on (lease, epochs and fencing, each
 // task handed once, results applied once, interrupted tasks requeued
 // without an attempt, cancelled jobs, orphans of a dead master). Every
 // implementation runs it: the queue in process and over HTTP (queue's
 // contract_test.go), and any fake that claims to stand for the queue.
-package queuetest
+package contract
 
 import (
 	"context"
