@@ -21,7 +21,13 @@ type Config struct {
 	MasterGrace       time.Duration // master unreachable this long: back to the lease
 	RetryInterval     time.Duration // wait after a failed call
 	ShutdownTimeout   time.Duration // time to report interrupted tasks when stopping
-	ResultBatch       int           // results per request
+	// StopGrace: a task killed by a stop signal (SIGTERM, SIGKILL, ...)
+	// that the worker did not send waits this long for the pilot's own
+	// stop before it counts as a failed attempt. The batch system signals
+	// every process of the pilot job at once, so a task may die of
+	// scancel's SIGTERM before the pilot's handler has run.
+	StopGrace   time.Duration
+	ResultBatch int // results per request
 
 	Runner Runner
 	Logger *slog.Logger
@@ -32,7 +38,7 @@ func DefaultConfig() Config {
 	return Config{
 		Slots: 1, Prefetch: -1, PullWait: 20 * time.Second, HeartbeatInterval: 5 * time.Second,
 		MasterGrace: 30 * time.Second, RetryInterval: 500 * time.Millisecond,
-		ShutdownTimeout: 5 * time.Second, ResultBatch: 1000, Logger: slog.Default(),
+		ShutdownTimeout: 5 * time.Second, StopGrace: 2 * time.Second, ResultBatch: 1000, Logger: slog.Default(),
 	}
 }
 
@@ -51,7 +57,7 @@ func (c Config) Validate() error {
 		return bad("slots %d: want at least 1", c.Slots)
 	case c.Runner == nil || c.Logger == nil:
 		return bad("Runner and Logger must be set")
-	case c.PullWait <= 0 || c.HeartbeatInterval <= 0 || c.MasterGrace <= 0 || c.RetryInterval <= 0 || c.ShutdownTimeout <= 0:
+	case c.PullWait <= 0 || c.HeartbeatInterval <= 0 || c.MasterGrace <= 0 || c.RetryInterval <= 0 || c.ShutdownTimeout <= 0 || c.StopGrace <= 0:
 		return bad("durations must be positive")
 	case c.ResultBatch < 1:
 		return bad("result batch %d: want at least 1", c.ResultBatch)

@@ -23,6 +23,9 @@ type Outcome struct {
 	StartedAt time.Time
 	Duration  time.Duration
 	ErrorTail string
+	// Signal ended the task (0: it exited). The worker needs it to tell a
+	// task the batch system stopped from one that failed.
+	Signal syscall.Signal
 }
 
 // Runner runs one task. When ctx is cancelled it must stop the task
@@ -144,6 +147,9 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		waitErr = r.kill(cmd, done)
 	}
 	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		o.Signal = ws.Signal()
+	}
 	switch {
 	case timedOut:
 		o.Status = pilotproto.StatusTimeout

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -61,6 +62,7 @@ type Worker struct {
 	running  map[ref]*running
 	results  []pilotproto.Result // not yet acknowledged by a master
 	draining bool
+	stop     <-chan struct{} // closed when the pilot decided to stop (Run's ctx)
 	changed  chan struct{}
 	tasks    sync.WaitGroup
 	finished atomic.Int64
@@ -106,6 +108,7 @@ func (w *Worker) notify() {
 // takes no more work, kills running tasks (process group), reports them
 // and the queued ones as interrupted, and returns within seconds.
 func (w *Worker) Run(ctx context.Context) error {
+	w.stop = ctx.Done()
 	dctx, dstop := context.WithCancel(context.Background())
 	defer dstop()
 	go w.dispatch(dctx)
@@ -288,7 +291,7 @@ func (s *session) sendLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if err := w.sendResults(ctx, s.c, batch); err != nil {
+		if err := w.sendResults(ctx, s.c, batch, false); err != nil {
 			s.trouble(ctx, err)
 			continue
 		}
@@ -297,9 +300,10 @@ func (s *session) sendLoop(ctx context.Context) {
 }
 
 // sendResults posts results and forgets them once acknowledged.
-func (w *Worker) sendResults(ctx context.Context, c *client, batch []pilotproto.Result) error {
+func (w *Worker) sendResults(ctx context.Context, c *client, batch []pilotproto.Result, leaving bool) error {
 	var resp workerproto.ResultsResponse
-	if err := c.post(ctx, workerproto.PathResults, workerproto.ResultsRequest{WorkerID: w.cfg.ID, Results: batch}, &resp); err != nil {
+	req := workerproto.ResultsRequest{WorkerID: w.cfg.ID, Results: batch, Leaving: leaving}
+	if err := c.post(ctx, workerproto.PathResults, req, &resp); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -445,6 +449,18 @@ func (w *Worker) start(t pilotproto.Task) {
 	go func() {
 		defer w.tasks.Done()
 		o := w.cfg.Runner.Run(tctx, t)
+		if context.Cause(tctx) == nil && o.Status == pilotproto.StatusFailed && (w.stopping() || stopSignal(o)) {
+			// Not our kill: the batch system's stop signal reaches the
+			// task as well as the pilot, maybe first. The pilot decides:
+			// if it stops within the grace, shutdown cancels this task
+			// (still listed as running) as interrupted: no attempt.
+			tm := time.NewTimer(w.cfg.StopGrace)
+			select {
+			case <-tctx.Done():
+			case <-tm.C:
+			}
+			tm.Stop()
+		}
 		cause := context.Cause(tctx)
 		cancel(nil)
 		w.mu.Lock()
@@ -465,7 +481,35 @@ func (w *Worker) start(t pilotproto.Task) {
 	}()
 }
 
-// shutdown interrupts everything and reports it to the current master.
+// stopping reports whether the pilot decided to stop.
+func (w *Worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopSignal reports whether a task ended by a signal a batch system sends
+// the processes of a job it stops (scancel, time limit, preemption,
+// --signal), itself or as a shell's exit code 128+n.
+func stopSignal(o Outcome) bool {
+	sig := o.Signal
+	if sig == 0 && o.ExitCode > 128 && o.ExitCode < 128+65 {
+		sig = syscall.Signal(o.ExitCode - 128)
+	}
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGKILL, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGXCPU:
+		return true
+	}
+	return false
+}
+
+// shutdown interrupts everything and hands it back to the current master:
+// the queued tasks at once (the batch system's SIGKILL follows its
+// SIGTERM after KillWait), then the running ones once they have stopped,
+// with the worker's deregistration.
 func (w *Worker) shutdown() {
 	w.mu.Lock()
 	w.draining = true
@@ -482,6 +526,9 @@ func (w *Worker) shutdown() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
+	if c != nil {
+		w.flush(ctx, c, false)
+	}
 	done := make(chan struct{})
 	go func() { w.tasks.Wait(); close(done) }()
 	select {
@@ -489,19 +536,31 @@ func (w *Worker) shutdown() {
 	case <-ctx.Done():
 		w.log.Warn("tasks did not stop in time")
 	}
-	if c == nil {
-		return
+	if c != nil {
+		w.flush(ctx, c, true)
 	}
+}
+
+// flush reports every pending result; leaving adds the deregistration to
+// the last request (sent even with no result).
+func (w *Worker) flush(ctx context.Context, c *client, leaving bool) {
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		n := min(len(w.results), w.cfg.ResultBatch)
 		batch := append([]pilotproto.Result(nil), w.results[:n]...)
+		last := n == len(w.results)
 		w.mu.Unlock()
-		if n == 0 {
+		if n == 0 && !leaving {
 			return
 		}
-		if err := w.sendResults(ctx, c, batch); err != nil {
-			w.log.Warn("could not report interrupted tasks; the master requeues them when this worker times out", "error", err)
+		if err := w.sendResults(ctx, c, batch, leaving && last); err != nil {
+			w.log.Warn("could not hand tasks back; the master requeues them when this worker times out", "error", err)
+			return
+		}
+		if last {
+			if leaving {
+				w.log.Info("deregistered", "master", c.base, "results", n)
+			}
 			return
 		}
 	}

@@ -7,7 +7,7 @@
 //
 //	POST /v1/worker/register   RegisterRequest  -> RegisterResponse
 //	POST /v1/worker/pull       PullRequest      -> PullResponse
-//	POST /v1/worker/results    ResultsRequest   -> ResultsResponse
+//	POST /v1/worker/results    ResultsRequest   -> ResultsResponse (leaving: deregister)
 //	POST /v1/worker/heartbeat  HeartbeatRequest -> HeartbeatResponse
 //
 // Errors are {"error": "..."}: 404 with ErrUnknownWorker (register
@@ -78,10 +78,15 @@ type PullResponse struct {
 }
 
 // ResultsRequest reports finished tasks; the master stores them before it
-// answers, so an answered result is never lost.
+// answers, so an answered result is never lost. Leaving is a stopping
+// worker's last word (deregistration): the master requeues at once every
+// task it handed to the worker that these results do not settle (a batch
+// whose pull answer was still on its way) and forgets the worker, instead
+// of waiting for the worker timeout.
 type ResultsRequest struct {
 	WorkerID string              `json:"worker_id"`
 	Results  []pilotproto.Result `json:"results"`
+	Leaving  bool                `json:"leaving,omitempty"`
 }
 
 // ResultsResponse acknowledges every result of the request (applied or

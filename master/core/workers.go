@@ -187,7 +187,30 @@ func (c *Core) results(now time.Time, e Results) {
 		c.do(Op{Kind: OpEstimate, Job: job, Est: *c.est[job]}, now)
 		c.dirty = true // a shorter estimate may let a waiting worker's batch fit
 	}
+	if e.Leaving && w != nil {
+		c.leaving(now, w)
+	}
 	c.reply(Reply{Req: e.Req, Results: &workerproto.ResultsResponse{Accepted: len(e.ResultsRequest.Results)}})
+}
+
+// leaving forgets a worker that deregistered: what it still held is
+// requeued at once (it reported its unfinished tasks as interrupted just
+// before; what is left was handed to it and never arrived), and its parked
+// pulls are answered as from an unknown worker.
+func (c *Core) leaving(now time.Time, w *worker) {
+	left := sortedRefs(w.out)
+	for _, k := range left {
+		c.do(Op{Kind: OpRequeue, Ref: k}, now)
+	}
+	c.polls = slices.DeleteFunc(c.polls, func(p *poll) bool {
+		if p.worker != w.id {
+			return false
+		}
+		c.reply(Reply{Req: p.req, Err: ErrUnknownWorker})
+		return true
+	})
+	delete(c.workers, w.id)
+	c.log.Info("worker left", "worker", w.id, "pilot", w.pilot, "requeued", len(left))
 }
 
 // heartbeat marks a worker alive, requeues tasks handed to it long ago
