@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -25,7 +27,7 @@ func WriteJobsCSV(w io.Writer, res Result) error {
 	for _, r := range res.Records {
 		id, kind := r.Name, r.Label
 		if r.Pilot {
-			id, kind = "pilot-"+r.ID, "pilot"
+			id, kind = r.ID, "pilot"
 		}
 		fmt.Fprintf(bw, "%s,%s,%d,%d,%s,%s,%d\n", id, kind, r.Nodes, r.Submit, opt(r.Start), opt(r.End), r.Blocked)
 	}
@@ -190,8 +192,11 @@ func WriteSummary(w io.Writer, res Result) error {
 		}
 		fmt.Fprintf(bw, "  harvest job %-8s submitted %7d s, finished %7d s, waited %.2f min\n", j.ID, j.SubmitS, *j.FinishS, float64(*j.FinishS-j.SubmitS)/60)
 	}
-	for k, n := range res.Skipped {
-		fmt.Fprintf(bw, "skipped: %d %s\n", n, k)
+	for _, k := range slices.Sorted(maps.Keys(res.Skipped)) {
+		fmt.Fprintf(bw, "skipped: %d %s\n", res.Skipped[k], k)
+	}
+	for _, k := range slices.Sorted(maps.Keys(res.Adjusted)) {
+		fmt.Fprintf(bw, "adjusted: %d %s\n", res.Adjusted[k], k)
 	}
 	return bw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/harvest-hpc/harvest/adapters"
@@ -63,6 +64,11 @@ type Config struct {
 	// Log receives the agent's logs (nil = discarded). Rounds skipped as
 	// quiet (see quiet) log nothing.
 	Log *slog.Logger
+
+	// Decisions, if set, receives one line per agent round that acted:
+	// the virtual time, the policy's case and its reason (jobs named by
+	// their workload ids, pilots pilot-<n>).
+	Decisions io.Writer
 
 	// everyRound runs the agent at every poll, quiet or not (tests compare
 	// it with the default).
@@ -134,8 +140,11 @@ type Result struct {
 	Usage []simcluster.Sample `json:"-"`
 	// Records are every job's start and end, for the jobs CSV.
 	Records []simcluster.Record `json:"-"`
-	// Skipped counts workload jobs that could not be replayed, by reason.
-	Skipped map[string]int `json:"skipped,omitempty"`
+	// Skipped counts workload lines and jobs that could not be replayed,
+	// by reason (the reader's and the run's); Adjusted counts jobs kept
+	// with a repaired field.
+	Skipped  map[string]int `json:"skipped,omitempty"`
+	Adjusted map[string]int `json:"adjusted,omitempty"`
 	// rounds counts the agent rounds run (quiet ones are skipped).
 	rounds int
 }
@@ -209,6 +218,13 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		}
 		res.Skipped[reason]++
 	}
+	for k, n := range w.Skipped {
+		skip(k)
+		res.Skipped[k] += n - 1
+	}
+	if len(w.Adjusted) > 0 {
+		res.Adjusted = maps.Clone(w.Adjusted)
+	}
 	for _, j := range w.Jobs {
 		if j.Submit < from || j.Submit >= to {
 			continue
@@ -263,6 +279,9 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 				return err
 			}
 			rounds++
+			if cfg.Decisions != nil && res.Decision.Acts() {
+				fmt.Fprintf(cfg.Decisions, "%d\t%s\t%s\n", t, res.Decision.Case, res.Decision.Reason)
+			}
 			q.after(t, res, c, dem, acfg.Policy)
 			return nil
 		}

@@ -43,9 +43,13 @@ type JobSpec struct {
 
 // Record is what happened to one job, for job-by-job comparison.
 type Record struct {
-	ID     string
-	Name   string
-	Label  string
+	// ID is the job's id in snapshots and decisions: a foreign job's is
+	// its name (the workload's id), made unique with "#<n>" if two jobs
+	// share one; a pilot's is "pilot-<n>" (n counts every job added).
+	ID    string
+	Name  string
+	User  string
+	Label string
 	Pilot  bool
 	Nodes  int
 	Limit  cluster.Limit
@@ -186,6 +190,7 @@ type Cluster struct {
 	events  eventHeap
 	evSeq   int64
 	jobs    []*job
+	byID    map[string]*job
 	pending []*job // priority order; may hold jobs no longer pending
 	running []*job // in id order
 	used    int
@@ -282,19 +287,29 @@ func (c *Cluster) AddJob(spec JobSpec) (string, error) {
 }
 
 func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limit, run, submit int64, pilot bool) *job {
-	id := strconv.Itoa(len(c.jobs) + 1)
+	n := strconv.Itoa(len(c.jobs) + 1)
 	if name == "" {
-		name = id
+		name = n
+	}
+	id := name
+	if pilot {
+		id = "pilot-" + n
+	}
+	for c.byID[id] != nil {
+		id += "#" + n
 	}
 	lim := int64(limit)
 	if limit.IsUnlimited() {
 		lim = never
 	}
 	j := &job{
-		rec:   Record{ID: id, Name: name, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Start: -1, End: -1},
+		rec:   Record{ID: id, Name: name, User: user, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Start: -1, End: -1},
 		nodes: nodes, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot,
 	}
-	_ = user
+	if c.byID == nil {
+		c.byID = map[string]*job{}
+	}
+	c.byID[id] = j
 	c.jobs = append(c.jobs, j)
 	return j
 }
@@ -618,7 +633,10 @@ func (c *Cluster) view(j *job) cluster.Job {
 	if j.pilot {
 		cj.Name, cj.User, cj.Pilot = c.cfg.Tag, "harvest", true
 	} else {
-		cj.Name, cj.User = j.rec.Name, "user"
+		cj.Name, cj.User = j.rec.Name, j.rec.User
+		if cj.User == "" {
+			cj.User = "user"
+		}
 	}
 	return cj
 }
@@ -654,11 +672,10 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, err := strconv.Atoi(string(id))
-	if err != nil || n < 1 || n > len(c.jobs) {
+	j := c.byID[string(id)]
+	if j == nil {
 		return nil
 	}
-	j := c.jobs[n-1]
 	if !j.pilot {
 		return fmt.Errorf("cancel %s: %w", id, adapters.ErrNotPilot)
 	}

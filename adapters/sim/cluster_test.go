@@ -346,3 +346,35 @@ func TestStartsAndEndsAreObservedInOrder(t *testing.T) {
 		t.Errorf("observed %s, want %s", got, want)
 	}
 }
+
+func TestSnapshotsNameJobsByTheWorkloadsIDs(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 4, 0)
+	a := mustAdd(t, c, JobSpec{Name: "6556", User: "u7", Nodes: 4, TimeLimit: 100, RunTime: 100})
+	b := mustAdd(t, c, JobSpec{Name: "6556", Nodes: 4, TimeLimit: 100, RunTime: 100})
+	p, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: 600, Command: []string{"harvest", "pilot"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != "6556" || b != "6556#2" || p != "pilot-3" {
+		t.Fatalf("ids %q %q %q, want the workload's id, a unique variant of it, pilot-3", a, b, p)
+	}
+	advance(t, c, 0)
+	s, _ := c.Snapshot(ctx)
+	users := map[string]string{}
+	for _, j := range s.Jobs {
+		users[j.ID] = j.User
+	}
+	if len(users) != 3 || users["6556"] != "u7" || users["6556#2"] != "user" || users["pilot-3"] != "harvest" {
+		t.Fatalf("snapshot ids and users %v", users)
+	}
+	if err := c.Cancel(ctx, adapters.PilotID(a)); !errors.Is(err, adapters.ErrNotPilot) {
+		t.Fatalf("cancelling a foreign job by its workload id: %v", err)
+	}
+	if err := c.Cancel(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Records()[2]; !r.Cancelled || r.ID != "pilot-3" {
+		t.Fatalf("pilot record %+v", r)
+	}
+}

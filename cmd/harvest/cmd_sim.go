@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
 			&cli.StringFlag{Name: "jobs-csv", Usage: "write id,kind,nodes,submit_s,start_s,end_s,blocked_s of every job to `FILE`"},
+			&cli.StringFlag{Name: "decisions", Usage: "write the agent's acting decisions (time, case, reason) to `FILE`"},
 			&cli.StringFlag{Name: "plot", Usage: "write an SVG of node use over time to `FILE.svg`"},
 		},
 		Action: runSim,
@@ -84,6 +86,16 @@ func runSim(c *cli.Context) error {
 	if !quiet {
 		fmt.Fprintf(errw, "sim: %s: %s\n", c.String("workload"), w.Summary())
 		cfg.Progress = errw
+	}
+	if p := c.String("decisions"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		defer f.Close()
+		bw := bufio.NewWriter(f)
+		defer bw.Flush()
+		cfg.Decisions = bw
 	}
 	res, err := sim.Run(c.Context, w, cfg)
 	if err != nil {

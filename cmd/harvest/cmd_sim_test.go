@@ -71,6 +71,19 @@ func TestSimCommand(t *testing.T) {
 			t.Errorf("svg: %v", err)
 		}
 	})
+	t.Run("--decisions writes what the agent did and why, naming jobs by the workload's ids", func(t *testing.T) {
+		dec := filepath.Join(dir, "decisions.txt")
+		_, errMsg, code := runHarvest(t, "", "sim", "--workload", wl, "--nodes", "4", "--to", "1000", "--task-seconds", "60", "--harvest-backlog", "100", "--quiet", "--decisions", dec)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errMsg)
+		}
+		// The 4-node job (line 1 of the workload) can start at 500 when
+		// the 2-node job ends, if the two pilots go.
+		d, err := os.ReadFile(dec)
+		if err != nil || !strings.Contains(string(d), "500\trelease-for-top-job\tjob 1 needs") {
+			t.Errorf("decisions (%v):\n%s", err, d)
+		}
+	})
 	for _, tc := range []struct {
 		name, want string
 		args       []string
@@ -86,5 +99,36 @@ func TestSimCommand(t *testing.T) {
 				t.Errorf("exit %d, error %q; want 2 mentioning %q", code, errMsg, tc.want)
 			}
 		})
+	}
+}
+
+func TestSimJSONCountsTheLinesItSkipped(t *testing.T) {
+	// Three usable jobs, one without a run time, one malformed line, one
+	// without a requested time (kept with its run time as limit).
+	swf := `; MaxNodes: 4
+1 0 0 100 2 -1 -1 2 200 -1 1 1 1 -1 -1 -1 -1 -1
+2 10 0 -1 2 -1 -1 2 200 -1 5 1 1 -1 -1 -1 -1 -1
+3 20 0 50 1 -1 -1 1 -1 -1 1 2 1 -1 -1 -1 -1 -1
+4 30 x
+5 40 0 60 4 -1 -1 4 100 -1 1 2 1 -1 -1 -1 -1 -1
+`
+	wl := filepath.Join(t.TempDir(), "w.swf")
+	if err := os.WriteFile(wl, []byte(swf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errMsg, code := runHarvest(t, "", "sim", "--workload", wl, "--nodes", "4", "--mode", "baseline", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errMsg)
+	}
+	var got struct {
+		Skipped, Adjusted map[string]int
+		Foreign           struct{ Jobs int }
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if got.Foreign.Jobs != 3 || got.Skipped["jobs without a run time"] != 1 || got.Skipped["lines without 18 fields"] != 1 ||
+		got.Adjusted["jobs without a time limit (run time used)"] != 1 {
+		t.Errorf("jobs %d, skipped %v, adjusted %v", got.Foreign.Jobs, got.Skipped, got.Adjusted)
 	}
 }
