@@ -46,10 +46,10 @@ type Record struct {
 	// ID is the job's id in snapshots and decisions: a foreign job's is
 	// its name (the workload's id), made unique with "#<n>" if two jobs
 	// share one; a pilot's is "pilot-<n>" (n counts every job added).
-	ID    string
-	Name  string
-	User  string
-	Label string
+	ID     string
+	Name   string
+	User   string
+	Label  string
 	Pilot  bool
 	Nodes  int
 	Limit  cluster.Limit
