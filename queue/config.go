@@ -81,7 +81,7 @@ func DefaultConfig() Config {
 		CheckpointInterval:  time.Second,
 		UsageWindow:         24 * time.Hour,
 		InsertChunk:         1000,
-		WriteChunk:          250,
+		WriteChunk:          100,
 		DefaultLimits:       fairshare.DefaultLimits(),
 		DefaultSlotsPerNode: 1,
 		LookupUser:          systemLookupUser,

@@ -80,6 +80,7 @@ func (q *Queue) Cancel(ctx context.Context, caller string, admin bool, id int64)
 	c, err := q.st.CancelJob(ctx, id, now)
 	if err == nil {
 		q.addRunningLocked(map[string]int{c.Owner: -c.Active * c.Cores})
+		q.dropJobLocked(id)
 	}
 	q.mu.Unlock()
 	if err != nil {

@@ -8,29 +8,18 @@ import (
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
-
-// candidate is a user competing in one pull.
-type candidate struct {
-	name   string
-	limits fairshare.Limits
-	usage  fairshare.Usage
-	jobs   []*plannedJob // price desc, then FIFO
-	picked int
-}
-
-type plannedJob struct {
-	store.ReadyJob
-	planned int // tasks of this job picked so far
-}
 
 // Pull hands out up to req.Max waiting tasks in fair-share order: the user
 // with the highest computedPriority gets the next task, then that user's
 // priority is recomputed with the task's cores counted as running, so users
 // of equal standing interleave within one pull. Within a user: higher
 // price first, then FIFO. Tasks become ASSIGNED to the caller's epoch.
+//
+// The order comes from the mirror's fair-share index (mirror.go), which
+// updates one user per task: a pull costs O(tasks x log users) in memory
+// plus its transactions, whatever the number of users.
 func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
 	if req.Max < 1 || req.Max > q.cfg.MaxPull {
 		return pilotproto.PullResponse{}, invalid("max must be 1..%d, got %d", q.cfg.MaxPull, req.Max)
@@ -40,11 +29,7 @@ func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotprot
 	}
 	q.pullMu.Lock()
 	defer q.pullMu.Unlock()
-	picks, err := q.planPull(ctx, req.Max)
-	if err != nil {
-		return pilotproto.PullResponse{}, err
-	}
-	tasks, err := q.assign(ctx, req.Epoch, picks)
+	tasks, err := q.pull(ctx, req.Epoch, req.Max)
 	if err != nil {
 		return pilotproto.PullResponse{}, err
 	}
@@ -55,112 +40,108 @@ func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotprot
 	return pilotproto.PullResponse{Tasks: tasks, CancelledJobs: cancelled}, nil
 }
 
-// planPull reads the ready jobs (no write lock) and decides, task by task,
-// whose job the next task comes from.
-func (q *Queue) planPull(ctx context.Context, want int) ([]*plannedJob, error) {
-	ready, err := q.st.ReadyJobs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if len(ready) == 0 {
-		return nil, nil
-	}
-	byUser := map[string]*candidate{}
-	var users []*candidate
-	for _, j := range ready {
-		c := byUser[j.Owner]
-		if c == nil {
-			c = &candidate{name: j.Owner}
-			byUser[j.Owner] = c
-			users = append(users, c)
-		}
-		c.jobs = append(c.jobs, &plannedJob{ReadyJob: j})
-	}
-	now := q.now()
-	q.mu.Lock()
-	highest := q.highest
-	for _, c := range users {
-		u := q.userLocked(c.name)
-		c.limits = u.limits
-		c.usage = q.usageLocked(u, now)
-	}
-	q.mu.Unlock()
-
-	var picks []*plannedJob
-	for len(picks) < want {
-		var best *candidate
-		bestPrio := 0.0
-		for _, c := range users {
-			if len(c.jobs) == 0 {
-				continue
-			}
-			p := fairshare.ComputedPriority(c.limits, c.usage, highest)
-			if p < 0 {
-				continue
-			}
-			if best == nil || p > bestPrio || (p == bestPrio && (c.picked < best.picked || (c.picked == best.picked && c.name < best.name))) {
-				best, bestPrio = c, p
-			}
-		}
-		if best == nil {
-			break
-		}
-		j := best.jobs[0]
-		if j.planned >= j.Waiting {
-			best.jobs = best.jobs[1:]
-			continue
-		}
-		picks = append(picks, j)
-		j.planned++
-		best.picked++
-		best.usage.RunningCores += j.Cores
-	}
-	return picks, nil
-}
-
-// assign hands the planned tasks out in fenced transactions of WriteChunk
-// tasks; a job that changed since the plan (cancelled, fewer waiting
-// tasks) gives fewer. Running cores are counted as each chunk commits.
-func (q *Queue) assign(ctx context.Context, epoch int64, picks []*plannedJob) ([]pilotproto.Task, error) {
-	out := make([]pilotproto.Task, 0, len(picks))
-	for len(picks) > 0 {
-		chunk := picks[:min(len(picks), q.cfg.WriteChunk)]
-		picks = picks[len(chunk):]
-		var takes []store.Take
-		at := map[int64]int{}
-		for _, j := range chunk {
-			i, ok := at[j.ID]
-			if !ok {
-				i = len(takes)
-				at[j.ID] = i
-				takes = append(takes, store.Take{Job: j.ID})
-			}
-			takes[i].N++
-		}
-		q.hook("assign")
+// pull plans and assigns chunk by chunk (WriteChunk tasks): each chunk is
+// planned from the mirror and assigned in one fenced transaction under one
+// hold of mu, so the mirror sees exactly what was handed out. The
+// tie-break counts of the pull last across its chunks.
+func (q *Queue) pull(ctx context.Context, epoch int64, want int) ([]pilotproto.Task, error) {
+	out := make([]pilotproto.Task, 0, min(want, 1024))
+	defer func() {
 		q.mu.Lock()
-		taken, err := q.st.Assign(ctx, epoch, q.now(), takes)
-		if err == nil {
-			cores := map[string]int{}
-			for _, j := range chunk {
-				if ts := taken.Tasks[j.ID]; len(ts) > 0 {
-					out = append(out, taskOf(j.ReadyJob, ts[0]))
-					taken.Tasks[j.ID] = ts[1:]
-					cores[j.Owner] += j.Cores
-				}
-			}
-			q.addRunningLocked(cores)
-		}
+		q.order.EndPull()
 		q.mu.Unlock()
+	}()
+	for len(out) < want {
+		q.hook("assign")
+		got, more, err := q.pullChunk(ctx, epoch, min(want-len(out), q.cfg.WriteChunk))
+		out = append(out, got...)
 		if err != nil {
 			if len(out) > 0 && (errors.Is(err, api.ErrStaleEpoch) || errors.Is(err, api.ErrLeaseExpired)) {
 				break // what is assigned is handed out; the master is fenced next time
 			}
-			return out, err
+			return nil, err
 		}
-		q.logChanges(taken.Changes)
+		if !more {
+			break
+		}
 	}
 	return out, nil
+}
+
+// pullChunk plans up to n tasks and assigns them; more is false when the
+// plan ran out of work.
+func (q *Queue) pullChunk(ctx context.Context, epoch int64, n int) (tasks []pilotproto.Task, more bool, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	q.slideLocked(now)
+	// Plan: each pick counts at once (running cores, waiting tasks), so
+	// the next pick sees it; a failed transaction gives every pick back.
+	picks := make([]*liveJob, 0, n)
+	var takes []store.Take
+	at := map[int64]int{}
+	for len(picks) < n {
+		name, _, ok := q.order.Next()
+		if !ok {
+			break
+		}
+		u := q.users[name]
+		j := u.ready[0]
+		picks = append(picks, j)
+		i, seen := at[j.ID]
+		if !seen {
+			i = len(takes)
+			at[j.ID] = i
+			takes = append(takes, store.Take{Job: j.ID})
+		}
+		takes[i].N++
+		j.Waiting--
+		u.running += j.Cores
+		q.order.Picked(name)
+		q.listLocked(j) // touches u
+		q.touchLocked(u)
+	}
+	if len(picks) == 0 {
+		return nil, false, nil
+	}
+	taken, err := q.st.Assign(ctx, epoch, now, takes)
+	if err != nil {
+		for _, j := range picks {
+			j.Waiting++
+			q.users[j.Owner].running -= j.Cores
+			q.listLocked(j)
+			q.touchLocked(q.users[j.Owner])
+		}
+		return nil, false, err
+	}
+	for _, id := range taken.Gone {
+		q.dropJobLocked(id)
+	}
+	q.jobChangesLocked(taken.Changes)
+	tasks = make([]pilotproto.Task, 0, len(picks))
+	short := map[int64]bool{}
+	for _, j := range picks {
+		if ts := taken.Tasks[j.ID]; len(ts) > 0 {
+			tasks = append(tasks, taskOf(j.ReadyJob, ts[0]))
+			taken.Tasks[j.ID] = ts[1:]
+			continue
+		}
+		// The mirror counted a task the table did not have: give the
+		// cores back and believe the table (no more waiting tasks).
+		u := q.users[j.Owner]
+		u.running -= j.Cores
+		q.touchLocked(u)
+		short[j.ID] = true
+	}
+	for id := range short {
+		if j := q.jobs[id]; j != nil {
+			q.log.Warn("a job had fewer waiting tasks than counted in memory; corrected", "job", id)
+			j.Waiting = 0
+			q.listLocked(j)
+		}
+	}
+	q.logChanges(taken.Changes)
+	return tasks, len(picks) == n, nil
 }
 
 func (q *Queue) logChanges(cs []store.JobChange) {

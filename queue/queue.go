@@ -40,15 +40,17 @@ import (
 //
 // Locks, in the only order they are ever taken:
 //
-//  1. pullMu: one pull at a time (the fair order is computed over all
-//     users, then handed out).
-//  2. mu: the in-memory mirror (users' limits, running cores and usage
-//     windows; the recommendation; pilot status). A write that changes
-//     what the mirror reflects holds mu from before its transaction until
-//     the mirror is updated, so the tables and the mirror change together
-//     for every other holder of mu (the reconciler reads the tables under
-//     mu). Writes that change nothing mirrored (lease, heartbeats, task
-//     inserts of a submission, tokens, settings) do not take it.
+//  1. pullMu: one pull at a time (a pull's tie-break counts live in the
+//     fair-share order until it ends).
+//  2. mu: the in-memory mirror (mirror.go: users' limits, running cores
+//     and usage windows, live jobs and their waiting counts, the
+//     fair-share order; the recommendation; pilot status). A write that
+//     changes what the mirror reflects holds mu from before its
+//     transaction until the mirror is updated, so the tables and the
+//     mirror change together for every other holder of mu (a pull plans
+//     and assigns under mu; the reconciler reads the tables under mu).
+//     Writes that change nothing mirrored (lease, heartbeats, a
+//     submission's task inserts, tokens, settings) do not take it.
 //  3. the store's writer connection (inside the store; it calls nothing
 //     back, so no lock is ever taken while a transaction is open).
 type Queue struct {
@@ -59,11 +61,13 @@ type Queue struct {
 
 	pullMu sync.Mutex
 
-	mu      sync.Mutex
-	users   map[string]*userState
-	highest float64 // highest baseline priority of any user
-	rec     recommendation
-	pilots  map[string]pilotSeen
+	mu     sync.Mutex
+	users  map[string]*userState
+	jobs   map[int64]*liveJob
+	order  *fairshare.Index // users with work, in intake order
+	window []windowMark     // usage events by arrival, for the sliding window
+	rec    recommendation
+	pilots map[string]pilotSeen
 	// orphansChecked is the newest epoch whose first heartbeat requeued
 	// the older epochs' tasks it did not list.
 	orphansChecked int64
@@ -77,15 +81,6 @@ type Queue struct {
 	wg     sync.WaitGroup
 	closed chan struct{}
 	once   sync.Once
-}
-
-// userState is a user's limits and live usage, kept in memory; the usage
-// table is a flushed copy.
-type userState struct {
-	limits  fairshare.Limits
-	running int                // cores of active tasks of live jobs
-	events  []store.UsageEvent // results in the window, oldest first
-	dirty   bool               // changed since the last flush
 }
 
 type recommendation struct {
@@ -124,7 +119,8 @@ func Open(cfg Config) (*Queue, error) {
 	}
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
-		users: map[string]*userState{}, pilots: map[string]pilotSeen{}, closed: make(chan struct{}),
+		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
+		pilots: map[string]pilotSeen{}, closed: make(chan struct{}),
 	}
 	ctx := context.Background()
 	if err := q.cleanupPartialSubmits(ctx); err != nil {

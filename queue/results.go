@@ -81,11 +81,17 @@ func (q *Queue) applyResults(ctx context.Context, epoch int64, results []pilotpr
 // results the store applied. q.mu must be held.
 func (q *Queue) applyMirrorLocked(a store.Applied) {
 	q.addRunningLocked(a.Running)
+	touched := map[*userState]bool{}
 	for _, e := range a.Events {
 		u := q.userLocked(e.Owner)
-		u.events = append(u.events, e.Event)
-		u.dirty = true
+		q.addEventLocked(u, e.Event)
+		touched[u] = true
 	}
+	for u := range touched {
+		q.touchLocked(u)
+	}
+	q.addWaitingLocked(a.Waiting)
+	q.jobChangesLocked(a.Changes)
 }
 
 // Heartbeat keeps the listed attempts alive (ASSIGNED or ZOMBIE become

@@ -236,7 +236,16 @@ func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Jo
 		q.dropJob(id)
 		return api.Job{}, err
 	}
-	if err := q.st.ActivateJob(ctx, id, out, len(names)); err != nil {
+	q.mu.Lock()
+	err = q.st.ActivateJob(ctx, id, out, len(names))
+	if err == nil {
+		j := &liveJob{store.ReadyJob{ID: id, Owner: owner, Dataset: n.dataset, OutputDir: out, Command: n.command, Price: n.price,
+			Cores: n.cores, BatchSize: n.batchSize, TimeoutS: n.timeoutS, Waiting: len(names)}}
+		q.jobs[id] = j
+		q.listLocked(j)
+	}
+	q.mu.Unlock()
+	if err != nil {
 		q.dropJob(id)
 		return api.Job{}, err
 	}

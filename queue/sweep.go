@@ -41,6 +41,8 @@ func (q *Queue) sweepExpired(ctx context.Context) error {
 		x, err := q.st.ExpireZombies(ctx, cut, now, q.cfg.WriteChunk)
 		if err == nil {
 			q.addRunningLocked(x.Running)
+			q.addWaitingLocked(x.Waiting)
+			q.jobChangesLocked(x.Changes)
 		}
 		q.mu.Unlock()
 		if err != nil {
@@ -63,7 +65,12 @@ func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 		return err
 	}
 	for _, id := range ids {
+		q.mu.Lock()
 		_, ok, err := q.st.ExpireJob(ctx, id, now)
+		if ok {
+			q.dropJobLocked(id)
+		}
+		q.mu.Unlock()
 		if err != nil {
 			return err
 		}

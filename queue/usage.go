@@ -1,9 +1,11 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 
@@ -22,54 +24,6 @@ func validUserName(name string) error {
 	return nil
 }
 
-// userLocked returns the in-memory state of a user, creating it with the
-// default limits. q.mu must be held.
-func (q *Queue) userLocked(name string) *userState {
-	u := q.users[name]
-	if u == nil {
-		u = &userState{limits: q.cfg.DefaultLimits, dirty: true}
-		q.users[name] = u
-		q.recomputeHighestLocked()
-	}
-	return u
-}
-
-func (q *Queue) recomputeHighestLocked() {
-	h := 0.0
-	for _, u := range q.users {
-		h = max(h, u.limits.Priority)
-	}
-	q.highest = h
-}
-
-// usageLocked returns the user's usage, sliding the window first.
-func (q *Queue) usageLocked(u *userState, now time.Time) fairshare.Usage {
-	cut := now.Add(-q.cfg.UsageWindow).UnixMilli()
-	i := 0
-	for i < len(u.events) && u.events[i].At <= cut {
-		i++
-	}
-	if i > 0 {
-		u.events = append(u.events[:0], u.events[i:]...)
-		u.dirty = true
-	}
-	us := fairshare.Usage{RunningCores: u.running}
-	for _, e := range u.events {
-		us.CPUTime24h += e.CPU
-		us.Cost24h += e.Cost
-	}
-	return us
-}
-
-// addRunningLocked applies a change of running cores per owner.
-func (q *Queue) addRunningLocked(delta map[string]int) {
-	for owner, c := range delta {
-		u := q.userLocked(owner)
-		u.running += c
-		u.dirty = true
-	}
-}
-
 // ensureUser makes sure a users row exists (new users get the defaults).
 func (q *Queue) ensureUser(ctx context.Context, name string) error {
 	q.mu.Lock()
@@ -83,14 +37,10 @@ func (q *Queue) ensureUser(ctx context.Context, name string) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.cfg.DefaultLimits
-	if err := q.st.EnsureUser(ctx, name, l, q.now()); err != nil {
+	if err := q.st.EnsureUser(ctx, name, q.cfg.DefaultLimits, q.now()); err != nil {
 		return fmt.Errorf("create user %s: %w", name, err)
 	}
-	if _, ok := q.users[name]; !ok {
-		q.users[name] = &userState{limits: l, dirty: true}
-		q.recomputeHighestLocked()
-	}
+	q.userLocked(name)
 	return nil
 }
 
@@ -125,9 +75,12 @@ func (q *Queue) SetUser(ctx context.Context, name string, s api.UserSettings) (a
 		return api.User{}, fmt.Errorf("set user %s: %w", name, err)
 	}
 	u := q.userLocked(name)
+	lowered := l.Priority < u.limits.Priority
 	u.limits = l
-	u.dirty = true
-	q.recomputeHighestLocked()
+	q.touchLocked(u)
+	if lowered || l.Priority > q.order.Highest() {
+		q.recomputeHighestLocked()
+	}
 	q.mu.Unlock()
 	return q.User(ctx, name)
 }
@@ -140,10 +93,10 @@ func (q *Queue) Users(ctx context.Context) ([]api.User, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.now()
+	q.slideLocked(q.now())
 	out := make([]api.User, 0, len(q.users))
 	for name, u := range q.users {
-		out = append(out, q.userViewLocked(name, u, now, waiting[name]))
+		out = append(out, q.userViewLocked(u, waiting[name]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -164,25 +117,31 @@ func (q *Queue) User(ctx context.Context, name string) (api.User, error) {
 	if !ok {
 		return api.User{}, fmt.Errorf("%w %q", api.ErrUnknownUser, name)
 	}
-	return q.userViewLocked(name, u, q.now(), waiting[name]), nil
+	q.slideLocked(q.now())
+	return q.userViewLocked(u, waiting[name]), nil
 }
 
-func (q *Queue) userViewLocked(name string, u *userState, now time.Time, waiting int) api.User {
-	us := q.usageLocked(u, now)
+func (q *Queue) userViewLocked(u *userState, waiting int) api.User {
+	us := u.usage()
 	return api.User{
-		Name: name, Priority: u.limits.Priority, MaxCores: u.limits.MaxParallelJobs,
+		Name: u.name, Priority: u.limits.Priority, MaxCores: u.limits.MaxParallelJobs,
 		MaxCPUTime: u.limits.MaxTotalRunningTime, MaxCost: u.limits.MaxTotalCpuCost,
 		RunningCores: us.RunningCores, CPUTime24h: us.CPUTime24h, Cost24h: us.Cost24h,
-		ComputedPriority: fairshare.ComputedPriority(u.limits, us, q.highest), WaitingTasks: waiting,
+		ComputedPriority: fairshare.ComputedPriority(u.limits, us, q.order.Highest()), WaitingTasks: waiting,
 	}
 }
 
-// Reconcile recomputes every user's limits, running cores and windowed
-// usage from the tables, correcting any drift of the in-memory mirror. It
-// holds q.mu while it reads, so no mirrored write commits in between.
+// Reconcile rebuilds the in-memory mirror from the tables: every user's
+// limits, running cores and windowed usage, the live jobs and their
+// waiting counts, and the fair-share order, correcting any drift. It holds
+// q.mu while it reads, so no mirrored write commits in between, and
+// pullMu, so no pull is half way through with its tie-break counts.
 func (q *Queue) Reconcile(ctx context.Context) error {
+	q.pullMu.Lock()
+	defer q.pullMu.Unlock()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	now := q.now()
 	limits, err := q.st.Users(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
@@ -191,31 +150,57 @@ func (q *Queue) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	events, err := q.st.UsageEvents(ctx, q.now().Add(-q.cfg.UsageWindow))
+	events, err := q.st.UsageEvents(ctx, now.Add(-q.cfg.UsageWindow))
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	live, err := q.st.LiveJobs(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	users := make(map[string]*userState, len(limits))
+	highest := 0.0
+	var window []windowMark
 	for n, l := range limits {
-		u := q.users[n]
-		if u == nil {
-			u = &userState{}
-			q.users[n] = u
+		u := &userState{name: n, limits: l, running: running[n], dirty: true}
+		if old := q.users[n]; old != nil && old.running != u.running {
+			q.log.Debug("reconciled running cores", "user", n, "memory", old.running, "tasks", u.running)
 		}
-		u.limits = l
+		for _, e := range events[n] {
+			if k := len(u.events); k > 0 && u.events[k-1].At == e.At {
+				u.events[k-1].CPU += e.CPU
+				u.events[k-1].Cost += e.Cost
+			} else {
+				u.events = append(u.events, e)
+				window = append(window, windowMark{n, e.At})
+			}
+			u.cpu += e.CPU
+			u.cost += e.Cost
+		}
+		users[n] = u
+		highest = max(highest, l.Priority)
 	}
-	for n, u := range q.users {
-		if _, ok := limits[n]; !ok {
-			delete(q.users, n) // no row: not a user (cannot happen through the API)
-			continue
+	slices.SortStableFunc(window, func(a, b windowMark) int { return cmp.Compare(a.at, b.at) })
+	jobs := make(map[int64]*liveJob, len(live))
+	for _, r := range live { // by price, then FIFO: each user's list comes out in order
+		j := &liveJob{ReadyJob: r}
+		jobs[r.ID] = j
+		u := users[r.Owner]
+		if u == nil { // a job without a users row (not through the API): default limits
+			u = &userState{name: r.Owner, limits: q.cfg.DefaultLimits, dirty: true}
+			users[r.Owner] = u
+			highest = max(highest, u.limits.Priority)
 		}
-		if u.running != running[n] {
-			q.log.Debug("reconciled running cores", "user", n, "memory", u.running, "tasks", running[n])
+		if r.Waiting > 0 {
+			u.ready = append(u.ready, j)
 		}
-		u.running = running[n]
-		u.events = events[n]
-		u.dirty = true
 	}
-	q.recomputeHighestLocked()
+	q.users, q.jobs, q.window = users, jobs, window
+	q.order = fairshare.NewIndex()
+	q.order.SetHighest(highest)
+	for _, u := range users {
+		q.touchLocked(u)
+	}
 	return nil
 }
 
@@ -234,12 +219,13 @@ func (q *Queue) FlushUsage(ctx context.Context) (FlushStats, error) {
 	var rows []store.UsageRow
 	now := q.now()
 	q.mu.Lock()
+	q.slideLocked(now)
 	for n, u := range q.users {
-		us := q.usageLocked(u, now)
 		if !u.dirty {
 			continue
 		}
-		rows = append(rows, store.UsageRow{User: n, Usage: us, Priority: fairshare.ComputedPriority(u.limits, us, q.highest)})
+		us := u.usage()
+		rows = append(rows, store.UsageRow{User: n, Usage: us, Priority: fairshare.ComputedPriority(u.limits, us, q.order.Highest())})
 		u.dirty = false
 	}
 	q.mu.Unlock()

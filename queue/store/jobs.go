@@ -156,28 +156,6 @@ func (s *Store) SubmittingJobs(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
-// refreshJob recomputes a job's state from its counters inside tx
-// (rules.JobState) and reports the change, if any.
-func refreshJob(ctx context.Context, tx *sql.Tx, id int64, now time.Time) (from, to string, err error) {
-	var started int64
-	var c rules.Counts
-	err = tx.QueryRowContext(ctx, `SELECT state, started_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed FROM jobs WHERE id = ?`, id).
-		Scan(&from, &started, &c.Total, &c.Waiting, &c.Active, &c.Done, &c.Failed, &c.Killed)
-	if err != nil {
-		return "", "", fmt.Errorf("job %d: %w", id, err)
-	}
-	to = rules.JobState(from, started > 0, c)
-	if to == from {
-		return from, to, nil
-	}
-	fin := int64(0)
-	if api.JobFinal(to) {
-		fin = ms(now)
-	}
-	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ? WHERE id = ?`, to, fin, id)
-	return from, to, err
-}
-
 // JobChange is a job's state change made by a write.
 type JobChange struct {
 	Job      int64

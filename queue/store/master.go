@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -14,7 +13,8 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// ReadyJob is a live job with waiting tasks, as a pull plans with it.
+// ReadyJob is a live job (WAITING or RUNNING) as a pull plans with it:
+// what its tasks are made of, and how many wait.
 type ReadyJob struct {
 	ID                        int64
 	Owner, Dataset, OutputDir string
@@ -24,13 +24,13 @@ type ReadyJob struct {
 	TimeoutS                  int64
 }
 
-// ReadyJobs reads the live jobs with waiting tasks, by price (highest
+// LiveJobs reads every live job (WAITING or RUNNING), by price (highest
 // first), then FIFO.
-func (s *Store) ReadyJobs(ctx context.Context) ([]ReadyJob, error) {
+func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
-		FROM jobs WHERE state IN ('WAITING', 'RUNNING') AND n_waiting > 0 ORDER BY price DESC, id`)
+		FROM jobs WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
 	if err != nil {
-		return nil, fmt.Errorf("list ready jobs: %w", err)
+		return nil, fmt.Errorf("list live jobs: %w", err)
 	}
 	defer rows.Close()
 	var out []ReadyJob
@@ -38,7 +38,7 @@ func (s *Store) ReadyJobs(ctx context.Context) ([]ReadyJob, error) {
 		var j ReadyJob
 		var cmd string
 		if err := rows.Scan(&j.ID, &j.Owner, &j.Dataset, &j.OutputDir, &cmd, &j.Price, &j.Cores, &j.BatchSize, &j.TimeoutS, &j.Waiting); err != nil {
-			return nil, fmt.Errorf("list ready jobs: %w", err)
+			return nil, fmt.Errorf("list live jobs: %w", err)
 		}
 		if err := json.Unmarshal([]byte(cmd), &j.Command); err != nil {
 			return nil, fmt.Errorf("job %d: stored command: %w", j.ID, err)
@@ -66,67 +66,89 @@ type Taken struct {
 	// Tasks maps a job to its tasks handed out, lowest id (FIFO) first.
 	// A job that is no longer live, or has fewer waiting tasks than asked
 	// for, gives fewer.
-	Tasks   map[int64][]TakenTask
+	Tasks map[int64][]TakenTask
+	// Gone lists the jobs asked for that are no longer live.
+	Gone    []int64
 	Changes []JobChange
 }
 
 // Assign hands out, for each take, the job's waiting tasks of lowest id,
 // marking them ASSIGNED to the lease holder under epoch, in one fenced
-// transaction.
+// transaction of four statements whatever the number of takes.
 func (s *Store) Assign(ctx context.Context, epoch int64, now time.Time, takes []Take) (Taken, error) {
 	var out Taken
 	err := s.fenced(ctx, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
-		upd, err := tx.PrepareContext(ctx, `UPDATE tasks SET state = 'ASSIGNED', attempt = attempt + 1, epoch = ?, pilot = ?, assigned_at = ?, heartbeat_at = ?,
-			wait_ms = wait_ms + (? - queued_at)
-			WHERE id IN (SELECT id FROM tasks WHERE job_id = ? AND state = 'WAITING' ORDER BY id LIMIT ?) RETURNING id, name, attempt`)
+		ids := make([]int64, 0, len(takes))
+		for _, t := range takes {
+			ids = append(ids, t.Job)
+		}
+		jobs, err := readJobs(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
-		defer upd.Close()
+		want := make([][2]int64, 0, len(takes))
 		for _, t := range takes {
-			var state string
-			if err := tx.QueryRowContext(ctx, `SELECT state FROM jobs WHERE id = ?`, t.Job).Scan(&state); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-			if !rules.JobLive(state) || t.N <= 0 {
+			j := jobs[t.Job]
+			if j == nil || !rules.JobLive(j.state) {
+				out.Gone = append(out.Gone, t.Job)
+				delete(jobs, t.Job)
 				continue
 			}
-			rows, err := upd.QueryContext(ctx, epoch, l.Holder, ms(now), ms(now), ms(now), t.Job, t.N)
-			if err != nil {
-				return err
-			}
-			var got []TakenTask
-			for rows.Next() {
-				var tk TakenTask
-				if err := rows.Scan(&tk.ID, &tk.Name, &tk.Attempt); err != nil {
-					rows.Close()
-					return err
-				}
-				got = append(got, tk)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if len(got) == 0 {
-				continue
-			}
-			slices.SortFunc(got, func(a, b TakenTask) int { return cmp.Compare(a.ID, b.ID) })
-			out.Tasks[t.Job] = append(out.Tasks[t.Job], got...)
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET n_waiting = n_waiting - ?, n_active = n_active + ?,
-				started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END WHERE id = ?`, len(got), len(got), ms(now), t.Job); err != nil {
-				return err
-			}
-			from, to, err := refreshJob(ctx, tx, t.Job, now)
-			if err != nil {
-				return err
-			}
-			if from != to {
-				out.Changes = append(out.Changes, JobChange{t.Job, from, to})
+			if t.N > 0 {
+				want = append(want, [2]int64{t.Job, int64(t.N)})
 			}
 		}
-		return nil
+		if len(want) == 0 {
+			return nil
+		}
+		arg, err := jsonArg(want)
+		if err != nil {
+			return err
+		}
+		// pick walks each job's WAITING tasks in id order through the
+		// (job_id, state, id) index: one seek per task handed out.
+		rows, err := tx.QueryContext(ctx, `WITH RECURSIVE w(job, n) AS (SELECT value->>0, value->>1 FROM jsonb_each(?1)),
+			pick(job, n, id) AS (
+				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' ORDER BY id LIMIT 1) FROM w
+				UNION ALL
+				SELECT job, n - 1, (SELECT id FROM tasks WHERE job_id = pick.job AND state = 'WAITING' AND id > pick.id ORDER BY id LIMIT 1)
+				FROM pick WHERE n > 1 AND id IS NOT NULL)
+			UPDATE tasks SET state = 'ASSIGNED', attempt = attempt + 1, epoch = ?2, pilot = ?3, assigned_at = ?4, heartbeat_at = ?4,
+				wait_ms = wait_ms + (?4 - queued_at)
+			WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL) RETURNING id, job_id, name, attempt`, arg, epoch, l.Holder, ms(now))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var tk TakenTask
+			var job int64
+			if err := rows.Scan(&tk.ID, &job, &tk.Name, &tk.Attempt); err != nil {
+				rows.Close()
+				return err
+			}
+			out.Tasks[job] = append(out.Tasks[job], tk)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for id, ts := range out.Tasks {
+			slices.SortFunc(ts, func(a, b TakenTask) int { return cmp.Compare(a.ID, b.ID) })
+			j := jobs[id]
+			j.c.Waiting -= len(ts)
+			j.c.Active += len(ts)
+			if j.started == 0 {
+				j.started = ms(now)
+			}
+		}
+		for id := range jobs {
+			if len(out.Tasks[id]) == 0 {
+				delete(jobs, id) // nothing changed
+			}
+		}
+		out.Changes, err = writeJobs(ctx, tx, jobs, now)
+		return err
 	})
 	if err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
@@ -156,27 +178,14 @@ type Applied struct {
 // idempotent by (task, attempt): a result recorded before is a duplicate
 // and changes nothing; a result for an attempt that is not current
 // (rules.ActiveTask.Current) is recorded for usage but changes no task;
-// a current one moves its task as rules.AfterResult says.
+// a current one moves its task as rules.AfterResult says. Five statements
+// whatever the number of results.
 func (s *Store) ApplyResults(ctx context.Context, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
 	err := s.fenced(ctx, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
-		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
-		touched := map[int64]bool{}
-		for _, r := range results {
-			if err := applyResult(ctx, tx, r, now, &a, touched); err != nil {
-				return err
-			}
-		}
-		for id := range touched {
-			from, to, err := refreshJob(ctx, tx, id, now)
-			if err != nil {
-				return err
-			}
-			if from != to {
-				a.Changes = append(a.Changes, JobChange{id, from, to})
-			}
-		}
-		return nil
+		var err error
+		a, err = applyResults(ctx, tx, results, now)
+		return err
 	})
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply results: %w", err)
@@ -184,70 +193,123 @@ func (s *Store) ApplyResults(ctx context.Context, epoch int64, now time.Time, re
 	return a, nil
 }
 
-var counterColumn = map[rules.Counter]string{rules.ToWaiting: "n_waiting", rules.ToDone: "n_done", rules.ToFailed: "n_failed"}
+// resultTask is what applying a result needs of its task.
+type resultTask struct {
+	found, recorded bool
+	task            rules.ActiveTask
+	job             int64
+}
 
-func applyResult(ctx context.Context, tx *sql.Tx, r pilotproto.Result, now time.Time, a *Applied, touched map[int64]bool) error {
-	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM results WHERE task_id = ? AND attempt = ?`, r.TaskID, r.Attempt).Scan(&one)
-	if err == nil {
-		a.Duplicates++
-		return nil
+func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, now time.Time) (Applied, error) {
+	a := Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
+	keys := make([][2]int64, len(results))
+	for i, r := range results {
+		keys[i] = [2]int64{r.TaskID, int64(r.Attempt)}
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return err
-	}
-	var t rules.ActiveTask
-	var job int64
-	var owner string
-	var cores int
-	var price float64
-	err = tx.QueryRowContext(ctx, `SELECT t.state, t.attempt, t.tries, t.job_id, j.owner, j.cores, j.price, j.max_attempts, j.state
-		FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = ?`, r.TaskID).
-		Scan(&t.State, &t.Attempt, &t.Tries, &job, &owner, &cores, &price, &t.MaxAttempts, &t.JobState)
-	if errors.Is(err, sql.ErrNoRows) {
-		a.Ignored++
-		return nil
-	}
+	arg, err := jsonArg(keys)
 	if err != nil {
-		return err
+		return a, err
 	}
-	current := t.Current(r.Attempt)
-	cpu := float64(cores) * float64(r.DurationMS) / 1000
-	ev := UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * price}
-	if _, err = tx.ExecContext(ctx, `INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.TaskID, r.Attempt, job, owner, r.Status, r.ExitCode, r.StartedAt, r.DurationMS, r.Pilot, r.ErrorTail, ev.CPU, ev.Cost, ms(now), current); err != nil {
-		return err
+	rows, err := tx.QueryContext(ctx, `SELECT r.key, t.id IS NOT NULL, coalesce(t.state, ''), coalesce(t.attempt, 0), coalesce(t.tries, 0), coalesce(t.job_id, 0),
+			EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)
+		FROM jsonb_each(?) AS r LEFT JOIN tasks t ON t.id = r.value->>0`, arg)
+	if err != nil {
+		return a, err
 	}
-	a.Events = append(a.Events, OwnedEvent{owner, ev})
-	if !current {
-		a.Ignored++
-		return nil
+	info := make([]resultTask, len(results))
+	var jobIDs []int64
+	for rows.Next() {
+		var i int
+		var rt resultTask
+		if err := rows.Scan(&i, &rt.found, &rt.task.State, &rt.task.Attempt, &rt.task.Tries, &rt.job, &rt.recorded); err != nil {
+			rows.Close()
+			return a, err
+		}
+		info[i] = rt
+		if rt.found {
+			jobIDs = append(jobIDs, rt.job)
+		}
 	}
-	tr := rules.AfterResult(t, r.Status)
-	inc, fin := 0, int64(0)
-	if tr.CountsTry {
-		inc = 1
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return a, err
 	}
-	if tr.Final() {
-		fin = ms(now)
+	jobs, err := readJobs(ctx, tx, jobIDs)
+	if err != nil {
+		return a, err
 	}
-	if _, err = tx.ExecContext(ctx, `UPDATE tasks SET state = ?, tries = tries + ?, exit_code = ?, last_error = ?, finished_at = ?,
-		queued_at = CASE WHEN ? THEN ? ELSE queued_at END WHERE id = ?`,
-		tr.State, inc, r.ExitCode, r.ErrorTail, fin, !tr.Final(), ms(now), r.TaskID); err != nil {
-		return err
+	var inserts, updates [][]any
+	seen := make(map[[2]int64]bool, len(results))
+	touched := map[int64]*jobRow{}
+	for i, r := range results {
+		rt := info[i]
+		if rt.recorded || seen[keys[i]] {
+			a.Duplicates++
+			continue
+		}
+		j := jobs[rt.job]
+		if !rt.found || j == nil {
+			a.Ignored++
+			continue
+		}
+		seen[keys[i]] = true
+		rt.task.MaxAttempts, rt.task.JobState = j.maxTries, j.from
+		current := rt.task.Current(r.Attempt)
+		cpu := float64(j.cores) * float64(r.DurationMS) / 1000
+		ev := UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}
+		inserts = append(inserts, []any{r.TaskID, r.Attempt, rt.job, j.owner, r.Status, r.ExitCode, r.StartedAt, r.DurationMS, r.Pilot, r.ErrorTail, ev.CPU, ev.Cost, current})
+		a.Events = append(a.Events, OwnedEvent{j.owner, ev})
+		if !current {
+			a.Ignored++
+			continue
+		}
+		tr := rules.AfterResult(rt.task, r.Status)
+		inc, fin := 0, int64(0)
+		if tr.CountsTry {
+			inc = 1
+		}
+		if tr.Final() {
+			fin = ms(now)
+		}
+		updates = append(updates, []any{r.TaskID, tr.State, inc, r.ExitCode, r.ErrorTail, fin, !tr.Final()})
+		j.c.Active--
+		switch tr.Counter {
+		case rules.ToWaiting:
+			j.c.Waiting++
+			a.Waiting[rt.job]++
+		case rules.ToDone:
+			j.c.Done++
+		case rules.ToFailed:
+			j.c.Failed++
+		}
+		touched[rt.job] = j
+		a.Applied++
+		a.Running[j.owner] -= j.cores
 	}
-	col := counterColumn[tr.Counter]
-	if _, err = tx.ExecContext(ctx, `UPDATE jobs SET n_active = n_active - 1, `+col+` = `+col+` + 1 WHERE id = ?`, job); err != nil {
-		return err
+	if len(inserts) > 0 {
+		arg, err := jsonArg(inserts)
+		if err != nil {
+			return a, err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied)
+			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, ?2, value->>12
+			FROM jsonb_each(?1)`, arg, ms(now)); err != nil {
+			return a, fmt.Errorf("record results: %w", err)
+		}
 	}
-	a.Applied++
-	a.Running[owner] -= cores
-	if !tr.Final() {
-		a.Waiting[job]++
+	if len(updates) > 0 {
+		arg, err := jsonArg(updates)
+		if err != nil {
+			return a, err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = d.v->>1, tries = tries + (d.v->>2), exit_code = d.v->>3, last_error = d.v->>4, finished_at = d.v->>5,
+			queued_at = CASE WHEN d.v->>6 THEN ?2 ELSE queued_at END
+			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now)); err != nil {
+			return a, fmt.Errorf("update tasks: %w", err)
+		}
 	}
-	touched[job] = true
-	return nil
+	a.Changes, err = writeJobs(ctx, tx, touched, now)
+	return a, err
 }
 
 // Heartbeat renews the lease of epoch and keeps the listed attempts alive
@@ -264,17 +326,18 @@ func (s *Store) Heartbeat(ctx context.Context, epoch int64, now time.Time, ttl t
 		if len(refs) == 0 {
 			return nil
 		}
-		stmt, err := tx.PrepareContext(ctx, `UPDATE tasks SET state = 'RUNNING', heartbeat_at = ? WHERE id = ? AND attempt = ? AND state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`)
+		keys := make([][2]int64, len(refs))
+		for i, r := range refs {
+			keys[i] = [2]int64{r.TaskID, int64(r.Attempt)}
+		}
+		arg, err := jsonArg(keys)
 		if err != nil {
 			return err
 		}
-		defer stmt.Close()
-		for _, r := range refs {
-			if _, err := stmt.ExecContext(ctx, ms(now), r.TaskID, r.Attempt); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'RUNNING', heartbeat_at = ?2
+			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d
+			WHERE tasks.id = d.v->>0 AND tasks.attempt = d.v->>1 AND tasks.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, arg, ms(now))
+		return err
 	})
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)

@@ -42,61 +42,66 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 	var x Expired
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
-		rows, err := tx.QueryContext(ctx, `SELECT t.id, t.job_id, t.tries, j.max_attempts, j.cores, j.owner FROM tasks t JOIN jobs j ON j.id = t.job_id
+		rows, err := tx.QueryContext(ctx, `SELECT t.id, t.job_id, t.tries FROM tasks t JOIN jobs j ON j.id = t.job_id
 			WHERE t.state = 'ZOMBIE' AND t.heartbeat_at < ? AND j.state IN ('WAITING', 'RUNNING') LIMIT ?`, ms(cut), limit)
 		if err != nil {
 			return err
 		}
 		type zombie struct {
-			id, job           int64
-			tries, max, cores int
-			owner             string
+			id, job int64
+			tries   int
 		}
 		var list []zombie
+		var ids []int64
 		for rows.Next() {
 			var z zombie
-			if err := rows.Scan(&z.id, &z.job, &z.tries, &z.max, &z.cores, &z.owner); err != nil {
+			if err := rows.Scan(&z.id, &z.job, &z.tries); err != nil {
 				rows.Close()
 				return err
 			}
 			list = append(list, z)
+			ids = append(ids, z.job)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		touched := map[int64]bool{}
+		if len(list) == 0 {
+			return nil
+		}
+		jobs, err := readJobs(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		updates := make([][]any, 0, len(list))
 		for _, z := range list {
-			tr := rules.AfterExpiry(z.tries, z.max)
+			j := jobs[z.job]
+			tr := rules.AfterExpiry(z.tries, j.maxTries)
 			fin := int64(0)
 			if tr.Final() {
 				fin = ms(now)
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = ?, tries = tries + 1, queued_at = ?, finished_at = ?, last_error = 'no heartbeat: expired' WHERE id = ?`,
-				tr.State, ms(now), fin, z.id); err != nil {
-				return err
-			}
-			col := counterColumn[tr.Counter]
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET n_active = n_active - 1, `+col+` = `+col+` + 1 WHERE id = ?`, z.job); err != nil {
-				return err
-			}
-			x.Running[z.owner] -= z.cores
-			if !tr.Final() {
+			updates = append(updates, []any{z.id, tr.State, fin})
+			j.c.Active--
+			if tr.Counter == rules.ToWaiting {
+				j.c.Waiting++
 				x.Waiting[z.job]++
+			} else {
+				j.c.Failed++
 			}
-			touched[z.job] = true
+			x.Running[j.owner] -= j.cores
 		}
-		for id := range touched {
-			from, to, err := refreshJob(ctx, tx, id, now)
-			if err != nil {
-				return err
-			}
-			if from != to {
-				x.Changes = append(x.Changes, JobChange{id, from, to})
-			}
+		arg, err := jsonArg(updates)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = d.v->>1, tries = tries + 1, queued_at = ?2, finished_at = d.v->>2, last_error = 'no heartbeat: expired'
+			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now)); err != nil {
+			return err
 		}
 		x.Tasks = len(list)
-		return nil
+		x.Changes, err = writeJobs(ctx, tx, jobs, now)
+		return err
 	})
 	if err != nil {
 		return Expired{}, fmt.Errorf("sweep expired tasks: %w", err)

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/rules"
+)
+
+// Batches go to SQLite as one JSON array bound to one parameter and read
+// with json_each, so a chunk of hundreds of rows is a handful of
+// statements: each statement through database/sql and cgo costs tens of
+// microseconds on a loaded machine, more than SQLite's own work per row.
+
+func jsonArg(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// jobRow is a job's state and counters, read and written inside one
+// transaction so the state can be derived in Go (rules.JobState).
+type jobRow struct {
+	id       int64
+	state    string
+	owner    string
+	cores    int
+	price    float64
+	maxTries int
+	started  int64
+	finished int64
+	c        rules.Counts
+	from     string // the state when read
+}
+
+// readJobs reads the rows of the jobs ids (missing ones are left out).
+func readJobs(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error) {
+	arg, err := jsonArg(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, state, owner, cores, price, max_attempts, started_at, finished_at,
+		n_total, n_waiting, n_active, n_done, n_failed, n_killed FROM jobs WHERE id IN (SELECT value FROM jsonb_each(?))`, arg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[int64]*jobRow, len(ids))
+	for rows.Next() {
+		j := &jobRow{}
+		if err := rows.Scan(&j.id, &j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished,
+			&j.c.Total, &j.c.Waiting, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed); err != nil {
+			return nil, err
+		}
+		j.from = j.state
+		out[j.id] = j
+	}
+	return out, rows.Err()
+}
+
+// writeJobs derives each job's state from its counters (rules.JobState),
+// writes counters and state back in one statement and returns the state
+// changes.
+func writeJobs(ctx context.Context, tx *sql.Tx, jobs map[int64]*jobRow, now time.Time) ([]JobChange, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	var changes []JobChange
+	rows := make([][]any, 0, len(jobs))
+	for _, j := range jobs {
+		j.state = rules.JobState(j.from, j.started > 0, j.c)
+		if j.state != j.from {
+			changes = append(changes, JobChange{j.id, j.from, j.state})
+			j.finished = 0
+			if api.JobFinal(j.state) {
+				j.finished = ms(now)
+			}
+		}
+		rows = append(rows, []any{j.id, j.state, j.started, j.finished, j.c.Waiting, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed})
+	}
+	arg, err := jsonArg(rows)
+	if err != nil {
+		return nil, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = d.v->>1, started_at = d.v->>2, finished_at = d.v->>3,
+		n_waiting = d.v->>4, n_active = d.v->>5, n_done = d.v->>6, n_failed = d.v->>7, n_killed = d.v->>8
+		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0`, arg)
+	if err != nil {
+		return nil, fmt.Errorf("update jobs: %w", err)
+	}
+	return changes, nil
+}
