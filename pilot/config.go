@@ -23,6 +23,7 @@ type Config struct {
 
 	StopBefore time.Duration // stop this long before the deadline (the batch system's kill follows)
 	LeaseRetry time.Duration // wait between lease questions while no master is known
+	LeasePoll  time.Duration // wait between lease questions once a dead master's lease has run out
 
 	Master master.Config // PilotID, Address, Epoch, CheckpointPath, Token are filled in
 	Worker worker.Config // ID, PilotID, Slots, Deadline, Token are filled in
@@ -33,7 +34,7 @@ type Config struct {
 // DefaultConfig returns production defaults.
 func DefaultConfig() Config {
 	return Config{
-		Slots: 1, Listen: "0.0.0.0:0", StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second,
+		Slots: 1, Listen: "0.0.0.0:0", StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
 		Master: master.DefaultConfig(), Worker: worker.DefaultConfig(), Logger: slog.Default(),
 	}
 }
@@ -55,7 +56,7 @@ func (c Config) Validate() error {
 		return bad("slots %d: want at least 1", c.Slots)
 	case c.Listen == "":
 		return bad("listen address is empty")
-	case c.StopBefore < 0 || c.LeaseRetry <= 0:
+	case c.StopBefore < 0 || c.LeaseRetry <= 0 || c.LeasePoll <= 0:
 		return bad("durations must be positive")
 	case c.Logger == nil:
 		return bad("Logger must be set")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -32,12 +33,13 @@ func buildHarvest(t *testing.T) string {
 	return bin
 }
 
-func startPilotProcess(t *testing.T, bin string, r *realQueue, id string) *exec.Cmd {
+func startPilotProcess(t *testing.T, bin string, r *realQueue, id string, extra ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "pilot", "--queue", r.url, "--state-dir", r.state, "--pilot-id", id, "--slots", "2",
+	args := []string{"pilot", "--queue", r.url, "--state-dir", r.state, "--pilot-id", id, "--slots", "2",
 		"--listen", "127.0.0.1:0", "--advertise", "127.0.0.1", "--safety-margin", "0",
 		"--master-grace", "500ms", "--worker-timeout", "2s", "--reconnect-grace", "2s", "--heartbeat", "200ms",
-		"--log-level", "warn")
+		"--log-level", "warn"}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Env = append(os.Environ(), "HARVEST_PILOT_TOKEN="+pilotToken)
 	logf, _ := os.Create(filepath.Join(r.state, "pilot-"+id+".log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -117,4 +119,48 @@ func TestKillDashNineOfMasterAndWorkerLosesNoTask(t *testing.T) {
 	}
 	reruns := outputsOnce(t, got.OutputDir, n)
 	t.Logf("tasks re-run after the kills (their first run was lost with the killed pilots): %d", reruns)
+}
+
+// TestKillDashNineOfTheMasterResumesDispatchWithinTheLeaseTTL is issue 13
+// item 12 with real pilot processes: the master's pilot is killed with
+// SIGKILL while workers wait on it. Their master grace is a minute, so
+// only the refused connection can send them back to the lease; the lease
+// (3 s TTL, renewed every second) runs out, a survivor becomes master and
+// results flow again within the TTL and a moment, not after the grace.
+// Every task ends done once in the queue, every output exists.
+func TestKillDashNineOfTheMasterResumesDispatchWithinTheLeaseTTL(t *testing.T) {
+	const ttl = 3 * time.Second
+	bin := buildHarvest(t)
+	r := startQueue(t, func(c *queue.Config) { c.LeaseTTL = ttl })
+	const n = 200
+	j := r.submit(t, n, 2, `sleep 0.05; echo "$3" >> "$2"`)
+	procs := map[string]*exec.Cmd{}
+	procs["401"] = startPilotProcess(t, bin, r, "401", "--master-grace", "1m", "--heartbeat", "1s")
+	r.waitDone(t, j.ID, 20*time.Second, "the first pilot runs tasks", func(j api.Job) bool { return j.Tasks.Done > 0 })
+	for _, id := range []string{"402", "403"} {
+		procs[id] = startPilotProcess(t, bin, r, id, "--master-grace", "1m", "--heartbeat", "1s")
+	}
+	before := r.waitDone(t, j.ID, 20*time.Second, "50 tasks done", func(j api.Job) bool { return j.Tasks.Done >= 50 })
+	l, err := r.pilot.Lease(context.Background(), pilotproto.LeaseRequest{PilotID: "observer"})
+	if err != nil || l.Granted || l.Holder != "401" {
+		t.Fatalf("lease query: %+v %v, want 401 master", l, err)
+	}
+	if before.Tasks.Done == n {
+		t.Fatal("the job ended before the kill: the test proves nothing")
+	}
+	killedAt := time.Now()
+	procs["401"].Process.Signal(syscall.SIGKILL)
+	resumed := r.waitDone(t, j.ID, ttl+10*time.Second, "results flow again after the kill",
+		func(j api.Job) bool { return j.Tasks.Done > before.Tasks.Done })
+	stall := time.Since(killedAt)
+	t.Logf("kill -9 of the master: results reach the queue again after %s (lease TTL %s; %d -> %d done)",
+		stall.Round(time.Millisecond), ttl, before.Tasks.Done, resumed.Tasks.Done)
+	if stall > ttl+3*time.Second {
+		t.Errorf("dispatch stalled %s after kill -9 of the master; want within the lease TTL (%s) and a moment", stall, ttl)
+	}
+	got := r.waitDone(t, j.ID, 60*time.Second, "the job ends", func(j api.Job) bool { return j.State == api.JobDone || j.State == api.JobFailed })
+	if got.State != api.JobDone || got.Tasks.Done != n {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	t.Logf("tasks run again (their first run died with the master's pilot): %d", outputsOnce(t, got.OutputDir, n))
 }

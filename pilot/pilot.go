@@ -14,10 +14,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
@@ -36,11 +38,12 @@ type Pilot struct {
 	log *slog.Logger
 	url string // advertised
 
-	mu      sync.Mutex
-	m       *master.Master
-	mh      http.Handler
-	mcancel context.CancelFunc
-	mdone   chan struct{}
+	mu       sync.Mutex
+	m        *master.Master
+	mh       http.Handler
+	starting chan struct{} // closed when a master being started is up (or failed)
+	mcancel  context.CancelFunc
+	mdone    chan struct{}
 }
 
 // Run runs the pilot until ctx ends (SIGTERM) or the deadline (minus
@@ -93,8 +96,23 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 // ServeHTTP routes worker requests to the master while this pilot is one.
 func (p *Pilot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
-	h := p.mh
+	h, starting := p.mh, p.starting
 	p.mu.Unlock()
+	if h == nil && starting != nil {
+		// We just won the lease and the master is opening its checkpoint:
+		// workers that learnt our address wait a moment instead of
+		// bouncing back to the lease.
+		t := time.NewTimer(10 * time.Second)
+		select {
+		case <-starting:
+		case <-r.Context().Done():
+		case <-t.C:
+		}
+		t.Stop()
+		p.mu.Lock()
+		h = p.mh
+		p.mu.Unlock()
+	}
 	if h == nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -105,36 +123,88 @@ func (p *Pilot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // resolve finds the master for this pilot's worker: our own master if we
-// run one, else the lease (which may make us master).
+// run one, else the lease (which may make us master). A holder whose
+// address refuses connections is dead (kill -9): its lease runs out
+// without renewal, so resolve waits for that and asks again, instead of
+// sending the worker to a dead address.
 func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 	side := max(1, p.cfg.Slots-1)
-	p.mu.Lock()
-	running := p.m != nil
-	p.mu.Unlock()
-	if running {
-		return worker.Endpoint{URL: p.url, Slots: side}, nil
-	}
-	l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url})
-	if err != nil {
-		return worker.Endpoint{}, fmt.Errorf("lease: %w", err)
-	}
-	if l.Granted {
-		if err := p.startMaster(l); err != nil {
-			return worker.Endpoint{}, err
+	var waitedFor int64 // the epoch whose end we are waiting for (logged once)
+	for {
+		p.mu.Lock()
+		running := p.m != nil
+		p.mu.Unlock()
+		if running {
+			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
-		return worker.Endpoint{URL: p.url, Slots: side}, nil
-	}
-	if l.Address == "" || l.Holder == p.cfg.PilotID {
-		// Our own former master still holds the lease until it expires.
-		t := time.NewTimer(p.cfg.LeaseRetry)
-		defer t.Stop()
+		l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url})
+		if err != nil {
+			return worker.Endpoint{}, fmt.Errorf("lease: %w", err)
+		}
+		if l.Granted {
+			if err := p.becomeMaster(ctx, l); err != nil {
+				return worker.Endpoint{}, err
+			}
+			return worker.Endpoint{URL: p.url, Slots: side}, nil
+		}
+		if l.Address != "" && l.Holder != p.cfg.PilotID && !refuses(ctx, l.Address) {
+			return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, nil
+		}
+		// The holder is dead, or is our own former master: nobody renews
+		// its lease. Ask again when it runs out, then every LeasePoll.
+		expires := time.Unix(l.ExpiresAt, 0)
+		if waitedFor != l.Epoch {
+			waitedFor = l.Epoch
+			p.log.Info("master unreachable; waiting for its lease to run out", "holder", l.Holder, "epoch", l.Epoch, "expires", expires)
+		}
+		wait := min(max(time.Until(expires), p.cfg.LeasePoll), p.cfg.LeaseRetry)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			return worker.Endpoint{}, ctx.Err()
 		case <-t.C:
 		}
-		return worker.Endpoint{}, fmt.Errorf("no reachable master yet (lease held by %q until %s)", l.Holder, time.Unix(l.ExpiresAt, 0))
 	}
-	return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, nil
+}
+
+// refuses reports whether nothing listens at a master's URL (connection
+// refused: the process is gone). Any other outcome, a timeout included,
+// leaves the verdict to the worker's master grace.
+func refuses(ctx context.Context, masterURL string) bool {
+	u, err := url.Parse(masterURL)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	d := net.Dialer{Timeout: 2 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return errors.Is(err, syscall.ECONNREFUSED)
+	}
+	c.Close()
+	return false
+}
+
+// becomeMaster starts the master for a granted lease; if it cannot start
+// (a checkpoint it cannot open), it gives the lease up at once so another
+// pilot can try.
+func (p *Pilot) becomeMaster(ctx context.Context, l pilotproto.Lease) error {
+	ready := make(chan struct{})
+	p.mu.Lock()
+	p.starting = ready
+	p.mu.Unlock()
+	err := p.startMaster(l)
+	p.mu.Lock()
+	p.starting = nil
+	p.mu.Unlock()
+	close(ready)
+	if err != nil {
+		if _, rerr := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url, Epoch: l.Epoch, Release: true}); rerr != nil {
+			p.log.Warn("could not give the lease up after a failed start", "epoch", l.Epoch, "error", rerr)
+		}
+		return err
+	}
+	return nil
 }
 
 func (p *Pilot) startMaster(l pilotproto.Lease) error {

@@ -6,15 +6,18 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilot"
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -42,9 +45,51 @@ type realQueue struct {
 	data    string
 	state   string
 	outputs string
+
+	mu      sync.Mutex
+	results chan struct{} // closed and replaced when the queue got results
 }
 
-func startQueue(t *testing.T) *realQueue {
+// handler is the queue's API, telling r whenever results come in.
+func (r *realQueue) handler(q *queue.Queue) http.Handler {
+	h := httpapi.New(q, httpapi.DefaultConfig()).Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		h.ServeHTTP(w, req)
+		if req.URL.Path == pilotproto.PathResults {
+			r.mu.Lock()
+			close(r.results)
+			r.results = make(chan struct{})
+			r.mu.Unlock()
+		}
+	})
+}
+
+// nextResults is closed when the queue next gets results.
+func (r *realQueue) nextResults() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.results
+}
+
+// waitDone waits, on the queue's results, until cond holds for the job.
+func (r *realQueue) waitDone(t *testing.T, id int64, d time.Duration, what string, cond func(api.Job) bool) api.Job {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		ch := r.nextResults()
+		j, err := r.user.Job(context.Background(), id)
+		if err == nil && cond(j) {
+			return j
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%s: not within %s (job %+v, %v)", what, d, j, err)
+		}
+	}
+}
+
+func startQueue(t *testing.T, mods ...func(*queue.Config)) *realQueue {
 	t.Helper()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -59,12 +104,16 @@ func startQueue(t *testing.T) *realQueue {
 	cfg.LeaseTTL = time.Second
 	cfg.SweepInterval = 200 * time.Millisecond
 	cfg.Logger = logger()
+	for _, m := range mods {
+		m(&cfg)
+	}
 	q, err := queue.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(q, httpapi.DefaultConfig()).Handler())
-	r := &realQueue{q: q, srv: srv, cfg: cfg}
+	r := &realQueue{q: q, cfg: cfg, results: make(chan struct{})}
+	r.srv = httptest.NewServer(r.handler(q))
+	srv := r.srv
 	t.Cleanup(func() { r.srv.Close(); r.q.Close() })
 	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
 	if err != nil {
@@ -109,7 +158,7 @@ func (r *realQueue) restart(t *testing.T, down time.Duration) {
 	if err != nil {
 		t.Fatalf("listen again on %s: %v", addr, err)
 	}
-	srv := httptest.NewUnstartedServer(httpapi.New(q, httpapi.DefaultConfig()).Handler())
+	srv := httptest.NewUnstartedServer(r.handler(q))
 	srv.Listener.Close()
 	srv.Listener = l
 	srv.Start()

@@ -54,7 +54,7 @@ func TestADeposedMasterWritesNothingWhenTheLeaseMovesBeforeItsWrite(t *testing.T
 				t.Fatalf("pull: %+v %v", p, err)
 			}
 			// The master's lease is still valid when its request arrives.
-			e.Clock.Advance(29 * time.Second)
+			e.Clock.Advance(e.Cfg.LeaseTTL - time.Second)
 
 			var afterTakeover string
 			fired := 0

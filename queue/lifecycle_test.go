@@ -105,7 +105,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 }
 
 func TestLeaseFencing(t *testing.T) {
-	e := queuetest.New(t)
+	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = 30 * time.Second })
 	ctx := context.Background()
 	l1, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"})
 	e.Clock.Advance(20 * time.Second)

@@ -181,6 +181,12 @@ func (s *session) trouble(ctx context.Context, err error) {
 		s.lost(err)
 		return
 	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// Nothing listens at the master's address: its process is dead
+		// (kill -9, crash), not slow. Back to the lease now, not after the grace.
+		s.lost(fmt.Errorf("%w: %w", ErrMasterLost, err))
+		return
+	}
 	if time.Since(time.Unix(0, s.lastOK.Load())) > s.w.cfg.MasterGrace {
 		s.lost(fmt.Errorf("%w: %w", ErrMasterLost, err))
 		return

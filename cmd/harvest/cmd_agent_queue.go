@@ -32,7 +32,7 @@ func queueFlags() []cli.Flag {
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "allowed-root", EnvVars: []string{"HARVEST_ALLOWED_ROOTS"}, Usage: "`DIR` datasets and outputs must lie in (repeatable; required with the queue)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "outputs-root", EnvVars: []string{"HARVEST_OUTPUTS_ROOT"}, Usage: "`DIR` for jobs' default output directories (default: next to each dataset)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "admin", EnvVars: []string{"HARVEST_ADMINS"}, Usage: "user `NAME` who is admin on the Unix socket (root always is; repeatable)"}),
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "lease-ttl", Value: queue.DefaultConfig().LeaseTTL, EnvVars: []string{"HARVEST_LEASE_TTL"}, Usage: "master lease time to live: a master killed outright is replaced after this"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "lease-ttl", Value: queue.DefaultConfig().LeaseTTL, EnvVars: []string{"HARVEST_LEASE_TTL"}, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "zombie-timeout", Value: queue.DefaultConfig().ZombieTimeout, EnvVars: []string{"HARVEST_ZOMBIE_TIMEOUT"}, Usage: "a task without heartbeat for this long is ZOMBIE; twice this, EXPIRED and requeued"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"HARVEST_TLS_CERT"}, Usage: "TLS certificate `FILE` for --listen (with --tls-key)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-key", EnvVars: []string{"HARVEST_TLS_KEY"}, Usage: "TLS key `FILE` for --listen"}),

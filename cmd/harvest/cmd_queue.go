@@ -58,7 +58,7 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 		&cli.StringSliceFlag{Name: "admin", Usage: "`USER` who is admin on the Unix socket besides root (repeatable)"},
 		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
 		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
-		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live"},
+		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"},
 		&cli.DurationFlag{Name: "retention", Value: def.Retention, Usage: "final jobs are purged after this"},
 		&cli.DurationFlag{Name: "expiry", Value: def.DefaultExpiry, Usage: "default: a job still waiting after this is ERROR_EW"},
 	}
