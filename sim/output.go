@@ -180,6 +180,14 @@ func WriteSummary(w io.Writer, res Result) error {
 		fmt.Fprintf(bw, "blocked by pilots   %d jobs, %d s in all, p99 %d s, max %d s (pending while the scheduler would have started them without pilots)\n",
 			b.Jobs, b.SumS, b.P99S, b.MaxS)
 	}
+	fmt.Fprintf(bw, "foreign users       %s\n", scheduleLine(res.Foreign.BoundedSlowdown, res.Foreign.Users))
+	if res.Harvest.BoundedSlowdown.Jobs > 0 {
+		what := "each task a job"
+		if res.Mode == Baseline {
+			what = "calibration batch jobs"
+		}
+		fmt.Fprintf(bw, "harvest users       %s (%s)\n", scheduleLine(res.Harvest.BoundedSlowdown, res.Harvest.Users), what)
+	}
 	h := res.Harvest
 	if res.Mode != Baseline {
 		fmt.Fprintf(bw, "harvest             %d pilots, %.2f nodes held on average, %.2f running tasks; %d node-s held, %d useful, %d task-s lost\n",
@@ -199,4 +207,13 @@ func WriteSummary(w io.Writer, res Result) error {
 		fmt.Fprintf(bw, "adjusted: %d %s\n", res.Adjusted[k], k)
 	}
 	return bw.Flush()
+}
+
+func scheduleLine(s Slowdown, u Users) string {
+	users := "users"
+	if u.Count == 1 {
+		users = "user"
+	}
+	return fmt.Sprintf("bounded slowdown mean %.2f (max %.1f) over %d jobs; %d %s, mean NUWT %.3g, fairness F %.3g",
+		s.Mean, s.Max, s.Jobs, u.Count, users, u.MeanNUWT, u.Fairness)
 }

@@ -164,6 +164,9 @@ type Foreign struct {
 	// scheduler's own test, with the pilots removed, would have started
 	// them. 0 in baseline by construction.
 	Blocked Blocked `json:"blocked_by_pilots"`
+	// BoundedSlowdown and Users: see metrics.go (jobs that started).
+	BoundedSlowdown Slowdown `json:"bounded_slowdown"`
+	Users           Users    `json:"users"`
 }
 
 // Blocked sums the pilots' harm over the foreign jobs of the window.
@@ -184,6 +187,11 @@ type Harvested struct {
 	// Pilots counts the pilots that started (a scheduler-load figure).
 	Pilots int          `json:"pilots"`
 	Jobs   []HarvestJob `json:"jobs"`
+	// BoundedSlowdown and Users count every completed task as a one-node
+	// job that waited from its harvest job's submit (in baseline, the
+	// thesis Calibration batch jobs as they ran).
+	BoundedSlowdown Slowdown `json:"bounded_slowdown"`
+	Users           Users    `json:"users"`
 }
 
 // HarvestJob is one harvest job: FinishS is null if it did not finish
@@ -234,7 +242,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			continue
 		}
 		if j.Calibration && cfg.Mode != Baseline {
-			if err := c.AddWork(simcluster.Work{ID: j.ID, Submit: j.Submit, NodeSeconds: int64(j.Nodes) * j.RunTime, TaskSeconds: cfg.TaskSeconds}); err != nil {
+			if err := c.AddWork(simcluster.Work{ID: j.ID, User: harvestUser(j.User), Submit: j.Submit, NodeSeconds: int64(j.Nodes) * j.RunTime, TaskSeconds: cfg.TaskSeconds}); err != nil {
 				skip("calibration jobs without work")
 			}
 			continue
@@ -248,7 +256,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		}
 	}
 	if cfg.HarvestBacklog > 0 && cfg.Mode != Baseline {
-		if err := c.AddWork(simcluster.Work{ID: "backlog", Submit: from, NodeSeconds: cfg.HarvestBacklog * cfg.TaskSeconds, TaskSeconds: cfg.TaskSeconds}); err != nil {
+		if err := c.AddWork(simcluster.Work{ID: "backlog", User: harvestUser(""), Submit: from, NodeSeconds: cfg.HarvestBacklog * cfg.TaskSeconds, TaskSeconds: cfg.TaskSeconds}); err != nil {
 			return Result{}, err
 		}
 	}
@@ -482,6 +490,7 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 
 	var waitSum int64
 	var waits, blocked []int64
+	var ft, ht tally
 	for _, r := range res.Records {
 		switch {
 		case r.Pilot:
@@ -492,6 +501,9 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 			hj := HarvestJob{ID: r.Name, SubmitS: r.Submit}
 			if r.End >= 0 && r.End <= to {
 				hj.FinishS = &r.End
+			}
+			if r.Start >= 0 && r.Start <= to {
+				ht.add(harvestUser(r.User), r.Start-r.Submit, r.Run, r.Nodes)
 			}
 			res.Harvest.Jobs = append(res.Harvest.Jobs, hj)
 		default:
@@ -506,6 +518,11 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 				wait := r.Start - r.Submit
 				waitSum += wait
 				waits = append(waits, wait)
+				user := r.User
+				if user == "" {
+					user = "user"
+				}
+				ft.add(user, wait, r.Run, r.Nodes)
 				res.Foreign.MaxWaitS = max(res.Foreign.MaxWaitS, wait)
 				end := to
 				if r.End >= 0 {
@@ -523,6 +540,7 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 	res.Foreign.Blocked.MaxS = quantile(blocked, 1)
 	if mode != Baseline {
 		for _, w := range c.WorkRecords() {
+			ht.addMany(w.User, w.Tasks, w.TaskWaitSum, w.DoneSeconds, w.BSLDSum, w.BSLDMax)
 			hj := HarvestJob{ID: w.ID, SubmitS: w.Submit}
 			if w.Finish >= 0 {
 				f := w.Finish
@@ -531,4 +549,15 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 			res.Harvest.Jobs = append(res.Harvest.Jobs, hj)
 		}
 	}
+	res.Foreign.BoundedSlowdown, res.Foreign.Users = ft.slowdown(), ft.users()
+	res.Harvest.BoundedSlowdown, res.Harvest.Users = ht.slowdown(), ht.users()
+}
+
+// harvestUser names the owner of harvest work: the workload's user, or
+// "harvest" where it has none (thesis Calibration jobs, the backlog).
+func harvestUser(u string) string {
+	if u == "" {
+		return "harvest"
+	}
+	return u
 }

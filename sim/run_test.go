@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -130,6 +131,14 @@ func TestModesOnAHandComputedWorkload(t *testing.T) {
 		// Busy node-seconds: 2x500 + 4x300 = 2200 of 4000.
 		if r.Utilization != 0.55 || r.Foreign.MeanWaitS != 200 || r.Harvest.NodeSeconds != 0 {
 			t.Errorf("%+v", r)
+		}
+		// a: no wait, BSLD 1; b: 400 s wait for 300 s, BSLD 700/300.
+		// One user ("user"): NUWT = 400 / (2x500 + 4x300), F = 0.
+		if sd := r.Foreign.BoundedSlowdown; sd.Jobs != 2 || math.Abs(sd.Mean-(1+7.0/3)/2) > 1e-12 || sd.Max != 7.0/3 {
+			t.Errorf("bounded slowdown %+v", sd)
+		}
+		if u := r.Foreign.Users; u.Count != 1 || u.NUWT["user"] != 400.0/2200 || u.Fairness != 0 {
+			t.Errorf("users %+v", u)
 		}
 	})
 	t.Run("harvest fills the hole and gives it back in time", func(t *testing.T) {

@@ -54,6 +54,9 @@ type Record struct {
 	Nodes  int
 	Limit  cluster.Limit
 	Submit int64
+	// Run is how long the job runs once started: its run time, or its
+	// limit if it would run longer.
+	Run int64
 	// Start and End are -1 while unknown (not started, not ended).
 	Start int64
 	End   int64
@@ -303,7 +306,7 @@ func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limi
 		lim = never
 	}
 	j := &job{
-		rec:   Record{ID: id, Name: name, User: user, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Start: -1, End: -1},
+		rec:   Record{ID: id, Name: name, User: user, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Run: min(run, lim), Start: -1, End: -1},
 		nodes: nodes, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot,
 	}
 	if c.byID == nil {

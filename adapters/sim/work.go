@@ -10,6 +10,7 @@ import (
 // TaskSeconds (the last one shorter), arriving at Submit.
 type Work struct {
 	ID          string
+	User        string
 	Submit      int64
 	NodeSeconds int64
 	TaskSeconds int64
@@ -18,11 +19,29 @@ type Work struct {
 // WorkRecord is what happened to one harvest job.
 type WorkRecord struct {
 	ID     string
+	User   string
 	Submit int64
 	// Finish is when its last task completed, -1 if it did not.
 	Finish int64
 	// DoneSeconds is the task time completed.
 	DoneSeconds int64
+	// Of the completed tasks, each a one-node job of its own: how many,
+	// their waits (from the harvest job's submit to the start of the
+	// attempt that completed) summed, and their bounded slowdowns
+	// (threshold BSLDThreshold) summed and their largest.
+	Tasks       int64
+	TaskWaitSum int64
+	BSLDSum     float64
+	BSLDMax     float64
+}
+
+// BSLDThreshold is the bounded slowdown's threshold in seconds (Feitelson;
+// Klusáček 2011 uses 10 s): jobs shorter than it count as this long.
+const BSLDThreshold = 10
+
+// BoundedSlowdown is max(1, (wait + run) / max(run, BSLDThreshold)).
+func BoundedSlowdown(wait, run int64) float64 {
+	return max(1, float64(wait+run)/float64(max(run, BSLDThreshold)))
 }
 
 type workItem struct {
@@ -49,7 +68,7 @@ func (c *Cluster) AddWork(w Work) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	it := &workItem{
-		rec:     WorkRecord{ID: w.ID, Submit: max(w.Submit, c.now), Finish: -1},
+		rec:     WorkRecord{ID: w.ID, User: w.User, Submit: max(w.Submit, c.now), Finish: -1},
 		taskSec: w.TaskSeconds,
 		full:    w.NodeSeconds / w.TaskSeconds,
 		rem:     w.NodeSeconds % w.TaskSeconds,
@@ -107,6 +126,12 @@ func (c *Cluster) taskDone(j *job) {
 	w := j.task
 	w.inFlight--
 	w.rec.DoneSeconds += j.taskLen
+	wait := j.taskFrom - w.rec.Submit
+	b := BoundedSlowdown(wait, j.taskLen)
+	w.rec.Tasks++
+	w.rec.TaskWaitSum += wait
+	w.rec.BSLDSum += b
+	w.rec.BSLDMax = max(w.rec.BSLDMax, b)
 	c.runningTasks--
 	if w.inFlight == 0 && w.pendingTasks() == 0 {
 		w.rec.Finish = c.now
