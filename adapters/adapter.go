@@ -43,6 +43,17 @@ type Adapter interface {
 	// pilot that no longer exists is not an error (idempotent). The
 	// adapter refuses to cancel a job that is not one of its pilots.
 	Cancel(ctx context.Context, id PilotID) error
+
+	// Shrink pulls a running pilot's end in to end (Unix seconds, or the
+	// simulator's virtual seconds: the snapshot clock), so that the batch
+	// system's own plan sees its node free from then. Optional: an adapter
+	// whose batch system cannot do it says so in Info.Shrink and returns
+	// ErrNotImplemented. It never extends: an end at or after the pilot's
+	// current end, or a pilot that is not running (queued, finished, gone),
+	// changes nothing and is not an error. An end in the past is
+	// ErrInvalidSpec. Like Cancel, it refuses a job that is not one of its
+	// pilots (ErrNotPilot).
+	Shrink(ctx context.Context, id PilotID, end int64) error
 }
 
 // PilotID is the batch system's id of a pilot job ("1234" in SLURM,
@@ -64,6 +75,16 @@ type PilotSpec struct {
 	// Output is where the batch system writes the pilot's stdout/stderr
 	// (a pattern in the batch system's syntax); empty = adapter default.
 	Output string `json:"output,omitempty"`
+	// Preemptible asks for the batch system's preemptible tier
+	// (Info.Preemption, when usable): foreign jobs preempt the pilot the
+	// moment they need its node. False for floor pilots, which must be
+	// guaranteed; adapters without a usable tier ignore it.
+	Preemptible bool `json:"preemptible,omitempty"`
+	// MinTimeLimit, when positive, lets the batch system shorten the
+	// limit down to it to fit its own plan (Info.TimeMinSizing; SLURM's
+	// --time-min). Adapters that cannot size pilots ignore it. Rounded up
+	// to the granularity, and at most TimeLimit.
+	MinTimeLimit cluster.Limit `json:"min_time_limit_s,omitempty"`
 }
 
 // Validate rejects specs that no adapter could submit.
@@ -78,6 +99,10 @@ func (s PilotSpec) Validate() error {
 		if k == "" {
 			return invalidSpec("environment variable with an empty name")
 		}
+	}
+	if s.MinTimeLimit < 0 || s.MinTimeLimit > 0 && !s.TimeLimit.IsUnlimited() && s.MinTimeLimit > s.TimeLimit {
+		return invalidSpec("min time limit must be 0 or positive and at most the time limit, got " +
+			s.MinTimeLimit.String() + " for " + s.TimeLimit.String())
 	}
 	return nil
 }
@@ -99,6 +124,34 @@ type Info struct {
 	// Backfill reports whether the batch system backfills with
 	// reservations (SLURM's sched/backfill: yes; HTCondor: no).
 	Backfill bool `json:"backfill"`
+	// Preemption describes the batch system's preemptible tier for
+	// pilots; nil when it has none.
+	Preemption *Preemption `json:"preemption,omitempty"`
+	// TimeMinSizing reports whether the batch system sizes a pilot
+	// submitted with a MinTimeLimit to its own plan (SLURM's backfill from
+	// 25.11 on; 22.05's sets the limit to the minimum).
+	TimeMinSizing bool `json:"time_min_sizing,omitempty"`
+	// Shrink reports whether Shrink works.
+	Shrink bool `json:"shrink,omitempty"`
+}
+
+// Preemption is a tier (SLURM: a partition of a lower PriorityTier over the
+// same nodes) whose jobs foreign jobs preempt the moment they need their
+// nodes: harvest's zero-delay give-back.
+type Preemption struct {
+	// Partition is where preemptible pilots are submitted.
+	Partition string `json:"partition"`
+	// Mode is how a preempted pilot ends (SLURM: CANCEL or REQUEUE).
+	Mode string `json:"mode,omitempty"`
+	// GraceTime is the time between the preemption signal (SIGTERM) and
+	// the kill, seconds.
+	GraceTime int64 `json:"grace_time_s"`
+	// Usable reports whether pilots may rely on it: foreign jobs preempt
+	// them at once and the pilot hears of it (SIGTERM) at once.
+	Usable bool `json:"usable"`
+	// Problem says why it is not usable, or what to watch for; empty when
+	// there is nothing to say.
+	Problem string `json:"problem,omitempty"`
 }
 
 // RoundDown rounds a pilot time limit down to the granularity g (seconds).

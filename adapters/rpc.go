@@ -65,6 +65,13 @@ var methods = map[string]method{
 		}
 		return struct{}{}, s.impl.Cancel(ctx, r.ID)
 	},
+	"Shrink": func(s *server, ctx context.Context, req []byte) (any, error) {
+		var r shrinkRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, fmt.Errorf("%w: decode shrink request: %v", ErrInvalidSpec, err)
+		}
+		return struct{}{}, s.impl.Shrink(ctx, r.ID, r.End)
+	},
 }
 
 type submitReply struct {
@@ -75,13 +82,18 @@ type cancelRequest struct {
 	ID PilotID `json:"id"`
 }
 
+type shrinkRequest struct {
+	ID  PilotID `json:"id"`
+	End int64   `json:"end"`
+}
+
 var serviceDesc = func() grpc.ServiceDesc {
 	d := grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
 		Metadata:    "harvest/adapter/v1",
 	}
-	for _, name := range []string{"Info", "Snapshot", "Submit", "Cancel"} {
+	for _, name := range []string{"Info", "Snapshot", "Submit", "Cancel", "Shrink"} {
 		m := methods[name]
 		d.Methods = append(d.Methods, grpc.MethodDesc{
 			MethodName: name,
@@ -169,6 +181,9 @@ func fromStatus(method string, err error) error {
 	switch st.Code() {
 	case codes.Unknown:
 		return errors.New(st.Message()) // the adapter's own, unclassified error
+	case codes.Unimplemented:
+		// A plugin built before the method existed: gRPC itself answers.
+		return fmt.Errorf("adapter plugin %s: %w: %s", method, ErrNotImplemented, st.Message())
 	}
 	// Anything else (Unavailable, Canceled because the connection closed,
 	// an interrupted stream) is a transport failure: the plugin is gone.
@@ -214,4 +229,10 @@ func (c *Client) Submit(ctx context.Context, spec PilotSpec) (PilotID, error) {
 func (c *Client) Cancel(ctx context.Context, id PilotID) error {
 	var out struct{}
 	return c.call(ctx, "Cancel", cancelRequest{ID: id}, &out)
+}
+
+// Shrink implements Adapter.
+func (c *Client) Shrink(ctx context.Context, id PilotID, end int64) error {
+	var out struct{}
+	return c.call(ctx, "Shrink", shrinkRequest{ID: id, End: end}, &out)
 }

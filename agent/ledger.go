@@ -29,8 +29,9 @@ type Ledger struct {
 }
 
 type entry struct {
-	limit cluster.Limit
-	at    int64
+	limit       cluster.Limit
+	at          int64
+	preemptible bool
 }
 
 // NewLedger returns an empty ledger whose entries expire after ttl seconds.
@@ -49,17 +50,18 @@ func (l *Ledger) wasSeen(id string) bool {
 	return l.seenSet[id]
 }
 
-// Submitted records a pilot the batch system accepted.
-func (l *Ledger) Submitted(id adapters.PilotID, limit cluster.Limit, now int64) {
+// Submitted records a pilot the batch system accepted (to its preemptible
+// tier if preemptible).
+func (l *Ledger) Submitted(id adapters.PilotID, limit cluster.Limit, preemptible bool, now int64) {
 	if l.wasSeen(string(id)) {
 		return
 	}
-	l.known[string(id)] = entry{limit, now}
+	l.known[string(id)] = entry{limit, now, preemptible}
 }
 
 // Unknown records a submit whose outcome is unknown.
-func (l *Ledger) Unknown(limit cluster.Limit, now int64) {
-	l.unknown = append(l.unknown, entry{limit, now})
+func (l *Ledger) Unknown(limit cluster.Limit, preemptible bool, now int64) {
+	l.unknown = append(l.unknown, entry{limit, now, preemptible})
 }
 
 // Observe updates the ledger from a snapshot: visible pilots leave it,
@@ -109,10 +111,10 @@ func (l *Ledger) Upcoming() []policy.Upcoming {
 	sort.Strings(ids)
 	for _, id := range ids {
 		e := l.known[id]
-		out = append(out, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at})
+		out = append(out, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at, Preemptible: e.preemptible})
 	}
 	for _, e := range l.unknown {
-		out = append(out, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at})
+		out = append(out, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at, Preemptible: e.preemptible})
 	}
 	return out
 }

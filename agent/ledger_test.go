@@ -13,7 +13,7 @@ func pilotJob(id string) cluster.Job {
 func TestLedger(t *testing.T) {
 	t.Run("a submitted pilot is upcoming until a snapshot shows it", func(t *testing.T) {
 		l := NewLedger(300)
-		l.Submitted("10", 600, 0)
+		l.Submitted("10", 600, false, 0)
 		l.Observe(cluster.Snapshot{Now: 5})
 		if l.Len() != 1 {
 			t.Fatalf("Len = %d, want 1", l.Len())
@@ -25,7 +25,7 @@ func TestLedger(t *testing.T) {
 	})
 	t.Run("an entry expires after the TTL", func(t *testing.T) {
 		l := NewLedger(300)
-		l.Submitted("10", 600, 0)
+		l.Submitted("10", 600, false, 0)
 		l.Observe(cluster.Snapshot{Now: 301})
 		if l.Len() != 0 {
 			t.Fatalf("Len = %d, want 0 after TTL", l.Len())
@@ -34,8 +34,8 @@ func TestLedger(t *testing.T) {
 	t.Run("an unknown submit is settled by a pilot nobody expected", func(t *testing.T) {
 		l := NewLedger(300)
 		l.Observe(cluster.Snapshot{Now: 0, Jobs: []cluster.Job{pilotJob("5")}})
-		l.Unknown(600, 1)
-		l.Unknown(600, 1)
+		l.Unknown(600, false, 1)
+		l.Unknown(600, false, 1)
 		l.Observe(cluster.Snapshot{Now: 2, Jobs: []cluster.Job{pilotJob("5"), pilotJob("6")}})
 		if l.Len() != 1 {
 			t.Fatalf("Len = %d, want 1 (one unknown submit settled by pilot 6)", l.Len())
@@ -48,8 +48,8 @@ func TestLedger(t *testing.T) {
 	})
 	t.Run("a known pilot does not settle an unknown submit", func(t *testing.T) {
 		l := NewLedger(300)
-		l.Submitted("7", 600, 0)
-		l.Unknown(600, 0)
+		l.Submitted("7", 600, false, 0)
+		l.Unknown(600, false, 0)
 		l.Observe(cluster.Snapshot{Now: 1, Jobs: []cluster.Job{pilotJob("7")}})
 		if l.Len() != 1 || len(l.unknown) != 1 {
 			t.Fatalf("Len = %d unknown = %d, want the unknown entry kept", l.Len(), len(l.unknown))

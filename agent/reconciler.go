@@ -66,6 +66,8 @@ type RoundResult struct {
 	Decision    policy.Decision
 	Submitted   []adapters.PilotID
 	Cancelled   []string
+	// Shrunk lists the pilots whose end was pulled in.
+	Shrunk []string
 	// Errors of individual actions (the round still counts as done).
 	Errors []error
 	// SubmitTimedOut is set when a submit timed out or its outcome is unknown.
@@ -208,16 +210,22 @@ func decisionAttrs(d policy.Decision) []any {
 	attrs := []any{"case", d.Case, "reason", d.Reason}
 	if d.Submit != nil {
 		attrs = append(attrs, "submit", d.Submit.Count, "time_limit", d.Submit.TimeLimit.String())
+		if d.Submit.Preemptible > 0 {
+			attrs = append(attrs, "preemptible", d.Submit.Preemptible)
+		}
 	}
 	if len(d.Release) > 0 {
 		attrs = append(attrs, "release", strings.Join(d.Release, ","))
+	}
+	if len(d.Shrink) > 0 {
+		attrs = append(attrs, "shrink", len(d.Shrink))
 	}
 	return attrs
 }
 
 func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 	dec := res.Decision
-	if len(dec.Release) > 0 || dec.Submit != nil {
+	if dec.Acts() {
 		r.log.Info("decision", decisionAttrs(dec)...)
 	} else {
 		r.log.Debug("decision", decisionAttrs(dec)...)
@@ -237,17 +245,32 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		res.Cancelled = append(res.Cancelled, id)
 		r.log.Info("released pilot", "pilot", id, "case", dec.Case)
 	}
+	for _, sh := range dec.Shrink {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CancelTimeout)
+		err := r.ad.Shrink(cctx, adapters.PilotID(sh.ID), sh.End)
+		cancel()
+		if err != nil {
+			r.log.Error("pulling in a pilot's end failed", "pilot", sh.ID, "end", sh.End, "error", err)
+			res.Errors = append(res.Errors, fmt.Errorf("shrink %s: %w", sh.ID, err))
+			continue
+		}
+		res.Shrunk = append(res.Shrunk, sh.ID)
+		r.log.Info("pulled in a pilot's end", "pilot", sh.ID, "end", time.Unix(sh.End, 0).UTC(), "in", time.Duration(sh.End-res.Snapshot.Now)*time.Second)
+	}
 	if dec.Submit == nil {
 		return
 	}
 	spec := adapters.PilotSpec{
-		TimeLimit: dec.Submit.TimeLimit,
-		Command:   r.cfg.PilotCommand,
-		Env:       r.cfg.PilotEnv,
-		WorkDir:   r.cfg.PilotWorkDir,
-		Output:    r.cfg.PilotOutput,
+		TimeLimit:    dec.Submit.TimeLimit,
+		MinTimeLimit: dec.Submit.MinTimeLimit,
+		Command:      r.cfg.PilotCommand,
+		Env:          r.cfg.PilotEnv,
+		WorkDir:      r.cfg.PilotWorkDir,
+		Output:       r.cfg.PilotOutput,
 	}
 	for i := 0; i < dec.Submit.Count; i++ {
+		// The first go to the floor, the rest to the preemptible tier.
+		spec.Preemptible = i >= dec.Submit.Count-dec.Submit.Preemptible
 		timeout := r.SubmitTimeout()
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		t0 := time.Now()
@@ -256,13 +279,13 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		res.SubmitLatency = append(res.SubmitLatency, time.Since(t0))
 		switch {
 		case err == nil:
-			r.ledger.Submitted(id, spec.TimeLimit, res.Snapshot.Now)
+			r.ledger.Submitted(id, spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
 			res.Submitted = append(res.Submitted, id)
 			r.setSubmitTimeout(r.cfg.SubmitTimeout)
-			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "case", dec.Case)
+			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
 		case errors.Is(err, adapters.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded):
 			// The pilot may exist: count it as held until a snapshot tells.
-			r.ledger.Unknown(spec.TimeLimit, res.Snapshot.Now)
+			r.ledger.Unknown(spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
 			res.SubmitTimedOut = true
 			next := timeout + r.cfg.SubmitTimeoutStep
 			r.setSubmitTimeout(next)

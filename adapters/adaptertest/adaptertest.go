@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"an unlimited pilot is accepted", testUnlimited},
 		{"a cancelled context makes calls fail, not hang", testCancelledContext},
 		{"a foreign or unknown id is never cancelled as a pilot", testCancelUnknown},
+		{"shrink pulls a running pilot's end in and never pushes it out, or says it cannot", testShrink},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -191,6 +192,56 @@ func testSubmitCancel(t *testing.T, h Harness, a adapters.Adapter) {
 		_, ok := find(snapshot(t, a), id)
 		return !ok, "pilot still listed"
 	})
+}
+
+func testShrink(t *testing.T, h Harness, a adapters.Adapter) {
+	info, err := a.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Shrink {
+		if err := a.Shrink(ctx(t), "1", snapshot(t, a).Now+600); !errors.Is(err, adapters.ErrNotImplemented) {
+			t.Fatalf("Info.Shrink is false but Shrink = %v, want ErrNotImplemented", err)
+		}
+		return
+	}
+	id, err := a.Submit(ctx(t), adapters.PilotSpec{TimeLimit: 30 * 60, Command: h.command()})
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	eventually(t, h, "pilot running", func() (bool, string) {
+		j, ok := find(snapshot(t, a), id)
+		return ok && j.State == cluster.Running, "not running yet"
+	})
+	s := snapshot(t, a)
+	end := s.Now + 5*60
+	if err := a.Shrink(ctx(t), id, end); err != nil {
+		t.Fatalf("Shrink: %v", err)
+	}
+	remaining := func() cluster.Limit {
+		s := snapshot(t, a)
+		j, ok := find(s, id)
+		if !ok {
+			t.Fatalf("pilot %s gone after Shrink", id)
+		}
+		// The end, as the snapshot shows it, is where it was put.
+		if got := s.Now + int64(j.Remaining()); got < end-1 || got > end+1 {
+			t.Fatalf("pilot ends at %d (now %d, remaining %v), want %d: %+v", got, s.Now, j.Remaining(), end, j)
+		}
+		return j.Remaining()
+	}
+	remaining()
+	// A later end changes nothing; neither does an unknown pilot.
+	if err := a.Shrink(ctx(t), id, end+15*60); err != nil {
+		t.Fatalf("Shrink to a later end: %v", err)
+	}
+	remaining()
+	if err := a.Shrink(ctx(t), "999999", end); err != nil {
+		t.Errorf("Shrink of an unknown pilot: %v", err)
+	}
+	if err := a.Shrink(ctx(t), id, snapshot(t, a).Now-1); !errors.Is(err, adapters.ErrInvalidSpec) {
+		t.Errorf("Shrink to the past = %v, want ErrInvalidSpec", err)
+	}
 }
 
 func testCancelIdempotent(t *testing.T, h Harness, a adapters.Adapter) {

@@ -40,6 +40,7 @@ type fake struct {
 	snapshot func() (cluster.Snapshot, error)
 	submit   func(adapters.PilotSpec) (adapters.PilotID, error)
 	cancel   func(adapters.PilotID) error
+	shrink   func(adapters.PilotID, int64) error
 }
 
 var _ adapters.Adapter = (*fake)(nil)
@@ -50,6 +51,9 @@ func (f *fake) Submit(_ context.Context, s adapters.PilotSpec) (adapters.PilotID
 	return f.submit(s)
 }
 func (f *fake) Cancel(_ context.Context, id adapters.PilotID) error { return f.cancel(id) }
+func (f *fake) Shrink(_ context.Context, id adapters.PilotID, end int64) error {
+	return f.shrink(id, end)
+}
 
 func TestSentinelErrorsSurviveThePluginBoundary(t *testing.T) {
 	for _, sentinel := range []error{adapters.ErrUnreachable, adapters.ErrOutcomeUnknown, adapters.ErrNotImplemented, adapters.ErrInvalidSpec, adapters.ErrNotPilot} {
@@ -60,13 +64,15 @@ func TestSentinelErrorsSurviveThePluginBoundary(t *testing.T) {
 				snapshot: func() (cluster.Snapshot, error) { return cluster.Snapshot{}, wrapped },
 				submit:   func(adapters.PilotSpec) (adapters.PilotID, error) { return "", wrapped },
 				cancel:   func(adapters.PilotID) error { return wrapped },
+				shrink:   func(adapters.PilotID, int64) error { return wrapped },
 			}
 			a := adaptertest.OverPlugin(t, f)
 			ctx := context.Background()
 			_, err1 := a.Snapshot(ctx)
 			_, err2 := a.Submit(ctx, adapters.PilotSpec{TimeLimit: 60, Command: []string{"x"}})
 			err3 := a.Cancel(ctx, "1")
-			for i, err := range []error{err1, err2, err3} {
+			err4 := a.Shrink(ctx, "1", 100)
+			for i, err := range []error{err1, err2, err3, err4} {
 				if !errors.Is(err, sentinel) {
 					t.Errorf("call %d: error %v does not match %v", i, err, sentinel)
 				}

@@ -78,7 +78,7 @@ func (m *Memory) Info(ctx context.Context) (adapters.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return adapters.Info{}, err
 	}
-	return adapters.Info{Name: "memory", Tag: m.Tag, TimeGranularity: 60}, nil
+	return adapters.Info{Name: "memory", Tag: m.Tag, TimeGranularity: 60, Shrink: true}, nil
 }
 
 // Snapshot implements adapters.Adapter.
@@ -137,6 +137,30 @@ func (m *Memory) Cancel(ctx context.Context, id adapters.PilotID) error {
 		return fmt.Errorf("cancel %s: %w", id, adapters.ErrNotPilot)
 	}
 	delete(m.jobs, string(id))
+	return nil
+}
+
+// Shrink implements adapters.Adapter: a running pilot's limit is cut so
+// that it ends at end.
+func (m *Memory) Shrink(ctx context.Context, id adapters.PilotID, end int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if end <= m.Now {
+		return fmt.Errorf("%w: end %d is not after now %d", adapters.ErrInvalidSpec, end, m.Now)
+	}
+	j, ok := m.jobs[string(id)]
+	if !ok || j.State != cluster.Running {
+		return nil
+	}
+	if !j.Pilot {
+		return fmt.Errorf("shrink %s: %w", id, adapters.ErrNotPilot)
+	}
+	if lim := cluster.Limit(end - m.Now + j.RunTime); j.TimeLimit.IsUnlimited() || lim < j.TimeLimit {
+		j.TimeLimit = lim
+	}
 	return nil
 }
 

@@ -152,6 +152,12 @@ var pilotIDRE = regexp.MustCompile(`^(\d{1,18})\.(\d{1,18})$`)
 // that names the job AND the tag, so a foreign job can never be removed,
 // even if its id was reused. When nothing matched, condor_q tells a
 // pilot already gone (not an error) from a foreign job (ErrNotPilot).
+// Shrink is not supported: HTCondor has no batch plan that a pilot's end
+// could free nodes in (Info.Shrink is false).
+func (a *Adapter) Shrink(context.Context, adapters.PilotID, int64) error {
+	return fmt.Errorf("htcondor: shrink: %w", adapters.ErrNotImplemented)
+}
+
 func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	m := pilotIDRE.FindStringSubmatch(string(id))
 	if m == nil {

@@ -66,6 +66,10 @@ type Record struct {
 	// Killed: ended at its time limit. Cancelled: cancelled by the agent.
 	Killed    bool
 	Cancelled bool
+	// Preempted: a pilot preempted for a foreign job (Config.Preemption).
+	// Shrunk: a pilot whose end the agent pulled in (Cluster.Shrink).
+	Preempted bool
+	Shrunk    bool
 }
 
 type jobState uint8
@@ -87,6 +91,11 @@ type job struct {
 	state  jobState
 	pilot  bool
 	endGen int
+	// preemptible pilots run in the preemptible tier (Config.Preemption);
+	// preempting is set from their preemption to their end (GraceTime).
+	preemptible, preempting bool
+	// minLimit is the pilot's minimum limit (Config.TimeMinSizing).
+	minLimit int64
 	// Harvest work of a running pilot.
 	task     *workItem
 	taskLen  int64
@@ -384,6 +393,9 @@ func (c *Cluster) handle(e event) {
 func (c *Cluster) enqueue(j *job) {
 	i := sort.Search(len(c.pending), func(i int) bool {
 		p := c.pending[i]
+		if p.preemptible != j.preemptible {
+			return p.preemptible // the lower tier's jobs come after all others
+		}
 		if p.prio != j.prio {
 			return p.prio < j.prio
 		}
@@ -422,7 +434,9 @@ func (c *Cluster) fillProfile(p *profile, withPilots bool) {
 	c.ends = c.ends[:0]
 	free := c.cfg.Nodes - c.used
 	for _, r := range c.running {
-		if r.pilot && !withPilots {
+		if r.pilot && !withPilots || r.preemptible && !r.preempting {
+			// The plan of the jobs above the preemptible tier ignores its
+			// pilots: their nodes are free at once (see free).
 			free += r.nodes
 			continue
 		}
@@ -449,7 +463,18 @@ func (c *Cluster) schedule() {
 		if j.state != stPending {
 			continue
 		}
-		free := c.cfg.Nodes - c.used
+		if j.preemptible {
+			// The lower tier takes whatever node is idle: it delays
+			// nobody, as anything above it preempts it.
+			if c.cfg.Nodes-c.used >= j.nodes {
+				c.sizePilot(j, p)
+				c.start(j)
+			} else {
+				live = append(live, j)
+			}
+			continue
+		}
+		free := c.free()
 		if j.nodes > free && reserved >= c.cfg.Reservations {
 			// Cannot start now, and no reservation left to place:
 			// skip without touching the profile (keeps passes cheap).
@@ -459,10 +484,18 @@ func (c *Cluster) schedule() {
 		if p == nil {
 			p = c.buildProfile()
 		}
+		if j.pilot && j.minLimit > 0 && c.cfg.TimeMinSizing && !c.sizePilot(j, p) {
+			live = append(live, j) // not even its minimum fits the plan
+			continue
+		}
 		s := p.earliest(j.nodes, j.limit)
 		if s == c.now && j.nodes <= free {
 			p.reserve(s, j.limit, j.nodes)
-			c.start(j)
+			if c.preemptFor(j) {
+				c.start(j)
+			} else {
+				live = append(live, j) // starts when the preempted pilots are gone
+			}
 			continue
 		}
 		live = append(live, j)
@@ -512,7 +545,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	c.changes++
 	j.state = stDone
 	j.rec.End = c.now
-	j.rec.Killed = killed && !cancelled
+	j.rec.Killed = killed && !cancelled && !j.rec.Preempted
 	j.rec.Cancelled = cancelled
 	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
 	c.used -= j.nodes
@@ -574,7 +607,12 @@ func (c *Cluster) Info(ctx context.Context) (adapters.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return adapters.Info{}, err
 	}
-	return adapters.Info{Name: "sim", Version: "1", Tag: c.cfg.Tag, TimeGranularity: c.cfg.Granularity, ExpectedStart: true, Backfill: true}, nil
+	info := adapters.Info{Name: "sim", Version: "1", Tag: c.cfg.Tag, TimeGranularity: c.cfg.Granularity, ExpectedStart: true, Backfill: true,
+		TimeMinSizing: c.cfg.TimeMinSizing, Shrink: true}
+	if c.cfg.Preemption {
+		info.Preemption = &adapters.Preemption{Partition: "sim-preemptible", Mode: "CANCEL", GraceTime: c.cfg.GraceTime, Usable: true}
+	}
+	return info, nil
 }
 
 // Snapshot returns the cluster at the current virtual time: running jobs
@@ -633,8 +671,12 @@ func (c *Cluster) maxTime() *cluster.Limit {
 
 func (c *Cluster) view(j *job) cluster.Job {
 	cj := cluster.Job{ID: j.rec.ID, Nodes: j.nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
+	if j.limit != never {
+		cj.TimeLimit = cluster.Limit(j.limit) // sized, shrunk or preempted
+	}
 	if j.pilot {
 		cj.Name, cj.User, cj.Pilot = c.cfg.Tag, "harvest", true
+		cj.Preemptible = j.preemptible
 	} else {
 		cj.Name, cj.User = j.rec.Name, j.rec.User
 		if cj.User == "" {
@@ -660,6 +702,12 @@ func (c *Cluster) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	j := c.newJob("", "pilot", "harvest", 1, limit, never, c.now, true)
+	j.preemptible = spec.Preemptible && c.cfg.Preemption
+	if spec.MinTimeLimit > 0 && c.cfg.TimeMinSizing {
+		// Rounded up, as SLURM rounds limits up to whole minutes.
+		g := c.cfg.Granularity
+		j.minLimit = min((int64(spec.MinTimeLimit)+g-1)/g*g, j.limit)
+	}
 	j.state = stPending
 	c.enqueue(j)
 	c.changes++

@@ -42,6 +42,22 @@ type Config struct {
 	// pilot's time limit, as the harvest master does. Without it a pilot
 	// killed at its limit loses the task in progress.
 	TimeAware bool
+
+	// Preemption adds a preemptible tier (SLURM's lower-PriorityTier
+	// partition with PreemptType=preempt/partition_prio): pilots submitted
+	// as preemptible queue after every other job, take any idle node, and
+	// are invisible to the others' plan; a job that needs their nodes
+	// preempts them at once. A preempted pilot hands its task back at once
+	// (the task time so far is lost) and its node is free GraceTime
+	// seconds later (the worst case: a pilot that uses its whole grace;
+	// harvest's exits within about a second of its SIGTERM).
+	Preemption bool
+	GraceTime  int64
+	// TimeMinSizing sizes a pilot submitted with a minimum limit to the
+	// plan, as SLURM's backfill does with --time-min from 25.11 on: the
+	// longest limit, between the minimum and the one asked for, that ends
+	// before the earliest reservation of its node.
+	TimeMinSizing bool
 }
 
 // DefaultConfig returns a 24-node cluster with SLURM's minute granularity.
@@ -64,6 +80,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max time must be unlimited or at least the granularity (%d s), got %d", ErrInvalidConfig, c.Granularity, int64(c.MaxTime))
 	case c.Tag == "":
 		return fmt.Errorf("%w: tag is empty", ErrInvalidConfig)
+	case c.GraceTime < 0 || c.GraceTime > 0 && !c.Preemption:
+		return fmt.Errorf("%w: grace time must not be negative, and needs preemption, got %d", ErrInvalidConfig, c.GraceTime)
 	}
 	return nil
 }

@@ -114,3 +114,15 @@ func (p *profile) firstShort(n int) int64 {
 	}
 	return never
 }
+
+// fits returns for how long, up to d, n nodes are free from the profile's
+// start: 0 if they are not free now, never if for ever (d == never).
+func (p *profile) fits(n int, d int64) int64 {
+	start := p.times[0]
+	for i := range p.times {
+		if p.free[i] < n {
+			return min(p.times[i]-start, d)
+		}
+	}
+	return d
+}

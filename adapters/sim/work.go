@@ -81,7 +81,7 @@ func (c *Cluster) AddWork(w Work) error {
 // finish (when time-aware) before its limit. Tasks are served FIFO by
 // harvest job.
 func (c *Cluster) pull(j *job) {
-	if c.pendingTasks == 0 {
+	if c.pendingTasks == 0 || j.preempting {
 		return
 	}
 	left := add(j.rec.Start, j.limit) - c.now

@@ -273,3 +273,15 @@ func (l *Live) Cancel(ctx context.Context, id adapters.PilotID) error {
 	}
 	return l.c.Cancel(ctx, id)
 }
+
+// Shrink implements adapters.Adapter; end is on the Unix clock of the
+// snapshots.
+func (l *Live) Shrink(ctx context.Context, id adapters.PilotID, end int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := l.catchUp(); err != nil {
+		return fmt.Errorf("simlive: %w", err)
+	}
+	return l.c.Shrink(ctx, id, end-l.base)
+}

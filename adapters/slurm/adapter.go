@@ -33,6 +33,24 @@ type Adapter struct {
 
 	mu      sync.Mutex
 	maxTime cluster.Limit // the partition's MaxTime from the last snapshot; 0 = not known yet
+	tier    *tier         // the preemption set-up, once probed
+}
+
+// tier is what the adapter learnt once about preemption and sizing: the
+// harvested partition's preemptible tier (nil: none) and whether backfill
+// sizes --time-min jobs.
+type tier struct {
+	version string
+	pre     *adapters.Preemption
+	timeMin bool
+}
+
+// usable returns the preemptible partition pilots may use, or "".
+func (t *tier) usable() *adapters.Preemption {
+	if t == nil || t.pre == nil || !t.pre.Usable {
+		return nil
+	}
+	return t.pre
 }
 
 var _ adapters.Adapter = (*Adapter)(nil)
@@ -62,6 +80,9 @@ func (a *Adapter) Config() Config { return a.cfg }
 
 // Info reports the adapter and SLURM's version (`sinfo --version`, which
 // does not need the controller).
+// It also reports the preemptible tier (DetectPreemption, from
+// `scontrol show config` and `scontrol -a -o show partition`) and whether
+// backfill sizes --time-min pilots (TimeMinSizes).
 func (a *Adapter) Info(ctx context.Context) (adapters.Info, error) {
 	info := adapters.Info{
 		Name:            "slurm",
@@ -69,28 +90,74 @@ func (a *Adapter) Info(ctx context.Context) (adapters.Info, error) {
 		TimeGranularity: Granularity,
 		ExpectedStart:   true,
 		Backfill:        true,
+		Shrink:          true,
 	}
-	out, err := a.query(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"--version"})
+	t, err := a.probe(ctx)
 	if err != nil {
 		return info, err
 	}
-	if info.Version, err = ParseVersion(out); err != nil {
-		return info, err
-	}
+	info.Version, info.Preemption, info.TimeMinSizing = t.version, t.pre, t.timeMin
 	return info, nil
+}
+
+// probe learns, once, SLURM's version, its preemption set-up and whether
+// its backfill sizes --time-min jobs. A failure is not remembered.
+func (a *Adapter) probe(ctx context.Context) (*tier, error) {
+	a.mu.Lock()
+	t := a.tier
+	a.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	out, err := a.query(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"--version"})
+	if err != nil {
+		return nil, err
+	}
+	t = &tier{}
+	if t.version, err = ParseVersion(out); err != nil {
+		return nil, err
+	}
+	out, err = a.query(ctx, a.cfg.binary("scontrol", a.cfg.Scontrol), []string{"show", "config"})
+	if err != nil {
+		return nil, err
+	}
+	conf, err := ParseConfig(out)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := a.partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h, err := PickPartition(parts, a.cfg.Partition)
+	if err != nil {
+		return nil, err
+	}
+	t.pre = DetectPreemption(conf, parts, h, a.cfg.PreemptPartition)
+	t.timeMin = TimeMinSizes(t.version, conf)
+	a.mu.Lock()
+	a.tier = t
+	a.mu.Unlock()
+	return t, nil
 }
 
 // partition asks scontrol for the configured (or default) partition.
 func (a *Adapter) partition(ctx context.Context) (Partition, error) {
-	out, err := a.query(ctx, a.cfg.binary("scontrol", a.cfg.Scontrol), []string{"-o", "show", "partition"})
-	if err != nil {
-		return Partition{}, err
-	}
-	ps, err := ParsePartitions(out)
+	ps, err := a.partitions(ctx)
 	if err != nil {
 		return Partition{}, err
 	}
 	return PickPartition(ps, a.cfg.Partition)
+}
+
+// partitions lists every partition, hidden ones too (-a): a site may hide
+// the preemptible one from its users.
+func (a *Adapter) partitions(ctx context.Context) ([]Partition, error) {
+	out, err := a.query(ctx, a.cfg.binary("scontrol", a.cfg.Scontrol), []string{"-a", "-o", "show", "partition"})
+	if err != nil {
+		return nil, err
+	}
+	return ParsePartitions(out)
 }
 
 // PickPartition returns the partition named name, or the default one
@@ -115,14 +182,24 @@ func PickPartition(ps []Partition, name string) (Partition, error) {
 // squeue (pending ones in scheduling order), pilots marked, MaxTime from
 // scontrol. Any failure is an error; a partial snapshot is never returned.
 func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	t, err := a.probe(ctx)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
 	part, err := a.partition(ctx)
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
 	}
+	// The preemptible tier's pilots hold the same nodes: list them too.
+	parts := part.Name
+	pre := t.usable()
+	if pre != nil {
+		parts += "," + pre.Partition
+	}
 	squeue := a.cfg.binary("squeue", a.cfg.Squeue)
 	now := a.now().Unix()
 	out, err := a.query(ctx, squeue,
-		[]string{"-a", "-h", "-r", "-p", part.Name, "-t", squeueStates, "-o", squeueFormat},
+		[]string{"-a", "-h", "-r", "-p", parts, "-t", squeueStates, "-o", squeueFormat},
 		"SLURM_TIME_FORMAT=%s")
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
@@ -133,7 +210,7 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	}
 	// Asked after the job list, so every pilot in that list is in this one.
 	out, err = a.query(ctx, squeue,
-		[]string{"-a", "-h", "-r", "-p", part.Name, "-u", a.user, "-n", a.cfg.Tag, "-t", squeueStates, "-o", "%i"})
+		[]string{"-a", "-h", "-r", "-p", parts, "-u", a.user, "-n", a.cfg.Tag, "-t", squeueStates, "-o", "%i"})
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilots: %w", err)
 	}
@@ -142,6 +219,20 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilots: %w", err)
 	}
 	MarkPilots(jobs, ids, a.cfg.Tag)
+	// The end of running pilots to the second: %l is in minutes and stays
+	// as it was when the end is pulled in (Shrink) or set by a preemption
+	// with a grace time.
+	out, err = a.query(ctx, squeue,
+		[]string{"-a", "-h", "-r", "-p", parts, "-u", a.user, "-n", a.cfg.Tag, "-t", "RUNNING", "-o", pilotEndFormat},
+		"SLURM_TIME_FORMAT=%s")
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilot ends: %w", err)
+	}
+	ends, err := ParsePilotEnds(out)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilot ends: %w", err)
+	}
+	jobs = ApplyTier(jobs, pre, ends)
 	out, err = a.query(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"-h", "-N", "-p", part.Name, "-o", sinfoFormat})
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
@@ -214,10 +305,27 @@ func (a *Adapter) SbatchArgs(limit cluster.Limit, spec adapters.PilotSpec) []str
 	} else {
 		args = append(args, "--time="+strconv.FormatInt(int64(limit)/Granularity, 10))
 	}
+	a.mu.Lock()
+	t := a.tier
+	a.mu.Unlock()
+	if spec.MinTimeLimit > 0 && t != nil && t.timeMin && !limit.IsUnlimited() && int64(spec.MinTimeLimit) < int64(limit) {
+		// Rounded up: SLURM rounds limits up to minutes, and a pilot must
+		// not be planned shorter than its smallest useful length.
+		args = append(args, "--time-min="+strconv.FormatInt((int64(spec.MinTimeLimit)+Granularity-1)/Granularity, 10))
+	}
 	if a.cfg.Exclusive {
 		args = append(args, "--exclusive")
 	}
-	if a.cfg.Partition != "" {
+	switch pre := t.usable(); {
+	case spec.Preemptible && pre != nil:
+		args = append(args, "--partition="+pre.Partition)
+		if pre.GraceTime > 0 {
+			// With preempt_send_user_signal, SLURM sends this signal at
+			// preemption, so the pilot hands its tasks back at once; it
+			// also comes 30 s before the time limit, when no batch runs.
+			args = append(args, "--signal=B:TERM@30")
+		}
+	case a.cfg.Partition != "":
 		args = append(args, "--partition="+a.cfg.Partition)
 	}
 	if a.cfg.Account != "" {
@@ -252,6 +360,12 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	script, err := BatchScript(a.cfg.Tag, spec)
 	if err != nil {
 		return "", err
+	}
+	if spec.Preemptible || spec.MinTimeLimit > 0 {
+		// Where preemptible pilots go, and whether --time-min sizes them.
+		if _, err := a.probe(ctx); err != nil {
+			return "", fmt.Errorf("slurm submit: %w", err)
+		}
 	}
 	limit := adapters.RoundDown(spec.TimeLimit, Granularity)
 	if !limit.IsUnlimited() && limit < Granularity {
@@ -333,35 +447,11 @@ var finishedStates = map[string]bool{
 // reused between the check and the cancel cannot hit a foreign job.
 func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	sid := string(id)
-	if _, err := atoiNonNeg(sid); err != nil {
-		return fmt.Errorf("cancel %q: not a pilot job id: %w", sid, adapters.ErrNotPilot)
+	j, err := a.ownPilot(ctx, "cancel", sid)
+	if err != nil || j == nil || finishedStates[j.State] {
+		return err
 	}
-	out, err := a.query(ctx, a.cfg.binary("squeue", a.cfg.Squeue), []string{"-h", "-t", "all", "-j", sid, "-o", jobCheckFormat})
 	var ce *cmdError
-	if errors.As(err, &ce) && strings.Contains(ce.stderr, "Invalid job id specified") {
-		return nil // purged long ago
-	}
-	if err != nil {
-		return fmt.Errorf("cancel %s: %w", sid, err)
-	}
-	jobs, err := ParseJobCheck(out)
-	if err != nil {
-		return fmt.Errorf("cancel %s: %w", sid, err)
-	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	if len(jobs) != 1 || jobs[0].ID != sid {
-		return fmt.Errorf("cancel %s: squeue shows %d jobs for this id: %w", sid, len(jobs), adapters.ErrNotPilot)
-	}
-	j := jobs[0]
-	if j.User != a.user || j.Name != a.cfg.Tag {
-		return fmt.Errorf("cancel %s: job of user %q named %q, pilots are %q's named %q: %w",
-			sid, j.User, trunc(j.Name), a.user, a.cfg.Tag, adapters.ErrNotPilot)
-	}
-	if finishedStates[j.State] {
-		return nil
-	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	res, err := a.run(cctx, a.cfg.binary("scancel", a.cfg.Scancel),

@@ -27,6 +27,9 @@ type call struct {
 type fakeSlurm struct {
 	calls                                    []call
 	squeue, sinfo, scontrol, sbatch, scancel func(c call) (result, error)
+	// version answers `sinfo --version`, config `scontrol show config`
+	// and update `scontrol update`.
+	version, config, update func(c call) (result, error)
 }
 
 func (f *fakeSlurm) run(ctx context.Context, name string, args, env []string, stdin []byte) (result, error) {
@@ -38,8 +41,17 @@ func (f *fakeSlurm) run(ctx context.Context, name string, args, env []string, st
 		h = f.squeue
 	case "sinfo":
 		h = f.sinfo
+		if slices.Contains(args, "--version") {
+			h = f.version
+		}
 	case "scontrol":
 		h = f.scontrol
+		switch {
+		case slices.Contains(args, "config"):
+			h = f.config
+		case slices.Contains(args, "update"):
+			h = f.update
+		}
 	case "sbatch":
 		h = f.sbatch
 	case "scancel":
@@ -92,17 +104,23 @@ func newTestAdapter(t *testing.T, f *fakeSlurm, mod func(*Config)) *Adapter {
 	return a
 }
 
-// backfillCluster answers like the cluster of the backfill fixtures.
+// backfillCluster answers like the cluster of the backfill fixtures (no
+// preemptible partition; no running pilot's end was pulled in).
 func backfillCluster(t *testing.T) *fakeSlurm {
 	return &fakeSlurm{
 		scontrol: ok(fixture(t, "scontrol_partitions.txt")),
 		squeue: func(c call) (result, error) {
-			if slices.Contains(c.args, "-n") {
+			switch {
+			case slices.Contains(c.args, pilotEndFormat):
+				return result{}, nil
+			case slices.Contains(c.args, "-n"):
 				return result{stdout: fixture(t, "squeue_pilots_backfill.txt")}, nil
 			}
 			return result{stdout: fixture(t, "squeue_backfill.txt")}, nil
 		},
-		sinfo: ok(fixture(t, "sinfo_planned.txt")),
+		sinfo:   ok(fixture(t, "sinfo_planned.txt")),
+		version: ok(fixture(t, "sinfo_version.txt")),
+		config:  ok(fixture(t, "preempt_config_off.txt")),
 	}
 }
 
@@ -116,10 +134,21 @@ func TestSnapshotAsksForTheHarvestedPartition(t *testing.T) {
 	if s.Now != backfillNow || s.TotalNodes != 4 || s.IdleNodes != 1 || s.PlannedNodes != 1 || len(s.Jobs) != 6 || len(s.Pilots()) != 1 {
 		t.Errorf("snapshot %+v", s)
 	}
-	if got := f.names(); !slices.Equal(got, []string{"scontrol", "squeue", "squeue", "sinfo"}) {
+	// The first snapshot learns the set-up once (version, config, partitions).
+	if got := f.names(); !slices.Equal(got, []string{"sinfo", "scontrol", "scontrol", "scontrol", "squeue", "squeue", "squeue", "sinfo"}) {
 		t.Fatalf("commands %v", got)
 	}
-	jobs, pilots, sinfo := f.calls[1], f.calls[2], f.calls[3]
+	f.calls = nil
+	if _, err := a.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.names(); !slices.Equal(got, []string{"scontrol", "squeue", "squeue", "squeue", "sinfo"}) {
+		t.Fatalf("commands of the next snapshot %v", got)
+	}
+	jobs, pilots, ends, sinfo := f.calls[1], f.calls[2], f.calls[3], f.calls[4]
+	if strings.Join(ends.args, " ") != "-a -h -r -p batch -u root -n harvest-pilot -t RUNNING -o "+pilotEndFormat || !slices.Contains(ends.env, "SLURM_TIME_FORMAT=%s") {
+		t.Errorf("pilot ends squeue args %q", ends.args)
+	}
 	if !slices.Contains(jobs.env, "SLURM_TIME_FORMAT=%s") {
 		t.Errorf("squeue runs without SLURM_TIME_FORMAT=%%s in its environment")
 	}
@@ -144,8 +173,8 @@ func TestSnapshotUsesTheConfiguredPartitionAndItsMaxTime(t *testing.T) {
 	if s.Partition != "short" || s.MaxTime == nil || *s.MaxTime != 1800 {
 		t.Errorf("partition %q MaxTime %v", s.Partition, s.MaxTime)
 	}
-	if !slices.Contains(f.calls[1].args, "short") {
-		t.Errorf("squeue not filtered on short: %q", f.calls[1].args)
+	if !slices.Contains(f.calls[4].args, "short") {
+		t.Errorf("squeue not filtered on short: %q", f.calls[4].args)
 	}
 }
 
@@ -379,9 +408,9 @@ func TestCancel(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
-	a := newTestAdapter(t, &fakeSlurm{sinfo: ok(fixture(t, "sinfo_version.txt"))}, nil)
+	a := newTestAdapter(t, backfillCluster(t), nil)
 	info, err := a.Info(context.Background())
-	want := adapters.Info{Name: "slurm", Version: "22.05.8", Tag: "harvest-pilot", TimeGranularity: 60, ExpectedStart: true, Backfill: true}
+	want := adapters.Info{Name: "slurm", Version: "22.05.8", Tag: "harvest-pilot", TimeGranularity: 60, ExpectedStart: true, Backfill: true, Shrink: true}
 	if err != nil || info != want {
 		t.Errorf("Info = %+v, %v", info, err)
 	}

@@ -19,6 +19,11 @@ type Config struct {
 	// Partition to harvest; empty = the cluster's default partition.
 	// Snapshots describe this partition only and pilots are submitted to it.
 	Partition string
+	// PreemptPartition is where preemptible pilots go (the pilots above
+	// the admin's floor, when the agent runs in preemption mode): empty =
+	// detected (DetectPreemption: a partition over the same nodes whose
+	// jobs the harvested partition's preempt at once); "none" = never.
+	PreemptPartition string
 	// Account and QOS are passed to sbatch (-A, -q) when set.
 	Account string
 	QOS     string
@@ -82,10 +87,13 @@ func (c Config) Validate() error {
 	if !tagRE.MatchString(c.Tag) {
 		return bad("tag %q must be 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit", c.Tag)
 	}
-	for name, v := range map[string]string{"partition": c.Partition, "account": c.Account, "qos": c.QOS} {
+	for name, v := range map[string]string{"partition": c.Partition, "preempt_partition": c.PreemptPartition, "account": c.Account, "qos": c.QOS} {
 		if v != "" && !simpleRE.MatchString(v) {
 			return bad("%s %q must be a plain name of [A-Za-z0-9._-]", name, v)
 		}
+	}
+	if c.PreemptPartition != "" && c.PreemptPartition == c.Partition {
+		return bad("preempt_partition %q is the harvested partition itself", c.PreemptPartition)
 	}
 	if c.Timeout <= 0 {
 		return bad("timeout must be positive, got %s", c.Timeout)
@@ -127,7 +135,7 @@ func (c Config) binary(name, override string) string {
 }
 
 // NewFromOptions builds an adapter from a plugin's string options. Keys:
-// tag, partition, account, qos, timeout (Go duration, "10s"), sbatch_args
+// tag, partition, preempt_partition, account, qos, timeout (Go duration, "10s"), sbatch_args
 // (space-separated), export, exclusive (true/false), output_dir, bin_dir,
 // slurm_conf, user. Unknown keys are an error, so a typo is not ignored.
 func NewFromOptions(opts map[string]string) (*Adapter, error) {
@@ -148,6 +156,8 @@ func ConfigFromOptions(opts map[string]string) (Config, error) {
 			cfg.Tag = v
 		case "partition":
 			cfg.Partition = v
+		case "preempt_partition":
+			cfg.PreemptPartition = v
 		case "account":
 			cfg.Account = v
 		case "qos":

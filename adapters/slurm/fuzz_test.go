@@ -13,8 +13,9 @@ import (
 // The fuzz targets (CI runs each briefly, e.g.
 // go test -run='^$' -fuzz='^FuzzParseSqueue$' -fuzztime=10s ./adapters/slurm):
 // FuzzParseSqueue, FuzzParseSinfo, FuzzParsePartitions, FuzzParseSbatch,
-// FuzzParseJobCheck, FuzzParseTimeLimit. Without -fuzz they run their seed
-// corpus (every fixture in testdata/) as ordinary tests.
+// FuzzParseJobCheck, FuzzParseTimeLimit, FuzzParseConfig, FuzzParsePilotEnds.
+// Without -fuzz they run their seed corpus (every fixture in testdata/) as
+// ordinary tests.
 
 func addFixtures(f *testing.F, glob string) {
 	f.Helper()
@@ -127,6 +128,35 @@ func FuzzParseTimeLimit(f *testing.F) {
 		checkErr(t, err)
 		if err == nil && l < cluster.Unlimited {
 			t.Fatalf("ParseTimeLimit(%q) = %d", s, l)
+		}
+	})
+}
+
+func FuzzParseConfig(f *testing.F) {
+	addFixtures(f, "preempt_config_*.txt")
+	f.Fuzz(func(t *testing.T, out []byte) {
+		conf, err := ParseConfig(out)
+		checkErr(t, err)
+		if err == nil && len(conf) == 0 {
+			t.Fatal("no error and no key")
+		}
+		// Whatever the config says, detection must not panic.
+		h := Partition{Name: "batch", Nodes: "n[1-4]", PriorityTier: 10}
+		DetectPreemption(conf, []Partition{h, {Name: "harvest", Nodes: "n[1-4]", PriorityTier: 1, PreemptMode: conf["PreemptMode"], GraceTime: 30}}, h, "")
+		TimeMinSizes(conf["SLURM_VERSION"], conf)
+	})
+}
+
+func FuzzParsePilotEnds(f *testing.F) {
+	addFixtures(f, "preempt_squeue_pilot_ends.txt")
+	f.Add([]byte("8|N/A\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		ends, err := ParsePilotEnds(out)
+		checkErr(t, err)
+		for id, e := range ends {
+			if id == "" || e <= 0 {
+				t.Fatalf("end %q -> %d", id, e)
+			}
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,9 +109,10 @@ func deadControllerConf(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := strings.Replace(string(b), "SlurmctldPort=6817", "SlurmctldPort=6999", 1)
+	// Any cluster's port (CTLD_PORT differs between mini-clusters).
+	conf := regexp.MustCompile(`(?m)^SlurmctldPort=\d+$`).ReplaceAllString(string(b), "SlurmctldPort=6999")
 	if conf == string(b) {
-		t.Fatal("slurm.conf has no SlurmctldPort=6817 line")
+		t.Fatal("slurm.conf has no SlurmctldPort line")
 	}
 	p := filepath.Join(t.TempDir(), "slurm.conf")
 	if err := os.WriteFile(p, []byte(conf), 0o644); err != nil {

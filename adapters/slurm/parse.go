@@ -413,6 +413,14 @@ type Partition struct {
 	DefaultTime cluster.Limit // 0 = NONE
 	State       string
 	TotalNodes  int
+	// The preemption settings (see DetectPreemption): Nodes is the node
+	// list as configured ("n[1-8]"), PreemptMode the partition's
+	// ("OFF", "CANCEL", "REQUEUE", "SUSPEND,GANG"...), GraceTime seconds.
+	Nodes        string
+	PriorityTier int
+	PreemptMode  string
+	GraceTime    int64
+	Hidden       bool
 }
 
 // ParsePartitions parses `scontrol -o show partition` (one partition a
@@ -447,6 +455,26 @@ func ParsePartitions(out []byte) ([]Partition, error) {
 			if p.DefaultTime, err = ParseTimeLimit(dt); err != nil {
 				return nil, fmt.Errorf("partition %s DefaultTime: %w", p.Name, err)
 			}
+		}
+		p.Nodes, p.PreemptMode, p.Hidden = kv["Nodes"], kv["PreemptMode"], kv["Hidden"] == "YES"
+		for _, f := range []struct {
+			key string
+			to  *int64
+		}{{"GraceTime", &p.GraceTime}} {
+			if v := kv[f.key]; v != "" {
+				n, err := atoiNonNeg(v)
+				if err != nil {
+					return nil, parseErr("partition %s: bad %s %q", p.Name, f.key, trunc(v))
+				}
+				*f.to = n
+			}
+		}
+		if v := kv["PriorityTier"]; v != "" {
+			n, err := atoiNonNeg(v)
+			if err != nil || n > 1<<16 {
+				return nil, parseErr("partition %s: bad PriorityTier %q", p.Name, trunc(v))
+			}
+			p.PriorityTier = int(n)
 		}
 		if tn := kv["TotalNodes"]; tn != "" {
 			n, err := atoiNonNeg(tn)

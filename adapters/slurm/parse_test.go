@@ -262,8 +262,8 @@ func TestParsePartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Partition{
-		{Name: "batch", Default: true, MaxTime: cluster.Unlimited, State: "UP", TotalNodes: 4},
-		{Name: "short", MaxTime: 1800, DefaultTime: 600, State: "UP", TotalNodes: 4},
+		{Name: "batch", Default: true, MaxTime: cluster.Unlimited, State: "UP", TotalNodes: 4, Nodes: "n[1-4]", PriorityTier: 1, PreemptMode: "OFF"},
+		{Name: "short", MaxTime: 1800, DefaultTime: 600, State: "UP", TotalNodes: 4, Nodes: "n[1-4]", PriorityTier: 1, PreemptMode: "OFF"},
 	}
 	if !reflect.DeepEqual(ps, want) {
 		t.Errorf("got %+v\nwant %+v", ps, want)

@@ -26,6 +26,7 @@ var statusTmpl = template.Must(template.New("status.html").ParseFS(templates, "t
 // rendered by the template.
 type Page struct {
 	User, Role, Adapter string
+	GiveBack            string
 	Generated           string
 	HaveRound           bool
 	RoundAt, RoundAgo   string
@@ -76,6 +77,7 @@ type UserRow struct {
 // Inputs are the figures BuildPage turns into a Page.
 type Inputs struct {
 	User, Role, Adapter string
+	GiveBack            string
 	Now                 time.Time
 	Round               *agent.RoundResult
 	Control             agent.ControlState
@@ -113,7 +115,7 @@ func limitWords(l cluster.Limit) string {
 
 // BuildPage assembles the page. Pure: every figure comes from in.
 func BuildPage(in Inputs) Page {
-	p := Page{User: in.User, Role: in.Role, Adapter: in.Adapter, Generated: in.Now.UTC().Format("2006-01-02 15:04:05 UTC"), Errors: in.Errors}
+	p := Page{User: in.User, Role: in.Role, Adapter: in.Adapter, GiveBack: in.GiveBack, Generated: in.Now.UTC().Format("2006-01-02 15:04:05 UTC"), Errors: in.Errors}
 	p.Paused, p.Drain = in.Control.Paused, in.Control.Drain
 	if in.Control.PausedAt > 0 {
 		p.PausedSince = time.Unix(in.Control.PausedAt, 0).UTC().Format("2006-01-02 15:04 UTC")
@@ -329,7 +331,7 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		s.denied(w, http.StatusForbidden, "The status page needs a user or admin token, not the pilot token.")
 		return
 	}
-	in := Inputs{User: name, Role: role, Adapter: s.cfg.Adapter, Now: s.cfg.Now(), Control: s.cfg.Control.State(), Window: s.cfg.ChartWindow}
+	in := Inputs{User: name, Role: role, Adapter: s.cfg.Adapter, GiveBack: s.cfg.GiveBack, Now: s.cfg.Now(), Control: s.cfg.Control.State(), Window: s.cfg.ChartWindow}
 	if res, ok := s.cfg.Rounds.Last(); ok {
 		in.Round = &res
 	}

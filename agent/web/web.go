@@ -55,6 +55,9 @@ type Config struct {
 	ChartWindow time.Duration
 	// Adapter names the batch system on the page ("slurm", "sim").
 	Adapter string
+	// GiveBack says how pilots make way for foreign jobs
+	// (agent.GiveBack.Describe).
+	GiveBack string
 	// Now is the wall clock; tests replace it.
 	Now func() time.Time
 	Log *slog.Logger

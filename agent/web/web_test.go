@@ -129,6 +129,7 @@ func newServer(t *testing.T, round *agent.RoundResult) (http.Handler, *fakeQueue
 	cfg.Queue, cfg.Rounds, cfg.Control, cfg.History = q, fakeRounds{round}, ctl, hist
 	cfg.Metrics = agent.NewMetrics(nil, nil)
 	cfg.Now = func() time.Time { return time.Unix(1_000_030, 0) }
+	cfg.GiveBack = "preemption: pilots above the floor run in partition harvest"
 	apiH := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	h, err := Handler(cfg, apiH)
 	if err != nil {
@@ -168,7 +169,8 @@ func TestTheStatusPageShowsWhatTheAgentSees(t *testing.T) {
 		{
 			name:  "an admin sees pilots with deadlines, the decision, every job and the users",
 			token: "admin-tok",
-			want: []string{"signed in as <b>ops</b> (admin)", "submit 1 pilot(s), time limit 14m00s", "fill-hole", "no foreign job can use the hole",
+			want: []string{"signed in as <b>ops</b> (admin)", "give-back: preemption: pilots above the floor run in partition harvest",
+				"submit 1 pilot(s), time limit 14m00s", "fill-hole", "no foreign job can use the hole",
 				// p1 started at 1_000_000-200 with a 20 min limit: deadline 1_001_000.
 				"<td>p1</td><td class=\"idle\">idle</td><td>n3</td>", clock(1_001_000), "16m40s",
 				// p2 is unlimited but the master reported its deadline.

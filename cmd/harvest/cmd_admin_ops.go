@@ -82,12 +82,12 @@ type webQueue struct {
 
 var _ web.Queue = webQueue{}
 
-func (o *agentOps) handler(c *cli.Context, h *hostedQueue, r *agent.Reconciler, adapterName string, log *slog.Logger) (http.Handler, error) {
+func (o *agentOps) handler(c *cli.Context, h *hostedQueue, r *agent.Reconciler, adapterName, giveBack string, log *slog.Logger) (http.Handler, error) {
 	cfg := web.DefaultConfig()
 	cfg.Queue, cfg.Rounds, cfg.Control, cfg.Metrics, cfg.History = webQueue{h.q, h.api}, r, o.ctl, o.metrics, o.hist
 	cfg.MetricsAnonymous = c.Bool("metrics-anonymous")
 	cfg.ChartWindow = c.Duration("chart-window")
-	cfg.Adapter = adapterName
+	cfg.Adapter, cfg.GiveBack = adapterName, giveBack
 	cfg.Log = log
 	return web.Handler(cfg, h.api.Handler())
 }

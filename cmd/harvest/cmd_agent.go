@@ -30,6 +30,9 @@ func agentFlags() []cli.Flag {
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, EnvVars: []string{"HARVEST_MARGIN"}, Usage: "safety margin subtracted from pilot time limits"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "max-pilot-time", EnvVars: []string{"HARVEST_MAX_PILOT_TIME"}, Usage: "cap on a pilot's time limit (0 = the partition's MaxTime)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "harvest-while-idle", EnvVars: []string{"HARVEST_WHILE_IDLE"}, Usage: "keep pilots on idle nodes even with an empty backlog"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "give-back", Value: "auto", EnvVars: []string{"HARVEST_GIVE_BACK"}, Usage: "how pilots make way for foreign jobs: preemption (pilots above --min-nodes in the batch system's preemptible partition: no delay), polling (the agent cancels them: up to one poll), or auto (preemption where the adapter finds a usable preemptible partition)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "shrink", EnvVars: []string{"HARVEST_SHRINK"}, Usage: "pull in the end of pilots the top pending job will need, rather than cancel them when it can start"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "min-pilot-time", EnvVars: []string{"HARVEST_MIN_PILOT_TIME"}, Usage: "smallest useful pilot: the batch system may shorten pilots down to it to fit its plan (SLURM >= 25.11 --time-min; ignored with a warning elsewhere)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "keep-recommended", EnvVars: []string{"HARVEST_KEEP_RECOMMENDED"}, Usage: "let the master's MiniNode recommendation keep pilots a waiting job could use (by default only --min-nodes does)"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "backlog", Value: -1, EnvVars: []string{"HARVEST_BACKLOG"}, Usage: "use a fixed backlog of N pending tasks (testing; -1 = unlimited backlog, i.e. harvest every hole)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
@@ -171,6 +174,17 @@ func runAgent(c *cli.Context) error {
 	if info.TimeGranularity > 0 {
 		cfg.Policy.Granularity = info.TimeGranularity
 	}
+	gb, err := agent.ChooseGiveBack(info, agent.GiveBackRequest{
+		Mode: agent.GiveBackMode(c.String("give-back")), Shrink: c.Bool("shrink"),
+		MinPilotLimit: cluster.Limit(c.Duration("min-pilot-time") / time.Second),
+	})
+	if err != nil {
+		return cli.Exit("harvest agent: "+err.Error(), 2)
+	}
+	gb.Apply(&cfg.Policy)
+	for _, w := range gb.Warnings {
+		log.Warn(w)
+	}
 
 	var src agent.DemandSource = agent.StaticDemand{}
 	if n := c.Int("backlog"); n >= 0 {
@@ -217,7 +231,7 @@ func runAgent(c *cli.Context) error {
 	r := agent.NewReconciler(ad, src, cfg, log)
 	r.OnRound = ops.hook(ctx, ad, cfg.CancelTimeout)
 	if hq != nil {
-		handler, err := ops.handler(c, hq, r, info.Name, log)
+		handler, err := ops.handler(c, hq, r, info.Name, gb.Describe, log)
 		if err != nil {
 			return cli.Exit("harvest agent: "+err.Error(), 1)
 		}
@@ -225,7 +239,8 @@ func runAgent(c *cli.Context) error {
 	}
 	log.Info("agent started", "adapter", info.Name, "version", info.Version, "tag", info.Tag,
 		"poll", cfg.PollInterval, "min_nodes", cfg.Policy.MinNodes, "max_nodes", cfg.Policy.MaxNodes,
-		"dry_run", cfg.DryRun, "harvest_while_idle", cfg.Policy.HarvestWhileIdle)
+		"dry_run", cfg.DryRun, "harvest_while_idle", cfg.Policy.HarvestWhileIdle,
+		"give_back", gb.Mode, "give_back_detail", gb.Describe)
 	runErr := make(chan error, 1)
 	go func() { runErr <- r.Run(ctx) }()
 	select {

@@ -49,18 +49,38 @@ runuser -u alice -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId="$
   >/dev/null 2>preempt_endtime_other_user.stderr || true
 runuser -u bob -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId="$P" EndTime="$(stamp $((now + 45)))"
 job "$P" >preempt_job_shrunk.txt
-scancel "$A" "$B" "$P"
+# ...and what scontrol says for a pending job, a time in the past, an
+# unknown id and a finished job.
+Q=$(sub bob -J harvest-pilot -N4 -t 5 --wrap 'sleep 600')
+sleep 1
+runuser -u bob -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId="$Q" EndTime="$(stamp $((now + 60)))" \
+  >/dev/null 2>preempt_endtime_pending.stderr || true
+runuser -u bob -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId="$P" EndTime="$(stamp $((now - 60)))" \
+  >/dev/null 2>preempt_endtime_past.stderr || true
+runuser -u bob -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId=999999 EndTime="$(stamp $((now + 60)))" \
+  >/dev/null 2>preempt_endtime_unknown.stderr || true
+scancel "$A" "$B" "$P" "$Q"
 sleep 2
+runuser -u bob -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId="$P" EndTime="$(stamp $((now + 60)))" \
+  >/dev/null 2>preempt_endtime_finished.stderr || true
 
-# Pilots in the preemptible partition and a foreign job that preempts two of them.
-for i in 1 2 3 4; do sub bob -J harvest-pilot -p harvest -N1 -t 30 --wrap 'sleep 600' >/dev/null; done
+# Pilots in the preemptible partition, a foreign job that preempts two of
+# them, alice's job queued in the preemptible partition, a floor pilot in
+# batch whose end bob pulls in; then the snapshot's squeue commands.
+for i in 1 2 3; do sub bob -J harvest-pilot -p harvest -N1 -t 30 --wrap 'sleep 600' >/dev/null; done
+FLOOR=$(sub bob -J harvest-pilot -N1 -t 30 --wrap 'sleep 600')
 sleep 2
 F=$(sub alice -J F_two -N2 -t 5 --wrap 'sleep 600')
+L=$(sub alice -J L_low -p harvest -N1 -t 5 --wrap 'sleep 600')
 sleep 2
-SLURM_TIME_FORMAT=%s squeue -a -h -r -p batch,harvest -t PENDING,RUNNING,CONFIGURING,COMPLETING,PREEMPTED \
-  -o '%i|%u|%T|%r|%D|%N|%l|%V|%S|%Q|%P|%e' >preempt_squeue_two_partitions.txt
-echo "F=$F" >preempt_ids.txt
-scancel -u bob; scancel "$F"
+now=$(date +%s)
+runuser -u bob -- env SLURM_CONF="$SLURM_CONF" TZ=UTC scontrol update JobId="$FLOOR" EndTime="$(stamp $((now + 300)))"
+STATES=PENDING,RUNNING,CONFIGURING,COMPLETING
+SLURM_TIME_FORMAT=%s squeue -a -h -r -p batch,harvest -t $STATES -o '%i|%u|%T|%r|%D|%N|%l|%V|%S|%Q|%P' >preempt_squeue_jobs.txt
+squeue -a -h -r -p batch,harvest -u bob -n harvest-pilot -t $STATES -o %i >preempt_squeue_pilots.txt
+SLURM_TIME_FORMAT=%s squeue -a -h -r -p batch,harvest -u bob -n harvest-pilot -t RUNNING -o '%i|%e' >preempt_squeue_pilot_ends.txt
+echo "now=$now F=$F L=$L FLOOR=$FLOOR" >preempt_ids.txt
+scancel -u bob; scancel "$F" "$L"
 
 # 3. GraceTime=30: without preempt_send_user_signal the batch script gets no
 # signal at preemption; with it (and --signal=B:TERM@N) it gets SIGTERM.

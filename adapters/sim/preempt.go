@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/harvest-hpc/harvest/adapters"
+)
+
+// free is how many nodes a job of the normal tier may use now: the idle
+// nodes and those of preemptible pilots that are not already going.
+func (c *Cluster) free() int {
+	return c.cfg.Nodes - c.used + c.preemptibleNodes()
+}
+
+// preemptibleNodes counts the nodes of running preemptible pilots that are
+// not being preempted yet.
+func (c *Cluster) preemptibleNodes() int {
+	if !c.cfg.Preemption {
+		return 0
+	}
+	n := 0
+	for _, r := range c.running {
+		if r.preemptible && !r.preempting {
+			n += r.nodes
+		}
+	}
+	return n
+}
+
+// preemptFor preempts, newest first, as many preemptible pilots as job j
+// needs beyond the idle nodes and those already being preempted, and
+// reports whether j can start now (with no grace time, the preempted
+// pilots are gone at once).
+func (c *Cluster) preemptFor(j *job) bool {
+	idle := c.cfg.Nodes - c.used
+	if j.nodes <= idle {
+		return true
+	}
+	going := 0
+	var victims []*job
+	for _, r := range c.running {
+		switch {
+		case !r.preemptible:
+		case r.preempting:
+			going += r.nodes
+		default:
+			victims = append(victims, r)
+		}
+	}
+	need := j.nodes - idle - going
+	slices.Reverse(victims) // c.running is in id order: newest first
+	for _, v := range victims {
+		if need <= 0 {
+			break
+		}
+		c.preempt(v)
+		need -= v.nodes
+	}
+	return j.nodes <= c.cfg.Nodes-c.used
+}
+
+// preempt stops pilot v for a foreign job: its task goes back to the
+// backlog at once (the harvest pilot reports it interrupted on SIGTERM)
+// and the node is free after the grace time.
+func (c *Cluster) preempt(v *job) {
+	c.changes++
+	v.rec.Preempted = true
+	if v.task != nil {
+		c.lostTaskSec += c.now - v.taskFrom
+		c.requeue(v)
+		c.busyPilots--
+		c.idlePilots++
+		c.sample()
+	}
+	if c.cfg.GraceTime == 0 {
+		c.finish(v, false, false)
+		return
+	}
+	v.preempting = true
+	c.endAt(v, c.now+c.cfg.GraceTime)
+}
+
+// endAt moves running job j's end to t (not later than its current end).
+func (c *Cluster) endAt(j *job, t int64) {
+	if t >= j.endByLimit() {
+		return
+	}
+	j.limit = t - j.rec.Start
+	j.endGen++
+	c.push(event{t: t, kind: evEnd, j: j, gen: j.endGen})
+	if j.task != nil && j.taskFrom+j.taskLen > t {
+		// The task in progress cannot finish before the new end: the
+		// master stops it when the pilot leaves, so it is lost then.
+		j.taskGen++
+	}
+}
+
+// sizePilot sets pilot j's limit, when it has a minimum limit and
+// Config.TimeMinSizing, to the longest between its minimum and the limit
+// it asked for that ends before the plan p (nil: built here) needs its
+// node. It reports whether even the minimum fits.
+func (c *Cluster) sizePilot(j *job, p *profile) bool {
+	if j.minLimit == 0 || !c.cfg.TimeMinSizing {
+		return true
+	}
+	if p == nil {
+		p = c.buildProfile()
+	}
+	fit := p.fits(j.nodes, j.limit)
+	g := c.cfg.Granularity
+	if fit != never {
+		fit = fit / g * g // whole minutes, rounded down
+	}
+	if fit < j.minLimit {
+		if j.preemptible {
+			j.limit = j.minLimit // it starts anyway: nobody waits for it
+		}
+		return false
+	}
+	j.limit = min(j.limit, fit)
+	return true
+}
+
+// Shrink implements adapters.Adapter: a running pilot's end moves in to
+// end. The pilot takes no task that cannot finish by then, and loses the
+// one in progress if it cannot.
+func (c *Cluster) Shrink(ctx context.Context, id adapters.PilotID, end int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if end <= c.now {
+		return fmt.Errorf("shrink %s: end %d is not after now %d: %w", id, end, c.now, adapters.ErrInvalidSpec)
+	}
+	n, err := strconv.Atoi(string(id))
+	if err != nil || n < 1 || n > len(c.jobs) {
+		return nil
+	}
+	j := c.jobs[n-1]
+	if !j.pilot {
+		return fmt.Errorf("shrink %s: %w", id, adapters.ErrNotPilot)
+	}
+	if j.state != stRunning || end >= j.endByLimit() {
+		return nil
+	}
+	c.changes++
+	j.rec.Shrunk = true
+	c.endAt(j, end)
+	c.dirty() // the plan sees the node free earlier
+	return nil
+}
