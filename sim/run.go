@@ -31,6 +31,26 @@ const (
 // ErrInvalidConfig is wrapped by every Config.Validate error.
 var ErrInvalidConfig = errors.New("invalid sim run config")
 
+// GiveBack is how pilots make way for foreign jobs in harvest mode.
+type GiveBack string
+
+const (
+	// Polling: the agent cancels pilots a waiting job could use, at its
+	// next round.
+	Polling GiveBack = "polling"
+	// Preemption: pilots above the floor run in a preemptible tier that
+	// the scheduler preempts the moment a foreign job needs their nodes
+	// (simcluster.Config.Preemption, with Config.GraceTime).
+	Preemption GiveBack = "preemption"
+	// PreemptionSizing is Preemption plus the scheduler sizing pilots to
+	// its plan (--time-min as SLURM 25.11 honours it) and the agent
+	// pulling in the end of pilots the top job needs later.
+	PreemptionSizing GiveBack = "preemption-sizing"
+)
+
+// GiveBacks are the give-back modes, in the order reports list them.
+var GiveBacks = []GiveBack{Polling, Preemption, PreemptionSizing}
+
 // Config describes one replay.
 type Config struct {
 	Mode  Mode
@@ -53,6 +73,10 @@ type Config struct {
 	// harvest then keeps no floor of pilots, so it never holds nodes a
 	// foreign job could start on).
 	NoRecommend bool
+	// GiveBack is how pilots make way (harvest mode; default Polling).
+	// GraceTime is the preemptible tier's grace, in seconds.
+	GiveBack  GiveBack
+	GraceTime int64
 	// Poll is the agent's round interval (seconds of virtual time).
 	Poll int64
 	// Cluster configures the simulated batch system (nodes are set from Nodes).
@@ -80,6 +104,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Mode:        Harvest,
+		GiveBack:    Polling,
 		Nodes:       24,
 		FixedLimit:  3600,
 		From:        -1,
@@ -114,6 +139,10 @@ func (c Config) Validate() error {
 		return bad("task seconds must be positive, got %d", c.TaskSeconds)
 	case c.Poll <= 0:
 		return bad("poll must be positive, got %d s", c.Poll)
+	case c.GiveBack != Polling && c.GiveBack != Preemption && c.GiveBack != PreemptionSizing:
+		return bad("give-back %q is not polling, preemption or preemption-sizing", c.GiveBack)
+	case c.GraceTime < 0 || c.GraceTime > 0 && c.GiveBack == Polling:
+		return bad("grace time %d s: must not be negative, and needs a preemption mode", c.GraceTime)
 	}
 	cc := c.Cluster
 	cc.Nodes = c.Nodes
@@ -128,7 +157,9 @@ func (c Config) Validate() error {
 
 // Result is the `harvest sim --json` contract (DESIGN.md).
 type Result struct {
-	Mode              Mode      `json:"mode"`
+	Mode Mode `json:"mode"`
+	// GiveBack is how pilots made way (harvest mode).
+	GiveBack          GiveBack  `json:"give_back,omitempty"`
 	Nodes             int       `json:"nodes"`
 	From              int64     `json:"from_s"`
 	SpanS             int64     `json:"span_s"`
@@ -211,12 +242,19 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 	cc := cfg.Cluster
 	cc.Nodes = cfg.Nodes
+	if cfg.Mode == Harvest && cfg.GiveBack != Polling {
+		cc.Preemption, cc.GraceTime = true, cfg.GraceTime
+		cc.TimeMinSizing = cfg.GiveBack == PreemptionSizing
+	}
 	c, err := simcluster.New(cc)
 	if err != nil {
 		return Result{}, err
 	}
 	from, to := window(w, cfg)
 	res := Result{Mode: cfg.Mode, Nodes: cfg.Nodes, From: from, SpanS: to - from}
+	if cfg.Mode == Harvest {
+		res.GiveBack = cfg.GiveBack
+	}
 	if err := c.AdvanceTo(from); err != nil {
 		return Result{}, err
 	}
@@ -268,6 +306,13 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		acfg := cfg.Agent
 		acfg.Policy.HarvestWhileIdle = cfg.HarvestWhileIdle
 		acfg.Policy.Granularity = cc.Granularity
+		acfg.Policy.Preemption = cc.Preemption
+		if cfg.GiveBack == PreemptionSizing {
+			// The smallest useful pilot runs one task.
+			g := cc.Granularity
+			acfg.Policy.Shrink = true
+			acfg.Policy.MinPilotLimit = cluster.Limit(max(g, (cfg.TaskSeconds+g-1)/g*g))
+		}
 		acfg.PollInterval = time.Duration(cfg.Poll) * time.Second
 		if acfg.MaxBackoff < acfg.PollInterval {
 			acfg.MaxBackoff = acfg.PollInterval

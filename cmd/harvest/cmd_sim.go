@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -22,12 +24,20 @@ func simCommand() *cli.Command {
 		Usage: "replay a workload on a simulated cluster, with or without harvesting, and measure it",
 		Description: "Modes: baseline (every job an ordinary batch job), harvest (the agent fills the holes;\n" +
 			"thesis Calibration jobs and --harvest-backlog go to the harvest queue), fixed (pilots with\n" +
-			"--fixed-limit whenever nodes are idle, as pilot-job tools do). Times are virtual seconds.",
+			"--fixed-limit whenever nodes are idle, as pilot-job tools do). Times are virtual seconds.\n" +
+			"Give-back modes (harvest mode): polling (the agent cancels pilots at its next round),\n" +
+			"preemption (pilots above the floor in a preemptible tier the scheduler preempts at once,\n" +
+			"--grace seconds before their node is free), preemption-sizing (preemption, plus the scheduler\n" +
+			"sizing pilots to its plan and the agent pulling in the end of pilots the top job needs).\n" +
+			"Several modes (--give-back all) run a baseline too and print them side by side, with each\n" +
+			"mode's delays of the foreign jobs against the baseline, job by job.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "workload", Usage: "workload `FILE` (.txt thesis format, .swf or .swf.gz)", Required: true},
 			&cli.StringFlag{Name: "format", Usage: "thesis or swf (default: from the file name)"},
 			&cli.IntFlag{Name: "nodes", Usage: "cluster size in nodes", Required: true},
 			&cli.StringFlag{Name: "mode", Usage: "baseline, harvest or fixed", Value: "harvest"},
+			&cli.StringFlag{Name: "give-back", Usage: "`MODES`: polling, preemption, preemption-sizing, a comma-separated list, or all", Value: "polling"},
+			&cli.DurationFlag{Name: "grace", Usage: "in the preemption modes, how long a preempted pilot keeps its node"},
 			&cli.DurationFlag{Name: "fixed-limit", Usage: "pilot time limit in fixed mode", Value: time.Hour},
 			&cli.Int64Flag{Name: "from", Usage: "replay jobs submitted from `S` seconds of the trace (default: its start)", Value: -1},
 			&cli.Int64Flag{Name: "to", Usage: "... until `S` seconds (default: last submit + 30 min)", Value: -1},
@@ -71,8 +81,19 @@ func runSim(c *cli.Context) error {
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
 	cfg.NoRecommend = c.Bool("no-recommend")
 	cfg.Agent.Policy.KeepRecommended = c.Bool("keep-recommended")
+	gbs, err := giveBacks(c.String("give-back"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	cfg.GiveBack, cfg.GraceTime = gbs[0], int64(c.Duration("grace")/time.Second)
+	if cfg.GraceTime > 0 && len(gbs) > 1 {
+		cfg.GiveBack = sim.Preemption // validated as a preemption mode; each run sets its own
+	}
 	if err := cfg.Validate(); err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if len(gbs) > 1 && (cfg.Mode != sim.Harvest || c.String("jobs-csv") != "" || c.String("plot") != "" || c.String("decisions") != "") {
+		return cli.Exit("several give-back modes run in harvest mode only, without --jobs-csv, --plot or --decisions", 2)
 	}
 	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
 	if err != nil {
@@ -86,6 +107,9 @@ func runSim(c *cli.Context) error {
 	if !quiet {
 		fmt.Fprintf(errw, "sim: %s: %s\n", c.String("workload"), w.Summary())
 		cfg.Progress = errw
+	}
+	if len(gbs) > 1 {
+		return simModes(c, w, cfg, gbs)
 	}
 	if p := c.String("decisions"); p != "" {
 		f, err := os.Create(p)
@@ -121,6 +145,63 @@ func runSim(c *cli.Context) error {
 		return enc.Encode(res)
 	}
 	return sim.WriteSummary(out, res)
+}
+
+// giveBacks parses --give-back: one mode, a comma-separated list, or all.
+func giveBacks(s string) ([]sim.GiveBack, error) {
+	if s == "all" {
+		return sim.GiveBacks, nil
+	}
+	var out []sim.GiveBack
+	for _, f := range strings.Split(s, ",") {
+		g := sim.GiveBack(strings.TrimSpace(f))
+		if !slices.Contains(sim.GiveBacks, g) {
+			return nil, fmt.Errorf("--give-back %q: want polling, preemption, preemption-sizing, a comma-separated list of them, or all", f)
+		}
+		if slices.Contains(out, g) {
+			return nil, fmt.Errorf("--give-back lists %s twice", g)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// simModes runs the baseline and each give-back mode on the same workload
+// and prints them side by side. A preemption mode gets --grace; polling
+// has none.
+func simModes(c *cli.Context, w sim.Workload, cfg sim.Config, gbs []sim.GiveBack) error {
+	grace := cfg.GraceTime
+	progress := cfg.Progress
+	run := func(mode sim.Mode, gb sim.GiveBack) (sim.Result, error) {
+		rc := cfg
+		rc.Mode, rc.GiveBack, rc.GraceTime = mode, gb, 0
+		if mode == sim.Harvest && gb != sim.Polling {
+			rc.GraceTime = grace
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "sim: %s %s\n", mode, gb)
+		}
+		return sim.Run(c.Context, w, rc)
+	}
+	base, err := run(sim.Baseline, sim.Polling)
+	if err != nil {
+		return err
+	}
+	var modes []sim.ModeResult
+	for _, gb := range gbs {
+		res, err := run(sim.Harvest, gb)
+		if err != nil {
+			return err
+		}
+		modes = append(modes, sim.ModeResult{GiveBack: gb, Result: res, Delays: sim.CompareStarts(base, res)})
+	}
+	if c.Bool("json") {
+		return json.NewEncoder(c.App.Writer).Encode(struct {
+			Baseline sim.Result       `json:"baseline"`
+			Modes    []sim.ModeResult `json:"modes"`
+		}{base, modes})
+	}
+	return sim.WriteModes(c.App.Writer, base, modes)
 }
 
 // writeFile writes through a temporary file so a failed run leaves no
