@@ -81,15 +81,18 @@ func WriteModes(w io.Writer, base Result, modes []ModeResult) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "%d nodes, span %s; baseline: %d foreign jobs started, mean wait %.0f s\n",
 		base.Nodes, human(base.SpanS), base.Foreign.Started, base.Foreign.MeanWaitS)
-	fmt.Fprintf(bw, "%-18s %7s %10s %10s %10s %10s %8s %8s %8s %9s %9s\n",
-		"give-back", "pilots", "held", "useful", "lost", "wait", "later", ">2s", ">70s", "max late", "total late")
-	fmt.Fprintf(bw, "%-18s %7s %10s %10s %10s %10s %8s %8s %8s %9s %9s\n",
-		"", "", "(node-h)", "(node-h)", "(task-h)", "(mean, s)", "(jobs)", "(jobs)", "(jobs)", "(s)", "(job-h)")
+	// later...total late: starts against the baseline, job by job;
+	// blocked: the simulator's own harm measure (time a job waited while
+	// it could have run had the pilots been absent).
+	fmt.Fprintf(bw, "%-18s %7s %9s %9s %9s %9s %7s %7s %7s %9s %9s %8s %8s\n",
+		"give-back", "pilots", "held", "useful", "lost", "wait", "later", ">2s", ">70s", "max late", "tot late", "blocked", "blocked")
+	fmt.Fprintf(bw, "%-18s %7s %9s %9s %9s %9s %7s %7s %7s %9s %9s %8s %8s\n",
+		"", "", "(node-h)", "(node-h)", "(task-h)", "(mean s)", "(jobs)", "(jobs)", "(jobs)", "(s)", "(job-h)", "(jobs)", "(job-h)")
 	for _, m := range modes {
-		h, d := m.Result.Harvest, m.Delays
-		fmt.Fprintf(bw, "%-18s %7d %10.0f %10.0f %10.1f %10.0f %8d %8d %8d %9d %9.1f\n",
+		h, d, b := m.Result.Harvest, m.Delays, m.Result.Foreign.Blocked
+		fmt.Fprintf(bw, "%-18s %7d %9.0f %9.0f %9.1f %9.0f %7d %7d %7d %9d %9.1f %8d %8.1f\n",
 			m.GiveBack, h.Pilots, float64(h.NodeSeconds)/3600, float64(h.UsefulNodeSeconds)/3600, float64(h.LostTaskSeconds)/3600,
-			m.Result.Foreign.MeanWaitS, d.Later, d.LaterThan2S, d.LaterThan70S, d.MaxS, float64(d.TotalS)/3600)
+			m.Result.Foreign.MeanWaitS, d.Later, d.LaterThan2S, d.LaterThan70S, d.MaxS, float64(d.TotalS)/3600, b.Jobs, float64(b.SumS)/3600)
 	}
 	return bw.Flush()
 }

@@ -106,6 +106,11 @@ func TestPreemptionWithNoGraceDelaysNoForeignJobAtAll(t *testing.T) {
 					t.Errorf("job %s started only with harvesting", name)
 				}
 			}
+			// The simulator's own harm measure agrees: no foreign job waited
+			// while it could have run had the pilots been absent.
+			if b := pre.Foreign.Blocked; b.Jobs != 0 || b.SumS != 0 {
+				t.Errorf("pilots blocked %d jobs for %d s in all", b.Jobs, b.SumS)
+			}
 			preempted := 0
 			for _, r := range pre.Records {
 				if r.Preempted {
