@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/harvest-hpc/harvest/adapters"
 )
@@ -136,11 +135,10 @@ func (c *Cluster) Shrink(ctx context.Context, id adapters.PilotID, end int64) er
 	if end <= c.now {
 		return fmt.Errorf("shrink %s: end %d is not after now %d: %w", id, end, c.now, adapters.ErrInvalidSpec)
 	}
-	n, err := strconv.Atoi(string(id))
-	if err != nil || n < 1 || n > len(c.jobs) {
+	j := c.byID[string(id)]
+	if j == nil {
 		return nil
 	}
-	j := c.jobs[n-1]
 	if !j.pilot {
 		return fmt.Errorf("shrink %s: %w", id, adapters.ErrNotPilot)
 	}
