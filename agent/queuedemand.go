@@ -7,8 +7,8 @@ import (
 )
 
 // QueueDemand is the DemandSource of an agent that hosts the queue: the
-// backlog, the master's recommendation, which pilots are busy and the
-// admin's runtime node settings.
+// backlog, the master's recommendation, which pilots are busy, which one
+// hosts the master and the admin's runtime node settings.
 type QueueDemand struct {
 	Q *queue.Queue
 	// Paused, if set, reports whether the admin paused harvesting.
@@ -25,11 +25,15 @@ func (d QueueDemand) Demand(ctx context.Context, _ Seen) (DemandInfo, error) {
 	if err != nil {
 		return DemandInfo{}, err
 	}
+	master, err := d.Q.MasterPilot(ctx)
+	if err != nil {
+		return DemandInfo{}, err
+	}
 	busy := map[string]bool{}
 	for id, st := range d.Q.PilotStatus() {
 		busy[id] = st.Busy
 	}
-	info := DemandInfo{Demand: &dem, Recommended: d.Q.Recommendation(), Busy: busy, MinNodes: &minN, MaxNodes: &maxN}
+	info := DemandInfo{Demand: &dem, Recommended: d.Q.Recommendation(), Busy: busy, MinNodes: &minN, MaxNodes: &maxN, Master: master}
 	if d.Paused != nil {
 		info.Paused = d.Paused()
 	}

@@ -27,6 +27,8 @@ type DemandInfo struct {
 	Recommended int
 	// Busy maps pilot ids to whether their worker is running tasks.
 	Busy map[string]bool
+	// Master is the id of the pilot that hosts the master ("" = none).
+	Master string
 	// MinNodes and MaxNodes, when set, are the admin's runtime settings
 	// (harvest admin nodes) and override the configured ones.
 	MinNodes, MaxNodes *int
@@ -200,9 +202,14 @@ func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo) {
 	}
 	s.Demand = d.Demand
 	for i := range s.Jobs {
-		if s.Jobs[i].Pilot && d.Busy != nil {
-			s.Jobs[i].Busy = d.Busy[s.Jobs[i].ID]
+		j := &s.Jobs[i]
+		if !j.Pilot {
+			continue
 		}
+		if d.Busy != nil {
+			j.Busy = d.Busy[j.ID]
+		}
+		j.Master = d.Master != "" && j.ID == d.Master
 	}
 }
 

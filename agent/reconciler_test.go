@@ -225,6 +225,34 @@ func TestAnEmptyBacklogReleasesIdlePilots(t *testing.T) {
 	}
 }
 
+func TestTheMastersPilotIsReleasedLastAmongEquals(t *testing.T) {
+	m := adaptertest.NewMemory(4)
+	r := NewReconciler(m, nil, testConfig(), nil)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The four pilots hold the same unlimited limit and run no task; the
+	// newest, first in the release order by id, hosts the master.
+	ids := m.PilotIDs()
+	if len(ids) != 4 {
+		t.Fatalf("pilots %v, want 4", ids)
+	}
+	newest, next := ids[3], ids[2]
+	r.src = StaticDemand{Info: DemandInfo{Demand: &cluster.Demand{RunningTasks: 3, SlotsPerNode: 1}, Master: newest}}
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Cancelled, []string{next}) {
+		t.Fatalf("cancelled %v, want [%s]: the master's pilot %s goes last", res.Cancelled, next, newest)
+	}
+	for _, j := range res.Snapshot.Jobs {
+		if j.Master != (j.ID == newest) {
+			t.Fatalf("snapshot marks pilot %s master=%v; the queue named %s", j.ID, j.Master, newest)
+		}
+	}
+}
+
 func TestAPausedAgentSubmitsNothing(t *testing.T) {
 	m := adaptertest.NewMemory(4)
 	r := NewReconciler(m, StaticDemand{Info: DemandInfo{Paused: true}}, testConfig(), nil)

@@ -101,6 +101,10 @@ type Job struct {
 	// Busy marks a pilot whose worker is running tasks (filled in by the
 	// agent from the queue's heartbeats; adapters leave it false).
 	Busy bool `json:"busy,omitempty"`
+	// Master marks the pilot that hosts the master (filled in by the agent
+	// from the queue's lease holder; adapters leave it false): releasing
+	// it costs a master hand-over, so it goes last among equals.
+	Master bool `json:"master,omitempty"`
 	// Preemptible marks a pilot in the batch system's preemptible tier
 	// (a partition foreign jobs preempt at once).
 	Preemptible bool `json:"preemptible,omitempty"`

@@ -49,6 +49,17 @@ func (q *Queue) MasterAddress(ctx context.Context) (string, bool, error) {
 	return l.Address, l.Alive(q.now()), nil
 }
 
+// MasterPilot returns the pilot id of the master while its lease is
+// alive ("" when no master holds it): the agent releases that pilot last
+// among equals.
+func (q *Queue) MasterPilot(ctx context.Context) (string, error) {
+	l, err := q.st.Lease(ctx)
+	if err != nil || !l.Alive(q.now()) {
+		return "", err
+	}
+	return l.Holder, nil
+}
+
 // precheckEpoch refuses a master request early from a read of the lease.
 // It is not the fence (the store checks the epoch again inside each write
 // transaction); it answers a deposed master that has nothing to write.

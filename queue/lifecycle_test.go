@@ -130,6 +130,9 @@ func TestLeaseFencing(t *testing.T) {
 	if addr, ok, err := e.Q.MasterAddress(ctx); addr != "a2" || !ok || err != nil {
 		t.Fatalf("published address %q %v", addr, ok)
 	}
+	if id, err := e.Q.MasterPilot(ctx); id != "p2" || err != nil {
+		t.Fatalf("master pilot %q %v, want p2", id, err)
+	}
 	if err := e.Q.Recommend(ctx, pilotproto.RecommendationRequest{Epoch: 2, MinNodes: 4, SlotsPerNode: 8}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +145,9 @@ func TestLeaseFencing(t *testing.T) {
 	e.Clock.Advance(3 * time.Minute)
 	if r := e.Q.Recommendation(); r != 0 {
 		t.Fatalf("a stale recommendation must read 0, got %d", r)
+	}
+	if id, err := e.Q.MasterPilot(ctx); id != "" || err != nil {
+		t.Fatalf("master pilot of an expired lease %q %v, want none", id, err)
 	}
 }
 

@@ -40,6 +40,9 @@ func queuedPilot(id string, tl int64) cluster.Job {
 
 func busy(j *cluster.Job) { j.Busy = true }
 
+// master marks the pilot that hosts the master.
+func master(j *cluster.Job) { j.Master = true }
+
 func expectedAt(t int64) func(*cluster.Job) { return func(j *cluster.Job) { j.ExpectedStart = t } }
 
 func snap(total, idle int, jobs ...cluster.Job) cluster.Snapshot {

@@ -154,6 +154,26 @@ func TestReleaseOrder(t *testing.T) {
 			want:   []string{"3", "4", "2", "1"},
 		},
 		{
+			name:   "Among equal pilots the master's goes last, whatever its id",
+			pilots: []cluster.Job{pilot("150", unlimited, 0, master), pilot("151", unlimited, 0), pilot("153", unlimited, 0)},
+			want:   []string{"153", "151", "150"},
+		},
+		{
+			name:   "The master's pilot goes last even when it is the newest",
+			pilots: []cluster.Job{pilot("150", unlimited, 0), pilot("153", unlimited, 0, master), pilot("151", unlimited, 0)},
+			want:   []string{"151", "150", "153"},
+		},
+		{
+			name:   "The master's pilot ending sooner still goes first: only equals are reordered",
+			pilots: []cluster.Job{pilot("1", 10*minute, 0, master), pilot("2", 60*minute, 0)},
+			want:   []string{"1", "2"},
+		},
+		{
+			name:   "An idle master's pilot goes before busy pilots: the tier comes first",
+			pilots: []cluster.Job{pilot("1", unlimited, 0, master), pilot("2", unlimited, 0, busy), queuedPilot("3", unlimited)},
+			want:   []string{"3", "1", "2"},
+		},
+		{
 			name:   "The order does not depend on the input order",
 			pilots: []cluster.Job{pilot("b", unlimited, 0), pilot("a", unlimited, 0), pilot("c", unlimited, 0)},
 			want:   []string{"c", "b", "a"},

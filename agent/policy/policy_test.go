@@ -452,6 +452,18 @@ func TestDecide(t *testing.T) {
 			wantRelease: []string{"p3", "p2"},
 		},
 		{
+			name: "A shrinking backlog releases idle pilots but keeps the master's, which looks idle with one core per node",
+			snap: func() cluster.Snapshot {
+				s := snap(8, 0, running("1", 2, 60*minute, 0),
+					pilot("150", unlimited, 60), pilot("151", unlimited, 60), pilot("152", unlimited, 60, busy),
+					pilot("153", unlimited, 60), pilot("154", unlimited, 60, busy), pilot("155", unlimited, 60, master))
+				s.Demand = &cluster.Demand{RunningTasks: 3, SlotsPerNode: 1}
+				return s
+			}(),
+			wantCase:    CaseAboveDemand,
+			wantRelease: []string{"153", "151", "150"},
+		},
+		{
 			name: "An empty backlog with nothing to release submits nothing",
 			snap: func() cluster.Snapshot {
 				s := snap(10, 5, running("1", 5, 60*minute, 0))

@@ -26,11 +26,14 @@ func releaseTier(p cluster.Job) int {
 //     busy ones: cancelling a pilot that runs tasks wastes work;
 //  2. within a tier, the soonest-ending first (remaining limit TL - RT; a
 //     queued pilot's is its whole limit; unlimited ones last);
-//  3. among equal remaining time, the newest first (the largest job id,
-//     compared numerically digit run by digit run, so "10" > "9" and
-//     "12.10" > "12.9"), so the oldest pilots, likely the master, live
-//     longest. Ties left after that fall back to byte order, so the result
-//     never depends on the input order.
+//  3. among equal remaining time, the pilot that hosts the master
+//     (Job.Master) last: releasing it forces a master hand-over for
+//     nothing (with one core per node the master runs no task, so it
+//     looks idle);
+//  4. then the newest first (the largest job id, compared numerically
+//     digit run by digit run, so "10" > "9" and "12.10" > "12.9"), so the
+//     oldest pilots live longest. Ties left after that fall back to byte
+//     order, so the result never depends on the input order.
 func ReleaseOrder(pilots []cluster.Job) []cluster.Job {
 	out := slices.Clone(pilots)
 	slices.SortFunc(out, compareRelease)
@@ -43,6 +46,12 @@ func compareRelease(a, b cluster.Job) int {
 	}
 	if c := compareLimit(a.Remaining(), b.Remaining()); c != 0 {
 		return c
+	}
+	if a.Master != b.Master {
+		if a.Master {
+			return 1
+		}
+		return -1
 	}
 	return -compareIDs(a.ID, b.ID) // newest first
 }
