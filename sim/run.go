@@ -77,6 +77,14 @@ type Config struct {
 	// GraceTime is the preemptible tier's grace, in seconds.
 	GiveBack  GiveBack
 	GraceTime int64
+	// ProcsPerNode maps a job's processors (SWF) to whole nodes:
+	// ceil(processors / ProcsPerNode). 1 = processors are nodes.
+	ProcsPerNode int
+	// Warm starts the replay with the jobs the trace shows running at
+	// From (running since their recorded start) and queued at From
+	// (pending since their submit), from the SWF's recorded waits. They
+	// are labelled "warm" and are not counted among the foreign jobs.
+	Warm bool
 	// Poll is the agent's round interval (seconds of virtual time).
 	Poll int64
 	// Cluster configures the simulated batch system (nodes are set from Nodes).
@@ -103,17 +111,18 @@ type Config struct {
 // defaults, 60-second tasks and a 10-second poll.
 func DefaultConfig() Config {
 	return Config{
-		Mode:        Harvest,
-		GiveBack:    Polling,
-		Nodes:       24,
-		FixedLimit:  3600,
-		From:        -1,
-		To:          -1,
-		Tail:        1800,
-		TaskSeconds: 60,
-		Poll:        int64(agent.DefaultConfig().PollInterval / time.Second),
-		Cluster:     simcluster.DefaultConfig(),
-		Agent:       agent.DefaultConfig(),
+		Mode:         Harvest,
+		GiveBack:     Polling,
+		ProcsPerNode: 1,
+		Nodes:        24,
+		FixedLimit:   3600,
+		From:         -1,
+		To:           -1,
+		Tail:         1800,
+		TaskSeconds:  60,
+		Poll:         int64(agent.DefaultConfig().PollInterval / time.Second),
+		Cluster:      simcluster.DefaultConfig(),
+		Agent:        agent.DefaultConfig(),
 	}
 }
 
@@ -139,6 +148,8 @@ func (c Config) Validate() error {
 		return bad("task seconds must be positive, got %d", c.TaskSeconds)
 	case c.Poll <= 0:
 		return bad("poll must be positive, got %d s", c.Poll)
+	case c.ProcsPerNode < 1:
+		return bad("processors per node must be at least 1, got %d", c.ProcsPerNode)
 	case c.GiveBack != Polling && c.GiveBack != Preemption && c.GiveBack != PreemptionSizing:
 		return bad("give-back %q is not polling, preemption or preemption-sizing", c.GiveBack)
 	case c.GraceTime < 0 || c.GraceTime > 0 && c.GiveBack == Polling:
@@ -195,6 +206,8 @@ type Foreign struct {
 	// scheduler's own test, with the pilots removed, would have started
 	// them. 0 in baseline by construction.
 	Blocked Blocked `json:"blocked_by_pilots"`
+	// Recorded compares the waits with those the trace recorded (SWF).
+	Recorded *Recorded `json:"recorded,omitempty"`
 	// BoundedSlowdown and Users: see metrics.go (jobs that started).
 	BoundedSlowdown Slowdown `json:"bounded_slowdown"`
 	Users           Users    `json:"users"`
@@ -271,27 +284,9 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	if len(w.Adjusted) > 0 {
 		res.Adjusted = maps.Clone(w.Adjusted)
 	}
-	for _, j := range w.Jobs {
-		if j.Submit < from || j.Submit >= to {
-			continue
-		}
-		if j.Nodes > cfg.Nodes {
-			skip("jobs wider than the cluster")
-			continue
-		}
-		if j.Calibration && cfg.Mode != Baseline {
-			if err := c.AddWork(simcluster.Work{ID: j.ID, User: harvestUser(j.User), Submit: j.Submit, NodeSeconds: int64(j.Nodes) * j.RunTime, TaskSeconds: cfg.TaskSeconds}); err != nil {
-				skip("calibration jobs without work")
-			}
-			continue
-		}
-		label := "foreign"
-		if j.Calibration {
-			label = "calibration"
-		}
-		if _, err := c.AddJob(simcluster.JobSpec{Name: j.ID, Label: label, User: j.User, Nodes: j.Nodes, TimeLimit: j.TimeLimit, RunTime: j.RunTime, Submit: j.Submit}); err != nil {
-			return Result{}, err
-		}
+	recorded, err := load(c, w, cfg, from, to, skip)
+	if err != nil {
+		return Result{}, err
 	}
 	if cfg.HarvestBacklog > 0 && cfg.Mode != Baseline {
 		if err := c.AddWork(simcluster.Work{ID: "backlog", User: harvestUser(""), Submit: from, NodeSeconds: cfg.HarvestBacklog * cfg.TaskSeconds, TaskSeconds: cfg.TaskSeconds}); err != nil {
@@ -366,6 +361,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	res.Usage = c.Samples()
 	res.Records = c.Records()
 	measure(&res, c, from, to, cfg.Mode)
+	res.Foreign.Recorded = compareRecorded(res.Records, recorded, to)
 	return res, nil
 }
 
@@ -542,6 +538,8 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 			if r.Start >= 0 {
 				res.Harvest.Pilots++
 			}
+		case r.Label == "warm":
+			// Context from before the window, not its jobs.
 		case r.Label == "calibration":
 			hj := HarvestJob{ID: r.Name, SubmitS: r.Submit}
 			if r.End >= 0 && r.End <= to {

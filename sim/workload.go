@@ -34,6 +34,9 @@ type Job struct {
 	TimeLimit cluster.Limit
 	// RunTime is how long the job really ran, in seconds.
 	RunTime int64
+	// Wait is how long the job waited on the traced machine (SWF field
+	// 3), -1 if unknown: for a warm start and to compare with.
+	Wait int64
 	// Submit is the arrival time in seconds from the start of the trace.
 	Submit int64
 	// Calibration marks a thesis harvest job (NodeNum x RealTime node-seconds
@@ -117,6 +120,7 @@ func ReadThesis(r io.Reader) (Workload, error) {
 			return Workload{}, fmt.Errorf("%w: line %d: %v", ErrBadWorkload, n, err)
 		}
 		j.ID = strconv.Itoa(len(w.Jobs))
+		j.Wait = -1
 		w.Jobs = append(w.Jobs, j)
 	}
 	if err := sc.Err(); err != nil {
@@ -250,7 +254,7 @@ func ReadSWF(r io.Reader) (Workload, error) {
 			w.skip("lines with a non-numeric field")
 			continue
 		}
-		j := Job{ID: f[0], Submit: v[1], RunTime: v[3], User: f[11]}
+		j := Job{ID: f[0], Submit: v[1], Wait: max(v[2], -1), RunTime: v[3], User: f[11]}
 		j.Nodes = int(v[7])
 		if j.Nodes <= 0 {
 			j.Nodes = int(v[4])

@@ -25,9 +25,9 @@ func TestReadThesis(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Job{
-		{ID: "1", Nodes: 5, TimeLimit: 14401, RunTime: 14400, Submit: 1, Calibration: true},
-		{ID: "0", Nodes: 4, TimeLimit: 7077, RunTime: 7077, Submit: 3},
-		{ID: "2", Nodes: 6, TimeLimit: cluster.Unlimited, RunTime: 5017, Submit: 11996},
+		{ID: "1", Nodes: 5, TimeLimit: 14401, RunTime: 14400, Wait: -1, Submit: 1, Calibration: true},
+		{ID: "0", Nodes: 4, TimeLimit: 7077, RunTime: 7077, Wait: -1, Submit: 3},
+		{ID: "2", Nodes: 6, TimeLimit: cluster.Unlimited, RunTime: 5017, Wait: -1, Submit: 11996},
 	}
 	if len(w.Jobs) != len(want) {
 		t.Fatalf("jobs %+v", w.Jobs)
@@ -76,9 +76,9 @@ func TestReadSWF(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Job{
-		{ID: "15", User: "12", Nodes: 4, TimeLimit: 53940, RunTime: 3477, Submit: 599850},
-		{ID: "17", User: "13", Nodes: 25, TimeLimit: 2488, RunTime: 2488, Submit: 600000},
-		{ID: "16", User: "13", Nodes: 25, TimeLimit: 3600, RunTime: 2488, Submit: 600022},
+		{ID: "15", User: "12", Nodes: 4, TimeLimit: 53940, RunTime: 3477, Wait: 192180, Submit: 599850},
+		{ID: "17", User: "13", Nodes: 25, TimeLimit: 2488, RunTime: 2488, Wait: 11940, Submit: 600000},
+		{ID: "16", User: "13", Nodes: 25, TimeLimit: 3600, RunTime: 2488, Wait: 11940, Submit: 600022},
 	}
 	if len(w.Jobs) != len(want) {
 		t.Fatalf("jobs %+v", w.Jobs)

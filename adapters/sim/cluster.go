@@ -203,6 +203,8 @@ type Cluster struct {
 	evSeq   int64
 	jobs    []*job
 	byID    map[string]*job
+	// usage per user, for the multifactor priority (priority.go)
+	usage map[string]*usage
 	pending []*job // priority order; may hold jobs no longer pending
 	running []*job // in id order
 	used    int
@@ -239,7 +241,7 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, schedAt: -1}
+	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}}
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -273,16 +275,50 @@ func (c *Cluster) OnStartEnd(f func(Record)) {
 	c.onEvent = f
 }
 
-// AddJob queues a foreign job arriving at spec.Submit (or now, if earlier)
-// and returns its id.
+// AddJob queues a foreign job arriving at spec.Submit and returns its id.
+// A job submitted before now arrives now but keeps its submit time, so it
+// queues ahead of later ones as it did in the trace (a warm start).
 func (c *Cluster) AddJob(spec JobSpec) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	j, err := c.foreignJob(spec)
+	if err != nil {
+		return "", err
+	}
+	c.push(event{t: max(j.rec.Submit, c.now), kind: evArrive, j: j})
+	return j.rec.ID, nil
+}
+
+// AddRunning adds a foreign job that has been running since start (at or
+// before now): the jobs a trace shows running when a replay begins. It
+// ends at start plus its run time (or limit), and must fit in the idle
+// nodes and not have ended already.
+func (c *Cluster) AddRunning(spec JobSpec, start int64) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, err := c.foreignJob(spec)
+	switch {
+	case err != nil:
+		return "", err
+	case start > c.now || start < j.rec.Submit:
+		return "", fmt.Errorf("%w: job %q: started at %d, not between its submit %d and now %d", ErrInvalidJob, spec.Name, start, j.rec.Submit, c.now)
+	case add(start, min(j.run, j.limit)) <= c.now:
+		return "", fmt.Errorf("%w: job %q ended before now", ErrInvalidJob, spec.Name)
+	case j.nodes > c.cfg.Nodes-c.used:
+		return "", fmt.Errorf("%w: job %q needs %d nodes, %d are idle", ErrInvalidJob, spec.Name, j.nodes, c.cfg.Nodes-c.used)
+	}
+	c.startAt(j, start)
+	c.dirty()
+	return j.rec.ID, nil
+}
+
+// foreignJob makes the job of spec, or says why it cannot run.
+func (c *Cluster) foreignJob(spec JobSpec) (*job, error) {
 	if spec.Nodes <= 0 || spec.Nodes > c.cfg.Nodes {
-		return "", fmt.Errorf("%w: job %q asks for %d nodes on a %d-node cluster", ErrInvalidJob, spec.Name, spec.Nodes, c.cfg.Nodes)
+		return nil, fmt.Errorf("%w: job %q asks for %d nodes on a %d-node cluster", ErrInvalidJob, spec.Name, spec.Nodes, c.cfg.Nodes)
 	}
 	if spec.TimeLimit == 0 || spec.TimeLimit < cluster.Unlimited {
-		return "", fmt.Errorf("%w: job %q: time limit must be positive or unlimited", ErrInvalidJob, spec.Name)
+		return nil, fmt.Errorf("%w: job %q: time limit must be positive or unlimited", ErrInvalidJob, spec.Name)
 	}
 	label := spec.Label
 	if label == "" {
@@ -292,10 +328,9 @@ func (c *Cluster) AddJob(spec JobSpec) (string, error) {
 	if run < 0 {
 		run = never
 	}
-	j := c.newJob(spec.Name, label, spec.User, spec.Nodes, spec.TimeLimit, run, max(spec.Submit, c.now), false)
+	j := c.newJob(spec.Name, label, spec.User, spec.Nodes, spec.TimeLimit, run, spec.Submit, false)
 	j.prio = spec.Priority
-	c.push(event{t: j.rec.Submit, kind: evArrive, j: j})
-	return j.rec.ID, nil
+	return j, nil
 }
 
 func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limit, run, submit int64, pilot bool) *job {
@@ -456,6 +491,7 @@ func (c *Cluster) fillProfile(p *profile, withPilots bool) {
 func (c *Cluster) schedule() {
 	c.closeCharges()
 	defer c.chargePilots()
+	c.reprioritise()
 	var p *profile
 	reserved := 0
 	live := c.pending[:0]
@@ -510,15 +546,20 @@ func (c *Cluster) schedule() {
 	c.pending = live
 }
 
-func (c *Cluster) start(j *job) {
+func (c *Cluster) start(j *job) { c.startAt(j, c.now) }
+
+// startAt starts j now as if it had started at (at <= now): its run time
+// and end count from then.
+func (c *Cluster) startAt(j *job, at int64) {
 	c.changes++
 	j.state = stRunning
-	j.rec.Start = c.now
+	j.rec.Start = at
 	i := c.runningIndex(j)
 	c.running = slices.Insert(c.running, i, j)
 	c.used += j.nodes
+	c.hold(j.rec.User, j.nodes)
 	j.endGen++
-	end := add(c.now, min(j.run, j.limit))
+	end := add(at, min(j.run, j.limit))
 	if end != never {
 		c.push(event{t: end, kind: evEnd, j: j, gen: j.endGen})
 	}
@@ -549,6 +590,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	j.rec.Cancelled = cancelled
 	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
 	c.used -= j.nodes
+	c.hold(j.rec.User, -j.nodes)
 	if j.pilot {
 		if j.task != nil {
 			c.lostTaskSec += c.now - j.taskFrom

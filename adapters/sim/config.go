@@ -58,6 +58,9 @@ type Config struct {
 	// longest limit, between the minimum and the one asked for, that ends
 	// before the earliest reservation of its node.
 	TimeMinSizing bool
+	// Multifactor, if set, orders the queue by SLURM's multifactor
+	// priority (see Multifactor); nil = FIFO by submit time.
+	Multifactor *Multifactor
 }
 
 // DefaultConfig returns a 24-node cluster with SLURM's minute granularity.
@@ -82,6 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: tag is empty", ErrInvalidConfig)
 	case c.GraceTime < 0 || c.GraceTime > 0 && !c.Preemption:
 		return fmt.Errorf("%w: grace time must not be negative, and needs preemption, got %d", ErrInvalidConfig, c.GraceTime)
+	case c.Multifactor != nil:
+		return c.Multifactor.validate()
 	}
 	return nil
 }

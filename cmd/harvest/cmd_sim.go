@@ -3,14 +3,18 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/sim"
 	"github.com/urfave/cli/v2"
@@ -52,6 +56,10 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-recommend", Usage: "ignore the master's MiniNode recommendation (keep no floor of pilots)"},
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the recommendation keep pilots a waiting job could use, as the admin's floor does (the original system's rule)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
+			&cli.IntFlag{Name: "procs-per-node", Usage: "processors per node: a job of P processors (SWF) takes ceil(P / `N`) nodes", Value: 1},
+			&cli.BoolFlag{Name: "warm", Usage: "start with the jobs the trace shows running or queued at --from (SWF recorded waits)"},
+			&cli.StringFlag{Name: "priority", Usage: "queue order: fifo, or multifactor (SLURM's age, job size and fair share)", Value: "fifo"},
+			&cli.StringFlag{Name: "priority-weights", Usage: "multifactor weights and times, e.g. `age=1000,size=1000,fairshare=1000,max-age=7d,half-life=7d` (these are the defaults)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
 			&cli.StringFlag{Name: "jobs-csv", Usage: "write id,kind,nodes,submit_s,start_s,end_s,blocked_s of every job to `FILE`"},
@@ -77,6 +85,22 @@ func runSim(c *cli.Context) error {
 	cfg.Cluster.TimeAware = !c.Bool("no-time-aware")
 	if d := c.Duration("max-time"); d > 0 {
 		cfg.Cluster.MaxTime = cluster.Seconds(int64(d / time.Second))
+	}
+	cfg.ProcsPerNode = c.Int("procs-per-node")
+	cfg.Warm = c.Bool("warm")
+	switch c.String("priority") {
+	case "fifo":
+		if c.IsSet("priority-weights") {
+			return cli.Exit("--priority-weights needs --priority multifactor", 2)
+		}
+	case "multifactor":
+		m, err := parseMultifactor(c.String("priority-weights"))
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		cfg.Cluster.Multifactor = &m
+	default:
+		return cli.Exit(fmt.Sprintf("--priority %q: want fifo or multifactor", c.String("priority")), 2)
 	}
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
 	cfg.NoRecommend = c.Bool("no-recommend")
@@ -222,4 +246,57 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// parseMultifactor reads --priority-weights over the defaults.
+func parseMultifactor(s string) (simcluster.Multifactor, error) {
+	m := simcluster.DefaultMultifactor()
+	if s == "" {
+		return m, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return m, fmt.Errorf("--priority-weights: %q is not key=value", kv)
+		}
+		var err error
+		switch k {
+		case "age", "size", "fairshare":
+			var w float64
+			if w, err = strconv.ParseFloat(v, 64); err == nil && (w < 0 || math.IsNaN(w) || math.IsInf(w, 0)) {
+				err = errors.New("must be a non-negative number")
+			}
+			switch k {
+			case "age":
+				m.WeightAge = w
+			case "size":
+				m.WeightSize = w
+			default:
+				m.WeightFairshare = w
+			}
+		case "max-age", "half-life":
+			var d time.Duration
+			if strings.HasSuffix(v, "d") {
+				var n float64
+				n, err = strconv.ParseFloat(strings.TrimSuffix(v, "d"), 64)
+				d = time.Duration(n * 24 * float64(time.Hour))
+			} else {
+				d, err = time.ParseDuration(v)
+			}
+			if err == nil && d < time.Second {
+				err = errors.New("must be at least a second")
+			}
+			if k == "max-age" {
+				m.MaxAge = int64(d / time.Second)
+			} else {
+				m.HalfLife = int64(d / time.Second)
+			}
+		default:
+			return m, fmt.Errorf("--priority-weights: unknown key %q (age, size, fairshare, max-age, half-life)", k)
+		}
+		if err != nil {
+			return m, fmt.Errorf("--priority-weights %s=%s: %v", k, v, err)
+		}
+	}
+	return m, nil
 }

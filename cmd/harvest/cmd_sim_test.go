@@ -132,3 +132,15 @@ func TestSimJSONCountsTheLinesItSkipped(t *testing.T) {
 		t.Errorf("jobs %d, skipped %v, adjusted %v", got.Foreign.Jobs, got.Skipped, got.Adjusted)
 	}
 }
+
+func TestParseMultifactor(t *testing.T) {
+	m, err := parseMultifactor("age=10, fairshare=5000,half-life=14d,max-age=12h")
+	if err != nil || m.WeightAge != 10 || m.WeightSize != 1000 || m.WeightFairshare != 5000 || m.HalfLife != 14*86400 || m.MaxAge != 12*3600 {
+		t.Fatalf("%+v, %v", m, err)
+	}
+	for _, bad := range []string{"age", "age=-1", "speed=3", "half-life=0s", "max-age=soon"} {
+		if _, err := parseMultifactor(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
