@@ -198,13 +198,13 @@ type Cluster struct {
 	mu  sync.Mutex
 	cfg Config
 
-	now     int64
-	events  eventHeap
-	evSeq   int64
-	jobs    []*job
-	byID    map[string]*job
+	now    int64
+	events eventHeap
+	evSeq  int64
+	jobs   []*job
+	byID   map[string]*job
 	// usage per user, for the multifactor priority (priority.go)
-	usage map[string]*usage
+	usage   map[string]*usage
 	pending []*job // priority order; may hold jobs no longer pending
 	running []*job // in id order
 	used    int
