@@ -252,3 +252,12 @@ func (p PausedDemand) Demand(ctx context.Context, seen Seen) (DemandInfo, error)
 	}
 	return d, nil
 }
+
+// PullIn passes the pulled-in end on when the wrapped source takes it
+// (EndSink).
+func (p PausedDemand) PullIn(ctx context.Context, pilot string, end int64) error {
+	if s, ok := p.Src.(EndSink); ok {
+		return s.PullIn(ctx, pilot, end)
+	}
+	return nil
+}

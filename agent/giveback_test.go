@@ -147,7 +147,8 @@ func TestShrinkingPullsInThePilotsTheTopJobNeeds(t *testing.T) {
 	cfg := testConfig()
 	cfg.Policy.Shrink = true
 	// Two unlimited pilots on an otherwise idle cluster...
-	r := NewReconciler(m, StaticDemand{Info: DemandInfo{Demand: &cluster.Demand{PendingTasks: 2, SlotsPerNode: 1}}}, cfg, nil)
+	src := &endSink{StaticDemand: StaticDemand{Info: DemandInfo{Demand: &cluster.Demand{PendingTasks: 2, SlotsPerNode: 1}}}, ends: map[string]int64{}}
+	r := NewReconciler(m, PausedDemand{Src: src}, cfg, nil)
 	if _, err := r.Round(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +166,10 @@ func TestShrinkingPullsInThePilotsTheTopJobNeeds(t *testing.T) {
 		if end := m.shrunk[id]; end != res.Snapshot.Now+3600-cfg.Policy.ShrinkMargin {
 			t.Errorf("pilot %s shrunk to %d, want now+3600-%d", id, end, cfg.Policy.ShrinkMargin)
 		}
+		// The queue hears of it, through the pause wrapper, for the master.
+		if src.ends[id] != m.shrunk[id] {
+			t.Errorf("pilot %s: the queue was told %d, want %d", id, src.ends[id], m.shrunk[id])
+		}
 	}
 	// The next round sees them end in time and shrinks nothing more.
 	res, err = r.Round(context.Background())
@@ -174,4 +179,15 @@ func TestShrinkingPullsInThePilotsTheTopJobNeeds(t *testing.T) {
 	if len(res.Decision.Shrink) != 0 {
 		t.Errorf("second round shrinks again: %+v", res.Decision)
 	}
+}
+
+// endSink is a demand source that records the ends pulled in.
+type endSink struct {
+	StaticDemand
+	ends map[string]int64
+}
+
+func (e *endSink) PullIn(_ context.Context, pilot string, end int64) error {
+	e.ends[pilot] = end
+	return nil
 }

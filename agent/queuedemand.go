@@ -15,6 +15,12 @@ type QueueDemand struct {
 	Paused func() bool
 }
 
+// PullIn implements EndSink: the master hears of the new end at its
+// next queue heartbeat.
+func (d QueueDemand) PullIn(_ context.Context, pilot string, end int64) error {
+	return d.Q.PullInPilot(pilot, end)
+}
+
 // Demand implements DemandSource.
 func (d QueueDemand) Demand(ctx context.Context, _ Seen) (DemandInfo, error) {
 	dem, err := d.Q.Demand(ctx)

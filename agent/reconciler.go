@@ -36,6 +36,13 @@ type DemandInfo struct {
 	Paused bool
 }
 
+// EndSink is told the ends the agent pulled in, so that the pilots hear
+// of them (the queue passes them to the master). A DemandSource may
+// implement it.
+type EndSink interface {
+	PullIn(ctx context.Context, pilot string, end int64) error
+}
+
 // DemandSource is the queue as seen by the agent. Seen is what the agent
 // sees of its cluster this round: a queue shared by several clusters
 // splits the work by it.
@@ -262,6 +269,11 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 			continue
 		}
 		res.Shrunk = append(res.Shrunk, sh.ID)
+		if sink, ok := r.src.(EndSink); ok {
+			if err := sink.PullIn(ctx, sh.ID, sh.End); err != nil {
+				r.log.Warn("could not tell the pilot its new end", "pilot", sh.ID, "error", err)
+			}
+		}
 		r.log.Info("pulled in a pilot's end", "pilot", sh.ID, "end", time.Unix(sh.End, 0).UTC(), "in", time.Duration(sh.End-res.Snapshot.Now)*time.Second)
 	}
 	if dec.Submit == nil {

@@ -68,12 +68,20 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 	go srv.Serve(ln)
 	defer srv.Close()
 
+	// The pilot stops StopBefore its deadline; the agent may pull the
+	// deadline in (the master passes it on), never push it out.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := &stopTimer{cancel: cancel}
+	defer stop.close()
 	if !cfg.Deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, cfg.Deadline.Add(-cfg.StopBefore))
-		defer cancel()
+		stop.at(cfg.Deadline.Add(-cfg.StopBefore))
 	}
 	wc := cfg.Worker
+	wc.OnDeadline = func(t time.Time) {
+		p.log.Info("pilot end pulled in", "deadline", t)
+		stop.at(t.Add(-cfg.StopBefore))
+	}
 	wc.ID = cfg.PilotID + "-" + randomHex(4)
 	wc.PilotID, wc.Slots, wc.Deadline, wc.Token = cfg.PilotID, cfg.Slots, cfg.Deadline, cfg.Token
 	if wc.Runner == nil {
@@ -277,4 +285,37 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// errDeadline is why a pilot stops at its deadline.
+var errDeadline = errors.New("pilot deadline reached")
+
+// stopTimer cancels the pilot at its deadline, which may move earlier.
+type stopTimer struct {
+	mu     sync.Mutex
+	t      *time.Timer
+	when   time.Time
+	cancel context.CancelCauseFunc
+}
+
+// at sets the stop time to when if it comes before the current one.
+func (s *stopTimer) at(when time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.t != nil && !when.Before(s.when) {
+		return
+	}
+	if s.t != nil {
+		s.t.Stop()
+	}
+	s.when = when
+	s.t = time.AfterFunc(time.Until(when), func() { s.cancel(errDeadline) })
+}
+
+func (s *stopTimer) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.t != nil {
+		s.t.Stop()
+	}
 }

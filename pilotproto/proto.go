@@ -145,10 +145,13 @@ type HeartbeatRequest struct {
 	Pilots  []PilotStatus `json:"pilots,omitempty"`
 }
 
-// HeartbeatResponse lists jobs cancelled since the last exchange.
+// HeartbeatResponse lists jobs cancelled since the last exchange, and
+// the pilots whose end the agent pulled in (pilot id -> new end, Unix
+// seconds): the master plans no batch past it and tells their workers.
 type HeartbeatResponse struct {
-	CancelledJobs []int64 `json:"cancelled_jobs,omitempty"`
-	LeaseExpires  int64   `json:"lease_expires"`
+	CancelledJobs []int64          `json:"cancelled_jobs,omitempty"`
+	Deadlines     map[string]int64 `json:"deadlines,omitempty"`
+	LeaseExpires  int64            `json:"lease_expires"`
 }
 
 // RecommendationRequest is the master's MiniNode recommendation and the

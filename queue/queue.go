@@ -68,6 +68,9 @@ type Queue struct {
 	window []windowMark     // usage events by arrival, for the sliding window
 	rec    recommendation
 	pilots map[string]pilotSeen
+	// ends are the pilot ends the agent pulled in (pilot id -> Unix s),
+	// passed to the master in heartbeat answers until it reports them.
+	ends map[string]int64
 	// orphansChecked is the newest epoch whose first heartbeat requeued
 	// the older epochs' tasks it did not list.
 	orphansChecked int64
@@ -120,7 +123,7 @@ func Open(cfg Config) (*Queue, error) {
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
-		pilots: map[string]pilotSeen{}, closed: make(chan struct{}),
+		pilots: map[string]pilotSeen{}, ends: map[string]int64{}, closed: make(chan struct{}),
 	}
 	ctx := context.Background()
 	if err := q.cleanupPartialSubmits(ctx); err != nil {

@@ -122,6 +122,16 @@ func (q *Queue) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) 
 	q.mu.Lock()
 	for _, p := range req.Pilots {
 		q.pilots[p.PilotID] = pilotSeen{status: p, at: now}
+		if end, ok := q.ends[p.PilotID]; ok {
+			if p.Deadline > 0 && p.Deadline <= end {
+				delete(q.ends, p.PilotID) // the master knows
+				continue
+			}
+			if resp.Deadlines == nil {
+				resp.Deadlines = map[string]int64{}
+			}
+			resp.Deadlines[p.PilotID] = end
+		}
 	}
 	q.mu.Unlock()
 	if err := q.requeueOrphans(ctx, req); err != nil {

@@ -144,3 +144,25 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	st.Epoch, st.MasterAlive = l.Epoch, l.Alive(q.now())
 	return st, nil
 }
+
+// PullInPilot records that the agent pulled pilot id's end in to end (Unix
+// seconds): the master hears of it in its next heartbeat answer, plans no
+// batch past it and tells the pilot's worker, which stops by then. A
+// later end than one already recorded changes nothing.
+func (q *Queue) PullInPilot(id string, end int64) error {
+	if id == "" || len(id) > 256 || end <= 0 {
+		return invalid("pilot id (at most 256 bytes) and a positive end are required")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cur, ok := q.ends[id]; !ok || end < cur {
+		q.ends[id] = end
+	}
+	// Forget pilots that left without the master ever reporting them.
+	for p := range q.ends {
+		if s, ok := q.pilots[p]; ok && q.now().Sub(s.at) > q.cfg.ZombieTimeout {
+			delete(q.ends, p)
+		}
+	}
+	return nil
+}

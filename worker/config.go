@@ -31,6 +31,9 @@ type Config struct {
 
 	Runner Runner
 	Logger *slog.Logger
+	// OnDeadline, if set, is called when the master reports the pilot's
+	// end pulled in (the agent shrank it); the pilot stops by then.
+	OnDeadline func(time.Time)
 }
 
 // DefaultConfig returns production defaults; ID, Token and Runner must be set.

@@ -353,6 +353,26 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 		}
 		s.ok()
 		w.killJobs(resp.KillJobs)
+		if resp.DeadlineMS > 0 {
+			w.pullIn(time.UnixMilli(resp.DeadlineMS))
+		}
+	}
+}
+
+// pullIn moves the worker's deadline earlier to t (never later): a later
+// registration reports it, and the pilot hears of it through OnDeadline.
+func (w *Worker) pullIn(t time.Time) {
+	w.mu.Lock()
+	moved := w.cfg.Deadline.IsZero() || t.Before(w.cfg.Deadline)
+	if moved {
+		w.cfg.Deadline = t
+	}
+	w.mu.Unlock()
+	if moved {
+		w.log.Info("pilot end pulled in", "deadline", t)
+		if w.cfg.OnDeadline != nil {
+			w.cfg.OnDeadline(t)
+		}
 	}
 }
 

@@ -110,6 +110,9 @@ type HeartbeatRequest struct {
 // HeartbeatResponse carries jobs whose tasks must be killed.
 type HeartbeatResponse struct {
 	KillJobs []int64 `json:"kill_jobs,omitempty"`
+	// DeadlineMS, when set, is the worker's pilot's new end (Unix ms):
+	// the agent pulled it in. The worker stops by then.
+	DeadlineMS int64 `json:"deadline_ms,omitempty"`
 }
 
 // ErrorBody is the JSON error body.

@@ -78,6 +78,7 @@ type worker struct {
 	id, pilot       string
 	slots, capacity int
 	deadline        time.Time // zero: none
+	newDeadline     bool      // pulled in: the next heartbeat tells the worker
 	lastSeen        time.Time
 	registered      bool // false: restored from the checkpoint, not back yet
 	polls           int  // parked long-polls

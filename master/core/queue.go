@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -232,6 +233,7 @@ func (c *Core) beaten(now time.Time, e Beaten) {
 		return
 	}
 	c.cancelJobs(now, e.Resp.CancelledJobs)
+	c.pullInDeadlines(e.Resp.Deadlines)
 	if e.RecErr != nil {
 		c.queueErr(now, "recommendation", e.RecErr)
 	}
@@ -340,4 +342,26 @@ func (c *Core) endPolls() {
 		c.reply(Reply{Req: p.req, Err: ErrNotMaster})
 	}
 	c.polls = nil
+}
+
+// pullInDeadlines applies the ends the agent pulled in (pilot id -> Unix
+// seconds): the workers of those pilots get no batch that would run past
+// the new end, and hear of it at their next heartbeat. An end is only
+// ever moved earlier.
+func (c *Core) pullInDeadlines(ends map[string]int64) {
+	if len(ends) == 0 {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.workers)) {
+		w := c.workers[id]
+		end, ok := ends[w.pilot]
+		if !ok || end <= 0 {
+			continue
+		}
+		t := time.Unix(end, 0)
+		if w.deadline.IsZero() || t.Before(w.deadline) {
+			c.log.Info("pilot end pulled in", "worker", w.id, "pilot", w.pilot, "was", w.deadline, "now", t)
+			w.deadline, w.newDeadline = t, true
+		}
+	}
 }

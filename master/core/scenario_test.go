@@ -163,7 +163,7 @@ func newScenario() *scenario {
 //	pulled [cancelled=JOBS] [err=E]   the queue's answer to the pull; tasks below:
 //	                         job=J tasks=A-B [batch-size=N] [attempt=N] [timeout=D]
 //	reported [err=E]         the queue's answer to the report
-//	beaten [cancelled=JOBS] [err=E] [rec-err=E]
+//	beaten [cancelled=JOBS] [ends=P:+D,...] [err=E] [rec-err=E]   ends: pilots' ends pulled in
 //	leased [holder=P epoch=N] [ttl=D] [err=E]   (default: granted to us, with lease-ttl)
 //	stop                     graceful stop
 //	commit-failed            the last ops could not be stored (a newer master claimed the checkpoint)
@@ -350,7 +350,19 @@ func (s *scenario) event(b block, kv map[string]string, pos []string) (core.Even
 		if err != nil {
 			return nil, err
 		}
-		return core.Beaten{Resp: pilotproto.HeartbeatResponse{CancelledJobs: jobs}, Err: queueErr(kv["err"]), RecErr: queueErr(kv["rec-err"])}, nil
+		resp := pilotproto.HeartbeatResponse{CancelledJobs: jobs}
+		if v, ok := kv["ends"]; ok {
+			resp.Deadlines = map[string]int64{}
+			for _, pe := range strings.Split(v, ",") {
+				p, e, ok := strings.Cut(pe, ":")
+				d, err := time.ParseDuration(strings.TrimPrefix(e, "+"))
+				if !ok || err != nil {
+					return nil, fmt.Errorf("ends %q: want PILOT:+DURATION", pe)
+				}
+				resp.Deadlines[p] = s.now.Add(d).Unix()
+			}
+		}
+		return core.Beaten{Resp: resp, Err: queueErr(kv["err"]), RecErr: queueErr(kv["rec-err"])}, nil
 	case "leased":
 		if err := queueErr(kv["err"]); err != nil {
 			return core.Leased{Err: err}, nil
@@ -640,7 +652,11 @@ func (s *scenario) format(rd core.Ready) string {
 		case r.Results != nil:
 			line("reply #%d results: accepted %d", r.Req, r.Results.Accepted)
 		case r.Heartbeat != nil:
-			line("reply #%d heartbeat: kill jobs %v", r.Req, r.Heartbeat.KillJobs)
+			if ms := r.Heartbeat.DeadlineMS; ms > 0 {
+				line("reply #%d heartbeat: kill jobs %v, deadline %s", r.Req, r.Heartbeat.KillJobs, s.rel(time.UnixMilli(ms)))
+			} else {
+				line("reply #%d heartbeat: kill jobs %v", r.Req, r.Heartbeat.KillJobs)
+			}
 		}
 	}
 	if p := rd.Pull; p != nil {

@@ -245,7 +245,12 @@ func (c *Core) heartbeat(now time.Time, e Heartbeat) {
 			c.log.Warn("tasks handed to a worker never reached it; requeued", "worker", w.id, "tasks", lost)
 		}
 	}
-	c.reply(Reply{Req: e.Req, Heartbeat: &workerproto.HeartbeatResponse{KillJobs: w.kill}})
+	resp := &workerproto.HeartbeatResponse{KillJobs: w.kill}
+	if w.newDeadline {
+		resp.DeadlineMS = w.deadline.UnixMilli()
+		w.newDeadline = false
+	}
+	c.reply(Reply{Req: e.Req, Heartbeat: resp})
 	w.kill = nil
 }
 
