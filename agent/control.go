@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
@@ -148,83 +148,81 @@ func (c *Control) saveLocked(s ControlState) error {
 	return nil
 }
 
-// DrainPlan picks the pilots a drain cancels now from a snapshot: queued
-// pilots and idle running ones, and busy ones too when now is set. It
-// also returns how many pilots remain and how many of them are busy.
-// Pure: the caller cancels.
-func DrainPlan(s cluster.Snapshot, now bool) (cancel []string, remaining, busy int) {
-	for _, j := range s.Jobs {
-		if !j.Pilot {
-			continue
-		}
-		remaining++
-		if j.State == cluster.Running && j.Busy {
-			busy++
-			if !now {
-				continue
-			}
-		}
-		cancel = append(cancel, j.ID)
-	}
-	return cancel, remaining, busy
+// Demand makes src report the admin's pause and drain: they are inputs
+// of the policy, and the reconciler carries them out with everything
+// else it decides (one actuator: releases go through the same cancels,
+// ledger and metrics as any other round).
+func (c *Control) Demand(src DemandSource) DemandSource { return controlled{src: src, c: c} }
+
+type controlled struct {
+	src DemandSource
+	c   *Control
 }
 
-// AfterRound carries a drain forward from the round's snapshot: it
-// cancels what DrainPlan picks and records the progress. Called from the
-// reconciler's OnRound hook, so it runs once per round, after the
-// round's own actions.
-func (c *Control) AfterRound(ctx context.Context, ad adapters.Adapter, res RoundResult, timeout time.Duration) {
-	c.mu.Lock()
-	d := c.state.Drain
-	if d == nil || d.Done {
-		c.mu.Unlock()
+// Demand implements DemandSource.
+func (s controlled) Demand(ctx context.Context, seen Seen) (DemandInfo, error) {
+	d, err := s.src.Demand(ctx, seen)
+	if err != nil {
+		return d, err
+	}
+	st := s.c.State()
+	d.Paused = d.Paused || st.Paused
+	if st.Drain != nil {
+		// A finished drain stays in force until resume: a pilot that
+		// shows up late is released too.
+		d.Drain = &policy.Drain{Now: st.Drain.Now}
+	}
+	return d, nil
+}
+
+// PullIn passes the pulled-in end on when the wrapped source takes it
+// (EndSink).
+func (s controlled) PullIn(ctx context.Context, pilot string, end int64) error {
+	if sink, ok := s.src.(EndSink); ok {
+		return sink.PullIn(ctx, pilot, end)
+	}
+	return nil
+}
+
+// Observe records a drain's progress from a round that decided with it
+// (for the reconciler's OnRound hook): the pilots left (visible ones not
+// cancelled this round, and those on their way), how many of them are
+// busy, the cancels so far and the last cancel error.
+func (c *Control) Observe(res RoundResult) {
+	if res.Drain == nil || res.Decision.Case != policy.CaseDrain {
 		return
 	}
-	now := d.Now
-	c.mu.Unlock()
-
-	// Pilots the round itself just cancelled are gone already.
-	gone := map[string]bool{}
+	gone := make(map[string]bool, len(res.Cancelled))
 	for _, id := range res.Cancelled {
 		gone[id] = true
 	}
-	plan, _, _ := DrainPlan(res.Snapshot, now)
-	inPlan := make(map[string]bool, len(plan))
-	for _, id := range plan {
-		inPlan[id] = true
-	}
-	remaining, busy, cancelled, lastErr := 0, 0, 0, ""
+	remaining, busy := 0, 0
 	for _, j := range res.Snapshot.Jobs {
 		if !j.Pilot || gone[j.ID] {
 			continue
 		}
-		if inPlan[j.ID] {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			err := ad.Cancel(cctx, adapters.PilotID(j.ID))
-			cancel()
-			if err == nil {
-				cancelled++
-				c.log.Info("drain: cancelled pilot", "pilot", j.ID)
-				continue
-			}
-			lastErr = err.Error()
-			c.log.Error("drain: cancel pilot failed; retrying next round", "pilot", j.ID, "error", err)
-		}
 		remaining++
 		if j.State == cluster.Running && j.Busy {
 			busy++
 		}
 	}
+	for _, u := range res.Upcoming {
+		remaining += u.Count
+	}
+	lastErr := ""
+	if len(res.Errors) > 0 {
+		lastErr = res.Errors[len(res.Errors)-1].Error()
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state.Drain == nil || c.state.Drain.StartedAt != d.StartedAt {
-		return // resumed or restarted meanwhile
+	if c.state.Drain == nil || c.state.Drain.Done || c.state.Drain.Now != res.Drain.Now {
+		return // resumed, finished or restarted meanwhile
 	}
 	next := c.copyLocked()
 	nd := next.Drain
 	nd.Remaining, nd.Busy, nd.LastError = remaining, busy, lastErr
-	nd.Cancelled += cancelled
+	nd.Cancelled += len(res.Cancelled)
 	if remaining == 0 {
 		nd.Done, nd.DoneAt = true, time.Now().Unix()
 		c.log.Info("drain done: no pilot left", "cancelled", nd.Cancelled)
@@ -233,31 +231,4 @@ func (c *Control) AfterRound(ctx context.Context, ad adapters.Adapter, res Round
 		c.log.Warn("drain: saving progress failed", "error", err)
 	}
 	c.state = next
-}
-
-// PausedDemand makes any DemandSource report the admin's pause.
-type PausedDemand struct {
-	Src    DemandSource
-	Paused func() bool
-}
-
-// Demand implements DemandSource.
-func (p PausedDemand) Demand(ctx context.Context, seen Seen) (DemandInfo, error) {
-	d, err := p.Src.Demand(ctx, seen)
-	if err != nil {
-		return d, err
-	}
-	if p.Paused != nil && p.Paused() {
-		d.Paused = true
-	}
-	return d, nil
-}
-
-// PullIn passes the pulled-in end on when the wrapped source takes it
-// (EndSink).
-func (p PausedDemand) PullIn(ctx context.Context, pilot string, end int64) error {
-	if s, ok := p.Src.(EndSink); ok {
-		return s.PullIn(ctx, pilot, end)
-	}
-	return nil
 }

@@ -1,44 +1,20 @@
 package agent
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/harvest-hpc/harvest/adapters/adaptertest"
+	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
 )
-
-func TestDrainPlan(t *testing.T) {
-	snap := cluster.Snapshot{Jobs: []cluster.Job{
-		{ID: "f1", State: cluster.Running, Nodes: 2},
-		{ID: "p1", State: cluster.Running, Nodes: 1, Pilot: true, Busy: true},
-		{ID: "p2", State: cluster.Running, Nodes: 1, Pilot: true},
-		{ID: "p3", State: cluster.Pending, Nodes: 1, Pilot: true},
-	}}
-	tests := []struct {
-		name       string
-		now        bool
-		wantCancel []string
-		wantBusy   int
-	}{
-		{name: "a graceful drain cancels queued and idle pilots and lets busy ones finish their batch", wantCancel: []string{"p2", "p3"}, wantBusy: 1},
-		{name: "a drain with --now cancels every pilot, busy ones too", now: true, wantCancel: []string{"p1", "p2", "p3"}, wantBusy: 1},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c, rem, busy := DrainPlan(snap, tc.now)
-			if !reflect.DeepEqual(c, tc.wantCancel) || rem != 3 || busy != tc.wantBusy {
-				t.Errorf("got cancel %v remaining %d busy %d; want %v, 3, %d", c, rem, busy, tc.wantCancel, tc.wantBusy)
-			}
-		})
-	}
-}
 
 func TestThePauseSurvivesARestartAndResumeEndsADrain(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "control.json")
@@ -99,43 +75,120 @@ func TestAPausedAgentSubmitsNothingAndADrainEmptiesTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy := map[string]bool{}
-	src := PausedDemand{Src: demandFunc(func() DemandInfo { return DemandInfo{Busy: busy} }), Paused: ctl.Paused}
-	r := NewReconciler(m, src, testConfig(), nil)
-	ctx := context.Background()
-	r.OnRound = func(res RoundResult) { ctl.AfterRound(ctx, m, res, time.Second) }
+	src := ctl.Demand(demandFunc(func() DemandInfo { return DemandInfo{Busy: busy} }))
+	cfg := testConfig()
+	cfg.DumpDir = t.TempDir()
+	r := NewReconciler(m, src, cfg, nil)
+	mx := NewMetrics(nil)
+	r.OnRound = func(res RoundResult) { mx.ObserveRound(res); ctl.Observe(res) }
 
 	res := round(t, r)
 	if len(res.Submitted) != 4 {
 		t.Fatalf("submitted %d, want 4", len(res.Submitted))
 	}
-	busy[string(res.Submitted[0])] = true
+	busyID := string(res.Submitted[0])
+	busy[busyID] = true
 
 	if _, err := ctl.StartDrain(false); err != nil {
 		t.Fatal(err)
 	}
-	round(t, r)
-	if got := m.PilotIDs(); !reflect.DeepEqual(got, []string{string(res.Submitted[0])}) {
-		t.Fatalf("after the first drain round pilots %v remain, want only the busy %s", got, res.Submitted[0])
+	res = round(t, r)
+	if res.Decision.Case != policy.CaseDrain || res.Drain == nil || !res.Paused {
+		t.Fatalf("the round after a drain started decided %q (drain %v, paused %v), want the policy's drain", res.Decision.Case, res.Drain, res.Paused)
+	}
+	if got := m.PilotIDs(); !reflect.DeepEqual(got, []string{busyID}) {
+		t.Fatalf("after the first drain round pilots %v remain, want only the busy %s", got, busyID)
+	}
+	if len(res.CancelLatency) != 3 {
+		t.Fatalf("%d cancels timed, want the drain's 3 through the round's own actuator", len(res.CancelLatency))
 	}
 	st := ctl.State()
 	if st.Drain.Remaining != 1 || st.Drain.Busy != 1 || st.Drain.Cancelled != 3 || st.Drain.Done {
 		t.Fatalf("drain progress %+v, want 1 remaining (busy), 3 cancelled", *st.Drain)
 	}
+	if v := gauge(t, mx, "harvest_paused"); v != 1 {
+		t.Fatalf("harvest_paused = %v during a drain, want 1", v)
+	}
+	// The dumped round replays to the same decision: the drain is part of
+	// the policy's input.
+	replayLast(t, cfg.DumpDir, res.Decision)
+
 	// The idle nodes are not refilled while paused.
 	res = round(t, r)
 	if len(res.Submitted) != 0 {
 		t.Fatalf("a paused agent submitted %d pilots", len(res.Submitted))
 	}
 	// The busy pilot finishes its batch: cancelled at the next round.
-	busy[string(res.Snapshot.Jobs[0].ID)] = false
-	delete(busy, string(res.Snapshot.Jobs[0].ID))
-	round(t, r)
+	delete(busy, busyID)
 	round(t, r)
 	if got := m.PilotIDs(); len(got) != 0 {
 		t.Fatalf("pilots %v left after the drain", got)
 	}
-	if st := ctl.State(); !st.Drain.Done || st.Drain.Remaining != 0 {
+	if st := ctl.State(); !st.Drain.Done || st.Drain.Remaining != 0 || st.Drain.Cancelled != 4 {
 		t.Fatalf("drain not done: %+v", *st.Drain)
+	}
+	// Resuming ends the drain: the next round fills the cluster again.
+	if _, err := ctl.SetPaused(false); err != nil {
+		t.Fatal(err)
+	}
+	if res := round(t, r); len(res.Submitted) != 4 || res.Paused || res.Drain != nil {
+		t.Fatalf("after resume: submitted %d (paused %v, drain %v), want 4", len(res.Submitted), res.Paused, res.Drain)
+	}
+	if v := gauge(t, mx, "harvest_paused"); v != 0 {
+		t.Fatalf("harvest_paused = %v after resume, want 0", v)
+	}
+}
+
+func TestADrainWaitsForPilotsOnTheirWayAndCancelsThemOnceVisible(t *testing.T) {
+	h := &hiding{Adapter: adaptertest.NewMemory(4)}
+	ctl, _ := OpenControl("", nil)
+	r := NewReconciler(h, ctl.Demand(StaticDemand{}), testConfig(), nil)
+	r.OnRound = ctl.Observe
+	h.hide.Store(true) // sbatch returned, squeue does not list them yet
+	if res := round(t, r); len(res.Submitted) != 4 {
+		t.Fatalf("submitted %d, want 4", len(res.Submitted))
+	}
+	if _, err := ctl.StartDrain(false); err != nil {
+		t.Fatal(err)
+	}
+	res := round(t, r)
+	if len(res.Decision.Release) != 0 || ctl.State().Drain.Remaining != 4 || ctl.State().Drain.Done {
+		t.Fatalf("drain with 4 pilots on their way: released %v, progress %+v; want nothing to cancel yet and 4 remaining", res.Decision.Release, *ctl.State().Drain)
+	}
+	h.hide.Store(false)
+	res = round(t, r)
+	if len(res.Cancelled) != 4 {
+		t.Fatalf("cancelled %v once visible, want all 4", res.Cancelled)
+	}
+	if st := ctl.State(); !st.Drain.Done || st.Drain.Cancelled != 4 {
+		t.Fatalf("drain progress %+v, want done with 4 cancelled", *st.Drain)
+	}
+}
+
+// replayLast replays the newest dumped round with its context and checks
+// it decides want.
+func replayLast(t *testing.T, dir string, want policy.Decision) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "snapshot-*[0-9].json"))
+	if len(files) == 0 {
+		t.Fatal("no dumped round")
+	}
+	sort.Strings(files)
+	last := files[len(files)-1]
+	b, err := os.ReadFile(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s cluster.Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := ReadRoundContext(strings.TrimSuffix(last, ".json") + ".context.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := policy.Decide(rc.Input(s), *rc.Config); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replay of %s differs:\n got %+v\nwant %+v", last, got, want)
 	}
 }
 

@@ -56,19 +56,17 @@ type Metrics struct {
 	// released maps a foreign job id to the snapshot time of the round
 	// that released pilots for it, until a snapshot shows it running.
 	releasedFor map[string]int64
-	pausedFn    func() bool
 }
 
 // NewMetrics registers the agent's metrics. q may be nil (an agent
-// without the queue); paused may be nil.
-func NewMetrics(q QueueStats, paused func() bool) *Metrics {
+// without the queue).
+func NewMetrics(q QueueStats) *Metrics {
 	reg := prometheus.NewRegistry()
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	latency := []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	m := &Metrics{
 		Registry:    reg,
 		releasedFor: map[string]int64{},
-		pausedFn:    paused,
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "harvest_nodes",
 			Help: "Nodes at the last round: total, idle, foreign (running foreign jobs), held (running pilots), useful (pilots running tasks)."}, []string{"state"}),
 		pilots: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "harvest_pilots",
@@ -136,9 +134,7 @@ func (m *Metrics) ObserveRound(res RoundResult) {
 	}
 	m.minNodes.Set(float64(s.MinNodes))
 	m.maxNodes.Set(float64(s.MaxNodes))
-	if m.pausedFn != nil {
-		m.paused.Set(b2f(m.pausedFn()))
-	}
+	m.paused.Set(b2f(res.Paused))
 
 	var queued, idle, busy, held, foreignNodes, fRun, fPend int
 	for _, j := range s.Jobs {

@@ -30,7 +30,7 @@ func (f *fakeQueue) Stats(context.Context) (queue.Stats, error) { return f.stats
 
 func metered(t *testing.T, m *adaptertest.Memory, src DemandSource) (*Reconciler, *Metrics) {
 	t.Helper()
-	mx := NewMetrics(nil, func() bool { return false })
+	mx := NewMetrics(nil)
 	r := NewReconciler(mx.InstrumentAdapter(m), src, testConfig(), nil)
 	r.OnRound = mx.ObserveRound
 	return r, mx
@@ -135,6 +135,22 @@ func histCount(t *testing.T, mx *Metrics, name string) uint64 {
 	return 0
 }
 
+// gauge reads an unlabelled gauge.
+func gauge(t *testing.T, mx *Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := mx.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
 func TestBackfillDelayIsTheTimeFromTheReleaseToTheJobsStart(t *testing.T) {
 	tests := []struct {
 		name string
@@ -155,7 +171,7 @@ func TestBackfillDelayIsTheTimeFromTheReleaseToTheJobsStart(t *testing.T) {
 			// policy releases 2 pilots for it (min nodes 0).
 			m := adaptertest.NewMemory(4)
 			ed := &editing{Adapter: m}
-			mx := NewMetrics(nil, nil)
+			mx := NewMetrics(nil)
 			r := NewReconciler(mx.InstrumentAdapter(ed), StaticDemand{}, testConfig(), nil)
 			r.OnRound = mx.ObserveRound
 			round(t, r)
@@ -240,7 +256,7 @@ func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
 			}, nil
 		},
 	}
-	mx := NewMetrics(q, nil)
+	mx := NewMetrics(q)
 	want := `
 # HELP harvest_master_epoch Epoch of the master lease (each new master increments it).
 # TYPE harvest_master_epoch gauge
@@ -288,7 +304,7 @@ func TestAQueueThatCannotBeReadCountsAScrapeErrorAndStillServesTheRest(t *testin
 		users: func() ([]api.User, error) { return nil, errors.New("database is locked") },
 		stats: func() (queue.Stats, error) { return queue.Stats{}, errors.New("database is locked") },
 	}
-	mx := NewMetrics(q, nil)
+	mx := NewMetrics(q)
 	want := `
 # HELP harvest_queue_scrape_errors_total Scrapes that could not read the queue.
 # TYPE harvest_queue_scrape_errors_total counter

@@ -11,8 +11,6 @@ import (
 // hosts the master and the admin's runtime node settings.
 type QueueDemand struct {
 	Q *queue.Queue
-	// Paused, if set, reports whether the admin paused harvesting.
-	Paused func() bool
 }
 
 // PullIn implements EndSink: the master hears of the new end at its
@@ -39,9 +37,5 @@ func (d QueueDemand) Demand(ctx context.Context, _ Seen) (DemandInfo, error) {
 	for id, st := range d.Q.PilotStatus() {
 		busy[id] = st.Busy
 	}
-	info := DemandInfo{Demand: &dem, Recommended: d.Q.Recommendation(), Busy: busy, MinNodes: &minN, MaxNodes: &maxN, Master: master}
-	if d.Paused != nil {
-		info.Paused = d.Paused()
-	}
-	return info, nil
+	return DemandInfo{Demand: &dem, Recommended: d.Q.Recommendation(), Busy: busy, MinNodes: &minN, MaxNodes: &maxN, Master: master}, nil
 }

@@ -32,8 +32,11 @@ type DemandInfo struct {
 	// MinNodes and MaxNodes, when set, are the admin's runtime settings
 	// (harvest admin nodes) and override the configured ones.
 	MinNodes, MaxNodes *int
-	// Paused stops new submissions (harvest admin pause).
+	// Paused stops new submissions (harvest admin pause); Drain, when
+	// set, releases every pilot (harvest admin drain). Both are inputs of
+	// the policy, so a dumped round replays them.
 	Paused bool
+	Drain  *policy.Drain
 }
 
 // EndSink is told the ends the agent pulled in, so that the pilots hear
@@ -68,10 +71,12 @@ func (s StaticDemand) Demand(context.Context, Seen) (DemandInfo, error) { return
 // RoundResult is what one round saw, decided and did.
 type RoundResult struct {
 	Snapshot cluster.Snapshot
-	// Upcoming and Recommended are the rest of the policy's input: with
-	// Snapshot, Decide(Input{Snapshot, Upcoming, Recommended}) is Decision.
+	// Upcoming, Recommended, Paused and Drain are the rest of the
+	// policy's input: with Snapshot, Decide(Input{...}) is Decision.
 	Upcoming    []policy.Upcoming
 	Recommended int
+	Paused      bool
+	Drain       *policy.Drain
 	Decision    policy.Decision
 	Submitted   []adapters.PilotID
 	Cancelled   []string
@@ -155,14 +160,10 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	r.enrich(&snap, dem)
 
 	pcfg := r.cfg.Policy
-	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended}
+	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain}
 	dec := policy.Decide(in, pcfg)
-	if dem.Paused && dec.Submit != nil {
-		dec.Reason = "paused by the admin; would have: " + dec.Reason
-		dec.Submit = nil
-	}
-	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Decision: dec}
-	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended})
+	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec}
+	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})
 
 	if r.cfg.DryRun {
 		r.log.Info("decision (dry run)", decisionAttrs(dec)...)
@@ -332,6 +333,13 @@ type RoundContext struct {
 	Config      *policy.Config    `json:"config,omitempty"`
 	Upcoming    []policy.Upcoming `json:"upcoming"`
 	Recommended int               `json:"recommended"`
+	Paused      bool              `json:"paused,omitempty"`
+	Drain       *policy.Drain     `json:"drain,omitempty"`
+}
+
+// Input is the policy input of the round: the snapshot with this context.
+func (rc RoundContext) Input(s cluster.Snapshot) policy.Input {
+	return policy.Input{Snapshot: s, Upcoming: rc.Upcoming, Recommended: rc.Recommended, Paused: rc.Paused, Drain: rc.Drain}
 }
 
 // ReadRoundContext reads a *.context.json file.

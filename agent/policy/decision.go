@@ -17,6 +17,18 @@ type Input struct {
 	Upcoming []Upcoming
 	// Recommended is the master's MiniNode recommendation; 0 = none.
 	Recommended int
+	// Paused is the admin's pause (harvest admin pause): the round
+	// submits nothing; releases, caps and shrinks go on.
+	Paused bool
+	// Drain, when set, is the admin's drain (harvest admin drain): every
+	// pilot is released and nothing is submitted.
+	Drain *Drain
+}
+
+// Drain is a drain in force. Busy pilots are released once their batch
+// is done (they show idle in a later round), or at once with Now.
+type Drain struct {
+	Now bool `json:"now"`
 }
 
 // Upcoming is one ledger entry: Count one-node pilots submitted at
@@ -149,6 +161,12 @@ const (
 	// CaseDemandMet: a branch wanted pilots, but the pilots held are all
 	// the backlog can use.
 	CaseDemandMet Case = "demand-met"
+
+	// CasePaused: a branch wanted pilots, but the admin paused harvesting.
+	CasePaused Case = "paused"
+	// CaseDrain: the admin drains the harvest; release every pilot (busy
+	// ones after their batch unless the drain is --now).
+	CaseDrain Case = "drain"
 )
 
 // Acts reports whether the decision submits, releases or shrinks anything.

@@ -75,7 +75,15 @@ func Decide(in Input, cfg Config) Decision {
 	}
 	v := newView(&in, cfg)
 	d.Held, d.Idle, d.MinNodes, d.KeepNodes = v.held, v.idle, v.miniNode, v.keep
-	return v.decide(d)
+	if in.Drain != nil {
+		return v.drain(d, *in.Drain)
+	}
+	d = v.decide(d)
+	if in.Paused && d.Submit != nil {
+		d.Submit, d.Case = nil, CasePaused
+		d.Reason = "paused by the admin; would have: " + d.Reason
+	}
+	return d
 }
 
 func validateInput(in *Input, cfg Config) error {

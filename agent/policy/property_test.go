@@ -211,7 +211,7 @@ var knownCases = map[Case]bool{
 	CaseNoPendingJob: true, CaseBelowMinNodes: true, CaseTopJobFits: true, CaseReleaseForTopJob: true,
 	CaseJobEndingSoon: true, CaseBackfillWillStart: true, CaseReleaseForBackfill: true, CaseFillHole: true,
 	CaseHoleTooShort: true, CaseNoIdleNodes: true, CaseAtMaxNodes: true, CaseDemandMet: true,
-	CaseSchedulerPreempts: true,
+	CaseSchedulerPreempts: true, CasePaused: true, CaseDrain: true,
 }
 
 func TestDecideProperties(t *testing.T) {
@@ -219,6 +219,12 @@ func TestDecideProperties(t *testing.T) {
 	seen := map[Case]int{}
 	for i := range 20_000 {
 		in, cfg := randomInput(r)
+		switch r.IntN(16) {
+		case 0, 1:
+			in.Paused = true
+		case 2:
+			in.Drain = &Drain{Now: r.IntN(2) == 0}
+		}
 		d := Decide(in, cfg)
 		seen[d.Case]++
 		fail := func(format string, a ...any) {
@@ -242,6 +248,32 @@ func TestDecideProperties(t *testing.T) {
 		if d.Submit != nil && len(d.Release) > 0 {
 			fail("both submits and releases")
 		}
+		// The admin's switches: a pause takes the submission away and
+		// nothing else; a drain releases every pilot it may.
+		if in.Paused && in.Drain == nil {
+			free := in
+			free.Paused = false
+			want := Decide(free, cfg)
+			if want.Submit != nil {
+				want.Submit, want.Case = nil, CasePaused
+				want.Reason = "paused by the admin; would have: " + want.Reason
+			}
+			if !reflect.DeepEqual(d, want) {
+				e, _ := json.Marshal(want)
+				fail("paused round differs from the unpaused one beyond its submission: want %s", e)
+			}
+		}
+		if in.Drain != nil {
+			var want []string
+			for _, p := range ReleaseOrder(s.Pilots()) {
+				if in.Drain.Now || p.State != cluster.Running || !p.Busy {
+					want = append(want, p.ID)
+				}
+			}
+			if d.Case != CaseDrain || d.Submit != nil || len(d.Shrink) > 0 || len(d.Release) != len(want) || len(want) > 0 && !reflect.DeepEqual(d.Release, want) {
+				fail("drain (now %v): want case drain releasing %v and nothing else", in.Drain.Now, want)
+			}
+		}
 
 		// Releases: visible pilots only, no duplicates, never more than held.
 		pilots := map[string]cluster.Job{}
@@ -263,7 +295,7 @@ func TestDecideProperties(t *testing.T) {
 		}
 		// In preemption mode a waiting job gets the preemptible pilots from
 		// the batch system: only the caps release them.
-		if cfg.Preemption && d.Case != CaseAboveMaxNodes && d.Case != CaseNoDemand && d.Case != CaseAboveDemand {
+		if cfg.Preemption && d.Case != CaseAboveMaxNodes && d.Case != CaseNoDemand && d.Case != CaseAboveDemand && d.Case != CaseDrain {
 			for _, id := range d.Release {
 				if pilots[id].Preemptible {
 					fail("released preemptible pilot %q for a waiting job", id)

@@ -27,9 +27,11 @@ const Forever int64 = math.MaxInt64
 // no longer sees it ending in time), to the margin plus one granularity
 // step (no pilot time is left), or the batch system's expected start
 // passing. Queued pilots and ledger entries count with fixed or separately
-// ageing limits, so an input with any of them is steady for 0 seconds.
+// ageing limits, so an input with any of them is steady for 0 seconds, as
+// is a drain (it is not worth the analysis). A pause changes a round only
+// when it would submit, which the same analysis covers.
 func Steady(in Input, cfg Config) int64 {
-	if validateInput(&in, cfg) != nil || len(in.Upcoming) > 0 {
+	if validateInput(&in, cfg) != nil || len(in.Upcoming) > 0 || in.Drain != nil {
 		return 0
 	}
 	s := &in.Snapshot

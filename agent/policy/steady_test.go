@@ -40,6 +40,7 @@ func TestDecisionsStayTheSameForAsLongAsSteadySays(t *testing.T) {
 		if r.IntN(2) == 0 {
 			in.Upcoming = nil // the ledger is empty in most rounds
 		}
+		in.Paused = r.IntN(4) == 0
 		st := Steady(in, cfg)
 		if st < 0 {
 			t.Fatalf("round %d: Steady is negative: %d", i, st)

@@ -127,7 +127,7 @@ func newServer(t *testing.T, round *agent.RoundResult) (http.Handler, *fakeQueue
 	}
 	cfg := DefaultConfig()
 	cfg.Queue, cfg.Rounds, cfg.Control, cfg.History = q, fakeRounds{round}, ctl, hist
-	cfg.Metrics = agent.NewMetrics(nil, nil)
+	cfg.Metrics = agent.NewMetrics(nil)
 	cfg.Now = func() time.Time { return time.Unix(1_000_030, 0) }
 	cfg.GiveBack = "preemption: pilots above the floor run in partition harvest"
 	apiH := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })

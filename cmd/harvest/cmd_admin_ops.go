@@ -15,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 
-	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/agent/web"
 	"github.com/harvest-hpc/harvest/queue"
@@ -59,17 +58,15 @@ func newAgentOps(c *cli.Context, q *queue.Queue, log *slog.Logger) (*agentOps, e
 	}
 	// One sample per round; keep the window at the poll interval plus room.
 	n := int(c.Duration("chart-window")/max(c.Duration("poll"), time.Second)) + 16
-	return &agentOps{ctl: ctl, metrics: agent.NewMetrics(qs, ctl.Paused), hist: web.NewHistory(min(n, 1_000_000))}, nil
+	return &agentOps{ctl: ctl, metrics: agent.NewMetrics(qs), hist: web.NewHistory(min(n, 1_000_000))}, nil
 }
 
-// hook is the reconciler's OnRound: metrics, history, and a drain's
-// cancels (through the same instrumented adapter the rounds use).
-func (o *agentOps) hook(ctx context.Context, ad adapters.Adapter, cancelTimeout time.Duration) func(agent.RoundResult) {
-	return func(res agent.RoundResult) {
-		o.metrics.ObserveRound(res)
-		o.hist.Observe(res)
-		o.ctl.AfterRound(ctx, ad, res, cancelTimeout)
-	}
+// hook is the reconciler's OnRound: metrics, history and a drain's
+// progress (the drain's cancels are the round's own releases).
+func (o *agentOps) hook(res agent.RoundResult) {
+	o.metrics.ObserveRound(res)
+	o.hist.Observe(res)
+	o.ctl.Observe(res)
 }
 
 // handler is the mux the agent serves on the queue's listeners.

@@ -227,9 +227,8 @@ func runAgent(c *cli.Context) error {
 		return cli.Exit("harvest agent: "+err.Error(), 2)
 	}
 	ad = ops.metrics.InstrumentAdapter(ad)
-	src = agent.PausedDemand{Src: src, Paused: ops.ctl.Paused}
-	r := agent.NewReconciler(ad, src, cfg, log)
-	r.OnRound = ops.hook(ctx, ad, cfg.CancelTimeout)
+	r := agent.NewReconciler(ad, ops.ctl.Demand(src), cfg, log)
+	r.OnRound = ops.hook
 	if hq != nil {
 		handler, err := ops.handler(c, hq, r, info.Name, gb.Describe, log)
 		if err != nil {

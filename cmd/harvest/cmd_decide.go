@@ -36,7 +36,7 @@ func decideCommand() *cli.Command {
 			&cli.StringFlag{Name: "snapshot", Aliases: []string{"s"}, Usage: "snapshot `FILE` (\"-\" for stdin); required"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots `N`; overrides the snapshot's min_nodes"},
 			&cli.IntFlag{Name: "max-nodes", Usage: "cap of pilots `N` (0 = no cap); overrides the snapshot's max_nodes"},
-			&cli.StringFlag{Name: "context", Usage: "the agent's context `FILE` of a dumped round (*.context.json next to each dumped snapshot: its policy settings, ledger and the master's recommendation); flags given explicitly win"},
+			&cli.StringFlag{Name: "context", Usage: "the agent's context `FILE` of a dumped round (*.context.json next to each dumped snapshot: its policy settings, ledger, the master's recommendation and the admin's pause or drain); flags given explicitly win"},
 			&cli.StringFlag{Name: "upcoming", Usage: "ledger `FILE`: JSON array of pilots submitted but not in the snapshot yet, [{\"count\": N, \"time_limit_s\": S, \"submitted_at\": T}]"},
 			&cli.IntFlag{Name: "recommended", Usage: "the master's MiniNode recommendation `N` (0 = none)"},
 			&cli.DurationFlag{Name: "mini-time", Value: time.Minute, Usage: "wait when a running job ends within `D`"},
@@ -88,7 +88,7 @@ func runDecide(c *cli.Context) error {
 	if err := snap.Validate(); err != nil {
 		return fail(fmt.Errorf("%s: %w", displayName(path), err))
 	}
-	in := policy.Input{Snapshot: snap, Recommended: rc.Recommended, Upcoming: rc.Upcoming}
+	in := rc.Input(snap)
 	if c.IsSet("recommended") {
 		in.Recommended = c.Int("recommended")
 	}

@@ -299,6 +299,28 @@ func TestDecideReplaysADumpedRoundWithItsContext(t *testing.T) {
 	}
 }
 
+func TestDecideReplaysTheAdminsPauseAndDrainFromTheContext(t *testing.T) {
+	snap := "../../agent/policy/testdata/worked-example-fill.json"
+	tests := []struct {
+		name, context, wantCase, wantRelease string
+	}{
+		{"a paused round submits nothing", `{"upcoming": [], "recommended": 0, "paused": true}`, "paused", `"release": []`},
+		{"a drained round releases every idle pilot", `{"upcoming": [], "recommended": 0, "paused": true, "drain": {"now": false}}`, "drain", `"p20"`},
+		{"without them the round fills the hole", `{"upcoming": [], "recommended": 0}`, "fill-hole", `"release": []`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, code := runHarvest(t, "", "decide", "--snapshot", snap, "--context", writeTemp(t, tc.context), "--mini-time", "2m", "--margin", "2m")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if !strings.Contains(out, `"case": "`+tc.wantCase+`"`) || !strings.Contains(out, tc.wantRelease) {
+				t.Fatalf("decision %s; want case %s and %s", out, tc.wantCase, tc.wantRelease)
+			}
+		})
+	}
+}
+
 func TestAgentRefusesBadSettingsBeforeTouchingAnything(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct {
