@@ -148,7 +148,8 @@ func TestShrinkingPullsInThePilotsTheTopJobNeeds(t *testing.T) {
 	cfg.Policy.Shrink = true
 	// Two unlimited pilots on an otherwise idle cluster...
 	src := &endSink{StaticDemand: StaticDemand{Info: DemandInfo{Demand: &cluster.Demand{PendingTasks: 2, SlotsPerNode: 1}}}, ends: map[string]int64{}}
-	r := NewReconciler(m, PausedDemand{Src: src}, cfg, nil)
+	ctl, _ := OpenControl("", nil)
+	r := NewReconciler(m, ctl.Demand(src), cfg, nil)
 	if _, err := r.Round(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestShrinkingPullsInThePilotsTheTopJobNeeds(t *testing.T) {
 		if end := m.shrunk[id]; end != res.Snapshot.Now+3600-cfg.Policy.ShrinkMargin {
 			t.Errorf("pilot %s shrunk to %d, want now+3600-%d", id, end, cfg.Policy.ShrinkMargin)
 		}
-		// The queue hears of it, through the pause wrapper, for the master.
+		// The queue hears of it, through the admin's switches, for the master.
 		if src.ends[id] != m.shrunk[id] {
 			t.Errorf("pilot %s: the queue was told %d, want %d", id, src.ends[id], m.shrunk[id])
 		}
