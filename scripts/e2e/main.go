@@ -1,7 +1,8 @@
 // Command e2e runs the whole harvest system end to end on the real SLURM
 // mini-cluster (scripts/e2e-slurm.sh runs it): an agent hosting the queue,
 // background batch jobs of two users, harvest jobs of two other users, a
-// scancel of the master's pilot and a kill -9 of a worker mid-run. It then
+// scancel of the master's pilot and a kill -9 of a worker mid-run, then a
+// kill -9 of the next master's pilot (the dispatch stall it causes). It then
 // checks that every task's output exists exactly once, the queue's counts
 // match, no foreign job was delayed beyond one poll interval plus a few
 // seconds, and the two harvest users' shares were fair, and prints a
@@ -186,7 +187,11 @@ func (r *run) main() error {
 		logf("%s submitted harvest job %d (%d tasks)", u, j.ID, *tasks)
 	}
 
-	injected := false
+	injected, hardKilled := false, false
+	var hard struct {
+		master, pid           string
+		killedAt, newMasterAt time.Time
+	}
 	var failover struct {
 		master          string
 		killedAt        time.Time
@@ -241,6 +246,26 @@ func (r *run) main() error {
 			if m, at := r.masterAfter(failover.killedAt); m != "" && m != failover.master {
 				failover.newMasterAt = at
 				logf("new master: pilot %s after %v", m, at.Sub(failover.killedAt).Round(100*time.Millisecond))
+			}
+		}
+		// Then the new master's pilot is killed outright (kill -9): no
+		// lease release, its workers find it dead.
+		if !hardKilled && !failover.newMasterAt.IsZero() && done >= 2*total/3 && done < total {
+			hardKilled = true
+			hard.master = r.currentMaster()
+			if hard.pid = r.pilotProcess(hard.master); hard.pid == "" {
+				r.fail("no process found for the master's pilot %s", hard.master)
+			} else {
+				hard.killedAt = time.Now()
+				logf("kill -9 the master's pilot %s (pid %s, %d/%d tasks done)", hard.master, hard.pid, done, total)
+				pid, _ := strconv.Atoi(hard.pid)
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !hard.killedAt.IsZero() && hard.newMasterAt.IsZero() {
+			if m, at := r.masterAfter(hard.killedAt); m != "" && m != hard.master {
+				hard.newMasterAt = at
+				logf("new master: pilot %s after %v", m, at.Sub(hard.killedAt).Round(100*time.Millisecond))
 			}
 		}
 		if final {
@@ -353,6 +378,22 @@ func (r *run) main() error {
 	fmt.Printf("  harvest throughput: %d tasks in %.1f s = %.1f tasks/s (%v per task, batch %d)\n", totalTasks, span, float64(totalTasks)/math.Max(span, 1e-9), *taskTime, *batch)
 	fmt.Printf("  failover (master pilot scancelled -> new master): %s\n", failoverS)
 	fmt.Printf("  worker killed with SIGKILL: pilot %s\n", failover.worker)
+	if !hard.killedAt.IsZero() {
+		newMaster := "none"
+		if !hard.newMasterAt.IsZero() {
+			newMaster = hard.newMasterAt.Sub(hard.killedAt).Round(100 * time.Millisecond).String()
+		}
+		stall := dispatchStall(allT, hard.killedAt)
+		fmt.Printf("  master pilot killed with SIGKILL (%s): new master after %s, dispatch stall %.1f s (longest pause in task completions after the kill)\n",
+			hard.master, newMaster, stall.Seconds())
+		if hard.newMasterAt.IsZero() || hard.newMasterAt.Sub(hard.killedAt) > 10*time.Second || stall > 10*time.Second {
+			r.fail("after kill -9 of the master: new master after %s, dispatch stall %s; want both within 10 s", newMaster, stall.Round(100*time.Millisecond))
+		}
+	} else if hardKilled {
+		r.fail("the master's pilot could not be killed")
+	} else {
+		r.fail("the jobs ended before the kill -9 of the master (no dispatch stall measured)")
+	}
 	fmt.Printf("  fairness: Jain's index %.3f over completions until the first job finished (%v)\n", jain, x)
 	fmt.Printf("  max delay imposed on a foreign job: %.0f s after the deciding round (poll %v)\n", maxDelay, *poll)
 	fmt.Printf("  tasks lost: %d   tasks duplicated (counted twice): %d\n", lost, dup)
@@ -612,21 +653,48 @@ func (r *run) workerPilot(master string) (jobID, pid string) {
 		if id == master {
 			continue
 		}
-		procs, _ := filepath.Glob("/proc/[0-9]*/environ")
-		for _, p := range procs {
-			env, err := os.ReadFile(p)
-			if err != nil || !bytes.Contains(env, []byte("SLURM_JOB_ID="+id+"\x00")) {
-				continue
-			}
-			dir := filepath.Dir(p)
-			cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
-			args := strings.Split(string(cmdline), "\x00")
-			if len(args) > 1 && strings.HasSuffix(args[0], "harvest") && args[1] == "pilot" {
-				return id, filepath.Base(dir)
-			}
+		if pid := r.pilotProcess(id); pid != "" {
+			return id, pid
 		}
 	}
 	return "", ""
+}
+
+// pilotProcess finds the pid of the `harvest pilot` process of a pilot job.
+func (r *run) pilotProcess(jobID string) string {
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		env, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(env, []byte("SLURM_JOB_ID="+jobID+"\x00")) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && strings.HasSuffix(args[0], "harvest") && args[1] == "pilot" {
+			return filepath.Base(dir)
+		}
+	}
+	return ""
+}
+
+// dispatchStall is the longest pause in task completions (ledger times,
+// sorted) from the kill until the next 60 s: workers finish what they
+// hold within a second or so, then wait for a new master.
+func dispatchStall(completions []float64, kill time.Time) time.Duration {
+	from := float64(kill.UnixNano()) / 1e9
+	prev, longest := from, 0.0
+	for _, t := range completions {
+		if t < from {
+			continue
+		}
+		if t > from+60 {
+			break
+		}
+		longest = math.Max(longest, t-prev)
+		prev = t
+	}
+	return time.Duration(longest * float64(time.Second))
 }
 
 func (r *run) snapshots() []cluster.Snapshot {
