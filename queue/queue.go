@@ -75,11 +75,18 @@ type Queue struct {
 	// the older epochs' tasks it did not list.
 	orphansChecked int64
 
-	// beforeWrite, when set (tests only), runs before each fenced write
-	// of a master, outside every lock: where a deposed master's write
-	// would slip through if the epoch were checked before the transaction.
+	// submitMu guards submits, the submissions with an idempotency key
+	// being stored. Taken alone (never with mu or pullMu).
+	submitMu sync.Mutex
+	submits  map[submitKey]*Submission
+
+	// beforeWrite, when set (tests only), runs outside every lock before
+	// each fenced write of a master (where a deposed master's write would
+	// slip through if the epoch were checked before the transaction) and
+	// before a submission stores its tasks ("store").
 	beforeWrite func(op string)
 
+	bg     context.Context // ends at Close: background work, submissions
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	closed chan struct{}
@@ -123,7 +130,7 @@ func Open(cfg Config) (*Queue, error) {
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
-		pilots: map[string]pilotSeen{}, ends: map[string]int64{}, closed: make(chan struct{}),
+		pilots: map[string]pilotSeen{}, ends: map[string]int64{}, submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
 	}
 	ctx := context.Background()
 	if err := q.cleanupPartialSubmits(ctx); err != nil {
@@ -135,7 +142,7 @@ func Open(cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	q.stop = cancel
+	q.bg, q.stop = bg, cancel
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
@@ -190,7 +197,7 @@ func (q *Queue) WriteStats(reset bool) store.WriteStats { return q.st.WriteStats
 
 func (q *Queue) now() time.Time { return q.cfg.Now() }
 
-// hook runs the test hook before a fenced write of a master.
+// hook runs the test hook (see beforeWrite).
 func (q *Queue) hook(op string) {
 	if q.beforeWrite != nil {
 		q.beforeWrite(op)

@@ -2,8 +2,12 @@ package queue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -11,9 +15,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/rules"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
 
@@ -122,8 +128,9 @@ func (q *Queue) resolveInRoots(what, p string) (string, error) {
 }
 
 // listDataset returns the entry names of the dataset directory, sorted;
-// hidden entries (".name") are skipped.
-func (q *Queue) listDataset(dir string) ([]string, error) {
+// hidden entries (".name") are skipped. listed hears how many entries
+// were read so far.
+func (q *Queue) listDataset(dir string, listed func(int)) ([]string, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, invalid("dataset %s: %v", dir, err)
@@ -136,21 +143,27 @@ func (q *Queue) listDataset(dir string) ([]string, error) {
 		return nil, invalid("dataset %s is not readable: %v", dir, err)
 	}
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, invalid("dataset %s is not readable: %v", dir, err)
-	}
-	out := names[:0]
-	for _, n := range names {
-		if !strings.HasPrefix(n, ".") {
-			out = append(out, n)
+	var out []string
+	for {
+		names, err := f.Readdirnames(8192)
+		for _, n := range names {
+			if !strings.HasPrefix(n, ".") {
+				out = append(out, n)
+			}
+		}
+		if len(out) > q.cfg.MaxTasksPerJob {
+			return nil, invalid("dataset %s has more than %d entries, the most a job may have", dir, q.cfg.MaxTasksPerJob)
+		}
+		listed(len(out))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, invalid("dataset %s is not readable: %v", dir, err)
 		}
 	}
 	if len(out) == 0 {
 		return nil, invalid("dataset %s has no entries: nothing to do", dir)
-	}
-	if len(out) > q.cfg.MaxTasksPerJob {
-		return nil, invalid("dataset %s has %d entries, at most %d per job", dir, len(out), q.cfg.MaxTasksPerJob)
 	}
 	slices.Sort(out)
 	return out, nil
@@ -190,29 +203,145 @@ func (q *Queue) resolveOutput(p string) (string, error) {
 	return filepath.Join(real, rest), nil
 }
 
-// Submit validates a job spec, lists the dataset and stores the job and its
-// tasks (in InsertChunk-sized transactions; the job stays invisible until
-// the last one commits). Bad input returns api.ErrInvalid and stores nothing.
+// Submission is a submission being stored away from its caller (or
+// stored): its progress while the dataset is listed and its tasks
+// inserted, then the job or the error.
+type Submission struct {
+	done     chan struct{}
+	hash     string // digest of the request, for its idempotency key
+	job      api.Job
+	err      error
+	replayed bool
+	storing  atomic.Bool
+	entries  atomic.Int64
+	stored   atomic.Int64
+}
+
+// Done is closed when the submission has ended.
+func (s *Submission) Done() <-chan struct{} { return s.done }
+
+// Result is the job, or why there is none (api.ErrInvalid for a dataset
+// that cannot be submitted: nothing is stored then). Valid after Done.
+func (s *Submission) Result() (api.Job, error) { return s.job, s.err }
+
+// Replayed reports whether the submission is an earlier one with the
+// same idempotency key.
+func (s *Submission) Replayed() bool { return s.replayed }
+
+// Progress is how far the submission is.
+func (s *Submission) Progress() api.SubmitProgress {
+	p := api.SubmitProgress{Phase: api.PhaseListing, Entries: int(s.entries.Load()), Stored: int(s.stored.Load())}
+	if s.storing.Load() {
+		p.Phase = api.PhaseStoring
+	}
+	return p
+}
+
+type submitKey struct{ owner, key string }
+
+// Submit submits a job and waits for it: StartSubmit without an
+// idempotency key. If ctx ends first, the submission goes on without a
+// waiter.
 func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Job, error) {
-	n, err := q.validateSpec(s)
+	sub, err := q.StartSubmit(ctx, owner, s, "")
 	if err != nil {
 		return api.Job{}, err
 	}
+	select {
+	case <-sub.Done():
+		return sub.Result()
+	case <-ctx.Done():
+		return api.Job{}, ctx.Err()
+	}
+}
+
+// StartSubmit validates a job spec and starts storing the job away from
+// the caller: listing the dataset and inserting its tasks (in
+// InsertChunk-sized transactions; the job stays invisible until the last
+// one commits, and a submission cut by a crash is removed at the next
+// start), so a caller that goes away does not lose it. Bad input returns
+// api.ErrInvalid and stores nothing.
+//
+// With an idempotency key, a submission of the same owner and key gets
+// the first one instead: while it is stored, the same Submission (its
+// progress, then its result); afterwards, its job, replayed. The same key
+// with another spec is api.ErrConflict.
+func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, key string) (*Submission, error) {
+	n, err := q.validateSpec(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(key) > api.MaxIdempotencyKey || strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+		return nil, invalid("the idempotency key must be at most %d printable ASCII characters", api.MaxIdempotencyKey)
+	}
 	if s.Dataset == "" {
-		return api.Job{}, invalid("dataset is required")
+		return nil, invalid("dataset is required")
 	}
 	if n.dataset, err = q.resolveInRoots("dataset", s.Dataset); err != nil {
-		return api.Job{}, err
+		return nil, err
 	}
 	if s.Output != "" {
 		if n.output, err = q.resolveOutput(s.Output); err != nil {
-			return api.Job{}, err
+			return nil, err
 		}
 	}
-	names, err := q.listDataset(n.dataset)
+	if err := validUserName(owner); err != nil {
+		return nil, err
+	}
+	body, _ := json.Marshal(s)
+	sum := sha256.Sum256(body)
+	sub := &Submission{done: make(chan struct{}), hash: hex.EncodeToString(sum[:])}
+	k := submitKey{owner, key}
+	if key != "" {
+		q.submitMu.Lock()
+		defer q.submitMu.Unlock()
+		if cur := q.submits[k]; cur != nil {
+			if cur.hash != sub.hash {
+				return nil, fmt.Errorf("%w: idempotency key %q was used for another submission", api.ErrConflict, key)
+			}
+			return cur, nil
+		}
+		id, hash, state, ok, err := q.st.JobByKey(ctx, owner, key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if hash != sub.hash {
+				return nil, fmt.Errorf("%w: idempotency key %q was used for another submission (job %d)", api.ErrConflict, key, id)
+			}
+			if state == rules.JobSubmitting { // another process of this database is storing it
+				return nil, fmt.Errorf("%w: the submission with idempotency key %q is being stored", api.ErrConflict, key)
+			}
+			sub.job, sub.err = q.Job(ctx, owner, true, id)
+			sub.replayed = true
+			close(sub.done)
+			return sub, nil
+		}
+		q.submits[k] = sub
+	}
+	q.wg.Add(1)
+	go func() {
+		defer q.wg.Done()
+		job, err := q.store(q.bg, sub, owner, n, key)
+		sub.job, sub.err = job, err
+		if key != "" {
+			q.submitMu.Lock()
+			delete(q.submits, k)
+			q.submitMu.Unlock()
+		}
+		close(sub.done)
+	}()
+	return sub, nil
+}
+
+// store lists the dataset and stores the job and its tasks.
+func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n normalized, key string) (api.Job, error) {
+	names, err := q.listDataset(n.dataset, func(k int) { sub.entries.Store(int64(k)) })
 	if err != nil {
 		return api.Job{}, err
 	}
+	sub.storing.Store(true)
+	q.hook("store")
 	if err := q.ensureUser(ctx, owner); err != nil {
 		return api.Job{}, err
 	}
@@ -220,6 +349,7 @@ func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Jo
 	id, err := q.st.CreateJob(ctx, store.NewJob{
 		Owner: owner, Name: n.name, Dataset: n.dataset, Command: n.command, BatchSize: n.batchSize, Price: n.price,
 		Cores: n.cores, MaxAttempts: n.maxAttempts, TimeoutS: n.timeoutS, Submitted: now, Expires: now.Add(n.expiry),
+		IdemKey: key, IdemHash: sub.hash,
 	})
 	if err != nil {
 		return api.Job{}, err
@@ -232,7 +362,7 @@ func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Jo
 			out = fmt.Sprintf("%s.out-%d", n.dataset, id)
 		}
 	}
-	if err := q.st.InsertTasks(ctx, id, names, now, q.cfg.InsertChunk); err != nil {
+	if err := q.st.InsertTasks(ctx, id, names, now, q.cfg.InsertChunk, func(k int) { sub.stored.Add(int64(k)) }); err != nil {
 		q.dropJob(id)
 		return api.Job{}, err
 	}

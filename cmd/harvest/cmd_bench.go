@@ -41,7 +41,7 @@ func benchCommand() *cli.Command {
 				&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			},
 			Action: runBench,
-		}},
+		}, benchSubmitCommand()},
 	}
 }
 

@@ -33,6 +33,7 @@ func submitFlags() []cli.Flag {
 		&cli.StringFlag{Name: "name", Usage: "a name for the job"},
 		&cli.BoolFlag{Name: "wait", Usage: "wait for the job, showing progress; the exit code is the job's result"},
 		&cli.DurationFlag{Name: "poll", Value: 2 * time.Second, Usage: "progress poll period with --wait"},
+		&cli.StringFlag{Name: "idempotency-key", Usage: "name this submission `KEY`: submitting again with the same KEY (after a lost connection or a crash) gets the same job, never a second (default: a new key per run; retries within a run reuse it)"},
 	)
 }
 
@@ -44,6 +45,9 @@ func submitCommand() *cli.Command {
 		Description: "Every entry of DIR (sub-directory or file, sorted, hidden ones skipped) becomes a task. CMD runs\n" +
 			"without a shell; in its arguments {input} is the entry's path, {output} the task's output path\n" +
 			"(output dir/<entry name>), {job} the job id and {task} the task id.\n\n" +
+			"A large dataset (a million entries) takes seconds to store: the queue's progress goes to\n" +
+			"stderr, a lost connection is retried with the submission's idempotency key (the same job,\n" +
+			"never a second), and the job appears whole or not at all.\n\n" +
 			"With --wait a progress bar (done/failed/total, ETA) goes to stderr and the exit code is the\n" +
 			"job's result: 0 DONE, 3 DONE_WARN, 4 FAILED, 5 KILLED, 6 ERROR_EW.\n\n" +
 			"Example: harvest submit ./dataset --batch-size 4 -- prog {input} {output}",
@@ -129,9 +133,20 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 		return cli.Exit("harvest submit: --poll must be positive", 2)
 	}
 	ctx := c.Context
-	j, err := cl.Submit(ctx, spec)
+	key := c.String("idempotency-key")
+	if key == "" {
+		key = client.NewIdempotencyKey()
+	}
+	shown := false
+	j, err := cl.SubmitWith(ctx, spec, client.SubmitOptions{IdempotencyKey: key, Progress: func(p api.SubmitProgress) {
+		fmt.Fprint(c.App.ErrWriter, "\r"+submitProgressLine(p))
+		shown = true
+	}})
+	if shown {
+		fmt.Fprintln(c.App.ErrWriter)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (to retry without risking a second job: --idempotency-key %s)", err, key)
 	}
 	if c.Bool("json") && !c.Bool("wait") {
 		return printJSON(c.App.Writer, j)
@@ -154,6 +169,15 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 		return cli.Exit("", code)
 	}
 	return nil
+}
+
+// submitProgressLine renders the queue's progress in storing a submission:
+// "listing the dataset: 412000 entries" or "storing tasks: 300000/1000000".
+func submitProgressLine(p api.SubmitProgress) string {
+	if p.Phase == api.PhaseStoring {
+		return fmt.Sprintf("storing tasks: %d/%d ", p.Stored, p.Entries)
+	}
+	return fmt.Sprintf("listing the dataset: %d entries ", p.Entries)
 }
 
 // waitJob polls a job until it is final, drawing the progress bar.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,6 +151,42 @@ func TestSubmitWaitExitCodeReflectsTheResult(t *testing.T) {
 				t.Fatalf("no progress bar on stderr: %q", errOut)
 			}
 		})
+	}
+}
+
+func TestSubmittingAgainWithTheSameIdempotencyKeyGetsTheSameJob(t *testing.T) {
+	q := startCLIQueue(t)
+	args := []string{"submit", filepath.Join(q.data, "ds"), "--queue", q.url, "--token", q.token, "--idempotency-key", "run-42", "--json", "--", "prog", "{input}"}
+	var ids []int64
+	for i := 0; i < 2; i++ {
+		out, errOut, code := run(t, args...)
+		var j api.Job
+		if code != 0 || json.Unmarshal([]byte(out), &j) != nil || j.Tasks.Total != 4 {
+			t.Fatalf("submit #%d: exit %d, stdout %q, stderr %q", i+1, code, out, errOut)
+		}
+		ids = append(ids, j.ID)
+	}
+	if ids[0] != ids[1] {
+		t.Fatalf("the same key gave jobs %v, want one job", ids)
+	}
+	// Another command under the same key is refused, and says so.
+	args[len(args)-1] = "{output}"
+	if _, errOut, code := run(t, args...); code != 1 || !strings.Contains(errOut, "idempotency key") {
+		t.Fatalf("another submission with the key: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestSubmitProgressLines(t *testing.T) {
+	for _, tc := range []struct {
+		p    api.SubmitProgress
+		want string
+	}{
+		{api.SubmitProgress{Phase: api.PhaseListing, Entries: 412000}, "listing the dataset: 412000 entries "},
+		{api.SubmitProgress{Phase: api.PhaseStoring, Entries: 1000000, Stored: 300000}, "storing tasks: 300000/1000000 "},
+	} {
+		if got := submitProgressLine(tc.p); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.p, got, tc.want)
+		}
 	}
 }
 

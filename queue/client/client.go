@@ -1,8 +1,9 @@
 // Package client is the Go client of the queue's /v1 API, used by the CLI
 // and by the pilots' master. Idempotent calls (reads, PUTs, cancel, lease,
 // results, heartbeat, recommendation) are retried with exponential backoff
-// on network errors and 5xx answers; submit and pull are never retried
-// (a lost answer must not submit or hand out twice).
+// on network errors and 5xx answers; so is submit, which carries an
+// Idempotency-Key (a retry gets the first job, never a second). Pull is
+// never retried (a lost answer must not hand out twice).
 package client
 
 import (
@@ -70,8 +71,9 @@ func (c Config) Validate() error {
 
 // Client calls the queue.
 type Client struct {
-	cfg Config
-	r   *resty.Client
+	cfg    Config
+	r      *resty.Client
+	stream *resty.Client // r without the overall timeout: streamed answers
 }
 
 // New returns a client.
@@ -99,7 +101,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token != "" {
 		r.SetAuthToken(cfg.Token)
 	}
-	return &Client{cfg: cfg, r: r}, nil
+	stream := resty.NewWithClient(&http.Client{Transport: r.GetClient().Transport}).SetBaseURL(r.BaseURL).
+		SetHeader("Accept", api.ContentTypeNDJSON)
+	if cfg.Token != "" {
+		stream.SetAuthToken(cfg.Token)
+	}
+	return &Client{cfg: cfg, r: r, stream: stream}, nil
 }
 
 // Error is an error answer of the queue. It wraps the sentinel of its
@@ -164,12 +171,6 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = c.cfg.RetryFor
 	return backoff.Retry(op, backoff.WithContext(b, ctx))
-}
-
-// Submit submits a job (never retried).
-func (c *Client) Submit(ctx context.Context, spec api.JobSpec) (api.Job, error) {
-	var j api.Job
-	return j, c.do(ctx, http.MethodPost, api.PathJobs, nil, spec, &j, false)
 }
 
 // ListOptions select jobs.

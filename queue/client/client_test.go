@@ -56,12 +56,65 @@ func TestIdempotentCallsAreRetriedOthersAreNot(t *testing.T) {
 			t.Fatalf("pull: %v after %d calls", err, calls.Load())
 		}
 	})
-	t.Run("a submit is never retried", func(t *testing.T) {
-		srv, calls := flaky(1, `{}`)
+	t.Run("a submit is retried with the same idempotency key", func(t *testing.T) {
+		var calls atomic.Int32
+		var keys []string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			keys = append(keys, r.Header.Get(api.HeaderIdempotencyKey))
+			if calls.Add(1) == 1 {
+				panic(http.ErrAbortHandler) // the connection dies without an answer
+			}
+			w.Header().Set("Content-Type", api.ContentTypeNDJSON)
+			w.Write([]byte(`{"progress":{"phase":"storing","entries":2,"stored":1}}` + "\n" + `{"job":{"id":7,"state":"WAITING"}}` + "\n"))
+		}))
+		defer srv.Close()
+		var progress []api.SubmitProgress
+		j, err := newTestClient(t, srv.URL).SubmitWith(ctx, api.JobSpec{}, SubmitOptions{Progress: func(p api.SubmitProgress) { progress = append(progress, p) }})
+		if err != nil || j.ID != 7 || calls.Load() != 2 {
+			t.Fatalf("submit: %+v %v after %d calls", j, err, calls.Load())
+		}
+		if keys[0] == "" || keys[0] != keys[1] {
+			t.Fatalf("idempotency keys %q: want one key, sent with every try", keys)
+		}
+		if len(progress) != 1 || progress[0].Stored != 1 {
+			t.Fatalf("progress %+v", progress)
+		}
+	})
+	t.Run("a submit refused with a 4xx is not retried", func(t *testing.T) {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":"invalid request: dataset is required","code":"invalid"}`))
+		}))
 		defer srv.Close()
 		_, err := newTestClient(t, srv.URL).Submit(ctx, api.JobSpec{})
-		if err == nil || calls.Load() != 1 {
+		if !errors.Is(err, api.ErrInvalid) || calls.Load() != 1 {
 			t.Fatalf("submit: %v after %d calls", err, calls.Load())
+		}
+	})
+	t.Run("a queue that falls silent is asked again", func(t *testing.T) {
+		var calls atomic.Int32
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", api.ContentTypeNDJSON)
+			if calls.Add(1) == 1 {
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				<-release // silent: no progress, no end
+				return
+			}
+			w.Write([]byte(`{"job":{"id":9}}` + "\n"))
+		}))
+		defer srv.Close()
+		defer close(release)
+		cfg := DefaultConfig()
+		cfg.URL, cfg.Timeout, cfg.RetryFor = srv.URL, 200*time.Millisecond, 5*time.Second
+		c, _ := New(cfg)
+		j, err := c.Submit(ctx, api.JobSpec{})
+		if err != nil || j.ID != 9 || calls.Load() != 2 {
+			t.Fatalf("submit: %+v %v after %d calls", j, err, calls.Load())
 		}
 	})
 	t.Run("a 4xx is not retried and maps onto its sentinel", func(t *testing.T) {

@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
@@ -23,13 +26,92 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request, id queue.Identit
 	return api.Whoami{User: id.User, Role: id.Role, Via: id.Via}, http.StatusOK, nil
 }
 
+// submitJob starts a submission away from the connection (a client that
+// goes away does not lose it) and answers with the job, or, when the
+// client accepts application/x-ndjson, streams its progress first.
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
 	var spec api.JobSpec
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &spec); err != nil {
 		return nil, 0, err
 	}
-	j, err := s.q.Submit(r.Context(), id.User, spec)
+	sub, err := s.q.StartSubmit(r.Context(), id.User, spec, r.Header.Get(api.HeaderIdempotencyKey))
+	if err != nil {
+		return nil, 0, err
+	}
+	if acceptsNDJSON(r) {
+		s.streamSubmission(w, r, sub)
+		return nil, 0, nil
+	}
+	select {
+	case <-sub.Done():
+	case <-r.Context().Done():
+		return nil, 0, nil // the client left; the submission goes on
+	}
+	j, err := sub.Result()
+	if sub.Replayed() {
+		w.Header().Set(api.HeaderReplayed, "true")
+		return j, http.StatusOK, err
+	}
 	return j, http.StatusCreated, err
+}
+
+// progressEvery is how often a streamed submission reports progress.
+const progressEvery = 250 * time.Millisecond
+
+// streamSubmission writes one api.SubmitEvent per line: progress until the
+// submission ends, then the job or the error. Each line extends the
+// connection's write deadline, so a long submission is not cut.
+func (s *Server) streamSubmission(w http.ResponseWriter, r *http.Request, sub *queue.Submission) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", api.ContentTypeNDJSON)
+	if sub.Replayed() {
+		w.Header().Set(api.HeaderReplayed, "true")
+	}
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	send := func(ev api.SubmitEvent) bool {
+		rc.SetWriteDeadline(time.Now().Add(time.Minute))
+		if err := enc.Encode(ev); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sub.Done():
+			j, err := sub.Result()
+			if err != nil {
+				code := api.CodeOf(err)
+				msg := err.Error()
+				if api.StatusOf(code) >= 500 {
+					s.log.Error("submission failed", "error", err)
+					msg = "internal error (see the agent's log)"
+				}
+				send(api.SubmitEvent{Error: msg, Code: code})
+				return
+			}
+			send(api.SubmitEvent{Job: &j, Replayed: sub.Replayed()})
+			return
+		case <-tick.C:
+			p := sub.Progress()
+			if !send(api.SubmitEvent{Progress: &p}) {
+				return // the client left; the submission goes on
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func acceptsNDJSON(r *http.Request) bool {
+	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, _ := strings.Cut(strings.TrimSpace(a), ";"); mt == api.ContentTypeNDJSON {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {

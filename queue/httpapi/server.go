@@ -84,6 +84,8 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// handlerFunc answers v with status, or err; a status of 0 with no error
+// means the handler wrote its answer itself (or the client left).
 type handlerFunc func(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error)
 
 type endpoint struct {
@@ -122,10 +124,11 @@ func (s *Server) route(methods map[string]endpoint) http.Handler {
 			return
 		}
 		v, status, err := ep.h(w, r, id)
-		if err != nil {
+		switch {
+		case err != nil:
 			s.WriteError(w, err)
-			return
+		case status != 0: // 0: the handler wrote its answer (a stream) or has none to give
+			writeJSON(w, status, v)
 		}
-		writeJSON(w, status, v)
 	})
 }

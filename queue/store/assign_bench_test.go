@@ -28,7 +28,7 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 	var jobs []int64
 	for u := 0; u < 1000; u++ {
 		id, _ := s.CreateJob(ctx, NewJob{Owner: fmt.Sprintf("u%04d", u), Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1, Submitted: t0, Expires: t0.Add(time.Hour)})
-		s.InsertTasks(ctx, id, names, t0, 1000)
+		s.InsertTasks(ctx, id, names, t0, 1000, nil)
 		s.ActivateJob(ctx, id, "/o", 200)
 		jobs = append(jobs, id)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	sqlite3 "github.com/mattn/go-sqlite3"
+
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
@@ -22,6 +24,9 @@ type NewJob struct {
 	Cores, MaxAttempts   int
 	TimeoutS             int64
 	Submitted, Expires   time.Time
+	// IdemKey and IdemHash: the submission's idempotency key ("" = none)
+	// and the digest of its request.
+	IdemKey, IdemHash string
 }
 
 // CreateJob stores a job in the internal SUBMITTING state (invisible to
@@ -33,9 +38,13 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 	}
 	var id int64
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at)
-			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)`,
-			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires))
+		res, err := tx.ExecContext(ctx, `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash)
+			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash)
+		var se sqlite3.Error
+		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintUnique {
+			return fmt.Errorf("%w: idempotency key %q is taken by a submission under way", api.ErrConflict, j.IdemKey)
+		}
 		if err != nil {
 			return err
 		}
@@ -48,9 +57,24 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 	return id, nil
 }
 
+// JobByKey finds the job a submission with an idempotency key created:
+// its id, the digest of that request and its state; ok is false when none
+// exists.
+func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
+	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = ? AND idem_key = ?`, owner, key).Scan(&id, &hash, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", "", false, nil
+	}
+	if err != nil {
+		return 0, "", "", false, fmt.Errorf("find job by idempotency key: %w", err)
+	}
+	return id, hash, state, true, nil
+}
+
 // InsertTasks inserts WAITING tasks named names for a SUBMITTING job, in
-// transactions of chunk tasks.
-func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int) error {
+// transactions of chunk tasks; stored, when set, hears how many are
+// stored after each.
+func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
 	const perStmt = 200 // rows per multi-row INSERT (SQLite's variable limit is 32766)
 	for len(names) > 0 {
 		part := names[:min(len(names), chunk)]
@@ -84,6 +108,9 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		})
 		if err != nil {
 			return fmt.Errorf("store tasks of job %d: %w", job, err)
+		}
+		if stored != nil {
+			stored(len(part))
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,14 +14,15 @@ import (
 
 func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
+	files, _ := fs.Glob(migrations, "migrations/*.sql")
 	for i := 0; i < 2; i++ {
 		s, err := Open(path)
 		if err != nil {
 			t.Fatalf("open #%d: %v", i+1, err)
 		}
 		var n int
-		if err := s.r.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("open #%d: %d migrations recorded (%v), want 1", i+1, n, err)
+		if err := s.r.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(files) || n < 2 {
+			t.Fatalf("open #%d: %d migrations recorded (%v), want %d", i+1, n, err, len(files))
 		}
 		s.Close()
 	}
@@ -41,7 +43,7 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.InsertTasks(ctx, id, []string{"a", "b", "c"}, t0, 2); err != nil {
+	if err := s.InsertTasks(ctx, id, []string{"a", "b", "c"}, t0, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ActivateJob(ctx, id, "/o", 3); err != nil {
