@@ -18,17 +18,12 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/adapters"
-	"github.com/harvest-hpc/harvest/adapters/builtin"
 	"github.com/harvest-hpc/harvest/adapters/sim"
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
-func init() {
-	builtin.Register("sim", "a simulated cluster in real time with a synthetic foreign workload (demos and tests; options: "+optionList+")",
-		func(o map[string]string) (adapters.Adapter, error) { return NewFromOptions(o) })
-}
-
-const optionList = "nodes, seed, load, speed, max-job-nodes, mean-run, tag"
+// OptionList names the options NewFromOptions takes.
+const OptionList = "nodes, seed, load, speed, max-job-nodes, mean-run, tag"
 
 // ErrInvalidConfig is wrapped by every Validate error.
 var ErrInvalidConfig = errors.New("invalid simlive config")

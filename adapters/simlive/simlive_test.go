@@ -2,7 +2,6 @@ package simlive
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"sync"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/adapters/adaptertest"
-	"github.com/harvest-hpc/harvest/adapters/builtin"
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
@@ -152,16 +150,3 @@ func TestOptionsAreParsedAndBadOnesRefused(t *testing.T) {
 	}
 }
 
-func TestRegisteredAsTheBuiltinSimAdapter(t *testing.T) {
-	a, err := builtin.New("sim", map[string]string{"nodes": "3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := a.Info(context.Background())
-	if err != nil || info.Name != "sim" {
-		t.Fatalf("info %+v, %v", info, err)
-	}
-	if _, err := builtin.New("sim", map[string]string{"speed": "-1"}); !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("bad option: %v, want ErrInvalidConfig", err)
-	}
-}

@@ -8,8 +8,6 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
-
-	_ "github.com/harvest-hpc/harvest/adapters/simlive" // the "sim" built-in adapter
 )
 
 func main() {
