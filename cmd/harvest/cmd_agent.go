@@ -21,28 +21,37 @@ import (
 // given with --config (flags win over the environment, which wins over
 // the file).
 func agentFlags() []cli.Flag {
+	// Defaults come from agent.DefaultConfig, the one source of truth.
+	def := agent.DefaultConfig()
+	secs := func(s int64) time.Duration { return time.Duration(s) * time.Second }
+	limit := func(l cluster.Limit) time.Duration { // unlimited reads as 0
+		if l.IsUnlimited() {
+			return 0
+		}
+		return secs(int64(l))
+	}
 	own := []cli.Flag{
 		&cli.StringFlag{Name: "config", EnvVars: []string{"HARVEST_CONFIG"}, Usage: "read settings from this YAML `FILE` (keys are the flag names)"},
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "poll", Value: 10 * time.Second, EnvVars: []string{"HARVEST_POLL"}, Usage: "time between rounds"}),
-		altsrc.NewIntFlag(&cli.IntFlag{Name: "min-nodes", EnvVars: []string{"HARVEST_MIN_NODES"}, Usage: "nodes the harvest keeps even when others wait (the admin's floor of MiniNode)"}),
-		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-nodes", EnvVars: []string{"HARVEST_MAX_NODES"}, Usage: "most pilots held at once (0 = no cap)"}),
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "mini-time", Value: time.Minute, EnvVars: []string{"HARVEST_MINI_TIME"}, Usage: "if a job ends within this, wait a round instead of acting"}),
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, EnvVars: []string{"HARVEST_MARGIN"}, Usage: "safety margin subtracted from pilot time limits"}),
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "max-pilot-time", EnvVars: []string{"HARVEST_MAX_PILOT_TIME"}, Usage: "cap on a pilot's time limit (0 = the partition's MaxTime)"}),
-		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "harvest-while-idle", EnvVars: []string{"HARVEST_WHILE_IDLE"}, Usage: "keep pilots on idle nodes even with an empty backlog"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "poll", Value: def.PollInterval, EnvVars: []string{"HARVEST_POLL"}, Usage: "time between rounds"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "min-nodes", Value: def.Policy.MinNodes, EnvVars: []string{"HARVEST_MIN_NODES"}, Usage: "nodes the harvest keeps even when others wait (the admin's floor of MiniNode)"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-nodes", Value: def.Policy.MaxNodes, EnvVars: []string{"HARVEST_MAX_NODES"}, Usage: "most pilots held at once (0 = no cap)"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "mini-time", Value: secs(def.Policy.MiniTime), EnvVars: []string{"HARVEST_MINI_TIME"}, Usage: "if a job ends within this, wait a round instead of acting"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "margin", Value: secs(def.Policy.Margin), EnvVars: []string{"HARVEST_MARGIN"}, Usage: "safety margin subtracted from pilot time limits"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "max-pilot-time", Value: limit(def.Policy.MaxPilotLimit), EnvVars: []string{"HARVEST_MAX_PILOT_TIME"}, Usage: "cap on a pilot's time limit (0 = the partition's MaxTime)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "harvest-while-idle", Value: def.Policy.HarvestWhileIdle, EnvVars: []string{"HARVEST_WHILE_IDLE"}, Usage: "keep pilots on idle nodes even with an empty backlog"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "give-back", Value: "auto", EnvVars: []string{"HARVEST_GIVE_BACK"}, Usage: "how pilots make way for foreign jobs: preemption (pilots above --min-nodes in the batch system's preemptible partition: no delay), polling (the agent cancels them: up to one poll), or auto (preemption where the adapter finds a usable preemptible partition)"}),
-		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "shrink", EnvVars: []string{"HARVEST_SHRINK"}, Usage: "pull in the end of pilots the top pending job will need, rather than cancel them when it can start"}),
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "min-pilot-time", EnvVars: []string{"HARVEST_MIN_PILOT_TIME"}, Usage: "smallest useful pilot: the batch system may shorten pilots down to it to fit its plan (SLURM >= 25.11 --time-min; ignored with a warning elsewhere)"}),
-		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "keep-recommended", EnvVars: []string{"HARVEST_KEEP_RECOMMENDED"}, Usage: "let the master's MiniNode recommendation keep pilots a waiting job could use (by default only --min-nodes does)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "shrink", Value: def.Policy.Shrink, EnvVars: []string{"HARVEST_SHRINK"}, Usage: "pull in the end of pilots the top pending job will need, rather than cancel them when it can start"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "min-pilot-time", Value: limit(def.Policy.MinPilotLimit), EnvVars: []string{"HARVEST_MIN_PILOT_TIME"}, Usage: "smallest useful pilot: the batch system may shorten pilots down to it to fit its plan (SLURM >= 25.11 --time-min; ignored with a warning elsewhere)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "keep-recommended", Value: def.Policy.KeepRecommended, EnvVars: []string{"HARVEST_KEEP_RECOMMENDED"}, Usage: "let the master's MiniNode recommendation keep pilots a waiting job could use (by default only --min-nodes does)"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "backlog", Value: -1, EnvVars: []string{"HARVEST_BACKLOG"}, Usage: "use a fixed backlog of N pending tasks (testing; -1 = unlimited backlog, i.e. harvest every hole)"}),
-		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
-		altsrc.NewIntFlag(&cli.IntFlag{Name: "dump-keep", Value: 2000, EnvVars: []string{"HARVEST_DUMP_KEEP"}, Usage: "keep at most this many dumped snapshots"}),
-		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "submit-timeout", Value: 5 * time.Second, EnvVars: []string{"HARVEST_SUBMIT_TIMEOUT"}, Usage: "first submit timeout; grows by this much after each timeout, resets on success"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-command", Value: "harvest pilot", EnvVars: []string{"HARVEST_PILOT_COMMAND"}, Usage: "command every pilot job runs (split on spaces, no shell)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", Value: def.DryRun, EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", Value: def.DumpDir, EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "dump-keep", Value: def.DumpKeep, EnvVars: []string{"HARVEST_DUMP_KEEP"}, Usage: "keep at most this many dumped snapshots"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "submit-timeout", Value: def.SubmitTimeout, EnvVars: []string{"HARVEST_SUBMIT_TIMEOUT"}, Usage: "first submit timeout; grows by this much after each timeout, resets on success"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-command", Value: strings.Join(def.PilotCommand, " "), EnvVars: []string{"HARVEST_PILOT_COMMAND"}, Usage: "command every pilot job runs (split on spaces, no shell)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "pilot-env", EnvVars: []string{"HARVEST_PILOT_ENV"}, Usage: "`KEY=VALUE` added to the pilots' environment (repeatable)"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-workdir", EnvVars: []string{"HARVEST_PILOT_WORKDIR"}, Usage: "pilots' working directory (shared file system)"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-output", EnvVars: []string{"HARVEST_PILOT_OUTPUT"}, Usage: "pilots' stdout/stderr path pattern, in the batch system's syntax"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-workdir", Value: def.PilotWorkDir, EnvVars: []string{"HARVEST_PILOT_WORKDIR"}, Usage: "pilots' working directory (shared file system)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-output", Value: def.PilotOutput, EnvVars: []string{"HARVEST_PILOT_OUTPUT"}, Usage: "pilots' stdout/stderr path pattern, in the batch system's syntax"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"}),
 	}
@@ -121,15 +130,16 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.SubmitTimeout = c.Duration("submit-timeout")
 	cfg.SubmitTimeoutStep = c.Duration("submit-timeout")
 	cfg.PilotCommand = strings.Fields(c.String("pilot-command"))
-	env := map[string]string{}
 	for _, kv := range c.StringSlice("pilot-env") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return cfg, fmt.Errorf("--pilot-env %q: want KEY=VALUE", kv)
 		}
-		env[k] = v
+		if cfg.PilotEnv == nil {
+			cfg.PilotEnv = map[string]string{}
+		}
+		cfg.PilotEnv[k] = v
 	}
-	cfg.PilotEnv = env
 	cfg.PilotWorkDir = c.String("pilot-workdir")
 	cfg.PilotOutput = c.String("pilot-output")
 	if cfg.DumpDir != "" {

@@ -20,6 +20,8 @@ import (
 const decideExit = 2
 
 func decideCommand() *cli.Command {
+	def := policy.DefaultConfig() // the flags' defaults
+	secs := func(s int64) time.Duration { return time.Duration(s) * time.Second }
 	return &cli.Command{
 		Name:      "decide",
 		Usage:     "replay one round of the scaling policy on a snapshot file and print the decision as JSON",
@@ -39,9 +41,9 @@ func decideCommand() *cli.Command {
 			&cli.StringFlag{Name: "context", Usage: "the agent's context `FILE` of a dumped round (*.context.json next to each dumped snapshot: its policy settings, ledger, the master's recommendation and the admin's pause or drain); flags given explicitly win"},
 			&cli.StringFlag{Name: "upcoming", Usage: "ledger `FILE`: JSON array of pilots submitted but not in the snapshot yet, [{\"count\": N, \"time_limit_s\": S, \"submitted_at\": T}]"},
 			&cli.IntFlag{Name: "recommended", Usage: "the master's MiniNode recommendation `N` (0 = none)"},
-			&cli.DurationFlag{Name: "mini-time", Value: time.Minute, Usage: "wait when a running job ends within `D`"},
-			&cli.DurationFlag{Name: "margin", Value: 2 * time.Minute, Usage: "pilots end `D` before the top pending job can start"},
-			&cli.DurationFlag{Name: "granularity", Value: time.Minute, Usage: "the batch system's time-limit unit `D`; pilot limits are rounded down to it"},
+			&cli.DurationFlag{Name: "mini-time", Value: secs(def.MiniTime), Usage: "wait when a running job ends within `D`"},
+			&cli.DurationFlag{Name: "margin", Value: secs(def.Margin), Usage: "pilots end `D` before the top pending job can start"},
+			&cli.DurationFlag{Name: "granularity", Value: secs(def.Granularity), Usage: "the batch system's time-limit unit `D`; pilot limits are rounded down to it"},
 			&cli.DurationFlag{Name: "max-pilot-limit", Usage: "cap on every pilot's time limit `D` (0 = only the partition's MaxTime)"},
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes whatever the snapshot's demand"},
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the --recommended MiniNode keep pilots from release, as the admin's floor does"},
