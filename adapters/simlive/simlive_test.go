@@ -149,4 +149,3 @@ func TestOptionsAreParsedAndBadOnesRefused(t *testing.T) {
 		})
 	}
 }
-
