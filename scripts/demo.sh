@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh Debian 12 machine and runs a demo harvest:
 #   1. installs SLURM (munge, slurmctld, slurmd, slurm-client) from Debian's packages,
-#   2. builds harvest and installs it as /usr/local/bin/harvest,
+#   2. builds harvest and installs it as /usr/local/bin/harvest (BIN),
 #   3. starts a real 8-node SLURM cluster on this machine (scripts/minicluster.sh),
-#   4. starts `harvest agent` (policy loop + queue on /run/harvest/queue.sock),
+#   4. starts `harvest agent` (policy loop + queue on /run/harvest/queue.sock, SOCKET),
 #   5. submits background batch jobs for alice and bob that leave a hole,
 #      one of which ends early so the agent must give nodes back,
 #   6. submits a harvest job for carol (200 sub-datasets) and waits for it with a progress bar,
 #   7. shows the result, the agent's decisions (`harvest explain`) and where to look next.
 # The agent keeps running afterwards; `scripts/demo.sh stop` stops it and the cluster.
 # Usage: scripts/demo.sh [run|stop]   (as root)
+# Several demos can run side by side: LAB (and minicluster.sh's CTLD_PORT,
+# PORT_BASE, LINK_ETC, SLURM_CONF), STATE, PORT, SOCKET and BIN move the
+# cluster, the agent's state, its TCP port, its Unix socket and the
+# directory harvest is installed in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 LAB=${LAB:-/var/tmp/harvest-slurm}
 DEMO=$LAB/shared/demo
-STATE=/var/tmp/harvest-demo
+STATE=${STATE:-/var/tmp/harvest-demo}
 PORT=${PORT:-8470}
-export PATH=$PATH:/usr/local/go/bin
+SOCKET=${SOCKET:-/run/harvest/queue.sock}
+BIN=${BIN:-/usr/local/bin}
+export HARVEST_QUEUE=unix://$SOCKET # for the harvest commands below
+export PATH=$BIN:$PATH:/usr/local/go/bin
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+scripts/check-go.sh # the Go of go.mod, before anything is installed
 [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (it installs packages and starts SLURM daemons)" >&2; exit 1; }
 
 stop() {
@@ -38,11 +46,10 @@ esac
 
 say "1/7 Debian packages"
 scripts/deps.sh
-command -v go >/dev/null || { echo "Go 1.26+ is needed to build harvest (https://go.dev/dl/; Debian 12's golang is too old)" >&2; exit 1; }
 
 say "2/7 build"
 go build -o bin/harvest ./cmd/harvest
-install -m 0755 bin/harvest /usr/local/bin/harvest
+install -D -m 0755 bin/harvest $BIN/harvest
 harvest version
 
 say "3/7 SLURM mini-cluster (8 nodes, backfill scheduler)"
@@ -57,13 +64,13 @@ if [ -f $STATE/agent.pid ] && kill -0 "$(cat $STATE/agent.pid)" 2>/dev/null; the
   kill -TERM "$(cat $STATE/agent.pid)"; sleep 1
 fi
 rm -rf $STATE $DEMO; mkdir -p $STATE $DEMO/state $DEMO/pilots; chmod 755 $DEMO
-nohup harvest agent --state-dir $STATE --shared-dir $DEMO/state --listen 127.0.0.1:$PORT \
+nohup harvest agent --state-dir $STATE --shared-dir $DEMO/state --listen 127.0.0.1:$PORT --socket $SOCKET \
   --allowed-root $LAB/shared --poll 2s --margin 30s --mini-time 10s \
-  --pilot-command "/usr/local/bin/harvest pilot" --pilot-output "$DEMO/pilots/pilot-%j.out" \
+  --pilot-command "$BIN/harvest pilot" --pilot-output "$DEMO/pilots/pilot-%j.out" \
   --dump-snapshots $STATE/rounds >$STATE/agent.log 2>&1 &
 echo $! > $STATE/agent.pid
-for _ in $(seq 50); do [ -S /run/harvest/queue.sock ] && break; sleep 0.1; done
-[ -S /run/harvest/queue.sock ] || { cat $STATE/agent.log; exit 1; }
+for _ in $(seq 50); do [ -S $SOCKET ] && break; sleep 0.1; done
+[ -S $SOCKET ] || { cat $STATE/agent.log; exit 1; }
 echo "agent pid $(cat $STATE/agent.pid), log $STATE/agent.log"
 
 say "5/7 other users' batch jobs: 5 of 8 nodes busy, a 6-node job waits for sim-a (limit 3 min, done after 20 s): 3 nodes are a hole"
@@ -78,15 +85,15 @@ for i in $(seq -w 1 200); do mkdir -p $DEMO/carol/dataset/sample$i; echo "sample
 chown -R carol $DEMO/carol
 echo '$ harvest submit dataset --batch-size 5 --wait -- /bin/sh -c "sleep 0.5; wc -c {input}/reads.txt > {output}"'
 cd $DEMO/carol
-runuser -u carol -- harvest submit dataset --batch-size 5 --wait -- /bin/sh -c 'sleep 0.5; wc -c {input}/reads.txt > {output}'
+runuser -u carol -- env HARVEST_QUEUE=$HARVEST_QUEUE harvest submit dataset --batch-size 5 --wait -- /bin/sh -c 'sleep 0.5; wc -c {input}/reads.txt > {output}'
 cd "$ROOT"
 
 say "7/7 results"
-runuser -u carol -- harvest jobs
-out=$(runuser -u carol -- harvest status 1 --json | sed -n 's/.*"output_dir": *"\([^"]*\)".*/\1/p')
+runuser -u carol -- env HARVEST_QUEUE=$HARVEST_QUEUE harvest jobs
+out=$(runuser -u carol -- env HARVEST_QUEUE=$HARVEST_QUEUE harvest status 1 --json | sed -n 's/.*"output_dir": *"\([^"]*\)".*/\1/p')
 echo "outputs: $(ls "$out" | wc -l) files in $out, e.g.: $(cat "$out/sample001")"
-echo; echo '$ harvest explain --dir '$STATE'/rounds --last 12 --acting'
-harvest explain --dir $STATE/rounds --last 12 --acting || true
+echo; echo '# harvest explain --last 12 --acting     # the agent tells where it dumps its rounds'
+harvest explain --last 12 --acting || true
 echo
 squeue
 cat <<MSG
@@ -94,6 +101,6 @@ cat <<MSG
 The agent is still running: try
   harvest users                      # fair-share standing
   harvest admin nodes                # floor and cap of pilot nodes (root is admin on the socket)
-  curl -s --unix-socket /run/harvest/queue.sock http://x/metrics | grep ^harvest_ | head
+  curl -s --unix-socket $SOCKET http://x/metrics | grep ^harvest_ | head
   scripts/demo.sh stop               # stop the agent and the cluster
 MSG

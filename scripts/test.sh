@@ -12,7 +12,7 @@ QUICK=0
 
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 export PATH=$PATH:/usr/local/go/bin:$HOME/go/bin
-command -v go >/dev/null || { echo "go not found: install Go 1.22+ first" >&2; exit 1; }
+scripts/check-go.sh # the Go of go.mod, before anything is installed
 
 if [ "$QUICK" = 0 ]; then
   step "installing Debian packages"

@@ -58,6 +58,9 @@ type Config struct {
 	// GiveBack says how pilots make way for foreign jobs
 	// (agent.GiveBack.Describe).
 	GiveBack string
+	// StateDir and DumpDir are the agent's directories, for admin tools
+	// (GET /v1/admin/agent).
+	StateDir, DumpDir string
 	// Now is the wall clock; tests replace it.
 	Now func() time.Time
 	Log *slog.Logger
@@ -106,6 +109,7 @@ func Handler(cfg Config, apiHandler http.Handler) (http.Handler, error) {
 	mux.HandleFunc("POST "+api.PathDrain, s.admin(s.postDrain))
 	mux.HandleFunc("GET "+api.PathDrain, s.admin(s.getHarvest))
 	mux.HandleFunc("POST "+api.PathTokenRotate, s.admin(s.rotateToken))
+	mux.HandleFunc("GET "+api.PathAgent, s.admin(s.getAgent))
 	return mux, nil
 }
 
@@ -169,6 +173,10 @@ func (s *server) admin(h adminFunc) http.HandlerFunc {
 
 func (s *server) getHarvest(w http.ResponseWriter, r *http.Request, _ string) (any, error) {
 	return s.cfg.Control.State(), nil
+}
+
+func (s *server) getAgent(w http.ResponseWriter, r *http.Request, _ string) (any, error) {
+	return api.AgentInfo{Adapter: s.cfg.Adapter, StateDir: s.cfg.StateDir, DumpDir: s.cfg.DumpDir}, nil
 }
 
 func (s *server) putHarvest(w http.ResponseWriter, r *http.Request, user string) (any, error) {

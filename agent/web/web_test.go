@@ -130,6 +130,7 @@ func newServer(t *testing.T, round *agent.RoundResult) (http.Handler, *fakeQueue
 	cfg.Metrics = agent.NewMetrics(nil)
 	cfg.Now = func() time.Time { return time.Unix(1_000_030, 0) }
 	cfg.GiveBack = "preemption: pilots above the floor run in partition harvest"
+	cfg.Adapter, cfg.StateDir, cfg.DumpDir = "slurm", "/var/lib/harvest", "/var/lib/harvest/snapshots"
 	apiH := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	h, err := Handler(cfg, apiH)
 	if err != nil {
@@ -302,6 +303,16 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	if resp := do(h, "POST", "/v1/admin/tokens/rotate", "admin-tok", `{"user": "alice", "role": "pilot"}`); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("rotating a pilot role over HTTP: %d, want 400", resp.StatusCode)
+	}
+
+	// Where the agent keeps its files, for harvest explain: admins only.
+	var info api.AgentInfo
+	if resp := do(h, "GET", api.PathAgent, "admin-tok", ""); resp.StatusCode != 200 || json.Unmarshal([]byte(text(resp)), &info) != nil ||
+		info != (api.AgentInfo{Adapter: "slurm", StateDir: "/var/lib/harvest", DumpDir: "/var/lib/harvest/snapshots"}) {
+		t.Errorf("agent info: %d %+v", resp.StatusCode, info)
+	}
+	if resp := do(h, "GET", api.PathAgent, "alice-tok", ""); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("agent info for a user: %d, want 403", resp.StatusCode)
 	}
 }
 

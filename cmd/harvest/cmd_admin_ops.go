@@ -85,8 +85,22 @@ func (o *agentOps) handler(c *cli.Context, h *hostedQueue, r *agent.Reconciler, 
 	cfg.MetricsAnonymous = c.Bool("metrics-anonymous")
 	cfg.ChartWindow = c.Duration("chart-window")
 	cfg.Adapter, cfg.GiveBack = adapterName, giveBack
+	// Absolute, so that harvest explain finds them from any directory.
+	cfg.StateDir = absPath(c.String("state-dir"))
+	cfg.DumpDir = absPath(c.String("dump-snapshots"))
 	cfg.Log = log
 	return web.Handler(cfg, h.api.Handler())
+}
+
+// absPath makes p absolute ("" stays "").
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 func (h *hostedQueue) serveWith(ctx context.Context, handler http.Handler) error {

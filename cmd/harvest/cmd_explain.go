@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
 
 	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
 )
 
 func explainCommand() *cli.Command {
@@ -26,9 +29,15 @@ func explainCommand() *cli.Command {
 			"--dump-snapshots DIR`) and prints one line per round: when, the policy case, the figures it\n" +
 			"decided on (idle nodes I, nodes held by pilots R, MiniNode, the top waiting job and the time\n" +
 			"until it can start), what it did, and why. Replay any round with\n" +
-			"`harvest decide --snapshot FILE --context FILE.context.json`.",
+			"`harvest decide --snapshot FILE --context FILE.context.json`.\n\n" +
+			"Without --dir, the directory is found by itself: the running agent tells it (over --queue,\n" +
+			"as an admin: root on the socket), else the agent's config file (--config) names it, else\n" +
+			"/var/lib/harvest/snapshots is used if it exists.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dir", Value: "/var/lib/harvest/snapshots", EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "the agent's --dump-snapshots `DIR`"},
+			&cli.StringFlag{Name: "dir", EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "the agent's --dump-snapshots `DIR` (default: found by itself, see above)"},
+			&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Value: "unix://" + api.DefaultSocket, Usage: "the running agent's queue `URL`, asked for its dump directory"},
+			&cli.StringFlag{Name: "token", Usage: "admin bearer token for an http(s) --queue (default: HARVEST_TOKEN; not needed on the socket as root)"},
+			&cli.StringFlag{Name: "config", EnvVars: []string{"HARVEST_CONFIG"}, Value: defaultAgentConfig, Usage: "the agent's YAML config `FILE`, read for its dump-snapshots key when the agent does not answer"},
 			&cli.IntFlag{Name: "last", Value: 10, Usage: "show the last `N` rounds"},
 			&cli.BoolFlag{Name: "acting", Usage: "only rounds that submitted or released pilots"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON lines instead of a table"},
@@ -37,12 +46,20 @@ func explainCommand() *cli.Command {
 			if c.Int("last") <= 0 {
 				return cli.Exit("harvest explain: --last must be positive", 2)
 			}
-			rounds, err := readRounds(c.String("dir"), c.Int("last"), c.Bool("acting"))
+			dir, err := dumpDir(c)
+			if err != nil {
+				return cli.Exit("harvest explain: "+err.Error(), 1)
+			}
+			rounds, err := readRounds(dir, c.Int("last"), c.Bool("acting"))
 			if err != nil {
 				return cli.Exit("harvest explain: "+err.Error(), 1)
 			}
 			if len(rounds) == 0 {
-				return cli.Exit(fmt.Sprintf("harvest explain: no dumped rounds in %s (is the agent run with --dump-snapshots %s?)", c.String("dir"), c.String("dir")), 1)
+				what := "rounds"
+				if c.Bool("acting") {
+					what = "rounds that acted"
+				}
+				return cli.Exit(fmt.Sprintf("harvest explain: no dumped %s in %s (is the agent run with --dump-snapshots %s?)", what, dir, dir), 1)
 			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
@@ -56,6 +73,68 @@ func explainCommand() *cli.Command {
 			return printRounds(c.App.Writer, rounds)
 		},
 	}
+}
+
+const defaultAgentConfig = "/etc/harvest/agent.yaml"
+
+// defaultDumpDir is where the packaged configuration dumps rounds (a
+// variable so that tests can point it elsewhere).
+var defaultDumpDir = "/var/lib/harvest/snapshots"
+
+// dumpDir finds the agent's dump directory: --dir; else what the running
+// agent answers; else its config file's dump-snapshots key; else the
+// default directory if it exists. Otherwise the error says what was tried
+// and what to pass.
+func dumpDir(c *cli.Context) (string, error) {
+	if c.IsSet("dir") {
+		return c.String("dir"), nil
+	}
+	var tried []string
+	cfg := client.DefaultConfig()
+	cfg.URL, cfg.Token, cfg.RetryFor, cfg.Timeout = c.String("queue"), c.String("token"), 0, 5*time.Second
+	if cfg.Token == "" {
+		cfg.Token = os.Getenv("HARVEST_TOKEN")
+	}
+	cl, err := client.New(cfg)
+	if err == nil {
+		var info api.AgentInfo
+		if info, err = cl.Agent(c.Context); err == nil {
+			if info.DumpDir == "" {
+				return "", fmt.Errorf("the agent at %s runs without --dump-snapshots, so it keeps no rounds: "+
+					"set dump-snapshots (e.g. %s) in its configuration and restart it", cfg.URL, defaultDumpDir)
+			}
+			return info.DumpDir, nil
+		}
+	}
+	tried = append(tried, fmt.Sprintf("the agent at %s did not tell (%v)", cfg.URL, err))
+	if dir, err := configDumpDir(c.String("config")); err != nil {
+		tried = append(tried, err.Error())
+	} else {
+		return dir, nil
+	}
+	if _, err := os.Stat(defaultDumpDir); err == nil {
+		return defaultDumpDir, nil
+	}
+	tried = append(tried, defaultDumpDir+" does not exist")
+	return "", fmt.Errorf("cannot find the agent's dump directory: %s. Pass --dir DIR (the agent's --dump-snapshots DIR), "+
+		"or --queue URL of the running agent, or --config FILE of its configuration", strings.Join(tried, "; "))
+}
+
+// configDumpDir reads the dump-snapshots key of the agent's YAML config.
+func configDumpDir(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("no config file %s", path)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("%s is not YAML: %v", path, err)
+	}
+	dir, _ := m["dump-snapshots"].(string)
+	if dir == "" {
+		return "", fmt.Errorf("%s sets no dump-snapshots", path)
+	}
+	return dir, nil
 }
 
 // explained is one dumped round, summarised.

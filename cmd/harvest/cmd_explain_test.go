@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/harvest-hpc/harvest/adapters/adaptertest"
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/queue/api"
 )
 
 // dumpRounds runs three real rounds with --dump-snapshots: fill the idle
@@ -126,6 +129,61 @@ func TestExplainRefusesClearly(t *testing.T) {
 			_, msg, code := runHarvest(t, "", "explain", "--dir", tc.dir, "--last", tc.last)
 			if code != tc.wantCode || !strings.Contains(msg, tc.wantMsg) {
 				t.Errorf("exit %d %q; want %d and %q", code, msg, tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// fakeAgent answers GET /v1/admin/agent as the running agent does.
+func fakeAgent(t *testing.T, dumpDir string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != api.PathAgent || r.Header.Get("Authorization") != "Bearer admin-token" {
+			http.Error(w, `{"error": "not found"}`, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(api.AgentInfo{Adapter: "slurm", StateDir: "/var/tmp/x", DumpDir: dumpDir})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestExplainFindsTheDumpDirectoryByItself(t *testing.T) {
+	dir := dumpRounds(t)
+	none := filepath.Join(t.TempDir(), "none.sock")
+	old := defaultDumpDir
+	t.Cleanup(func() { defaultDumpDir = old })
+	absent := filepath.Join(t.TempDir(), "absent")
+	config := writeTemp(t, "poll: 10s\ndump-snapshots: "+dir+"\n")
+	noKey := writeTemp(t, "poll: 10s\n")
+	tests := []struct {
+		name     string
+		args     []string
+		fallback string // the default directory, when it should exist
+		wantCode int
+		want     string
+	}{
+		{name: "the running agent tells where it dumps", args: []string{"--queue", fakeAgent(t, dir), "--token", "admin-token"}, want: "release-for-top-job"},
+		{name: "an agent that dumps nothing says how to make it", args: []string{"--queue", fakeAgent(t, ""), "--token", "admin-token"},
+			wantCode: 1, want: "runs without --dump-snapshots"},
+		{name: "with the agent down its config file names the directory", args: []string{"--queue", "unix://" + none, "--config", config}, want: "release-for-top-job"},
+		{name: "with neither, the default directory is used", args: []string{"--queue", "unix://" + none, "--config", noKey}, fallback: dir, want: "release-for-top-job"},
+		{name: "with nothing to go by, the error says what was tried and what to pass", args: []string{"--queue", "unix://" + none, "--config", noKey},
+			wantCode: 1, want: "sets no dump-snapshots; " + absent + " does not exist. Pass --dir DIR"},
+		{name: "--dir wins over everything", args: []string{"--dir", dir, "--queue", fakeAgent(t, "/nonexistent"), "--token", "admin-token"}, want: "release-for-top-job"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defaultDumpDir = absent
+			if tc.fallback != "" {
+				defaultDumpDir = tc.fallback
+			}
+			t.Setenv("HARVEST_DUMP_SNAPSHOTS", "")
+			os.Unsetenv("HARVEST_DUMP_SNAPSHOTS")
+			out, msg, code := runHarvest(t, "", append([]string{"explain", "--last", "3"}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(out+msg, tc.want) {
+				t.Errorf("exit %d, out %q, err %q; want exit %d and %q", code, out, msg, tc.wantCode, tc.want)
 			}
 		})
 	}

@@ -180,20 +180,20 @@ func submitProgressLine(p api.SubmitProgress) string {
 	return fmt.Sprintf("listing the dataset: %d entries ", p.Entries)
 }
 
-// waitJob polls a job until it is final, drawing the progress bar.
+// waitJob polls a job until it is final, drawing the progress bar. now
+// is the clock the ETA's rate is measured with.
 func waitJob(ctx context.Context, cl *client.Client, id int64, poll time.Duration, w io.Writer, now func() time.Time) (api.Job, error) {
-	start := now()
-	startDone := -1
+	est := newRateEstimator(etaTau)
+	width := 0 // of the longest line drawn, so a shorter one covers it
 	for {
 		j, err := cl.Job(ctx, id)
 		if err != nil {
 			return j, err
 		}
-		fin := j.Tasks.Done + j.Tasks.Failed + j.Tasks.Killed
-		if startDone < 0 {
-			startDone = fin
-		}
-		fmt.Fprint(w, "\r"+progressLine(j, fin-startDone, now().Sub(start)))
+		est.Observe(now(), j.Tasks.Done+j.Tasks.Failed+j.Tasks.Killed)
+		line := progressLine(j, est)
+		width = max(width, len(line))
+		fmt.Fprintf(w, "\r%-*s", width, line)
 		if api.JobFinal(j.State) {
 			fmt.Fprintln(w)
 			return j, nil
@@ -207,9 +207,10 @@ func waitJob(ctx context.Context, cl *client.Client, id int64, poll time.Duratio
 	}
 }
 
-// progressLine renders "[#####.....] 50/100 done, 2 failed, ETA 3m0s".
-// The ETA extrapolates the rate seen since waiting began.
-func progressLine(j api.Job, progressed int, elapsed time.Duration) string {
+// progressLine renders
+// "[#####.....] 50/100 done, 2 failed, 4 running  ETA 3m0s at 0.3 tasks/s  RUNNING".
+// The ETA divides the tasks left by the smoothed completion rate.
+func progressLine(j api.Job, est *rateEstimator) string {
 	const width = 30
 	t := j.Tasks
 	fin := t.Done + t.Failed + t.Killed
@@ -219,13 +220,13 @@ func progressLine(j api.Job, progressed int, elapsed time.Duration) string {
 	}
 	bar := strings.Repeat("#", filled) + strings.Repeat(".", width-filled)
 	eta := "ETA --"
-	if progressed > 0 && elapsed > 0 && fin < t.Total {
-		rate := float64(progressed) / elapsed.Seconds()
-		eta = "ETA " + time.Duration(float64(t.Total-fin)/rate*float64(time.Second)).Round(time.Second).String()
-	} else if fin == t.Total {
-		eta = "     "
+	if left := t.Total - fin; left <= 0 {
+		eta = ""
+	} else if d, ok := est.ETA(left); ok {
+		r, _ := est.Rate()
+		eta = "ETA " + d.String() + " at " + rateString(r)
 	}
-	return fmt.Sprintf("[%s] %d/%d done, %d failed, %d running  %s  %s ", bar, t.Done, t.Total, t.Failed, t.Running, eta, j.State)
+	return fmt.Sprintf("[%s] %d/%d done, %d failed, %d running  %s  %s", bar, t.Done, t.Total, t.Failed, t.Running, eta, j.State)
 }
 
 func statusCommand() *cli.Command {

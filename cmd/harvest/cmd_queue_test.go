@@ -224,15 +224,3 @@ func TestCLIRefusesBadInputClearly(t *testing.T) {
 	}
 }
 
-func TestProgressLine(t *testing.T) {
-	j := api.Job{State: "RUNNING", Tasks: api.TaskCounts{Total: 100, Done: 40, Failed: 10, Running: 5}}
-	got := progressLine(j, 50, 100*time.Second)
-	for _, want := range []string{"[###############...............]", "40/100 done", "10 failed", "5 running", "ETA 1m40s", "RUNNING"} {
-		if !strings.Contains(got, want) {
-			t.Fatalf("progress line %q lacks %q", got, want)
-		}
-	}
-	if got := progressLine(j, 0, time.Second); !strings.Contains(got, "ETA --") {
-		t.Fatalf("no progress yet must show an unknown ETA: %q", got)
-	}
-}

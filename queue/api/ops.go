@@ -6,9 +6,20 @@ const (
 	PathHarvest     = "/v1/admin/harvest"       // GET state; PUT HarvestSettings (pause/resume)
 	PathDrain       = "/v1/admin/drain"         // POST DrainRequest: pause and cancel every pilot
 	PathTokenRotate = "/v1/admin/tokens/rotate" // POST TokenRotateRequest: revoke a user's tokens, make a new one
+	PathAgent       = "/v1/admin/agent"         // GET AgentInfo: where the agent keeps its files
 	PathStatus      = "/status"                 // the status page (user or admin)
 	PathMetrics     = "/metrics"                // Prometheus metrics
 )
+
+// AgentInfo tells admin tools where the running agent keeps its files
+// (harvest explain reads the dumped rounds from DumpDir).
+type AgentInfo struct {
+	Adapter  string `json:"adapter"`
+	StateDir string `json:"state_dir"`
+	// DumpDir is the agent's --dump-snapshots directory ("" = rounds are
+	// not dumped).
+	DumpDir string `json:"dump_dir"`
+}
 
 // HarvestState is the admin's run-time switches as the agent keeps them.
 type HarvestState struct {

@@ -13,6 +13,12 @@ func (c *Client) Harvest(ctx context.Context) (api.HarvestState, error) {
 	return s, c.do(ctx, http.MethodGet, api.PathHarvest, nil, nil, &s, true)
 }
 
+// Agent tells where the running agent keeps its files (admin).
+func (c *Client) Agent(ctx context.Context) (api.AgentInfo, error) {
+	var a api.AgentInfo
+	return a, c.do(ctx, http.MethodGet, api.PathAgent, nil, nil, &a, true)
+}
+
 // SetPaused pauses (no new pilots) or resumes harvesting (admin).
 func (c *Client) SetPaused(ctx context.Context, paused bool) (api.HarvestState, error) {
 	var s api.HarvestState
