@@ -27,7 +27,6 @@ export HARVEST_QUEUE=unix://$SOCKET # for the harvest commands below
 export PATH=$BIN:$PATH:/usr/local/go/bin
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-scripts/check-go.sh # the Go of go.mod, before anything is installed
 [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (it installs packages and starts SLURM daemons)" >&2; exit 1; }
 
 stop() {
@@ -43,6 +42,7 @@ case "${1:-run}" in
   run) ;;
   *) echo "usage: scripts/demo.sh [run|stop]" >&2; exit 2 ;;
 esac
+scripts/check-go.sh # the Go of go.mod, before anything is installed
 
 say "1/7 Debian packages"
 scripts/deps.sh

@@ -223,4 +223,3 @@ func TestCLIRefusesBadInputClearly(t *testing.T) {
 		})
 	}
 }
-
