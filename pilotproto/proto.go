@@ -162,4 +162,12 @@ type RecommendationRequest struct {
 	PendingTasks int   `json:"pending_tasks"`
 	RunningTasks int   `json:"running_tasks"`
 	SlotsPerNode int   `json:"slots_per_node"`
+	// Slots is the pool's worker slots (all its pilots): with several
+	// sites, how much the pool may hold ahead follows from it.
+	Slots int `json:"slots,omitempty"`
+	// MaxNodes is the master's degradation-aware cap on its pool (0 =
+	// none): tasks slow down past this size. CapacityPhase says where the
+	// search stands (grow, search, hold, probe).
+	MaxNodes      int    `json:"max_nodes,omitempty"`
+	CapacityPhase string `json:"capacity_phase,omitempty"`
 }

@@ -19,6 +19,9 @@ import (
 type Identity struct {
 	User, Role string
 	Via        string // "socket" or "token"
+	// Site is the site a pilot or agent acts for: pilots of one site reach
+	// only their own pool.
+	Site string
 }
 
 // Credentials are what a caller presents. On a Unix socket the kernel's
@@ -32,8 +35,9 @@ type Credentials struct {
 }
 
 // Identify finds the caller: the peer uid on the Unix socket (root is
-// admin, so are the configured admins), else a bearer token (the pilot
-// token, or a user/admin token stored hashed).
+// admin, so are the configured admins), else a bearer token (the local
+// site's pilot token, or a token stored hashed: user, admin, a remote
+// site's agent or pilots).
 func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 	if c.Socket {
 		if c.PeerErr != nil {
@@ -56,7 +60,7 @@ func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 		return Identity{}, fmt.Errorf("%w: missing bearer token (set HARVEST_TOKEN, or use the Unix socket)", api.ErrUnauthorized)
 	}
 	if q.cfg.PilotToken != "" && subtle.ConstantTimeCompare([]byte(c.Token), []byte(q.cfg.PilotToken)) == 1 {
-		return Identity{User: "pilot", Role: api.RolePilot, Via: "token"}, nil
+		return Identity{User: "pilot", Role: api.RolePilot, Via: "token", Site: q.cfg.LocalSite}, nil
 	}
 	name, role, ok, err := q.st.TokenIdentity(ctx, hashToken(c.Token))
 	if err != nil {
@@ -65,7 +69,11 @@ func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 	if !ok {
 		return Identity{}, fmt.Errorf("%w: invalid token", api.ErrUnauthorized)
 	}
-	return Identity{User: name, Role: role, Via: "token"}, nil
+	id := Identity{User: name, Role: role, Via: "token"}
+	if role == api.RolePilot || role == api.RoleAgent {
+		id.Site = name // a site's tokens are stored under its name
+	}
+	return id, nil
 }
 
 // systemLookupUser maps a uid to a user name through the system's user

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
+	"github.com/harvest-hpc/harvest/queue/siteshare"
 )
 
 // Config configures the queue. Only cmd/ maps flags and environment onto it.
@@ -21,9 +23,15 @@ type Config struct {
 	// (OutputsRoot/<user>/job-<id>); otherwise a job's default output
 	// directory is <dataset>.out-<id> next to the dataset.
 	OutputsRoot string
-	// PilotToken authenticates pilots (the agent hands it to pilot jobs as
-	// HARVEST_PILOT_TOKEN). Empty disables the pilot role.
+	// PilotToken authenticates the local site's pilots (the agent hands it
+	// to pilot jobs as HARVEST_PILOT_TOKEN). Other sites' agents register
+	// their own. Empty: no local pilots.
 	PilotToken string
+	// LocalSite is the name of the site whose agent hosts the queue (its
+	// pool's pilots present PilotToken). Default "local".
+	LocalSite string
+	// Sites tunes how the work is split among several sites.
+	Sites siteshare.Config
 	// Admins are user names that are admin on the Unix socket (root always is).
 	Admins []string
 
@@ -84,9 +92,20 @@ func DefaultConfig() Config {
 		WriteChunk:          100,
 		DefaultLimits:       fairshare.DefaultLimits(),
 		DefaultSlotsPerNode: 1,
+		LocalSite:           api.LocalSite,
+		Sites:               siteshare.DefaultConfig(),
 		LookupUser:          systemLookupUser,
 		Now:                 time.Now,
 	}
+}
+
+// sitesConfig is Sites with the figures the queue already has: a master's
+// report lives as long as its recommendation, a pilot as long as its
+// tasks' heartbeat.
+func (c Config) sitesConfig() siteshare.Config {
+	s := c.Sites
+	s.ReportTTL, s.PilotTTL, s.DefaultSlotsPerNode = c.RecommendationTTL, c.ZombieTimeout, c.DefaultSlotsPerNode
+	return s
 }
 
 // ErrInvalidConfig is wrapped by every Validate error.
@@ -136,6 +155,12 @@ func (c Config) Validate() error {
 		return bad("default slots per node must be at least 1")
 	}
 	if err := c.DefaultLimits.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := validSiteName(c.LocalSite); err != nil {
+		return fmt.Errorf("%w: local site: %w", ErrInvalidConfig, err)
+	}
+	if err := c.sitesConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.Now == nil || c.LookupUser == nil {

@@ -3,19 +3,31 @@ package queue
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
-// Job returns one job. A user asking for another user's job gets
-// api.ErrNotFound, exactly as for a job that does not exist, so job ids do not
-// leak who runs what; admins see every job.
+// Job returns one job and where its tasks ran. A user asking for another
+// user's job gets api.ErrNotFound, exactly as for a job that does not
+// exist, so job ids do not leak who runs what; admins see every job.
 func (q *Queue) Job(ctx context.Context, caller string, admin bool, id int64) (api.Job, error) {
 	j, err := q.st.Job(ctx, id)
-	if err == nil && !admin && j.Owner != caller {
+	if err != nil {
+		return api.Job{}, err
+	}
+	if !admin && j.Owner != caller {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
-	return j, err
+	pools, err := q.st.JobPools(ctx, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	for _, site := range slices.Sorted(maps.Keys(pools)) {
+		j.Sites = append(j.Sites, api.JobSite{Site: site, Done: pools[site][0], Failed: pools[site][1]})
+	}
+	return j, nil
 }
 
 // ListFilter selects jobs for ListJobs.

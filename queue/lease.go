@@ -8,10 +8,27 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// Lease grants, renews, releases or refuses the master lease
+// Pool is the pilot endpoints as one site's pool reaches them: its own
+// master lease and epochs, the tasks handed to it, its pilots and its
+// master's recommendation. The API picks the pool from the pilot token.
+type Pool struct {
+	q    *Queue
+	site string
+}
+
+// Pool returns the endpoints of a site's pool.
+func (q *Queue) Pool(site string) Pool { return Pool{q: q, site: site} }
+
+// Lease is the local site's Pool.Lease.
+func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotproto.Lease, error) {
+	return q.Pool(q.cfg.LocalSite).Lease(ctx, req)
+}
+
+// Lease grants, renews, releases or refuses the pool's master lease
 // (rules.DecideLease, applied in one write transaction). An epoch other
 // than the current one is stale: 409.
-func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotproto.Lease, error) {
+func (p Pool) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotproto.Lease, error) {
+	q := p.q
 	if req.PilotID == "" || len(req.PilotID) > 256 {
 		return pilotproto.Lease{}, invalid("pilot_id is required (at most 256 bytes)")
 	}
@@ -21,16 +38,17 @@ func (q *Queue) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotpr
 	if req.Epoch < 0 {
 		return pilotproto.Lease{}, invalid("epoch must not be negative")
 	}
-	prev, d, err := q.st.DecideLease(ctx, req, q.now(), q.cfg.LeaseTTL)
+	prev, d, err := q.st.DecideLease(ctx, p.site, req, q.now(), q.cfg.LeaseTTL)
 	if err != nil {
 		return pilotproto.Lease{}, err
 	}
 	switch {
 	case req.Release:
-		q.log.Info("master released the lease", "pilot", prev.Holder, "epoch", prev.Epoch)
+		q.log.Info("master released the lease", "site", p.site, "pilot", prev.Holder, "epoch", prev.Epoch)
 	case d.Next.Epoch != prev.Epoch:
-		q.log.Info("new master", "pilot", d.Next.Holder, "epoch", d.Next.Epoch, "address", d.Next.Address)
+		q.log.Info("new master", "site", p.site, "pilot", d.Next.Holder, "epoch", d.Next.Epoch, "address", d.Next.Address)
 	}
+	q.seen(p.site)
 	return q.leaseView(d.Next, d.Granted), nil
 }
 
@@ -39,10 +57,10 @@ func (q *Queue) leaseView(l rules.Lease, granted bool) pilotproto.Lease {
 		ExpiresAt: l.Expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second), TTLMS: q.cfg.LeaseTTL.Milliseconds()}
 }
 
-// MasterAddress returns the published master address and whether the
-// lease is alive.
+// MasterAddress returns the local pool's published master address and
+// whether its lease is alive.
 func (q *Queue) MasterAddress(ctx context.Context) (string, bool, error) {
-	l, err := q.st.Lease(ctx)
+	l, err := q.st.Lease(ctx, q.cfg.LocalSite)
 	if err != nil {
 		return "", false, err
 	}
@@ -53,7 +71,12 @@ func (q *Queue) MasterAddress(ctx context.Context) (string, bool, error) {
 // alive ("" when no master holds it): the agent releases that pilot last
 // among equals.
 func (q *Queue) MasterPilot(ctx context.Context) (string, error) {
-	l, err := q.st.Lease(ctx)
+	return q.masterPilot(ctx, q.cfg.LocalSite)
+}
+
+// masterPilot is the pilot id of a site pool's live master ("" if none).
+func (q *Queue) masterPilot(ctx context.Context, site string) (string, error) {
+	l, err := q.st.Lease(ctx, site)
 	if err != nil || !l.Alive(q.now()) {
 		return "", err
 	}
@@ -63,8 +86,8 @@ func (q *Queue) MasterPilot(ctx context.Context) (string, error) {
 // precheckEpoch refuses a master request early from a read of the lease.
 // It is not the fence (the store checks the epoch again inside each write
 // transaction); it answers a deposed master that has nothing to write.
-func (q *Queue) precheckEpoch(ctx context.Context, epoch int64) error {
-	l, err := q.st.Lease(ctx)
+func (q *Queue) precheckEpoch(ctx context.Context, site string, epoch int64) error {
+	l, err := q.st.Lease(ctx, site)
 	if err != nil {
 		return err
 	}

@@ -11,27 +11,43 @@ import (
 	"github.com/harvest-hpc/harvest/queue/store"
 )
 
+// Pull is the local site's Pool.Pull.
+func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+	return q.Pool(q.cfg.LocalSite).Pull(ctx, req)
+}
+
 // Pull hands out up to req.Max waiting tasks in fair-share order: the user
 // with the highest computedPriority gets the next task, then that user's
 // priority is recomputed with the task's cores counted as running, so users
 // of equal standing interleave within one pull. Within a user: higher
-// price first, then FIFO. Tasks become ASSIGNED to the caller's epoch.
+// price first, then FIFO. Tasks become ASSIGNED to the pool's epoch. With
+// several live sites a pool holds at most its allowance (its slots and an
+// ahead margin by its weight, siteshare.Allowance); beyond it the pull
+// gives nothing until tasks come back.
 //
 // The order comes from the mirror's fair-share index (mirror.go), which
 // updates one user per task: a pull costs O(tasks x log users) in memory
 // plus its transactions, whatever the number of users.
-func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+func (p Pool) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+	q := p.q
 	if req.Max < 1 || req.Max > q.cfg.MaxPull {
 		return pilotproto.PullResponse{}, invalid("max must be 1..%d, got %d", q.cfg.MaxPull, req.Max)
 	}
-	if err := q.precheckEpoch(ctx, req.Epoch); err != nil {
+	if err := q.precheckEpoch(ctx, p.site, req.Epoch); err != nil {
 		return pilotproto.PullResponse{}, err
 	}
+	q.seen(p.site)
 	q.pullMu.Lock()
 	defer q.pullMu.Unlock()
-	tasks, err := q.pull(ctx, req.Epoch, req.Max)
+	want, err := q.pullRoom(ctx, p.site, req.Max)
 	if err != nil {
 		return pilotproto.PullResponse{}, err
+	}
+	tasks := []pilotproto.Task{}
+	if want > 0 {
+		if tasks, err = q.pull(ctx, p.site, req.Epoch, want); err != nil {
+			return pilotproto.PullResponse{}, err
+		}
 	}
 	cancelled, err := q.cancelledSince(ctx)
 	if err != nil {
@@ -44,7 +60,7 @@ func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotprot
 // planned from the mirror and assigned in one fenced transaction under one
 // hold of mu, so the mirror sees exactly what was handed out. The
 // tie-break counts of the pull last across its chunks.
-func (q *Queue) pull(ctx context.Context, epoch int64, want int) ([]pilotproto.Task, error) {
+func (q *Queue) pull(ctx context.Context, site string, epoch int64, want int) ([]pilotproto.Task, error) {
 	out := make([]pilotproto.Task, 0, min(want, 1024))
 	defer func() {
 		q.mu.Lock()
@@ -53,7 +69,7 @@ func (q *Queue) pull(ctx context.Context, epoch int64, want int) ([]pilotproto.T
 	}()
 	for len(out) < want {
 		q.hook("assign")
-		got, more, err := q.pullChunk(ctx, epoch, min(want-len(out), q.cfg.WriteChunk))
+		got, more, err := q.pullChunk(ctx, site, epoch, min(want-len(out), q.cfg.WriteChunk))
 		out = append(out, got...)
 		if err != nil {
 			if len(out) > 0 && (errors.Is(err, api.ErrStaleEpoch) || errors.Is(err, api.ErrLeaseExpired)) {
@@ -70,7 +86,7 @@ func (q *Queue) pull(ctx context.Context, epoch int64, want int) ([]pilotproto.T
 
 // pullChunk plans up to n tasks and assigns them; more is false when the
 // plan ran out of work.
-func (q *Queue) pullChunk(ctx context.Context, epoch int64, n int) (tasks []pilotproto.Task, more bool, err error) {
+func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) (tasks []pilotproto.Task, more bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
@@ -104,7 +120,7 @@ func (q *Queue) pullChunk(ctx context.Context, epoch int64, n int) (tasks []pilo
 	if len(picks) == 0 {
 		return nil, false, nil
 	}
-	taken, err := q.st.Assign(ctx, epoch, now, takes)
+	taken, err := q.st.Assign(ctx, site, epoch, now, takes)
 	if err != nil {
 		for _, j := range picks {
 			j.Waiting++

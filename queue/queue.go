@@ -31,8 +31,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
+	"github.com/harvest-hpc/harvest/queue/siteshare"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
 
@@ -44,7 +44,7 @@ import (
 //     fair-share order until it ends).
 //  2. mu: the in-memory mirror (mirror.go: users' limits, running cores
 //     and usage windows, live jobs and their waiting counts, the
-//     fair-share order; the recommendation; pilot status). A write that
+//     fair-share order; the sites' reports, pilots and figures). A write that
 //     changes what the mirror reflects holds mu from before its
 //     transaction until the mirror is updated, so the tables and the
 //     mirror change together for every other holder of mu (a pull plans
@@ -66,14 +66,16 @@ type Queue struct {
 	jobs   map[int64]*liveJob
 	order  *fairshare.Index // users with work, in intake order
 	window []windowMark     // usage events by arrival, for the sliding window
-	rec    recommendation
-	pilots map[string]pilotSeen
-	// ends are the pilot ends the agent pulled in (pilot id -> Unix s),
-	// passed to the master in heartbeat answers until it reports them.
-	ends map[string]int64
-	// orphansChecked is the newest epoch whose first heartbeat requeued
-	// the older epochs' tasks it did not list.
-	orphansChecked int64
+	// sites holds what each site's agent and master said, the pilots they
+	// run, turnaround and yield.
+	sites *siteshare.Registry
+	// ends are the pilot ends the agents pulled in (site and pilot id ->
+	// Unix s), passed to the pool's master in heartbeat answers until it
+	// reports them.
+	ends map[pilotKey]int64
+	// orphansChecked is, per pool, the newest epoch whose first heartbeat
+	// requeued the older epochs' tasks it did not list.
+	orphansChecked map[string]int64
 
 	// submitMu guards submits, the submissions with an idempotency key
 	// being stored. Taken alone (never with mu or pullMu).
@@ -93,16 +95,8 @@ type Queue struct {
 	once   sync.Once
 }
 
-type recommendation struct {
-	epoch                             int64
-	minNodes, pending, running, slots int
-	at                                time.Time
-}
-
-type pilotSeen struct {
-	status pilotproto.PilotStatus
-	at     time.Time
-}
+// pilotKey names a pilot: job ids of different clusters collide.
+type pilotKey struct{ site, pilot string }
 
 // Open opens (creating or migrating) the database, removes submissions
 // that died half way, loads users and usage, and starts the background
@@ -130,7 +124,8 @@ func Open(cfg Config) (*Queue, error) {
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
-		pilots: map[string]pilotSeen{}, ends: map[string]int64{}, submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
+		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, ends: map[pilotKey]int64{},
+		submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
 	}
 	ctx := context.Background()
 	if err := q.cleanupPartialSubmits(ctx); err != nil {

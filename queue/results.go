@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/siteshare"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
 
@@ -30,13 +31,20 @@ func validateResult(i int, r pilotproto.Result) error {
 	return invalid("result %d: unknown status %q (done, failed, timeout, interrupted, killed)", i, r.Status)
 }
 
-// ReportResults applies results, idempotent by (task, attempt): a result
+// ReportResults is the local site's Pool.ReportResults.
+func (q *Queue) ReportResults(ctx context.Context, req pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+	return q.Pool(q.cfg.LocalSite).ReportResults(ctx, req)
+}
+
+// ReportResults applies the pool's results, idempotent by (task, attempt): a result
 // reported before is acknowledged as a duplicate and not applied again; a
 // result for an attempt that is no longer current (the task was requeued,
 // killed or finished) is recorded for usage but changes no task
 // (counted in Ignored). The whole request is validated before anything
-// is written; each chunk's transaction checks the epoch.
-func (q *Queue) ReportResults(ctx context.Context, req pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+// is written; each chunk's transaction checks the epoch. The applied
+// results feed the site's turnaround and yield.
+func (p Pool) ReportResults(ctx context.Context, req pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+	q := p.q
 	var resp pilotproto.ResultsResponse
 	if len(req.Results) > 100_000 {
 		return resp, invalid("at most 100000 results per request")
@@ -46,24 +54,26 @@ func (q *Queue) ReportResults(ctx context.Context, req pilotproto.ResultsRequest
 			return resp, err
 		}
 	}
-	if err := q.precheckEpoch(ctx, req.Epoch); err != nil {
+	if err := q.precheckEpoch(ctx, p.site, req.Epoch); err != nil {
 		return resp, err
 	}
-	return q.applyResults(ctx, req.Epoch, req.Results)
+	q.seen(p.site)
+	return q.applyResults(ctx, p.site, req.Epoch, req.Results)
 }
 
 // applyResults applies validated results in short fenced transactions of
 // WriteChunk results, updating the mirror with each.
-func (q *Queue) applyResults(ctx context.Context, epoch int64, results []pilotproto.Result) (pilotproto.ResultsResponse, error) {
+func (q *Queue) applyResults(ctx context.Context, site string, epoch int64, results []pilotproto.Result) (pilotproto.ResultsResponse, error) {
 	var resp pilotproto.ResultsResponse
 	for len(results) > 0 {
 		chunk := results[:min(len(results), q.cfg.WriteChunk)]
 		results = results[len(chunk):]
 		q.hook("results")
 		q.mu.Lock()
-		a, err := q.st.ApplyResults(ctx, epoch, q.now(), chunk)
+		a, err := q.st.ApplyResults(ctx, site, epoch, q.now(), chunk)
 		if err == nil {
 			q.applyMirrorLocked(a)
+			q.observeLocked(site, a.Outcomes)
 		}
 		q.mu.Unlock()
 		if err != nil {
@@ -94,10 +104,16 @@ func (q *Queue) applyMirrorLocked(a store.Applied) {
 	q.jobChangesLocked(a.Changes)
 }
 
-// Heartbeat keeps the listed attempts alive (ASSIGNED or ZOMBIE become
-// RUNNING), renews the lease, records pilot status and lists the jobs
-// cancelled recently.
+// Heartbeat is the local site's Pool.Heartbeat.
 func (q *Queue) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
+	return q.Pool(q.cfg.LocalSite).Heartbeat(ctx, req)
+}
+
+// Heartbeat keeps the pool's listed attempts alive (ASSIGNED or ZOMBIE
+// become RUNNING), renews its lease, records its pilots' status and lists
+// the jobs cancelled recently.
+func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
+	q := p.q
 	var resp pilotproto.HeartbeatResponse
 	if len(req.Running) > 1_000_000 || len(req.Pilots) > 100_000 {
 		return resp, invalid("too many running tasks or pilots in one heartbeat")
@@ -112,29 +128,29 @@ func (q *Queue) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) 
 		chunk := refs[:min(len(refs), q.cfg.WriteChunk*4)]
 		refs = refs[len(chunk):]
 		q.hook("heartbeat")
-		l, err := q.st.Heartbeat(ctx, req.Epoch, q.now(), q.cfg.LeaseTTL, chunk)
+		l, err := q.st.Heartbeat(ctx, p.site, req.Epoch, q.now(), q.cfg.LeaseTTL, chunk)
 		if err != nil {
 			return resp, err
 		}
 		resp.LeaseExpires = l.Expires.Unix()
 	}
-	now := q.now()
 	q.mu.Lock()
-	for _, p := range req.Pilots {
-		q.pilots[p.PilotID] = pilotSeen{status: p, at: now}
-		if end, ok := q.ends[p.PilotID]; ok {
-			if p.Deadline > 0 && p.Deadline <= end {
-				delete(q.ends, p.PilotID) // the master knows
+	q.sites.Pilots(p.site, req.Pilots, q.now())
+	for _, pi := range req.Pilots {
+		k := pilotKey{p.site, pi.PilotID}
+		if end, ok := q.ends[k]; ok {
+			if pi.Deadline > 0 && pi.Deadline <= end {
+				delete(q.ends, k) // the master knows
 				continue
 			}
 			if resp.Deadlines == nil {
 				resp.Deadlines = map[string]int64{}
 			}
-			resp.Deadlines[p.PilotID] = end
+			resp.Deadlines[pi.PilotID] = end
 		}
 	}
 	q.mu.Unlock()
-	if err := q.requeueOrphans(ctx, req); err != nil {
+	if err := q.requeueOrphans(ctx, p.site, req); err != nil {
 		return resp, err
 	}
 	var err error
@@ -149,9 +165,9 @@ func (q *Queue) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) 
 // answer was lost): nobody will ever run or report it. It is requeued at
 // once, as interrupted (no attempt counted), instead of waiting for the
 // zombie timeout.
-func (q *Queue) requeueOrphans(ctx context.Context, req pilotproto.HeartbeatRequest) error {
+func (q *Queue) requeueOrphans(ctx context.Context, site string, req pilotproto.HeartbeatRequest) error {
 	q.mu.Lock()
-	done := q.orphansChecked >= req.Epoch
+	done := q.orphansChecked[site] >= req.Epoch
 	q.mu.Unlock()
 	if done {
 		return nil
@@ -160,7 +176,7 @@ func (q *Queue) requeueOrphans(ctx context.Context, req pilotproto.HeartbeatRequ
 	for _, r := range req.Running {
 		listed[r.TaskID] = true
 	}
-	older, err := q.st.ActiveTasksBefore(ctx, req.Epoch)
+	older, err := q.st.ActiveTasksBefore(ctx, site, req.Epoch)
 	if err != nil {
 		return err
 	}
@@ -173,33 +189,41 @@ func (q *Queue) requeueOrphans(ctx context.Context, req pilotproto.HeartbeatRequ
 		}
 	}
 	if len(orphans) > 0 {
-		if _, err := q.applyResults(ctx, req.Epoch, orphans); err != nil {
+		if _, err := q.applyResults(ctx, site, req.Epoch, orphans); err != nil {
 			return fmt.Errorf("requeue orphaned tasks: %w", err)
 		}
-		q.log.Warn("requeued tasks no master holds", "tasks", len(orphans), "epoch", req.Epoch)
+		q.log.Warn("requeued tasks no master holds", "site", site, "tasks", len(orphans), "epoch", req.Epoch)
 	}
 	q.mu.Lock()
-	q.orphansChecked = max(q.orphansChecked, req.Epoch)
+	q.orphansChecked[site] = max(q.orphansChecked[site], req.Epoch)
 	q.mu.Unlock()
 	return nil
 }
 
-// Recommend stores the master's MiniNode recommendation and demand
-// figures. The epoch is checked at a point serialised with every write
-// (an empty fenced transaction); a recommendation of an older epoch never
-// replaces a newer one.
+// Recommend is the local site's Pool.Recommend.
 func (q *Queue) Recommend(ctx context.Context, req pilotproto.RecommendationRequest) error {
-	if req.MinNodes < 0 || req.PendingTasks < 0 || req.RunningTasks < 0 || req.SlotsPerNode < 0 {
+	return q.Pool(q.cfg.LocalSite).Recommend(ctx, req)
+}
+
+// Recommend stores the pool master's MiniNode recommendation, its slots
+// and its capacity cap. The epoch is checked at a point serialised with
+// every write (an empty fenced transaction); a recommendation of an older
+// epoch never replaces a newer one.
+func (p Pool) Recommend(ctx context.Context, req pilotproto.RecommendationRequest) error {
+	q := p.q
+	if req.MinNodes < 0 || req.PendingTasks < 0 || req.RunningTasks < 0 || req.SlotsPerNode < 0 || req.Slots < 0 || req.MaxNodes < 0 {
 		return invalid("recommendation figures must not be negative")
 	}
+	if len(req.CapacityPhase) > 32 {
+		return invalid("capacity_phase is longer than 32 bytes")
+	}
 	q.hook("recommend")
-	if err := q.st.CheckEpoch(ctx, req.Epoch, q.now()); err != nil {
+	if err := q.st.CheckEpoch(ctx, p.site, req.Epoch, q.now()); err != nil {
 		return err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if req.Epoch >= q.rec.epoch {
-		q.rec = recommendation{epoch: req.Epoch, minNodes: req.MinNodes, pending: req.PendingTasks, running: req.RunningTasks, slots: req.SlotsPerNode, at: q.now()}
-	}
+	q.sites.Master(p.site, siteshare.MasterReport{Epoch: req.Epoch, MinNodes: req.MinNodes, Cap: req.MaxNodes,
+		Phase: req.CapacityPhase, Slots: req.Slots, SlotsPerNode: req.SlotsPerNode}, q.now())
 	return nil
 }

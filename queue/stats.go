@@ -8,10 +8,11 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
-// Demand returns the backlog the agent's policy reads: pending = WAITING
-// tasks (requeued ones included) of live jobs, running = ASSIGNED, RUNNING
-// or ZOMBIE tasks. SlotsPerNode comes from the master's latest fresh
-// recommendation, else the configured default.
+// Demand returns the whole backlog: pending = WAITING tasks (requeued ones
+// included) of live jobs, running = ASSIGNED, RUNNING or ZOMBIE tasks.
+// SlotsPerNode comes from the local master's latest fresh recommendation,
+// else the configured default. (Each site's agent sees its own share:
+// AgentRound.)
 func (q *Queue) Demand(ctx context.Context) (cluster.Demand, error) {
 	pending, running, err := q.st.Demand(ctx)
 	if err != nil {
@@ -19,61 +20,53 @@ func (q *Queue) Demand(ctx context.Context) (cluster.Demand, error) {
 	}
 	d := cluster.Demand{PendingTasks: pending, RunningTasks: running, SlotsPerNode: q.cfg.DefaultSlotsPerNode}
 	q.mu.Lock()
-	if q.recFresh() && q.rec.slots > 0 {
-		d.SlotsPerNode = q.rec.slots
+	if rep, _, ok := q.sites.Report(q.cfg.LocalSite, q.now()); ok && rep.SlotsPerNode > 0 {
+		d.SlotsPerNode = rep.SlotsPerNode
 	}
 	q.mu.Unlock()
 	return d, nil
 }
 
-// Recommendation returns the master's latest MiniNode recommendation, or 0
-// when there is none or it is stale (older than RecommendationTTL).
+// Recommendation returns the local master's latest MiniNode
+// recommendation, or 0 when there is none or it is stale (older than
+// RecommendationTTL).
 func (q *Queue) Recommendation() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.recFresh() {
-		return 0
-	}
-	return q.rec.minNodes
+	rep, _, _ := q.sites.Report(q.cfg.LocalSite, q.now())
+	return rep.MinNodes
 }
 
-func (q *Queue) recFresh() bool {
-	return !q.rec.at.IsZero() && q.now().Sub(q.rec.at) <= q.cfg.RecommendationTTL
-}
-
-// PilotStatus returns the pilots the master reported in its heartbeats
-// within the last zombie timeout (busy ones run tasks and are released last).
+// PilotStatus returns the local pool's pilots its master reported in its
+// heartbeats within the last zombie timeout (busy ones run tasks and are
+// released last).
 func (q *Queue) PilotStatus() map[string]pilotproto.PilotStatus {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := make(map[string]pilotproto.PilotStatus, len(q.pilots))
-	now := q.now()
-	for id, p := range q.pilots {
-		if now.Sub(p.at) > q.cfg.ZombieTimeout {
-			delete(q.pilots, id)
-			continue
-		}
-		out[id] = p.status
-	}
-	return out
+	return q.sites.PilotStatus(q.cfg.LocalSite, q.now())
 }
 
-// NodeLimits returns the admin's floor and cap of pilot nodes (0 = no cap).
+// NodeLimits returns the admin's floor and cap of the local site's pilot
+// nodes (0 = no cap).
 func (q *Queue) NodeLimits(ctx context.Context) (minNodes, maxNodes int, err error) {
 	return q.st.NodeSettings(ctx)
 }
 
-// Nodes returns the node settings, the recommendation and the demand.
+// Nodes returns the local site's node settings, the global cap, the local
+// master's recommendation and the demand.
 func (q *Queue) Nodes(ctx context.Context) (api.Nodes, error) {
 	var n api.Nodes
 	var err error
 	if n.MinNodes, n.MaxNodes, err = q.st.NodeSettings(ctx); err != nil {
 		return n, err
 	}
+	if n.GlobalMaxNodes, err = q.st.GlobalMax(ctx); err != nil {
+		return n, err
+	}
 	q.mu.Lock()
-	if q.recFresh() {
-		n.Recommendation = q.rec.minNodes
-		n.RecommendedAt = q.rec.at.Unix()
+	if rep, at, ok := q.sites.Report(q.cfg.LocalSite, q.now()); ok {
+		n.Recommendation = rep.MinNodes
+		n.RecommendedAt = at.Unix()
 	}
 	q.mu.Unlock()
 	d, err := q.Demand(ctx)
@@ -96,6 +89,11 @@ func (q *Queue) SetNodes(ctx context.Context, s api.NodesSettings) (api.Nodes, e
 	if s.MaxNodes != nil {
 		cur.MaxNodes = *s.MaxNodes
 	}
+	if s.GlobalMaxNodes != nil {
+		if *s.GlobalMaxNodes < 0 {
+			return cur, invalid("global_max_nodes must not be negative")
+		}
+	}
 	switch {
 	case cur.MinNodes < 0 || cur.MaxNodes < 0:
 		return cur, invalid("min_nodes and max_nodes must not be negative")
@@ -104,6 +102,11 @@ func (q *Queue) SetNodes(ctx context.Context, s api.NodesSettings) (api.Nodes, e
 	}
 	if err := q.st.PutNodeSettings(ctx, cur.MinNodes, cur.MaxNodes); err != nil {
 		return cur, err
+	}
+	if s.GlobalMaxNodes != nil {
+		if err := q.st.PutGlobalMax(ctx, *s.GlobalMaxNodes); err != nil {
+			return cur, err
+		}
 	}
 	return q.Nodes(ctx)
 }
@@ -121,8 +124,8 @@ type Stats struct {
 	// Requeued counts hand-outs beyond a task's first (retries after a
 	// failure, and requeues after an interruption or an expiry).
 	Requeued int
-	// Epoch is the master lease's epoch (0 = no master ever); MasterAlive
-	// reports whether the lease is held and not expired.
+	// Epoch is the local pool's master lease epoch (0 = no master ever);
+	// MasterAlive reports whether the lease is held and not expired.
 	Epoch       int64
 	MasterAlive bool
 }
@@ -137,7 +140,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	for o, c := range byOwner {
 		st.ByUser[o] = TaskStats(c)
 	}
-	l, err := q.st.Lease(ctx)
+	l, err := q.st.Lease(ctx, q.cfg.LocalSite)
 	if err != nil {
 		return st, err
 	}
@@ -145,23 +148,32 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// PullInPilot records that the agent pulled pilot id's end in to end (Unix
-// seconds): the master hears of it in its next heartbeat answer, plans no
-// batch past it and tells the pilot's worker, which stops by then. A
-// later end than one already recorded changes nothing.
+// PullInPilot is the local site's Pool.PullIn.
 func (q *Queue) PullInPilot(id string, end int64) error {
+	return q.Pool(q.cfg.LocalSite).PullIn(id, end)
+}
+
+// PullIn records that the site's agent pulled pilot id's end in to end
+// (Unix seconds): the pool's master hears of it in its next heartbeat
+// answer, plans no batch past it and tells the pilot's worker, which stops
+// by then. A later end than one already recorded changes nothing.
+func (p Pool) PullIn(id string, end int64) error {
+	q := p.q
 	if id == "" || len(id) > 256 || end <= 0 {
 		return invalid("pilot id (at most 256 bytes) and a positive end are required")
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if cur, ok := q.ends[id]; !ok || end < cur {
-		q.ends[id] = end
+	k := pilotKey{p.site, id}
+	if cur, ok := q.ends[k]; !ok || end < cur {
+		q.ends[k] = end
 	}
-	// Forget pilots that left without the master ever reporting them.
-	for p := range q.ends {
-		if s, ok := q.pilots[p]; ok && q.now().Sub(s.at) > q.cfg.ZombieTimeout {
-			delete(q.ends, p)
+	// Forget the ends of pilots long over (their master never reported
+	// them): a zombie timeout after the end, the pilot is surely gone.
+	over := q.now().Add(-q.cfg.ZombieTimeout).Unix()
+	for pk, e := range q.ends {
+		if e < over && pk != k {
+			delete(q.ends, pk)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 )
@@ -159,7 +160,12 @@ func runAgent(c *cli.Context) error {
 	if c.Int("backlog") < -1 {
 		return cli.Exit("harvest agent: --backlog must be -1 (unlimited) or a number of tasks", 2)
 	}
-	if !c.Bool("no-queue") {
+	switch {
+	case c.String("queue") != "":
+		if err := checkRemoteFlags(c); err != nil {
+			return cli.Exit("harvest agent: "+err.Error(), 2)
+		}
+	case !c.Bool("no-queue"):
 		if c.IsSet("backlog") {
 			return cli.Exit("harvest agent: --backlog replaces the queue's demand; use it with --no-queue", 2)
 		}
@@ -202,7 +208,20 @@ func runAgent(c *cli.Context) error {
 	}
 	queueDone := make(chan error, 1)
 	var hq *hostedQueue
-	if !c.Bool("no-queue") {
+	shared := c.String("shared-dir")
+	if shared == "" {
+		shared = c.String("state-dir")
+	}
+	switch {
+	case c.String("queue") != "":
+		rq, err := openRemoteQueue(ctx, c, info)
+		if err != nil {
+			return cli.Exit("harvest agent: "+err.Error(), 1)
+		}
+		src = agent.SiteDemand{Round: rq.cl.AgentRound, End: rq.cl.AgentEnd}
+		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, cfg.PilotEnv)
+		log.Info("using a remote queue", "queue", c.String("queue"), "site", rq.site, "pilot_queue", rq.pilotURL)
+	case !c.Bool("no-queue"):
 		h, err := openQueue(c, log)
 		if err != nil {
 			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
@@ -211,17 +230,14 @@ func runAgent(c *cli.Context) error {
 		if err := h.seedNodeLimits(ctx, c); err != nil {
 			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
 		}
-		src = agent.QueueDemand{Q: h.q}
-		env := map[string]string{"HARVEST_QUEUE": h.advertise, "HARVEST_PILOT_TOKEN": h.token}
-		shared := c.String("shared-dir")
-		if shared == "" {
-			shared = c.String("state-dir")
+		site := h.q.LocalSite()
+		src = agent.SiteDemand{
+			Round: func(ctx context.Context, r api.AgentRound) (api.AgentPlan, error) {
+				return h.q.AgentRound(ctx, site, r)
+			},
+			End: func(_ context.Context, e api.PilotEnd) error { return h.q.Pool(site).PullIn(e.Pilot, e.End) },
 		}
-		env["HARVEST_STATE_DIR"] = shared
-		for k, v := range cfg.PilotEnv {
-			env[k] = v // the admin's --pilot-env wins
-		}
-		cfg.PilotEnv = env
+		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, cfg.PilotEnv)
 		hq = h
 		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
 		if h.advertise == "" {

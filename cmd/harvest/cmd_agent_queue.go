@@ -36,6 +36,11 @@ func queueFlags() []cli.Flag {
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "zombie-timeout", Value: queue.DefaultConfig().ZombieTimeout, EnvVars: []string{"HARVEST_ZOMBIE_TIMEOUT"}, Usage: "a task without heartbeat for this long is ZOMBIE; twice this, EXPIRED and requeued"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"HARVEST_TLS_CERT"}, Usage: "TLS certificate `FILE` for --listen (with --tls-key)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-key", EnvVars: []string{"HARVEST_TLS_KEY"}, Usage: "TLS key `FILE` for --listen"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "site", Value: api.LocalSite, EnvVars: []string{"HARVEST_SITE"}, Usage: "`NAME` of this cluster among the sites the queue serves (with the hosted queue; a remote queue knows it from the agent token)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_REMOTE_QUEUE"}, Usage: "use the queue at `URL` (another cluster's agent or `harvest queue serve`) instead of hosting one; needs --agent-token-file"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "agent-token-file", EnvVars: []string{"HARVEST_AGENT_TOKEN_FILE"}, Usage: "`FILE` holding this site's agent token (`harvest admin site add NAME` on the queue makes it)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "queue-ca", EnvVars: []string{"HARVEST_QUEUE_CA"}, Usage: "CA bundle `FILE` to verify an https --queue"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-queue", EnvVars: []string{"HARVEST_PILOT_QUEUE"}, Usage: "`URL` this site's pilots use to reach the remote queue (default: --queue)"}),
 	}
 }
 

@@ -271,6 +271,17 @@ func printJob(w io.Writer, j api.Job) {
 	row("state", j.State)
 	row("tasks", fmt.Sprintf("%d total, %d waiting, %d running, %d done, %d failed, %d killed",
 		j.Tasks.Total, j.Tasks.Waiting, j.Tasks.Running, j.Tasks.Done, j.Tasks.Failed, j.Tasks.Killed))
+	if len(j.Sites) > 0 {
+		var parts []string
+		for _, s := range j.Sites {
+			p := fmt.Sprintf("%s %d done", s.Site, s.Done)
+			if s.Failed > 0 {
+				p += fmt.Sprintf(" (%d failed attempts)", s.Failed)
+			}
+			parts = append(parts, p)
+		}
+		row("ran at", strings.Join(parts, ", "))
+	}
 	row("dataset", j.Dataset)
 	row("output", j.OutputDir)
 	row("command", strings.Join(j.Command, " "))

@@ -54,7 +54,8 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 		&cli.StringFlag{Name: "tls-key", Usage: "TLS key `FILE` for --listen"},
 		&cli.StringSliceFlag{Name: "allowed-root", EnvVars: []string{"HARVEST_ALLOWED_ROOTS"}, Usage: "`DIR` datasets and outputs must lie in (repeatable)"},
 		&cli.StringFlag{Name: "outputs-root", EnvVars: []string{"HARVEST_OUTPUTS_ROOT"}, Usage: "`DIR` for default output directories (DIR/<user>/job-<id>)"},
-		&cli.StringFlag{Name: "pilot-token", EnvVars: []string{"HARVEST_PILOT_TOKEN"}, Usage: "the token pilots authenticate with"},
+		&cli.StringFlag{Name: "pilot-token", EnvVars: []string{"HARVEST_PILOT_TOKEN"}, Usage: "the token the pilots of --site authenticate with (other sites' agents register their own)"},
+		&cli.StringFlag{Name: "site", Value: api.LocalSite, EnvVars: []string{"HARVEST_SITE"}, Usage: "`NAME` of the site whose pilots use --pilot-token"},
 		&cli.StringSliceFlag{Name: "admin", Usage: "`USER` who is admin on the Unix socket besides root (repeatable)"},
 		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
 		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
@@ -84,6 +85,7 @@ func queueSharedConfig(c *cli.Context) queue.Config {
 	cfg.Admins = c.StringSlice("admin")
 	cfg.ZombieTimeout = c.Duration("zombie-timeout")
 	cfg.LeaseTTL = c.Duration("lease-ttl")
+	cfg.LocalSite = c.String("site")
 	return cfg
 }
 

@@ -99,21 +99,25 @@ func adminCommand() *cli.Command {
 			},
 			{
 				Name:  "nodes",
-				Usage: "show or set the floor (--min) and cap (--max, 0 = none) of pilot nodes",
+				Usage: "show or set the floor (--min) and cap (--max, 0 = none) of pilot nodes, and the cap across all sites (--global-max)",
 				Flags: append(clientFlags(),
 					&cli.IntFlag{Name: "min", Usage: "minimum nodes the harvest keeps (MiniNode floor)"},
 					&cli.IntFlag{Name: "max", Usage: "maximum nodes the harvest may hold (0: no cap)"},
+					&cli.IntFlag{Name: "global-max", Usage: "maximum pilots across all sites sharing the queue (0: no cap)"},
 				),
 				Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 					var n api.Nodes
 					var err error
-					if c.IsSet("min") || c.IsSet("max") {
+					if c.IsSet("min") || c.IsSet("max") || c.IsSet("global-max") {
 						var s api.NodesSettings
 						if c.IsSet("min") {
 							s.MinNodes = ptrTo(c.Int("min"))
 						}
 						if c.IsSet("max") {
 							s.MaxNodes = ptrTo(c.Int("max"))
+						}
+						if c.IsSet("global-max") {
+							s.GlobalMaxNodes = ptrTo(c.Int("global-max"))
 						}
 						n, err = cl.SetNodes(c.Context, s)
 					} else {
@@ -133,11 +137,17 @@ func adminCommand() *cli.Command {
 					if n.RecommendedAt > 0 {
 						rec = fmt.Sprintf("%d (at %s)", n.Recommendation, unixTime(n.RecommendedAt))
 					}
-					fmt.Fprintf(c.App.Writer, "min nodes: %d\nmax nodes: %s\nmaster recommendation: %s\ntasks: %d pending, %d running\n",
-						n.MinNodes, maxs, rec, n.PendingTasks, n.RunningTasks)
+					global := "no cap"
+					if n.GlobalMaxNodes > 0 {
+						global = fmt.Sprint(n.GlobalMaxNodes)
+					}
+					fmt.Fprintf(c.App.Writer, "min nodes: %d\nmax nodes: %s\nmax nodes across sites: %s\nmaster recommendation: %s\ntasks: %d pending, %d running\n",
+						n.MinNodes, maxs, global, rec, n.PendingTasks, n.RunningTasks)
 					return nil
 				}),
 			},
+			siteCommand(),
+			sitesCommand(),
 			{
 				Name:  "token",
 				Usage: "tokens for HTTP access",

@@ -108,6 +108,16 @@ type Job struct {
 	FinishedAt  int64      `json:"finished_at,omitempty"`
 	ExpiresAt   int64      `json:"expires_at"`
 	Tasks       TaskCounts `json:"tasks"`
+	// Sites says where the job's tasks ran (GET /v1/jobs/{id} only): per
+	// site, the attempts done and failed there, by site name.
+	Sites []JobSite `json:"sites,omitempty"`
+}
+
+// JobSite is the part of a job one site ran.
+type JobSite struct {
+	Site   string `json:"site"`
+	Done   int    `json:"done"`
+	Failed int    `json:"failed"`
 }
 
 // JobList is one page of GET /v1/jobs (newest first). Pass NextCursor as
@@ -147,10 +157,11 @@ type UserSettings struct {
 
 // Nodes is the admin's floor and cap of pilot nodes, and the master's
 // latest MiniNode recommendation (GET/PUT /v1/admin/nodes; PUT reads only
-// min_nodes and max_nodes). MaxNodes 0 means no cap.
+// min_nodes, max_nodes and global_max_nodes). MaxNodes 0 means no cap.
 type Nodes struct {
 	MinNodes       int   `json:"min_nodes"`
 	MaxNodes       int   `json:"max_nodes"`
+	GlobalMaxNodes int   `json:"global_max_nodes,omitempty"` // cap on pilots across all sites (0 = none)
 	Recommendation int   `json:"recommendation,omitempty"`
 	RecommendedAt  int64 `json:"recommended_at,omitempty"`
 	PendingTasks   int   `json:"pending_tasks"`
@@ -159,8 +170,9 @@ type Nodes struct {
 
 // NodesSettings is the body of PUT /v1/admin/nodes.
 type NodesSettings struct {
-	MinNodes *int `json:"min_nodes,omitempty"`
-	MaxNodes *int `json:"max_nodes,omitempty"`
+	MinNodes       *int `json:"min_nodes,omitempty"`
+	MaxNodes       *int `json:"max_nodes,omitempty"`
+	GlobalMaxNodes *int `json:"global_max_nodes,omitempty"`
 }
 
 // TokenRequest is the body of POST /v1/tokens. A user may only ask for

@@ -214,7 +214,7 @@ func (s *Server) pilotLease(w http.ResponseWriter, r *http.Request, id queue.Ide
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
-	l, err := s.q.Lease(r.Context(), req)
+	l, err := s.q.Pool(id.Site).Lease(r.Context(), req)
 	return l, http.StatusOK, err
 }
 
@@ -223,7 +223,7 @@ func (s *Server) pilotPull(w http.ResponseWriter, r *http.Request, id queue.Iden
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
-	p, err := s.q.Pull(r.Context(), req)
+	p, err := s.q.Pool(id.Site).Pull(r.Context(), req)
 	return p, http.StatusOK, err
 }
 
@@ -232,7 +232,7 @@ func (s *Server) pilotResults(w http.ResponseWriter, r *http.Request, id queue.I
 	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
-	p, err := s.q.ReportResults(r.Context(), req)
+	p, err := s.q.Pool(id.Site).ReportResults(r.Context(), req)
 	return p, http.StatusOK, err
 }
 
@@ -241,7 +241,7 @@ func (s *Server) pilotHeartbeat(w http.ResponseWriter, r *http.Request, id queue
 	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
-	p, err := s.q.Heartbeat(r.Context(), req)
+	p, err := s.q.Pool(id.Site).Heartbeat(r.Context(), req)
 	return p, http.StatusOK, err
 }
 
@@ -250,5 +250,54 @@ func (s *Server) pilotRecommend(w http.ResponseWriter, r *http.Request, id queue
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
-	return struct{}{}, http.StatusOK, s.q.Recommend(r.Context(), req)
+	return struct{}{}, http.StatusOK, s.q.Pool(id.Site).Recommend(r.Context(), req)
+}
+
+func (s *Server) agentRegister(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req api.AgentRegistration
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	a, err := s.q.RegisterAgent(r.Context(), id.Site, req)
+	return a, http.StatusOK, err
+}
+
+func (s *Server) agentRound(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req api.AgentRound
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	p, err := s.q.AgentRound(r.Context(), id.Site, req)
+	return p, http.StatusOK, err
+}
+
+func (s *Server) agentEnd(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req api.PilotEnd
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	return struct{}{}, http.StatusOK, s.q.Pool(id.Site).PullIn(req.Pilot, req.End)
+}
+
+func (s *Server) listSites(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	l, err := s.q.Sites(r.Context())
+	return l, http.StatusOK, err
+}
+
+func (s *Server) addSite(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req struct{}
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	t, err := s.q.AddSite(r.Context(), r.PathValue("name"))
+	return t, http.StatusCreated, err
+}
+
+func (s *Server) putSite(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	var req api.SiteSettings
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return nil, 0, err
+	}
+	st, err := s.q.SetSite(r.Context(), r.PathValue("name"), req)
+	return st, http.StatusOK, err
 }

@@ -65,6 +65,7 @@ func (s *Server) Handler() http.Handler {
 	user := []string{api.RoleUser, api.RoleAdmin}
 	admin := []string{api.RoleAdmin}
 	pilot := []string{api.RolePilot}
+	agent := []string{api.RoleAgent}
 	mux.HandleFunc("/v1/healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]bool{"ok": true}) })
 	mux.Handle(api.PathWhoami, s.route(map[string]endpoint{"GET": {nil, s.whoami}}))
 	mux.Handle(api.PathJobs, s.route(map[string]endpoint{"POST": {user, s.submitJob}, "GET": {user, s.listJobs}}))
@@ -78,6 +79,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(pilotproto.PathResults, s.route(map[string]endpoint{"POST": {pilot, s.pilotResults}}))
 	mux.Handle(pilotproto.PathHeartbeat, s.route(map[string]endpoint{"POST": {pilot, s.pilotHeartbeat}}))
 	mux.Handle(pilotproto.PathRecommendation, s.route(map[string]endpoint{"POST": {pilot, s.pilotRecommend}}))
+	mux.Handle(api.PathAgentRegister, s.route(map[string]endpoint{"POST": {agent, s.agentRegister}}))
+	mux.Handle(api.PathAgentRound, s.route(map[string]endpoint{"POST": {agent, s.agentRound}}))
+	mux.Handle(api.PathAgentEnd, s.route(map[string]endpoint{"POST": {agent, s.agentEnd}}))
+	mux.Handle(api.PathSites, s.route(map[string]endpoint{"GET": {admin, s.listSites}}))
+	mux.Handle(api.PathSite+"{name}", s.route(map[string]endpoint{"POST": {admin, s.addSite}, "PUT": {admin, s.putSite}}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, fmt.Errorf("%w: no endpoint %s", api.ErrNotFound, r.URL.Path))
 	})

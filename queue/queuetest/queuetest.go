@@ -166,7 +166,7 @@ func (e *Env) Count(query string, args ...any) int {
 func (e *Env) Snapshot(t testing.TB) string {
 	t.Helper()
 	var b bytes.Buffer
-	for _, table := range []string{"users", "usage", "tokens", "jobs", "tasks", "results", "lease", "settings"} {
+	for _, table := range []string{"users", "usage", "tokens", "jobs", "tasks", "results", "leases", "job_pools", "sites", "settings"} {
 		rows, err := e.DB().Query(`SELECT * FROM ` + table + ` ORDER BY 1, 2`)
 		if err != nil {
 			t.Fatal(err)

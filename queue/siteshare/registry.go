@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
 // Registry is the queue's memory of the sites: what each site's agent and
@@ -20,10 +22,16 @@ type Registry struct {
 }
 
 type site struct {
-	agentAt, masterAt time.Time
-	agent             AgentReport
-	master            MasterReport
-	yield             Yield
+	agentAt, masterAt, reportAt time.Time
+	agent                       AgentReport
+	master                      MasterReport
+	pilots                      map[string]pilotSeen
+	yield                       Yield
+}
+
+type pilotSeen struct {
+	status pilotproto.PilotStatus
+	at     time.Time
 }
 
 // AgentReport is what a site's agent says each round.
@@ -36,6 +44,9 @@ type AgentReport struct {
 
 // MasterReport is what a pool's master says with its recommendation.
 type MasterReport struct {
+	// Epoch is the master's lease epoch: a report of an older epoch never
+	// replaces a newer one.
+	Epoch int64 `json:"epoch"`
 	// MinNodes is the master's MiniNode recommendation.
 	MinNodes int `json:"min_nodes"`
 	// Cap is the master's capacity cap (0 = none) and Phase its phase.
@@ -86,7 +97,29 @@ func (r *Registry) Agent(name string, rep AgentReport, now time.Time) {
 // Master records a pool master's report (its recommendation round).
 func (r *Registry) Master(name string, rep MasterReport, now time.Time) {
 	s := r.site(name)
-	s.master, s.masterAt = rep, now
+	if rep.Epoch < s.master.Epoch {
+		return
+	}
+	s.master, s.reportAt = rep, now
+	if now.After(s.masterAt) {
+		s.masterAt = now
+	}
+}
+
+// Pilots records the pilots a pool's master listed in its heartbeat:
+// whether each runs tasks (the agent releases busy pilots last) and its
+// deadline.
+func (r *Registry) Pilots(name string, pilots []pilotproto.PilotStatus, now time.Time) {
+	s := r.site(name)
+	if s.pilots == nil {
+		s.pilots = map[string]pilotSeen{}
+	}
+	for _, p := range pilots {
+		s.pilots[p.PilotID] = pilotSeen{status: p, at: now}
+	}
+	if now.After(s.masterAt) {
+		s.masterAt = now
+	}
 }
 
 // Seen records any other call from a site's master (pull, results,
@@ -181,13 +214,16 @@ type SitePlan struct {
 	// no pilot and releases the idle ones; busy ones finish their tasks).
 	NoPilots bool `json:"no_pilots,omitempty"`
 	// Recommended is the master's MiniNode recommendation, capped.
-	Recommended  int          `json:"recommended"`
-	SlotsPerNode int          `json:"slots_per_node"`
-	Agent        AgentReport  `json:"agent"`
-	Master       MasterReport `json:"master"`
-	Yield        Yield        `json:"yield"`
-	AgentAt      time.Time    `json:"agent_at"`
-	MasterAt     time.Time    `json:"master_at"`
+	Recommended int `json:"recommended"`
+	// Busy maps the pool's pilots the master listed lately to whether
+	// they run tasks.
+	Busy         map[string]bool `json:"busy,omitempty"`
+	SlotsPerNode int             `json:"slots_per_node"`
+	Agent        AgentReport     `json:"agent"`
+	Master       MasterReport    `json:"master"`
+	Yield        Yield           `json:"yield"`
+	AgentAt      time.Time       `json:"agent_at"`
+	MasterAt     time.Time       `json:"master_at"`
 }
 
 // Plan splits the work among the sites, sorted by name.
@@ -210,8 +246,16 @@ func (r *Registry) Plan(in PlanInput) []SitePlan {
 		if views[i].Alive {
 			live++
 		}
+		rep := s.master
+		if s.reportAt.IsZero() || in.Now.Sub(s.reportAt) > r.cfg.ReportTTL {
+			rep = MasterReport{} // its master is gone
+		}
+		slots := r.cfg.DefaultSlotsPerNode
+		if rep.SlotsPerNode > 0 {
+			slots = rep.SlotsPerNode
+		}
 		plans[i] = SitePlan{Name: n, Alive: views[i].Alive, Relative: rel[n], Running: max(in.Outstanding[n], 0),
-			SlotsPerNode: max(s.master.SlotsPerNode, 1), Agent: s.agent, Master: s.master, Yield: s.yield,
+			SlotsPerNode: slots, Agent: s.agent, Master: rep, Yield: s.yield, Busy: r.busy(s, in.Now),
 			AgentAt: s.agentAt, MasterAt: s.masterAt}
 	}
 	weights := Weights(views, r.cfg)
@@ -290,10 +334,88 @@ func (r *Registry) Plan(in PlanInput) []SitePlan {
 	return plans
 }
 
+// busy lists the pilots seen within PilotTTL, forgetting older ones.
+func (r *Registry) busy(s *site, now time.Time) map[string]bool {
+	out := make(map[string]bool, len(s.pilots))
+	for id, p := range r.pilotStatus(s, now) {
+		out[id] = p.Busy
+	}
+	return out
+}
+
+// PilotStatus returns the pilots of a site's pool seen within PilotTTL.
+func (r *Registry) PilotStatus(name string, now time.Time) map[string]pilotproto.PilotStatus {
+	s := r.sites[name]
+	if s == nil {
+		return map[string]pilotproto.PilotStatus{}
+	}
+	return r.pilotStatus(s, now)
+}
+
+func (r *Registry) pilotStatus(s *site, now time.Time) map[string]pilotproto.PilotStatus {
+	out := make(map[string]pilotproto.PilotStatus, len(s.pilots))
+	for id, p := range s.pilots {
+		if now.Sub(p.at) > r.cfg.PilotTTL {
+			delete(s.pilots, id)
+			continue
+		}
+		out[id] = p.status
+	}
+	return out
+}
+
 // lower is the smaller of two caps, 0 meaning none.
 func lower(a, b int) int {
 	if b > 0 && (a == 0 || b < a) {
 		return b
 	}
 	return a
+}
+
+// Report returns a site master's latest report and when it came, if it is
+// fresher than ReportTTL.
+func (r *Registry) Report(name string, now time.Time) (MasterReport, time.Time, bool) {
+	s := r.sites[name]
+	if s == nil || s.reportAt.IsZero() || now.Sub(s.reportAt) > r.cfg.ReportTTL {
+		return MasterReport{}, time.Time{}, false
+	}
+	return s.master, s.reportAt, true
+}
+
+// Allowance returns how many tasks a site's pool may hold, and false when
+// it may hold any number (it is the only live site).
+func (r *Registry) Allowance(name string, now time.Time) (int, bool) {
+	names := make([]string, 0, len(r.sites))
+	for n := range r.sites {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	rel := r.tracker.Relative()
+	views := make([]Site, len(names))
+	me, live := -1, 0
+	for i, n := range names {
+		views[i] = Site{Name: n, Alive: r.alive(r.sites[n], now), Relative: rel[n]}
+		if views[i].Alive {
+			live++
+		}
+		if n == name {
+			me = i
+		}
+	}
+	if me < 0 {
+		return 0, true
+	}
+	if live <= 1 && views[me].Alive {
+		return 0, false
+	}
+	w := Weights(views, r.cfg)
+	maxW := 0.0
+	for _, x := range w {
+		maxW = math.Max(maxW, x)
+	}
+	slots := 0
+	if rep, _, ok := r.Report(name, now); ok {
+		slots = rep.Slots
+	}
+	return Allowance(slots, w[me], maxW, r.cfg), true
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -181,5 +183,82 @@ func TestYield(t *testing.T) {
 	}
 	if !r.Alive("a", sec(610)) || r.Alive("a", sec(700)) || r.Alive("nobody", sec(0)) {
 		t.Fatal("Alive")
+	}
+}
+
+func TestAStaleMasterReportIsIgnored(t *testing.T) {
+	r := NewRegistry(DefaultConfig())
+	r.Agent("a", AgentReport{Idle: 4}, t0)
+	r.Master("a", MasterReport{MinNodes: 6, Cap: 3, Slots: 8, SlotsPerNode: 4}, t0)
+	p := r.Plan(PlanInput{Now: sec(60)})[0]
+	if p.Recommended != 3 || p.MaxNodes != 3 || p.SlotsPerNode != 4 {
+		t.Fatalf("fresh report: %+v", p)
+	}
+	r.Agent("a", AgentReport{Idle: 4}, sec(200))
+	p = r.Plan(PlanInput{Now: sec(200)})[0]
+	if p.Recommended != 0 || p.MaxNodes != 0 || p.SlotsPerNode != 1 {
+		t.Fatalf("report older than the TTL still used: %+v", p)
+	}
+}
+
+// Job ids start at 1 on every cluster: the same pilot id at two sites is
+// two pilots.
+func TestPilotsAreKeptPerSite(t *testing.T) {
+	r := NewRegistry(DefaultConfig())
+	r.Pilots("a", []pilotproto.PilotStatus{{PilotID: "1", Busy: true}, {PilotID: "2"}}, t0)
+	r.Pilots("b", []pilotproto.PilotStatus{{PilotID: "1"}}, t0)
+	r.Pilots("a", []pilotproto.PilotStatus{{PilotID: "2", Busy: true, Deadline: 99}}, sec(200)) // 1 not listed since t0
+	p := byName(r.Plan(PlanInput{Now: sec(350)}))
+	if len(p["a"].Busy) != 1 || !p["a"].Busy["2"] {
+		t.Fatalf("a's pilots %v: want only 2, busy (1 is older than the pilot TTL)", p["a"].Busy)
+	}
+	if len(p["b"].Busy) != 0 {
+		t.Fatalf("b's pilots %v, want none left", p["b"].Busy)
+	}
+	r.Pilots("b", []pilotproto.PilotStatus{{PilotID: "1"}}, sec(351))
+	p = byName(r.Plan(PlanInput{Now: sec(352)}))
+	if b, ok := p["b"].Busy["1"]; !ok || b {
+		t.Fatalf("b's pilot 1: %v %v", b, ok)
+	}
+	if !p["a"].Busy["2"] {
+		t.Fatal("b's report changed a's pilot")
+	}
+	if st := r.PilotStatus("a", sec(352)); st["2"].Deadline != 99 || len(st) != 1 {
+		t.Fatalf("a's pilot status %+v", st)
+	}
+	if st := r.PilotStatus("nobody", sec(352)); len(st) != 0 {
+		t.Fatalf("an unknown site's pilots %+v", st)
+	}
+}
+
+func TestAnOlderEpochsReportNeverReplacesANewerOne(t *testing.T) {
+	r := NewRegistry(DefaultConfig())
+	r.Master("a", MasterReport{Epoch: 2, MinNodes: 5}, t0)
+	r.Master("a", MasterReport{Epoch: 1, MinNodes: 9}, sec(1))
+	if p := r.Plan(PlanInput{Now: sec(2)})[0]; p.Recommended != 5 {
+		t.Fatalf("recommendation %d, want epoch 2's 5", p.Recommended)
+	}
+}
+
+func TestAllowanceMatchesThePlan(t *testing.T) {
+	r := twoSites(100, 100, 16, 16)
+	speeds(r, 10, 30)
+	plans := byName(r.Plan(PlanInput{Now: sec(1), Pending: 90}))
+	for _, n := range []string{"a", "b"} {
+		got, limited := r.Allowance(n, sec(1))
+		if !limited || got != plans[n].Allowance {
+			t.Fatalf("Allowance(%s) = %d %v, plan says %d", n, got, limited, plans[n].Allowance)
+		}
+	}
+	// Alone (b silent), a is not limited.
+	r.Seen("a", sec(100))
+	if _, limited := r.Allowance("a", sec(100)); limited {
+		t.Fatal("the only live site is limited")
+	}
+	if n, limited := r.Allowance("b", sec(100)); !limited || n != 0 {
+		t.Fatalf("silent b may hold %d %v", n, limited)
+	}
+	if n, limited := r.Allowance("nobody", sec(100)); !limited || n != 0 {
+		t.Fatalf("an unknown site may hold %d %v", n, limited)
 	}
 }

@@ -59,11 +59,20 @@ type Config struct {
 	// SilentAfter: a site whose agent and master have not called for this
 	// long is silent and weighs 0 until it calls again. Default 1 min.
 	SilentAfter time.Duration `json:"silent_after"`
+	// ReportTTL: a master's report older than this is ignored (its master
+	// is gone; the next one reports afresh). Default 2 min.
+	ReportTTL time.Duration `json:"report_ttl"`
+	// PilotTTL: a pilot the master has not listed for this long is
+	// forgotten. Default 5 min (the queue's zombie timeout).
+	PilotTTL time.Duration `json:"pilot_ttl"`
+	// DefaultSlotsPerNode is used until a master reports its own. Default 1.
+	DefaultSlotsPerNode int `json:"default_slots_per_node"`
 }
 
 // DefaultConfig returns the defaults above.
 func DefaultConfig() Config {
-	return Config{Tolerance: 0.2, Fastest: 4, Faster: 2, Slowest: 0.5, Ahead: 1, MinHold: 4, Alpha: 0.1, SilentAfter: time.Minute}
+	return Config{Tolerance: 0.2, Fastest: 4, Faster: 2, Slowest: 0.5, Ahead: 1, MinHold: 4, Alpha: 0.1, SilentAfter: time.Minute,
+		ReportTTL: 2 * time.Minute, PilotTTL: 5 * time.Minute, DefaultSlotsPerNode: 1}
 }
 
 // Validate reports the first setting that makes no sense.
@@ -83,8 +92,10 @@ func (c Config) Validate() error {
 		return bad("min hold %d must be at least 1", c.MinHold)
 	case !(c.Alpha > 0 && c.Alpha <= 1):
 		return bad("alpha %v must be in (0, 1]", c.Alpha)
-	case c.SilentAfter <= 0:
-		return bad("silent after %v must be positive", c.SilentAfter)
+	case c.SilentAfter <= 0 || c.ReportTTL <= 0 || c.PilotTTL <= 0:
+		return bad("silent after %v, report TTL %v and pilot TTL %v must be positive", c.SilentAfter, c.ReportTTL, c.PilotTTL)
+	case c.DefaultSlotsPerNode < 1:
+		return bad("default slots per node %d must be at least 1", c.DefaultSlotsPerNode)
 	}
 	return nil
 }

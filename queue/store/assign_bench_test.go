@@ -20,7 +20,7 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 	defer s.Close()
 	ctx := context.Background()
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	s.DecideLease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}, t0, 24*time.Hour)
+	s.DecideLease(ctx, "local", pilotproto.LeaseRequest{PilotID: "p1"}, t0, 24*time.Hour)
 	names := make([]string, 200)
 	for i := range names {
 		names[i] = fmt.Sprintf("t%03d", i)
@@ -40,7 +40,7 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 			takes[i] = Take{Job: jobs[k%len(jobs)], N: 1}
 			k++
 		}
-		if _, err := s.Assign(ctx, 1, t0, takes); err != nil {
+		if _, err := s.Assign(ctx, "local", 1, t0, takes); err != nil {
 			b.Fatal(err)
 		}
 	}

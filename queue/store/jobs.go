@@ -162,6 +162,9 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 		}
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM job_pools WHERE job_id = ?`, id); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE job_id = ?`, id); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,47 +11,76 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-func readLease(ctx context.Context, db querier) (rules.Lease, error) {
+// Every pool (the pilots of one site) has its own lease row, made at its
+// first request: a pool never seen has epoch 0 and no holder.
+func readLease(ctx context.Context, db querier, pool string) (rules.Lease, error) {
 	var l rules.Lease
 	var exp int64
-	err := db.QueryRowContext(ctx, `SELECT epoch, holder, address, expires_at FROM lease WHERE id = 1`).Scan(&l.Epoch, &l.Holder, &l.Address, &exp)
+	err := db.QueryRowContext(ctx, `SELECT epoch, holder, address, expires_at FROM leases WHERE pool = ?`, pool).Scan(&l.Epoch, &l.Holder, &l.Address, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rules.Lease{}, nil
+	}
 	if err != nil {
-		return l, fmt.Errorf("read lease: %w", err)
+		return l, fmt.Errorf("read lease of pool %q: %w", pool, err)
 	}
 	l.Expires = time.UnixMilli(exp)
 	return l, nil
 }
 
-func saveLease(ctx context.Context, tx *sql.Tx, l rules.Lease) error {
-	_, err := tx.ExecContext(ctx, `UPDATE lease SET epoch = ?, holder = ?, address = ?, expires_at = ? WHERE id = 1`,
-		l.Epoch, l.Holder, l.Address, ms(l.Expires))
+func saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.Lease) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`,
+		pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
 	if err != nil {
-		return fmt.Errorf("save lease: %w", err)
+		return fmt.Errorf("save lease of pool %q: %w", pool, err)
 	}
 	return nil
 }
 
-// Lease reads the current lease (a reader: for display, not for fencing).
-func (s *Store) Lease(ctx context.Context) (rules.Lease, error) { return readLease(ctx, s.r) }
+// Lease reads a pool's current lease (a reader: for display, not for fencing).
+func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
+	return readLease(ctx, s.r, pool)
+}
 
-// DecideLease applies rules.DecideLease to the stored lease in one write
-// transaction and returns the previous lease and the decision.
-func (s *Store) DecideLease(ctx context.Context, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
+// Leases reads every pool's lease.
+func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]rules.Lease{}
+	for rows.Next() {
+		var pool string
+		var l rules.Lease
+		var exp int64
+		if err := rows.Scan(&pool, &l.Epoch, &l.Holder, &l.Address, &exp); err != nil {
+			return nil, fmt.Errorf("read leases: %w", err)
+		}
+		l.Expires = time.UnixMilli(exp)
+		out[pool] = l
+	}
+	return out, rows.Err()
+}
+
+// DecideLease applies rules.DecideLease to a pool's stored lease in one
+// write transaction and returns the previous lease and the decision.
+func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		if prev, err = readLease(ctx, tx); err != nil {
+		if prev, err = readLease(ctx, tx, pool); err != nil {
 			return err
 		}
 		if d, err = rules.DecideLease(prev, req, now, ttl); err != nil || !d.Write {
 			return err
 		}
-		return saveLease(ctx, tx, d.Next)
+		return saveLease(ctx, tx, pool, d.Next)
 	})
 	return prev, d, err
 }
 
 // CheckEpoch is an empty fenced write: it answers whether epoch is the
-// current, alive lease at a point serialised with every other write (for
-// a master's writes that store nothing here, like a recommendation).
-func (s *Store) CheckEpoch(ctx context.Context, epoch int64, now time.Time) error {
-	return s.fenced(ctx, epoch, now, func(*sql.Tx, rules.Lease) error { return nil })
+// pool's current, alive lease at a point serialised with every other write
+// (for a master's writes that store nothing here, like a recommendation).
+func (s *Store) CheckEpoch(ctx context.Context, pool string, epoch int64, now time.Time) error {
+	return s.fenced(ctx, pool, epoch, now, func(*sql.Tx, rules.Lease) error { return nil })
 }

@@ -73,11 +73,11 @@ type Taken struct {
 }
 
 // Assign hands out, for each take, the job's waiting tasks of lowest id,
-// marking them ASSIGNED to the lease holder under epoch, in one fenced
-// transaction of four statements whatever the number of takes.
-func (s *Store) Assign(ctx context.Context, epoch int64, now time.Time, takes []Take) (Taken, error) {
+// marking them ASSIGNED to the pool's lease holder under epoch, in one
+// fenced transaction of four statements whatever the number of takes.
+func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
 	var out Taken
-	err := s.fenced(ctx, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		ids := make([]int64, 0, len(takes))
 		for _, t := range takes {
@@ -115,8 +115,8 @@ func (s *Store) Assign(ctx context.Context, epoch int64, now time.Time, takes []
 				SELECT job, n - 1, (SELECT id FROM tasks WHERE job_id = pick.job AND state = 'WAITING' AND id > pick.id ORDER BY id LIMIT 1)
 				FROM pick WHERE n > 1 AND id IS NOT NULL)
 			UPDATE tasks SET state = 'ASSIGNED', attempt = attempt + 1, epoch = ?2, pilot = ?3, assigned_at = ?4, heartbeat_at = ?4,
-				wait_ms = wait_ms + (?4 - queued_at)
-			WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL) RETURNING id, job_id, name, attempt`, arg, epoch, l.Holder, ms(now))
+				wait_ms = wait_ms + (?4 - queued_at), pool = ?5
+			WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL) RETURNING id, job_id, name, attempt`, arg, epoch, l.Holder, ms(now), pool)
 		if err != nil {
 			return err
 		}
@@ -172,19 +172,31 @@ type Applied struct {
 	// Events are the usage of every recorded result (applied or stale).
 	Events  []OwnedEvent
 	Changes []JobChange
+	// Outcomes are the applied results, for the per-site figures.
+	Outcomes []Outcome
 }
 
-// ApplyResults records results in one transaction, fenced by epoch,
-// idempotent by (task, attempt): a result recorded before is a duplicate
-// and changes nothing; a result for an attempt that is not current
-// (rules.ActiveTask.Current) is recorded for usage but changes no task;
-// a current one moves its task as rules.AfterResult says. Five statements
-// whatever the number of results.
-func (s *Store) ApplyResults(ctx context.Context, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
+// Outcome is one applied result: its job, its status, how long it took
+// from its hand-out to its result and how long it ran.
+type Outcome struct {
+	Job                      int64
+	Status                   string
+	TurnaroundMS, DurationMS int64
+}
+
+// ApplyResults records a pool's results in one transaction, fenced by the
+// pool's epoch, idempotent by (task, attempt): a result recorded before is
+// a duplicate and changes nothing; a result for an attempt that is not
+// current (rules.ActiveTask.Current) is recorded for usage but changes no
+// task; a current one moves its task as rules.AfterResult says. A result
+// for the current attempt of a task handed to another pool is ignored and
+// not recorded, so it cannot take the place of the real one. Six
+// statements whatever the number of results.
+func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
-	err := s.fenced(ctx, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		var err error
-		a, err = applyResults(ctx, tx, results, now)
+		a, err = applyResults(ctx, tx, pool, results, now)
 		return err
 	})
 	if err != nil {
@@ -198,9 +210,14 @@ type resultTask struct {
 	found, recorded bool
 	task            rules.ActiveTask
 	job             int64
+	pool            string
+	assigned        int64 // Unix ms
 }
 
-func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, now time.Time) (Applied, error) {
+// poolCounter is the job_pools column a result's status counts in.
+var poolCounter = map[string]int{pilotproto.StatusDone: 0, pilotproto.StatusFailed: 1, pilotproto.StatusTimeout: 1}
+
+func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time) (Applied, error) {
 	a := Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 	keys := make([][2]int64, len(results))
 	for i, r := range results {
@@ -211,6 +228,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 		return a, err
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT r.key, t.id IS NOT NULL, coalesce(t.state, ''), coalesce(t.attempt, 0), coalesce(t.tries, 0), coalesce(t.job_id, 0),
+			coalesce(t.pool, ''), coalesce(t.assigned_at, 0),
 			EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)
 		FROM jsonb_each(?) AS r LEFT JOIN tasks t ON t.id = r.value->>0`, arg)
 	if err != nil {
@@ -221,7 +239,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 	for rows.Next() {
 		var i int
 		var rt resultTask
-		if err := rows.Scan(&i, &rt.found, &rt.task.State, &rt.task.Attempt, &rt.task.Tries, &rt.job, &rt.recorded); err != nil {
+		if err := rows.Scan(&i, &rt.found, &rt.task.State, &rt.task.Attempt, &rt.task.Tries, &rt.job, &rt.pool, &rt.assigned, &rt.recorded); err != nil {
 			rows.Close()
 			return a, err
 		}
@@ -239,6 +257,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 		return a, err
 	}
 	var inserts, updates [][]any
+	perJob := map[int64]*[2]int{} // done and failed attempts of this pool per job
 	seen := make(map[[2]int64]bool, len(results))
 	touched := map[int64]*jobRow{}
 	for i, r := range results {
@@ -248,7 +267,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 			continue
 		}
 		j := jobs[rt.job]
-		if !rt.found || j == nil {
+		if !rt.found || j == nil || (r.Attempt == rt.task.Attempt && rt.pool != pool) {
 			a.Ignored++
 			continue
 		}
@@ -257,7 +276,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 		current := rt.task.Current(r.Attempt)
 		cpu := float64(j.cores) * float64(r.DurationMS) / 1000
 		ev := UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}
-		inserts = append(inserts, []any{r.TaskID, r.Attempt, rt.job, j.owner, r.Status, r.ExitCode, r.StartedAt, r.DurationMS, r.Pilot, r.ErrorTail, ev.CPU, ev.Cost, current})
+		inserts = append(inserts, []any{r.TaskID, r.Attempt, rt.job, j.owner, r.Status, r.ExitCode, r.StartedAt, r.DurationMS, r.Pilot, r.ErrorTail, ev.CPU, ev.Cost, current, pool})
 		a.Events = append(a.Events, OwnedEvent{j.owner, ev})
 		if !current {
 			a.Ignored++
@@ -283,6 +302,15 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 			j.c.Failed++
 		}
 		touched[rt.job] = j
+		if col, ok := poolCounter[r.Status]; ok {
+			c := perJob[rt.job]
+			if c == nil {
+				c = &[2]int{}
+				perJob[rt.job] = c
+			}
+			c[col]++
+		}
+		a.Outcomes = append(a.Outcomes, Outcome{Job: rt.job, Status: r.Status, TurnaroundMS: max(0, ms(now)-rt.assigned), DurationMS: r.DurationMS})
 		a.Applied++
 		a.Running[j.owner] -= j.cores
 	}
@@ -291,10 +319,25 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 		if err != nil {
 			return a, err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied)
-			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, ?2, value->>12
+		if _, err := tx.ExecContext(ctx, `INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied, pool)
+			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, ?2, value->>12, value->>13
 			FROM jsonb_each(?1)`, arg, ms(now)); err != nil {
 			return a, fmt.Errorf("record results: %w", err)
+		}
+	}
+	if len(perJob) > 0 {
+		counts := make([][3]int64, 0, len(perJob))
+		for job, c := range perJob {
+			counts = append(counts, [3]int64{job, int64(c[0]), int64(c[1])})
+		}
+		arg, err := jsonArg(counts)
+		if err != nil {
+			return a, err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO job_pools (job_id, pool, done, failed)
+			SELECT value->>0, ?2, value->>1, value->>2 FROM jsonb_each(?1) WHERE true
+			ON CONFLICT (job_id, pool) DO UPDATE SET done = done + excluded.done, failed = failed + excluded.failed`, arg, pool); err != nil {
+			return a, fmt.Errorf("count results per pool: %w", err)
 		}
 	}
 	if len(updates) > 0 {
@@ -312,15 +355,15 @@ func applyResults(ctx context.Context, tx *sql.Tx, results []pilotproto.Result, 
 	return a, err
 }
 
-// Heartbeat renews the lease of epoch and keeps the listed attempts alive
-// (ASSIGNED or ZOMBIE become RUNNING), in one fenced transaction. It
-// returns the renewed lease.
-func (s *Store) Heartbeat(ctx context.Context, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
+// Heartbeat renews the pool's lease of epoch and keeps the listed attempts
+// of the pool alive (ASSIGNED or ZOMBIE become RUNNING), in one fenced
+// transaction. It returns the renewed lease.
+func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
 	var next rules.Lease
-	err := s.fenced(ctx, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		next = l
 		next.Expires = now.Add(ttl)
-		if err := saveLease(ctx, tx, next); err != nil {
+		if err := saveLease(ctx, tx, pool, next); err != nil {
 			return err
 		}
 		if len(refs) == 0 {
@@ -336,7 +379,7 @@ func (s *Store) Heartbeat(ctx context.Context, epoch int64, now time.Time, ttl t
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'RUNNING', heartbeat_at = ?2
 			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d
-			WHERE tasks.id = d.v->>0 AND tasks.attempt = d.v->>1 AND tasks.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, arg, ms(now))
+			WHERE tasks.id = d.v->>0 AND tasks.attempt = d.v->>1 AND tasks.pool = ?3 AND tasks.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, arg, ms(now), pool)
 		return err
 	})
 	if err != nil {
@@ -345,10 +388,10 @@ func (s *Store) Heartbeat(ctx context.Context, epoch int64, now time.Time, ttl t
 	return next, nil
 }
 
-// ActiveTasksBefore lists the active tasks assigned under an epoch older
-// than epoch.
-func (s *Store) ActiveTasksBefore(ctx context.Context, epoch int64) ([]pilotproto.TaskRef, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND epoch < ?`, epoch)
+// ActiveTasksBefore lists the pool's active tasks assigned under an epoch
+// older than epoch.
+func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch < ?`, pool, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("find tasks of older epochs: %w", err)
 	}
@@ -360,6 +403,46 @@ func (s *Store) ActiveTasksBefore(ctx context.Context, epoch int64) ([]pilotprot
 			return nil, fmt.Errorf("find tasks of older epochs: %w", err)
 		}
 		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Outstanding counts the active tasks (handed out, not finished) of each
+// pool.
+func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT pool, count(*) FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') GROUP BY pool`)
+	if err != nil {
+		return nil, fmt.Errorf("count tasks per pool: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var pool string
+		var n int
+		if err := rows.Scan(&pool, &n); err != nil {
+			return nil, fmt.Errorf("count tasks per pool: %w", err)
+		}
+		out[pool] = n
+	}
+	return out, rows.Err()
+}
+
+// JobPools returns, per pool, the done and failed attempts of a job: where
+// its tasks ran.
+func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT pool, done, failed FROM job_pools WHERE job_id = ?`, job)
+	if err != nil {
+		return nil, fmt.Errorf("job %d per pool: %w", job, err)
+	}
+	defer rows.Close()
+	out := map[string][2]int{}
+	for rows.Next() {
+		var pool string
+		var d, f int
+		if err := rows.Scan(&pool, &d, &f); err != nil {
+			return nil, fmt.Errorf("job %d per pool: %w", job, err)
+		}
+		out[pool] = [2]int{d, f}
 	}
 	return out, rows.Err()
 }

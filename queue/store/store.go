@@ -1,10 +1,11 @@
 // Package store is the queue's SQLite storage: the schema and its
 // embedded migrations, and every SQL statement of the queue. Each method
 // is one short write transaction (or a series of them, for work in
-// chunks) or a read on the reader pool. Writes of a master (assign,
-// results, heartbeat, recommendation) are fenced: the lease row is read
-// and the master's epoch checked inside the same write transaction, so no
-// new master can be granted between the check and the write. The rules
+// chunks) or a read on the reader pool. Every site's pilots form a pool
+// with a lease of its own. Writes of a pool's master (assign, results,
+// heartbeat, recommendation) are fenced: the pool's lease row is read and
+// the master's epoch checked inside the same write transaction, so no new
+// master can be granted between the check and the write. The rules
 // the store applies inside its transactions are pure functions of
 // queue/rules; the store never calls back into the service and takes no
 // lock of its own but the stats mutex (a leaf).
@@ -217,14 +218,14 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-// fenced is write for a master: inside the transaction, before fn, it
-// reads the lease and checks that epoch is current and alive at now. A
-// lease granted to a newer master commits either before this transaction
-// (and the check refuses) or after it (and this write was the current
-// master's): there is no window between check and write.
-func (s *Store) fenced(ctx context.Context, epoch int64, now time.Time, fn func(tx *sql.Tx, l rules.Lease) error) error {
+// fenced is write for a pool's master: inside the transaction, before fn,
+// it reads the pool's lease and checks that epoch is current and alive at
+// now. A lease granted to a newer master commits either before this
+// transaction (and the check refuses) or after it (and this write was the
+// current master's): there is no window between check and write.
+func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *sql.Tx, l rules.Lease) error) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		l, err := readLease(ctx, tx)
+		l, err := readLease(ctx, tx, pool)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	if _, d, err := s.DecideLease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}, t0, 30*time.Second); err != nil || !d.Granted || d.Next.Epoch != 1 {
+	if _, d, err := s.DecideLease(ctx, "local", pilotproto.LeaseRequest{PilotID: "p1"}, t0, 30*time.Second); err != nil || !d.Granted || d.Next.Epoch != 1 {
 		t.Fatalf("lease: %+v %v", d, err)
 	}
 	id, err := s.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1, Submitted: t0, Expires: t0.Add(time.Hour)})
@@ -49,14 +49,14 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 	if err := s.ActivateJob(ctx, id, "/o", 3); err != nil {
 		t.Fatal(err)
 	}
-	taken, err := s.Assign(ctx, 1, t0, []Take{{Job: id, N: 2}})
+	taken, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: id, N: 2}})
 	if err != nil || len(taken.Tasks[id]) != 2 || taken.Tasks[id][0].Name != "a" || taken.Tasks[id][1].Name != "b" {
 		t.Fatalf("assign: %+v %v, want a and b (FIFO)", taken, err)
 	}
-	if _, err := s.Assign(ctx, 1, t0.Add(30*time.Second), []Take{{Job: id, N: 1}}); !errors.Is(err, api.ErrLeaseExpired) {
+	if _, err := s.Assign(ctx, "local", 1, t0.Add(30*time.Second), []Take{{Job: id, N: 1}}); !errors.Is(err, api.ErrLeaseExpired) {
 		t.Fatalf("assign after expiry: %v, want api.ErrLeaseExpired", err)
 	}
-	if _, err := s.ApplyResults(ctx, 2, t0, []pilotproto.Result{{TaskID: taken.Tasks[id][0].ID, Attempt: 1, Status: pilotproto.StatusDone}}); !errors.Is(err, api.ErrStaleEpoch) {
+	if _, err := s.ApplyResults(ctx, "local", 2, t0, []pilotproto.Result{{TaskID: taken.Tasks[id][0].ID, Attempt: 1, Status: pilotproto.StatusDone}}); !errors.Is(err, api.ErrStaleEpoch) {
 		t.Fatalf("results of an epoch never granted: %v, want api.ErrStaleEpoch", err)
 	}
 	j, err := s.Job(ctx, id)

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Site is the admin's settings of a site other than the local one.
+type Site struct {
+	Name               string
+	MinNodes, MaxNodes int
+	Paused             bool
+	CreatedAt          time.Time
+}
+
+// Sites reads every registered site, by name.
+func (s *Store) Sites(ctx context.Context) ([]Site, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("read sites: %w", err)
+	}
+	defer rows.Close()
+	var out []Site
+	for rows.Next() {
+		var st Site
+		var created int64
+		if err := rows.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created); err != nil {
+			return nil, fmt.Errorf("read sites: %w", err)
+		}
+		st.CreatedAt = time.UnixMilli(created)
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// Site reads one registered site; ok is false if there is none.
+func (s *Store) Site(ctx context.Context, name string) (st Site, ok bool, err error) {
+	var created int64
+	err = s.r.QueryRowContext(ctx, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites WHERE name = ?`, name).
+		Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Site{}, false, nil
+	}
+	if err != nil {
+		return Site{}, false, fmt.Errorf("read site %s: %w", name, err)
+	}
+	st.CreatedAt = time.UnixMilli(created)
+	return st, true, nil
+}
+
+// AddSite registers a site (or keeps its settings if it exists) and makes
+// agentHash its only agent token, in one transaction.
+func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sites (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
+			return err
+		}
+		return replaceToken(ctx, tx, name, agentRole, agentHash, now)
+	})
+}
+
+// PutSite stores a registered site's floor, cap and pause.
+func (s *Store) PutSite(ctx context.Context, st Site) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, st.Paused, st.Name)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return errors.Join(err, fmt.Errorf("site %s is not registered", st.Name))
+		}
+		return nil
+	})
+}
+
+// ReplaceToken makes hash the only token of user with role.
+func (s *Store) ReplaceToken(ctx context.Context, user, role, hash string, now time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error { return replaceToken(ctx, tx, user, role, hash, now) })
+}
+
+func replaceToken(ctx context.Context, tx *sql.Tx, user, role, hash string, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user = ? AND role = ? AND hash <> ?`, user, role, hash); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (hash) DO UPDATE SET user = excluded.user, role = excluded.role`, hash, user, role, ms(now))
+	return err
+}
+
+// GlobalMax reads the admin's cap on pilots across all sites (0 = none).
+func (s *Store) GlobalMax(ctx context.Context) (int, error) {
+	var v string
+	err := s.r.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = 'global_max_nodes'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the global cap: %w", err)
+	}
+	return strconv.Atoi(v)
+}
+
+// PutGlobalMax stores the admin's cap on pilots across all sites.
+func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES ('global_max_nodes', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(n))
+		return err
+	})
+}
