@@ -13,6 +13,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/svgchart"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
@@ -220,14 +221,22 @@ func pilotRow(j cluster.Job, now int64, deadlines map[string]int64) PilotRow {
 	return row
 }
 
-// Chart is the utilisation chart as SVG shapes (stacked step areas).
+// Chart is the utilisation chart: the SVG and the shares it shows.
 type Chart struct {
-	W, H                           int
-	Foreign, Useful, Held          string // polygon points
+	SVG                            template.HTML
+	W                              int
 	From, To                       string
 	Empty                          bool
 	ForeignPct, UsefulPct, HeldPct int
 	Hours                          string
+}
+
+// chartLayers are the chart's bands, bottom up; the page's legend uses
+// the same colours.
+var chartLayers = []svgchart.Layer{
+	{Name: "foreign jobs", Color: "#8a9bb0"},
+	{Name: "pilots running tasks", Color: "#3a8f3a"},
+	{Name: "idle pilots", Color: "#cfe8b0"},
 }
 
 // BuildChart draws samples over [from, to] as three stacked step areas:
@@ -241,7 +250,7 @@ func BuildChart(samples []Sample, from, to int64, w, h int) Chart {
 			from = to - 60
 		}
 	}
-	c := Chart{W: w, H: h, From: clock(from), To: clock(to), Hours: human(time.Duration(to-from) * time.Second)}
+	c := Chart{W: w, From: clock(from), To: clock(to), Hours: human(time.Duration(to-from) * time.Second)}
 	var in []Sample
 	for i, s := range samples {
 		if s.T > to {
@@ -258,31 +267,21 @@ func BuildChart(samples []Sample, from, to int64, w, h int) Chart {
 		return c
 	}
 	total := 0
-	for _, s := range in {
+	steps := make([]svgchart.Step, len(in))
+	for i, s := range in {
 		total = max(total, s.Total)
+		steps[i] = svgchart.Step{T: s.T, Values: []float64{float64(s.Foreign), float64(s.Useful), float64(max(0, s.Held-s.Useful))}}
 	}
 	if total == 0 {
 		c.Empty = true
 		return c
 	}
-	x := func(t int64) float64 { return float64(max(t, from)-from) / float64(to-from) * float64(w) }
-	y := func(v int) float64 { return float64(h) - float64(v)/float64(total)*float64(h) }
-	area := func(val func(Sample) int) string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%.1f,%.1f", x(in[0].T), float64(h))
-		for i, s := range in {
-			end := to
-			if i+1 < len(in) {
-				end = in[i+1].T
-			}
-			fmt.Fprintf(&b, " %.1f,%.1f %.1f,%.1f", x(s.T), y(val(s)), x(end), y(val(s)))
-		}
-		fmt.Fprintf(&b, " %.1f,%.1f", float64(w), float64(h))
-		return b.String()
+	sc := svgchart.Chart{Width: w, Height: h, From: from, To: to, Max: float64(total), Layers: chartLayers, Steps: steps,
+		Attrs: [][2]string{{"id", "chart"}, {"role", "img"}, {"aria-label", "node utilisation over time"}, {"style", "background:#fff;border:1px solid #ccc"}}}
+	if len(steps) > w {
+		sc.Bins = w // one average per pixel column keeps the page small
 	}
-	c.Foreign = area(func(s Sample) int { return s.Foreign })
-	c.Useful = area(func(s Sample) int { return s.Foreign + s.Useful })
-	c.Held = area(func(s Sample) int { return s.Foreign + s.Held })
+	c.SVG = template.HTML(sc.SVG()) // built from numbers and constants only
 	// Time-weighted shares of the node-time shown.
 	var span, fo, us, he float64
 	for i, s := range in {

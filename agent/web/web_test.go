@@ -177,7 +177,7 @@ func TestTheStatusPageShowsWhatTheAgentSees(t *testing.T) {
 				// p2 is unlimited but the master reported its deadline.
 				"<td>p2</td><td class=\"busy\">busy</td>", clock(1_000_900),
 				"<td>p3</td><td class=\"queued\">queued</td>",
-				"genomes", "25%", "frames", "over quota", "10.400", `<svg id="chart"`, "<polygon points="},
+				"genomes", "25%", "frames", "over quota", "10.400", `<svg id="chart" role="img" aria-label="node utilisation over time" style="background:#fff;border:1px solid #ccc" xmlns="http://www.w3.org/2000/svg" width="720" height="160"`, `<path fill="#8a9bb0" d="M`},
 		},
 		{
 			name:  "a user sees only their own jobs, as in the API",
@@ -348,14 +348,14 @@ func TestBuildChart(t *testing.T) {
 		from, to             int64
 		wantEmpty            bool
 		wantForeign, wantUse int
-		wantForeignPoly      string
+		wantForeignPath      string
 	}{
 		{name: "no samples draw nothing", from: 0, to: 100, wantEmpty: true},
 		{
 			name:    "two halves: half the node-time foreign, then pilots with tasks",
 			samples: []Sample{{T: 0, Total: 4, Foreign: 4}, {T: 50, Total: 4, Useful: 4, Held: 4}},
 			from:    0, to: 100, wantForeign: 50, wantUse: 50,
-			wantForeignPoly: "0.0,40.0 0.0,0.0 50.0,0.0 50.0,40.0 100.0,40.0 100.0,40.0",
+			wantForeignPath: `<path fill="#8a9bb0" d="M0.0,0.0 L50.0,0.0 L50.0,40.0 L100.0,40.0 L100.0,40.0 L50.0,40.0 L50.0,40.0 L0.0,40.0 Z"/>`,
 		},
 		{
 			name:    "a sample before the window holds at its start",
@@ -372,8 +372,8 @@ func TestBuildChart(t *testing.T) {
 			if c.ForeignPct != tc.wantForeign || c.UsefulPct != tc.wantUse {
 				t.Errorf("foreign %d%% useful %d%%, want %d%% %d%%", c.ForeignPct, c.UsefulPct, tc.wantForeign, tc.wantUse)
 			}
-			if tc.wantForeignPoly != "" && c.Foreign != tc.wantForeignPoly {
-				t.Errorf("foreign polygon %q, want %q", c.Foreign, tc.wantForeignPoly)
+			if tc.wantForeignPath != "" && !strings.Contains(string(c.SVG), tc.wantForeignPath) {
+				t.Errorf("chart %s\nlacks the foreign band %s", c.SVG, tc.wantForeignPath)
 			}
 		})
 	}
