@@ -57,6 +57,20 @@ failed=$(grep -c '^FAIL[[:space:]]' /tmp/harvest-test.log || true)
 echo "packages: $passed passed, $failed failed"
 [ "$status" = 0 ] || exit "$status"
 
+# --- benchmark figures (added by the queue helper for issue 17; the lead owns this script) ---
+# Reported, not pass/fail: benchmarks, never timed tests. The end-to-end
+# dispatch (real queue, 1,000 users -> master -> worker processes -> queue),
+# the master alone, the pull across 10,000 users, a 1,000,000-entry submission.
+step "benchmarks (figures only)"
+{
+  harvest bench dispatch
+  harvest bench dispatch --in-memory
+  go test ./queue -run '^$' -bench PullAcrossUsers -benchtime 20x
+  harvest bench submit --entries 1000000
+} 2>&1 | tee /tmp/harvest-bench.log
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) (figures scale with it)"
+# --- end of the benchmark step ---
+
 step "short fuzz runs"
 scripts/fuzz.sh 20000x
 

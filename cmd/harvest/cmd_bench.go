@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -21,11 +22,18 @@ func benchCommand() *cli.Command {
 		Usage: "measure harvest itself",
 		Subcommands: []*cli.Command{{
 			Name:  "dispatch",
-			Usage: "master + N worker processes on this machine: dispatch throughput and per-task overhead",
-			Description: "One master in process (real SQLite checkpoint, real HTTP on 127.0.0.1) fed by an in-memory\n" +
-				"queue, and --workers worker processes (`harvest worker`). With --task-time 0 every task is a\n" +
-				"no-op: the worker marks it done without starting anything, so the figure is harvest's own cost\n" +
-				"per task (queue pull, checkpoint, batch hand-out, result, checkpoint, queue report).\n" +
+			Usage: "queue -> master -> N worker processes -> queue on this machine: end-to-end throughput, per-task overhead, where the time goes",
+			Description: "End to end by default: the real queue (a fresh SQLite database, its HTTP API on 127.0.0.1, the\n" +
+				"fair-share order over --users users with one job each, results applied with their usage) feeds\n" +
+				"a master in process (real SQLite checkpoint, real HTTP) over HTTP, as a pilot's master is fed,\n" +
+				"and --workers worker processes (`harvest worker`) run the tasks and send the results back\n" +
+				"through the master to the queue. The makespan runs from the moment the master may pull (jobs\n" +
+				"stored, workers registered: not timed) until the queue has acknowledged every result.\n" +
+				"--in-memory replaces the queue by an in-memory feed: the master and the workers alone.\n" +
+				"With --task-time 0 every task is a no-op: the worker marks it done without starting anything,\n" +
+				"so the figure is harvest's own cost per task (queue pull, checkpoint, batch hand-out, result,\n" +
+				"checkpoint, queue report). The report says where the time went: CPU per task of this process\n" +
+				"(queue and master) and of the workers, the queue's handlers and SQLite's write lock.\n" +
 				"--exec runs each task as a real process (true, or sleep --task-time).\n" +
 				"--shape thesis repeats the original experiment's shape (150 tasks on 1, 2, 4, 8 one-slot\n" +
 				"workers, --task-time per task, batch size 1) and reports efficiency = ideal / measured makespan.\n" +
@@ -34,6 +42,9 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "workers", Value: 4, Usage: "worker processes"},
 				&cli.IntFlag{Name: "slots", Value: 4, Usage: "slots per worker"},
 				&cli.IntFlag{Name: "tasks", Value: 50000, Usage: "tasks"},
+				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing in the real queue, one job each (the tasks are shared out)"},
+				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
+				&cli.StringFlag{Name: "cpuprofile", Usage: "write this process's CPU profile (queue and master) to `FILE` (go tool pprof)"},
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
 				&cli.IntFlag{Name: "batch-size", Value: 100, Usage: "the job's batch size"},
 				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process"},
@@ -58,9 +69,21 @@ func runBench(c *cli.Context) error {
 	cfg := bench.DefaultConfig()
 	cfg.Workers, cfg.Slots, cfg.Tasks = c.Int("workers"), c.Int("slots"), c.Int("tasks")
 	cfg.TaskTime, cfg.BatchSize, cfg.Exec = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec")
+	cfg.Users, cfg.InMemory = c.Int("users"), c.Bool("in-memory")
 	cfg.Binary, cfg.Dir = bin, dir
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if p := c.String("cpuprofile"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	out := c.App.Writer
 	switch c.String("shape") {
 	case "":
@@ -74,12 +97,7 @@ func runBench(c *cli.Context) error {
 		if c.Bool("json") {
 			return json.NewEncoder(out).Encode(r)
 		}
-		fmt.Fprintf(out, "%d tasks (%s each) on %d workers x %d slots, batch size %d: makespan %.3f s\n",
-			r.Tasks, taskKind(cfg), r.Workers, r.Slots, cfg.BatchSize, r.MakespanS)
-		fmt.Fprintf(out, "throughput %.0f tasks/s, overhead %.4f ms per task\n", r.TasksPerS, r.OverheadMS)
-		if r.Efficiency > 0 {
-			fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
-		}
+		printDispatch(out, cfg, r)
 		return nil
 	case "thesis":
 		if !c.IsSet("task-time") {
@@ -91,6 +109,9 @@ func runBench(c *cli.Context) error {
 		cfg.Slots = 1
 		if !c.IsSet("batch-size") {
 			cfg.BatchSize = 1
+		}
+		if !c.IsSet("users") {
+			cfg.Users = 1 // the original experiment: one job
 		}
 		var rows []bench.Result
 		for _, w := range []int{1, 2, 4, 8} {
@@ -108,6 +129,26 @@ func runBench(c *cli.Context) error {
 		return nil
 	default:
 		return cli.Exit(fmt.Sprintf("harvest bench: unknown --shape %q (want thesis)", c.String("shape")), 2)
+	}
+}
+
+func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
+	path := fmt.Sprintf("end to end: real queue (%d users) -> master -> workers -> queue", r.Users)
+	if r.Queue == "memory" {
+		path = "in-memory feed -> master -> workers (no queue)"
+	}
+	fmt.Fprintf(out, "%s\n%d tasks (%s each) on %d workers x %d slots, batch size %d: makespan %.3f s\n",
+		path, r.Tasks, taskKind(cfg), r.Workers, r.Slots, cfg.BatchSize, r.MakespanS)
+	fmt.Fprintf(out, "throughput %.0f tasks/s, overhead %.4f ms per task\n", r.TasksPerS, r.OverheadMS)
+	if r.Efficiency > 0 {
+		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
+	}
+	fmt.Fprintf(out, "CPU per task: %.1f us in this process (queue + master), %.1f us in the workers\n", r.ProcessCPUUS, r.WorkersCPUUS)
+	if b := r.Breakdown; b != nil {
+		per := func(ms float64) float64 { return ms * 1000 / float64(r.Tasks) }
+		fmt.Fprintf(out, "queue handlers per task: pull %.1f us (%d calls), results %.1f us (%d calls), heartbeat %.1f us (%d calls)\n",
+			per(b.PullMS), b.PullCalls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
+		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions, longest %.1f ms\n", per(b.WriteLockMS), b.Transactions, b.LongestTxMS)
 	}
 }
 

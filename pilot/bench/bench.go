@@ -1,6 +1,10 @@
-// Package bench measures the master/worker dispatch path: one master in
-// process (real SQLite checkpoint, real HTTP on 127.0.0.1) fed by an
-// in-memory task feed (feed.go), and N worker processes (`harvest worker`).
+// Package bench measures the dispatch path. By default end to end: the
+// real queue (SQLite, its HTTP API, the fair-share order over Users users,
+// results applied) feeds a master in process (real SQLite checkpoint, real
+// HTTP on 127.0.0.1) over HTTP, and the master feeds N worker processes
+// (`harvest worker`) whose results go back to the queue (endtoend.go).
+// With InMemory, an in-memory task feed (feed.go) stands in for the queue:
+// the master and the workers alone.
 package bench
 
 import (
@@ -30,15 +34,17 @@ type Config struct {
 	TaskTime  time.Duration // each task's run time (0: no-op)
 	BatchSize int           // the job's batch size
 	Exec      bool          // run each task as a real process (sleep/true) instead of in the worker
+	Users     int           // users competing, one job each (the real queue)
+	InMemory  bool          // an in-memory feed instead of the real queue: the master and workers alone
 	Binary    string        // the harvest binary to start workers with
 	Dir       string        // scratch directory (checkpoint, task logs)
 	Logger    *slog.Logger
 }
 
-// DefaultConfig is the dispatch benchmark: 4 workers x 4 slots, 50,000
-// no-op tasks in batches of 100.
+// DefaultConfig is the dispatch benchmark: the real queue with 1,000
+// users, 4 workers x 4 slots, 50,000 no-op tasks in batches of 100.
 func DefaultConfig() Config {
-	return Config{Workers: 4, Slots: 4, Tasks: 50000, BatchSize: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return Config{Workers: 4, Slots: 4, Tasks: 50000, BatchSize: 100, Users: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // Validate reports the first problem.
@@ -46,6 +52,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Workers < 1 || c.Slots < 1 || c.Tasks < 1 || c.BatchSize < 1:
 		return errors.New("bench: workers, slots, tasks and batch size must be at least 1")
+	case !c.InMemory && (c.Users < 1 || c.Users > c.Tasks):
+		return errors.New("bench: users must be 1..tasks (each user has a job of at least one task)")
 	case c.TaskTime < 0:
 		return errors.New("bench: task time must not be negative")
 	case c.Binary == "" || c.Dir == "":
@@ -54,9 +62,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Result of one run. Makespan runs from the moment the tasks enter the
-// queue (all workers registered) until the queue has applied every result.
+// Result of one run. Makespan runs from the moment the master may pull
+// (tasks in the queue, all workers registered) until the queue has
+// acknowledged every result.
 type Result struct {
+	Queue      string  `json:"queue"` // "real" (end to end) or "memory" (master and workers alone)
+	Users      int     `json:"users,omitempty"`
 	Workers    int     `json:"workers"`
 	Slots      int     `json:"slots_per_worker"`
 	Tasks      int     `json:"tasks"`
@@ -66,6 +77,13 @@ type Result struct {
 	TasksPerS  float64 `json:"tasks_per_s"`
 	OverheadMS float64 `json:"overhead_ms"` // (makespan - ideal) / tasks
 	Efficiency float64 `json:"efficiency"`  // ideal / makespan (0 for no-op tasks)
+	// Where the time went (per task, microseconds): CPU of this process
+	// (queue and master with their HTTP; the master alone in memory) and
+	// of the workers; the queue's handlers' wall time and SQLite's write
+	// lock (real queue only).
+	ProcessCPUUS float64    `json:"process_cpu_us_per_task"`
+	WorkersCPUUS float64    `json:"workers_cpu_us_per_task"`
+	Breakdown    *Breakdown `json:"breakdown,omitempty"`
 }
 
 // Run performs one measurement.
@@ -73,10 +91,53 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	const token = "bench-token"
-	q := newFeed()
+	var q pilotproto.Queue
+	var start func()
+	var finish func(context.Context) error
+	var rq *realQueue
+	if cfg.InMemory {
+		f := newFeed()
+		q = f
+		start = func() { f.add(feedTasks(cfg)) }
+		finish = func(ctx context.Context) error {
+			if err := f.wait(ctx); err != nil {
+				return err
+			}
+			if done, twice := f.counts(); done != cfg.Tasks || twice != 0 {
+				return fmt.Errorf("bench: %d of %d tasks done, %d twice", done, cfg.Tasks, twice)
+			}
+			return nil
+		}
+	} else {
+		var err error
+		if rq, err = openRealQueue(ctx, cfg); err != nil {
+			return Result{}, err
+		}
+		defer rq.close()
+		g := &gate{Queue: rq.pilot}
+		q = g
+		start = func() {
+			rq.q.WriteStats(true)
+			rq.timer.reset()
+			g.open.Store(true)
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	url := "http://" + ln.Addr().String()
 	mc := master.DefaultConfig()
-	mc.PilotID, mc.Epoch, mc.Token, mc.Address = "bench", 1, token, "in-process"
+	mc.PilotID, mc.Epoch, mc.Token, mc.Address = "bench", 1, pilotToken, url
+	if rq != nil {
+		l, err := rq.pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: mc.PilotID, Address: url})
+		if err != nil || !l.Granted {
+			ln.Close()
+			return Result{}, fmt.Errorf("bench: lease: %+v %v", l, err)
+		}
+		mc.Epoch = l.Epoch
+	}
 	mc.CheckpointPath = filepath.Join(cfg.Dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano()))
 	mc.IdlePoll = 5 * time.Millisecond
 	mc.MinBuffer = max(4*cfg.BatchSize, 256)
@@ -84,23 +145,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	mc.Logger = cfg.Logger
 	m, err := master.New(mc, q)
 	if err != nil {
+		ln.Close()
 		return Result{}, err
 	}
 	mctx, mstop := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
 	go func() { mdone <- m.Run(mctx) }()
 	defer func() { mstop(); <-mdone }()
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return Result{}, err
-	}
 	srv := &http.Server{Handler: m.Handler()}
 	go srv.Serve(ln)
 	defer srv.Close()
-	url := "http://" + ln.Addr().String()
 
-	procs, err := startWorkers(cfg, url, token)
+	procs, err := startWorkers(cfg, url, pilotToken)
 	defer stopWorkers(procs)
 	if err != nil {
 		return Result{}, err
@@ -111,6 +167,44 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("bench: only %d of %d workers registered: %w", m.Stats().Workers, cfg.Workers, err)
 	}
 
+	cpu0, begin := cpu(syscall.RUSAGE_SELF), time.Now()
+	reported0 := m.Stats().Reported
+	start()
+	if finish == nil {
+		finish = func(ctx context.Context) error {
+			return m.WaitFor(ctx, func(s master.Stats) bool { return s.Reported-reported0 >= cfg.Tasks })
+		}
+	}
+	if err := finish(ctx); err != nil {
+		return Result{}, err
+	}
+	makespan := time.Since(begin)
+	procCPU := cpu(syscall.RUSAGE_SELF) - cpu0
+	stopWorkers(procs)
+	procs = nil
+	r := summarize(cfg, makespan)
+	r.ProcessCPUUS = float64(procCPU.Microseconds()) / float64(cfg.Tasks)
+	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
+	if rq == nil {
+		r.Queue = "memory"
+		return r, nil
+	}
+	r.Queue, r.Users = "real", cfg.Users
+	if err := rq.check(ctx, cfg.Tasks); err != nil {
+		return r, err
+	}
+	ws := rq.q.WriteStats(false)
+	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000,
+		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
+	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
+	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
+	b.HeartbeatCalls, b.HeartbeatMS = rq.timer.get(pilotproto.PathHeartbeat)
+	r.Breakdown = b
+	return r, nil
+}
+
+// feedTasks are the in-memory feed's tasks.
+func feedTasks(cfg Config) []pilotproto.Task {
 	tasks := make([]pilotproto.Task, cfg.Tasks)
 	argv := []string{"true"}
 	if cfg.TaskTime > 0 {
@@ -121,16 +215,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		tasks[i] = pilotproto.Task{ID: int64(i + 1), JobID: 1, Name: strconv.Itoa(i), Command: argv,
 			OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize}
 	}
-	start := time.Now()
-	q.add(tasks)
-	if err := q.wait(ctx); err != nil {
-		return Result{}, err
-	}
-	makespan := time.Since(start)
-	if done, twice := q.counts(); done != cfg.Tasks || twice != 0 {
-		return Result{}, fmt.Errorf("bench: %d of %d tasks done, %d twice", done, cfg.Tasks, twice)
-	}
-	return summarize(cfg, makespan), nil
+	return tasks
 }
 
 func summarize(cfg Config, makespan time.Duration) Result {

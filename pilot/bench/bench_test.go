@@ -19,24 +19,40 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/harvest-hpc/harvest/cmd/harvest").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "bench", "dispatch", "--workers", "2", "--tasks", "3000", "--json").Output()
-	if err != nil {
-		t.Fatalf("bench: %v", err)
-	}
-	var got map[string]any
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
-	}
-	tps, ok1 := got["tasks_per_s"].(float64)
-	ovh, ok2 := got["overhead_ms"].(float64)
-	if !ok1 || !ok2 || tps <= 0 || ovh <= 0 {
-		t.Fatalf("want positive tasks_per_s and overhead_ms numbers: %s", out)
-	}
-	if got["tasks"].(float64) != 3000 {
-		t.Fatalf("ran %v tasks, want 3000", got["tasks"])
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		queue string
+	}{
+		{"end to end through the real queue by default", []string{"--users", "100"}, "real"},
+		{"the master and workers alone with --in-memory", []string{"--in-memory"}, "memory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := exec.Command(bin, append([]string{"bench", "dispatch", "--workers", "2", "--tasks", "3000", "--json"}, tc.args...)...).Output()
+			if err != nil {
+				t.Fatalf("bench: %v", err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+			}
+			tps, ok1 := got["tasks_per_s"].(float64)
+			ovh, ok2 := got["overhead_ms"].(float64)
+			cpu, ok3 := got["process_cpu_us_per_task"].(float64)
+			if !ok1 || !ok2 || !ok3 || tps <= 0 || ovh <= 0 || cpu <= 0 {
+				t.Fatalf("want positive tasks_per_s, overhead_ms and process_cpu_us_per_task: %s", out)
+			}
+			if got["tasks"].(float64) != 3000 || got["queue"] != tc.queue {
+				t.Fatalf("ran %v tasks through %v, want 3000 through %s", got["tasks"], got["queue"], tc.queue)
+			}
+			b, _ := got["breakdown"].(map[string]any)
+			if tc.queue == "real" && (b == nil || b["pull_calls"].(float64) < 1 || b["results_calls"].(float64) < 1 || b["write_lock_ms"].(float64) <= 0) {
+				t.Fatalf("the end-to-end run says nothing of the queue's share: %s", out)
+			}
+		})
 	}
 
-	out, err = exec.Command(bin, "bench", "dispatch", "--shape", "nope").CombinedOutput()
+	out, err := exec.Command(bin, "bench", "dispatch", "--shape", "nope").CombinedOutput()
 	if err == nil {
 		t.Fatalf("an unknown shape was accepted: %s", out)
 	}

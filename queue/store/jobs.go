@@ -141,13 +141,16 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 	return nil
 }
 
-// DropJob deletes a job, its tasks and results, in transactions of chunk
-// tasks.
+// DropJob deletes a job, its tasks and their results, in transactions of
+// chunk tasks.
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	for {
 		var n int64
 		err := s.write(ctx, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? LIMIT ?)`, id, chunk)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE task_id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk)
 			if err != nil {
 				return err
 			}
@@ -163,9 +166,6 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM job_pools WHERE job_id = ?`, id); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE job_id = ?`, id); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id = ?`, id)
