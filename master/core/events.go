@@ -117,12 +117,6 @@ type Beat struct {
 	Recommendation pilotproto.RecommendationRequest
 }
 
-// Empty reports whether there is nothing to do.
-func (r Ready) Empty() bool {
-	return len(r.Ops) == 0 && len(r.Replies) == 0 && r.Pull == nil && r.Report == nil &&
-		r.Beat == nil && r.Lease == nil && !r.Done
-}
-
 // Reply answers one worker request: exactly one of the bodies, or Err
 // (ErrNotMaster, ErrUnknownWorker).
 type Reply struct {
