@@ -49,6 +49,9 @@
 #   PREEMPT_MODE=CANCEL        its PreemptMode (CANCEL or REQUEUE)
 #   PREEMPT_GRACE=0            its GraceTime in seconds (SIGTERM at preemption, SIGKILL after)
 #   PREEMPT_TIER_HIGH=10       batch's PriorityTier (must be above 1)
+#   JOBCOMP=0              1 = JobCompType=jobcomp/filetxt: slurmctld appends a line per finished
+#                          job (submit, start, end to the second) to JOBCOMP_LOC (no database)
+#   JOBCOMP_LOC=$LAB/run/log/jobcomp.log
 #   ACCT=0                 1 = also run MariaDB + slurmdbd (sacct works; fair-share
 #                          priority across users works). Needs:
 #                          apt-get install slurmdbd mariadb-server   (or: install-acct)
@@ -79,6 +82,8 @@ PREEMPT_MODE=${PREEMPT_MODE:-CANCEL}
 PREEMPT_GRACE=${PREEMPT_GRACE:-0}
 PREEMPT_TIER_HIGH=${PREEMPT_TIER_HIGH:-10}
 ACCT=${ACCT:-0}
+JOBCOMP=${JOBCOMP:-0}
+JOBCOMP_LOC=${JOBCOMP_LOC:-$LAB/run/log/jobcomp.log}
 ACCT_USERS=${ACCT_USERS:-root alice bob}
 MYSQL_PORT=${MYSQL_PORT:-3307}
 DBD_PORT=${DBD_PORT:-6819}
@@ -143,8 +148,11 @@ check_preempt() {
 
 # render_conf: slurm.conf on stdout, without the generated-at header line.
 render_conf() {
-  local host auth_lines prio_lines acct_lines preempt_lines='' batch_tier=''
+  local host auth_lines prio_lines acct_lines preempt_lines='' batch_tier='' jobcomp_lines='JobCompType=jobcomp/none'
   host=$(hostname -s)
+  if [ "$JOBCOMP" = 1 ]; then
+    jobcomp_lines=$'JobCompType=jobcomp/filetxt\nJobCompLoc='"$JOBCOMP_LOC"
+  fi
   if [ "$AUTH" = none ]; then
     auth_lines=$'AuthType=auth/none\nCredType=cred/none'
   else
@@ -190,7 +198,7 @@ MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 ${acct_lines}
-JobCompType=jobcomp/none
+${jobcomp_lines}
 MpiDefault=none
 SwitchType=switch/none
 # scheduling

@@ -360,7 +360,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	res.rounds = rounds
 	res.Usage = c.Samples()
 	res.Records = c.Records()
-	measure(&res, c, from, to, cfg.Mode)
+	Measure(&res, c.LostTaskSeconds(), c.WorkRecords(), from, to)
 	res.Foreign.Recorded = compareRecorded(res.Records, recorded, to)
 	return res, nil
 }
@@ -504,7 +504,12 @@ func fixedRound(ctx context.Context, c *simcluster.Cluster, cfg Config) error {
 }
 
 // measure fills in the figures over [from, to].
-func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
+// Measure fills in the figures over [from, to] from res.Usage,
+// res.Records (and res.Mode, res.Nodes), the task time lost and the
+// harvest jobs' records: what a simulated run or a replay on a real
+// cluster (package replay) produced.
+func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, from, to int64) {
+	mode := res.Mode
 	var foreign, busy, idle int64
 	u := res.Usage
 	for i, s := range u {
@@ -526,7 +531,7 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 	res.UsefulUtilization = float64(foreign+busy) / total
 	res.Harvest.NodeSeconds = busy + idle
 	res.Harvest.UsefulNodeSeconds = busy
-	res.Harvest.LostTaskSeconds = c.LostTaskSeconds()
+	res.Harvest.LostTaskSeconds = lostTaskSeconds
 	res.Harvest.Jobs = []HarvestJob{}
 
 	var waitSum int64
@@ -578,11 +583,11 @@ func measure(res *Result, c *simcluster.Cluster, from, to int64, mode Mode) {
 	if res.Foreign.Started > 0 {
 		res.Foreign.MeanWaitS = float64(waitSum) / float64(res.Foreign.Started)
 	}
-	res.Foreign.P99WaitS = quantile(waits, 0.99)
-	res.Foreign.Blocked.P99S = quantile(blocked, 0.99)
-	res.Foreign.Blocked.MaxS = quantile(blocked, 1)
+	res.Foreign.P99WaitS = Quantile(waits, 0.99)
+	res.Foreign.Blocked.P99S = Quantile(blocked, 0.99)
+	res.Foreign.Blocked.MaxS = Quantile(blocked, 1)
 	if mode != Baseline {
-		for _, w := range c.WorkRecords() {
+		for _, w := range work {
 			ht.addMany(w.User, w.Tasks, w.TaskWaitSum, w.DoneSeconds, w.BSLDSum, w.BSLDMax)
 			hj := HarvestJob{ID: w.ID, SubmitS: w.Submit}
 			if w.Finish >= 0 {

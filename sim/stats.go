@@ -5,10 +5,10 @@ import (
 	"slices"
 )
 
-// quantile returns the q-quantile (0 < q <= 1) of xs by the nearest-rank
+// Quantile returns the q-quantile (0 < q <= 1) of xs by the nearest-rank
 // method: the smallest value with at least q of the values at or below it.
 // xs is sorted in place; 0 for none.
-func quantile(xs []int64, q float64) int64 {
+func Quantile(xs []int64, q float64) int64 {
 	if len(xs) == 0 {
 		return 0
 	}

@@ -32,6 +32,7 @@ func newApp() *cli.App {
 			adapterCommand(),
 			decideCommand(),
 			simCommand(),
+			replayCommand(),
 			pilotCommand(),
 			workerCommand(),
 			benchCommand(),

@@ -71,7 +71,15 @@ type Options struct {
 	GraceTime int
 	// Extra is appended to slurm.conf (minicluster.sh EXTRA_CONF).
 	Extra string
+	// JobComp makes slurmctld write the job completion log
+	// (JobCompType=jobcomp/filetxt, minicluster.sh JOBCOMP=1) at
+	// JobCompLog().
+	JobComp bool
 }
+
+// JobCompLog is where a cluster started with Options.JobComp logs the
+// jobs that ended (minicluster.sh's JOBCOMP_LOC default).
+func (c *Cluster) JobCompLog() string { return filepath.Join(c.Lab, "run", "log", "jobcomp.log") }
 
 // PreemptPartition is the preemptible partition of Options.Preempt.
 const PreemptPartition = "harvest"
@@ -84,7 +92,10 @@ func (o Options) env() []string {
 		e = []string{"PREEMPT=1", "PREEMPT_PARTITION=" + PreemptPartition, "PREEMPT_MODE=CANCEL",
 			"PREEMPT_GRACE=" + strconv.Itoa(o.GraceTime), "EXTRA_CONF=" + o.Extra}
 	}
-	return e
+	if o.JobComp {
+		return append(e, "JOBCOMP=1", "JOBCOMP_LOC=")
+	}
+	return append(e, "JOBCOMP=0")
 }
 
 // Spec names a mini-cluster other than the one of the environment: its

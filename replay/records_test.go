@@ -1,0 +1,56 @@
+package replay
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestOutcomeResultCountsJobsPilotsAndTasks(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	p := Plan{SpanS: 100, Jobs: []Job{
+		{ID: "a", User: "alice", Nodes: 2, SubmitS: 0, RunS: 50, LimitMin: 1},
+		{ID: "b", User: "bob", Nodes: 4, SubmitS: 10, RunS: 20, LimitMin: 1},
+	}}
+	o := Outcome{Kind: Polling, T0: t0,
+		Foreign: map[string]Completion{
+			"a": {JobID: "11", State: "COMPLETED", Nodes: 2, Submit: at(0), Start: at(0), End: at(50), nodeList: "n[1-2]", hasStart: true, hasEnd: true},
+			"b": {JobID: "12", State: "COMPLETED", Nodes: 4, Submit: at(10), Start: at(30), End: at(50), nodeList: "n[1-4]", hasStart: true, hasEnd: true},
+		},
+		// Pilot 20 held a node from 0 to 30 and was cancelled for b.
+		Pilots: []Completion{{JobID: "20", Name: "harvest-pilot", State: "CANCELLED", Nodes: 1, Submit: at(-2), Start: at(0), End: at(30), nodeList: "n3", hasStart: true, hasEnd: true}},
+		// It ran a task 0-10 and one from 20 that its cancel cut short.
+		Tasks: []TaskRun{{Task: "1", Pilot: "20", Start: float64(t0.Unix()), End: float64(t0.Unix() + 10)},
+			{Task: "2", Pilot: "20", Start: float64(t0.Unix() + 20), End: math.NaN()}},
+	}
+	r := o.Result(p, 4, 100, "carol")
+	// Held: foreign 2x50 + 4x20 = 180, pilot 30; useful: 180 + 10 + 10 (the
+	// lost task ran 20..30) over 4 x 100 node-s.
+	if r.Utilization != 210.0/400 || r.UsefulUtilization != 200.0/400 {
+		t.Errorf("utilisation %v useful %v", r.Utilization, r.UsefulUtilization)
+	}
+	if r.Harvest.LostTaskSeconds != 10 || r.Harvest.Pilots != 1 || r.Harvest.UsefulNodeSeconds != 20 || r.Harvest.NodeSeconds != 30 {
+		t.Errorf("harvest %+v", r.Harvest)
+	}
+	if r.Foreign.Started != 2 || r.Foreign.MaxWaitS != 20 || r.Foreign.MeanWaitS != 10 {
+		t.Errorf("foreign %+v", r.Foreign)
+	}
+	if r.Harvest.BoundedSlowdown.Jobs != 1 {
+		t.Errorf("one task completed: %+v", r.Harvest.BoundedSlowdown)
+	}
+	// Against a baseline in which b started at once: 20 s later.
+	base := o
+	base.Kind = Baseline
+	bb := base.Foreign["b"]
+	bb.Start = at(10)
+	base.Foreign = map[string]Completion{"a": o.Foreign["a"], "b": bb}
+	base.Pilots, base.Tasks = nil, nil
+	br := base.Result(p, 4, 100, "carol")
+	if s := CompareShift(br, r, 10); s.Jobs != 2 || s.Later != 1 || s.Earlier != 0 || s.MaxLaterS != 20 {
+		t.Errorf("shift %+v", s)
+	}
+	if f := CompareFidelity(br, r); f.Jobs != 2 || f.Exact != 1 || f.MeanS != -10 || f.MaxS != 20 || f.P50S != 0 {
+		t.Errorf("fidelity %+v", f)
+	}
+}

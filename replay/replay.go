@@ -1,0 +1,161 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
+	"github.com/harvest-hpc/harvest/agent"
+	"github.com/harvest-hpc/harvest/sim"
+)
+
+// Config is one replay: the mapping, the runs, and how to run them.
+type Config struct {
+	Map  MapConfig
+	Runs []Kind
+	Run  RunConfig
+	// ShiftThreshold is what counts as a job started later or earlier
+	// than in the baseline (seconds of replay time).
+	ShiftThreshold int64
+	// SimLatency and SimReservations configure the simulator run on the
+	// same scaled window (see docs/sim.md for why these values).
+	SimLatency, SimReservations int64
+}
+
+// Report is a replay's outcome: `harvest replay --json`.
+type Report struct {
+	Plan struct {
+		Jobs        int            `json:"jobs"`
+		Skipped     map[string]int `json:"skipped,omitempty"`
+		OfferedLoad float64        `json:"offered_load"`
+		Nodes       int            `json:"nodes"`
+		TraceNodes  int            `json:"trace_nodes"`
+		Scale       float64        `json:"scale"`
+		From        int64          `json:"from_s"`
+		To          int64          `json:"to_s"`
+		// SpanS is the measured span in replay seconds: the window, or
+		// longer if foreign jobs were still running at its end.
+		SpanS int64 `json:"span_s"`
+	} `json:"plan"`
+	Runs []RunReport `json:"runs"`
+	// NoiseFloor compares the second baseline run with the first.
+	NoiseFloor *Shift `json:"noise_floor,omitempty"`
+	// Skipped names runs that could not be made, and why.
+	Skipped map[string]string `json:"skipped_runs,omitempty"`
+}
+
+// RunReport is one run: what SLURM did, the shift of its foreign jobs
+// against the first baseline run, and the simulator on the same window.
+type RunReport struct {
+	Kind       Kind       `json:"kind"`
+	Result     sim.Result `json:"result"`
+	Shift      *Shift     `json:"shift_vs_baseline,omitempty"`
+	Sim        sim.Result `json:"sim"`
+	Fidelity   Fidelity   `json:"fidelity"`
+	Unfinished []string   `json:"unfinished,omitempty"`
+	AgentLog   string     `json:"agent_log,omitempty"`
+}
+
+// Replay maps the window of w, makes every run in turn on the cluster and
+// the simulator's counterpart of each, and compares them. skip, if it
+// returns a reason, leaves a run out (a preemption run on a cluster
+// without a preemptible partition).
+func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) string) (Report, error) {
+	var rep Report
+	p, err := Map(w, cfg.Map)
+	if err != nil {
+		return rep, err
+	}
+	rep.Plan.Jobs, rep.Plan.Skipped, rep.Plan.OfferedLoad = len(p.Jobs), p.Skipped, p.OfferedLoad(cfg.Map.Nodes)
+	rep.Plan.Nodes, rep.Plan.TraceNodes, rep.Plan.Scale = cfg.Map.Nodes, cfg.Map.TraceNodes, cfg.Map.Scale
+	rep.Plan.From, rep.Plan.To = cfg.Map.From, cfg.Map.To
+	if rep.Plan.TraceNodes == 0 {
+		rep.Plan.TraceNodes = w.MaxNodes
+	}
+	var outs []Outcome
+	for _, k := range cfg.Runs {
+		if why := skip(k); why != "" {
+			if rep.Skipped == nil {
+				rep.Skipped = map[string]string{}
+			}
+			rep.Skipped[string(k)] = why
+			cfg.Run.logf("%s: skipped: %s", k, why)
+			continue
+		}
+		o, err := Run(ctx, p, k, cfg.Run)
+		if err != nil {
+			return rep, fmt.Errorf("%s run: %w", k, err)
+		}
+		outs = append(outs, o)
+	}
+	// One span for every run and simulation: the window, or until the
+	// last foreign job ended in any run.
+	span := p.SpanS
+	for _, o := range outs {
+		for _, c := range o.Foreign {
+			if c.Started() {
+				span = max(span, int64(c.End.Sub(o.T0).Seconds())+1)
+			}
+		}
+	}
+	rep.Plan.SpanS = span
+	var base *sim.Result
+	for _, o := range outs {
+		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog}
+		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span); err != nil {
+			return rep, err
+		}
+		rr.Fidelity = CompareFidelity(rr.Sim, rr.Result)
+		switch {
+		case o.Kind == Baseline && base == nil:
+			base = &rr.Result
+		case base != nil:
+			s := CompareShift(*base, rr.Result, cfg.ShiftThreshold)
+			rr.Shift = &s
+			if o.Kind == Baseline && rep.NoiseFloor == nil {
+				rep.NoiseFloor = &s
+			}
+		}
+		rep.Runs = append(rep.Runs, rr)
+	}
+	return rep, nil
+}
+
+// simulate runs `harvest sim` on the scaled window with the replay's
+// settings: the same nodes, poll, margin, mini time and task length, in
+// replay seconds.
+func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span int64) (sim.Result, error) {
+	sc := sim.DefaultConfig()
+	sc.Mode, sc.Nodes, sc.From, sc.To = sim.Baseline, cfg.Map.Nodes, 0, span
+	if k.Harvested() {
+		sc.Mode = sim.Harvest
+		sc.HarvestBacklog = 1_000_000_000
+		if k == Preemption {
+			sc.GiveBack = sim.Preemption
+		}
+	}
+	sc.TaskSeconds = max(1, int64(cfg.Run.TaskSeconds+0.5))
+	sc.Poll = max(1, int64(cfg.Run.Poll/time.Second))
+	sc.NoRecommend = false
+	sc.Cluster = simcluster.DefaultConfig()
+	sc.Cluster.Latency = cfg.SimLatency
+	sc.Cluster.Reservations = int(max(1, cfg.SimReservations))
+	sc.Agent = agent.DefaultConfig()
+	sc.Agent.Policy.MiniTime = int64(cfg.Run.MiniTime / time.Second)
+	sc.Agent.Policy.Margin = int64(cfg.Run.Margin / time.Second)
+	res, err := sim.Run(ctx, p.Scaled, sc)
+	if err != nil {
+		return res, fmt.Errorf("simulate the %s run: %w", k, err)
+	}
+	return res, nil
+}
+
+// RunName names the i-th run of kind k for files: baseline, baseline-2...
+func RunName(k Kind, i int) string {
+	if i <= 1 {
+		return string(k)
+	}
+	return string(k) + "-" + strconv.Itoa(i)
+}

@@ -1,0 +1,103 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/slurmtest"
+	"github.com/harvest-hpc/harvest/sim"
+)
+
+// lightTrace is a seeded trace for an 8-node machine whose jobs are wider
+// than half of it and mostly arrive after the previous one ended, so that
+// a delay harvesting imposes on one job is not compounded by queueing.
+func lightTrace(seed uint64, n int) sim.Workload {
+	r := rand.New(rand.NewPCG(seed, 3))
+	w := sim.Workload{Format: "swf", MaxNodes: 8}
+	t := int64(0)
+	for i := range n {
+		t += 20 + r.Int64N(15)
+		run := 5 + r.Int64N(20)
+		w.Jobs = append(w.Jobs, sim.Job{ID: fmt.Sprint(100 + i), User: fmt.Sprint(i % 3), Nodes: 5 + r.IntN(4),
+			TimeLimit: cluster.Seconds(60), RunTime: run, Wait: -1, Submit: t})
+	}
+	return w
+}
+
+// TestReplayOnRealSLURM replays a short trace on the real mini-cluster,
+// without and with harvest (polling give-back), and checks what issue 12
+// asks of the CI replay: every foreign job ran in both runs, and none
+// started later than in the baseline by more than one poll, the policy's
+// mini time and the scheduler's and the log's few seconds.
+func TestReplayOnRealSLURM(t *testing.T) {
+	c := slurmtest.RequireWith(t, 8, slurmtest.Options{JobComp: true})
+	c.Script(t, "users", "alice", "bob", "carol")
+	// The agent, pilots and the harvest user run the binary: it lives in
+	// the cluster's shared directory, readable by all.
+	work, err := os.MkdirTemp(filepath.Join(c.Lab, "shared"), "replay-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	if err := os.Chmod(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(work, "harvest")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
+	build.Dir = c.Root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build harvest: %v\n%s", err, out)
+	}
+	w := lightTrace(1, 5)
+	cfg := Config{
+		Map:            MapConfig{From: 0, To: w.Jobs[len(w.Jobs)-1].Submit + 1, Nodes: 8, Scale: 1, Users: []string{"alice", "bob"}},
+		Runs:           []Kind{Baseline, Polling},
+		ShiftThreshold: 10, SimLatency: 1, SimReservations: 1000,
+		Run: RunConfig{Harvest: bin, WorkDir: work, JobCompLog: c.JobCompLog(), Location: time.Local,
+			Poll: 2 * time.Second, Margin: 30 * time.Second, MiniTime: 10 * time.Second, TaskSeconds: 3,
+			HarvestUser: "carol", Drain: 3 * time.Minute, Tag: "harvest-pilot", Log: testWriter{t}},
+	}
+	rep, err := Replay(context.Background(), w, cfg, func(Kind) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(rep.Runs))
+	}
+	base, harv := rep.Runs[0], rep.Runs[1]
+	for _, r := range rep.Runs {
+		if len(r.Unfinished) > 0 || r.Result.Foreign.Started != len(w.Jobs) {
+			t.Errorf("%s: %d of %d foreign jobs started, unfinished %v", r.Kind, r.Result.Foreign.Started, len(w.Jobs), r.Unfinished)
+		}
+	}
+	if harv.Result.Harvest.UsefulNodeSeconds == 0 || harv.Result.Harvest.Pilots == 0 {
+		t.Fatalf("the harvest did no work: %+v (agent log %s)", harv.Result.Harvest, harv.AgentLog)
+	}
+	// One poll to see the job, the mini time (case 4), and a few seconds
+	// for the scheduler (bf_interval=1), the pilot's exit and the log's
+	// whole seconds.
+	bound := int64(2 + 10 + 5)
+	starts := foreignStarts(base.Result)
+	for name, s := range foreignStarts(harv.Result) {
+		if d := s - starts[name]; d > bound {
+			t.Errorf("job %s started %d s later than in the baseline run (bound %d s)", name, d, bound)
+		}
+	}
+	t.Logf("baseline: util %.1f%%, mean wait %.0f s; harvest: util %.1f%%, useful %.1f%%, %d pilots, shift %+v; sim fidelity %+v",
+		100*base.Result.Utilization, base.Result.Foreign.MeanWaitS, 100*harv.Result.Utilization, 100*harv.Result.UsefulUtilization,
+		harv.Result.Harvest.Pilots, *harv.Shift, harv.Fidelity)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(string(b))
+	return len(b), nil
+}

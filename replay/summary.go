@@ -1,0 +1,60 @@
+package replay
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+)
+
+// WriteSummary prints the runs side by side: what SLURM did, against the
+// first baseline run, and how far the simulator was from it.
+func WriteSummary(w io.Writer, rep Report) error {
+	bw := bufio.NewWriter(w)
+	p := rep.Plan
+	fmt.Fprintf(bw, "window [%d, %d) of the trace: %d jobs on %d nodes (traced machine: %d), scale %g, offered load %.2f; measured over %d s\n",
+		p.From, p.To, p.Jobs, p.Nodes, p.TraceNodes, p.Scale, p.OfferedLoad, p.SpanS)
+	for k, n := range p.Skipped {
+		fmt.Fprintf(bw, "skipped: %d %s\n", n, k)
+	}
+	for k, why := range rep.Skipped {
+		fmt.Fprintf(bw, "run %s skipped: %s\n", k, why)
+	}
+	fmt.Fprintln(bw)
+	fmt.Fprintf(bw, "%-12s %7s %7s %13s %8s %9s %8s %6s %6s %7s %7s | %-18s | %s\n",
+		"run", "util", "useful", "harvested s", "lost s", "mean wait", "p99 wait", "later", "earl.", "max", "blocked",
+		"sim: util / wait", "sim - real start: mean p50 p90 max (exact)")
+	seen := map[Kind]int{}
+	for _, r := range rep.Runs {
+		seen[r.Kind]++
+		res := r.Result
+		later, earlier, maxLater := "-", "-", "-"
+		if r.Shift != nil {
+			later, earlier, maxLater = fmt.Sprint(r.Shift.Later), fmt.Sprint(r.Shift.Earlier), fmt.Sprint(r.Shift.MaxLaterS)
+		}
+		f := r.Fidelity
+		fmt.Fprintf(bw, "%-12s %6.1f%% %6.1f%% %6d/%-6d %8d %9.0f %8d %6s %6s %7s %7d | %6.1f%% / %7.0f | %+.0f %d %d %d (%d of %d)\n",
+			RunName(r.Kind, seen[r.Kind]), 100*res.Utilization, 100*res.UsefulUtilization,
+			res.Harvest.NodeSeconds, res.Harvest.UsefulNodeSeconds, res.Harvest.LostTaskSeconds,
+			res.Foreign.MeanWaitS, res.Foreign.P99WaitS, later, earlier, maxLater, r.Sim.Foreign.Blocked.SumS,
+			100*r.Sim.Utilization, r.Sim.Foreign.MeanWaitS, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs)
+		if len(r.Unfinished) > 0 {
+			fmt.Fprintf(bw, "  %d foreign jobs did not end by the deadline: %v\n", len(r.Unfinished), r.Unfinished)
+		}
+	}
+	fmt.Fprintf(bw, "\nlater/earl.: foreign jobs started more than %d s later / earlier than in the first baseline run",
+		thresholdOf(rep))
+	if rep.NoiseFloor != nil {
+		fmt.Fprintf(bw, "; between two baseline runs (the noise floor): %d later, %d earlier", rep.NoiseFloor.Later, rep.NoiseFloor.Earlier)
+	}
+	fmt.Fprintln(bw, ".\nblocked: the simulator's harm figure on the same window (seconds foreign jobs waited while pilots were in the way).")
+	return bw.Flush()
+}
+
+func thresholdOf(rep Report) int64 {
+	for _, r := range rep.Runs {
+		if r.Shift != nil {
+			return r.Shift.ThresholdS
+		}
+	}
+	return 0
+}
