@@ -43,7 +43,8 @@ type Config struct {
 	// size is probed again. Default 30.
 	HoldRounds int `json:"hold_rounds"`
 	// InitialSize is the cap before any size has been judged; while
-	// nothing degrades the cap is twice the largest good size. Default 4.
+	// nothing degrades the cap is twice the largest good size, and never
+	// below InitialSize. Default 4.
 	InitialSize int `json:"initial_size"`
 	// MinSize is the smallest cap ever set. Default 1.
 	MinSize int `json:"min_size"`
@@ -352,7 +353,7 @@ func (c *Controller) decision(judged []Judgement) Decision {
 			d.Cap = c.cfg.InitialSize
 			d.Reason = fmt.Sprintf("no size judged yet: growing to %d nodes first", d.Cap)
 		} else {
-			d.Cap = 2 * st.Good
+			d.Cap = max(2*st.Good, c.cfg.InitialSize)
 			d.Reason = fmt.Sprintf("no degradation up to %d nodes: growing to %d", st.Good, d.Cap)
 		}
 	case Search:

@@ -117,10 +117,19 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
+			name: "a small good size does not pull the cap below the initial size",
+			cfg:  cfg(3),
+			rounds: []round{
+				{at(1, 1, 5, 10), 4, Grow},
+				{at(1, 2, 5, 10), 4, Grow},
+				{at(1, 4, 5, 10), 8, Grow},
+			},
+		},
+		{
 			name: "degraded at the smallest sizes: hold the min size",
 			cfg:  cfg(3),
 			rounds: []round{
-				{at(1, 1, 5, 10), 2, Grow},
+				{at(1, 1, 5, 10), 4, Grow},
 				{at(1, 2, 5, 20), 1, Hold},
 			},
 		},

@@ -8,6 +8,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
 
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
@@ -40,6 +41,13 @@ var migrations = []string{
 		mean   REAL NOT NULL,
 		dev    REAL NOT NULL
 	);`,
+	// 3: the capacity rule's state (JSON of capacity.State), so a new
+	// master resumes its search instead of growing the pool again from
+	// the start. (Older pilots ignore the table.)
+	`CREATE TABLE IF NOT EXISTS capacity (
+		id    INTEGER PRIMARY KEY CHECK (id = 1),
+		state TEXT NOT NULL
+	);`,
 }
 
 // SchemaVersion is the checkpoint schema this harvest writes.
@@ -56,7 +64,7 @@ type Checkpoint struct {
 	db    *sql.DB
 	epoch int64
 
-	insert, assign, requeue, finish, del, estimate *sql.Stmt
+	insert, assign, requeue, finish, del, estimate, capacity *sql.Stmt
 }
 
 // OpenCheckpoint opens (creating or migrating if needed) the checkpoint at
@@ -87,6 +95,7 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		{&c.del, `DELETE FROM tasks WHERE task_id = ? AND attempt = ?`},
 		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) VALUES (?, ?, ?, ?)
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
+		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
@@ -203,6 +212,23 @@ func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
 	return out, est, erows.Err()
 }
 
+// LoadCapacity returns the capacity rule's stored state, nil if none.
+func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
+	var body string
+	err := c.db.QueryRow(`SELECT state FROM capacity WHERE id = 1`).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint load: capacity: %w", err)
+	}
+	var st capacity.State
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return nil, fmt.Errorf("checkpoint load: capacity: %w", err)
+	}
+	return &st, nil
+}
+
 // Commit stores ops in one write transaction, after checking that the
 // checkpoint still belongs to our epoch. Nothing is written when it fails.
 func (c *Checkpoint) Commit(ops []core.Op) error {
@@ -245,6 +271,11 @@ func (c *Checkpoint) Commit(ops []core.Op) error {
 			err = exec(c.del, k.TaskID, k.Attempt)
 		case core.OpEstimate:
 			err = exec(c.estimate, o.Job, o.Est.N, o.Est.Mean, o.Est.Dev)
+		case core.OpCapacity:
+			var body []byte
+			if body, err = json.Marshal(o.Capacity); err == nil {
+				err = exec(c.capacity, string(body))
+			}
 		case core.OpFenceCheck:
 		default:
 			err = fmt.Errorf("checkpoint: unknown op %d", o.Kind)

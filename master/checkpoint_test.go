@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -108,6 +109,21 @@ func TestACheckpointOfTheUnversionedLayoutIsMigratedAndRestored(t *testing.T) {
 	}
 	if _, est, _ := c.Load(); est[7] != e {
 		t.Fatalf("estimate stored %+v, read back %+v", e, est[7])
+	}
+	// Version 3 stores the capacity rule's search, so a new master resumes it.
+	if st, err := c.LoadCapacity(); st != nil || err != nil {
+		t.Fatalf("a capacity state out of nowhere: %+v %v", st, err)
+	}
+	ctl := capacity.New(capacity.DefaultConfig())
+	ctl.Step([]capacity.Sample{{Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10},
+		{Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10}})
+	st := ctl.State()
+	if err := c.Commit([]core.Op{{Kind: core.OpCapacity, Capacity: &st}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.LoadCapacity()
+	if err != nil || got == nil || got.Good != 4 || got.Phase != capacity.Grow || got.Baseline[1] != 10 {
+		t.Fatalf("capacity state read back %+v %v", got, err)
 	}
 }
 

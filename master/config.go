@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master/core"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 	ReportBatch        int                    // results per queue report
 	ShutdownTimeout    time.Duration          // time to flush results and release the lease when stopping
 	Recommend          policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
+	// Capacity is the degradation-aware capacity rule: the pool stops
+	// growing where its tasks slow down (package capacity). Nil: off.
+	Capacity *capacity.Config
 
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -60,9 +64,15 @@ func DefaultConfig() Config {
 		ReportBatch:        1000,
 		ShutdownTimeout:    5 * time.Second,
 		Recommend:          policy.DefaultRecommendConfig(),
+		Capacity:           defaultCapacity(),
 		Now:                time.Now,
 		Logger:             slog.Default(),
 	}
+}
+
+func defaultCapacity() *capacity.Config {
+	c := capacity.DefaultConfig()
+	return &c
 }
 
 // ErrInvalidConfig marks configuration errors.
@@ -92,6 +102,11 @@ func (c Config) Validate() error {
 	case c.Now == nil || c.Logger == nil:
 		return bad("Now and Logger must be set")
 	}
+	if c.Capacity != nil {
+		if err := c.Capacity.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	return c.Recommend.Validate()
 }
 
@@ -103,6 +118,6 @@ func (c Config) core() core.Config {
 		IdlePoll: c.IdlePoll, RetryInterval: c.RetryInterval, HeartbeatInterval: c.HeartbeatInterval,
 		LeaseRenewInterval: c.LeaseRenewInterval, LeaseTTL: c.LeaseTTL, WorkerTimeout: c.WorkerTimeout,
 		ReconnectGrace: c.ReconnectGrace, SafetyMargin: c.SafetyMargin, ReportBatch: c.ReportBatch,
-		Recommend: c.Recommend, Logger: c.Logger,
+		Recommend: c.Recommend, Capacity: c.Capacity, Logger: c.Logger,
 	}
 }

@@ -80,12 +80,20 @@ func New(cfg Config, q Queue) (*Master, error) {
 		cp.Close()
 		return nil, err
 	}
+	capState, err := cp.LoadCapacity()
+	if err != nil {
+		cp.Close()
+		return nil, err
+	}
 	log := cfg.Logger.With("component", "master", "epoch", cfg.Epoch)
 	cc := cfg.core()
 	cc.Logger = log
 	m := &Master{
 		cfg: cfg, q: q, cp: cp, log: log, core: core.New(cc, rows, est, cfg.Now()),
 		in: make(chan input), done: make(chan struct{}), changed: make(chan struct{}),
+	}
+	if capState != nil {
+		m.core.RestoreCapacity(*capState)
 	}
 	m.stats = m.core.Stats()
 	return m, nil

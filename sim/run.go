@@ -13,6 +13,7 @@ import (
 	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
@@ -73,6 +74,11 @@ type Config struct {
 	// harvest then keeps no floor of pilots, so it never holds nodes a
 	// foreign job could start on).
 	NoRecommend bool
+	// Capacity, when set, runs the master's degradation-aware capacity
+	// rule (package capacity) at every poll on the tasks completed since
+	// the previous one: its cap bounds the pilots and the recommendation.
+	// Nil: no cap. Cluster.Contention makes tasks slow down.
+	Capacity *capacity.Config
 	// GiveBack is how pilots make way (harvest mode; default Polling).
 	// GraceTime is the preemptible tier's grace, in seconds.
 	GiveBack  GiveBack
@@ -187,8 +193,18 @@ type Result struct {
 	// with a repaired field.
 	Skipped  map[string]int `json:"skipped,omitempty"`
 	Adjusted map[string]int `json:"adjusted,omitempty"`
+	// Capacity is the capacity rule's cap at every poll (Config.Capacity;
+	// not in the JSON, see CapacitySummary).
+	Capacity []CapacityPoint `json:"-"`
 	// rounds counts the agent rounds run (quiet ones are skipped).
 	rounds int
+}
+
+// CapacityPoint is the capacity rule's decision at one poll.
+type CapacityPoint struct {
+	T     int64
+	Cap   int
+	Phase string
 }
 
 // Foreign summarises the other users' jobs (thesis Calibration jobs are
@@ -316,9 +332,17 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		dem := demand{c: c, cfg: acfg.Policy, noRecommend: cfg.NoRecommend}
+		if cfg.Capacity != nil {
+			c.WatchTasks()
+			dem.capa = &capRule{ctl: capacity.New(*cfg.Capacity), jobs: map[string]int64{}}
+		}
 		rec := agent.NewReconciler(c, dem, acfg, cfg.Log)
 		q := quiet{until: from}
 		step = func(ctx context.Context, t int64) error {
+			if dem.capa != nil {
+				dem.capa.step(c.TaskRuns())
+				res.Capacity = append(res.Capacity, CapacityPoint{T: t, Cap: dem.capa.d.Cap, Phase: string(dem.capa.d.Phase)})
+			}
 			if !cfg.everyRound && q.holds(t, c, dem) {
 				return nil
 			}
@@ -400,6 +424,7 @@ type demand struct {
 	c           *simcluster.Cluster
 	cfg         policy.Config
 	noRecommend bool
+	capa        *capRule // nil: no capacity rule
 }
 
 func (d demand) Demand(context.Context, agent.Seen) (agent.DemandInfo, error) {
@@ -408,7 +433,33 @@ func (d demand) Demand(context.Context, agent.Seen) (agent.DemandInfo, error) {
 	if !d.noRecommend {
 		info.Recommended = policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation)
 	}
+	if d.capa != nil && d.capa.d.Cap > 0 {
+		limit := d.capa.d.Cap
+		info.MaxNodes = &limit
+		info.Recommended = d.capa.d.Limit(info.Recommended)
+	}
 	return info, nil
+}
+
+// capRule is the master's capacity rule in the simulator: one step per
+// poll (the master's heartbeat), on the tasks completed since.
+type capRule struct {
+	ctl  *capacity.Controller
+	d    capacity.Decision
+	jobs map[string]int64 // harvest job ids as the rule's numbers
+}
+
+func (r *capRule) step(runs []simcluster.TaskRun) {
+	samples := make([]capacity.Sample, 0, len(runs))
+	for _, x := range runs {
+		id, ok := r.jobs[x.Job]
+		if !ok {
+			id = int64(len(r.jobs) + 1)
+			r.jobs[x.Job] = id
+		}
+		samples = append(samples, capacity.Sample{Job: id, Size: x.Size, Duration: time.Duration(x.Seconds) * time.Second})
+	}
+	r.d = r.ctl.Step(samples)
 }
 
 // quiet tells which rounds of harvest mode need not run: a round that
@@ -429,7 +480,7 @@ type quiet struct {
 // recommendation. The pilots it can use matter only up to the nodes the
 // cluster has (pilots never hold more), so all larger backlogs read alike:
 // tasks finishing one after another in a large backlog change nothing.
-type backlogKey struct{ usable, recommended int }
+type backlogKey struct{ usable, recommended, capacity int }
 
 func (d demand) key() backlogKey {
 	p, r := d.c.Backlog()
@@ -437,6 +488,10 @@ func (d demand) key() backlogKey {
 	k := backlogKey{usable: int(min(p+r, limit))}
 	if !d.noRecommend {
 		k.recommended = policy.Recommend(int(min(p, 1<<31-1)+r), d.cfg.Recommendation)
+	}
+	if d.capa != nil {
+		k.capacity = d.capa.d.Cap
+		k.recommended = d.capa.d.Limit(k.recommended)
 	}
 	return k
 }

@@ -96,9 +96,13 @@ type job struct {
 	preemptible, preempting bool
 	// minLimit is the pilot's minimum limit (Config.TimeMinSizing).
 	minLimit int64
-	// Harvest work of a running pilot.
+	// Harvest work of a running pilot: the task's length (its work) and,
+	// under contention, how long it runs, and the pool's size when it
+	// started.
 	task     *workItem
 	taskLen  int64
+	taskRun  int64
+	taskSize int
 	taskFrom int64
 	taskGen  int
 	// An open charge of pilot harm: blocked since chargeFrom, at most
@@ -222,6 +226,10 @@ type Cluster struct {
 	pendingTasks int64
 	runningTasks int64
 	lostTaskSec  int64
+	// runs are the completed tasks not yet read (TaskRuns), recorded
+	// once WatchTasks was called.
+	runs         []TaskRun
+	watchRuns    bool
 	busyPilots   int
 	idlePilots   int
 	foreignNodes int

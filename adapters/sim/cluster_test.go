@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -376,5 +377,44 @@ func TestSnapshotsNameJobsByTheWorkloadsIDs(t *testing.T) {
 	}
 	if r := c.Records()[2]; !r.Cancelled || r.ID != "pilot-3" {
 		t.Fatalf("pilot record %+v", r)
+	}
+}
+
+// Under contention a task that starts while more than Contention tasks
+// run is stretched in proportion; the master hears each task's run time
+// and the pool size it started at.
+func TestTasksSlowDownPastTheContention(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Contention = 4, 2
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WatchTasks()
+	_ = c.AddWork(Work{ID: "w", NodeSeconds: 400, TaskSeconds: 100})
+	for range 4 {
+		if _, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: cluster.Unlimited, Command: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.AdvanceTo(1000)
+	// The four pilots start at once, one after the other, each taking a
+	// task as it starts: tasks 1 and 2 run at full speed, task 3 starts
+	// with 3 running (150 s), task 4 with 4 (200 s).
+	runs := c.TaskRuns()
+	slices.SortFunc(runs, func(a, b TaskRun) int { return a.Size - b.Size })
+	want := []TaskRun{{"w", 1, 100}, {"w", 2, 100}, {"w", 3, 150}, {"w", 4, 200}}
+	if !slices.Equal(runs, want) {
+		t.Fatalf("runs %+v, want %+v", runs, want)
+	}
+	if w := c.WorkRecords()[0]; w.DoneSeconds != 400 || w.Finish != 200 {
+		t.Fatalf("work %+v: the work done is the tasks' length, finishing at 200", w)
+	}
+	if len(c.TaskRuns()) != 0 {
+		t.Fatal("TaskRuns returned the same runs twice")
+	}
+	if err := (Config{Nodes: 1, Granularity: 1, Reservations: 1, Contention: -1}).Validate(); err == nil {
+		t.Fatal("a negative contention was accepted")
 	}
 }

@@ -61,6 +61,11 @@ type Config struct {
 	// Multifactor, if set, orders the queue by SLURM's multifactor
 	// priority (see Multifactor); nil = FIFO by submit time.
 	Multifactor *Multifactor
+	// Contention is how many harvest tasks a shared resource (a file
+	// server, a link) serves at full speed: a task that starts while n
+	// tasks run (itself included) takes its length x max(1, n /
+	// Contention), fixed at its start. 0 = no contention.
+	Contention int
 }
 
 // DefaultConfig returns a 24-node cluster with SLURM's minute granularity.
@@ -77,6 +82,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: granularity must be at least 1 s, got %d", ErrInvalidConfig, c.Granularity)
 	case c.Latency < 0:
 		return fmt.Errorf("%w: latency must not be negative, got %d", ErrInvalidConfig, c.Latency)
+	case c.Contention < 0:
+		return fmt.Errorf("%w: contention must not be negative (0 = none), got %d", ErrInvalidConfig, c.Contention)
 	case c.Reservations < 1:
 		return fmt.Errorf("%w: reservations must be at least 1, got %d", ErrInvalidConfig, c.Reservations)
 	case !c.MaxTime.IsUnlimited() && int64(c.MaxTime) < c.Granularity:

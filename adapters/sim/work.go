@@ -112,20 +112,58 @@ func (c *Cluster) pull(j *job) {
 		w.inFlight++
 		c.pendingTasks--
 		c.runningTasks++
-		j.task, j.taskLen, j.taskFrom = w, l, c.now
+		run := stretched(l, c.runningTasks, c.cfg.Contention)
+		j.task, j.taskLen, j.taskRun, j.taskSize, j.taskFrom = w, l, run, int(c.idlePilots+c.busyPilots), c.now
 		j.taskGen++
 		c.idlePilots--
 		c.busyPilots++
-		c.push(event{t: c.now + l, kind: evTask, j: j, gen: j.taskGen})
+		c.push(event{t: c.now + run, kind: evTask, j: j, gen: j.taskGen})
 		c.sample()
 		return
 	}
+}
+
+// stretched is how long a task of length l runs when it starts with n
+// tasks running (itself included) and c of them run at full speed.
+func stretched(l, n int64, c int) int64 {
+	if c <= 0 || n <= int64(c) {
+		return l
+	}
+	return (l*n + int64(c) - 1) / int64(c)
+}
+
+// TaskRun is one harvest task that completed: its job, the pilots running
+// when it started, and how long it ran.
+type TaskRun struct {
+	Job     string
+	Size    int
+	Seconds int64
+}
+
+// WatchTasks starts recording completed tasks for TaskRuns.
+func (c *Cluster) WatchTasks() {
+	c.mu.Lock()
+	c.watchRuns = true
+	c.mu.Unlock()
+}
+
+// TaskRuns returns the tasks completed since the last call (what a master
+// learns from its workers' results), once WatchTasks was called.
+func (c *Cluster) TaskRuns() []TaskRun {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.runs
+	c.runs = nil
+	return out
 }
 
 func (c *Cluster) taskDone(j *job) {
 	w := j.task
 	w.inFlight--
 	w.rec.DoneSeconds += j.taskLen
+	if c.watchRuns {
+		c.runs = append(c.runs, TaskRun{Job: w.rec.ID, Size: j.taskSize, Seconds: j.taskRun})
+	}
 	wait := j.taskFrom - w.rec.Submit
 	b := BoundedSlowdown(wait, j.taskLen)
 	w.rec.Tasks++

@@ -219,7 +219,7 @@ func runAgent(c *cli.Context) error {
 			return cli.Exit("harvest agent: "+err.Error(), 1)
 		}
 		src = agent.SiteDemand{Round: rq.cl.AgentRound, End: rq.cl.AgentEnd}
-		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, cfg.PilotEnv)
+		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, rq.site, cfg.PilotEnv)
 		log.Info("using a remote queue", "queue", c.String("queue"), "site", rq.site, "pilot_queue", rq.pilotURL)
 	case !c.Bool("no-queue"):
 		h, err := openQueue(c, log)
@@ -237,7 +237,7 @@ func runAgent(c *cli.Context) error {
 			},
 			End: func(_ context.Context, e api.PilotEnd) error { return h.q.Pool(site).PullIn(e.Pilot, e.End) },
 		}
-		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, cfg.PilotEnv)
+		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, site, cfg.PilotEnv)
 		hq = h
 		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
 		if h.advertise == "" {

@@ -81,10 +81,11 @@ func openRemoteQueue(ctx context.Context, c *cli.Context, info adapters.Info) (*
 	return &remoteQueue{cl: cl, site: w.Site, pilotURL: pilotURL, pilotToken: pilotTok}, nil
 }
 
-// pilotEnv is the environment that tells pilots where their queue is; the
-// admin's --pilot-env wins.
-func pilotEnv(queueURL, token, sharedDir string, admin map[string]string) map[string]string {
-	env := map[string]string{"HARVEST_QUEUE": queueURL, "HARVEST_PILOT_TOKEN": token, "HARVEST_STATE_DIR": sharedDir}
+// pilotEnv is the environment that tells pilots where their queue is and
+// which site they run at (tasks see HARVEST_SITE); the admin's --pilot-env
+// wins.
+func pilotEnv(queueURL, token, sharedDir, site string, admin map[string]string) map[string]string {
+	env := map[string]string{"HARVEST_QUEUE": queueURL, "HARVEST_PILOT_TOKEN": token, "HARVEST_STATE_DIR": sharedDir, "HARVEST_SITE": site}
 	for k, v := range admin {
 		env[k] = v
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/harvest-hpc/harvest/capacity"
+
 	"github.com/harvest-hpc/harvest/pilot"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/worker"
@@ -43,6 +45,9 @@ func pilotCommand() *cli.Command {
 			&cli.DurationFlag{Name: "reconnect-grace", EnvVars: []string{"HARVEST_RECONNECT_GRACE"}, Value: 30 * time.Second, Usage: "a new master keeps the batches of workers that come back within this"},
 			&cli.StringFlag{Name: "checkpoint-journal", EnvVars: []string{"HARVEST_CHECKPOINT_JOURNAL"}, Value: "WAL", Usage: "SQLite journal mode of the checkpoint: WAL, or DELETE for file systems without shared-memory locking"},
 			&cli.DurationFlag{Name: "heartbeat", EnvVars: []string{"HARVEST_HEARTBEAT"}, Value: 5 * time.Second, Usage: "worker heartbeat period (the master's queue heartbeat is twice this)"},
+			&cli.Float64Flag{Name: "capacity-factor", EnvVars: []string{"HARVEST_CAPACITY_FACTOR"}, Value: capacity.DefaultConfig().Factor, Usage: "the master stops growing its pool where a job's tasks take more than this x their fastest (0: no cap)"},
+			&cli.IntFlag{Name: "capacity-hold", EnvVars: []string{"HARVEST_CAPACITY_HOLD"}, Value: capacity.DefaultConfig().HoldRounds, Usage: "queue heartbeats the size found is held before a larger one is tried again"},
+			&cli.IntFlag{Name: "capacity-initial", EnvVars: []string{"HARVEST_CAPACITY_INITIAL"}, Value: capacity.DefaultConfig().InitialSize, Usage: "pilots the pool may hold before any size is judged (it doubles while tasks keep their speed)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 		},
@@ -84,6 +89,13 @@ func runPilot(c *cli.Context) error {
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
 	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")
 	cfg.Master.JournalMode = c.String("checkpoint-journal")
+	if f := c.Float64("capacity-factor"); f == 0 {
+		cfg.Master.Capacity = nil
+	} else {
+		cc := capacity.DefaultConfig()
+		cc.Factor, cc.HoldRounds, cc.InitialSize = f, c.Int("capacity-hold"), c.Int("capacity-initial")
+		cfg.Master.Capacity = &cc
+	}
 	cfg.Worker.MasterGrace, cfg.Worker.HeartbeatInterval = c.Duration("master-grace"), c.Duration("heartbeat")
 	if pw := cfg.Master.WorkerTimeout / 3; pw < cfg.Master.PullWait {
 		// Long-polls must end well within the worker timeout.

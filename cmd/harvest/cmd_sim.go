@@ -15,6 +15,7 @@ import (
 	"time"
 
 	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/sim"
 	"github.com/urfave/cli/v2"
@@ -53,6 +54,12 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "reservations", Usage: "pending jobs that get a backfill reservation (1 = EASY)", Value: 1},
 			&cli.DurationFlag{Name: "max-time", Usage: "partition MaxTime: the longest pilot limit (0 = unlimited)"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
+			&cli.IntFlag{Name: "max-nodes", Usage: "admin cap of pilots (policy MaxNodes; 0 = none): a fixed pool size"},
+			&cli.IntFlag{Name: "contention", Usage: "harvest tasks a shared resource serves at full speed: past `C` running tasks each new task is slowed by running/C (0 = none)"},
+			&cli.BoolFlag{Name: "capacity", Usage: "run the master's degradation-aware capacity rule (growth stops where tasks slow down beyond --capacity-factor)"},
+			&cli.Float64Flag{Name: "capacity-factor", Usage: "with --capacity: a pool size is degraded when tasks take more than this x their fastest", Value: capacity.DefaultConfig().Factor},
+			&cli.IntFlag{Name: "capacity-hold", Usage: "with --capacity: polls the size found is held before a larger one is tried again", Value: capacity.DefaultConfig().HoldRounds},
+			&cli.IntFlag{Name: "capacity-initial", Usage: "with --capacity: pilots allowed before any size is judged", Value: capacity.DefaultConfig().InitialSize},
 			&cli.BoolFlag{Name: "no-recommend", Usage: "ignore the master's MiniNode recommendation (keep no floor of pilots)"},
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the recommendation keep pilots a waiting job could use, as the admin's floor does (the original system's rule)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
@@ -103,6 +110,16 @@ func runSim(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("--priority %q: want fifo or multifactor", c.String("priority")), 2)
 	}
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
+	cfg.Agent.Policy.MaxNodes = c.Int("max-nodes")
+	cfg.Cluster.Contention = c.Int("contention")
+	if c.Bool("capacity") {
+		cc := capacity.DefaultConfig()
+		cc.Factor, cc.HoldRounds, cc.InitialSize = c.Float64("capacity-factor"), c.Int("capacity-hold"), c.Int("capacity-initial")
+		if err := cc.Validate(); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		cfg.Capacity = &cc
+	}
 	cfg.NoRecommend = c.Bool("no-recommend")
 	cfg.Agent.Policy.KeepRecommended = c.Bool("keep-recommended")
 	gbs, err := giveBacks(c.String("give-back"))

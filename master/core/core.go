@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
@@ -49,6 +50,10 @@ type Config struct {
 	SafetyMargin       time.Duration // no batch may be planned to end later than deadline - margin
 	ReportBatch        int           // results per queue report
 	Recommend          policy.RecommendConfig
+	// Capacity, when set, is the degradation-aware capacity rule: the
+	// master caps its pool where its tasks slow down (package capacity).
+	// Nil: no cap.
+	Capacity *capacity.Config
 
 	Logger *slog.Logger // nil: discard
 }
@@ -71,6 +76,7 @@ type task struct {
 	worker   string
 	batch    int64
 	handedAt time.Time // when it was assigned to its worker (or restored)
+	size     int       // the pool's size (pilots) when it was handed out; 0 = restored
 	result   *pilotproto.Result
 }
 
@@ -129,6 +135,12 @@ type Core struct {
 	ttl                                       time.Duration
 	releasing, flushGaveUp                    bool
 
+	// The capacity rule (nil: off), the run times it has not seen yet and
+	// its last decision.
+	capa    *capacity.Controller
+	samples []capacity.Sample
+	capLast capacity.Decision
+
 	phase phase
 	rd    Ready
 }
@@ -144,6 +156,9 @@ func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Capacity != nil {
+		c.capa = capacity.New(*cfg.Capacity)
 	}
 	for j, e := range estimates {
 		c.est[j] = &e
@@ -176,6 +191,14 @@ func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *
 	}
 	c.dirty = c.npending > 0
 	return c
+}
+
+// RestoreCapacity resumes the capacity rule from the state a previous
+// master checkpointed (nothing when the rule is off).
+func (c *Core) RestoreCapacity(st capacity.State) {
+	if c.capa != nil {
+		c.capa = capacity.Restore(*c.cfg.Capacity, st)
+	}
 }
 
 // Step feeds one event at time now.
@@ -303,7 +326,7 @@ func (c *Core) reply(r Reply) { c.rd.Replies = append(c.rd.Replies, r) }
 
 func (c *Core) do(o Op, now time.Time) {
 	c.rd.Ops = append(c.rd.Ops, o)
-	if o.Kind == OpEstimate || o.Kind == OpFenceCheck {
+	if o.Kind == OpEstimate || o.Kind == OpFenceCheck || o.Kind == OpCapacity {
 		return
 	}
 	t := c.tasks[o.Ref]
@@ -314,7 +337,7 @@ func (c *Core) do(o Op, now time.Time) {
 		c.tasks[o.Ref] = t
 		c.toPending(o.Ref, t)
 	case OpAssign:
-		t.state, t.worker, t.batch, t.handedAt = StateAssigned, o.Worker, o.Batch, now
+		t.state, t.worker, t.batch, t.handedAt, t.size = StateAssigned, o.Worker, o.Batch, now, c.poolSize()
 		c.nassigned++
 		c.worker(o.Worker, now).out[o.Ref] = struct{}{}
 	case OpRequeue:

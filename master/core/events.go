@@ -1,6 +1,7 @@
 package core
 
 import (
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
@@ -140,6 +141,7 @@ const (
 	OpDelete                   // the queue acknowledged Ref's result: forget it
 	OpEstimate                 // Job's task duration estimate is Est
 	OpFenceCheck               // write nothing, but fail if a newer master owns the checkpoint
+	OpCapacity                 // the capacity rule's state is Capacity
 )
 
 // Op is one checkpoint change.
@@ -152,6 +154,9 @@ type Op struct {
 	Result *pilotproto.Result // OpFinish
 	Job    int64              // OpEstimate
 	Est    Estimator          // OpEstimate
+	// Capacity is the capacity rule's state (OpCapacity): a new master
+	// resumes the search where this one was.
+	Capacity *capacity.State
 }
 
 // Row is one task as the checkpoint stores it (what New restores).

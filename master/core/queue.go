@@ -43,7 +43,7 @@ func (c *Core) plan(now time.Time) {
 			c.pullBusy = true
 		}
 		if !c.beatBusy && !now.Before(c.beatAt) {
-			c.rd.Beat = c.beat()
+			c.rd.Beat = c.beat(now)
 			c.beatBusy = true
 			c.beatAt = now.Add(c.cfg.HeartbeatInterval)
 		}
@@ -105,7 +105,7 @@ func (c *Core) sendReport() {
 // whose result the queue has not acknowledged included: the queue
 // requeues the active tasks of older epochs that a new master's first
 // heartbeat does not list), which pilots are busy, and the recommendation.
-func (c *Core) beat() *Beat {
+func (c *Core) beat(now time.Time) *Beat {
 	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, Running: make([]ref, 0, len(c.tasks))}
 	for k := range c.tasks {
 		hb.Running = append(hb.Running, k)
@@ -142,8 +142,50 @@ func (c *Core) beat() *Beat {
 	})
 	left := c.npending + c.nassigned
 	rec := pilotproto.RecommendationRequest{Epoch: c.cfg.Epoch, MinNodes: policy.Recommend(left, c.cfg.Recommend),
-		PendingTasks: c.npending, RunningTasks: c.nassigned, SlotsPerNode: slots}
+		PendingTasks: c.npending, RunningTasks: c.nassigned, SlotsPerNode: slots, Slots: c.poolSlots()}
+	if c.capa != nil {
+		// One round of the capacity rule per heartbeat: the run times
+		// since the last one, judged against the pool size they ran at.
+		d := c.capa.Step(c.samples)
+		c.samples = nil
+		if d.Cap != c.capLast.Cap || d.Phase != c.capLast.Phase {
+			c.log.Info("pool capacity", "cap", d.Cap, "phase", d.Phase, "size", c.poolSize(), "reason", d.Reason)
+		}
+		c.capLast = d
+		st := c.capa.State()
+		c.do(Op{Kind: OpCapacity, Capacity: &st}, now)
+		rec.MinNodes = d.Limit(rec.MinNodes)
+		rec.MaxNodes, rec.CapacityPhase = d.Cap, string(d.Phase)
+	}
 	return &Beat{Heartbeat: hb, Recommendation: rec}
+}
+
+// poolSize is the pilots with a registered worker: the pool's size as the
+// capacity rule counts it.
+func (c *Core) poolSize() int {
+	pilots := map[string]bool{}
+	for _, w := range c.workers {
+		if w.registered {
+			id := w.pilot
+			if id == "" {
+				id = "worker:" + w.id
+			}
+			pilots[id] = true
+		}
+	}
+	return len(pilots)
+}
+
+// poolSlots is the registered workers' slots: with several sites, how much
+// the queue lets this pool hold follows from it.
+func (c *Core) poolSlots() int {
+	n := 0
+	for _, w := range c.workers {
+		if w.registered {
+			n += w.slots
+		}
+	}
+	return n
 }
 
 // pulled adds the tasks a queue pull brought. The queue hands an attempt

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent/policy"
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -149,7 +150,8 @@ func newScenario() *scenario {
 //
 //	config key=value...      core settings (before new): epoch pilot pull-wait prefetch min-buffer
 //	                         max-buffer max-pull idle-poll retry heartbeat lease-renew lease-ttl
-//	                         worker-timeout reconnect-grace safety-margin report-batch
+//	                         worker-timeout reconnect-grace safety-margin report-batch, and the
+//	                         capacity rule: capacity-factor capacity-samples capacity-hold capacity-initial
 //	new                      a core restored from the rows below (pending|assigned|final REF job=J
 //	                         [batch-size=N] [worker=W batch=B] [status=S]; estimate job=J n=N mean=S dev=S),
 //	                         then the driver's first Tick
@@ -157,7 +159,7 @@ func newScenario() *scenario {
 //	tick [D]                 the clock moves on by D, then Tick
 //	register W slots=N [capacity=N] [pilot=P] [deadline=+D] [held=REFS] [finished=REFS]
 //	pull W [free=N] [wait=D]
-//	results W REF:STATUS[:DURATION] ...
+//	results W REF:STATUS[:DURATION] ... [leaving]
 //	heartbeat W [held=REFS] [partial]
 //	gone #N                  request N's worker hung up
 //	pulled [cancelled=JOBS] [err=E]   the queue's answer to the pull; tasks below:
@@ -238,6 +240,8 @@ func (s *scenario) configure(kv map[string]string) error {
 			s.cfg.Epoch, err = strconv.ParseInt(v, 10, 64)
 		case k == "pilot":
 			s.cfg.PilotID = v
+		case strings.HasPrefix(k, "capacity-"):
+			err = s.configureCapacity(strings.TrimPrefix(k, "capacity-"), v)
 		default:
 			err = fmt.Errorf("unknown setting %q", k)
 		}
@@ -246,6 +250,29 @@ func (s *scenario) configure(kv map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// configureCapacity turns the capacity rule on (its defaults) and sets
+// one of its settings: factor, samples, hold, initial.
+func (s *scenario) configureCapacity(k, v string) error {
+	if s.cfg.Capacity == nil {
+		d := capacity.DefaultConfig()
+		s.cfg.Capacity = &d
+	}
+	var err error
+	switch k {
+	case "factor":
+		s.cfg.Capacity.Factor, err = strconv.ParseFloat(v, 64)
+	case "samples":
+		s.cfg.Capacity.MinSamples, err = strconv.Atoi(v)
+	case "hold":
+		s.cfg.Capacity.HoldRounds, err = strconv.Atoi(v)
+	case "initial":
+		s.cfg.Capacity.InitialSize, err = strconv.Atoi(v)
+	default:
+		err = fmt.Errorf("unknown capacity setting %q", k)
+	}
+	return err
 }
 
 func (s *scenario) event(b block, kv map[string]string, pos []string) (core.Event, error) {
@@ -301,6 +328,10 @@ func (s *scenario) event(b block, kv map[string]string, pos []string) (core.Even
 	case "results":
 		r := workerproto.ResultsRequest{WorkerID: worker}
 		for _, f := range pos[1:] {
+			if f == "leaving" {
+				r.Leaving = true
+				continue
+			}
 			parts := strings.Split(f, ":")
 			k, err := parseRef(parts[0])
 			if err != nil || len(parts) < 2 {
@@ -617,6 +648,8 @@ func (s *scenario) format(rd core.Ready) string {
 			text = fmt.Sprintf("op estimate job %d: %s after %d results", o.Job, d.Round(time.Millisecond), o.Est.N)
 		case core.OpFenceCheck:
 			text = "op fence-check"
+		case core.OpCapacity:
+			text = fmt.Sprintf("op capacity %s (good %d, bad %d)", o.Capacity.Phase, o.Capacity.Good, o.Capacity.Bad)
 		}
 		if !strings.Contains(text, "REF") {
 			flush()
@@ -684,8 +717,12 @@ func (s *scenario) format(rd core.Ready) string {
 			pilots = append(pilots, ps)
 		}
 		rec := bt.Recommendation
-		line("queue heartbeat: holding %s, pilots [%s]; recommend %d nodes (pending %d, running %d, slots %d)",
-			refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), rec.MinNodes, rec.PendingTasks, rec.RunningTasks, rec.SlotsPerNode)
+		capa := ""
+		if rec.CapacityPhase != "" {
+			capa = fmt.Sprintf("; capacity %s, cap %d nodes, pool slots %d", rec.CapacityPhase, rec.MaxNodes, rec.Slots)
+		}
+		line("queue heartbeat: holding %s, pilots [%s]; recommend %d nodes (pending %d, running %d, slots %d)%s",
+			refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), rec.MinNodes, rec.PendingTasks, rec.RunningTasks, rec.SlotsPerNode, capa)
 	}
 	if l := rd.Lease; l != nil {
 		if l.Release {

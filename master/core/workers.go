@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
@@ -177,6 +178,9 @@ func (c *Core) results(now time.Time, e Results) {
 				c.est[job] = est
 			}
 			est.Observe(time.Duration(r.DurationMS) * time.Millisecond)
+			if c.capa != nil && r.Status == pilotproto.StatusDone {
+				c.samples = append(c.samples, capacity.Sample{Job: job, Size: t.size, Duration: time.Duration(r.DurationMS) * time.Millisecond})
+			}
 			if !learnt[job] {
 				learnt[job] = true
 				jobs = append(jobs, job)
