@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/worker"
+	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
 // Config of a pilot. Only cmd/ maps flags and environment onto it.
@@ -20,6 +22,15 @@ type Config struct {
 	Deadline  time.Time // the pilot's end (zero: none)
 	Listen    string    // address the master API listens on when this pilot is master
 	Advertise string    // URL workers use to reach this pilot ("" = http://<hostname>:<port>)
+
+	// Confine says whether tasks run confined (package worker/confine):
+	// auto (where the kernel has Landlock), require, off. TaskRoots are
+	// the queue's allowed roots (inputs must resolve inside them; tasks
+	// read them), TaskRead more directories tasks may read. They apply
+	// when Worker.Runner is nil (the pilot makes an ExecRunner).
+	Confine   confine.Mode
+	TaskRoots []string
+	TaskRead  []string
 
 	StopBefore time.Duration // stop this long before the deadline (the batch system's kill follows)
 	LeaseRetry time.Duration // wait between lease questions while no master is known
@@ -34,7 +45,7 @@ type Config struct {
 // DefaultConfig returns production defaults.
 func DefaultConfig() Config {
 	return Config{
-		Slots: 1, Listen: "0.0.0.0:0", StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
+		Slots: 1, Listen: "0.0.0.0:0", Confine: confine.ModeAuto, StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
 		Master: master.DefaultConfig(), Worker: worker.DefaultConfig(), Logger: slog.Default(),
 	}
 }
@@ -60,6 +71,19 @@ func (c Config) Validate() error {
 		return bad("durations must be positive")
 	case c.Logger == nil:
 		return bad("Logger must be set")
+	}
+	if _, err := confine.ParseMode(string(c.Confine)); err != nil {
+		return bad("%v", err)
+	}
+	for _, d := range append(append([]string(nil), c.TaskRoots...), c.TaskRead...) {
+		if !filepath.IsAbs(d) {
+			return bad("task directory %q is not absolute", d)
+		}
+	}
+	if c.Confine == confine.ModeRequire && c.Worker.Runner == nil {
+		if s := confine.Probe(); !s.Confined(c.Confine) {
+			return bad("confinement required, but tasks cannot be confined here: %s", s.Describe(c.Confine))
+		}
 	}
 	if st, err := os.Stat(c.StateDir); err != nil || !st.IsDir() {
 		return bad("state directory %s is not a directory", c.StateDir)

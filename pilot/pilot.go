@@ -22,9 +22,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
+	"github.com/harvest-hpc/harvest/worker/confine"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -85,7 +87,9 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 	wc.ID = cfg.PilotID + "-" + randomHex(4)
 	wc.PilotID, wc.Slots, wc.Deadline, wc.Token = cfg.PilotID, cfg.Slots, cfg.Deadline, cfg.Token
 	if wc.Runner == nil {
-		wc.Runner = worker.DefaultExecRunner()
+		if wc.Runner, wc.Confinement, err = p.taskRunner(); err != nil {
+			return err
+		}
 	}
 	if wc.Logger == nil {
 		wc.Logger = cfg.Logger
@@ -94,11 +98,42 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 	if err != nil {
 		return err
 	}
-	p.log.Info("pilot starts", "address", p.url, "slots", cfg.Slots, "deadline", cfg.Deadline)
+	p.log.Info("pilot starts", "address", p.url, "slots", cfg.Slots, "deadline", cfg.Deadline, "tasks_confined", wc.Confinement)
 	err = w.Run(ctx)
 	p.stopMaster()
 	p.log.Info("pilot stops", "tasks_run", w.Finished())
 	return err
+}
+
+// taskRunner makes the runner of real tasks: confined where it can be
+// (and said so), inputs inside the roots.
+func (p *Pilot) taskRunner() (worker.Runner, string, error) {
+	r := worker.DefaultExecRunner()
+	for _, d := range p.cfg.TaskRoots {
+		// The queue stores resolved paths: compare like with like.
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return nil, "", fmt.Errorf("pilot: task root %s: %w", d, err)
+		}
+		r.Roots = append(r.Roots, real)
+	}
+	r.Read = p.cfg.TaskRead
+	sup := confine.Probe()
+	mode := p.cfg.Confine
+	desc := sup.Describe(mode)
+	if mode != confine.ModeOff {
+		l, err := confine.Self(mode)
+		if err != nil {
+			return nil, "", err
+		}
+		r.Jail = l
+	}
+	if !sup.Confined(mode) {
+		p.log.Warn("tasks are not confined: they can read and write whatever this pilot's account can", "why", desc)
+	} else if state, err := filepath.EvalSymlinks(p.cfg.StateDir); err == nil && safefs.Within(state, append(append(append([]string(nil), r.Roots...), r.Read...), confine.SystemRead...)) {
+		p.log.Warn("tasks can read the state directory (it lies in a directory they may read): move it", "state_dir", state)
+	}
+	return r, desc, nil
 }
 
 // ServeHTTP routes worker requests to the master while this pilot is one.

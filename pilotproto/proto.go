@@ -135,6 +135,9 @@ type PilotStatus struct {
 	PilotID  string `json:"pilot_id"`
 	Busy     bool   `json:"busy"`
 	Deadline int64  `json:"deadline,omitempty"` // Unix seconds
+	// Confinement says whether the pilot's tasks run confined, as its
+	// worker reported it ("yes (Landlock ABI 7)", "no (...)").
+	Confinement string `json:"confinement,omitempty"`
 }
 
 // HeartbeatRequest keeps running tasks alive (no heartbeat for the zombie

@@ -1,16 +1,15 @@
 package worker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/go-resty/resty/v2"
 
 	"github.com/harvest-hpc/harvest/workerproto"
 )
@@ -21,54 +20,50 @@ var (
 	ErrNotMaster     = errors.New(workerproto.ErrNotMaster)     // back to the lease
 )
 
-// client talks to one master over persistent connections.
+// client talks to one master over persistent connections. Calls are not
+// retried here: the session decides what a failure means (the master may
+// be gone) and when to try again.
 type client struct {
-	base, token string
-	hc          *http.Client
+	base string
+	r    *resty.Client
 }
 
-// NewTransport returns the keep-alive transport workers use: a few
-// persistent connections per master, so a task costs no connection set-up.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil, // pilots talk to each other directly
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        16,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-	}
+// newHTTP returns the resty client a worker uses for every master: a few
+// keep-alive connections per master, so a task costs no connection set-up,
+// and no proxy (pilots talk to each other directly). A call's time limit
+// comes from its context (a long-poll lasts as long as it asks).
+func newHTTP(token string) *resty.Client {
+	return resty.New().
+		SetTransport(&http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        16,
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		}).
+		SetAuthToken(token).
+		SetHeader("Content-Type", "application/json").
+		SetHeader("Accept", "application/json").
+		SetError(&workerproto.ErrorBody{})
 }
 
 func (c *client) post(ctx context.Context, path string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.base, "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
+	resp, err := c.r.R().SetContext(ctx).SetBody(in).SetResult(out).Post(strings.TrimRight(c.base, "/") + path)
 	if err != nil {
 		return fmt.Errorf("master %s: %w", c.base, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var eb workerproto.ErrorBody
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		_ = json.Unmarshal(b, &eb)
-		switch {
-		case resp.StatusCode == http.StatusNotFound && eb.Error == workerproto.ErrUnknownWorker:
-			return ErrUnknownWorker
-		case resp.StatusCode == http.StatusServiceUnavailable:
-			return ErrNotMaster
-		}
-		return fmt.Errorf("master %s%s: %s: %s", c.base, path, resp.Status, eb.Error)
+	if resp.IsSuccess() {
+		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("master %s%s: decode: %w", c.base, path, err)
+	msg := strings.TrimSpace(resp.String())
+	if eb, ok := resp.Error().(*workerproto.ErrorBody); ok && eb.Error != "" {
+		msg = eb.Error
 	}
-	return nil
+	switch {
+	case resp.StatusCode() == http.StatusNotFound && msg == workerproto.ErrUnknownWorker:
+		return ErrUnknownWorker
+	case resp.StatusCode() == http.StatusServiceUnavailable:
+		return ErrNotMaster
+	}
+	return fmt.Errorf("master %s%s: %s: %s", c.base, path, resp.Status(), msg)
 }

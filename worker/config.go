@@ -34,6 +34,9 @@ type Config struct {
 	// OnDeadline, if set, is called when the master reports the pilot's
 	// end pulled in (the agent shrank it); the pilot stops by then.
 	OnDeadline func(time.Time)
+	// Confinement says how tasks are isolated ("yes (Landlock ABI 7)"),
+	// reported to the master for the status page.
+	Confinement string
 }
 
 // DefaultConfig returns production defaults; ID, Token and Runner must be set.

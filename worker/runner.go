@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
 // Outcome is what a Runner reports for one task; the worker adds the ids.
@@ -48,30 +50,180 @@ func Substitute(argv []string, t pilotproto.Task) []string {
 	return out
 }
 
-// LogPaths returns where a task's stdout and stderr go:
-// OUTDIR/.harvest/logs/<task id>.<attempt>.out|.err.
-func LogPaths(t pilotproto.Task, fallback string) (string, string) {
-	dir := fallback
-	if t.OutputDir != "" {
-		dir = filepath.Join(t.OutputDir, ".harvest", "logs")
-	}
-	base := filepath.Join(dir, fmt.Sprintf("%d.%d", t.ID, t.Attempt))
-	return base + ".out", base + ".err"
-}
-
 // ExecRunner runs the task's command without a shell, in its own process
 // group (so a kill reaches everything it started), with stdout and stderr
-// in per-task files and a per-task timeout.
+// in per-task files (OUTDIR/.harvest/logs/<task id>.<attempt>.out|.err) and
+// a per-task timeout.
+//
+// What a task may reach (issue 13; docs/pilot.md "Task isolation"):
+//   - its environment is clean, never the pilot's (which holds the pilot
+//     token): PATH (Path), HOME and TMPDIR (a directory of its own, 0700,
+//     removed when it ends), LANG=C.UTF-8, HARVEST_TASK_ID, HARVEST_JOB_ID,
+//     HARVEST_ATTEMPT, then the job's environment;
+//   - its output directory is created and opened, and its logs created,
+//     without following any symbolic link (a link planted after submission
+//     is refused), and its input must resolve inside Roots;
+//   - with a Launcher, it runs confined (package confine): it reads the
+//     system directories, Roots, Read and its input, and writes only its
+//     output directory (the one opened above, by descriptor) and its
+//     temporary directory.
 type ExecRunner struct {
 	KillGrace   time.Duration // SIGTERM to SIGKILL
 	TailBytes   int           // size of the error tail
 	FallbackLog string        // log directory for tasks without an output directory
-	Env         []string      // base environment (os.Environ() when nil)
+	Path        string        // the tasks' PATH
+	TempRoot    string        // where each task's own temporary directory is made
+	// Roots are the queue's allowed roots: inputs must resolve inside
+	// them, and confined tasks may read them. Empty: the task's dataset
+	// directory (its input's parent).
+	Roots []string
+	Read  []string          // more directories confined tasks may read (site software)
+	Jail  *confine.Launcher // nil: tasks are not confined
 }
 
-// DefaultExecRunner returns an ExecRunner with a 2 s kill grace and a 2 KB tail.
+// DefaultPath is the tasks' PATH unless the runner sets another.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// DefaultExecRunner returns an unconfined ExecRunner with a 2 s kill grace
+// and a 2 KB tail.
 func DefaultExecRunner() *ExecRunner {
-	return &ExecRunner{KillGrace: 2 * time.Second, TailBytes: 2048, FallbackLog: filepath.Join(os.TempDir(), "harvest-logs")}
+	return &ExecRunner{KillGrace: 2 * time.Second, TailBytes: 2048, FallbackLog: filepath.Join(os.TempDir(), "harvest-logs"),
+		Path: DefaultPath, TempRoot: os.TempDir()}
+}
+
+// Env returns the environment of task t whose temporary directory is tmp.
+func (r *ExecRunner) Env(t pilotproto.Task, tmp string) []string {
+	env := []string{"PATH=" + r.Path, "HOME=" + tmp, "TMPDIR=" + tmp, "LANG=C.UTF-8",
+		"HARVEST_TASK_ID=" + strconv.FormatInt(t.ID, 10),
+		"HARVEST_JOB_ID=" + strconv.FormatInt(t.JobID, 10),
+		"HARVEST_ATTEMPT=" + strconv.Itoa(t.Attempt)}
+	return append(env, t.Env...)
+}
+
+// prepared is what a task runs with; close releases it.
+type prepared struct {
+	outDir, input  *os.File // O_PATH handles (nil: none)
+	stdout, stderr *os.File
+	tmp            string
+}
+
+func (p *prepared) close() {
+	for _, f := range []*os.File{p.outDir, p.input, p.stdout, p.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if p.tmp != "" {
+		os.RemoveAll(p.tmp)
+	}
+}
+
+// prepare opens what the task writes and reads, refusing links that would
+// lead it elsewhere.
+func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
+	p := &prepared{}
+	ok := false
+	defer func() {
+		if !ok {
+			p.close()
+		}
+	}()
+	logName := fmt.Sprintf("%d.%d", t.ID, t.Attempt)
+	var err error
+	if t.OutputDir != "" {
+		if p.outDir, err = safefs.MkdirAll(t.OutputDir, 0o755); err != nil {
+			return nil, fmt.Errorf("output directory: %w", err)
+		}
+		logs, err := safefs.MkdirBeneath(p.outDir, filepath.Join(".harvest", "logs"), 0o755)
+		if err != nil {
+			return nil, fmt.Errorf("log directory: %w", err)
+		}
+		defer logs.Close()
+		if p.stdout, err = safefs.CreateBeneath(logs, logName+".out", 0o644); err != nil {
+			return nil, fmt.Errorf("stdout file: %w", err)
+		}
+		if p.stderr, err = safefs.CreateBeneath(logs, logName+".err", 0o644); err != nil {
+			return nil, fmt.Errorf("stderr file: %w", err)
+		}
+		if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
+			// The output's own parent, when it is deeper (best effort:
+			// the command may create it itself).
+			if d, err := safefs.MkdirBeneath(p.outDir, rel, 0o755); err == nil {
+				d.Close()
+			}
+		}
+	} else {
+		if err := os.MkdirAll(r.FallbackLog, 0o700); err != nil {
+			return nil, fmt.Errorf("log directory: %w", err)
+		}
+		if p.stdout, err = os.Create(filepath.Join(r.FallbackLog, logName+".out")); err != nil {
+			return nil, fmt.Errorf("stdout file: %w", err)
+		}
+		if p.stderr, err = os.Create(filepath.Join(r.FallbackLog, logName+".err")); err != nil {
+			return nil, fmt.Errorf("stderr file: %w", err)
+		}
+	}
+	if t.Input != "" {
+		roots := r.Roots
+		if len(roots) == 0 {
+			roots = []string{filepath.Dir(t.Input)}
+		}
+		if p.input, err = safefs.OpenIn(t.Input, roots); err != nil {
+			return nil, fmt.Errorf("input: %w", err)
+		}
+	}
+	if p.tmp, err = os.MkdirTemp(r.TempRoot, fmt.Sprintf("harvest-task-%s-", logName)); err != nil {
+		return nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	ok = true
+	return p, nil
+}
+
+// command builds the task's process: through the launcher when confined.
+func (r *ExecRunner) command(t pilotproto.Task, argv []string, p *prepared) (*exec.Cmd, error) {
+	if r.Jail == nil {
+		prog, err := confine.LookPath(argv[0], r.Path)
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(prog, argv[1:]...)
+		cmd.Args[0] = argv[0]
+		switch {
+		case t.WorkDir != "":
+			cmd.Dir = t.WorkDir
+		case p.outDir != nil:
+			// The child changes directory before it closes the worker's
+			// descriptors: this is the directory opened above.
+			cmd.Dir = safefs.FDPath(p.outDir)
+		}
+		return cmd, nil
+	}
+	// The launcher inherits the handles as descriptors 3, 4...
+	var files []*os.File
+	inherit := func(f *os.File) string {
+		files = append(files, f)
+		return fmt.Sprintf("/proc/self/fd/%d", 2+len(files))
+	}
+	pol := confine.Policy{Path: r.Path, Write: []string{p.tmp}}
+	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
+	if p.outDir != nil {
+		pol.Dir = inherit(p.outDir)
+		pol.Write = append(pol.Write, pol.Dir)
+	}
+	if p.input != nil {
+		pol.Read = append(pol.Read, inherit(p.input))
+	}
+	if t.WorkDir != "" {
+		pol.Dir = t.WorkDir
+		pol.Read = append(pol.Read, t.WorkDir)
+	}
+	args, err := r.Jail.Args(pol, argv)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.ExtraFiles = files
+	return cmd, nil
 }
 
 // Run implements Runner.
@@ -84,48 +236,26 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 	if len(argv) == 0 || argv[0] == "" {
 		return fail(-1, errors.New("empty command"))
 	}
-	outPath, errPath := LogPaths(t, r.FallbackLog)
-	if err := os.MkdirAll(filepath.Dir(outPath), 0o755); err != nil {
-		return fail(-1, fmt.Errorf("log directory: %w", err))
-	}
-	if t.Output != "" {
-		// Best effort: the command may create its output itself.
-		_ = os.MkdirAll(filepath.Dir(t.Output), 0o755)
-	}
-	stdout, err := os.Create(outPath)
+	p, err := r.prepare(t)
 	if err != nil {
-		return fail(-1, fmt.Errorf("stdout file: %w", err))
+		return fail(-1, err)
 	}
-	defer stdout.Close()
-	stderr, err := os.Create(errPath)
+	defer p.close()
+	cmd, err := r.command(t, argv, p)
 	if err != nil {
-		return fail(-1, fmt.Errorf("stderr file: %w", err))
+		code := -1
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
 	}
-	defer stderr.Close()
-
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Dir = t.WorkDir
-	if cmd.Dir == "" {
-		cmd.Dir = t.OutputDir
-	}
-	base := r.Env
-	if base == nil {
-		base = os.Environ()
-	}
-	cmd.Env = append(append(append([]string(nil), base...),
-		"HARVEST_TASK_ID="+strconv.FormatInt(t.ID, 10),
-		"HARVEST_JOB_ID="+strconv.FormatInt(t.JobID, 10),
-		"HARVEST_ATTEMPT="+strconv.Itoa(t.Attempt)), t.Env...)
+	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	cmd.Env = r.Env(t, p.tmp)
 	// Own process group so kill reaches the children; SIGKILL if the
 	// worker itself dies (kill -9), so no orphan keeps writing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		code := -1
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = 127
-		}
-		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
+		return fail(-1, fmt.Errorf("start %s: %w", argv[0], err))
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -159,7 +289,7 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		o.Status = pilotproto.StatusFailed
 	}
 	if o.Status != pilotproto.StatusDone {
-		o.ErrorTail = tail(errPath, r.TailBytes)
+		o.ErrorTail = tail(p.stderr, r.TailBytes)
 		if timedOut {
 			o.ErrorTail += fmt.Sprintf("\n[harvest] killed after the task timeout of %ds", t.TimeoutS)
 		}
@@ -184,20 +314,12 @@ func (r *ExecRunner) kill(cmd *exec.Cmd, done <-chan error) error {
 }
 
 // tail returns the last n bytes of a file ("" if unreadable).
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
+func tail(f *os.File, n int) string {
 	st, err := f.Stat()
 	if err != nil {
 		return ""
 	}
-	off := st.Size() - int64(n)
-	if off < 0 {
-		off = 0
-	}
+	off := max(st.Size()-int64(n), 0)
 	b, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
 	if err != nil {
 		return ""

@@ -41,6 +41,7 @@ func TestSubstitute(t *testing.T) {
 }
 
 func execTask(dir string, timeout int64, argv ...string) pilotproto.Task {
+	os.MkdirAll(filepath.Join(dir, "in"), 0o755)
 	return pilotproto.Task{ID: 3, Attempt: 2, JobID: 9, Name: "e1", Input: filepath.Join(dir, "in"),
 		Output: filepath.Join(dir, "out", "e1"), OutputDir: filepath.Join(dir, "out"), Command: argv, TimeoutS: timeout}
 }
@@ -160,4 +161,52 @@ func zombie(pid int) bool {
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(f) > 0 && f[0] == "Z"
+}
+
+// TestATaskGetsACleanEnvironment is issue 13 item 1: the task's
+// environment was the pilot's (os.Environ), so `env` in a task printed the
+// pilot token. A task gets only what is documented: PATH, HOME and TMPDIR
+// (its own temporary directory), LANG, the HARVEST_* task variables and
+// the job's own environment.
+func TestATaskGetsACleanEnvironment(t *testing.T) {
+	t.Setenv("HARVEST_PILOT_TOKEN", "secret-pilot-token")
+	t.Setenv("HARVEST_QUEUE", "http://head:8080")
+	t.Setenv("SLURM_JOB_ID", "42")
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
+	task := execTask(dir, 0, "sh", "-c", `env > "$1"; [ -d "$TMPDIR" ] && [ -w "$TMPDIR" ] && [ "$HOME" = "$TMPDIR" ]`, "sh", "{output}")
+	task.Env = []string{"HARVEST_JOB=9", "HARVEST_TASK=3", "OMP_NUM_THREADS=4"}
+	r := worker.DefaultExecRunner()
+	o := r.Run(context.Background(), task)
+	if o.Status != pilotproto.StatusDone {
+		t.Fatalf("status %s (%s): the task has no writable TMPDIR = HOME", o.Status, o.ErrorTail)
+	}
+	b, err := os.ReadFile(task.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	if strings.Contains(string(b), "secret-pilot-token") {
+		t.Fatalf("the pilot token reached the task:\n%s", b)
+	}
+	tmp := got["TMPDIR"]
+	want := []string{"PATH", "HOME", "TMPDIR", "LANG", "HARVEST_TASK_ID", "HARVEST_JOB_ID", "HARVEST_ATTEMPT",
+		"HARVEST_JOB", "HARVEST_TASK", "OMP_NUM_THREADS", "PWD"} // PWD: set by sh itself
+	for _, k := range want {
+		if _, ok := got[k]; !ok {
+			t.Errorf("%s missing from the task's environment", k)
+		}
+		delete(got, k)
+	}
+	delete(got, "SHLVL") // set by some shells
+	if len(got) > 0 {
+		t.Errorf("undocumented variables in the task's environment: %v", got)
+	}
+	if _, err := os.Stat(tmp); err == nil {
+		t.Errorf("the task's temporary directory %s outlived the task", tmp)
+	}
 }

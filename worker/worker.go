@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/go-resty/resty/v2"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/workerproto"
@@ -53,7 +55,7 @@ type Worker struct {
 	cfg     Config
 	resolve Resolver
 	log     *slog.Logger
-	hc      *http.Client
+	http    *resty.Client
 
 	mu       sync.Mutex
 	slots    int
@@ -80,7 +82,7 @@ func New(cfg Config, resolve Resolver) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, resolve: resolve, log: cfg.Logger.With("component", "worker", "worker", cfg.ID),
-		hc: &http.Client{Transport: NewTransport()}, slots: cfg.Slots,
+		http: newHTTP(cfg.Token), slots: cfg.Slots,
 		running: map[ref]*running{}, changed: make(chan struct{}),
 	}
 	w.lastContact.Store(time.Now().UnixNano())
@@ -112,20 +114,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	dctx, dstop := context.WithCancel(context.Background())
 	defer dstop()
 	go w.dispatch(dctx)
-	backoff := w.cfg.RetryInterval
+	// A new master may need a moment to open its checkpoint, and the old
+	// lease a while to expire: the lease is asked again with backoff.
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = w.cfg.RetryInterval, 5*time.Second, 0
 	for ctx.Err() == nil {
 		ep, err := w.resolve(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			w.log.Warn("no master yet", "error", err, "retry_in", backoff)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, 5*time.Second)
+			d := bo.NextBackOff()
+			w.log.Warn("no master yet", "error", err, "retry_in", d)
+			sleep(ctx, d)
 			continue
 		}
 		w.mu.Lock()
-		w.cur = &client{base: ep.URL, token: w.cfg.Token, hc: w.hc}
+		w.cur = &client{base: ep.URL, r: w.http}
 		w.slots = w.cfg.Slots
 		if ep.Slots > 0 {
 			w.slots = ep.Slots
@@ -137,13 +142,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			break
 		}
 		if time.Since(time.Unix(0, w.lastContact.Load())) < w.cfg.MasterGrace {
-			backoff = w.cfg.RetryInterval
+			bo.Reset() // the master answered lately: a short wait, not the grown one
 		}
-		w.log.Warn("master lost; back to the lease", "master", ep.URL, "error", err, "retry_in", backoff)
-		// A new master may need a moment to open its checkpoint, and the
-		// old lease a while to expire: ask the lease again with backoff.
-		sleep(ctx, backoff)
-		backoff = min(2*backoff, 5*time.Second)
+		d := bo.NextBackOff()
+		w.log.Warn("master lost; back to the lease", "master", ep.URL, "error", err, "retry_in", d)
+		sleep(ctx, d)
 	}
 	w.shutdown()
 	return nil
@@ -221,7 +224,8 @@ func (s *session) register(ctx context.Context) bool {
 	w := s.w
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		req := workerproto.RegisterRequest{WorkerID: w.cfg.ID, PilotID: w.cfg.PilotID, Slots: w.slots, Capacity: w.capacity()}
+		req := workerproto.RegisterRequest{WorkerID: w.cfg.ID, PilotID: w.cfg.PilotID, Slots: w.slots, Capacity: w.capacity(),
+			Confinement: w.cfg.Confinement}
 		if !w.cfg.Deadline.IsZero() {
 			req.Deadline = w.cfg.Deadline.UnixMilli()
 		}

@@ -41,13 +41,16 @@ const (
 // Finished lists tasks whose results it has not had acknowledged yet, so a
 // new master does not requeue them.
 type RegisterRequest struct {
-	WorkerID string               `json:"worker_id"`
-	PilotID  string               `json:"pilot_id"`
-	Slots    int                  `json:"slots"`
-	Capacity int                  `json:"capacity"` // tasks it holds at most (running + queued)
-	Deadline int64                `json:"deadline_ms,omitempty"`
-	Held     []pilotproto.TaskRef `json:"held,omitempty"`
-	Finished []pilotproto.TaskRef `json:"finished,omitempty"`
+	WorkerID string `json:"worker_id"`
+	PilotID  string `json:"pilot_id"`
+	Slots    int    `json:"slots"`
+	Capacity int    `json:"capacity"` // tasks it holds at most (running + queued)
+	Deadline int64  `json:"deadline_ms,omitempty"`
+	// Confinement says how the worker isolates its tasks (shown on the
+	// agent's status page).
+	Confinement string               `json:"confinement,omitempty"`
+	Held        []pilotproto.TaskRef `json:"held,omitempty"`
+	Finished    []pilotproto.TaskRef `json:"finished,omitempty"`
 }
 
 // RegisterResponse lists held tasks the master does not (or no longer)

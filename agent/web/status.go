@@ -54,6 +54,7 @@ type DecisionView struct {
 // PilotRow is one pilot job.
 type PilotRow struct {
 	ID, State, Node, Started, Deadline, Left string
+	Confined                                 string // whether its tasks run confined, as its worker said
 }
 
 // JobRow is one harvest job with its progress.
@@ -82,7 +83,8 @@ type Inputs struct {
 	Now                 time.Time
 	Round               *agent.RoundResult
 	Control             agent.ControlState
-	Deadlines           map[string]int64 // pilot id -> deadline reported by the master (Unix s)
+	Deadlines           map[string]int64  // pilot id -> deadline reported by the master (Unix s)
+	Confinement         map[string]string // pilot id -> whether its tasks run confined
 	Jobs                []api.Job
 	Users               []api.User
 	Samples             []Sample
@@ -144,7 +146,7 @@ func BuildPage(in Inputs) Page {
 				}
 				continue
 			}
-			p.Pilots = append(p.Pilots, pilotRow(j, s.Now, in.Deadlines))
+			p.Pilots = append(p.Pilots, pilotRow(j, s.Now, in.Deadlines, in.Confinement))
 		}
 	}
 	for _, j := range in.Jobs {
@@ -183,8 +185,11 @@ func percent(v, limit float64) int {
 	return min(100, int(100*v/limit))
 }
 
-func pilotRow(j cluster.Job, now int64, deadlines map[string]int64) PilotRow {
-	row := PilotRow{ID: j.ID, Node: j.NodeList, Started: "-", Deadline: "-", Left: "-"}
+func pilotRow(j cluster.Job, now int64, deadlines map[string]int64, confinement map[string]string) PilotRow {
+	row := PilotRow{ID: j.ID, Node: j.NodeList, Started: "-", Deadline: "-", Left: "-", Confined: "-"}
+	if c := confinement[j.ID]; c != "" {
+		row.Confined = c
+	}
 	switch {
 	case j.State == cluster.Pending:
 		row.State = "queued"
@@ -334,9 +339,10 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	if res, ok := s.cfg.Rounds.Last(); ok {
 		in.Round = &res
 	}
-	in.Deadlines = map[string]int64{}
+	in.Deadlines, in.Confinement = map[string]int64{}, map[string]string{}
 	for id, st := range s.cfg.Queue.PilotStatus() {
 		in.Deadlines[id] = st.Deadline
+		in.Confinement[id] = st.Confinement
 	}
 	f := queue.ListFilter{Limit: 50}
 	if role != api.RoleAdmin {

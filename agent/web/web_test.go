@@ -60,7 +60,7 @@ func (f *fakeQueue) ListJobs(_ context.Context, lf queue.ListFilter) (api.JobLis
 	return f.jobs(lf)
 }
 func (f *fakeQueue) PilotStatus() map[string]pilotproto.PilotStatus {
-	return map[string]pilotproto.PilotStatus{"p2": {PilotID: "p2", Busy: true, Deadline: 1_000_900}}
+	return map[string]pilotproto.PilotStatus{"p2": {PilotID: "p2", Busy: true, Deadline: 1_000_900, Confinement: "yes (Landlock ABI 7)"}}
 }
 func (f *fakeQueue) CreateToken(_ context.Context, name, role string) (api.Token, error) {
 	if name == "" {
@@ -176,6 +176,8 @@ func TestTheStatusPageShowsWhatTheAgentSees(t *testing.T) {
 				"<td>p1</td><td class=\"idle\">idle</td><td>n3</td>", clock(1_001_000), "16m40s",
 				// p2 is unlimited but the master reported its deadline.
 				"<td>p2</td><td class=\"busy\">busy</td>", clock(1_000_900),
+				// Whether a pilot's tasks run confined, as its worker said (issue 13).
+				"<th>Tasks confined</th>", "<td>yes (Landlock ABI 7)</td>",
 				"<td>p3</td><td class=\"queued\">queued</td>",
 				"genomes", "25%", "frames", "over quota", "10.400", `<svg id="chart" role="img" aria-label="node utilisation over time" style="background:#fff;border:1px solid #ccc" xmlns="http://www.w3.org/2000/svg" width="720" height="160"`, `<path fill="#8a9bb0" d="M`},
 		},

@@ -237,7 +237,13 @@ func runAgent(c *cli.Context) error {
 			},
 			End: func(_ context.Context, e api.PilotEnd) error { return h.q.Pool(site).PullIn(e.Pilot, e.End) },
 		}
-		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, site, cfg.PilotEnv)
+		// Tasks read the allowed roots, and their inputs must resolve there
+		// (the admin's --pilot-env may say otherwise).
+		admin := map[string]string{"HARVEST_TASK_ROOTS": strings.Join(c.StringSlice("allowed-root"), ",")}
+		for k, v := range cfg.PilotEnv {
+			admin[k] = v
+		}
+		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, site, admin)
 		hq = h
 		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
 		if h.advertise == "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/harvest-hpc/harvest/pilot"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/worker"
+	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
 func pilotCommand() *cli.Command {
@@ -28,6 +29,8 @@ func pilotCommand() *cli.Command {
 			"winner runs the master (batches, SQLite checkpoint in the state directory) and a side worker\n" +
 			"on cores-1 slots, the others run workers for the master the lease names. SIGTERM (scancel, time\n" +
 			"limit) stops the pilot within seconds: its unfinished tasks are reported interrupted and requeued.\n" +
+			"Tasks run with a clean environment and, where the kernel has Landlock, confined: they read the system\n" +
+			"directories and the allowed roots, and write only their job's output directory and a temporary directory.\n" +
 			"The deadline is --deadline, else SLURM_JOB_END_TIME, else squeue's end time for SLURM_JOB_ID,\n" +
 			"else --time-limit from now, else none.",
 		Flags: []cli.Flag{
@@ -48,6 +51,9 @@ func pilotCommand() *cli.Command {
 			&cli.Float64Flag{Name: "capacity-factor", EnvVars: []string{"HARVEST_CAPACITY_FACTOR"}, Value: capacity.DefaultConfig().Factor, Usage: "the master stops growing its pool where a job's tasks take more than this x their fastest (0: no cap)"},
 			&cli.IntFlag{Name: "capacity-hold", EnvVars: []string{"HARVEST_CAPACITY_HOLD"}, Value: capacity.DefaultConfig().HoldRounds, Usage: "queue heartbeats the size found is held before a larger one is tried again"},
 			&cli.IntFlag{Name: "capacity-initial", EnvVars: []string{"HARVEST_CAPACITY_INITIAL"}, Value: capacity.DefaultConfig().InitialSize, Usage: "pilots the pool may hold before any size is judged (it doubles while tasks keep their speed)"},
+			&cli.StringFlag{Name: "confine", EnvVars: []string{"HARVEST_CONFINE"}, Value: string(confine.ModeAuto), Usage: "confine tasks with Landlock: auto (where the kernel can; the pilot says whether it did), require (refuse to start without), off"},
+			&cli.StringSliceFlag{Name: "task-roots", EnvVars: []string{"HARVEST_TASK_ROOTS"}, Usage: "the queue's allowed roots `DIR`s: inputs must resolve inside them, tasks may read them (the agent sets it)"},
+			&cli.StringSliceFlag{Name: "task-read", EnvVars: []string{"HARVEST_TASK_READ"}, Usage: "more `DIR`s confined tasks may read (site software: /cvmfs, /apps)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 		},
@@ -85,6 +91,11 @@ func runPilot(c *cli.Context) error {
 	}
 	cfg.Deadline, cfg.Listen, cfg.Advertise = deadline, c.String("listen"), c.String("advertise")
 	cfg.Logger = log
+	mode, err := confine.ParseMode(c.String("confine"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest pilot: --confine: %v", err), 2)
+	}
+	cfg.Confine, cfg.TaskRoots, cfg.TaskRead = mode, c.StringSlice("task-roots"), c.StringSlice("task-read")
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
 	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")

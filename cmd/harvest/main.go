@@ -8,9 +8,12 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
 func main() {
+	confine.Main() // `harvest __harvest-confine ...`: the pilot starting a task confined
 	if err := newApp().Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "harvest:", err)
 		os.Exit(exitCode(err))

@@ -85,6 +85,7 @@ type worker struct {
 	slots, capacity int
 	deadline        time.Time // zero: none
 	newDeadline     bool      // pulled in: the next heartbeat tells the worker
+	confinement     string
 	lastSeen        time.Time
 	registered      bool // false: restored from the checkpoint, not back yet
 	polls           int  // parked long-polls

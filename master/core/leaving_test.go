@@ -66,3 +66,19 @@ func TestALeavingWorkerHandsEverythingBackAtOnce(t *testing.T) {
 		t.Errorf("the leaving worker's parked pull was not answered: %+v", rd.Replies)
 	}
 }
+
+// TestTheQueueHearsWhetherAPilotsTasksAreConfined: the worker says how it
+// isolates its tasks when it registers; the master's heartbeat carries it
+// to the queue, for the agent's status page (issue 13 item 2).
+func TestTheQueueHearsWhetherAPilotsTasksAreConfined(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := core.New(core.Config{PilotID: "p1", Epoch: 1, PullWait: 10 * time.Second, Prefetch: 1, MinBuffer: 4,
+		MaxBuffer: 100, MaxPull: 100, IdlePoll: time.Second, RetryInterval: time.Second, HeartbeatInterval: time.Minute,
+		LeaseRenewInterval: time.Minute, WorkerTimeout: time.Minute, ReconnectGrace: time.Minute, ReportBatch: 100}, nil, nil, now)
+	c.Step(now, core.Register{Req: 1, RegisterRequest: workerproto.RegisterRequest{WorkerID: "w1", PilotID: "p2", Slots: 1, Capacity: 2,
+		Confinement: "yes (Landlock ABI 7)"}})
+	rd := c.Ready()
+	if rd.Beat == nil || len(rd.Beat.Heartbeat.Pilots) != 1 || rd.Beat.Heartbeat.Pilots[0].Confinement != "yes (Landlock ABI 7)" {
+		t.Fatalf("heartbeat %+v does not say the pilot's tasks are confined", rd.Beat)
+	}
+}

@@ -123,6 +123,9 @@ func (c *Core) beat(now time.Time) *Beat {
 			pilots[w.pilot] = p
 		}
 		p.Busy = p.Busy || len(w.out) > 0
+		if w.confinement != "" {
+			p.Confinement = w.confinement
+		}
 		if !w.deadline.IsZero() {
 			p.Deadline = w.deadline.Unix()
 		}

@@ -19,7 +19,7 @@ func (c *Core) register(now time.Time, e Register) {
 	}
 	req := e.RegisterRequest
 	w := c.worker(req.WorkerID, now)
-	w.pilot, w.slots, w.capacity, w.lastSeen = req.PilotID, req.Slots, req.Capacity, now
+	w.pilot, w.slots, w.capacity, w.lastSeen, w.confinement = req.PilotID, req.Slots, req.Capacity, now, req.Confinement
 	w.deadline = time.Time{}
 	if req.Deadline > 0 {
 		w.deadline = time.UnixMilli(req.Deadline)

@@ -1,0 +1,218 @@
+// Package safefs opens and creates paths without following symbolic links
+// a user may have planted after a path was checked (issue 13: an output
+// directory replaced by a link after submission). It uses openat2(2)
+// (Linux 5.6+): RESOLVE_NO_SYMLINKS for paths the queue stored fully
+// resolved, RESOLVE_BENEATH for paths that must stay inside a root. On
+// older kernels it walks the path one component at a time with O_NOFOLLOW,
+// which refuses every link (stricter, never looser).
+package safefs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrLink: a path held a symbolic link (or left its root) where none may be.
+var ErrLink = errors.New("symbolic link or path outside its directory")
+
+// noOpenat2 forces the fallback (tests run both ways).
+var noOpenat2 = false
+
+// openat2 opens rel under dirfd; on ENOSYS it falls back to a walk that
+// refuses every link.
+func openat2(dirfd int, rel string, flags uint64, mode uint64, resolve uint64) (int, error) {
+	if noOpenat2 {
+		return walk(dirfd, rel, flags, mode)
+	}
+	fd, err := unix.Openat2(dirfd, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolve})
+	if errors.Is(err, unix.ENOSYS) {
+		return walk(dirfd, rel, flags, mode)
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+		err = fmt.Errorf("%w (%w)", ErrLink, err)
+	}
+	return fd, err
+}
+
+// walk opens rel under dirfd one component at a time, none followed.
+func walk(dirfd int, rel string, flags, mode uint64) (int, error) {
+	if strings.HasPrefix(rel, "/") {
+		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(root)
+		dirfd = root
+	}
+	var parts []string
+	for _, p := range strings.Split(rel, "/") {
+		switch p {
+		case "", ".":
+		case "..":
+			return -1, fmt.Errorf("%w: %q has \"..\"", ErrLink, rel)
+		default:
+			parts = append(parts, p)
+		}
+	}
+	cur, err := unix.FcntlInt(uintptr(dirfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for i, p := range parts {
+		f, m := uint64(unix.O_PATH|unix.O_DIRECTORY), uint64(0)
+		if i == len(parts)-1 {
+			f, m = flags, mode
+		}
+		fd, err := unix.Openat(cur, p, int(f|unix.O_NOFOLLOW|unix.O_CLOEXEC), uint32(m))
+		if err != nil {
+			var st unix.Stat_t
+			if unix.Fstatat(cur, p, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				err = fmt.Errorf("%w (%s: %w)", ErrLink, p, err)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, err
+		}
+		cur = fd
+	}
+	// O_PATH|O_NOFOLLOW opens a final link itself instead of failing.
+	var st unix.Stat_t
+	if err := unix.Fstat(cur, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		unix.Close(cur)
+		return -1, fmt.Errorf("%w: %s", ErrLink, rel)
+	}
+	return cur, nil
+}
+
+const noLinks = unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// OpenDir opens the absolute directory path as an O_PATH handle, refusing
+// any symbolic link on the way.
+func OpenDir(path string) (*os.File, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s: not an absolute path", path)
+	}
+	fd, err := openat2(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY, 0, noLinks)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// MkdirAll creates the absolute directory path and its missing parents
+// (perm), refusing any symbolic link on the way, and returns it open as an
+// O_PATH handle.
+func MkdirAll(path string, perm os.FileMode) (*os.File, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s: not an absolute path", path)
+	}
+	d, err := OpenDir("/")
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range strings.Split(filepath.Clean(path), "/") {
+		if p == "" {
+			continue
+		}
+		next, err := MkdirBeneath(d, p, perm)
+		d.Close()
+		if err != nil {
+			return nil, &os.PathError{Op: "mkdir", Path: path, Err: err}
+		}
+		d = next
+	}
+	return d, nil
+}
+
+// MkdirBeneath creates rel (missing parents too) inside dir, refusing any
+// symbolic link, and returns it open as an O_PATH handle.
+func MkdirBeneath(dir *os.File, rel string, perm os.FileMode) (*os.File, error) {
+	cur, err := dup(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range strings.Split(filepath.Clean(rel), "/") {
+		if p == "" || p == "." {
+			continue
+		}
+		if p == ".." {
+			cur.Close()
+			return nil, fmt.Errorf("%w: %q has \"..\"", ErrLink, rel)
+		}
+		err := unix.Mkdirat(int(cur.Fd()), p, uint32(perm.Perm()))
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			cur.Close()
+			return nil, &os.PathError{Op: "mkdir", Path: filepath.Join(cur.Name(), p), Err: err}
+		}
+		fd, err := openat2(int(cur.Fd()), p, unix.O_PATH|unix.O_DIRECTORY, 0, unix.RESOLVE_BENEATH|noLinks)
+		name := filepath.Join(cur.Name(), p)
+		cur.Close()
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: name, Err: err}
+		}
+		cur = os.NewFile(uintptr(fd), name)
+	}
+	return cur, nil
+}
+
+// CreateBeneath creates (or truncates) the file rel inside dir for
+// reading and writing, refusing any symbolic link, the file itself included.
+func CreateBeneath(dir *os.File, rel string, perm os.FileMode) (*os.File, error) {
+	name := filepath.Join(dir.Name(), rel)
+	fd, err := openat2(int(dir.Fd()), rel, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW,
+		uint64(perm.Perm()), unix.RESOLVE_BENEATH|noLinks)
+	if err != nil {
+		return nil, &os.PathError{Op: "create", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// OpenIn opens the path, which must resolve inside one of roots, as an
+// O_PATH handle on what it resolves to: links are followed only while the
+// result stays inside a root, and a link planted between the check and the
+// open is refused.
+func OpenIn(path string, roots []string) (*os.File, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	if !Within(real, roots) {
+		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: resolves to %s, outside %v", ErrLink, real, roots)}
+	}
+	fd, err := openat2(unix.AT_FDCWD, real, unix.O_PATH, 0, noLinks)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: real, Err: err}
+	}
+	return os.NewFile(uintptr(fd), real), nil
+}
+
+// Within reports whether the clean absolute path p is one of dirs or
+// beneath one.
+func Within(p string, dirs []string) bool {
+	for _, d := range dirs {
+		rel, err := filepath.Rel(d, p)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return true
+		}
+	}
+	return false
+}
+
+func dup(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// FDPath names an open file by its descriptor in this process: a path
+// that reaches exactly that file, whatever has been renamed or linked
+// since it was opened.
+func FDPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }

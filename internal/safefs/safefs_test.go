@@ -1,0 +1,121 @@
+package safefs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// both runs a test with openat2 and with the per-component fallback of
+// kernels older than 5.6.
+func both(t *testing.T, f func(t *testing.T)) {
+	for _, fallback := range []bool{false, true} {
+		name := "openat2"
+		if fallback {
+			name = "component walk"
+		}
+		t.Run(name, func(t *testing.T) {
+			noOpenat2 = fallback
+			defer func() { noOpenat2 = false }()
+			f(t)
+		})
+	}
+}
+
+func TestMkdirAllRefusesALinkPlantedOnThePath(t *testing.T) {
+	both(t, func(t *testing.T) {
+		dir := t.TempDir()
+		elsewhere := filepath.Join(dir, "elsewhere")
+		os.Mkdir(elsewhere, 0o700)
+		os.MkdirAll(filepath.Join(dir, "alice"), 0o755)
+		// alice replaced her output directory by a link after submission.
+		os.Symlink(elsewhere, filepath.Join(dir, "alice", "out"))
+		_, err := MkdirAll(filepath.Join(dir, "alice", "out", "logs"), 0o755)
+		if !errors.Is(err, ErrLink) {
+			t.Fatalf("got %v, want ErrLink", err)
+		}
+		if _, err := os.Stat(filepath.Join(elsewhere, "logs")); err == nil {
+			t.Fatal("a directory was created through the link")
+		}
+		d, err := MkdirAll(filepath.Join(dir, "bob", "out", "logs"), 0o750)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if fi, err := os.Stat(filepath.Join(dir, "bob", "out", "logs")); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
+			t.Fatalf("created %v %v", fi, err)
+		}
+		// An existing directory is opened, not refused.
+		d2, err := MkdirAll(filepath.Join(dir, "bob", "out"), 0o750)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d2.Close()
+	})
+}
+
+func TestCreateBeneathRefusesALinkedFile(t *testing.T) {
+	both(t, func(t *testing.T) {
+		dir := t.TempDir()
+		target := filepath.Join(dir, "checkpoint.db")
+		os.WriteFile(target, []byte("precious"), 0o600)
+		out := filepath.Join(dir, "out")
+		os.Mkdir(out, 0o755)
+		os.Symlink(target, filepath.Join(out, "1.1.out"))
+		d, err := OpenDir(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if _, err := CreateBeneath(d, "1.1.out", 0o644); err == nil {
+			t.Fatal("created through a link")
+		}
+		if b, _ := os.ReadFile(target); string(b) != "precious" {
+			t.Fatalf("the link's target was truncated: %q", b)
+		}
+		if _, err := CreateBeneath(d, "../escape", 0o644); err == nil {
+			t.Fatal("created outside the directory")
+		}
+		f, err := CreateBeneath(d, "2.1.out", 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString("ok")
+		f.Close()
+		if b, _ := os.ReadFile(filepath.Join(out, "2.1.out")); string(b) != "ok" {
+			t.Fatalf("wrote %q", b)
+		}
+	})
+}
+
+func TestOpenInFollowsLinksOnlyInsideTheRoots(t *testing.T) {
+	both(t, func(t *testing.T) {
+		dir := t.TempDir()
+		root := filepath.Join(dir, "data")
+		os.MkdirAll(filepath.Join(root, "ds", "sub1"), 0o755)
+		os.MkdirAll(filepath.Join(dir, "private"), 0o755)
+		os.Symlink(filepath.Join(root, "ds", "sub1"), filepath.Join(root, "ds", "inside"))
+		os.Symlink(filepath.Join(dir, "private"), filepath.Join(root, "ds", "shadow"))
+		for _, c := range []struct {
+			rel string
+			ok  bool
+		}{
+			{"ds/sub1", true},    // a plain entry
+			{"ds/inside", true},  // an absolute link to another entry of the root
+			{"ds/shadow", false}, // a link out of the root
+			{"ds/../../private", false},
+		} {
+			f, err := OpenIn(filepath.Join(root, c.rel), []string{root})
+			if (err == nil) != c.ok {
+				t.Errorf("%s: err %v, want ok=%v", c.rel, err, c.ok)
+			}
+			if err == nil {
+				if f.Name() != filepath.Join(root, "ds", "sub1") {
+					t.Errorf("%s opened as %s", c.rel, f.Name())
+				}
+				f.Close()
+			}
+		}
+	})
+}

@@ -1,0 +1,239 @@
+// Package confine runs a task under Landlock (Linux 5.13+): the task may
+// read and execute the system directories and the directories it is given,
+// write only its job's output directory and its own temporary directory,
+// and neither signal nor ptrace (read /proc/PID/environ of) processes
+// outside its sandbox, the pilot included. Everything else the pilot
+// account can reach (harvest's state directory and checkpoint, other
+// users' outputs, the pilot's home) is out of its reach.
+//
+// Landlock restricts the calling process and what it executes, so the
+// worker starts each task through its own binary: `harvest
+// __harvest-confine POLICY ARGV...` restricts itself and then execs the
+// task. Main must run first thing in main (and in TestMain of tests that
+// confine). Where the kernel lacks Landlock the task runs unconfined
+// (ModeAuto: best effort, and Probe says so) or not at all (ModeRequire).
+package confine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// Arg is the first argument that makes the binary a confining launcher.
+const Arg = "__harvest-confine"
+
+// Mode says what to do where the kernel lacks Landlock.
+type Mode string
+
+// Modes.
+const (
+	ModeAuto    Mode = "auto"    // confine where the kernel can, say so where not
+	ModeRequire Mode = "require" // refuse to run a task unconfined
+	ModeOff     Mode = "off"     // never confine
+)
+
+// ParseMode checks a mode given on the command line.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeAuto, ModeRequire, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("confinement %q: want auto, require or off", s)
+}
+
+// SystemRead are the directories every task may read and execute: the
+// system's programs, libraries and configuration, /proc and /sys (other
+// processes' private files stay closed: Landlock forbids ptrace-like
+// access out of the sandbox), devices, and the resolver's directory.
+var SystemRead = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+	"/proc", "/sys", "/dev", "/run/systemd/resolve"}
+
+// SystemWrite are the device files every task may write.
+var SystemWrite = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty"}
+
+// Policy is what one task may reach. A path may name a descriptor the
+// launcher inherits (/proc/self/fd/N): the rule then holds the very
+// directory the worker opened, whatever was renamed or linked since.
+type Policy struct {
+	Mode  Mode     `json:"mode"`
+	Read  []string `json:"read,omitempty"`  // read and execute beneath each
+	Write []string `json:"write,omitempty"` // read, write, create, remove, rename beneath each
+	Dir   string   `json:"dir,omitempty"`   // working directory
+	Path  string   `json:"path"`            // PATH the program is looked up in
+}
+
+// Support is what the kernel offers.
+type Support struct {
+	ABI int   // Landlock ABI version, 0: none
+	Err error // why there is none
+}
+
+// Probe asks the kernel for its Landlock ABI.
+func Probe() Support {
+	v, err := ll.LandlockGetABIVersion()
+	if err != nil || v < 1 {
+		if err == nil {
+			err = errors.New("no Landlock: ABI 0")
+		}
+		return Support{Err: err}
+	}
+	return Support{ABI: v}
+}
+
+// Describe says whether tasks run confined under mode m, in one phrase for
+// logs and the status page.
+func (s Support) Describe(m Mode) string {
+	switch {
+	case m == ModeOff:
+		return "no (confinement off)"
+	case s.ABI > 0:
+		return fmt.Sprintf("yes (Landlock ABI %d)", s.ABI)
+	default:
+		return fmt.Sprintf("no (kernel without Landlock: %v)", s.Err)
+	}
+}
+
+// Confined reports whether tasks run confined under mode m.
+func (s Support) Confined(m Mode) bool { return m != ModeOff && s.ABI > 0 }
+
+// Launcher starts tasks through the confining entry point of Exe.
+type Launcher struct {
+	Exe  string // a binary whose main calls Main (harvest itself)
+	Mode Mode
+}
+
+// Self returns a launcher on the running binary.
+func Self(m Mode) (*Launcher, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("confine: own executable: %w", err)
+	}
+	return &Launcher{Exe: exe, Mode: m}, nil
+}
+
+// Args returns the argv that runs argv under p.
+func (l *Launcher) Args(p Policy, argv []string) ([]string, error) {
+	p.Mode = l.Mode
+	spec, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{l.Exe, Arg, string(spec)}, argv...), nil
+}
+
+// Exit codes of the launcher when the task cannot start (as a shell's).
+const (
+	ExitCannotRun = 126
+	ExitNotFound  = 127
+)
+
+// Main turns the process into the launcher when it was started as one:
+// it confines itself and execs the task, and never returns then. It does
+// nothing for any other command line.
+func Main() {
+	if len(os.Args) < 4 || os.Args[1] != Arg {
+		return
+	}
+	code, err := launch(os.Args[2], os.Args[3:])
+	fmt.Fprintf(os.Stderr, "harvest: %v\n", err)
+	os.Exit(code)
+}
+
+// launch only returns when the task could not be started.
+func launch(spec string, argv []string) (int, error) {
+	var p Policy
+	if err := json.Unmarshal([]byte(spec), &p); err != nil {
+		return ExitCannotRun, fmt.Errorf("confine: bad policy: %w", err)
+	}
+	prog, err := LookPath(argv[0], p.Path)
+	if err != nil {
+		return ExitNotFound, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	if p.Dir != "" {
+		if err := os.Chdir(p.Dir); err != nil {
+			return ExitCannotRun, fmt.Errorf("working directory: %w", err)
+		}
+	}
+	if p.Mode != ModeOff {
+		if err := restrict(p); err != nil {
+			return ExitCannotRun, fmt.Errorf("confine the task: %w", err)
+		}
+	}
+	// The descriptors the rules were made from are not the task's.
+	for fd := 3; fd < 1024; fd++ {
+		unix.CloseOnExec(fd)
+	}
+	err = syscall.Exec(prog, argv, os.Environ())
+	return ExitCannotRun, fmt.Errorf("start %s: %w", argv[0], err)
+}
+
+// restrict applies p to this process (all its threads) and what it execs.
+func restrict(p Policy) error {
+	cfg := landlock.MustConfig(landlock.V7.HandledAccessFS, landlock.V7.Scoped)
+	if p.Mode != ModeRequire {
+		cfg = cfg.BestEffort()
+	}
+	var rules []landlock.Rule
+	for _, path := range p.Read {
+		if isFile(path) {
+			rules = append(rules, landlock.ROFiles(path).IgnoreIfMissing())
+		} else {
+			rules = append(rules, landlock.RODirs(path).IgnoreIfMissing())
+		}
+	}
+	for _, path := range p.Write {
+		if isFile(path) {
+			rules = append(rules, landlock.RWFiles(path))
+		} else {
+			rules = append(rules, landlock.RWDirs(path).WithRefer())
+		}
+	}
+	rules = append(rules, landlock.RWFiles(SystemWrite...).WithIoctlDev().IgnoreIfMissing())
+	return cfg.Restrict(rules...)
+}
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir()
+}
+
+// LookPath finds a program as a shell would with PATH=path: a name with a
+// slash is taken as it is.
+func LookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		if err := executable(name); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH %s: %w", name, path, os.ErrNotExist)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s: not an executable file: %w", p, os.ErrPermission)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package worker_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/worker"
+	"github.com/harvest-hpc/harvest/worker/confine"
+)
+
+// TestMain lets this test binary serve as the confining launcher.
+func TestMain(m *testing.M) {
+	confine.Main()
+	os.Exit(m.Run())
+}
+
+// TestAnOutputDirectoryReplacedByALinkIsRefused is issue 13 item 3: a
+// user submits with an output directory, then replaces it with a link;
+// the worker wrote through it (logs, the task's working directory). The
+// worker now opens the output directory without following links.
+func TestAnOutputDirectoryReplacedByALinkIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := filepath.Join(dir, "state")
+	os.Mkdir(elsewhere, 0o700)
+	task := execTask(dir, 0, "sh", "-c", `echo pwned > "$1"`, "sh", "x")
+	os.Symlink(elsewhere, task.OutputDir)
+	o := worker.DefaultExecRunner().Run(context.Background(), task)
+	if o.Status != pilotproto.StatusFailed || !strings.Contains(o.ErrorTail, "output directory") {
+		t.Fatalf("status %s (%q), want a failure naming the output directory", o.Status, o.ErrorTail)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("the worker wrote through the link: %v", entries)
+	}
+}
+
+// TestALogFileReplacedByALinkIsRefused: the same for a task log a user
+// turned into a link to a file of harvest's (a retry reuses the name).
+func TestALogFileReplacedByALinkIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	precious := filepath.Join(dir, "master.db")
+	os.WriteFile(precious, []byte("checkpoint"), 0o600)
+	task := execTask(dir, 0, "true")
+	logs := filepath.Join(task.OutputDir, ".harvest", "logs")
+	os.MkdirAll(logs, 0o755)
+	os.Symlink(precious, filepath.Join(logs, "3.2.err"))
+	o := worker.DefaultExecRunner().Run(context.Background(), task)
+	if o.Status != pilotproto.StatusFailed {
+		t.Fatalf("status %s, want failed", o.Status)
+	}
+	if b, _ := os.ReadFile(precious); string(b) != "checkpoint" {
+		t.Fatalf("the worker truncated the link's target: %q", b)
+	}
+}
+
+// TestAnInputLinkedOutsideTheRootsIsRefused is issue 13 item 4's worker
+// part: a dataset entry that is a link leading out of the allowed roots
+// is not handed to the task.
+func TestAnInputLinkedOutsideTheRootsIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	os.MkdirAll(filepath.Join(root, "ds"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "private"), 0o700)
+	os.WriteFile(filepath.Join(dir, "private", "secret"), []byte("s"), 0o600)
+	task := execTask(dir, 0, "sh", "-c", `cat "$1/secret" > "$2"`, "sh", "{input}", "{output}")
+	task.Input = filepath.Join(root, "ds", "shadow")
+	os.Symlink(filepath.Join(dir, "private"), task.Input)
+	r := worker.DefaultExecRunner()
+	r.Roots = []string{root}
+	o := r.Run(context.Background(), task)
+	if o.Status != pilotproto.StatusFailed || !strings.Contains(o.ErrorTail, "input") {
+		t.Fatalf("status %s (%q), want a failure naming the input", o.Status, o.ErrorTail)
+	}
+	if _, err := os.Stat(task.Output); err == nil {
+		t.Fatal("the task ran with an input outside the roots")
+	}
+}
+
+// probeScript tries what a hostile task would and prints one line per
+// attempt: "<what> ok" or "<what> denied".
+const probeScript = `
+try() { what=$1; shift; if "$@" >/dev/null 2>&1; then echo "$what ok"; else echo "$what denied"; fi; }
+try read-checkpoint cat "$STATE/master.db"
+try read-token cat "$STATE/pilot.token"
+try write-other-output sh -c 'echo x > "$OTHER/stolen"'
+try write-outside sh -c 'echo x > "$STATE/forged"'
+try read-roots cat "$ROOT/ds/in/data"
+try read-input sh -c 'ls "$1" | grep -q data' sh "$1"
+try write-tmp sh -c 'echo x > "$TMPDIR/t"'
+try write-own-output sh -c 'echo x > "$2"' sh "$1" "$2"
+try signal-pilot kill -0 $PPID
+try pilot-environ sh -c 'cat /proc/$PPID/environ | grep -q HARVEST'
+`
+
+// TestAConfinedTaskReachesOnlyItsOwnFiles is issue 13 item 2: a task ran
+// with everything the pilot account can reach (the checkpoint, the token,
+// other users' outputs). Confined, it reads the roots and writes only its
+// output directory and its temporary directory. The same probe run
+// unconfined shows the test can tell.
+func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
+	sup := confine.Probe()
+	if !sup.Confined(confine.ModeRequire) {
+		t.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	state := filepath.Join(dir, "state")
+	other := filepath.Join(root, "bob-out")
+	for _, d := range []string{filepath.Join(root, "ds", "in"), state, other} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.WriteFile(filepath.Join(root, "ds", "in", "data"), []byte("d"), 0o644)
+	os.WriteFile(filepath.Join(state, "master.db"), []byte("checkpoint"), 0o600)
+	os.WriteFile(filepath.Join(state, "pilot.token"), []byte("token"), 0o600)
+	t.Setenv("HARVEST_TEST_MARKER", "x") // the pilot's own environment, for pilot-environ
+	run := func(jail *confine.Launcher) map[string]string {
+		task := pilotproto.Task{ID: 1, Attempt: 1, JobID: 1, Input: filepath.Join(root, "ds", "in"),
+			OutputDir: filepath.Join(root, "alice-out"), Output: filepath.Join(root, "alice-out", "in"),
+			Command: []string{"sh", "-c", probeScript, "sh", "{input}", "{output}"},
+			Env:     []string{"STATE=" + state, "OTHER=" + other, "ROOT=" + root}}
+		r := worker.DefaultExecRunner()
+		r.Roots, r.Jail = []string{root}, jail
+		o := r.Run(context.Background(), task)
+		if o.Status != pilotproto.StatusDone {
+			t.Fatalf("probe: %s %d %q", o.Status, o.ExitCode, o.ErrorTail)
+		}
+		b, _ := os.ReadFile(filepath.Join(task.OutputDir, ".harvest", "logs", "1.1.out"))
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			got[k] = v
+		}
+		os.Remove(filepath.Join(state, "forged"))
+		os.Remove(filepath.Join(other, "stolen"))
+		return got
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	confined := run(&confine.Launcher{Exe: exe, Mode: confine.ModeRequire})
+	open := run(nil)
+	want := map[string]string{
+		"read-checkpoint": "denied", "read-token": "denied", "write-other-output": "denied", "write-outside": "denied",
+		"read-roots": "ok", "read-input": "ok", "write-tmp": "ok", "write-own-output": "ok", "signal-pilot": "denied",
+		"pilot-environ": "denied",
+	}
+	if os.Getuid() == 0 {
+		// Root passes the kernel's ptrace check on /proc/PID/environ even
+		// in a Landlock domain; pilots are not meant to run as root, and
+		// the pilot token is not in the pilot's environment anyway.
+		delete(want, "pilot-environ")
+	}
+	for k, v := range want {
+		if confined[k] != v {
+			t.Errorf("confined task: %s %s, want %s", k, confined[k], v)
+		}
+	}
+	for _, k := range []string{"read-checkpoint", "write-other-output", "write-outside"} {
+		if open[k] != "ok" {
+			t.Errorf("unconfined probe %s: %s: the probe cannot tell", k, open[k])
+		}
+	}
+}
