@@ -9,9 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/command"
 )
 
 // Granularity is SLURM's time-limit granularity: whole minutes.
@@ -72,7 +75,9 @@ func New(cfg Config) (*Adapter, error) {
 			return nil, fmt.Errorf("%w: cannot tell the agent's user (set user): %v", ErrConfig, err)
 		}
 	}
-	return &Adapter{cfg: cfg, user: u, run: execRun, now: time.Now}, nil
+	a := &Adapter{cfg: cfg, user: u, now: time.Now}
+	a.run = a.execRun
+	return a, nil
 }
 
 // Config returns the adapter's configuration.
@@ -180,36 +185,40 @@ func PickPartition(ps []Partition, name string) (Partition, error) {
 
 // Snapshot describes the harvested partition: nodes from sinfo, jobs from
 // squeue (pending ones in scheduling order), pilots marked, MaxTime from
-// scontrol. Any failure is an error; a partial snapshot is never returned.
+// scontrol. Any failure is an error; a partial snapshot is never returned,
+// nor one whose answers contradict each other (CrossCheck).
 func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	t, err := a.probe(ctx)
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
 	}
-	part, err := a.partition(ctx)
+	all, err := a.partitions(ctx)
+	if err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	part, err := PickPartition(all, a.cfg.Partition)
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
 	}
 	// The preemptible tier's pilots hold the same nodes: list them too.
-	parts := part.Name
+	listed := []string{part.Name}
 	pre := t.usable()
 	if pre != nil {
-		parts += "," + pre.Partition
+		listed = append(listed, pre.Partition)
 	}
+	parts := strings.Join(listed, ",")
 	squeue := a.cfg.binary("squeue", a.cfg.Squeue)
 	now := a.now().Unix()
-	out, err := a.query(ctx, squeue,
+	var jobs []cluster.Job
+	_, err = a.queryParse(ctx, squeue,
 		[]string{"-a", "-h", "-r", "-p", parts, "-t", squeueStates, "-o", squeueFormat},
+		func(r io.Reader) (err error) { jobs, err = ReadSqueue(r, now, all); return err },
 		"SLURM_TIME_FORMAT=%s")
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
 	}
-	jobs, err := ParseSqueue(out, now)
-	if err != nil {
-		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
-	}
 	// Asked after the job list, so every pilot in that list is in this one.
-	out, err = a.query(ctx, squeue,
+	out, err := a.query(ctx, squeue,
 		[]string{"-a", "-h", "-r", "-p", parts, "-u", a.user, "-n", a.cfg.Tag, "-t", squeueStates, "-o", "%i"})
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilots: %w", err)
@@ -232,16 +241,21 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: pilot ends: %w", err)
 	}
-	jobs = ApplyTier(jobs, pre, ends)
-	out, err = a.query(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"-h", "-N", "-p", part.Name, "-o", sinfoFormat})
-	if err != nil {
-		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
-	}
-	nodes, counts, err := ParseSinfo(out)
+	// sinfo -p shows a hidden partition too (it implies --all; 22.05
+	// refuses -a beside -p).
+	var (
+		nodes  []cluster.Node
+		counts NodeCounts
+	)
+	_, err = a.queryParse(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"-h", "-N", "-p", part.Name, "-o", sinfoFormat},
+		func(r io.Reader) (err error) { nodes, counts, err = ReadSinfo(r); return err })
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: partition %s: %w", part.Name, err)
 	}
-	snap := BuildSnapshot(now, part, jobs, nodes, counts)
+	if err := a.crossCheck(ctx, jobs, nodes, counts, listed, now); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
+	}
+	snap := BuildSnapshot(now, part, ApplyTier(jobs, pre, ends), nodes, counts)
 	if err := snap.Validate(); err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
 	}
@@ -249,6 +263,89 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	a.maxTime = part.MaxTime
 	a.mu.Unlock()
 	return snap, nil
+}
+
+// holdersFormat lists the jobs that hold nodes, in any partition: id,
+// partition, node count, start (Unix seconds), state.
+const holdersFormat = "%i|%P|%D|%S|%T"
+
+// holderStates are the states of jobs that hold nodes: the job list's,
+// and SUSPENDED (left out of the snapshot, but its nodes stay allocated).
+const holderStates = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
+
+// crossCheck makes sure the job list accounts for sinfo's allocated nodes
+// (see CrossCheck). In the common case the listed running jobs hold
+// enough nodes and nothing is asked; otherwise squeue is asked which jobs,
+// in any partition, run on the allocated nodes.
+func (a *Adapter) crossCheck(ctx context.Context, jobs []cluster.Job, nodes []cluster.Node, c NodeCounts, listed []string, listedAt int64) error {
+	if c.Allocated <= heldNodes(jobs) {
+		return nil
+	}
+	var names []string
+	for _, n := range nodes {
+		if n.State == cluster.NodeAllocated {
+			names = append(names, n.Name)
+		}
+	}
+	out, err := a.query(ctx, a.cfg.binary("squeue", a.cfg.Squeue),
+		[]string{"-a", "-h", "-r", "-t", holderStates, "-w", strings.Join(names, ","), "-o", holdersFormat},
+		"SLURM_TIME_FORMAT=%s")
+	if err != nil {
+		return fmt.Errorf("jobs on the allocated nodes: %w", err)
+	}
+	holders, err := ParseHolders(out)
+	if err != nil {
+		return fmt.Errorf("jobs on the allocated nodes: %w", err)
+	}
+	return CrossCheck(jobs, c.Allocated, holders, listed, listedAt)
+}
+
+// heldNodes is the number of nodes the running jobs hold.
+func heldNodes(jobs []cluster.Job) int {
+	n := 0
+	for _, j := range jobs {
+		if j.State == cluster.Running {
+			n += j.Nodes
+		}
+	}
+	return n
+}
+
+// CrossCheck compares the job list of the listed partitions (squeue, read
+// at listedAt) with sinfo's allocated nodes and the holders, every job
+// running on those nodes in any partition (a second squeue, read after
+// sinfo). The snapshot is not valid (an error wrapping
+// cluster.ErrInvalidSnapshot; the agent tries again next round) when
+//
+//   - the holders hold fewer nodes than sinfo shows allocated: nodes busy
+//     with no job, as when squeue answered with nothing beside a busy
+//     cluster;
+//   - a running holder of a listed partition that started before the job
+//     list was read is missing from it: the job list was incomplete.
+//
+// Holders of other partitions (over the same nodes), suspended jobs and
+// jobs that started after the job list was read explain the difference
+// and are fine.
+func CrossCheck(jobs []cluster.Job, allocated int, holders []Holder, listed []string, listedAt int64) error {
+	have := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if j.State == cluster.Running {
+			have[j.ID] = true
+		}
+	}
+	held := 0
+	for _, h := range holders {
+		held += h.Nodes
+		if h.State != "SUSPENDED" && slices.Contains(listed, h.Partition) && !have[h.ID] && h.Start > 0 && h.Start < listedAt {
+			return fmt.Errorf("%w: job %s runs in partition %s since %d but squeue's job list (read at %d) does not show it",
+				cluster.ErrInvalidSnapshot, h.ID, h.Partition, h.Start, listedAt)
+		}
+	}
+	if held < allocated {
+		return fmt.Errorf("%w: sinfo shows %d allocated nodes but squeue shows jobs holding only %d (%d running jobs listed)",
+			cluster.ErrInvalidSnapshot, allocated, held, len(have))
+	}
+	return nil
 }
 
 // MarkPilots marks the jobs whose id is in ids (the agent user's jobs
@@ -388,26 +485,16 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	args := a.SbatchArgs(limit, spec)
 	name := a.cfg.binary("sbatch", a.cfg.Sbatch)
 
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("slurm submit: %w", err) // nothing ran
+	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
-	res, err := a.run(cctx, name, args, a.environ(), []byte(script))
-	var ce *cmdError
-	switch {
-	case err == nil:
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return "", fmt.Errorf("sbatch: no answer within %s, the pilot may exist: %w", a.cfg.Timeout, adapters.ErrOutcomeUnknown)
-	case errors.As(err, &ce):
-		msg := firstErrorLine(res.stderr)
-		switch {
-		case bytesHasAny(res.stderr, "Unable to contact slurm controller"):
-			return "", fmt.Errorf("sbatch: %s: %w", msg, adapters.ErrUnreachable)
-		case bytesHasAny(res.stderr, unreachableMarkers...):
-			// The request may have reached slurmctld before the reply was lost.
-			return "", fmt.Errorf("sbatch: %s: %w", msg, adapters.ErrOutcomeUnknown)
+	res, err := a.run(cctx, name, args, a.environ(), []byte(script), nil)
+	if err != nil {
+		if err := a.sbatchFailure(err, res); err != nil {
+			return "", err
 		}
-		return "", fmt.Errorf("sbatch rejected the pilot (exit %d): %s", ce.code, msg)
-	default:
-		return "", fmt.Errorf("sbatch: %v: %w", err, adapters.ErrUnreachable)
 	}
 	id, err := ParseSbatch(res.stdout)
 	if err != nil {
@@ -418,11 +505,46 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	return adapters.PilotID(id), nil
 }
 
+// sbatchFailure classifies a failed sbatch. Only the failures where
+// nothing can have been submitted are ErrUnreachable (sbatch did not
+// start, or could not connect to slurmctld) or a plain rejection (sbatch
+// exited with SLURM's own "error:" refusal, and no sign of a lost reply);
+// every other failure is ErrOutcomeUnknown: the request may have reached
+// slurmctld, and the next snapshot tells (the pilot is found by its tag).
+// It returns nil for an sbatch that exited 0 but left a process holding
+// its output: its answer is there to read.
+func (a *Adapter) sbatchFailure(err error, res result) error {
+	var ce *cmdError
+	switch {
+	case errors.Is(err, errStart):
+		return fmt.Errorf("sbatch: %v: %w", err, adapters.ErrUnreachable)
+	case errors.Is(err, command.ErrLeftover) && res.exit == 0:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("sbatch: no answer within %s, the pilot may exist: %w", a.cfg.Timeout, adapters.ErrOutcomeUnknown)
+	case errors.As(err, &ce) && ce.signal != 0:
+		return fmt.Errorf("sbatch was killed by signal %s, the pilot may exist: %w", ce.signal, adapters.ErrOutcomeUnknown)
+	case errors.As(err, &ce):
+		msg := firstErrorLine(res.stderr)
+		switch {
+		case bytesHasAny(res.stderr, "Unable to contact slurm controller"):
+			return fmt.Errorf("sbatch: %s: %w", msg, adapters.ErrUnreachable)
+		case bytesHasAny(res.stderr, unreachableMarkers...):
+			// The request may have reached slurmctld before the reply was lost.
+			return fmt.Errorf("sbatch: %s: %w", msg, adapters.ErrOutcomeUnknown)
+		case bytesHasAny(res.stderr, "error:"):
+			return fmt.Errorf("sbatch rejected the pilot (exit %d): %s", ce.code, msg)
+		}
+		return fmt.Errorf("sbatch exited %d without saying why (%s), the pilot may exist: %w", ce.code, msg, adapters.ErrOutcomeUnknown)
+	}
+	return fmt.Errorf("sbatch: %v, the pilot may exist: %w", err, adapters.ErrOutcomeUnknown)
+}
+
 // firstErrorLine picks the most telling line of sbatch's stderr: the
 // last "error:" line ("Batch job submission failed: ..."), else the first.
 func firstErrorLine(stderr []byte) string {
 	msg := ""
-	for _, l := range lines(stderr) {
+	for _, l := range splitLines(stderr) {
 		if strings.Contains(l, "error:") || msg == "" {
 			msg = strings.TrimSpace(l)
 		}
@@ -455,7 +577,7 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	res, err := a.run(cctx, a.cfg.binary("scancel", a.cfg.Scancel),
-		[]string{"--name=" + a.cfg.Tag, "--user=" + a.user, sid}, a.environ(), nil)
+		[]string{"--name=" + a.cfg.Tag, "--user=" + a.user, sid}, a.environ(), nil, nil)
 	switch {
 	case err == nil:
 		return nil

@@ -1,9 +1,11 @@
 package slurm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -32,7 +34,7 @@ type fakeSlurm struct {
 	version, config, update func(c call) (result, error)
 }
 
-func (f *fakeSlurm) run(ctx context.Context, name string, args, env []string, stdin []byte) (result, error) {
+func (f *fakeSlurm) run(ctx context.Context, name string, args, env []string, stdin []byte, parse func(io.Reader) error) (result, error) {
 	c := call{name: filepath.Base(name), args: args, env: env, stdin: string(stdin)}
 	f.calls = append(f.calls, c)
 	var h func(call) (result, error)
@@ -63,7 +65,13 @@ func (f *fakeSlurm) run(ctx context.Context, name string, args, env []string, st
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
-	return h(c)
+	res, err := h(c)
+	if err == nil && parse != nil {
+		// As the real runner: the output goes to the parser, not back.
+		err = parse(bytes.NewReader(res.stdout))
+		res.stdout = nil
+	}
+	return res, err
 }
 
 func (f *fakeSlurm) names() []string {
@@ -218,7 +226,7 @@ func TestSnapshotNeverLooksRealWhenSomethingFails(t *testing.T) {
 
 func TestQueryTimesOutForReal(t *testing.T) {
 	a := newTestAdapter(t, &fakeSlurm{}, func(c *Config) { c.Timeout = 200 * time.Millisecond })
-	a.run = execRun
+	a.run = a.execRun
 	start := time.Now()
 	_, err := a.query(context.Background(), "sleep", []string{"5"})
 	if !errors.Is(err, adapters.ErrUnreachable) {
@@ -519,5 +527,42 @@ func TestConfigFromOptions(t *testing.T) {
 	}
 	if a, err := NewFromOptions(nil); err != nil || a.Config().Tag != "harvest-pilot" {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+// An empty job list beside allocated nodes is not a cluster without jobs:
+// the snapshot is refused and the next round tries again.
+func TestSnapshotRefusesAnEmptyJobListBesideBusyNodes(t *testing.T) {
+	holders := ""
+	f := backfillCluster(t)
+	f.squeue = func(c call) (result, error) {
+		switch {
+		case slices.Contains(c.args, "-w"):
+			if !slices.Contains(c.args, "n1,n2,n3") || !slices.Contains(c.args, holdersFormat) {
+				t.Errorf("holders asked with %v", c.args)
+			}
+			return result{stdout: []byte(holders)}, nil
+		case slices.Contains(c.args, pilotEndFormat), slices.Contains(c.args, "-n"):
+			return result{}, nil
+		}
+		return result{}, nil // squeue answered with nothing
+	}
+	a := newTestAdapter(t, f, nil)
+	s, err := a.Snapshot(context.Background())
+	if !errors.Is(err, cluster.ErrInvalidSnapshot) || errors.Is(err, adapters.ErrUnreachable) {
+		t.Fatalf("err = %v, snapshot %+v; want ErrInvalidSnapshot", err, s)
+	}
+	// Asked again, squeue shows the job that holds the nodes: the first
+	// answer was wrong.
+	holders = "1|batch|3|1795290137|RUNNING\n"
+	if _, err := a.Snapshot(context.Background()); !errors.Is(err, cluster.ErrInvalidSnapshot) {
+		t.Fatalf("err = %v; want ErrInvalidSnapshot", err)
+	}
+	// The nodes are held by a job of another partition over the same
+	// nodes: the snapshot is right.
+	holders = "9|debug|3|1795290137|RUNNING\n"
+	s, err = a.Snapshot(context.Background())
+	if err != nil || len(s.Jobs) != 0 || s.IdleNodes != 1 {
+		t.Fatalf("err = %v, snapshot %+v", err, s)
 	}
 }

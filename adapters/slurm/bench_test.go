@@ -40,7 +40,7 @@ func BenchmarkParseSqueue10k(b *testing.B) {
 	out := genSqueue(10000)
 	b.SetBytes(int64(len(out)))
 	for b.Loop() {
-		jobs, err := ParseSqueue(out, 1795290000)
+		jobs, err := ParseSqueue(out, 1795290000, nil)
 		if err != nil || len(jobs) != 10000 {
 			b.Fatal(err, len(jobs))
 		}
@@ -59,7 +59,7 @@ func BenchmarkParseSinfo1k(b *testing.B) {
 }
 
 func TestGeneratedOutputParses(t *testing.T) {
-	jobs, err := ParseSqueue(genSqueue(300), 1795290000)
+	jobs, err := ParseSqueue(genSqueue(300), 1795290000, nil)
 	if err != nil || len(jobs) != 300 {
 		t.Fatal(err, len(jobs))
 	}

@@ -1,67 +1,69 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"time"
+	"syscall"
 
 	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/internal/command"
 )
 
 // result is one finished command.
 type result struct {
 	stdout, stderr []byte
+	// exit is the exit status, -1 when the command did not exit by itself.
+	exit int
 }
 
-// runFunc runs one command. The real one is execRun; tests use a fake.
-// It returns a *cmdError when the command ran and failed, an error
-// wrapping context.DeadlineExceeded when it timed out, and any other error
-// when it could not be started.
-type runFunc func(ctx context.Context, name string, args []string, env []string, stdin []byte) (result, error)
+// runFunc runs one command. The real one is the adapter's execRun; tests
+// use a fake. When parse is set, it reads the standard output as it comes
+// (result.stdout is then empty) and its error is returned as is. runFunc
+// returns a *cmdError when the command ran and failed, an error wrapping
+// context.DeadlineExceeded when it timed out, one wrapping errStart when
+// it could not be started, one wrapping command.ErrOutputTooLarge when its
+// output went past the cap, and one wrapping command.ErrLeftover when it
+// exited but a process it started held its output open.
+type runFunc func(ctx context.Context, name string, args []string, env []string, stdin []byte, parse func(io.Reader) error) (result, error)
 
-// cmdError is a command that ran and exited non-zero.
+// cmdError is a command that ran and exited non-zero or was killed by a
+// signal it was not sent by the adapter.
 type cmdError struct {
-	code   int
+	code   int            // -1 when killed by a signal
+	signal syscall.Signal // 0 when it exited
 	stderr string
 }
 
 func (e *cmdError) Error() string {
-	return fmt.Sprintf("exit status %d: %s", e.code, strings.TrimSpace(e.stderr))
+	if e.signal != 0 {
+		return fmt.Sprintf("killed by signal %s: %s", e.signal, command.Excerpt(e.stderr, 200))
+	}
+	return fmt.Sprintf("exit status %d: %s", e.code, command.Excerpt(e.stderr, 200))
 }
 
 // errStart marks a command that could not be started (missing binary).
 var errStart = errors.New("cannot start command")
 
-func execRun(ctx context.Context, name string, args []string, env []string, stdin []byte) (result, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	// If the command leaves a child holding its pipes, do not wait for it
-	// beyond the deadline.
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	res := result{stdout: out.Bytes(), stderr: errb.Bytes()}
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("%s: %w", name, ctx.Err())
-	}
-	var ee *exec.ExitError
+// execRun runs one command for real: in its own process group (a timeout
+// kills what a wrapper script started too), with its output capped at
+// Config.MaxOutput (see internal/command).
+func (a *Adapter) execRun(ctx context.Context, name string, args []string, env []string, stdin []byte, parse func(io.Reader) error) (result, error) {
+	res, err := command.Run(ctx, command.Spec{Path: name, Args: args, Env: env, Stdin: stdin, Stdout: parse, MaxOutput: a.cfg.MaxOutput})
+	r := result{stdout: res.Stdout, stderr: res.Stderr, exit: res.ExitCode}
+	var ee *command.ExitError
 	switch {
 	case err == nil:
-		return res, nil
+		return r, nil
+	case errors.Is(err, command.ErrStart):
+		return r, fmt.Errorf("%w %s: %v", errStart, name, err)
 	case errors.As(err, &ee):
-		return res, &cmdError{code: ee.ExitCode(), stderr: errb.String()}
-	default:
-		return res, fmt.Errorf("%w %s: %v", errStart, name, err)
+		return r, &cmdError{code: ee.Code, signal: ee.Signal, stderr: ee.Stderr}
 	}
+	return r, err
 }
 
 // unreachableMarkers are what SLURM clients print when slurmctld cannot
@@ -104,10 +106,19 @@ func (a *Adapter) environ(extra ...string) []string {
 // controller-down messages. Other non-zero exits are plain errors (a
 // misconfiguration, such as an unknown partition) and are returned as is.
 func (a *Adapter) query(ctx context.Context, name string, args []string, extraEnv ...string) ([]byte, error) {
+	return a.queryParse(ctx, name, args, nil, extraEnv...)
+}
+
+// queryParse is query with the output handed to parse as it is read (nil:
+// returned). A parse error is returned as is, wrapped with the command
+// line.
+func (a *Adapter) queryParse(ctx context.Context, name string, args []string, parse func(io.Reader) error, extraEnv ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
-	res, err := a.run(ctx, name, args, a.environ(extraEnv...), nil)
-	if err == nil {
+	res, err := a.run(ctx, name, args, a.environ(extraEnv...), nil, parse)
+	if err == nil || (errors.Is(err, command.ErrLeftover) && res.exit == 0) {
+		// A process the command left behind held the pipe open, but the
+		// command itself exited 0 and its whole answer was read.
 		return res.stdout, nil
 	}
 	cmdline := name + " " + strings.Join(args, " ")
@@ -117,20 +128,16 @@ func (a *Adapter) query(ctx context.Context, name string, args []string, extraEn
 		return nil, fmt.Errorf("%s: no answer within %s: %w", cmdline, a.cfg.Timeout, adapters.ErrUnreachable)
 	case errors.Is(err, context.Canceled):
 		return nil, fmt.Errorf("%s: %w", cmdline, err)
+	case errors.Is(err, command.ErrOutputTooLarge):
+		return nil, fmt.Errorf("%s: %w; raise max_output_mb if the cluster is that large", cmdline, err)
+	case errors.Is(err, ErrParse):
+		return nil, fmt.Errorf("%s: %w", cmdline, err)
 	case errors.As(err, &ce):
 		if bytesHasAny(res.stderr, unreachableMarkers...) || bytesHasAny(res.stdout, unreachableMarkers...) {
-			return nil, fmt.Errorf("%s: %s: %w", cmdline, firstLine(res.stderr), adapters.ErrUnreachable)
+			return nil, fmt.Errorf("%s: %s: %w", cmdline, firstErrorLine(res.stderr), adapters.ErrUnreachable)
 		}
 		return nil, fmt.Errorf("%s: %w", cmdline, err)
 	default:
 		return nil, fmt.Errorf("%s: %v: %w", cmdline, err, adapters.ErrUnreachable)
 	}
-}
-
-func firstLine(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	return trunc(s)
 }

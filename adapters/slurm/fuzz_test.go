@@ -44,7 +44,7 @@ func FuzzParseSqueue(f *testing.F) {
 	addFixtures(f, "squeue_*.txt")
 	f.Add([]byte("1|u|COMPLETING|None|1-3|n1|365-00:00:00|0|0|N/A|p\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
-		jobs, err := ParseSqueue(out, backfillNow)
+		jobs, err := ParseSqueue(out, backfillNow, nil)
 		checkErr(t, err)
 		if err != nil {
 			return

@@ -1,10 +1,13 @@
 package slurm
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
-	"sort"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,6 +69,45 @@ func ParseTimeLimit(s string) (cluster.Limit, error) {
 		return cluster.Unlimited, nil
 	}
 	return cluster.Seconds(secs), nil
+}
+
+// parseJobLimit parses a job's time limit. Besides ParseTimeLimit's
+// forms, SLURM prints NOT_SET (squeue's %l) or Partition_Limit (scontrol
+// show job) for a job without a limit of its own (time_limit NO_VAL: the
+// partition's applies; src/squeue/print.c _print_job_time_limit and
+// src/api/job_info.c in 22.05). Those give fromPartition: the caller reads
+// the partition's limit, never fails the snapshot for it.
+func parseJobLimit(s string) (lim cluster.Limit, fromPartition bool, err error) {
+	switch s {
+	case "NOT_SET", "Partition_Limit":
+		return 0, true, nil
+	}
+	lim, err = ParseTimeLimit(s)
+	return lim, false, err
+}
+
+// partitionLimit is the limit of a job that has none of its own in
+// partition list names ("batch" or "batch,short" for a job pending in
+// several): slurmctld gives such a job its partition's MaxTime when it
+// reports it (job_mgr.c pack_job, 22.05), so the longest MaxTime of the
+// named partitions; unknown (Unlimited) when none of them is known.
+func partitionLimit(parts []Partition, names string) cluster.Limit {
+	var lim cluster.Limit
+	for name := range strings.SplitSeq(names, ",") {
+		for _, p := range parts {
+			if p.Name != name || p.MaxTime == 0 {
+				continue
+			}
+			if p.MaxTime.IsUnlimited() {
+				return cluster.Unlimited
+			}
+			lim = max(lim, p.MaxTime)
+		}
+	}
+	if lim == 0 {
+		return cluster.Unlimited
+	}
+	return lim
 }
 
 // parseDuration parses [D-]H:M:S, M:S, D-H and D-H:M into seconds.
@@ -137,8 +179,25 @@ func parseEpoch(s string) (int64, error) {
 	return n, nil
 }
 
-// lines splits output into non-empty lines, without trailing '\r'.
-func lines(out []byte) []string {
+// lines splits a command's whole output into its non-blank lines,
+// without trailing '\r'. Output that does not end with a newline was cut
+// off (a command killed mid-line, a truncated pipe) and is an error:
+// "4" cut from "42\n" must not read as job 4.
+func lines(out []byte, what string) ([]string, error) {
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		ls := splitLines(out)
+		last := ""
+		if len(ls) > 0 {
+			last = ls[len(ls)-1]
+		}
+		return nil, parseErr("%s output was cut off: its last line %q has no newline", what, trunc(last))
+	}
+	return splitLines(out), nil
+}
+
+// splitLines splits text into its non-blank lines, without trailing '\r',
+// whether or not it ends with a newline (error messages).
+func splitLines(out []byte) []string {
 	var ls []string
 	for _, l := range strings.Split(string(out), "\n") {
 		l = strings.TrimRight(l, "\r")
@@ -148,6 +207,80 @@ func lines(out []byte) []string {
 		ls = append(ls, l)
 	}
 	return ls
+}
+
+// maxLine bounds one line of output: a job's node list is its longest
+// field (a hostlist expression, "n[1-3,7]").
+const maxLine = 1 << 20
+
+// lineReader reads a command's output one line at a time, as the command
+// prints it, so that a large answer is parsed without being held whole
+// (the parsed jobs are what stays). Like lines, it refuses an output whose
+// last line has no newline.
+type lineReader struct {
+	br   *bufio.Reader
+	what string
+	n    int // lines read
+}
+
+func newLineReader(r io.Reader, what string) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 64<<10), what: what}
+}
+
+// next returns the next non-blank line (without "\n" or "\r"), io.EOF at
+// the end of a complete output, or an error wrapping ErrParse. The line
+// is only valid until the next call.
+func (lr *lineReader) next() ([]byte, error) {
+	for {
+		l, err := lr.br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// Longer than the buffer: gather the rest of the line.
+			long := append([]byte(nil), l...)
+			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= maxLine {
+				l, err = lr.br.ReadSlice('\n')
+				long = append(long, l...)
+			}
+			if len(long) > maxLine {
+				return nil, parseErr("%s line %d is longer than %d bytes", lr.what, lr.n+1, maxLine)
+			}
+			l = long
+		}
+		switch {
+		case err == io.EOF && len(l) == 0:
+			return nil, io.EOF
+		case err == io.EOF:
+			return nil, parseErr("%s output was cut off: line %d %q has no newline", lr.what, lr.n+1, trunc(string(l)))
+		case err != nil:
+			return nil, fmt.Errorf("%w: reading %s: %w", ErrParse, lr.what, err)
+		}
+		lr.n++
+		l = bytes.TrimRight(l[:len(l)-1], "\r")
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		return l, nil
+	}
+}
+
+// splitFields splits a '|'-separated line into exactly len(f) fields,
+// without allocating; it returns the number of fields found and whether
+// that is len(f).
+func splitFields(l string, f []string) (int, bool) {
+	n := 0
+	for {
+		i := strings.IndexByte(l, '|')
+		if n == len(f)-1 && i >= 0 {
+			return n + 1 + strings.Count(l, "|"), false
+		}
+		if i < 0 {
+			f[n] = l
+			n++
+			return n, n == len(f)
+		}
+		f[n] = l[:i]
+		n++
+		l = l[i+1:]
+	}
 }
 
 // validID accepts SLURM job ids: "123", array tasks "123_4" and
@@ -172,7 +305,8 @@ func validID(s string) bool {
 // into jobs: running ones first (by start time, then id), then pending
 // ones in the order the scheduler considers them (priority descending,
 // then submit time, then id). now is the local clock in Unix seconds; run
-// times are now - start.
+// times are now - start. parts are the cluster's partitions, for the jobs
+// whose limit is the partition's (see parseJobLimit); nil = unknown.
 //
 // A COMPLETING job still holds its nodes for a few seconds while its
 // processes are killed and the epilog runs. It is reported as running with
@@ -183,17 +317,35 @@ func validID(s string) bool {
 // reported as running.
 //
 // Empty output is a valid, empty queue. Any line that does not match the
-// format is an error: a partial job list must never look real.
-func ParseSqueue(out []byte, now int64) ([]cluster.Job, error) {
-	var running, pending []cluster.Job
-	for i, l := range lines(out) {
-		f := strings.Split(l, "|")
-		if len(f) != squeueFields {
-			return nil, parseErr("squeue line %d has %d fields, want %d: %q", i+1, len(f), squeueFields, trunc(l))
+// format, and an output whose last line has no newline, is an error: a
+// partial job list must never look real.
+func ParseSqueue(out []byte, now int64, parts []Partition) ([]cluster.Job, error) {
+	return ReadSqueue(bytes.NewReader(out), now, parts)
+}
+
+// ReadSqueue is ParseSqueue reading the output as squeue prints it.
+func ReadSqueue(r io.Reader, now int64, parts []Partition) ([]cluster.Job, error) {
+	var (
+		running, pending []cluster.Job
+		f                [squeueFields]string
+		lr               = newLineReader(r, "squeue")
+	)
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
 		}
-		j, err := parseSqueueJob(f, now)
 		if err != nil {
-			return nil, fmt.Errorf("squeue line %d: %w", i+1, err)
+			return nil, err
+		}
+		// One string per line: the job's strings are slices of it.
+		l := string(b)
+		if n, ok := splitFields(l, f[:]); !ok {
+			return nil, parseErr("squeue line %d has %d fields, want %d: %q", lr.n, n, squeueFields, trunc(l))
+		}
+		j, err := parseSqueueJob(&f, now, parts)
+		if err != nil {
+			return nil, fmt.Errorf("squeue line %d: %w", lr.n, err)
 		}
 		if j.State == cluster.Pending {
 			pending = append(pending, j)
@@ -201,35 +353,34 @@ func ParseSqueue(out []byte, now int64) ([]cluster.Job, error) {
 			running = append(running, j)
 		}
 	}
-	sort.SliceStable(running, func(a, b int) bool {
-		if running[a].StartTime != running[b].StartTime {
-			return running[a].StartTime < running[b].StartTime
+	slices.SortStableFunc(running, func(a, b cluster.Job) int {
+		if a.StartTime != b.StartTime {
+			return cmp.Compare(a.StartTime, b.StartTime)
 		}
-		return idLess(running[a].ID, running[b].ID)
+		return idCompare(a.ID, b.ID)
 	})
-	sort.SliceStable(pending, func(a, b int) bool { return pendingBefore(pending[a], pending[b]) })
+	slices.SortStableFunc(pending, pendingCompare)
 	return append(running, pending...), nil
 }
 
-// pendingBefore is SLURM's scheduling order within one partition:
+// pendingCompare is SLURM's scheduling order within one partition:
 // priority, then submit time, then job id.
-func pendingBefore(a, b cluster.Job) bool {
+func pendingCompare(a, b cluster.Job) int {
 	if a.Priority != b.Priority {
-		return a.Priority > b.Priority
+		return cmp.Compare(b.Priority, a.Priority)
 	}
 	if a.SubmitTime != b.SubmitTime {
-		return a.SubmitTime < b.SubmitTime
+		return cmp.Compare(a.SubmitTime, b.SubmitTime)
 	}
-	return idLess(a.ID, b.ID)
+	return idCompare(a.ID, b.ID)
 }
 
-// idLess compares job ids numerically on their leading digits.
-func idLess(a, b string) bool {
-	na, nb := leadingInt(a), leadingInt(b)
-	if na != nb {
-		return na < nb
+// idCompare compares job ids numerically on their leading digits.
+func idCompare(a, b string) int {
+	if c := cmp.Compare(leadingInt(a), leadingInt(b)); c != 0 {
+		return c
 	}
-	return a < b
+	return strings.Compare(a, b)
 }
 
 func leadingInt(s string) int64 {
@@ -240,7 +391,7 @@ func leadingInt(s string) int64 {
 	return n
 }
 
-func parseSqueueJob(f []string, now int64) (cluster.Job, error) {
+func parseSqueueJob(f *[squeueFields]string, now int64, parts []Partition) (cluster.Job, error) {
 	id, user, state, reason, nodes, nodeList, limit, submit, start, prio, part :=
 		f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]
 	if !validID(id) {
@@ -257,8 +408,13 @@ func parseSqueueJob(f []string, now int64) (cluster.Job, error) {
 		return j, parseErr("job %s: bad node count %q", id, trunc(nodes))
 	}
 	j.Nodes = int(n)
-	if j.TimeLimit, err = ParseTimeLimit(limit); err != nil {
+	lim, fromPartition, err := parseJobLimit(limit)
+	if err != nil {
 		return j, fmt.Errorf("job %s: %w", id, err)
+	}
+	j.TimeLimit = lim
+	if fromPartition {
+		j.TimeLimit = partitionLimit(parts, part)
 	}
 	if j.TimeLimit == 0 {
 		// sbatch -t 0 means "no limit" to SLURM.
@@ -305,8 +461,12 @@ func parseSqueueJob(f []string, now int64) (cluster.Job, error) {
 // ParseJobIDs parses the output of `squeue -h -o %i` (one id a line), used
 // to find the pilots (squeue -u USER -n TAG). Empty output is no ids.
 func ParseJobIDs(out []byte) ([]string, error) {
+	ls, err := lines(out, "squeue")
+	if err != nil {
+		return nil, err
+	}
 	var ids []string
-	for i, l := range lines(out) {
+	for i, l := range ls {
 		l = strings.TrimSpace(l)
 		if !validID(l) {
 			return nil, parseErr("line %d is not a job id: %q", i+1, trunc(l))
@@ -318,45 +478,54 @@ func ParseJobIDs(out []byte) ([]string, error) {
 
 // NodeCounts sums a node list into the snapshot's counts.
 type NodeCounts struct {
-	Total, Idle, Planned, Drained int
+	Total, Idle, Planned, Allocated, Drained int
 }
 
-// ParseSinfo parses `sinfo -h -N -o '%N|%T|%c'` (one line per node and
-// partition). A node listed twice (in two partitions) counts once. The
-// state mapping (suffixes such as '*' not responding, '~' powered off are
-// flags on the base state):
-//
-//   - idle -> idle; planned (held idle by backfill for a pending job) ->
-//     planned, which counts as idle too;
-//   - allocated, mixed, completing -> allocated;
-//   - drained, draining, down, fail, failing, maint, reserved, reboot,
-//     unknown and anything else, and any node not responding ('*') ->
-//     drained: the agent must not count on it.
+// ParseSinfo parses `sinfo -h -N -p P -o '%N|%T|%c'` (one line per node
+// and partition). A node listed twice (in two partitions) counts once.
+// Each node's state (%T) maps to what it means for harvesting (nodeState;
+// the table is in docs/slurm.md): only a node SLURM would start a pilot on
+// at once counts as idle; an unknown state is never idle, and never fails
+// the rest of the answer.
 //
 // No nodes at all is an error: a partition without nodes is a
 // misconfiguration or a broken answer, never a real empty cluster.
 func ParseSinfo(out []byte) ([]cluster.Node, NodeCounts, error) {
+	return ReadSinfo(bytes.NewReader(out))
+}
+
+// ReadSinfo is ParseSinfo reading the output as sinfo prints it.
+func ReadSinfo(r io.Reader) ([]cluster.Node, NodeCounts, error) {
 	var (
 		nodes []cluster.Node
 		c     NodeCounts
 		seen  = map[string]bool{}
+		f     [sinfoFields]string
+		lr    = newLineReader(r, "sinfo")
 	)
-	for i, l := range lines(out) {
-		f := strings.Split(l, "|")
-		if len(f) != sinfoFields {
-			return nil, c, parseErr("sinfo line %d has %d fields, want %d: %q", i+1, len(f), sinfoFields, trunc(l))
+	for {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, NodeCounts{}, err
+		}
+		l := string(b)
+		if n, ok := splitFields(l, f[:]); !ok {
+			return nil, NodeCounts{}, parseErr("sinfo line %d has %d fields, want %d: %q", lr.n, n, sinfoFields, trunc(l))
 		}
 		name, st, cpus := f[0], f[1], f[2]
 		if name == "" || strings.ContainsAny(name, " \t") {
-			return nil, c, parseErr("sinfo line %d: bad node name %q", i+1, trunc(name))
+			return nil, NodeCounts{}, parseErr("sinfo line %d: bad node name %q", lr.n, trunc(name))
 		}
 		ncpu, err := atoiNonNeg(cpus)
 		if err != nil || ncpu > 1<<24 {
-			return nil, c, parseErr("sinfo line %d: bad CPU count %q", i+1, trunc(cpus))
+			return nil, NodeCounts{}, parseErr("sinfo line %d: bad CPU count %q", lr.n, trunc(cpus))
 		}
 		state, err := nodeState(st)
 		if err != nil {
-			return nil, c, fmt.Errorf("sinfo line %d: %w", i+1, err)
+			return nil, NodeCounts{}, fmt.Errorf("sinfo line %d: %w", lr.n, err)
 		}
 		if seen[name] {
 			continue
@@ -370,6 +539,8 @@ func ParseSinfo(out []byte) ([]cluster.Node, NodeCounts, error) {
 		case cluster.NodePlanned:
 			c.Idle++
 			c.Planned++
+		case cluster.NodeAllocated:
+			c.Allocated++
 		case cluster.NodeDrained:
 			c.Drained++
 		}
@@ -378,31 +549,6 @@ func ParseSinfo(out []byte) ([]cluster.Node, NodeCounts, error) {
 		return nil, c, parseErr("sinfo lists no nodes")
 	}
 	return nodes, c, nil
-}
-
-// nodeState maps sinfo's long state (%T) to the snapshot's node state.
-func nodeState(s string) (cluster.NodeState, error) {
-	base := strings.TrimRight(s, "*~#!%$@^-+")
-	if base == "" || len(s) > 40 {
-		return "", parseErr("bad node state %q", trunc(s))
-	}
-	for _, c := range base {
-		if !(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && c != '_' {
-			return "", parseErr("bad node state %q", trunc(s))
-		}
-	}
-	if strings.Contains(s, "*") { // not responding: SLURM will not start jobs there
-		return cluster.NodeDrained, nil
-	}
-	switch strings.ToLower(base) {
-	case "idle":
-		return cluster.NodeIdle, nil
-	case "planned", "plnd":
-		return cluster.NodePlanned, nil
-	case "allocated", "alloc", "mixed", "mix", "completing", "comp":
-		return cluster.NodeAllocated, nil
-	}
-	return cluster.NodeDrained, nil
 }
 
 // Partition is what the adapter needs from `scontrol -o show partition`.
@@ -426,8 +572,12 @@ type Partition struct {
 // ParsePartitions parses `scontrol -o show partition` (one partition a
 // line of Key=Value pairs). No partition at all is an error.
 func ParsePartitions(out []byte) ([]Partition, error) {
+	ls, err := lines(out, "scontrol show partition")
+	if err != nil {
+		return nil, err
+	}
 	var ps []Partition
-	for i, l := range lines(out) {
+	for i, l := range ls {
 		kv := map[string]string{}
 		for _, w := range strings.Fields(l) {
 			k, v, ok := strings.Cut(w, "=")
@@ -444,7 +594,6 @@ func ParsePartitions(out []byte) ([]Partition, error) {
 		if !ok {
 			return nil, parseErr("partition %s has no MaxTime", p.Name)
 		}
-		var err error
 		if p.MaxTime, err = ParseTimeLimit(mt); err != nil {
 			return nil, fmt.Errorf("partition %s MaxTime: %w", p.Name, err)
 		}
@@ -494,7 +643,10 @@ func ParsePartitions(out []byte) ([]Partition, error) {
 // ParseSbatch parses the output of `sbatch --parsable`: "ID" or
 // "ID;cluster".
 func ParseSbatch(out []byte) (string, error) {
-	ls := lines(out)
+	ls, err := lines(out, "sbatch")
+	if err != nil {
+		return "", err
+	}
 	if len(ls) != 1 {
 		return "", parseErr("sbatch --parsable printed %d lines, want 1: %q", len(ls), trunc(string(out)))
 	}
@@ -508,11 +660,47 @@ func ParseSbatch(out []byte) (string, error) {
 // ParseVersion parses `sinfo --version` ("slurm 22.05.8" or
 // "slurm-wlm 22.05.8") into the version number.
 func ParseVersion(out []byte) (string, error) {
+	if _, err := lines(out, "sinfo --version"); err != nil {
+		return "", err
+	}
 	f := strings.Fields(string(out))
 	if len(f) != 2 || !strings.HasPrefix(f[0], "slurm") || f[1] == "" || f[1][0] < '0' || f[1][0] > '9' {
 		return "", parseErr("sinfo --version printed %q", trunc(string(out)))
 	}
 	return f[1], nil
+}
+
+// Holder is a job that holds nodes, as CrossCheck sees it.
+type Holder struct {
+	ID, Partition, State string
+	Nodes                int
+	Start                int64
+}
+
+// ParseHolders parses `squeue -h -r -t RUNNING,CONFIGURING,COMPLETING,SUSPENDED
+// -w NODES -o '%i|%P|%D|%S|%T'` (with SLURM_TIME_FORMAT=%s).
+func ParseHolders(out []byte) ([]Holder, error) {
+	ls, err := lines(out, "squeue")
+	if err != nil {
+		return nil, err
+	}
+	var hs []Holder
+	var f [5]string
+	for i, l := range ls {
+		if n, ok := splitFields(l, f[:]); !ok {
+			return nil, parseErr("squeue line %d has %d fields, want 5: %q", i+1, n, trunc(l))
+		}
+		n, err := atoiNonNeg(f[2])
+		if !validID(f[0]) || f[1] == "" || f[4] == "" || err != nil || n <= 0 || n > 1<<24 {
+			return nil, parseErr("squeue line %d: %q", i+1, trunc(l))
+		}
+		start, err := parseEpoch(f[3])
+		if err != nil {
+			return nil, fmt.Errorf("squeue line %d: %w", i+1, err)
+		}
+		hs = append(hs, Holder{ID: f[0], Partition: f[1], State: f[4], Nodes: int(n), Start: start})
+	}
+	return hs, nil
 }
 
 // JobCheck is one job as Cancel sees it before acting.
@@ -524,7 +712,11 @@ type JobCheck struct {
 // output (the job is gone) gives ok=false. The job name comes last and
 // may itself contain '|'.
 func ParseJobCheck(out []byte) (jobs []JobCheck, err error) {
-	for i, l := range lines(out) {
+	ls, err := lines(out, "squeue")
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range ls {
 		f := strings.SplitN(l, "|", 4)
 		if len(f) != 4 || !validID(f[0]) || f[2] == "" {
 			// A job name with a newline continues on the next line; it

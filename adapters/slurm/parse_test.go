@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -23,7 +24,7 @@ func fixture(t testing.TB, name string) []byte {
 const backfillNow = 1795290141
 
 func TestParseSqueueBackfillScene(t *testing.T) {
-	jobs, err := ParseSqueue(fixture(t, "squeue_backfill.txt"), backfillNow)
+	jobs, err := ParseSqueue(fixture(t, "squeue_backfill.txt"), backfillNow, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestParseSqueueCases(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			jobs, err := ParseSqueue(fixture(t, tc.file), tc.now)
+			jobs, err := ParseSqueue(fixture(t, tc.file), tc.now, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +107,7 @@ func TestParseSqueuePendingOrder(t *testing.T) {
 		"11|u|PENDING|Priority|1||1:00|90|N/A|50|b\n" +
 		"30|u|PENDING|Resources|2||1:00|200|N/A|70|b\n" +
 		"5|u|RUNNING|None|1|n1|1:00|10|20|90|b\n")
-	jobs, err := ParseSqueue(out, 1000)
+	jobs, err := ParseSqueue(out, 1000, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestParseSqueueRejectsGarbage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			jobs, err := ParseSqueue([]byte(tc.out), 100)
+			jobs, err := ParseSqueue([]byte(tc.out), 100, nil)
 			if !errors.Is(err, ErrParse) {
 				t.Errorf("err = %v, jobs %+v; want ErrParse", err, jobs)
 			}
@@ -189,8 +190,8 @@ func TestParseSinfo(t *testing.T) {
 		want NodeCounts
 	}{
 		{"four idle nodes", "sinfo_idle.txt", NodeCounts{Total: 4, Idle: 4}},
-		{"a node held idle by backfill counts as idle and planned", "sinfo_planned.txt", NodeCounts{Total: 4, Idle: 1, Planned: 1}},
-		{"drained and down nodes count as drained", "sinfo_drained.txt", NodeCounts{Total: 4, Drained: 2}},
+		{"a node held idle by backfill counts as idle and planned", "sinfo_planned.txt", NodeCounts{Total: 4, Idle: 1, Planned: 1, Allocated: 3}},
+		{"drained and down nodes count as drained", "sinfo_drained.txt", NodeCounts{Total: 4, Allocated: 2, Drained: 2}},
 		{"a node listed in two partitions counts once", "sinfo_two_partitions.txt", NodeCounts{Total: 4, Idle: 4}},
 	}
 	for _, tc := range tests {
@@ -201,37 +202,6 @@ func TestParseSinfo(t *testing.T) {
 			}
 			if c != tc.want || len(nodes) != tc.want.Total {
 				t.Errorf("counts %+v (%d nodes), want %+v", c, len(nodes), tc.want)
-			}
-		})
-	}
-}
-
-func TestNodeStates(t *testing.T) {
-	tests := []struct {
-		in   string
-		want cluster.NodeState
-	}{
-		{"idle", cluster.NodeIdle},
-		{"idle~", cluster.NodeIdle}, // powered down, SLURM powers it up for a job
-		{"planned", cluster.NodePlanned},
-		{"allocated", cluster.NodeAllocated},
-		{"mixed", cluster.NodeAllocated},
-		{"completing", cluster.NodeAllocated},
-		{"allocated+", cluster.NodeAllocated},
-		{"idle*", cluster.NodeDrained}, // not responding
-		{"drained", cluster.NodeDrained},
-		{"draining", cluster.NodeDrained},
-		{"down*", cluster.NodeDrained},
-		{"fail", cluster.NodeDrained},
-		{"maint", cluster.NodeDrained},
-		{"reserved", cluster.NodeDrained},
-		{"unknown", cluster.NodeDrained},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := nodeState(tc.in)
-			if err != nil || got != tc.want {
-				t.Errorf("nodeState(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 			}
 		})
 	}
@@ -384,7 +354,7 @@ func TestSnapshotFromBackfillFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	part, _ := PickPartition(parts, "")
-	jobs, err := ParseSqueue(fixture(t, "squeue_backfill.txt"), backfillNow)
+	jobs, err := ParseSqueue(fixture(t, "squeue_backfill.txt"), backfillNow, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,5 +386,132 @@ func TestSnapshotFromBackfillFixtures(t *testing.T) {
 	s = BuildSnapshot(backfillNow, short, jobs, nodes, c)
 	if s.MaxTime == nil || *s.MaxTime != 1800 {
 		t.Errorf("MaxTime %v", s.MaxTime)
+	}
+}
+
+// A job without a limit of its own prints NOT_SET (squeue %l; scontrol
+// says Partition_Limit): it gets its partition's MaxTime, and the rest of
+// the job list still counts (SLURM 22.05 src/squeue/print.c).
+func TestAJobWithThePartitionsLimit(t *testing.T) {
+	parts, err := ParsePartitions(fixture(t, "scontrol_partitions.txt")) // batch: INFINITE, short: 30 min
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := "7|bob|PENDING|Priority|1||NOT_SET|1795290138|N/A|1|short\n" +
+		"8|bob|PENDING|Priority|1||Partition_Limit|1795290138|N/A|1|short\n" +
+		"9|bob|PENDING|Priority|1||NOT_SET|1795290138|N/A|1|batch\n" +
+		"10|bob|PENDING|Priority|1||NOT_SET|1795290138|N/A|1|short,nosuch\n" +
+		"11|bob|PENDING|Priority|1||NOT_SET|1795290138|N/A|1|nosuch\n" +
+		"1|alice|RUNNING|None|3|n[1-3]|3:00|1795290136|1795290137|4294901759|batch\n"
+	jobs, err := ParseSqueue([]byte(out), backfillNow, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]cluster.Limit{"1": 180, "7": 1800, "8": 1800, "9": cluster.Unlimited, "10": 1800, "11": cluster.Unlimited}
+	for _, j := range jobs {
+		if j.TimeLimit != want[j.ID] {
+			t.Errorf("job %s: limit %v, want %v", j.ID, j.TimeLimit, want[j.ID])
+		}
+	}
+	if len(jobs) != 6 {
+		t.Errorf("%d jobs", len(jobs))
+	}
+}
+
+// Output cut short (a command killed mid-line, a broken pipe) must never
+// parse: "4" cut from "42\n" is not job 4, and a squeue line missing its
+// last characters is not partition "bat".
+func TestCutOffOutputIsRefused(t *testing.T) {
+	cut := func(name string, n int) []byte {
+		b := fixture(t, name)
+		return b[:len(b)-n]
+	}
+	tests := []struct {
+		name  string
+		parse func() error
+	}{
+		{"sbatch's id without its newline", func() error { _, err := ParseSbatch([]byte("4")); return err }},
+		{"the job list's last line without its newline", func() error {
+			_, err := ParseSqueue(cut("squeue_backfill.txt", 1), backfillNow, nil)
+			return err
+		}},
+		{"the job list's last line without its last characters", func() error {
+			_, err := ParseSqueue(cut("squeue_backfill.txt", 3), backfillNow, nil)
+			return err
+		}},
+		{"a job list cut inside a line", func() error {
+			_, err := ParseSqueue(fixture(t, "squeue_backfill.txt")[:100], backfillNow, nil)
+			return err
+		}},
+		{"the node list's last line", func() error { _, _, err := ParseSinfo(cut("sinfo_planned.txt", 1)); return err }},
+		{"the partitions' last line", func() error { _, err := ParsePartitions(cut("scontrol_partitions.txt", 40)); return err }},
+		{"the pilot ids", func() error { _, err := ParseJobIDs([]byte("12\n1")); return err }},
+		{"the pilot ends", func() error { _, err := ParsePilotEnds([]byte("12|1795290137")); return err }},
+		{"a job check", func() error { _, err := ParseJobCheck(cut("jobcheck_pilot.txt", 1)); return err }},
+		{"the config", func() error { _, err := ParseConfig(cut("preempt_config_on.txt", 1)); return err }},
+		{"the version", func() error { _, err := ParseVersion([]byte("slurm 22.0")); return err }},
+		{"the node holders", func() error { _, err := ParseHolders([]byte("1|batch|3|1795290137|RUNNING")); return err }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.parse(); !errors.Is(err, ErrParse) {
+				t.Errorf("err = %v, want ErrParse", err)
+			}
+		})
+	}
+}
+
+func TestLongLinesAndCRLF(t *testing.T) {
+	long := "1|alice|RUNNING|None|3|n[" + strings.Repeat("1,", 100000) + "2]|3:00|1|1|1|batch\r\n"
+	jobs, err := ParseSqueue([]byte(long), 10, nil)
+	if err != nil || len(jobs) != 1 || len(jobs[0].NodeList) < 200000 || jobs[0].Partition != "batch" {
+		t.Errorf("a 200 KB node list: %v", err)
+	}
+	huge := "1|alice|RUNNING|None|3|" + strings.Repeat("n", maxLine) + "|3:00|1|1|1|batch\n"
+	if _, err := ParseSqueue([]byte(huge), 10, nil); !errors.Is(err, ErrParse) {
+		t.Errorf("a line over %d bytes: %v", maxLine, err)
+	}
+}
+
+func TestCrossCheck(t *testing.T) {
+	running := func(id string, nodes int) cluster.Job {
+		return cluster.Job{ID: id, State: cluster.Running, Nodes: nodes, TimeLimit: 60}
+	}
+	const listedAt = 1000
+	tests := []struct {
+		name      string
+		jobs      []cluster.Job
+		allocated int
+		holders   []Holder
+		ok        bool
+	}{
+		{"busy nodes held by the listed jobs", []cluster.Job{running("1", 3)}, 3,
+			[]Holder{{"1", "batch", "RUNNING", 3, 900}}, true},
+		{"an empty job list beside busy nodes", nil, 3, nil, false},
+		{"an empty job list, and squeue shows the jobs when asked again", nil, 3,
+			[]Holder{{"1", "batch", "RUNNING", 3, 900}}, false},
+		{"busy nodes held by a job of another partition over the same nodes", []cluster.Job{running("1", 1)}, 3,
+			[]Holder{{"1", "batch", "RUNNING", 1, 900}, {"2", "debug", "RUNNING", 2, 900}}, true},
+		{"a job of ours that started after the job list was read", []cluster.Job{running("1", 1)}, 3,
+			[]Holder{{"1", "batch", "RUNNING", 1, 900}, {"2", "batch", "RUNNING", 2, listedAt}}, true},
+		{"a job of ours, running before, missing from the job list", []cluster.Job{running("1", 1)}, 3,
+			[]Holder{{"1", "batch", "RUNNING", 1, 900}, {"2", "batch", "RUNNING", 2, 950}}, false},
+		{"a job of the preemptible tier missing from the job list", []cluster.Job{running("1", 1)}, 2,
+			[]Holder{{"1", "batch", "RUNNING", 1, 900}, {"3", "harvest", "RUNNING", 1, 950}}, false},
+		{"a suspended job of ours holds its nodes without being listed", []cluster.Job{running("1", 1)}, 3,
+			[]Holder{{"1", "batch", "RUNNING", 1, 900}, {"2", "batch", "SUSPENDED", 2, 950}}, true},
+		{"fewer nodes held than allocated", []cluster.Job{running("1", 1)}, 3,
+			[]Holder{{"1", "batch", "RUNNING", 1, 900}, {"2", "debug", "RUNNING", 1, 900}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CrossCheck(tc.jobs, tc.allocated, tc.holders, []string{"batch", "harvest"}, listedAt)
+			if tc.ok && err != nil {
+				t.Errorf("err = %v", err)
+			}
+			if !tc.ok && !errors.Is(err, cluster.ErrInvalidSnapshot) {
+				t.Errorf("err = %v, want ErrInvalidSnapshot", err)
+			}
+		})
 	}
 }

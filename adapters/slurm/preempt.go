@@ -13,8 +13,12 @@ import (
 // header, blank lines and the controller status lines at the end are
 // skipped). A value may hold spaces ("2 sec"). No key at all is an error.
 func ParseConfig(out []byte) (map[string]string, error) {
+	ls, err := lines(out, "scontrol show config")
+	if err != nil {
+		return nil, err
+	}
 	conf := map[string]string{}
-	for _, l := range lines(out) {
+	for _, l := range ls {
 		k, v, ok := strings.Cut(l, " = ")
 		if !ok {
 			continue
@@ -141,8 +145,12 @@ const pilotEndFormat = "%i|%e"
 // ParsePilotEnds parses `squeue ... -o '%i|%e'` into job id -> end (Unix
 // seconds). An end that is not a time (N/A, Unknown) is left out.
 func ParsePilotEnds(out []byte) (map[string]int64, error) {
+	ls, err := lines(out, "squeue")
+	if err != nil {
+		return nil, err
+	}
 	ends := map[string]int64{}
-	for i, l := range lines(out) {
+	for i, l := range ls {
 		id, e, ok := strings.Cut(strings.TrimSpace(l), "|")
 		if !ok || !validID(id) {
 			return nil, parseErr("pilot end line %d: %q", i+1, trunc(l))

@@ -83,7 +83,7 @@ func (a *Adapter) Shrink(ctx context.Context, id adapters.PilotID, end int64) er
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	res, err := a.run(cctx, a.cfg.binary("scontrol", a.cfg.Scontrol),
-		[]string{"update", "JobId=" + sid, "EndTime=" + stamp}, a.environ("TZ=UTC"), nil)
+		[]string{"update", "JobId=" + sid, "EndTime=" + stamp}, a.environ("TZ=UTC"), nil, nil)
 	var ce *cmdError
 	switch {
 	case err == nil:
