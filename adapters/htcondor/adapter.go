@@ -10,21 +10,19 @@
 package htcondor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/command"
 )
 
 // Adapter talks to one HTCondor pool and schedd through the condor_*
@@ -219,7 +217,7 @@ func (a *Adapter) scheddArgs() []string {
 }
 
 // commandFailed is a condor_* command that ran and exited non-zero for a
-// reason other than an unreachable daemon.
+// reason other than an unreachable daemon. output is a one-line excerpt.
 type commandFailed struct {
 	cmd    string
 	code   int
@@ -234,9 +232,11 @@ func (e *commandFailed) Error() string {
 // be reached (texts from HTCondor's sources): nothing was done.
 var unreachableRE = regexp.MustCompile(`(?i)couldn't contact the condor_collector|failed to connect to|can't find address of|failed to fetch ads from|unable to locate|CEDAR:6001|SECMAN:2007|connection refused`)
 
-// run runs one condor_* command under the configured timeout. mutating
-// says whether a timeout means the outcome is unknown (submit, rm) or
-// that nothing happened (queries).
+// run runs one condor_* command under the configured timeout, in its own
+// process group (see internal/command). mutating says whether a failure
+// after the start may have changed something (submit, rm): then a
+// timeout or a signal is ErrOutcomeUnknown; for queries it is
+// ErrUnreachable (nothing happened, try again).
 func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []byte, mutating bool) ([]byte, error) {
 	path := name
 	if a.cfg.BinDir != "" {
@@ -244,25 +244,18 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CommandTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, path, args...)
-	// Kill the whole process group: a wrapper script's children would
-	// otherwise keep the pipes open past the timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	res, err := command.Run(cctx, command.Spec{Path: path, Args: args, Stdin: stdin, WaitDelay: 2 * time.Second})
+	var ee *command.ExitError
+	switch {
+	case err == nil:
+		return res.Stdout, nil
+	case errors.Is(err, command.ErrStart):
 		return nil, fmt.Errorf("%s: %w: %v", name, adapters.ErrUnreachable, err)
-	}
-	err := cmd.Wait()
-	if err == nil {
-		return stdout.Bytes(), nil
-	}
-	if cctx.Err() != nil {
+	case errors.Is(err, command.ErrLeftover) && res.ExitCode == 0:
+		// A process it started held the pipe; the command itself exited 0
+		// and its answer is complete (that process group was killed).
+		return res.Stdout, nil
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		cause := cctx.Err()
 		if ctx.Err() != nil {
 			cause = ctx.Err()
@@ -271,21 +264,26 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 			return nil, fmt.Errorf("%s: %w: interrupted after it started (%v)", name, adapters.ErrOutcomeUnknown, cause)
 		}
 		return nil, fmt.Errorf("%s: %w: %v", name, adapters.ErrUnreachable, cause)
+	case !errors.As(err, &ee):
+		// The output went past the cap, or another failure after the start.
+		if mutating {
+			return nil, fmt.Errorf("%s: %w: %v", name, adapters.ErrOutcomeUnknown, err)
+		}
+		return nil, fmt.Errorf("%s: %w: %v", name, adapters.ErrUnreachable, err)
 	}
-	msg := strings.TrimSpace(stderr.String() + "\n" + stdout.String())
-	if len(msg) > 2000 {
-		msg = msg[:2000] + "..."
-	}
+	msg := strings.TrimSpace(string(res.Stderr) + "\n" + string(res.Stdout))
 	// Debug: some failures are expected (condor_rm of a pilot already
 	// gone); callers return what matters and the agent logs it.
-	a.Log.Debug("condor command failed", "command", name, "args", strings.Join(args, " "), "error", err, "output", msg)
-	if unreachableRE.MatchString(msg) {
-		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, msg)
+	a.Log.Debug("condor command failed", "command", name, "args", strings.Join(args, " "), "error", err, "output", command.Excerpt(msg, 2000))
+	switch {
+	case ee.Signal != 0 && mutating:
+		return nil, fmt.Errorf("%s: %w: killed by signal %s after it started", name, adapters.ErrOutcomeUnknown, ee.Signal)
+	case unreachableRE.MatchString(msg):
+		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, command.Excerpt(msg, errorExcerpt))
 	}
-	code := -1
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	}
-	return nil, &commandFailed{cmd: name, code: code, output: msg}
+	return nil, &commandFailed{cmd: name, code: ee.Code, output: command.Excerpt(msg, errorExcerpt)}
 }
+
+// errorExcerpt is how much of a command's output an error quotes, on one
+// line: enough for HTCondor's message, never a page of output.
+const errorExcerpt = 300

@@ -89,7 +89,10 @@ func jsonValue(v any) any {
 }
 
 // parseLongAds reads the -long output: "Name = value" lines, one ad per
-// block, blocks separated by blank lines.
+// block, each ad ended by a blank line (condor_q and condor_status print
+// one after every ad: CondorClassAdListWriter::appendAd in
+// src/condor_utils/compat_classad.cpp). An ad without it was cut off, and
+// its missing attributes would read as 0: it is an error.
 func parseLongAds(data []byte) ([]ad, error) {
 	var out []ad
 	cur := ad{}
@@ -125,7 +128,9 @@ func parseLongAds(data []byte) ([]ad, error) {
 	if err := sc.Err(); err != nil {
 		return nil, malformed("reading long output: %v", err)
 	}
-	flush()
+	if len(cur) > 0 {
+		return nil, malformed("the output was cut off: ad %d (%d attributes read) has no terminating blank line", len(out)+1, len(cur))
+	}
 	return out, nil
 }
 

@@ -44,9 +44,12 @@ const (
 	statusSuspended = 7 // suspended: still holds its slot
 )
 
-// Universes that never occupy an execute slot.
+// Universes (the JobUniverse attribute). Scheduler and local universe
+// jobs (DAGMan) run on the submit machine and grid universe jobs on a
+// remote site: none of them runs on the pool's machines.
 const (
 	universeScheduler = 7
+	universeGrid      = 9
 	universeParallel  = 11
 	universeLocal     = 12
 )
@@ -70,8 +73,9 @@ type JobAd struct {
 	PilotTag        string // HarvestPilot attribute
 	BatchName       string
 	// Limit is the job's lifetime limit found in its ad (HarvestLifetime,
-	// AllowedJobDuration, the configured extra attributes, or a
-	// periodic_remove of the documented shape); Unlimited (or 0) if none.
+	// AllowedJobDuration, AllowedExecuteDuration, the configured extra
+	// attributes, or a periodic_remove of the documented shape); Unlimited
+	// (or 0) if none.
 	Limit cluster.Limit
 }
 
@@ -84,7 +88,7 @@ var jobAttributes = []string{
 	"ClusterId", "ProcId", "Owner", "JobStatus", "JobUniverse",
 	"RequestCpus", "RequestMemory", "JobPrio", "QDate",
 	"JobCurrentStartDate", "ServerTime", "RemoteHost", "MinHosts",
-	attrPilot, attrLifetime, "JobBatchName", "AllowedJobDuration", "PeriodicRemove",
+	attrPilot, attrLifetime, "JobBatchName", "AllowedJobDuration", "AllowedExecuteDuration", "PeriodicRemove",
 }
 
 // Attributes the adapter sets on its pilots.
@@ -155,7 +159,10 @@ func jobLimit(a ad, limitAttrs []string) cluster.Limit {
 			lim = lim.Min(cluster.Limit(v))
 		}
 	}
-	for _, name := range append([]string{attrLifetime, "AllowedJobDuration"}, limitAttrs...) {
+	// AllowedJobDuration bounds the job's whole run, AllowedExecuteDuration
+	// its execution (HTCondor 9.x and later): past either the job is put on
+	// hold and leaves its slot.
+	for _, name := range append([]string{attrLifetime, "AllowedJobDuration", "AllowedExecuteDuration"}, limitAttrs...) {
 		if v, ok := a.integer(name); ok {
 			consider(v)
 		}

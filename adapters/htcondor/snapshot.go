@@ -12,8 +12,8 @@ import (
 type View struct {
 	// Tag recognises pilots (their HarvestPilot attribute).
 	Tag string
-	// Now is the agent's clock (Unix seconds), used when no ad carries the
-	// schedd's ServerTime.
+	// Now is the agent's clock (Unix seconds), used only when no job ad
+	// carries the schedd's ServerTime (an empty queue).
 	Now int64
 	// MaxLifetime is the longest lifetime a pilot is given (0 = none); it
 	// is reported as the snapshot's MaxTime, HTCondor's closest analogue
@@ -38,18 +38,29 @@ type machine struct {
 // Nodes are machines. A machine is idle when every slot on it is
 // unclaimed and every partitionable slot has all its resources; drained
 // when a slot is Drained or the machine is wholly in the Owner state;
-// allocated otherwise. Foreign jobs: idle ones are pending (ordered by
-// JobPrio, then submission), running, transferring-output and suspended
-// ones are running (they hold their slot); held, removed and completed
-// jobs, and scheduler/local universe jobs (DAGMan), hold no slot and are
-// left out. An idle job that fits on no usable machine (by its literal
+// allocated otherwise. A slot is counted once by its Name. Foreign jobs:
+// idle ones are pending (ordered by JobPrio, then submission), running,
+// transferring-output and suspended ones are running (they hold their
+// slot); held, removed and completed jobs, and scheduler, local (DAGMan)
+// and grid universe jobs, which never run on the pool's machines, are
+// left out. now is the schedd's ServerTime, or v.Now when no job ad
+// carries one. An idle job that fits on no usable machine (by its literal
 // RequestCpus and RequestMemory) is left out too: it could never take a
 // pilot's place, and counting it would make the agent release pilots for
 // nothing.
 func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, error) {
 	byName := map[string]*machine{}
 	var names []string
+	// A slot is counted once, however many ads the collector sent for it
+	// (a second collector, an ad re-sent while the first is still held).
+	seenSlot := make(map[string]bool, len(slots))
 	for _, s := range slots {
+		if s.Name != "" {
+			if seenSlot[s.Name] {
+				continue
+			}
+			seenSlot[s.Name] = true
+		}
 		m := byName[s.Machine]
 		if m == nil {
 			m = &machine{name: s.Machine}
@@ -85,11 +96,15 @@ func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, erro
 	}
 	sort.Strings(names)
 
-	snap := cluster.Snapshot{Now: v.Now, Jobs: []cluster.Job{}}
+	// now is the schedd's clock, the one JobCurrentStartDate is on; the
+	// agent's only when no ad says (every ad of one answer carries the
+	// same ServerTime).
+	snap := cluster.Snapshot{Jobs: []cluster.Job{}}
 	for _, j := range jobs {
-		if j.ServerTime > snap.Now {
-			snap.Now = j.ServerTime
-		}
+		snap.Now = max(snap.Now, j.ServerTime)
+	}
+	if snap.Now == 0 {
+		snap.Now = v.Now
 	}
 	if v.MaxLifetime > 0 {
 		lim := v.MaxLifetime
@@ -138,8 +153,9 @@ func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, erro
 
 	var running, pending []JobAd
 	for _, j := range jobs {
-		if j.Universe == universeScheduler || j.Universe == universeLocal {
-			continue
+		switch j.Universe {
+		case universeScheduler, universeLocal, universeGrid:
+			continue // runs elsewhere than on the pool's machines
 		}
 		pilot := v.Tag != "" && j.PilotTag == v.Tag
 		switch j.Status {

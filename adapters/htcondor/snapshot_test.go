@@ -177,8 +177,8 @@ func TestMachineStatesFollowTheirSlots(t *testing.T) {
 		return SlotAd{Name: "slot1@" + machine, Machine: machine, State: state, Partitionable: true,
 			CPUs: cpus, TotalSlotCPUs: total, MemoryMB: 1000, TotalSlotMemMB: 1000}
 	}
-	static := func(machine, state string) SlotAd {
-		return SlotAd{Name: "slot1@" + machine, Machine: machine, State: state, CPUs: 2, TotalSlotCPUs: 2, MemoryMB: 100, TotalSlotMemMB: 100}
+	static := func(slot, machine, state string) SlotAd {
+		return SlotAd{Name: slot + "@" + machine, Machine: machine, State: state, CPUs: 2, TotalSlotCPUs: 2, MemoryMB: 100, TotalSlotMemMB: 100}
 	}
 	cases := []struct {
 		name  string
@@ -190,11 +190,11 @@ func TestMachineStatesFollowTheirSlots(t *testing.T) {
 		{"a dynamic slot makes its machine allocated",
 			[]SlotAd{p("m", "Unclaimed", 8, 8), {Name: "slot1_1@m", Machine: "m", State: "Claimed", Dynamic: true, CPUs: 1, TotalSlotCPUs: 1}}, cluster.NodeAllocated},
 		{"a drained partitionable slot is a drained machine", []SlotAd{p("m", "Drained", 8, 8)}, cluster.NodeDrained},
-		{"a machine wholly in the Owner state is drained", []SlotAd{static("m", "Owner"), static("m", "Owner")}, cluster.NodeDrained},
-		{"an Owner slot next to an unclaimed one leaves the machine idle", []SlotAd{static("m", "Owner"), static("m", "Unclaimed")}, cluster.NodeIdle},
-		{"one claimed static slot makes the machine allocated", []SlotAd{static("m", "Unclaimed"), static("m", "Claimed")}, cluster.NodeAllocated},
-		{"a preempting slot is still allocated", []SlotAd{static("m", "Preempting")}, cluster.NodeAllocated},
-		{"a backfill slot is idle for harvesting", []SlotAd{static("m", "Backfill")}, cluster.NodeIdle},
+		{"a machine wholly in the Owner state is drained", []SlotAd{static("slot1", "m", "Owner"), static("slot2", "m", "Owner")}, cluster.NodeDrained},
+		{"an Owner slot next to an unclaimed one leaves the machine idle", []SlotAd{static("slot1", "m", "Owner"), static("slot2", "m", "Unclaimed")}, cluster.NodeIdle},
+		{"one claimed static slot makes the machine allocated", []SlotAd{static("slot1", "m", "Unclaimed"), static("slot2", "m", "Claimed")}, cluster.NodeAllocated},
+		{"a preempting slot is still allocated", []SlotAd{static("slot1", "m", "Preempting")}, cluster.NodeAllocated},
+		{"a backfill slot is idle for harvesting", []SlotAd{static("slot1", "m", "Backfill")}, cluster.NodeIdle},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

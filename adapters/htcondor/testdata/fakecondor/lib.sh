@@ -85,6 +85,10 @@ common_modes() {
 	unreachable) unreachable_schedd ;;
 	hang) sleep 30; exit 1 ;;
 	fail) echo "ERROR: fake failure" >&2; exit 1 ;;
+	verbose) # a failure that prints a page of output
+		for i in $(seq 100); do echo "-- line $i of a long answer that goes on and on and on"; done
+		echo "ERROR: fake failure after a page of output" >&2; exit 1 ;;
+	killed) cat >/dev/null; kill -9 $$ ;;
 	esac
 }
 
