@@ -2,9 +2,10 @@
 # The whole harvest system end to end on the real SLURM mini-cluster:
 # agent + queue, background jobs of alice and bob, harvest jobs of carol and
 # dave, the master's pilot scancelled and a worker killed with SIGKILL
-# mid-run, then the next master's pilot killed with SIGKILL. Prints a
-# summary (utilisation, throughput, failover time, dispatch stall after the
-# kill -9, tasks lost and duplicated) and fails if a check fails.
+# mid-run, two busy pilots released, then the next master's pilot killed
+# with SIGKILL. Prints a summary (utilisation, throughput, failover time,
+# dispatch stall after the kill -9, re-executions, attempts charged by
+# faults, tasks lost and duplicated) and fails if a check fails.
 # Usage: scripts/e2e-slurm.sh [e2e flags, see: go run ./scripts/e2e -h]
 set -euo pipefail
 cd "$(dirname "$0")/.."

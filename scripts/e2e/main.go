@@ -1,12 +1,17 @@
 // Command e2e runs the whole harvest system end to end on the real SLURM
 // mini-cluster (scripts/e2e-slurm.sh runs it): an agent hosting the queue,
 // background batch jobs of two users, harvest jobs of two other users, a
-// scancel of the master's pilot and a kill -9 of a worker mid-run, then a
-// kill -9 of the next master's pilot (the dispatch stall it causes). It then
-// checks that every task's output exists exactly once, the queue's counts
-// match, no foreign job was delayed beyond one poll interval plus a few
-// seconds, and the two harvest users' shares were fair, and prints a
-// summary. Exit status 1 if any check fails.
+// scancel of the master's pilot and a kill -9 of a worker mid-run, a
+// release (scancel) of two busy worker pilots, then a kill -9 of the next
+// master's pilot (the dispatch stall it causes). Tasks run confined, as
+// pilots run them: each writes its output and a ledger line in its job's
+// output directory. It then checks that every task's output exists exactly
+// once, the queue's counts match, no attempt was charged for a fault (no
+// task fails on its own), the released pilots' running tasks ran again, no
+// foreign job was delayed beyond one poll interval plus a few seconds, and
+// the two harvest users' shares were fair, and prints a summary
+// (re-executions, attempts charged by faults, tasks lost and duplicated).
+// Exit status 1 if any check fails.
 package main
 
 import (
@@ -40,7 +45,7 @@ var (
 	slack    = flag.Duration("slack", 5*time.Second, "allowed delay of a foreign job beyond one poll interval")
 	timeout  = flag.Duration("timeout", 7*time.Minute, "give up after this long")
 	bin      = flag.String("harvest", "", "harvest binary (default: build it)")
-	port     = flag.Int("port", 18471, "queue TCP port on 127.0.0.1")
+	port     = flag.Int("port", 0, "queue TCP port on 127.0.0.1 (0: any free port, read back from the agent's log)")
 	keep     = flag.Bool("keep", false, "keep the work directory")
 )
 
@@ -56,13 +61,14 @@ type run struct {
 	root, work, harvest string
 	agent               *exec.Cmd
 	agentLog            string
+	ledgers             map[string]string // user -> ledger of completed runs
 	start               time.Time
 	problems            []string
 }
 
 func main() {
 	flag.Parse()
-	r := &run{start: time.Now()}
+	r := &run{start: time.Now(), ledgers: map[string]string{}}
 	code := 0
 	if err := r.main(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -126,15 +132,15 @@ func (r *run) main() error {
 	}
 
 	r.work = filepath.Join(lab, "shared", fmt.Sprintf("e2e-%d", time.Now().Unix()))
-	for _, d := range []string{"agent", "state", "pilots", "dumps", "foreign", "ledger"} {
+	// Datasets and outputs lie in the allowed root data/, which tasks may
+	// read; the state directory (checkpoint) lies outside it.
+	for _, d := range []string{"agent", "state", "pilots", "dumps", "foreign", "data"} {
 		if err := os.MkdirAll(filepath.Join(r.work, d), 0o755); err != nil {
 			return err
 		}
 	}
 	os.Chmod(r.work, 0o755)
-	for _, d := range []string{"foreign", "ledger"} {
-		os.Chmod(filepath.Join(r.work, d), 0o1777)
-	}
+	os.Chmod(filepath.Join(r.work, "foreign"), 0o1777)
 	r.harvest = *bin
 	if r.harvest == "" {
 		r.harvest = filepath.Join(r.work, "harvest")
@@ -145,7 +151,7 @@ func (r *run) main() error {
 	}
 	datasets := map[string]string{}
 	for _, u := range []string{"carol", "dave"} {
-		ds := filepath.Join(r.work, "data-"+u)
+		ds := filepath.Join(r.work, "data", u)
 		for i := 0; i < *tasks; i++ {
 			sub := filepath.Join(ds, fmt.Sprintf("sub%04d", i))
 			if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -169,21 +175,26 @@ func (r *run) main() error {
 
 	// Both users submit at the same time: equal standing.
 	jobs := map[string]int64{}
+	// Each completed run appends a line to the job's ledger, in its output
+	// directory: confined tasks may write nowhere else.
 	for _, u := range []string{"carol", "dave"} {
-		cmd := fmt.Sprintf("sleep %.3f; cat {input}/data.txt > {output}; echo \"%s {task} $(date +%%s.%%N)\" >> %s/ledger/%s.log",
-			taskTime.Seconds(), u, r.work, u)
+		cmd := fmt.Sprintf("l=\"$(dirname {output})/%[3]s\"; echo \"start %[2]s {task} $(date +%%s.%%N)\" >> \"$l\"; "+
+			"sleep %.3[1]f; cat {input}/data.txt > {output}; echo \"%[2]s {task} $(date +%%s.%%N)\" >> \"$l\"",
+			taskTime.Seconds(), u, ledgerName)
 		out, err := as(u, r.harvest, "submit", "--queue", "unix://"+r.socket(), "--json", "--batch-size", strconv.Itoa(*batch),
 			datasets[u], "--", "/bin/sh", "-c", cmd)
 		if err != nil {
 			return err
 		}
 		var j struct {
-			ID int64 `json:"id"`
+			ID        int64  `json:"id"`
+			OutputDir string `json:"output_dir"`
 		}
 		if err := json.Unmarshal([]byte(out), &j); err != nil {
 			return fmt.Errorf("submit output %q: %w", out, err)
 		}
 		jobs[u] = j.ID
+		r.ledgers[u] = filepath.Join(j.OutputDir, ledgerName)
 		logf("%s submitted harvest job %d (%d tasks)", u, j.ID, *tasks)
 	}
 
@@ -191,6 +202,13 @@ func (r *run) main() error {
 	var hard struct {
 		master, pid           string
 		killedAt, newMasterAt time.Time
+	}
+	// Busy pilots released as the agent releases them (scancel), while
+	// their tasks run: SLURM's SIGTERM reaches the tasks as well.
+	var release struct {
+		done   bool
+		at     time.Time
+		pilots []string
 	}
 	var failover struct {
 		master          string
@@ -232,7 +250,12 @@ func (r *run) main() error {
 				if _, err := sh("scancel", failover.master); err != nil {
 					r.fail("scancel master: %v", err)
 				}
-				failover.worker, failover.workPID = r.workerPilot(failover.master)
+				// A worker pilot may just be starting: look for a while.
+				for i := 0; i < 50 && failover.workPID == ""; i++ {
+					if failover.worker, failover.workPID = r.workerPilot(failover.master); failover.workPID == "" {
+						time.Sleep(200 * time.Millisecond)
+					}
+				}
 				if failover.workPID != "" {
 					logf("kill -9 the worker of pilot %s (pid %s)", failover.worker, failover.workPID)
 					pid, _ := strconv.Atoi(failover.workPID)
@@ -248,9 +271,20 @@ func (r *run) main() error {
 				logf("new master: pilot %s after %v", m, at.Sub(failover.killedAt).Round(100*time.Millisecond))
 			}
 		}
+		if !release.done && !failover.newMasterAt.IsZero() && done >= total/2 && done < total {
+			release.done = true
+			release.pilots = r.busyPilots(r.currentMaster(), 2)
+			if len(release.pilots) == 0 {
+				r.fail("no busy worker pilot to release")
+			} else {
+				release.at = time.Now()
+				logf("release busy pilots %v (scancel, as the agent does; %d/%d tasks done)", release.pilots, done, total)
+				sh("scancel", release.pilots...)
+			}
+		}
 		// Then the new master's pilot is killed outright (kill -9): no
 		// lease release, its workers find it dead.
-		if !hardKilled && !failover.newMasterAt.IsZero() && done >= 2*total/3 && done < total {
+		if !hardKilled && release.done && !failover.newMasterAt.IsZero() && done >= 2*total/3 && done < total {
 			hardKilled = true
 			hard.master = r.currentMaster()
 			if hard.pid = r.pilotProcess(hard.master); hard.pid == "" {
@@ -277,7 +311,7 @@ func (r *run) main() error {
 
 	// Checks and summary.
 	fmt.Println("\n================ harvest e2e on real SLURM ================")
-	lost, dup := 0, 0
+	lost, dup, reexecs := 0, 0, 0
 	totalTasks := 0
 	for _, u := range []string{"carol", "dave"} {
 		s, err := r.status(u, jobs[u])
@@ -304,13 +338,14 @@ func (r *run) main() error {
 		if len(outs) != *tasks {
 			r.fail("%s: %d output files, want %d", u, len(outs), *tasks)
 		}
-		runs := ledger(filepath.Join(r.work, "ledger", u+".log"))
+		runs := ledger(r.ledgers[u])
 		reexec := 0
 		for _, n := range runs {
 			if n > 1 {
 				reexec += n - 1
 			}
 		}
+		reexecs += reexec
 		fmt.Printf("%-6s job %d: %s, %d/%d done in the queue, %d outputs, %d missing, %d completed runs (%d re-executions)\n",
 			u, jobs[u], s.State, s.Tasks.Done, s.Tasks.Total, len(outs), missing, sum(runs), reexec)
 		if s.Tasks.Done > s.Tasks.Total {
@@ -325,7 +360,7 @@ func (r *run) main() error {
 	// first of the two jobs finished.
 	comp := map[string][]float64{}
 	for _, u := range []string{"carol", "dave"} {
-		comp[u] = completionTimes(filepath.Join(r.work, "ledger", u+".log"))
+		comp[u] = completionTimes(r.ledgers[u])
 	}
 	firstEnd := math.Min(last(comp["carol"]), last(comp["dave"]))
 	var x []float64
@@ -396,13 +431,39 @@ func (r *run) main() error {
 	}
 	fmt.Printf("  fairness: Jain's index %.3f over completions until the first job finished (%v)\n", jain, x)
 	fmt.Printf("  max delay imposed on a foreign job: %.0f s after the deciding round (poll %v)\n", maxDelay, *poll)
+	if release.at.IsZero() {
+		r.fail("no busy pilot was released")
+	}
+	f, err := r.faults([]int64{jobs["carol"], jobs["dave"]})
+	if err != nil {
+		r.fail("read the queue's task records: %v", err)
+	}
+	rel := rerunAfter(release.at, *taskTime+2*time.Second, r.ledgers)
+	fmt.Printf("  busy pilots released (scancel) %v: %d running tasks interrupted, run again after median %.1f s, max %.1f s\n",
+		release.pilots, len(rel), median(rel), maxOf(rel))
+	if !release.at.IsZero() && len(rel) == 0 {
+		r.fail("releasing busy pilots %v interrupted no running task", release.pilots)
+	}
+	fmt.Printf("  tasks handed back to the queue by stopping masters: %d, run again after median %.1f s, max %.1f s; hand-outs beyond the first: %d\n",
+		len(f.rerun), median(f.rerun), maxOf(f.rerun), f.again)
+	fmt.Printf("  re-executions (completed runs beyond one per task): %d\n", reexecs)
+	fmt.Printf("  attempts charged by faults: %d (failed or timed-out results: %d)\n", f.charged, f.failed)
 	fmt.Printf("  tasks lost: %d   tasks duplicated (counted twice): %d\n", lost, dup)
+	if f.charged > 0 || f.failed > 0 {
+		r.fail("%d attempts charged by faults (%d failed results); no task fails on its own here", f.charged, f.failed)
+	}
 	if dup > 0 {
 		r.fail("%d tasks counted twice", dup)
 	}
 	r.stopAgent()
 	return nil
 }
+
+// ledgerName is the file of completed runs in a job's output directory.
+const ledgerName = ".ledger"
+
+// advertiseRE finds the queue's TCP address in the agent's log.
+var advertiseRE = regexp.MustCompile(`msg="queue started" advertise=(\S+)`)
 
 func (r *run) socket() string { return filepath.Join(r.work, "agent", "q.sock") }
 
@@ -415,7 +476,7 @@ func (r *run) startAgent() error {
 	pilot := fmt.Sprintf("%s pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s", r.harvest)
 	r.agent = exec.Command(r.harvest, "agent",
 		"--state-dir", filepath.Join(r.work, "agent"), "--shared-dir", filepath.Join(r.work, "state"),
-		"--listen", fmt.Sprintf("127.0.0.1:%d", *port), "--socket", r.socket(), "--allowed-root", r.work,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", *port), "--socket", r.socket(), "--allowed-root", filepath.Join(r.work, "data"),
 		"--poll", poll.String(), "--margin", "30s", "--mini-time", "10s",
 		"--pilot-command", pilot, "--pilot-output", filepath.Join(r.work, "pilots", "pilot-%j.out"),
 		"--dump-snapshots", filepath.Join(r.work, "dumps"), "--log-level", "info")
@@ -424,13 +485,16 @@ func (r *run) startAgent() error {
 		return err
 	}
 	for i := 0; i < 50; i++ {
-		if _, err := os.Stat(r.socket()); err == nil {
-			logf("agent started (log %s)", r.agentLog)
+		_, err := os.Stat(r.socket())
+		// The pilots learn the queue's address from the agent; the port
+		// the kernel chose is read back from its log.
+		if m := advertiseRE.FindStringSubmatch(readFile(r.agentLog)); err == nil && m != nil {
+			logf("agent started, queue at %s (log %s)", m[1], r.agentLog)
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("agent did not open its socket; log:\n%s", readFile(r.agentLog))
+	return fmt.Errorf("agent did not open its socket and listener; log:\n%s", readFile(r.agentLog))
 }
 
 func (r *run) stopAgent() {
@@ -650,7 +714,7 @@ func (r *run) masterAfter(t time.Time) (string, time.Time) {
 func (r *run) workerPilot(master string) (jobID, pid string) {
 	out, _ := sh("squeue", "-h", "-n", "harvest-pilot", "-t", "RUNNING", "-o", "%i")
 	for _, id := range strings.Fields(out) {
-		if id == master {
+		if id == master || id == r.currentMaster() {
 			continue
 		}
 		if pid := r.pilotProcess(id); pid != "" {
@@ -658,6 +722,139 @@ func (r *run) workerPilot(master string) (jobID, pid string) {
 		}
 	}
 	return "", ""
+}
+
+// faultFigures are read from the queue's database: what the faults cost.
+type faultFigures struct {
+	charged, failed, again int
+	rerun                  []float64 // s from an interrupted hand-out's end to the task's next start
+}
+
+// faults reads the queue's task and result records of the jobs. No task
+// of this run fails on its own, so every attempt charged is a fault
+// harvest charged to the user.
+func (r *run) faults(jobs []int64) (faultFigures, error) {
+	var f faultFigures
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, strconv.FormatInt(j, 10))
+	}
+	in := strings.Join(ids, ",")
+	q := func(sql string) ([]string, error) {
+		out, err := sh("sqlite3", "-readonly", filepath.Join(r.work, "agent", "queue.db"), sql)
+		if err != nil {
+			return nil, fmt.Errorf("%v: %s", err, out)
+		}
+		return strings.Fields(out), nil
+	}
+	row, err := q("SELECT COALESCE(SUM(tries),0), COALESCE(SUM(attempt)-COUNT(*),0) FROM tasks WHERE job_id IN (" + in + ")")
+	if err != nil {
+		return f, err
+	}
+	if len(row) == 1 {
+		fmt.Sscanf(row[0], "%d|%d", &f.charged, &f.again)
+	}
+	if row, err = q("SELECT COUNT(*) FROM results WHERE status IN ('failed','timeout') AND job_id IN (" + in + ")"); err != nil {
+		return f, err
+	}
+	if len(row) == 1 {
+		f.failed, _ = strconv.Atoi(row[0])
+	}
+	rows, err := q(`SELECT (SELECT MIN(b.started_at) FROM results b WHERE b.task_id = a.task_id AND b.attempt > a.attempt)
+		- (a.started_at + a.duration_ms) FROM results a WHERE a.status = 'interrupted' AND a.job_id IN (` + in + ")")
+	if err != nil {
+		return f, err
+	}
+	for _, ms := range rows {
+		if v, err := strconv.ParseFloat(ms, 64); err == nil {
+			f.rerun = append(f.rerun, math.Max(0, v/1000))
+		}
+	}
+	return f, nil
+}
+
+// rerunAfter finds in the ledgers the runs that started at most window
+// before at and never completed (a start, then the next start of the same
+// task), and returns how long after at each task started again.
+func rerunAfter(at time.Time, window time.Duration, ledgers map[string]string) []float64 {
+	if at.IsZero() {
+		return nil
+	}
+	t0 := float64(at.UnixNano()) / 1e9
+	var out []float64
+	for _, path := range ledgers {
+		type ev struct {
+			t     float64
+			start bool
+		}
+		byTask := map[string][]ev{}
+		b, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 4 && f[0] == "start":
+				t, _ := strconv.ParseFloat(f[3], 64)
+				byTask[f[2]] = append(byTask[f[2]], ev{t, true})
+			case len(f) == 3:
+				t, _ := strconv.ParseFloat(f[2], 64)
+				byTask[f[1]] = append(byTask[f[1]], ev{t, false})
+			}
+		}
+		for _, evs := range byTask {
+			sort.Slice(evs, func(i, j int) bool { return evs[i].t < evs[j].t })
+			for i := 0; i+1 < len(evs); i++ {
+				if evs[i].start && evs[i+1].start && evs[i].t <= t0 && evs[i].t >= t0-window.Seconds() {
+					out = append(out, math.Max(0, evs[i+1].t-t0))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), x...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func maxOf(x []float64) float64 {
+	m := 0.0
+	for _, v := range x {
+		m = math.Max(m, v)
+	}
+	return m
+}
+
+// busyPilots returns up to n running pilots other than the master's whose
+// pilot process has a child (a task running).
+func (r *run) busyPilots(master string, n int) []string {
+	parents := map[string]bool{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: the comm may hold spaces.
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 1 {
+			parents[f[1]] = true
+		}
+	}
+	out, _ := sh("squeue", "-h", "-n", "harvest-pilot", "-t", "RUNNING", "-o", "%i")
+	var busy []string
+	for _, id := range strings.Fields(out) {
+		if id == master || len(busy) == n {
+			continue
+		}
+		if pid := r.pilotProcess(id); pid != "" && parents[pid] {
+			busy = append(busy, id)
+		}
+	}
+	return busy
 }
 
 // pilotProcess finds the pid of the `harvest pilot` process of a pilot job.
