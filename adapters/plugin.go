@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 )
 
@@ -53,7 +55,15 @@ func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc
 
 // Serve serves impl as a plugin on stdin/stdout; it returns when the host
 // goes away. Logs must go to stderr: stdout carries the handshake.
+//
+// The process exits as soon as the process that started it dies, however
+// it dies: a host killed with SIGKILL never tells go-plugin, whose server
+// would otherwise run on forever, re-parented to init.
 func Serve(impl Adapter, logger hclog.Logger) {
+	go watchParent(os.Getppid(), func() {
+		logger.Error("the agent that started this adapter plugin is gone; exiting")
+		os.Exit(1)
+	})
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         map[string]plugin.Plugin{PluginName: &GRPCPlugin{Impl: impl}},
@@ -70,6 +80,14 @@ type Launched struct {
 
 // Close kills the plugin process.
 func (l *Launched) Close() { l.client.Kill() }
+
+// Pid is the plugin process's id (0 if it is not known).
+func (l *Launched) Pid() int {
+	if rc := l.client.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
 
 // Exited reports whether the plugin process has exited.
 func (l *Launched) Exited() bool { return l.client.Exited() }
@@ -110,4 +128,34 @@ func Launch(cmd *exec.Cmd, options map[string]string, logger hclog.Logger) (*Lau
 		return nil, fmt.Errorf("plugin %s does not serve an adapter", cmd.Path)
 	}
 	return &Launched{Adapter: ad, client: client}, nil
+}
+
+// watchParent calls gone once process ppid, this process's parent, has
+// exited. It waits on a pidfd of the parent (an event, Linux 5.3+), or,
+// where the kernel has none, notices the re-parenting once a second. A
+// parent-death signal (PR_SET_PDEATHSIG) is not used: it fires when the
+// parent's *thread* that started the plugin ends, which the Go runtime
+// does not promise to keep.
+func watchParent(ppid int, gone func()) {
+	if ppid <= 1 {
+		return // started by init: there is no agent to outlive
+	}
+	fd, err := unix.PidfdOpen(ppid, 0)
+	if err == nil {
+		defer unix.Close(fd)
+		// The parent may have died before the pidfd was opened (and its
+		// pid been reused): then this process has been re-parented.
+		for os.Getppid() == ppid {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+			if err == nil || !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		gone()
+		return
+	}
+	for os.Getppid() == ppid {
+		time.Sleep(time.Second)
+	}
+	gone()
 }

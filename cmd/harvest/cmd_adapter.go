@@ -63,6 +63,7 @@ func openAdapter(c *cli.Context, log *slog.Logger) (adapters.Adapter, func(), er
 	if err != nil {
 		return nil, nil, err
 	}
+	log.Info("adapter plugin started", "adapter", name, "pid", l.Pid())
 	return l, l.Close, nil
 }
 
