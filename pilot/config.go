@@ -22,6 +22,7 @@ type Config struct {
 	Deadline  time.Time // the pilot's end (zero: none)
 	Listen    string    // address the master API listens on when this pilot is master
 	Advertise string    // URL workers use to reach this pilot ("" = http://<hostname>:<port>)
+	Site      string    // the site (cluster) this pilot runs at: its tasks see HARVEST_SITE
 
 	// Confine says whether tasks run confined (package worker/confine):
 	// auto (where the kernel has Landlock), require, off. TaskRoots are

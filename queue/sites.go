@@ -181,7 +181,7 @@ func (q *Queue) RegisterAgent(ctx context.Context, site string, r api.AgentRegis
 	q.sites.Agent(site, siteshare.AgentReport{}, q.now())
 	q.mu.Unlock()
 	q.log.Info("site agent registered", "site", site, "adapter", r.Adapter, "version", r.Version)
-	return api.AgentWelcome{Site: site, LeaseTTLS: int64(q.cfg.LeaseTTL / time.Second)}, nil
+	return api.AgentWelcome{Site: site, LeaseTTLS: int64(q.cfg.LeaseTTL / time.Second), AllowedRoots: q.cfg.AllowedRoots}, nil
 }
 
 // AddSite registers a remote site and returns its agent token, shown once.

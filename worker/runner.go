@@ -59,7 +59,8 @@ func Substitute(argv []string, t pilotproto.Task) []string {
 //   - its environment is clean, never the pilot's (which holds the pilot
 //     token): PATH (Path), HOME and TMPDIR (a directory of its own, 0700,
 //     removed when it ends), LANG=C.UTF-8, HARVEST_TASK_ID, HARVEST_JOB_ID,
-//     HARVEST_ATTEMPT, then the job's environment;
+//     HARVEST_ATTEMPT, HARVEST_SITE (Site, when set), then the job's
+//     environment;
 //   - its output directory is created and opened, and its logs created,
 //     without following any symbolic link (a link planted after submission
 //     is refused), and its input must resolve inside Roots;
@@ -72,6 +73,7 @@ type ExecRunner struct {
 	TailBytes   int           // size of the error tail
 	FallbackLog string        // log directory for tasks without an output directory
 	Path        string        // the tasks' PATH
+	Site        string        // the site the pilot runs at (HARVEST_SITE; "" = not set)
 	TempRoot    string        // where each task's own temporary directory is made
 	// Roots are the queue's allowed roots: inputs must resolve inside
 	// them, and confined tasks may read them. Empty: the task's dataset
@@ -97,6 +99,9 @@ func (r *ExecRunner) Env(t pilotproto.Task, tmp string) []string {
 		"HARVEST_TASK_ID=" + strconv.FormatInt(t.ID, 10),
 		"HARVEST_JOB_ID=" + strconv.FormatInt(t.JobID, 10),
 		"HARVEST_ATTEMPT=" + strconv.Itoa(t.Attempt)}
+	if r.Site != "" {
+		env = append(env, "HARVEST_SITE="+r.Site)
+	}
 	return append(env, t.Env...)
 }
 

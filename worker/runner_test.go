@@ -210,3 +210,27 @@ func TestATaskGetsACleanEnvironment(t *testing.T) {
 		t.Errorf("the task's temporary directory %s outlived the task", tmp)
 	}
 }
+
+// A pilot of a site tells its tasks where they run (HARVEST_SITE), and
+// only then.
+func TestATaskSeesItsSite(t *testing.T) {
+	t.Setenv("HARVEST_SITE", "from-the-pilot-environment")
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
+	for _, site := range []string{"b", ""} {
+		task := execTask(dir, 0, "sh", "-c", `printf '%s' "${HARVEST_SITE-unset}" > "$1"`, "sh", "{output}")
+		r := worker.DefaultExecRunner()
+		r.Site = site
+		if o := r.Run(context.Background(), task); o.Status != pilotproto.StatusDone {
+			t.Fatalf("status %s (%s)", o.Status, o.ErrorTail)
+		}
+		b, _ := os.ReadFile(task.Output)
+		want := site
+		if site == "" {
+			want = "unset"
+		}
+		if string(b) != want {
+			t.Fatalf("with Site %q the task saw HARVEST_SITE %q, want %q", site, b, want)
+		}
+	}
+}

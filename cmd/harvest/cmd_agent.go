@@ -219,7 +219,12 @@ func runAgent(c *cli.Context) error {
 			return cli.Exit("harvest agent: "+err.Error(), 1)
 		}
 		src = agent.SiteDemand{Round: rq.cl.AgentRound, End: rq.cl.AgentEnd}
-		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, rq.site, cfg.PilotEnv)
+		// The queue's allowed roots, as the hosting agent passes them.
+		admin := map[string]string{"HARVEST_TASK_ROOTS": strings.Join(rq.roots, ",")}
+		for k, v := range cfg.PilotEnv {
+			admin[k] = v
+		}
+		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, rq.site, admin)
 		log.Info("using a remote queue", "queue", c.String("queue"), "site", rq.site, "pilot_queue", rq.pilotURL)
 	case !c.Bool("no-queue"):
 		h, err := openQueue(c, log)

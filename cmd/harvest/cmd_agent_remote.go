@@ -23,6 +23,7 @@ type remoteQueue struct {
 	site       string
 	pilotURL   string
 	pilotToken string
+	roots      []string // the queue's allowed roots
 }
 
 // checkRemoteFlags refuses the hosted queue's settings with --queue.
@@ -78,7 +79,7 @@ func openRemoteQueue(ctx context.Context, c *cli.Context, info adapters.Info) (*
 	if strings.HasPrefix(pilotURL, "unix:") {
 		return nil, fmt.Errorf("pilots on compute nodes cannot use the Unix socket %s: set --pilot-queue to the queue's http(s) URL", pilotURL)
 	}
-	return &remoteQueue{cl: cl, site: w.Site, pilotURL: pilotURL, pilotToken: pilotTok}, nil
+	return &remoteQueue{cl: cl, site: w.Site, pilotURL: pilotURL, pilotToken: pilotTok, roots: w.AllowedRoots}, nil
 }
 
 // pilotEnv is the environment that tells pilots where their queue is and

@@ -52,6 +52,7 @@ func pilotCommand() *cli.Command {
 			&cli.IntFlag{Name: "capacity-hold", EnvVars: []string{"HARVEST_CAPACITY_HOLD"}, Value: capacity.DefaultConfig().HoldRounds, Usage: "queue heartbeats the size found is held before a larger one is tried again"},
 			&cli.IntFlag{Name: "capacity-initial", EnvVars: []string{"HARVEST_CAPACITY_INITIAL"}, Value: capacity.DefaultConfig().InitialSize, Usage: "pilots the pool may hold before any size is judged (it doubles while tasks keep their speed)"},
 			&cli.StringFlag{Name: "confine", EnvVars: []string{"HARVEST_CONFINE"}, Value: string(confine.ModeAuto), Usage: "confine tasks with Landlock: auto (where the kernel can; the pilot says whether it did), require (refuse to start without), off"},
+			&cli.StringFlag{Name: "site", EnvVars: []string{"HARVEST_SITE"}, Usage: "the site (cluster) this pilot runs at; its tasks see it as HARVEST_SITE (the agent sets it)"},
 			&cli.StringSliceFlag{Name: "task-roots", EnvVars: []string{"HARVEST_TASK_ROOTS"}, Usage: "the queue's allowed roots `DIR`s: inputs must resolve inside them, tasks may read them (the agent sets it)"},
 			&cli.StringSliceFlag{Name: "task-read", EnvVars: []string{"HARVEST_TASK_READ"}, Usage: "more `DIR`s confined tasks may read (site software: /cvmfs, /apps)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
@@ -96,6 +97,7 @@ func runPilot(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("harvest pilot: --confine: %v", err), 2)
 	}
 	cfg.Confine, cfg.TaskRoots, cfg.TaskRead = mode, c.StringSlice("task-roots"), c.StringSlice("task-read")
+	cfg.Site = c.String("site")
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
 	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")

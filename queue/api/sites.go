@@ -27,11 +27,13 @@ type AgentRegistration struct {
 	Version    string `json:"version,omitempty"`
 }
 
-// AgentWelcome is the answer: the site the agent token belongs to and the
-// queue's lease TTL (for the agent's log).
+// AgentWelcome is the answer: the site the agent token belongs to, the
+// queue's lease TTL (for the agent's log) and its allowed roots (where
+// inputs must resolve; the site's confined tasks may read them).
 type AgentWelcome struct {
-	Site      string `json:"site"`
-	LeaseTTLS int64  `json:"lease_ttl_s"`
+	Site         string   `json:"site"`
+	LeaseTTLS    int64    `json:"lease_ttl_s"`
+	AllowedRoots []string `json:"allowed_roots,omitempty"`
 }
 
 // AgentRound is the body of POST /v1/agent/round: what the agent saw this
