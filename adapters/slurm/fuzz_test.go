@@ -12,7 +12,7 @@ import (
 
 // The fuzz targets (CI runs each briefly, e.g.
 // go test -run='^$' -fuzz='^FuzzParseSqueue$' -fuzztime=10s ./adapters/slurm):
-// FuzzParseSqueue, FuzzParseSinfo, FuzzParsePartitions, FuzzParseSbatch,
+// FuzzParseSqueue, FuzzParseSinfo, FuzzParseHolders, FuzzParsePartitions, FuzzParseSbatch,
 // FuzzParseJobCheck, FuzzParseTimeLimit, FuzzParseConfig, FuzzParsePilotEnds.
 // Without -fuzz they run their seed corpus (every fixture in testdata/) as
 // ordinary tests.
@@ -74,8 +74,21 @@ func FuzzParseSinfo(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(nodes) == 0 || c.Total != len(nodes) || c.Idle+c.Drained > c.Total || c.Planned > c.Idle {
+		if len(nodes) == 0 || c.Total != len(nodes) || c.Idle+c.Allocated+c.Drained != c.Total || c.Planned > c.Idle {
 			t.Fatalf("inconsistent counts %+v for %d nodes", c, len(nodes))
+		}
+	})
+}
+
+func FuzzParseHolders(f *testing.F) {
+	f.Add([]byte("1|batch|3|1795290137|RUNNING\n2|debug|1|N/A|SUSPENDED\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		hs, err := ParseHolders(out)
+		checkErr(t, err)
+		for _, h := range hs {
+			if h.ID == "" || h.Partition == "" || h.State == "" || h.Nodes <= 0 || h.Start < 0 {
+				t.Fatalf("bad holder %+v", h)
+			}
 		}
 	})
 }
