@@ -167,7 +167,10 @@ func TestAGracefullyStoppingMasterReleasesTheLeaseAndTheNextTakesOverAtOnce(t *t
 // master renews from the granted TTL, so a pilot asking for the lease all
 // along never gets it while the job runs for several TTLs.
 func TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants(t *testing.T) {
-	e := startQueue(t, withRealClock, withTTL(600*time.Millisecond))
+	// A TTL of 2 s (renewal every ~0.7 s) keeps a stalled scheduler on a
+	// loaded machine from expiring it by accident; the job runs 5 s, more
+	// than two TTLs, so the master must renew.
+	e := startQueue(t, withRealClock, withTTL(2*time.Second))
 	job := e.submit(t, 20, 1, nil)
 	q := watch(e.Q)
 	rm := startMaster(t, q, t.TempDir(), "p1", func(c *master.Config) {
@@ -176,7 +179,7 @@ func TestAShortLeaseIsRenewedFromTheTTLTheQueueGrants(t *testing.T) {
 	}, nil)
 	var ep endpoint
 	ep.set(rm.srv.URL)
-	startWorker(t, fastWorkerConfig("w1", 1, worker.SleepRunner{D: 150 * time.Millisecond}), ep.resolve)
+	startWorker(t, fastWorkerConfig("w1", 1, worker.SleepRunner{D: 250 * time.Millisecond}), ep.resolve)
 	// A pilot that wants to be master asks every 20 ms, as workers of a
 	// lost master do.
 	ctx, stop := context.WithCancel(context.Background())

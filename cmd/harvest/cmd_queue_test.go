@@ -84,23 +84,23 @@ func run(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// drain plays the master: lease, pull everything, report statuses.
-func (c *cliQueue) drain(t *testing.T, status func(i int) string) {
+// drain plays the master: lease, pull until n tasks were handed out and
+// report their statuses. It polls the queue (the submission it waits for
+// runs concurrently) until the tasks appear or the deadline passes.
+func (c *cliQueue) drain(t *testing.T, n int, status func(i int) string) {
 	ctx := context.Background()
 	l, err := c.pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p"})
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	i := 0
-	for time.Now().Before(deadline) {
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < n; {
 		p, err := c.pilot.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 10})
 		if err != nil {
 			t.Error(err)
-			return
-		}
-		if len(p.Tasks) == 0 {
 			return
 		}
 		var res []pilotproto.Result
@@ -108,11 +108,19 @@ func (c *cliQueue) drain(t *testing.T, status func(i int) string) {
 			res = append(res, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: status(i), DurationMS: 100})
 			i++
 		}
-		if _, err := c.pilot.Results(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: res}); err != nil {
-			t.Error(err)
+		if len(res) > 0 {
+			if _, err := c.pilot.Results(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: res}); err != nil {
+				t.Error(err)
+				return
+			}
+			continue
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Errorf("drain: %d of %d tasks handed out before the deadline", i, n)
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -137,8 +145,7 @@ func TestSubmitWaitExitCodeReflectsTheResult(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				time.Sleep(100 * time.Millisecond)
-				q.drain(t, tc.status)
+				q.drain(t, 4, tc.status)
 			}()
 			// Flags after DIR, as the documented usage writes them.
 			out, errOut, code := run(t, "submit", filepath.Join(q.data, "ds"), "--queue", q.url, "--token", q.token,
