@@ -268,7 +268,7 @@ func b2f(b bool) float64 {
 type queueCollector struct {
 	q QueueStats
 
-	tasks, requeued, priority, running, maxCores, cpu, cost, epoch, alive, failovers, errs *prometheus.Desc
+	tasks, requeued, lost, priority, running, maxCores, cpu, cost, epoch, alive, failovers, errs *prometheus.Desc
 
 	mu         sync.Mutex
 	lastEpoch  int64
@@ -283,6 +283,7 @@ func newQueueCollector(q QueueStats) *queueCollector {
 		lastEpoch: -1,
 		tasks:     d("harvest_tasks", "Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).", []string{"user", "state"}, nil),
 		requeued:  d("harvest_tasks_requeued", "Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.", nil, nil),
+		lost:      d("harvest_lost_task_seconds_total", "Run time of the task attempts interrupted since the queue started: work lost to pilots that ended under their tasks (cancelled, preempted, at their limit).", nil, nil),
 		priority:  d("harvest_user_computed_priority", "The user's fair-share computedPriority (-1 = over quota, gets no tasks).", []string{"user"}, nil),
 		running:   d("harvest_user_running_cores", "Cores the user's tasks run on now.", []string{"user"}, nil),
 		maxCores:  d("harvest_user_max_cores", "The user's quota of cores running at once.", []string{"user"}, nil),
@@ -296,7 +297,7 @@ func newQueueCollector(q QueueStats) *queueCollector {
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs} {
+	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs} {
 		ch <- d
 	}
 }
@@ -345,6 +346,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			g(c.tasks, float64(t.Killed), user, "killed")
 		}
 		g(c.requeued, float64(st.Requeued))
+		ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, st.LostTaskSeconds)
 		g(c.epoch, float64(st.Epoch))
 		g(c.alive, b2f(st.MasterAlive))
 	}

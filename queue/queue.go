@@ -76,6 +76,9 @@ type Queue struct {
 	// orphansChecked is, per pool, the newest epoch whose first heartbeat
 	// requeued the older epochs' tasks it did not list.
 	orphansChecked map[string]int64
+	// lostMS sums the run time of interrupted attempts since the queue
+	// started (a counter: it restarts at 0 with the process).
+	lostMS int64
 
 	// submitMu guards submits, the submissions with an idempotency key
 	// being stored. Taken alone (never with mu or pullMu).

@@ -90,6 +90,7 @@ func (q *Queue) applyResults(ctx context.Context, site string, epoch int64, resu
 // applyMirrorLocked brings the in-memory mirror in step with a batch of
 // results the store applied. q.mu must be held.
 func (q *Queue) applyMirrorLocked(a store.Applied) {
+	q.lostMS += a.LostMS
 	q.addRunningLocked(a.Running)
 	touched := map[*userState]bool{}
 	for _, e := range a.Events {

@@ -128,6 +128,11 @@ type Stats struct {
 	// MasterAlive reports whether the lease is held and not expired.
 	Epoch       int64
 	MasterAlive bool
+	// LostTaskSeconds is the run time of the attempts interrupted since
+	// the queue started: task time lost to pilots that ended under their
+	// tasks (cancelled, preempted, or at their time limit), each requeued
+	// without counting an attempt.
+	LostTaskSeconds float64
 }
 
 // Stats reads the figures the agent's metrics export. Three short reads.
@@ -145,6 +150,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return st, err
 	}
 	st.Epoch, st.MasterAlive = l.Epoch, l.Alive(q.now())
+	q.mu.Lock()
+	st.LostTaskSeconds = float64(q.lostMS) / 1000
+	q.mu.Unlock()
 	return st, nil
 }
 

@@ -174,6 +174,9 @@ type Applied struct {
 	Changes []JobChange
 	// Outcomes are the applied results, for the per-site figures.
 	Outcomes []Outcome
+	// LostMS is the run time of the interrupted attempts recorded: task
+	// time lost to pilots that ended under their tasks.
+	LostMS int64
 }
 
 // Outcome is one applied result: its job, its status, how long it took
@@ -278,6 +281,9 @@ func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotp
 		ev := UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}
 		inserts = append(inserts, []any{r.TaskID, r.Attempt, rt.job, j.owner, r.Status, r.ExitCode, r.StartedAt, r.DurationMS, r.Pilot, r.ErrorTail, ev.CPU, ev.Cost, current, pool})
 		a.Events = append(a.Events, OwnedEvent{j.owner, ev})
+		if r.Status == pilotproto.StatusInterrupted {
+			a.LostMS += r.DurationMS
+		}
 		if !current {
 			a.Ignored++
 			continue

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
@@ -47,5 +48,36 @@ func TestAPulledInEndReachesTheMasterUntilItReportsIt(t *testing.T) {
 	}
 	if err := e.Q.PullInPilot("", 3000); err == nil {
 		t.Error("a pilot without an id was accepted")
+	}
+}
+
+// Interrupted attempts (a pilot preempted, cancelled or at its limit) are
+// lost task time: the queue sums their run time, once per attempt.
+func TestInterruptedAttemptsCountAsLostTaskTime(t *testing.T) {
+	e := queuetest.New(t)
+	ctx := t.Context()
+	if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("d", 3), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 3})
+	if err != nil || len(p.Tasks) != 3 {
+		t.Fatal(p, err)
+	}
+	res := func(i int, status string, ms int64) pilotproto.Result {
+		return pilotproto.Result{TaskID: p.Tasks[i].ID, Attempt: 1, Status: status, DurationMS: ms}
+	}
+	req := pilotproto.ResultsRequest{Epoch: 1, Results: []pilotproto.Result{
+		res(0, pilotproto.StatusInterrupted, 1500), res(1, pilotproto.StatusInterrupted, 2500), res(2, pilotproto.StatusDone, 9000)}}
+	for range 2 { // the second report is all duplicates
+		if _, err := e.Q.ReportResults(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := e.Q.Stats(ctx)
+	if err != nil || st.LostTaskSeconds != 4 {
+		t.Fatalf("lost %v s, %v; want 4 s (1.5 + 2.5, the done task and the duplicates not counted)", st.LostTaskSeconds, err)
 	}
 }
