@@ -146,6 +146,11 @@ type HeartbeatRequest struct {
 	Epoch   int64         `json:"epoch"`
 	Running []TaskRef     `json:"running"`
 	Pilots  []PilotStatus `json:"pilots,omitempty"`
+	// LostMS is the run time of the attempts interrupted since the last
+	// heartbeat the queue answered (their pilot ended under them); the
+	// master requeues those itself, so the queue hears of the lost work
+	// only here.
+	LostMS int64 `json:"lost_ms,omitempty"`
 }
 
 // HeartbeatResponse lists jobs cancelled since the last exchange, and

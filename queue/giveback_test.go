@@ -80,4 +80,14 @@ func TestInterruptedAttemptsCountAsLostTaskTime(t *testing.T) {
 	if err != nil || st.LostTaskSeconds != 4 {
 		t.Fatalf("lost %v s, %v; want 4 s (1.5 + 2.5, the done task and the duplicates not counted)", st.LostTaskSeconds, err)
 	}
+	// The attempts a master requeued itself come with its heartbeat.
+	if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, LostMS: 2500}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, LostMS: -1}); err == nil {
+		t.Error("a negative lost time was accepted")
+	}
+	if st, _ := e.Q.Stats(ctx); st.LostTaskSeconds != 6.5 {
+		t.Fatalf("lost %v s after the heartbeat, want 6.5", st.LostTaskSeconds)
+	}
 }

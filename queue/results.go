@@ -119,6 +119,9 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 	if len(req.Running) > 1_000_000 || len(req.Pilots) > 100_000 {
 		return resp, invalid("too many running tasks or pilots in one heartbeat")
 	}
+	if req.LostMS < 0 {
+		return resp, invalid("lost_ms %d is negative", req.LostMS)
+	}
 	for i, p := range req.Pilots {
 		if p.PilotID == "" || len(p.PilotID) > 256 {
 			return resp, invalid("pilot %d: pilot_id is required (at most 256 bytes)", i)
@@ -136,6 +139,7 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 		resp.LeaseExpires = l.Expires.Unix()
 	}
 	q.mu.Lock()
+	q.lostMS += req.LostMS
 	q.sites.Pilots(p.site, req.Pilots, q.now())
 	for _, pi := range req.Pilots {
 		k := pilotKey{p.site, pi.PilotID}

@@ -131,7 +131,9 @@ type Stats struct {
 	// LostTaskSeconds is the run time of the attempts interrupted since
 	// the queue started: task time lost to pilots that ended under their
 	// tasks (cancelled, preempted, or at their time limit), each requeued
-	// without counting an attempt.
+	// without counting an attempt. Masters report the ones they requeue
+	// themselves in their heartbeats (HeartbeatRequest.LostMS); the others
+	// come as interrupted results.
 	LostTaskSeconds float64
 }
 

@@ -131,10 +131,13 @@ type Core struct {
 
 	// Queue calls: at most one of each kind in flight.
 	pullBusy, reportBusy, beatBusy, leaseBusy bool
-	pullAt, reportAt, beatAt, leaseAt         time.Time
-	sent                                      []ref // results of the report in flight
-	ttl                                       time.Duration
-	releasing, flushGaveUp                    bool
+	// lostMS is the run time of interrupted attempts not yet reported to
+	// the queue; beatLost the part the heartbeat in flight carries.
+	lostMS, beatLost                  int64
+	pullAt, reportAt, beatAt, leaseAt time.Time
+	sent                              []ref // results of the report in flight
+	ttl                               time.Duration
+	releasing, flushGaveUp            bool
 
 	// The capacity rule (nil: off), the run times it has not seen yet and
 	// its last decision.

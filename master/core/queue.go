@@ -106,7 +106,8 @@ func (c *Core) sendReport() {
 // requeues the active tasks of older epochs that a new master's first
 // heartbeat does not list), which pilots are busy, and the recommendation.
 func (c *Core) beat(now time.Time) *Beat {
-	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, Running: make([]ref, 0, len(c.tasks))}
+	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, Running: make([]ref, 0, len(c.tasks)), LostMS: c.lostMS}
+	c.beatLost = c.lostMS
 	for k := range c.tasks {
 		hb.Running = append(hb.Running, k)
 	}
@@ -277,6 +278,8 @@ func (c *Core) beaten(now time.Time, e Beaten) {
 		c.queueErr(now, "heartbeat", e.Err)
 		return
 	}
+	c.lostMS -= c.beatLost // reported
+	c.beatLost = 0
 	c.cancelJobs(now, e.Resp.CancelledJobs)
 	c.pullInDeadlines(e.Resp.Deadlines)
 	if e.RecErr != nil {

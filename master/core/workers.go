@@ -165,8 +165,10 @@ func (c *Core) results(now time.Time, e Results) {
 			r.Status = pilotproto.StatusKilled
 			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
 		case r.Status == pilotproto.StatusInterrupted:
-			// The worker's pilot is ending: run it elsewhere now, not an attempt.
+			// The worker's pilot is ending: run it elsewhere now, not an
+			// attempt; its run time so far is lost work.
 			c.do(Op{Kind: OpRequeue, Ref: k}, now)
+			c.lostMS += max(0, r.DurationMS)
 		default:
 			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
 		}

@@ -1,0 +1,519 @@
+package agent_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/internal/slurmtest"
+)
+
+// The give-back modes measured on the real 8-node mini-cluster (issue 11,
+// item 7). Every scenario runs without harvesting (baseline), then with
+// the agent in each mode, real pilots running real tasks; for the foreign
+// job the scenario is about, the time from the event that makes it
+// startable (its submission, or the end of the job it waits for) to its
+// start is read from slurmctld's log (milliseconds), and the mode's delay
+// is that time minus the baseline's. Lost task time is the agent's
+// harvest_lost_task_seconds_total. scripts/giveback-report.sh prints the
+// FIGURES lines as a table.
+
+const (
+	gbPoll       = 2 * time.Second
+	gbPort       = 18610
+	gbTaskTime   = 3 // seconds per harvest task
+	gbPreemptMax = 2 * time.Second
+	gbPollSlack  = 5 * time.Second
+)
+
+// gbMode is one way to run a scenario.
+type gbMode struct {
+	name  string
+	flags []string // agent flags; nil = no agent (baseline)
+}
+
+var gbModes = []gbMode{
+	{name: "baseline"},
+	{name: "polling", flags: []string{"--give-back", "polling"}},
+	{name: "preemption", flags: []string{"--give-back", "preemption"}},
+	{name: "preemption+shrink", flags: []string{"--give-back", "preemption", "--shrink"}},
+}
+
+// gbScenario is a scene on the 8-node cluster. setup submits the foreign
+// jobs already there (and returns how many nodes pilots should hold);
+// event makes the measured job startable and returns its id and the
+// reference time (Unix ms) its start is measured from.
+type gbScenario struct {
+	name  string
+	setup func(s *gbRun) (pilots int)
+	event func(s *gbRun) (job string, ref func() int64)
+}
+
+// gbRun is one scenario run in one mode.
+type gbRun struct {
+	t    *testing.T
+	c    *slurmtest.Cluster
+	dir  string // shared work directory of the run
+	log  *ctldLog
+	flag string // touched to end the "blocker" job
+}
+
+func TestRealSLURMGiveBackModes(t *testing.T) {
+	c := slurmtest.RequireWith(t, 8, slurmtest.Options{Preempt: true})
+	c.Script(t, "users", "alice", "bob", "carol")
+	// The harvest submit of a test user must reach the binary.
+	bin := filepath.Join(c.Lab, "shared", fmt.Sprintf("giveback-bin-%d", os.Getpid()), "harvest")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	if err := os.Rename(buildHarvest(t, c.Root), bin); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(bin, 0o755)
+	scenarios := []gbScenario{
+		{
+			// A hole: r1 (3 nodes) and r2 (2 nodes) run, big (6 nodes)
+			// waits for r1; pilots take the 3 idle nodes. r1 ends early.
+			name: "hole, running job ends early",
+			setup: func(s *gbRun) int {
+				s.sbatch("alice", s.blocker(), "-N3", "-t", "3", "-J", "r1")
+				s.sbatch("bob", "sleep 600", "-N2", "-t", "10", "-J", "r2")
+				s.waitRunning("r1", "r2")
+				s.sbatch("alice", "sleep 20", "-N6", "-t", "2", "-J", "big")
+				s.waitReason("big", "Resources")
+				return 3
+			},
+			event: func(s *gbRun) (string, func() int64) {
+				r1 := s.id("r1")
+				s.release()
+				return s.id("big"), func() int64 { return s.log.wait(s.t, "end", r1) }
+			},
+		},
+		{
+			// Pilots hold every node but r2's; a 4-node job arrives at the
+			// top of the queue.
+			name: "new top-priority job",
+			setup: func(s *gbRun) int {
+				s.sbatch("bob", "sleep 600", "-N2", "-t", "10", "-J", "r2")
+				s.waitRunning("r2")
+				return 6
+			},
+			event: func(s *gbRun) (string, func() int64) {
+				id := s.sbatch("alice", "sleep 10", "-N4", "-t", "2", "-J", "top")
+				return id, func() int64 { return s.log.wait(s.t, "submit", id) }
+			},
+		},
+		{
+			// r1 (4 nodes) runs for minutes, big (8 nodes) waits for it;
+			// pilots take the other 4. A short 2-node job arrives that
+			// ends before big can start: only backfill may start it.
+			name: "backfillable job",
+			setup: func(s *gbRun) int {
+				s.sbatch("alice", s.blocker(), "-N4", "-t", "5", "-J", "r1")
+				s.waitRunning("r1")
+				s.sbatch("alice", "sleep 20", "-N8", "-t", "2", "-J", "big")
+				s.waitReason("big", "Resources")
+				return 4
+			},
+			event: func(s *gbRun) (string, func() int64) {
+				id := s.sbatch("bob", "sleep 10", "-N2", "-t", "1", "-J", "short")
+				return id, func() int64 { return s.log.wait(s.t, "submit", id) }
+			},
+		},
+		{
+			// Every node holds a pilot; an 8-node job arrives.
+			name:  "wide job, every node a pilot",
+			setup: func(s *gbRun) int { return 8 },
+			event: func(s *gbRun) (string, func() int64) {
+				id := s.sbatch("alice", "sleep 10", "-N8", "-t", "2", "-J", "wide")
+				return id, func() int64 { return s.log.wait(s.t, "submit", id) }
+			},
+		},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			var base time.Duration
+			for _, m := range gbModes {
+				latency, lost, preempted := gbOnce(t, c, bin, sc, m)
+				if m.flags == nil {
+					base = latency
+					t.Logf("FIGURES scenario=%q mode=%s latency_s=%.3f", sc.name, m.name, latency.Seconds())
+					continue
+				}
+				delay := latency - base
+				t.Logf("FIGURES scenario=%q mode=%s latency_s=%.3f delay_s=%.3f lost_task_s=%.1f preempted=%d",
+					sc.name, m.name, latency.Seconds(), delay.Seconds(), lost, preempted)
+				bound := gbPreemptMax
+				if m.name == "polling" {
+					bound = gbPoll + gbPollSlack
+				}
+				if delay > bound {
+					t.Errorf("%s: the foreign job started %.3f s later than without harvesting; the bound is %v", m.name, delay.Seconds(), bound)
+				}
+			}
+		})
+	}
+}
+
+// gbOnce runs scenario sc in mode m and returns the measured job's latency
+// (reference to start), the task time lost and how many pilots SLURM
+// preempted.
+func gbOnce(t *testing.T, c *slurmtest.Cluster, bin string, sc gbScenario, m gbMode) (time.Duration, float64, int) {
+	t.Helper()
+	c.CancelAll(t)
+	dir := filepath.Join(c.Lab, "shared", fmt.Sprintf("giveback-%d", time.Now().UnixNano()))
+	for _, d := range []string{"", "agent", "state", "pilots", "data"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(dir, 0o1777)
+	if os.Getenv("HARVEST_GIVEBACK_KEEP") == "" {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	s := &gbRun{t: t, c: c, dir: dir, log: openCtldLog(t, c), flag: filepath.Join(dir, "release")}
+	pilots := sc.setup(s)
+
+	var agent *exec.Cmd
+	if m.flags != nil {
+		agent = s.startAgent(bin, m.flags)
+		defer s.stopAgent(agent)
+		s.submitHarvest(bin)
+		s.waitPilots(pilots)
+	}
+	job, ref := sc.event(s)
+	start := s.log.wait(t, "start", job)
+	latency := time.Duration(start-ref()) * time.Millisecond
+	lost, reported, preempted := 0.0, 0.0, 0
+	if agent != nil {
+		preempted = s.preempted()
+		reported = s.lostTaskSeconds()
+		lost = s.lostByLedger(start)
+	}
+	s.release()
+	t.Logf("%s: job %s started %.3f s after its event; %d pilots preempted; task time lost %.1f s (the queue heard of %.1f s)",
+		m.name, job, latency.Seconds(), preempted, lost, reported)
+	return latency, lost, preempted
+}
+
+// blocker is a job script that runs until release is called.
+func (s *gbRun) blocker() string {
+	return fmt.Sprintf("while [ ! -e %s ]; do sleep 0.1; done", s.flag)
+}
+
+// release ends the blocker jobs.
+func (s *gbRun) release() {
+	if err := os.WriteFile(s.flag, nil, 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *gbRun) sbatch(user, script string, args ...string) string {
+	s.t.Helper()
+	return s.c.Sbatch(s.t, user, script, args...)
+}
+
+// id is the id of the job named name (the last one submitted).
+func (s *gbRun) id(name string) string {
+	s.t.Helper()
+	out := s.c.Run(s.t, "", "squeue", "-h", "-n", name, "-o", "%i")
+	f := strings.Fields(out)
+	if len(f) == 0 {
+		s.t.Fatalf("no job named %s", name)
+	}
+	return f[len(f)-1]
+}
+
+func (s *gbRun) waitRunning(names ...string) {
+	s.t.Helper()
+	slurmtest.WaitFor(s.t, strings.Join(names, ", ")+" running", 20*time.Second, func() bool {
+		for _, n := range names {
+			if s.c.JobState(s.t, s.id(n)) != "RUNNING" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (s *gbRun) waitReason(name, reason string) {
+	s.t.Helper()
+	slurmtest.WaitFor(s.t, name+" pending for "+reason, 20*time.Second, func() bool {
+		return s.c.JobField(s.t, s.id(name), "Reason") == reason
+	})
+}
+
+func (s *gbRun) startAgent(bin string, flags []string) *exec.Cmd {
+	s.t.Helper()
+	pilot := fmt.Sprintf("%s pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s --safety-margin 10s", bin)
+	args := append([]string{"agent",
+		"--state-dir", filepath.Join(s.dir, "agent"), "--shared-dir", filepath.Join(s.dir, "state"),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", gbPort), "--socket", s.socket(), "--allowed-root", s.dir,
+		"--poll", gbPoll.String(), "--margin", "30s", "--mini-time", "10s", "--metrics-anonymous",
+		"--pilot-command", pilot, "--pilot-output", filepath.Join(s.dir, "pilots", "pilot-%j.out"),
+		"--log-level", "info"}, flags...)
+	a := exec.Command(bin, args...)
+	f, err := os.Create(filepath.Join(s.dir, "agent.log"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	a.Stdout, a.Stderr = f, f
+	if err := a.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	slurmtest.WaitFor(s.t, "the agent's socket", 15*time.Second, func() bool {
+		_, err := os.Stat(s.socket())
+		return err == nil
+	})
+	return a
+}
+
+func (s *gbRun) stopAgent(a *exec.Cmd) {
+	a.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- a.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		a.Process.Kill()
+		<-done
+		s.t.Errorf("the agent did not stop within 20 s of SIGTERM")
+	}
+	if s.t.Failed() {
+		b, _ := os.ReadFile(filepath.Join(s.dir, "agent.log"))
+		s.t.Logf("agent log:\n%s", tailLines(string(b), 40))
+	}
+}
+
+func (s *gbRun) socket() string { return filepath.Join(s.dir, "agent", "q.sock") }
+
+// submitHarvest submits, as carol, a harvest job of 3-second tasks, more
+// than the run can finish.
+func (s *gbRun) submitHarvest(bin string) {
+	s.t.Helper()
+	data := filepath.Join(s.dir, "data")
+	for i := range 400 {
+		if err := os.MkdirAll(filepath.Join(data, fmt.Sprintf("t%03d", i)), 0o755); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("chown", "-R", "carol", data).CombinedOutput(); err != nil {
+		s.t.Fatalf("chown: %v %s", err, out)
+	}
+	ledger := s.ledger()
+	if err := os.WriteFile(ledger, nil, 0o666); err != nil {
+		s.t.Fatal(err)
+	}
+	os.Chmod(ledger, 0o666)
+	// Each attempt writes its start and, if it is not stopped, its end.
+	task := fmt.Sprintf(`echo "S {task} $SLURM_JOB_ID $(date +%%s.%%N)" >> %[1]s; sleep %[2]d; echo "D {task} $SLURM_JOB_ID $(date +%%s.%%N)" >> %[1]s; echo done > {output}`,
+		ledger, gbTaskTime)
+	s.c.Run(s.t, "carol", bin, "submit", "--queue", "unix://"+s.socket(), "--batch-size", "1", data, "--", "/bin/sh", "-c", task)
+}
+
+func (s *gbRun) ledger() string { return filepath.Join(s.dir, "ledger") }
+
+// lostByLedger sums, over the attempts that started before the foreign
+// job (at start, Unix ms) on a pilot that no longer runs and never
+// finished, the time they had run when it started: the work the give-back
+// threw away, as the tasks themselves recorded it. Attempts on pilots
+// still running are not lost, finished or not.
+func (s *gbRun) lostByLedger(start int64) float64 {
+	s.t.Helper()
+	alive := map[string]bool{}
+	for _, id := range strings.Fields(s.c.Run(s.t, "", "squeue", "-h", "-n", "harvest-pilot", "-t", "RUNNING", "-o", "%i")) {
+		alive[id] = true
+	}
+	b, err := os.ReadFile(s.ledger())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	type attempt struct {
+		pilot string
+		at    float64
+	}
+	open := map[string]attempt{} // task -> its unfinished attempt
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 4 {
+			continue
+		}
+		at, err := strconv.ParseFloat(f[3], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "S":
+			if at*1000 < float64(start) {
+				open[f[1]] = attempt{f[2], at}
+			}
+		case "D":
+			delete(open, f[1])
+		}
+	}
+	lost := 0.0
+	for _, a := range open {
+		if !alive[a.pilot] {
+			lost += float64(start)/1000 - a.at
+		}
+	}
+	return lost
+}
+
+// waitPilots waits until n pilots run and have run a task (so they are
+// busy when the event comes).
+func (s *gbRun) waitPilots(n int) {
+	s.t.Helper()
+	slurmtest.WaitFor(s.t, fmt.Sprintf("%d pilots running tasks", n), 60*time.Second, func() bool {
+		out := s.c.Run(s.t, "", "squeue", "-h", "-n", "harvest-pilot", "-t", "RUNNING", "-o", "%i")
+		return len(strings.Fields(out)) >= n && s.metric("harvest_pilots", `state="busy"`) >= float64(n)
+	})
+}
+
+// preempted counts the jobs SLURM preempted in this run (only pilots can
+// be: they alone run in the preemptible partition).
+func (s *gbRun) preempted() int {
+	return s.log.count(regexp.MustCompile(`preempted JobId=\d+ has been killed`))
+}
+
+// lostTaskSeconds waits for the pilots' interrupted tasks to be reported
+// (a few heartbeats), then reads the agent's counter.
+func (s *gbRun) lostTaskSeconds() float64 {
+	var lost float64
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if v := s.metric("harvest_lost_task_seconds_total", ""); v > lost {
+			lost = v
+			deadline = time.Now().Add(3 * time.Second) // more may come
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return lost
+}
+
+// metric reads one series of the agent's /metrics (0 if absent).
+func (s *gbRun) metric(name, label string) float64 {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", gbPort))
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, name) || strings.HasPrefix(l, "#") || !strings.Contains(l, label) {
+			continue
+		}
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			return v
+		}
+	}
+	return 0
+}
+
+// ctldLog reads slurmctld's log from where it was when the run began:
+// submissions, starts and ends to the millisecond.
+type ctldLog struct {
+	path string
+	from int64
+}
+
+func openCtldLog(t *testing.T, c *slurmtest.Cluster) *ctldLog {
+	p := filepath.Join(c.Lab, "run", "log", "slurmctld.log")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ctldLog{path: p, from: fi.Size()}
+}
+
+var ctldLine = regexp.MustCompile(`^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$`)
+
+// wait returns when (Unix ms) job id was submitted, started or ended,
+// waiting for it up to 60 s.
+func (l *ctldLog) wait(t *testing.T, what, id string) int64 {
+	t.Helper()
+	var pat *regexp.Regexp
+	switch what {
+	case "submit":
+		pat = regexp.MustCompile(`_slurm_rpc_submit_batch_job: JobId=` + id + ` `)
+	case "start":
+		pat = regexp.MustCompile(`(sched: Allocate JobId=` + id + ` |_start_job: Started JobId=` + id + ` )`)
+	case "end":
+		pat = regexp.MustCompile(`_job_complete: JobId=` + id + ` done`)
+	}
+	var at int64
+	slurmtest.WaitFor(t, fmt.Sprintf("job %s's %s in slurmctld's log", id, what), 60*time.Second, func() bool {
+		at = l.find(pat)
+		return at > 0
+	})
+	return at
+}
+
+// count counts the lines matching pat.
+func (l *ctldLog) count(pat *regexp.Regexp) int {
+	n := 0
+	l.scan(func(_ time.Time, msg string) bool {
+		if pat.MatchString(msg) {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// find returns when (Unix ms) the first line matching pat was logged, or 0.
+func (l *ctldLog) find(pat *regexp.Regexp) int64 {
+	var at int64
+	l.scan(func(ts time.Time, msg string) bool {
+		if pat.MatchString(msg) {
+			at = ts.UnixMilli()
+			return false
+		}
+		return true
+	})
+	return at
+}
+
+// scan calls f for each line logged since the run began, until f says stop.
+func (l *ctldLog) scan(f func(ts time.Time, msg string) bool) {
+	file, err := os.Open(l.path)
+	if err != nil {
+		return
+	}
+	defer file.Close()
+	file.Seek(l.from, io.SeekStart)
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		m := ctldLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		ts, err := time.ParseInLocation("2006-01-02T15:04:05.000", m[1], time.Local)
+		if err == nil && !f(ts, m[2]) {
+			return
+		}
+	}
+}
+
+func tailLines(s string, n int) string {
+	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, "\n")
+}
