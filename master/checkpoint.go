@@ -9,6 +9,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
 
 	"github.com/harvest-hpc/harvest/capacity"
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
@@ -70,6 +71,10 @@ type Checkpoint struct {
 // OpenCheckpoint opens (creating or migrating if needed) the checkpoint at
 // path. journal is the SQLite journal mode ("WAL" normally).
 func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
+	// The pilots' account only: the checkpoint holds every task's command.
+	if err := safefs.PrivateFile(path); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
 	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_busy_timeout=10000&_journal_mode=%s&_synchronous=NORMAL", path, journal)
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {

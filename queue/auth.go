@@ -86,6 +86,17 @@ func systemLookupUser(uid uint32) (string, error) {
 	return u.Username, nil
 }
 
+// systemLookupUID maps a user name to its uid through the system's user
+// database.
+func systemLookupUID(name string) (uint32, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(uid), err
+}
+
 func hashToken(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
 	return hex.EncodeToString(sum[:])

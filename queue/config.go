@@ -62,6 +62,10 @@ type Config struct {
 	// LookupUser maps a Unix-socket peer's uid to a user name (default:
 	// the system's user database).
 	LookupUser func(uid uint32) (string, error)
+	// LookupUID maps a user name to its Unix uid (default: the system's
+	// user database): an output directory a job names must be its
+	// owner's.
+	LookupUID func(name string) (uint32, error)
 
 	// Now is the clock; tests replace it.
 	Now    func() time.Time
@@ -95,6 +99,7 @@ func DefaultConfig() Config {
 		LocalSite:           api.LocalSite,
 		Sites:               siteshare.DefaultConfig(),
 		LookupUser:          systemLookupUser,
+		LookupUID:           systemLookupUID,
 		Now:                 time.Now,
 	}
 }
@@ -163,7 +168,7 @@ func (c Config) Validate() error {
 	if err := c.sitesConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.Now == nil || c.LookupUser == nil {
+	if c.Now == nil || c.LookupUser == nil || c.LookupUID == nil {
 		return bad("no clock or no user lookup")
 	}
 	return nil

@@ -120,6 +120,13 @@ func Open(cfg Config) (*Queue, error) {
 		}
 		roots = append(roots, rr)
 	}
+	if cfg.OutputsRoot != "" {
+		// Output directories are made without following links: name the
+		// outputs root as it resolves.
+		if rr, err := filepath.EvalSymlinks(cfg.OutputsRoot); err == nil {
+			cfg.OutputsRoot = rr
+		}
+	}
 	st, err := store.Open(cfg.DBPath)
 	if err != nil {
 		return nil, err

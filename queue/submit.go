@@ -9,15 +9,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 	"github.com/harvest-hpc/harvest/queue/store"
@@ -28,6 +30,12 @@ import (
 var (
 	placeholderRE = regexp.MustCompile(`\{[^{}]*\}`)
 	placeholders  = map[string]bool{"{input}": true, "{output}": true, "{job}": true, "{task}": true}
+)
+
+// Bounds of a job's figures.
+const (
+	MaxPrice = 1e6
+	MaxCores = 1 << 16
 )
 
 // normalized is a validated job spec with the defaults filled in.
@@ -71,14 +79,16 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		return n, invalid("batch_size %d is outside %d..%d", s.BatchSize, q.cfg.MinBatchSize, q.cfg.MaxBatchSize)
 	}
 	if s.Price != nil {
-		if !(*s.Price > 0) || math.IsInf(*s.Price, 0) {
-			return n, invalid("price must be a positive number, got %v", *s.Price)
+		// Bounded, so that a task's cost (cores x seconds x price) and a
+		// user's sums stay finite (issue 13 item 6: 1e308 made them +Inf).
+		if !(*s.Price > 0) || *s.Price > MaxPrice {
+			return n, invalid("price must be a number in (0, %g], got %v", MaxPrice, *s.Price)
 		}
 		n.price = *s.Price
 	}
 	if s.Cores != nil {
-		if *s.Cores < 1 || *s.Cores > 1<<16 {
-			return n, invalid("cores must be at least 1, got %d", *s.Cores)
+		if *s.Cores < 1 || *s.Cores > MaxCores {
+			return n, invalid("cores must be 1..%d, got %d", MaxCores, *s.Cores)
 		}
 		n.cores = *s.Cores
 	}
@@ -103,6 +113,9 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 // resolveInRoots resolves p (which must exist) and checks that it lies in
 // an allowed root: symlinks cannot escape, ".." cannot traverse.
 func (q *Queue) resolveInRoots(what, p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", invalid("%s %q contains a NUL byte", what, p)
+	}
 	if !filepath.IsAbs(p) {
 		return "", invalid("%s %q is not an absolute path", what, p)
 	}
@@ -129,7 +142,10 @@ func (q *Queue) resolveInRoots(what, p string) (string, error) {
 
 // listDataset returns the entry names of the dataset directory, sorted;
 // hidden entries (".name") are skipped. listed hears how many entries
-// were read so far.
+// were read so far. Names must be valid UTF-8 (they travel as JSON text;
+// others were mangled on the way and the task failed every attempt), and
+// an entry that is a symbolic link must resolve inside the allowed roots
+// (issue 13 item 4: "shadow -> /etc/shadow" became a task's input).
 func (q *Queue) listDataset(dir string, listed func(int)) ([]string, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -145,11 +161,25 @@ func (q *Queue) listDataset(dir string, listed func(int)) ([]string, error) {
 	defer f.Close()
 	var out []string
 	for {
-		names, err := f.Readdirnames(8192)
-		for _, n := range names {
-			if !strings.HasPrefix(n, ".") {
-				out = append(out, n)
+		entries, err := f.ReadDir(8192)
+		for _, e := range entries {
+			n := e.Name()
+			if strings.HasPrefix(n, ".") {
+				continue
 			}
+			if !utf8.ValidString(n) {
+				return nil, invalid("dataset %s: entry %q is not valid UTF-8: rename it", dir, n)
+			}
+			if e.Type()&fs.ModeSymlink != 0 {
+				real, err := filepath.EvalSymlinks(filepath.Join(dir, n))
+				if err != nil {
+					return nil, invalid("dataset %s: entry %s is a link that does not resolve: %v", dir, n, err)
+				}
+				if !within(real, q.roots) {
+					return nil, invalid("dataset %s: entry %s is a link to %s, outside the allowed roots %v", dir, n, real, q.cfg.AllowedRoots)
+				}
+			}
+			out = append(out, n)
 		}
 		if len(out) > q.cfg.MaxTasksPerJob {
 			return nil, invalid("dataset %s has more than %d entries, the most a job may have", dir, q.cfg.MaxTasksPerJob)
@@ -169,9 +199,73 @@ func (q *Queue) listDataset(dir string, listed func(int)) ([]string, error) {
 	return out, nil
 }
 
+// within reports whether the clean absolute path p is one of dirs or
+// beneath one.
+func within(p string, dirs []string) bool {
+	for _, root := range dirs {
+		rel, err := filepath.Rel(root, p)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownOutput checks that an output directory a job names is its owner's
+// (issue 13 item 5: bob could name alice's results): the directory, or
+// where it does not exist yet its nearest existing ancestor, must belong
+// to the owner's Unix account.
+func (q *Queue) ownOutput(owner, p string) error {
+	uid, err := q.cfg.LookupUID(owner)
+	if err != nil {
+		return fmt.Errorf("%w: output %s: %s has no Unix account to own it (%v); leave output out for a fresh directory", api.ErrForbidden, p, owner, err)
+	}
+	existing := p
+	for {
+		fi, err := os.Lstat(existing)
+		if err == nil {
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok {
+				return fmt.Errorf("%w: output %s: cannot tell who owns %s", api.ErrForbidden, p, existing)
+			}
+			if st.Uid != uid {
+				return fmt.Errorf("%w: output %s: %s is owned by uid %d, not by %s (uid %d)", api.ErrForbidden, p, existing, st.Uid, owner, uid)
+			}
+			return nil
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			return invalid("output %s has no existing ancestor", p)
+		}
+		existing = parent
+	}
+}
+
+// makeOutput creates the job's output directory before any task runs,
+// without following links: a default one fresh (it must not exist), a
+// named one (already checked to be the owner's) with its missing parents.
+func makeOutput(out string, fresh bool) error {
+	var err error
+	if fresh {
+		err = safefs.MkdirFresh(out, 0o755)
+	} else {
+		var d *os.File
+		if d, err = safefs.MkdirAll(out, 0o755); err == nil {
+			d.Close()
+		}
+	}
+	if err != nil {
+		return invalid("cannot create the output directory %s (the harvest account must be able to, and no link may lead there): %v", out, err)
+	}
+	return nil
+}
+
 // resolveOutput checks an explicit output directory: it may not exist yet,
 // but its nearest existing ancestor must resolve inside the allowed roots.
 func (q *Queue) resolveOutput(p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", invalid("output %q contains a NUL byte", p)
+	}
 	if !filepath.IsAbs(p) {
 		return "", invalid("output %q is not an absolute path", p)
 	}
@@ -284,6 +378,9 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 		if n.output, err = q.resolveOutput(s.Output); err != nil {
 			return nil, err
 		}
+		if err := q.ownOutput(owner, n.output); err != nil {
+			return nil, err
+		}
 	}
 	if err := validUserName(owner); err != nil {
 		return nil, err
@@ -361,6 +458,10 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 		} else {
 			out = fmt.Sprintf("%s.out-%d", n.dataset, id)
 		}
+	}
+	if err := makeOutput(out, n.output == ""); err != nil {
+		q.dropJob(id)
+		return api.Job{}, err
 	}
 	if err := q.st.InsertTasks(ctx, id, names, now, q.cfg.InsertChunk, func(k int) { sub.stored.Add(int64(k)) }); err != nil {
 		q.dropJob(id)

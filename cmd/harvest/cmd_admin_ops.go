@@ -17,6 +17,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/agent/web"
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -45,7 +46,7 @@ func newAgentOps(c *cli.Context, q *queue.Queue, log *slog.Logger) (*agentOps, e
 	if c.Duration("chart-window") <= 0 {
 		return nil, fmt.Errorf("--chart-window must be positive, got %v", c.Duration("chart-window"))
 	}
-	if err := os.MkdirAll(c.String("state-dir"), 0o755); err != nil {
+	if err := safefs.PrivateDir(c.String("state-dir")); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
 	ctl, err := agent.OpenControl(filepath.Join(c.String("state-dir"), "control.json"), log)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
@@ -66,7 +67,7 @@ func checkQueueFlags(c *cli.Context) error {
 // openQueue opens the queue and its listeners from the flags.
 func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	stateDir := c.String("state-dir")
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+	if err := safefs.PrivateDir(stateDir); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
 	if err := checkQueueFlags(c); err != nil {

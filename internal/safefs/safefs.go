@@ -161,6 +161,21 @@ func MkdirBeneath(dir *os.File, rel string, perm os.FileMode) (*os.File, error) 
 	return cur, nil
 }
 
+// MkdirFresh creates the absolute directory path, which must not exist
+// yet, and its missing parents (perm), refusing any symbolic link on the
+// way.
+func MkdirFresh(path string, perm os.FileMode) error {
+	parent, err := MkdirAll(filepath.Dir(path), perm)
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	if err := unix.Mkdirat(int(parent.Fd()), filepath.Base(path), uint32(perm.Perm())); err != nil {
+		return &os.PathError{Op: "mkdir", Path: path, Err: err}
+	}
+	return nil
+}
+
 // CreateBeneath creates (or truncates) the file rel inside dir for
 // reading and writing, refusing any symbolic link, the file itself included.
 func CreateBeneath(dir *os.File, rel string, perm os.FileMode) (*os.File, error) {
@@ -216,3 +231,45 @@ func dup(f *os.File) (*os.File, error) {
 // that reaches exactly that file, whatever has been renamed or linked
 // since it was opened.
 func FDPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+
+// PrivateDir creates the directory path (and its parents) readable by its
+// owner only, and takes group and other access away from an existing one:
+// harvest's state (queue database, tokens, checkpoint) is nobody else's
+// business (issue 13 item 8).
+func PrivateDir(path string) error {
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return os.Chmod(path, fi.Mode().Perm()&0o700)
+	}
+	return nil
+}
+
+// PrivateFile makes the file path, and the journal files SQLite keeps
+// beside it (-wal, -shm, -journal), readable by their owner only: it
+// creates path empty (0600) if it does not exist, so SQLite, which gives
+// its journals the database file's mode, never makes them world-readable.
+func PrivateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -119,3 +119,28 @@ func TestOpenInFollowsLinksOnlyInsideTheRoots(t *testing.T) {
 		}
 	})
 }
+
+func TestPrivateDirAndFileTakeAwayOthersAccess(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(dir, "new", "state")); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(state, "queue.db")
+	os.WriteFile(db+"-wal", nil, 0o644)
+	if err := PrivateFile(db); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{state: 0o700, filepath.Join(dir, "new", "state"): 0o700, db: 0o600, db + "-wal": 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+}

@@ -59,6 +59,20 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	}
 	e.Clock.Advance(31 * time.Second)
 
+	// Issue 13 items 4, 5 and 7: links and names in datasets, outputs of
+	// another user.
+	linkedOut := e.Dataset("linkedout", 2)
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(linkedOut, "shadow")); err != nil {
+		t.Fatal(err)
+	}
+	badName := e.Dataset("badname", 1)
+	if err := os.Mkdir(filepath.Join(badName, "bad\xff"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	alices := filepath.Join(e.Data, "alice-results") // the test's uid is alice's
+	os.MkdirAll(alices, 0o755)
+	rawJob := func(rest string) string { return `{"dataset": "` + good + `", "batch_size": 1, ` + rest + `}` }
+
 	huge := `{"dataset": "` + strings.Repeat("a", 2<<20) + `"}`
 	for _, tc := range []struct {
 		name         string
@@ -82,6 +96,18 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"an empty dataset is refused", "POST", "/v1/jobs", "alice", jobBody(e.Dataset("empty", 0), nil), 400, "no entries"},
 		{"an output escaping through .. is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = e.Data + "/../outside/o" }), 400, `".."`},
 		{"an output outside the roots is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = "/tmp/harvest-o" }), 400, "outside the allowed roots"},
+		{"a dataset entry linked out of the roots is refused", "POST", "/v1/jobs", "alice", jobBody(linkedOut, nil), 400, "entry shadow"},
+		{"a dataset entry whose name is not UTF-8 is refused", "POST", "/v1/jobs", "alice", jobBody(badName, nil), 400, "not valid UTF-8"},
+		{"another user's output directory is refused", "POST", "/v1/jobs", "bob", jobBody(good, func(m map[string]any) { m["output"] = alices }), 403, "owned by uid"},
+		{"an output inside another user's directory is refused", "POST", "/v1/jobs", "bob", jobBody(good, func(m map[string]any) { m["output"] = alices + "/bobs" }), 403, "owned by uid"},
+		{"a NUL byte in the output is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["output"] = alices + "/o\x00x" }), 400, "NUL"},
+		{"a NUL byte in the dataset is refused", "POST", "/v1/jobs", "alice", jobBody(good+"\x00", nil), 400, "NUL"},
+		{"null inside the command is refused", "POST", "/v1/jobs", "alice", rawJob(`"command": ["prog", null]`), 400, "null"},
+		{"a key in another case is refused", "POST", "/v1/jobs", "alice", `{"Dataset": "` + good + `", "command": ["x"], "batch_size": 1}`, 400, "unknown field"},
+		{"a duplicate key is refused", "POST", "/v1/jobs", "alice", rawJob(`"command": ["x"], "command": ["y"]`), 400, "duplicate key"},
+		{"a price that makes costs infinite is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["price"] = 1e308 }), 400, "price"},
+		{"cores above the bound are refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["cores"] = 100000 }), 400, "cores"},
+		{"a job id with a sign is a 400", "GET", "/v1/jobs/+1", "alice", "", 400, "not a positive integer"},
 		{"a negative batch size is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["batch_size"] = -1 }), 400, "batch_size -1"},
 		{"a batch size above the bound is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["batch_size"] = 10001 }), 400, "outside 1..10000"},
 		{"an unknown placeholder is refused", "POST", "/v1/jobs", "alice", jobBody(good, func(m map[string]any) { m["command"] = []string{"prog", "{inptu}"} }), 400, "unknown placeholder {inptu}"},
@@ -147,17 +173,36 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		})
 	}
 
-	t.Run("a wrong content type is a 400", func(t *testing.T) {
+	for _, ct := range []string{"text/plain", "application/jsonx", "application/json-seq", "application/json; charset=latin1"} {
+		t.Run("content type "+ct+" is a 400", func(t *testing.T) {
+			before := e.Snapshot(t)
+			req, _ := http.NewRequest("POST", e.URL()+"/v1/jobs", strings.NewReader(jobBody(good, nil)))
+			req.Header.Set("Content-Type", ct)
+			req.Header.Set("Authorization", "Bearer "+e.Tokens["alice"])
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 400 {
+				t.Fatalf("status %d, want 400", resp.StatusCode)
+			}
+			if e.Snapshot(t) != before {
+				t.Fatal("the request changed stored state")
+			}
+		})
+	}
+	t.Run("content type application/json; charset=utf-8 is accepted", func(t *testing.T) {
 		req, _ := http.NewRequest("POST", e.URL()+"/v1/jobs", strings.NewReader(jobBody(good, nil)))
-		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Content-Type", "application/json; charset=utf-8")
 		req.Header.Set("Authorization", "Bearer "+e.Tokens["alice"])
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 400 {
-			t.Fatalf("status %d, want 400", resp.StatusCode)
+		if resp.StatusCode != 201 && resp.StatusCode != 200 {
+			t.Fatalf("status %d, want success", resp.StatusCode)
 		}
 	})
 }

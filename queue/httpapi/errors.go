@@ -1,18 +1,30 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers v as JSON. It encodes before it writes the status, so
+// a value that cannot be encoded (a non-finite figure) is a logged 500
+// with an error body, never a 200 with an empty one (issue 13 item 6).
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	if err := json.NewEncoder(&b).Encode(v); err != nil {
+		s.log.Error("cannot encode the answer", "error", err, "type", fmt.Sprintf("%T", v))
+		b.Reset()
+		json.NewEncoder(&b).Encode(api.Error{Error: "internal error (see the agent's log)", Code: api.CodeInternal})
+		status = http.StatusInternalServerError
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	w.Write(b.Bytes())
 }
 
 // WriteError writes err as the API's JSON error body: the message and the
@@ -29,5 +41,5 @@ func (s *Server) WriteError(w http.ResponseWriter, err error) {
 			msg = "internal error (see the agent's log)"
 		}
 	}
-	writeJSON(w, status, api.Error{Error: msg, Code: code})
+	s.writeJSON(w, status, api.Error{Error: msg, Code: code})
 }

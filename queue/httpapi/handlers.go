@@ -15,8 +15,9 @@ import (
 
 func pathID(r *http.Request) (int64, error) {
 	s := r.PathValue("id")
+	// Digits only: ParseInt also takes "+1".
 	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
+	if err != nil || id <= 0 || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, invalid("job id %q is not a positive integer", s)
 	}
 	return id, nil
@@ -229,7 +230,7 @@ func (s *Server) pilotPull(w http.ResponseWriter, r *http.Request, id queue.Iden
 
 func (s *Server) pilotResults(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
 	var req pilotproto.ResultsRequest
-	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
+	if err := decodeBulk(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
 	p, err := s.q.Pool(id.Site).ReportResults(r.Context(), req)
@@ -238,7 +239,7 @@ func (s *Server) pilotResults(w http.ResponseWriter, r *http.Request, id queue.I
 
 func (s *Server) pilotHeartbeat(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
 	var req pilotproto.HeartbeatRequest
-	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
+	if err := decodeBulk(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
 	p, err := s.q.Pool(id.Site).Heartbeat(r.Context(), req)

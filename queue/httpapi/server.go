@@ -66,7 +66,9 @@ func (s *Server) Handler() http.Handler {
 	admin := []string{api.RoleAdmin}
 	pilot := []string{api.RolePilot}
 	agent := []string{api.RoleAgent}
-	mux.HandleFunc("/v1/healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]bool{"ok": true}) })
+	mux.HandleFunc("/v1/healthz", func(w http.ResponseWriter, r *http.Request) {
+		s.writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
 	mux.Handle(api.PathWhoami, s.route(map[string]endpoint{"GET": {nil, s.whoami}}))
 	mux.Handle(api.PathJobs, s.route(map[string]endpoint{"POST": {user, s.submitJob}, "GET": {user, s.listJobs}}))
 	mux.Handle(api.PathJob+"{id}", s.route(map[string]endpoint{"GET": {user, s.getJob}, "DELETE": {user, s.cancelJob}}))
@@ -134,7 +136,7 @@ func (s *Server) route(methods map[string]endpoint) http.Handler {
 		case err != nil:
 			s.WriteError(w, err)
 		case status != 0: // 0: the handler wrote its answer (a stream) or has none to give
-			writeJSON(w, status, v)
+			s.writeJSON(w, status, v)
 		}
 	})
 }

@@ -68,7 +68,21 @@ func Config(dir string, clock *Clock) queue.Config {
 	cfg.Now = clock.Now
 	cfg.SweepInterval, cfg.FlushInterval, cfg.ReconcileInterval = time.Hour, time.Hour, time.Hour
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.LookupUID = TestUIDs
 	return cfg
+}
+
+// TestUIDs maps the test users to Unix uids: alice and admin are the
+// test's own uid (the files a test makes are theirs), bob and others are
+// uids that own nothing here.
+func TestUIDs(name string) (uint32, error) {
+	switch name {
+	case "alice", "admin":
+		return uint32(os.Getuid()), nil
+	case "bob":
+		return uint32(os.Getuid()) + 4242, nil
+	}
+	return 0, fmt.Errorf("no Unix account %q", name)
 }
 
 // Env is a queue under test with its directories, clock and tokens.

@@ -28,6 +28,8 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/harvest-hpc/harvest/queue/rules"
+
+	"github.com/harvest-hpc/harvest/internal/safefs"
 )
 
 // The writer's driver turns off automatic checkpoints: a checkpoint run
@@ -60,8 +62,12 @@ type Store struct {
 
 // Open opens (creating or migrating) the database at path.
 func Open(path string) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create database directory: %w", err)
+	}
+	// Every job and command is in here: the owner's only (issue 13 item 8).
+	if err := safefs.PrivateFile(path); err != nil {
+		return nil, fmt.Errorf("database %s: %w", path, err)
 	}
 	q := url.Values{}
 	q.Set("_busy_timeout", "5000")

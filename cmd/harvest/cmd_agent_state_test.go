@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// TestTheAgentsStateIsItsOwn is issue 13 item 8: the agent made its state
+// directory 0755 and the queue database 0644, so any local user could
+// copy the database and read every job and command.
+func TestTheAgentsStateIsItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(data, 0o755)
+	app := newApp()
+	var out, errOut bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errOut
+	app.ExitErrHandler = func(*cli.Context, error) {}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.RunContext(ctx, []string{"harvest", "agent", "--state-dir", state, "--allowed-root", data,
+			"--socket", filepath.Join(dir, "q.sock"), "--listen", "127.0.0.1:0", "--adapter", "sim", "--adapter-in-process",
+			"--adapter-opt", "nodes=2", "--poll", "50ms", "--pilot-command", "/bin/true"})
+	}()
+	db := filepath.Join(state, "queue.db")
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(db + "-wal"); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("agent ended: %v\n%s", err, errOut.String())
+		case <-deadline.C:
+			t.Fatalf("no database after 20 s\n%s", errOut.String())
+		case <-tick.C:
+		}
+	}
+	stop()
+	<-done
+	for _, p := range []string{state, db, db + "-wal", filepath.Join(state, "pilot.token")} {
+		fi, err := os.Stat(p)
+		if os.IsNotExist(err) && p == db+"-wal" {
+			continue // a clean stop folds the WAL into the database
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is %v: other users can read it", p, fi.Mode().Perm())
+		}
+	}
+}

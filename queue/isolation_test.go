@@ -1,0 +1,75 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
+)
+
+// TestAJobsOutputDirectoryIsItsOwners is issue 13 item 5: a default output
+// directory is made fresh for the job at submission (not through a link a
+// user planted), and a named one must belong to the submitter.
+func TestAJobsOutputDirectoryIsItsOwners(t *testing.T) {
+	e := queuetest.New(t)
+	ctx := context.Background()
+	ds := e.Dataset("ds", 2)
+	j, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: ds, Command: []string{"p"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(j.OutputDir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("default output %s not made at submission: %v %v", j.OutputDir, fi, err)
+	}
+	// bob plants a link where his next job's directory will be made.
+	elsewhere := filepath.Join(e.Dir, "elsewhere")
+	os.Mkdir(elsewhere, 0o700)
+	if err := os.Symlink(elsewhere, filepath.Join(e.Data, "out", "bob")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Q.Submit(ctx, "bob", api.JobSpec{Dataset: ds, Command: []string{"p"}, BatchSize: 1}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("submission through a planted link: %v, want refused", err)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("a directory was made through the link: %v", entries)
+	}
+	// A named output of the submitter's own is accepted and made.
+	mine := filepath.Join(e.Data, "alice-results", "run1")
+	j2, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: ds, Command: []string{"p"}, BatchSize: 1, Output: mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(j2.OutputDir); err != nil || !fi.IsDir() {
+		t.Fatalf("named output %s not made: %v", j2.OutputDir, err)
+	}
+	// Nor may bob name it (it is alice's, by uid).
+	if _, err := e.Q.Submit(ctx, "bob", api.JobSpec{Dataset: ds, Command: []string{"p"}, BatchSize: 1, Output: mine}); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("bob naming alice's output: %v, want forbidden", err)
+	}
+}
+
+// TestTheQueueDatabaseIsTheOwnersOnly is issue 13 item 8: the database
+// was 0644 (every job and command readable by any local user).
+func TestTheQueueDatabaseIsTheOwnersOnly(t *testing.T) {
+	e := queuetest.New(t, func(c *queue.Config) { c.DBPath = filepath.Join(t.TempDir(), "state", "queue.db") })
+	if _, err := e.Q.Submit(context.Background(), "alice", api.JobSpec{Dataset: e.Dataset("ds", 1), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{e.Cfg.DBPath, e.Cfg.DBPath + "-wal", e.Cfg.DBPath + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is %v: others can read it", p, fi.Mode().Perm())
+		}
+	}
+	if fi, _ := os.Stat(filepath.Dir(e.Cfg.DBPath)); fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("the database's directory is %v", fi.Mode().Perm())
+	}
+}
