@@ -228,7 +228,7 @@ func startHarvest(ctx context.Context, p Plan, kind Kind, cfg RunConfig, dir str
 	if err != nil {
 		return nil, err
 	}
-	socket := filepath.Join(dir, "agent", "q.sock")
+	socket := filepath.Join(dir, "run", "q.sock") // outside the agent's private state directory
 	out.AgentLog = filepath.Join(dir, "agent.log")
 	logf, err := os.Create(out.AgentLog)
 	if err != nil {

@@ -61,6 +61,9 @@ func checkQueueFlags(c *cli.Context) error {
 	if len(c.StringSlice("allowed-root")) == 0 {
 		return errors.New("--allowed-root is required: users' datasets must lie in an allowed root (or run with --no-queue)")
 	}
+	if sock, state := filepath.Clean(c.String("socket")), filepath.Clean(c.String("state-dir")); strings.HasPrefix(sock, state+string(filepath.Separator)) {
+		return fmt.Errorf("--socket %s lies in --state-dir %s, which is private (0700): users could not reach it; put it elsewhere (default %s)", sock, state, api.DefaultSocket)
+	}
 	return nil
 }
 

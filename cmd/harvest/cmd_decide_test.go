@@ -329,6 +329,7 @@ func TestAgentRefusesBadSettingsBeforeTouchingAnything(t *testing.T) {
 		want string
 	}{
 		{"the hosted queue needs an allowed root", []string{"--state-dir", dir, "--socket", dir + "/s", "--listen", "127.0.0.1:0"}, "--allowed-root is required"},
+		{"the users' socket inside the private state directory", []string{"--state-dir", dir, "--socket", dir + "/s", "--allowed-root", dir}, "--socket"},
 		{"a negative margin", []string{"--no-queue", "--margin", "-1m"}, "must not be negative"},
 		{"a malformed pilot environment", []string{"--no-queue", "--pilot-env", "NOEQUALS"}, "want KEY=VALUE"},
 		{"an unknown adapter", []string{"--no-queue", "--adapter", "pbs"}, `unknown adapter "pbs"`},

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,7 +55,7 @@ func pilotCommand() *cli.Command {
 			&cli.StringFlag{Name: "confine", EnvVars: []string{"HARVEST_CONFINE"}, Value: string(confine.ModeAuto), Usage: "confine tasks with Landlock: auto (where the kernel can; the pilot says whether it did), require (refuse to start without), off"},
 			&cli.StringFlag{Name: "site", EnvVars: []string{"HARVEST_SITE"}, Usage: "the site (cluster) this pilot runs at; its tasks see it as HARVEST_SITE (the agent sets it)"},
 			&cli.StringSliceFlag{Name: "task-roots", EnvVars: []string{"HARVEST_TASK_ROOTS"}, Usage: "the queue's allowed roots `DIR`s: inputs must resolve inside them, tasks may read them (the agent sets it)"},
-			&cli.StringSliceFlag{Name: "task-read", EnvVars: []string{"HARVEST_TASK_READ"}, Usage: "more `DIR`s confined tasks may read (site software: /cvmfs, /apps)"},
+			&cli.StringSliceFlag{Name: "task-read", EnvVars: []string{"HARVEST_TASK_READ"}, Usage: "more `DIR`s confined tasks may read (site software), separated by commas or colons: /cvmfs:/apps"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 		},
@@ -96,7 +97,7 @@ func runPilot(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest pilot: --confine: %v", err), 2)
 	}
-	cfg.Confine, cfg.TaskRoots, cfg.TaskRead = mode, c.StringSlice("task-roots"), c.StringSlice("task-read")
+	cfg.Confine, cfg.TaskRoots, cfg.TaskRead = mode, dirList(c.StringSlice("task-roots")), dirList(c.StringSlice("task-read"))
 	cfg.Site = c.String("site")
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
@@ -122,6 +123,20 @@ func runPilot(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return pilot.Run(ctx, cfg, cl)
+}
+
+// dirList splits directory lists given with commas (the flag) or colons
+// (as PATH, which survives --pilot-env, whose values are cut at commas).
+func dirList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, d := range strings.Split(v, ":") {
+			if d = strings.TrimSpace(d); d != "" {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }
 
 // squeueEnd asks SLURM for the job's end time in Unix seconds.

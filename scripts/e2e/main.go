@@ -465,7 +465,8 @@ const ledgerName = ".ledger"
 // advertiseRE finds the queue's TCP address in the agent's log.
 var advertiseRE = regexp.MustCompile(`msg="queue started" advertise=(\S+)`)
 
-func (r *run) socket() string { return filepath.Join(r.work, "agent", "q.sock") }
+// socket is the queue's Unix socket, outside the agent's private state directory.
+func (r *run) socket() string { return filepath.Join(r.work, "run", "q.sock") }
 
 func (r *run) startAgent() error {
 	r.agentLog = filepath.Join(r.work, "agent.log")

@@ -79,7 +79,8 @@ type setup struct {
 	pilotArgs string
 }
 
-func (s *setup) socket() string { return filepath.Join(s.work, s.labs[0].site, "q.sock") }
+// socket is the hosting agent's Unix socket, outside its private state directory.
+func (s *setup) socket() string { return filepath.Join(s.work, "run", "q.sock") }
 func (s *setup) queueURL() string {
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
