@@ -297,7 +297,8 @@ func (s *gbRun) stopAgent(a *exec.Cmd) {
 	}
 }
 
-func (s *gbRun) socket() string { return filepath.Join(s.dir, "agent", "q.sock") }
+// socket lies outside the agent's private (0700) state directory, where users can reach it.
+func (s *gbRun) socket() string { return filepath.Join(s.dir, "run", "q.sock") }
 
 // submitHarvest submits, as carol, a harvest job of 3-second tasks, more
 // than the run can finish.
