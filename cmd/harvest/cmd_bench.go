@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -44,7 +43,7 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "tasks", Value: 50000, Usage: "tasks"},
 				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing in the real queue, one job each (the tasks are shared out)"},
 				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
-				&cli.StringFlag{Name: "cpuprofile", Usage: "write this process's CPU profile (queue and master) to `FILE` (go tool pprof)"},
+				&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles of every process to `DIR` (bench.*: queue and master; worker-N.*: the workers; go tool pprof)"},
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
 				&cli.IntFlag{Name: "batch-size", Value: 100, Usage: "the job's batch size"},
 				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process"},
@@ -73,17 +72,16 @@ func runBench(c *cli.Context) error {
 	cfg.Binary, cfg.Dir = bin, dir
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if p := c.String("cpuprofile"); p != "" {
-		f, err := os.Create(p)
-		if err != nil {
-			return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
-		}
-		defer pprof.StopCPUProfile()
+	cfg.ProfileDir = c.String("profile-dir")
+	stopProfiles, err := startProfiles(cfg.ProfileDir, "bench")
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
 	}
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "harvest bench: %v\n", err)
+		}
+	}()
 	out := c.App.Writer
 	switch c.String("shape") {
 	case "":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -164,6 +165,7 @@ func workerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "task-time", Usage: "run every task as an in-process sleep of this long (0: no-op) instead of its command"},
 			&cli.BoolFlag{Name: "exec", Usage: "run each task's real command (the bench sends sleep/true)"},
 			&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"HARVEST_LOG_LEVEL"}},
+			&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles to `DIR`/ID.cpu.pprof and ID.allocs.pprof when the worker stops"},
 		},
 		Action: func(c *cli.Context) error {
 			log := newLogger(os.Stderr, c.String("log-level"), false)
@@ -187,9 +189,14 @@ func workerCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("harvest worker: %v", err), 2)
 			}
+			stopProfiles, err := startProfiles(c.String("profile-dir"), cfg.ID)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("harvest worker: %v", err), 1)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return w.Run(ctx)
+			err = w.Run(ctx)
+			return errors.Join(err, stopProfiles())
 		},
 	}
 }

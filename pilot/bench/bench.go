@@ -38,7 +38,10 @@ type Config struct {
 	InMemory  bool          // an in-memory feed instead of the real queue: the master and workers alone
 	Binary    string        // the harvest binary to start workers with
 	Dir       string        // scratch directory (checkpoint, task logs)
-	Logger    *slog.Logger
+	// ProfileDir, if set, gets each worker's CPU and allocation profiles
+	// (worker-N.cpu.pprof, worker-N.allocs.pprof).
+	ProfileDir string
+	Logger     *slog.Logger
 }
 
 // DefaultConfig is the dispatch benchmark: the real queue with 1,000
@@ -235,10 +238,13 @@ func summarize(cfg Config, makespan time.Duration) Result {
 func startWorkers(cfg Config, url, token string) ([]*exec.Cmd, error) {
 	var procs []*exec.Cmd
 	for i := 0; i < cfg.Workers; i++ {
-		args := []string{"worker", "--master", url, "--id", fmt.Sprintf("bench-%d", i),
+		args := []string{"worker", "--master", url, "--id", fmt.Sprintf("worker-%d", i),
 			"--slots", strconv.Itoa(cfg.Slots), "--task-time", cfg.TaskTime.String()}
 		if cfg.Exec {
 			args = append(args, "--exec")
+		}
+		if cfg.ProfileDir != "" {
+			args = append(args, "--profile-dir", cfg.ProfileDir)
 		}
 		cmd := exec.Command(cfg.Binary, args...)
 		cmd.Env = append(os.Environ(), "HARVEST_PILOT_TOKEN="+token)
