@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
 
@@ -65,7 +66,7 @@ type Checkpoint struct {
 	db    *sql.DB
 	epoch int64
 
-	insert, assign, requeue, finish, del, estimate, capacity *sql.Stmt
+	epochQ, del, insert, update, estimate, capacity *sql.Stmt
 }
 
 // OpenCheckpoint opens (creating or migrating if needed) the checkpoint at
@@ -92,13 +93,17 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&c.insert, `INSERT INTO tasks (task_id, attempt, body, state) VALUES (?, ?, ?, 'pending')
-			ON CONFLICT (task_id, attempt) DO UPDATE SET body = excluded.body, state = 'pending', worker = '', batch = 0, result = ''`},
-		{&c.assign, `UPDATE tasks SET state = 'assigned', worker = ?, batch = ? WHERE task_id = ? AND attempt = ?`},
-		{&c.requeue, `UPDATE tasks SET state = 'pending', worker = '', batch = 0 WHERE task_id = ? AND attempt = ?`},
-		{&c.finish, `UPDATE tasks SET state = 'final', result = ? WHERE task_id = ? AND attempt = ?`},
-		{&c.del, `DELETE FROM tasks WHERE task_id = ? AND attempt = ?`},
-		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) VALUES (?, ?, ?, ?)
+		{&c.epochQ, `SELECT v FROM meta WHERE k = 'epoch'`},
+		{&c.del, `DELETE FROM tasks WHERE seq IN (SELECT t.seq FROM jsonb_each(?) AS d
+			JOIN tasks AS t ON t.task_id = d.value->>0 AND t.attempt = d.value->>1)`},
+		{&c.insert, `INSERT INTO tasks (task_id, attempt, body, state, worker, batch, result)
+			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, coalesce(value->>6, '') FROM jsonb_each(?) WHERE true
+			ON CONFLICT (task_id, attempt) DO UPDATE SET body = excluded.body, state = excluded.state, worker = excluded.worker,
+				batch = excluded.batch, result = excluded.result`},
+		{&c.update, `UPDATE tasks SET state = d.v->>2, worker = coalesce(d.v->>3, worker), batch = coalesce(d.v->>4, batch),
+			result = coalesce(d.v->>5, result)
+			FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE tasks.task_id = d.v->>0 AND tasks.attempt = d.v->>1`},
+		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
 	}
@@ -236,61 +241,231 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 
 // Commit stores ops in one write transaction, after checking that the
 // checkpoint still belongs to our epoch. Nothing is written when it fails.
+//
+// The ops are first folded per task into what they leave behind (see
+// fold), then written set-based: one statement per kind of change for the
+// whole Ready, however many tasks it moves, so a Ready that hands out,
+// finishes and forgets hundreds of tasks costs a handful of statements
+// instead of one per op (each a cgo call and a B-tree walk).
 func (c *Checkpoint) Commit(ops []core.Op) error {
+	f, err := fold(ops)
+	if err != nil {
+		return err
+	}
 	tx, err := c.db.Begin()
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer tx.Rollback()
 	var stored int64
-	if err := tx.QueryRow(`SELECT v FROM meta WHERE k = 'epoch'`).Scan(&stored); err != nil {
+	if err := tx.Stmt(c.epochQ).QueryRow().Scan(&stored); err != nil {
 		return fmt.Errorf("checkpoint: epoch: %w", err)
 	}
 	if stored != c.epoch {
 		return fmt.Errorf("checkpoint holds epoch %d, we have %d: %w", stored, c.epoch, ErrFenced)
 	}
-	exec := func(s *sql.Stmt, args ...any) error {
-		if _, err := tx.Stmt(s).Exec(args...); err != nil {
+	for _, w := range []struct {
+		stmt *sql.Stmt
+		arg  []byte
+	}{{c.del, f.deletes}, {c.insert, f.inserts}, {c.update, f.updates}, {c.estimate, f.estimates}} {
+		if w.arg == nil {
+			continue
+		}
+		if _, err := tx.Stmt(w.stmt).Exec(string(w.arg)); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		return nil
 	}
-	for _, o := range ops {
-		k := o.Ref
-		switch o.Kind {
-		case core.OpAdd:
-			var body []byte
-			if body, err = json.Marshal(o.Task); err == nil {
-				err = exec(c.insert, o.Task.ID, o.Task.Attempt, string(body))
-			}
-		case core.OpAssign:
-			err = exec(c.assign, o.Worker, o.Batch, k.TaskID, k.Attempt)
-		case core.OpRequeue:
-			err = exec(c.requeue, k.TaskID, k.Attempt)
-		case core.OpFinish:
-			var body []byte
-			if body, err = json.Marshal(o.Result); err == nil {
-				err = exec(c.finish, string(body), k.TaskID, k.Attempt)
-			}
-		case core.OpDelete:
-			err = exec(c.del, k.TaskID, k.Attempt)
-		case core.OpEstimate:
-			err = exec(c.estimate, o.Job, o.Est.N, o.Est.Mean, o.Est.Dev)
-		case core.OpCapacity:
-			var body []byte
-			if body, err = json.Marshal(o.Capacity); err == nil {
-				err = exec(c.capacity, string(body))
-			}
-		case core.OpFenceCheck:
-		default:
-			err = fmt.Errorf("checkpoint: unknown op %d", o.Kind)
-		}
-		if err != nil {
-			return err
+	if f.capacity != nil {
+		if _, err := tx.Stmt(c.capacity).Exec(string(f.capacity)); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
 	return nil
+}
+
+// folded is what a list of ops leaves behind, as JSON arrays for the
+// set-based statements (nil: nothing of that kind).
+type folded struct {
+	deletes   []byte // [[task_id, attempt], ...]: rows to delete first
+	inserts   []byte // [[task_id, attempt, body, state, worker, batch, result|null], ...] in the order of their adds
+	updates   []byte // [[task_id, attempt, state, worker|null, batch|null, result|null], ...]
+	estimates []byte // [[job, n, mean, dev], ...]
+	capacity  []byte // the last capacity state
+}
+
+// taskNet is the net effect of one task's ops.
+type taskNet struct {
+	deleted bool            // its stored row goes first (a delete, maybe followed by an add)
+	added   json.RawMessage // an add: the row is written whole from its body
+	touched bool            // state (and maybe worker, batch, result) set
+	state   core.State
+	worker  *string
+	batch   *int64
+	result  json.RawMessage
+}
+
+// fold folds ops per task in order: an add writes the whole row, an
+// assign sets state, worker and batch, a requeue makes it pending with no
+// worker, a finish sets state and result, a delete removes the row and
+// whatever came before it in ops. The last estimate of a job and the last
+// capacity state win.
+func fold(ops []core.Op) (folded, error) {
+	var f folded
+	nets := map[pilotproto.TaskRef]*taskNet{}
+	var order []pilotproto.TaskRef // tasks in the order of their first op
+	// A new row takes its place (seq) at the first add since the task's
+	// row was last deleted; a later add of the same row keeps it.
+	var addOrder []pilotproto.TaskRef
+	created := map[pilotproto.TaskRef]int{} // index in addOrder of the last creation
+	est := map[int64]core.Estimator{}
+	var jobs []int64
+	none := ""
+	zero := int64(0)
+	for _, o := range ops {
+		var n *taskNet
+		switch o.Kind {
+		case core.OpAdd, core.OpAssign, core.OpRequeue, core.OpFinish, core.OpDelete:
+			if n = nets[o.Ref]; n == nil {
+				n = &taskNet{}
+				nets[o.Ref] = n
+				order = append(order, o.Ref)
+			}
+		}
+		switch o.Kind {
+		case core.OpAdd:
+			body, err := json.Marshal(o.Task)
+			if err != nil {
+				return f, fmt.Errorf("checkpoint: %w", err)
+			}
+			if n.added == nil {
+				created[o.Ref] = len(addOrder)
+				addOrder = append(addOrder, o.Ref)
+			}
+			*n = taskNet{deleted: n.deleted, added: body, touched: true, state: core.StatePending, worker: &none, batch: &zero}
+		case core.OpAssign:
+			w, b := o.Worker, o.Batch
+			n.touched, n.state, n.worker, n.batch = true, core.StateAssigned, &w, &b
+		case core.OpRequeue:
+			n.touched, n.state, n.worker, n.batch = true, core.StatePending, &none, &zero
+		case core.OpFinish:
+			r, err := json.Marshal(o.Result)
+			if err != nil {
+				return f, fmt.Errorf("checkpoint: %w", err)
+			}
+			n.touched, n.state, n.result = true, core.StateFinal, r
+		case core.OpDelete:
+			*n = taskNet{deleted: true}
+		case core.OpEstimate:
+			if _, ok := est[o.Job]; !ok {
+				jobs = append(jobs, o.Job)
+			}
+			est[o.Job] = o.Est
+		case core.OpCapacity:
+			b, err := json.Marshal(o.Capacity)
+			if err != nil {
+				return f, fmt.Errorf("checkpoint: %w", err)
+			}
+			f.capacity = b
+		case core.OpFenceCheck:
+		default:
+			return f, fmt.Errorf("checkpoint: unknown op %d", o.Kind)
+		}
+	}
+	var del, ins, upd, es jsonArray
+	for _, k := range order {
+		n := nets[k]
+		if n.deleted {
+			del.add(k.TaskID, k.Attempt)
+		}
+		if n.added == nil && n.touched {
+			upd.add(k.TaskID, k.Attempt, string(n.state), n.worker, n.batch, n.result)
+		}
+	}
+	for i, k := range addOrder {
+		n := nets[k]
+		if n.added == nil || created[k] != i {
+			continue // deleted since, or created again after a delete (the later place counts)
+		}
+		ins.add(k.TaskID, k.Attempt, n.added, string(n.state), *n.worker, *n.batch, n.result)
+	}
+	for _, j := range jobs {
+		e := est[j]
+		es.add(j, e.N, e.Mean, e.Dev)
+	}
+	for _, a := range []*jsonArray{&del, &ins, &upd, &es} {
+		if a.err != nil {
+			return f, fmt.Errorf("checkpoint: %w", a.err)
+		}
+	}
+	f.deletes, f.inserts, f.updates, f.estimates = del.bytes(), ins.bytes(), upd.bytes(), es.bytes()
+	return f, nil
+}
+
+// jsonArray builds a JSON array of rows; json.RawMessage values go in
+// as they are (an object stays an object, not a string holding one), so
+// SQLite reads them with ->> as their JSON text.
+type jsonArray struct {
+	b   []byte
+	err error
+}
+
+func (a *jsonArray) add(vals ...any) {
+	if a.b == nil {
+		a.b = append(a.b, '[')
+	} else {
+		a.b = append(a.b, ',')
+	}
+	a.b = append(a.b, '[')
+	for i, v := range vals {
+		if i > 0 {
+			a.b = append(a.b, ',')
+		}
+		switch v := v.(type) {
+		case json.RawMessage:
+			if v == nil {
+				a.b = append(a.b, "null"...)
+			} else {
+				a.b = append(a.b, v...)
+			}
+		case *string:
+			if v == nil {
+				a.b = append(a.b, "null"...)
+			} else {
+				a.value(*v)
+			}
+		case *int64:
+			if v == nil {
+				a.b = append(a.b, "null"...)
+			} else {
+				a.b = strconv.AppendInt(a.b, *v, 10)
+			}
+		case int64:
+			a.b = strconv.AppendInt(a.b, v, 10)
+		case int:
+			a.b = strconv.AppendInt(a.b, int64(v), 10)
+		default:
+			a.value(v)
+		}
+	}
+	a.b = append(a.b, ']')
+}
+
+// value appends v as encoding/json writes it (strings escaped as JSON
+// wants, a NaN refused).
+func (a *jsonArray) value(v any) {
+	b, err := json.Marshal(v)
+	if err != nil && a.err == nil {
+		a.err = err
+	}
+	a.b = append(a.b, b...)
+}
+
+func (a *jsonArray) bytes() []byte {
+	if a.b == nil {
+		return nil
+	}
+	return append(a.b, ']')
 }

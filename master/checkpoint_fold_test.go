@@ -1,0 +1,126 @@
+package master_test
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/master/core"
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+// oneByOne is the reference: every op as its own statement, in order, in
+// one transaction (the checkpoint's writes before they were set-based).
+func oneByOne(t *testing.T, db *sql.DB, ops []core.Op) {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	exec := func(q string, args ...any) {
+		if _, err := tx.Exec(q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, o := range ops {
+		k := o.Ref
+		switch o.Kind {
+		case core.OpAdd:
+			body, _ := json.Marshal(o.Task)
+			exec(`INSERT INTO tasks (task_id, attempt, body, state) VALUES (?, ?, ?, 'pending')
+				ON CONFLICT (task_id, attempt) DO UPDATE SET body = excluded.body, state = 'pending', worker = '', batch = 0, result = ''`, k.TaskID, k.Attempt, string(body))
+		case core.OpAssign:
+			exec(`UPDATE tasks SET state = 'assigned', worker = ?, batch = ? WHERE task_id = ? AND attempt = ?`, o.Worker, o.Batch, k.TaskID, k.Attempt)
+		case core.OpRequeue:
+			exec(`UPDATE tasks SET state = 'pending', worker = '', batch = 0 WHERE task_id = ? AND attempt = ?`, k.TaskID, k.Attempt)
+		case core.OpFinish:
+			body, _ := json.Marshal(o.Result)
+			exec(`UPDATE tasks SET state = 'final', result = ? WHERE task_id = ? AND attempt = ?`, string(body), k.TaskID, k.Attempt)
+		case core.OpDelete:
+			exec(`DELETE FROM tasks WHERE task_id = ? AND attempt = ?`, k.TaskID, k.Attempt)
+		case core.OpEstimate:
+			exec(`INSERT INTO estimates (job_id, n, mean, dev) VALUES (?, ?, ?, ?)
+				ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`, o.Job, o.Est.N, o.Est.Mean, o.Est.Dev)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func randomOps(r *rand.Rand, n int) []core.Op {
+	ops := make([]core.Op, n)
+	for i := range ops {
+		k := pilotproto.TaskRef{TaskID: int64(1 + r.IntN(6)), Attempt: 1 + r.IntN(2)}
+		switch r.IntN(7) {
+		case 0, 1:
+			ops[i] = core.Op{Kind: core.OpAdd, Ref: k, Task: pilotproto.Task{ID: k.TaskID, Attempt: k.Attempt, JobID: int64(r.IntN(3)),
+				Name: fmt.Sprintf("t \"%d\"\n\x01", r.IntN(100)), Command: []string{"echo", "{input}"}, Env: []string{"A=é"}}}
+		case 2:
+			ops[i] = core.Op{Kind: core.OpAssign, Ref: k, Worker: fmt.Sprintf("w\t%d", r.IntN(3)), Batch: int64(r.IntN(4))}
+		case 3:
+			ops[i] = core.Op{Kind: core.OpRequeue, Ref: k}
+		case 4:
+			ops[i] = core.Op{Kind: core.OpFinish, Ref: k, Result: &pilotproto.Result{TaskID: k.TaskID, Attempt: k.Attempt,
+				Status: pilotproto.StatusDone, DurationMS: int64(r.IntN(1000)), ErrorTail: "line \"1\"\n\\2"}}
+		case 5:
+			ops[i] = core.Op{Kind: core.OpDelete, Ref: k}
+		case 6:
+			e := core.Estimator{}
+			e.Observe(time.Duration(1e9 * r.Float64()))
+			ops[i] = core.Op{Kind: core.OpEstimate, Job: int64(r.IntN(3)), Est: e}
+		}
+	}
+	return ops
+}
+
+// The set-based commit leaves the checkpoint as the ops applied one by
+// one would: the same rows, in the same order, with the same estimates,
+// over random sequences of every op on a few tasks (so that adds, assigns,
+// requeues, finishes and deletes of one task meet in one commit).
+func TestSetBasedCommitLeavesWhatTheOpsOneByOneWould(t *testing.T) {
+	for seed := uint64(1); seed <= 60; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		dir := t.TempDir()
+		got, err := master.OpenCheckpoint(filepath.Join(dir, "got.db"), "WAL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := master.OpenCheckpoint(filepath.Join(dir, "want.db"), "WAL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := got.Claim(1); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := sql.Open("sqlite3", filepath.Join(dir, "want.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := 0; c < 4; c++ {
+			ops := randomOps(r, 1+r.IntN(20))
+			if err := got.Commit(ops); err != nil {
+				t.Fatalf("seed %d: commit: %v", seed, err)
+			}
+			oneByOne(t, ref, ops)
+			gr, ge, err1 := got.Load()
+			wr, we, err2 := want.Load()
+			if err1 != nil || err2 != nil {
+				t.Fatalf("seed %d: load: %v %v", seed, err1, err2)
+			}
+			if !reflect.DeepEqual(gr, wr) || !reflect.DeepEqual(ge, we) {
+				t.Fatalf("seed %d, commit %d of %+v:\nset-based %+v %+v\none by one %+v %+v", seed, c, ops, gr, ge, wr, we)
+			}
+		}
+		ref.Close()
+		got.Close()
+		want.Close()
+	}
+}
