@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,4 +219,62 @@ func requeueAll(b *testing.B, e *queuetest.Env) {
 		}
 		res = res[n:]
 	}
+}
+
+// cpuTime is the CPU time (user and system) this process used so far:
+// less sensitive than wall time to other programs on a shared machine.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkDispatchCycle is the queue's share of `harvest bench dispatch`,
+// in process: while 1,000 users compete with equal standing, a master
+// pulls 100 tasks (every one of another user's job) and reports them
+// done. One op is one task pulled and its result applied. Reported: us
+// per task, the write lock per task, the mean and longest transaction.
+func BenchmarkDispatchCycle(b *testing.B) {
+	const users, chunk = 1000, 100
+	e := queuetest.New(b, func(c *queue.Config) {
+		c.LeaseTTL = 24 * time.Hour
+		c.DefaultLimits.MaxParallelJobs = 1 << 30
+	})
+	ctx := context.Background()
+	perUser := b.N/users + 2
+	ds := e.Dataset("shared", perUser)
+	for u := 0; u < users; u++ {
+		if _, err := e.Q.Submit(ctx, fmt.Sprintf("u%05d", u), api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"}); err != nil {
+		b.Fatal(err)
+	}
+	e.Q.WriteStats(true)
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		r, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: min(chunk, b.N-done)})
+		if err != nil || len(r.Tasks) == 0 {
+			b.Fatalf("pulled %d: %v", len(r.Tasks), err)
+		}
+		res := make([]pilotproto.Result, len(r.Tasks))
+		for i, t := range r.Tasks {
+			res[i] = pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: pilotproto.StatusDone, StartedAt: 1, DurationMS: 1, Pilot: "m"}
+		}
+		a, err := e.Q.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: 1, Results: res})
+		if err != nil || a.Applied != len(res) {
+			b.Fatalf("applied %d of %d: %v", a.Applied, len(res), err)
+		}
+		done += len(res)
+	}
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	ws := e.Q.WriteStats(false)
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/task")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/task")
+	b.ReportMetric(float64(ws.Total.Microseconds())/float64(b.N), "lock-us/task")
+	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
+	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 }

@@ -36,14 +36,16 @@ type jobRow struct {
 	from     string // the state when read
 }
 
+var readJobsSQL = hot(`SELECT id, state, owner, cores, price, max_attempts, started_at, finished_at,
+		n_total, n_waiting, n_active, n_done, n_failed, n_killed FROM jobs WHERE id IN (SELECT value FROM jsonb_each(?))`)
+
 // readJobs reads the rows of the jobs ids (missing ones are left out).
-func readJobs(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error) {
+func (s *Store) readJobs(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error) {
 	arg, err := jsonArg(ids)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, state, owner, cores, price, max_attempts, started_at, finished_at,
-		n_total, n_waiting, n_active, n_done, n_failed, n_killed FROM jobs WHERE id IN (SELECT value FROM jsonb_each(?))`, arg)
+	rows, err := s.query(ctx, tx, readJobsSQL, arg)
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +63,14 @@ func readJobs(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, 
 	return out, rows.Err()
 }
 
+var writeJobsSQL = hot(`UPDATE jobs SET state = d.v->>1, started_at = d.v->>2, finished_at = d.v->>3,
+		n_waiting = d.v->>4, n_active = d.v->>5, n_done = d.v->>6, n_failed = d.v->>7, n_killed = d.v->>8
+		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0`)
+
 // writeJobs derives each job's state from its counters (rules.JobState),
 // writes counters and state back in one statement and returns the state
 // changes.
-func writeJobs(ctx context.Context, tx *sql.Tx, jobs map[int64]*jobRow, now time.Time) ([]JobChange, error) {
+func (s *Store) writeJobs(ctx context.Context, tx *sql.Tx, jobs map[int64]*jobRow, now time.Time) ([]JobChange, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -85,9 +91,7 @@ func writeJobs(ctx context.Context, tx *sql.Tx, jobs map[int64]*jobRow, now time
 	if err != nil {
 		return nil, err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = d.v->>1, started_at = d.v->>2, finished_at = d.v->>3,
-		n_waiting = d.v->>4, n_active = d.v->>5, n_done = d.v->>6, n_failed = d.v->>7, n_killed = d.v->>8
-		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0`, arg)
+	_, err = s.exec(ctx, tx, writeJobsSQL, arg)
 	if err != nil {
 		return nil, fmt.Errorf("update jobs: %w", err)
 	}

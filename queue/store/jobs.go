@@ -281,23 +281,28 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 // is not live alone in the meantime (rules.JobLive).
 func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now time.Time, chunk int) error {
 	in := "'" + strings.Join(states, "', '") + "'"
+	// The job's tasks are walked once in id order (the job index), chunk
+	// tasks at a time from where the last chunk stopped: tasks already
+	// final are passed over once, not at every chunk.
+	after := int64(0)
 	for {
-		var n int64
+		var last sql.NullInt64
 		err := s.write(ctx, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'KILLED', finished_at = ? WHERE id IN
-				(SELECT id FROM tasks WHERE job_id = ? AND state IN (`+in+`) LIMIT ?)`, ms(now), id, chunk)
-			if err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM (SELECT id FROM tasks WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3)`,
+				id, after, chunk).Scan(&last); err != nil || !last.Valid {
 				return err
 			}
-			n, err = res.RowsAffected()
+			_, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'KILLED', finished_at = ?1
+				WHERE job_id = ?2 AND id > ?3 AND id <= ?4 AND state IN (`+in+`)`, ms(now), id, after, last.Int64)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("kill tasks of job %d: %w", id, err)
 		}
-		if n == 0 {
+		if !last.Valid {
 			return nil
 		}
+		after = last.Int64
 	}
 }
 

@@ -13,10 +13,26 @@ import (
 
 // Every pool (the pilots of one site) has its own lease row, made at its
 // first request: a pool never seen has epoch 0 and no holder.
+var leaseQuery = hot(`SELECT epoch, holder, address, expires_at FROM leases WHERE pool = ?`)
+
 func readLease(ctx context.Context, db querier, pool string) (rules.Lease, error) {
+	return scanLease(db.QueryRowContext(ctx, leaseQuery, pool), pool)
+}
+
+// readLeaseTx reads a pool's lease inside a write transaction, with the
+// prepared statement.
+func (s *Store) readLeaseTx(ctx context.Context, tx *sql.Tx, pool string) (rules.Lease, error) {
+	st, err := s.prepared(ctx, tx, leaseQuery)
+	if err != nil {
+		return rules.Lease{}, fmt.Errorf("read lease of pool %q: %w", pool, err)
+	}
+	return scanLease(st.QueryRowContext(ctx, pool), pool)
+}
+
+func scanLease(row *sql.Row, pool string) (rules.Lease, error) {
 	var l rules.Lease
 	var exp int64
-	err := db.QueryRowContext(ctx, `SELECT epoch, holder, address, expires_at FROM leases WHERE pool = ?`, pool).Scan(&l.Epoch, &l.Holder, &l.Address, &exp)
+	err := row.Scan(&l.Epoch, &l.Holder, &l.Address, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return rules.Lease{}, nil
 	}
@@ -27,9 +43,11 @@ func readLease(ctx context.Context, db querier, pool string) (rules.Lease, error
 	return l, nil
 }
 
-func saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.Lease) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`,
+var saveLeaseSQL = hot(`INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`)
+
+func (s *Store) saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.Lease) error {
+	_, err := s.exec(ctx, tx, saveLeaseSQL,
 		pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
 	if err != nil {
 		return fmt.Errorf("save lease of pool %q: %w", pool, err)
@@ -67,13 +85,13 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 // write transaction and returns the previous lease and the decision.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		if prev, err = readLease(ctx, tx, pool); err != nil {
+		if prev, err = s.readLeaseTx(ctx, tx, pool); err != nil {
 			return err
 		}
 		if d, err = rules.DecideLease(prev, req, now, ttl); err != nil || !d.Write {
 			return err
 		}
-		return saveLease(ctx, tx, pool, d.Next)
+		return s.saveLease(ctx, tx, pool, d.Next)
 	})
 	return prev, d, err
 }

@@ -72,6 +72,16 @@ type Taken struct {
 	Changes []JobChange
 }
 
+var assignSQL = hot(`WITH RECURSIVE w(job, n) AS (SELECT value->>0, value->>1 FROM jsonb_each(?1)),
+			pick(job, n, id) AS (
+				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' ORDER BY id LIMIT 1) FROM w
+				UNION ALL
+				SELECT job, n - 1, (SELECT id FROM tasks WHERE job_id = pick.job AND state = 'WAITING' AND id > pick.id ORDER BY id LIMIT 1)
+				FROM pick WHERE n > 1 AND id IS NOT NULL)
+			UPDATE tasks SET state = 'ASSIGNED', attempt = attempt + 1, epoch = ?2, pilot = ?3, assigned_at = ?4, heartbeat_at = ?4,
+				wait_ms = wait_ms + (?4 - queued_at), pool = ?5
+			WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL) RETURNING id, job_id, name, attempt`)
+
 // Assign hands out, for each take, the job's waiting tasks of lowest id,
 // marking them ASSIGNED to the pool's lease holder under epoch, in one
 // fenced transaction of four statements whatever the number of takes.
@@ -83,7 +93,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		for _, t := range takes {
 			ids = append(ids, t.Job)
 		}
-		jobs, err := readJobs(ctx, tx, ids)
+		jobs, err := s.readJobs(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
@@ -108,15 +118,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		}
 		// pick walks each job's WAITING tasks in id order through the
 		// (job_id, state, id) index: one seek per task handed out.
-		rows, err := tx.QueryContext(ctx, `WITH RECURSIVE w(job, n) AS (SELECT value->>0, value->>1 FROM jsonb_each(?1)),
-			pick(job, n, id) AS (
-				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' ORDER BY id LIMIT 1) FROM w
-				UNION ALL
-				SELECT job, n - 1, (SELECT id FROM tasks WHERE job_id = pick.job AND state = 'WAITING' AND id > pick.id ORDER BY id LIMIT 1)
-				FROM pick WHERE n > 1 AND id IS NOT NULL)
-			UPDATE tasks SET state = 'ASSIGNED', attempt = attempt + 1, epoch = ?2, pilot = ?3, assigned_at = ?4, heartbeat_at = ?4,
-				wait_ms = wait_ms + (?4 - queued_at), pool = ?5
-			WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL) RETURNING id, job_id, name, attempt`, arg, epoch, l.Holder, ms(now), pool)
+		rows, err := s.query(ctx, tx, assignSQL, arg, epoch, l.Holder, ms(now), pool)
 		if err != nil {
 			return err
 		}
@@ -147,7 +149,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				delete(jobs, id) // nothing changed
 			}
 		}
-		out.Changes, err = writeJobs(ctx, tx, jobs, now)
+		out.Changes, err = s.writeJobs(ctx, tx, jobs, now)
 		return err
 	})
 	if err != nil {
@@ -199,7 +201,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	var a Applied
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		var err error
-		a, err = applyResults(ctx, tx, pool, results, now)
+		a, err = s.applyResults(ctx, tx, pool, results, now)
 		return err
 	})
 	if err != nil {
@@ -220,7 +222,24 @@ type resultTask struct {
 // poolCounter is the job_pools column a result's status counts in.
 var poolCounter = map[string]int{pilotproto.StatusDone: 0, pilotproto.StatusFailed: 1, pilotproto.StatusTimeout: 1}
 
-func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time) (Applied, error) {
+var finishTasksSQL = hot(`UPDATE tasks SET state = d.v->>1, tries = tries + (d.v->>2), exit_code = d.v->>3, last_error = d.v->>4, finished_at = d.v->>5,
+			queued_at = CASE WHEN d.v->>6 THEN ?2 ELSE queued_at END
+			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`)
+
+var countPoolsSQL = hot(`INSERT INTO job_pools (job_id, pool, done, failed)
+			SELECT value->>0, ?2, value->>1, value->>2 FROM jsonb_each(?1) WHERE true
+			ON CONFLICT (job_id, pool) DO UPDATE SET done = done + excluded.done, failed = failed + excluded.failed`)
+
+var insertResultsSQL = hot(`INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied, pool)
+			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, ?2, value->>12, value->>13
+			FROM jsonb_each(?1)`)
+
+var resultTasksSQL = hot(`SELECT r.key, t.id IS NOT NULL, coalesce(t.state, ''), coalesce(t.attempt, 0), coalesce(t.tries, 0), coalesce(t.job_id, 0),
+			coalesce(t.pool, ''), coalesce(t.assigned_at, 0),
+			EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)
+		FROM jsonb_each(?) AS r LEFT JOIN tasks t ON t.id = r.value->>0`)
+
+func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time) (Applied, error) {
 	a := Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 	keys := make([][2]int64, len(results))
 	for i, r := range results {
@@ -230,10 +249,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotp
 	if err != nil {
 		return a, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT r.key, t.id IS NOT NULL, coalesce(t.state, ''), coalesce(t.attempt, 0), coalesce(t.tries, 0), coalesce(t.job_id, 0),
-			coalesce(t.pool, ''), coalesce(t.assigned_at, 0),
-			EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)
-		FROM jsonb_each(?) AS r LEFT JOIN tasks t ON t.id = r.value->>0`, arg)
+	rows, err := s.query(ctx, tx, resultTasksSQL, arg)
 	if err != nil {
 		return a, err
 	}
@@ -255,7 +271,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotp
 	if err := rows.Err(); err != nil {
 		return a, err
 	}
-	jobs, err := readJobs(ctx, tx, jobIDs)
+	jobs, err := s.readJobs(ctx, tx, jobIDs)
 	if err != nil {
 		return a, err
 	}
@@ -325,9 +341,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotp
 		if err != nil {
 			return a, err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied, pool)
-			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, ?2, value->>12, value->>13
-			FROM jsonb_each(?1)`, arg, ms(now)); err != nil {
+		if _, err := s.exec(ctx, tx, insertResultsSQL, arg, ms(now)); err != nil {
 			return a, fmt.Errorf("record results: %w", err)
 		}
 	}
@@ -340,9 +354,7 @@ func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotp
 		if err != nil {
 			return a, err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO job_pools (job_id, pool, done, failed)
-			SELECT value->>0, ?2, value->>1, value->>2 FROM jsonb_each(?1) WHERE true
-			ON CONFLICT (job_id, pool) DO UPDATE SET done = done + excluded.done, failed = failed + excluded.failed`, arg, pool); err != nil {
+		if _, err := s.exec(ctx, tx, countPoolsSQL, arg, pool); err != nil {
 			return a, fmt.Errorf("count results per pool: %w", err)
 		}
 	}
@@ -351,15 +363,17 @@ func applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotp
 		if err != nil {
 			return a, err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = d.v->>1, tries = tries + (d.v->>2), exit_code = d.v->>3, last_error = d.v->>4, finished_at = d.v->>5,
-			queued_at = CASE WHEN d.v->>6 THEN ?2 ELSE queued_at END
-			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now)); err != nil {
+		if _, err := s.exec(ctx, tx, finishTasksSQL, arg, ms(now)); err != nil {
 			return a, fmt.Errorf("update tasks: %w", err)
 		}
 	}
-	a.Changes, err = writeJobs(ctx, tx, touched, now)
+	a.Changes, err = s.writeJobs(ctx, tx, touched, now)
 	return a, err
 }
+
+var heartbeatTasksSQL = hot(`UPDATE tasks SET state = 'RUNNING', heartbeat_at = ?2
+			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d
+			WHERE tasks.id = d.v->>0 AND tasks.attempt = d.v->>1 AND tasks.pool = ?3 AND tasks.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`)
 
 // Heartbeat renews the pool's lease of epoch and keeps the listed attempts
 // of the pool alive (ASSIGNED or ZOMBIE become RUNNING), in one fenced
@@ -369,7 +383,7 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		next = l
 		next.Expires = now.Add(ttl)
-		if err := saveLease(ctx, tx, pool, next); err != nil {
+		if err := s.saveLease(ctx, tx, pool, next); err != nil {
 			return err
 		}
 		if len(refs) == 0 {
@@ -383,9 +397,7 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'RUNNING', heartbeat_at = ?2
-			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d
-			WHERE tasks.id = d.v->>0 AND tasks.attempt = d.v->>1 AND tasks.pool = ?3 AND tasks.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, arg, ms(now), pool)
+		_, err = s.exec(ctx, tx, heartbeatTasksSQL, arg, ms(now), pool)
 		return err
 	})
 	if err != nil {

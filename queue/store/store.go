@@ -58,6 +58,7 @@ type Store struct {
 		mu sync.Mutex
 		s  WriteStats
 	}
+	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
 }
 
 // Open opens (creating or migrating) the database at path.
@@ -120,11 +121,19 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
 	}
 	ck.SetMaxOpenConns(1)
-	return &Store{w: w, r: r, ck: ck}, nil
+	st := &Store{w: w, r: r, ck: ck}
+	if err := st.prepare(); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return st, nil
 }
 
 // Close checkpoints the WAL into the database file and closes it.
 func (s *Store) Close() error {
+	for _, st := range s.stmts {
+		st.Close()
+	}
 	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
 	return errors.Join(cerr, s.ck.Close(), s.r.Close(), s.w.Close())
 }
@@ -231,7 +240,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // current master's): there is no window between check and write.
 func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *sql.Tx, l rules.Lease) error) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		l, err := readLease(ctx, tx, pool)
+		l, err := s.readLeaseTx(ctx, tx, pool)
 		if err != nil {
 			return err
 		}
@@ -240,6 +249,58 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 		}
 		return fn(tx, l)
 	})
+}
+
+// hotQueries are the statements of the master's hot path (a hand-out, a
+// batch of results, a heartbeat, the fence), prepared once on the writer
+// when the store opens: SQLite would otherwise parse and plan them at
+// every call, which costs more than running them. A query is registered
+// with hot by the package variable that holds it.
+var hotQueries []string
+
+func hot(query string) string {
+	hotQueries = append(hotQueries, query)
+	return query
+}
+
+// prepare prepares every hot query on the writer connection.
+func (s *Store) prepare() error {
+	s.stmts = make(map[string]*sql.Stmt, len(hotQueries))
+	for _, q := range hotQueries {
+		st, err := s.w.Prepare(q)
+		if err != nil {
+			return fmt.Errorf("prepare %.40q: %w", q, err)
+		}
+		s.stmts[q] = st
+	}
+	return nil
+}
+
+// prepared returns the prepared statement of a hot query inside tx.
+func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st := s.stmts[query]
+	if st == nil {
+		return nil, fmt.Errorf("statement %.40q is not registered with hot", query)
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// exec runs a prepared statement in tx.
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := s.prepared(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// query runs a prepared query in tx.
+func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.prepared(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
 }
 
 // querier is a *sql.DB or a *sql.Tx.

@@ -69,3 +69,65 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 		t.Fatalf("%d results stored by refused writes", results)
 	}
 }
+
+func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	if _, d, err := s.DecideLease(ctx, "local", pilotproto.LeaseRequest{PilotID: "p1"}, t0, time.Hour); err != nil || !d.Granted {
+		t.Fatalf("lease: %+v %v", d, err)
+	}
+	newJob := func() int64 {
+		id, err := s.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1, Submitted: t0, Expires: t0.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InsertTasks(ctx, id, []string{"a", "b", "c", "d", "e", "f", "g"}, t0, 100, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ActivateJob(ctx, id, "/o", 7); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	job, other := newJob(), newJob()
+	// a, b done; c, d handed out; e, f, g waiting.
+	taken, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: job, N: 4}})
+	if err != nil || len(taken.Tasks[job]) != 4 {
+		t.Fatalf("assign: %+v %v", taken, err)
+	}
+	var done []pilotproto.Result
+	for _, tk := range taken.Tasks[job][:2] {
+		done = append(done, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone})
+	}
+	if _, err := s.ApplyResults(ctx, "local", 1, t0, done); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.KillTasks(ctx, job, []string{api.TaskWaiting, api.TaskAssigned, api.TaskRunning, api.TaskZombie}, t0, 2); err != nil {
+		t.Fatal(err)
+	}
+	states := func(id int64) string {
+		rows, err := s.r.Query(`SELECT state FROM tasks WHERE job_id = ? ORDER BY id`, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := ""
+		for rows.Next() {
+			var st string
+			rows.Scan(&st)
+			out += st[:1]
+		}
+		return out
+	}
+	if got := states(job); got != "DDKKKKK" {
+		t.Fatalf("task states after the kill %s, want DDKKKKK (done ones kept, every other killed)", got)
+	}
+	if got := states(other); got != "WWWWWWW" {
+		t.Fatalf("the other job's tasks became %s", got)
+	}
+}

@@ -69,7 +69,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		if len(list) == 0 {
 			return nil
 		}
-		jobs, err := readJobs(ctx, tx, ids)
+		jobs, err := s.readJobs(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
@@ -100,7 +100,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 			return err
 		}
 		x.Tasks = len(list)
-		x.Changes, err = writeJobs(ctx, tx, jobs, now)
+		x.Changes, err = s.writeJobs(ctx, tx, jobs, now)
 		return err
 	})
 	if err != nil {
