@@ -68,21 +68,10 @@ func TestKillDashNineOfMasterAndWorkerLosesNoTask(t *testing.T) {
 		id := fmt.Sprintf("%d", 300+i)
 		procs[id] = startPilotProcess(t, bin, r, id)
 		if i == 1 {
-			time.Sleep(500 * time.Millisecond) // 301 wins the lease
+			r.waitMaster(t, "301")
 		}
 	}
-	waitDone := func(min int) {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			jj, _ := r.user.Job(context.Background(), j.ID)
-			if jj.Tasks.Done >= min {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("fewer than %d tasks done after 20 s", min)
-	}
-	waitDone(30)
+	r.waitDone(t, j.ID, 20*time.Second, "30 tasks done", func(j api.Job) bool { return j.Tasks.Done >= 30 })
 	l, err := r.pilot.Lease(context.Background(), pilotproto.LeaseRequest{PilotID: "observer"})
 	if err != nil || l.Granted {
 		t.Fatalf("lease query: %+v %v", l, err)
@@ -102,16 +91,9 @@ func TestKillDashNineOfMasterAndWorkerLosesNoTask(t *testing.T) {
 	}
 	// Failover time: until the queue sees results again (the survivors'
 	// results wait for the new master). Lease TTL 1 s + grace 0.5 s here.
-	for {
-		jj, _ := r.user.Job(context.Background(), j.ID)
-		if jj.Tasks.Done > before.Tasks.Done || jj.State == api.JobDone {
-			break
-		}
-		if time.Since(killedAt) > 15*time.Second {
-			t.Fatalf("no result reached the queue for 15 s after the master was killed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r.waitDone(t, j.ID, 15*time.Second, "a result after the master was killed", func(jj api.Job) bool {
+		return jj.Tasks.Done > before.Tasks.Done || jj.State == api.JobDone
+	})
 	t.Logf("failover: results flow again %s after kill -9 of the master", time.Since(killedAt).Round(time.Millisecond))
 	got := r.waitJob(t, j.ID, 60*time.Second)
 	if got.State != api.JobDone || got.Tasks.Done != n {

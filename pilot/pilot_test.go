@@ -181,17 +181,28 @@ func (r *realQueue) submit(t *testing.T, n, batch int, script string) api.Job {
 
 func (r *realQueue) waitJob(t *testing.T, id int64, d time.Duration) api.Job {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		j, err := r.user.Job(context.Background(), id)
-		if err == nil && (j.State == api.JobDone || j.State == api.JobDoneWarn || j.State == api.JobFailed) {
-			return j
+	return r.waitDone(t, id, d, fmt.Sprintf("job %d to finish", id), func(j api.Job) bool {
+		return j.State == api.JobDone || j.State == api.JobDoneWarn || j.State == api.JobFailed
+	})
+}
+
+// waitMaster waits until pilot id holds the master lease. It reads the
+// sites' figures rather than asking for the lease: a lease request made
+// while the lease is free would be granted to the asker.
+func (r *realQueue) waitMaster(t *testing.T, id string) {
+	t.Helper()
+	waitFor(t, "pilot "+id+" to hold the master lease", 10*time.Second, func() bool {
+		l, err := r.q.Sites(context.Background())
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d not finished after %s: %+v (%v)", id, d, j, err)
+		for _, s := range l.Sites {
+			if s.Master == id {
+				return true
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func fastPilot(r *realQueue, id string, slots int) pilot.Config {
@@ -286,13 +297,7 @@ func TestAQueueRestartMidRunLosesAndDoublesNothing(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		startPilot(t, fastPilot(r, fmt.Sprintf("%d", 300+i), 2), r.pilot)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if jj, _ := r.user.Job(context.Background(), j.ID); jj.Tasks.Done >= 20 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	r.waitDone(t, j.ID, 10*time.Second, "20 tasks done", func(j api.Job) bool { return j.Tasks.Done >= 20 })
 	r.restart(t, 700*time.Millisecond) // longer than the lease TTL
 	got := r.waitJob(t, j.ID, 30*time.Second)
 	if got.State != api.JobDone || got.Tasks.Done != 80 {
@@ -309,18 +314,11 @@ func TestMasterPilotStoppedMidRunAnotherPilotTakesOver(t *testing.T) {
 	r := startQueue(t)
 	j := r.submit(t, 80, 2, `sleep 0.1; echo "$3" >> "$2"`)
 	first := startPilot(t, fastPilot(r, "200", 2), r.pilot)
-	time.Sleep(300 * time.Millisecond) // 200 is master
+	r.waitMaster(t, "200")
 	for i := 1; i <= 2; i++ {
 		startPilot(t, fastPilot(r, fmt.Sprintf("%d", 200+i), 2), r.pilot)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		jj, _ := r.user.Job(context.Background(), j.ID)
-		if jj.Tasks.Done >= 20 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	r.waitDone(t, j.ID, 10*time.Second, "20 tasks done", func(j api.Job) bool { return j.Tasks.Done >= 20 })
 	first.stop(t) // scancel of the master's pilot
 	got := r.waitJob(t, j.ID, 30*time.Second)
 	if got.State != api.JobDone || got.Tasks.Done != 80 {
@@ -333,7 +331,7 @@ func TestPilotReachingItsDeadlineStopsAndItsTasksRunElsewhere(t *testing.T) {
 	r := startQueue(t)
 	j := r.submit(t, 60, 2, `sleep 0.1; echo "$3" >> "$2"`)
 	startPilot(t, fastPilot(r, "400", 2), r.pilot)
-	time.Sleep(300 * time.Millisecond)
+	r.waitMaster(t, "400")
 	short := fastPilot(r, "401", 4)
 	short.Deadline = time.Now().Add(time.Second)
 	short.StopBefore = 0
