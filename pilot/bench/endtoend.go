@@ -42,6 +42,7 @@ type Breakdown struct {
 	// longest one.
 	WriteLockMS  float64 `json:"write_lock_ms"`
 	LongestTxMS  float64 `json:"longest_tx_ms"`
+	LongestTxIn  string  `json:"longest_tx_in"` // the queue store's method that ran it
 	Transactions int64   `json:"transactions"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).

@@ -63,8 +63,15 @@ func (s *Store) readJobs(ctx context.Context, tx *sql.Tx, ids []int64) (map[int6
 	return out, rows.Err()
 }
 
-var writeJobsSQL = hot(`UPDATE jobs SET state = d.v->>1, started_at = d.v->>2, finished_at = d.v->>3,
-		n_waiting = d.v->>4, n_active = d.v->>5, n_done = d.v->>6, n_failed = d.v->>7, n_killed = d.v->>8
+var writeJobsSQL = hot(`UPDATE jobs SET started_at = d.v->>1, finished_at = d.v->>2,
+		n_waiting = d.v->>3, n_active = d.v->>4, n_done = d.v->>5, n_failed = d.v->>6, n_killed = d.v->>7
+		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0`)
+
+// writeJobStatesSQL sets the state apart, of the jobs whose state changed
+// only: an UPDATE that assigns an indexed column rewrites its index entry
+// even when the value stays, and a hand-out or a batch of results moves
+// the counters of hundreds of jobs but the state of few.
+var writeJobStatesSQL = hot(`UPDATE jobs SET state = d.v->>1
 		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0`)
 
 // writeJobs derives each job's state from its counters (rules.JobState),
@@ -76,24 +83,33 @@ func (s *Store) writeJobs(ctx context.Context, tx *sql.Tx, jobs map[int64]*jobRo
 	}
 	var changes []JobChange
 	rows := make([][]any, 0, len(jobs))
+	var states [][]any
 	for _, j := range jobs {
 		j.state = rules.JobState(j.from, j.started > 0, j.c)
 		if j.state != j.from {
 			changes = append(changes, JobChange{j.id, j.from, j.state})
+			states = append(states, []any{j.id, j.state})
 			j.finished = 0
 			if api.JobFinal(j.state) {
 				j.finished = ms(now)
 			}
 		}
-		rows = append(rows, []any{j.id, j.state, j.started, j.finished, j.c.Waiting, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed})
+		rows = append(rows, []any{j.id, j.started, j.finished, j.c.Waiting, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed})
 	}
 	arg, err := jsonArg(rows)
 	if err != nil {
 		return nil, err
 	}
-	_, err = s.exec(ctx, tx, writeJobsSQL, arg)
-	if err != nil {
+	if _, err = s.exec(ctx, tx, writeJobsSQL, arg); err != nil {
 		return nil, fmt.Errorf("update jobs: %w", err)
+	}
+	if len(states) > 0 {
+		if arg, err = jsonArg(states); err != nil {
+			return nil, err
+		}
+		if _, err = s.exec(ctx, tx, writeJobStatesSQL, arg); err != nil {
+			return nil, fmt.Errorf("update job states: %w", err)
+		}
 	}
 	return changes, nil
 }

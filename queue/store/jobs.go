@@ -306,9 +306,11 @@ func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now ti
 	}
 }
 
-// CancelledSince lists the jobs cancelled after since.
+// CancelledSince lists the jobs cancelled after since (at every pull and
+// every batch of results: through the partial index, whose WHERE term
+// must be repeated for SQLite to use it, not a scan of the jobs).
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > ? ORDER BY id`, ms(since))
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs INDEXED BY jobs_cancelled WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 	if err != nil {
 		return nil, fmt.Errorf("list cancelled jobs: %w", err)
 	}

@@ -21,7 +21,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,6 +195,7 @@ type WriteStats struct {
 	Transactions int64
 	Total        time.Duration
 	Longest      time.Duration
+	LongestIn    string // the store method that ran the longest transaction
 }
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
@@ -208,10 +211,33 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 
 func (s *Store) addStat(d time.Duration) {
 	s.stats.mu.Lock()
+	defer s.stats.mu.Unlock()
 	s.stats.s.Transactions++
 	s.stats.s.Total += d
-	s.stats.s.Longest = max(s.stats.s.Longest, d)
-	s.stats.mu.Unlock()
+	if d > s.stats.s.Longest {
+		s.stats.s.Longest = d
+		s.stats.s.LongestIn = writer()
+	}
+}
+
+// writer names the store method that called write (through fenced or
+// not), for WriteStats.LongestIn: looked up only for a new longest.
+func writer() string {
+	var pcs [8]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
+	for {
+		f, more := frames.Next()
+		name := f.Function[strings.LastIndexByte(f.Function, '/')+1:]
+		if i := strings.Index(name, ".func"); i > 0 {
+			name = name[:i]
+		}
+		if name != "store.(*Store).write" && name != "store.(*Store).fenced" {
+			return name
+		}
+		if !more {
+			return "?"
+		}
+	}
 }
 
 // write runs fn in one IMMEDIATE transaction on the writer connection and
