@@ -156,7 +156,8 @@ func BenchmarkPull100PullersHTTP(b *testing.B) {
 // to a different user: the fair order changes at every task, and the
 // writes are scattered over as many jobs). It covers the whole pull in
 // process: the fair-share order, the fenced assignment transactions, the
-// answer. Reported: ms per pull, and the mean and longest transaction.
+// answer. Reported: ms per pull, the mean and longest transaction and the
+// share of transactions over 5 ms.
 func BenchmarkPullAcrossUsers(b *testing.B) {
 	for _, users := range []int{1000, 10_000} {
 		b.Run(fmt.Sprintf("users=%d", users), func(b *testing.B) {
@@ -193,6 +194,7 @@ func BenchmarkPullAcrossUsers(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/pull")
 			b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
 			b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
+			b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
 		})
 	}
 }
@@ -233,7 +235,8 @@ func cpuTime() time.Duration {
 // in process: while 1,000 users compete with equal standing, a master
 // pulls 100 tasks (every one of another user's job) and reports them
 // done. One op is one task pulled and its result applied. Reported: us
-// per task, the write lock per task, the mean and longest transaction.
+// per task, the write lock per task, the mean and longest transaction, the
+// share of transactions over 5 ms.
 func BenchmarkDispatchCycle(b *testing.B) {
 	const users, chunk = 1000, 100
 	e := queuetest.New(b, func(c *queue.Config) {
@@ -277,4 +280,5 @@ func BenchmarkDispatchCycle(b *testing.B) {
 	b.ReportMetric(float64(ws.Total.Microseconds())/float64(b.N), "lock-us/task")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
 	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
+	b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
 }

@@ -44,6 +44,7 @@ type Breakdown struct {
 	LongestTxMS  float64 `json:"longest_tx_ms"`
 	LongestTxIn  string  `json:"longest_tx_in"` // the queue store's method that ran it
 	Transactions int64   `json:"transactions"`
+	SlowTx       int64   `json:"slow_transactions"` // longer than store.SlowTx (5 ms)
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

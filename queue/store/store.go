@@ -196,7 +196,12 @@ type WriteStats struct {
 	Total        time.Duration
 	Longest      time.Duration
 	LongestIn    string // the store method that ran the longest transaction
+	Slow         int64  // transactions longer than SlowTx
 }
+
+// SlowTx is the write transaction the queue aims to stay under (issue 17):
+// WriteStats counts the longer ones, to tell a tail from an outlier.
+const SlowTx = 5 * time.Millisecond
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (s *Store) WriteStats(reset bool) WriteStats {
@@ -214,6 +219,9 @@ func (s *Store) addStat(d time.Duration) {
 	defer s.stats.mu.Unlock()
 	s.stats.s.Transactions++
 	s.stats.s.Total += d
+	if d > SlowTx {
+		s.stats.s.Slow++
+	}
 	if d > s.stats.s.Longest {
 		s.stats.s.Longest = d
 		s.stats.s.LongestIn = writer()
