@@ -2,16 +2,17 @@
 # Sets everything up on a fresh Debian 12 machine and runs a demo harvest:
 #   1. installs SLURM (munge, slurmctld, slurmd, slurm-client) from Debian's packages,
 #   2. builds harvest and installs it as /usr/local/bin/harvest (BIN),
-#   3. starts a real 8-node SLURM cluster on this machine (scripts/minicluster.sh),
+#   3. starts a real 8-node SLURM cluster on this machine (scripts/minicluster.sh), with a
+#      preemptible partition for the pilots (PREEMPT=1; PREEMPT=0 runs without it: polling give-back),
 #   4. starts `harvest agent` (policy loop + queue on /run/harvest/queue.sock, SOCKET),
 #   5. submits background batch jobs for alice and bob that leave a hole,
-#      one of which ends early so the agent must give nodes back,
+#      one of which ends early so the nodes must be given back (SLURM preempts the pilots),
 #   6. submits a harvest job for carol (200 sub-datasets) and waits for it with a progress bar,
 #   7. shows the result, the agent's decisions (`harvest explain`) and where to look next.
 # The agent keeps running afterwards; `scripts/demo.sh stop` stops it and the cluster.
 # Usage: scripts/demo.sh [run|stop]   (as root)
 # Several demos can run side by side: LAB (and minicluster.sh's CTLD_PORT,
-# PORT_BASE, LINK_ETC, SLURM_CONF), STATE, PORT, SOCKET and BIN move the
+# PORT_BASE, LINK_ETC, SLURM_CONF, PREEMPT), STATE, PORT, SOCKET and BIN move the
 # cluster, the agent's state, its TCP port, its Unix socket and the
 # directory harvest is installed in.
 set -euo pipefail
@@ -23,6 +24,9 @@ STATE=${STATE:-/var/tmp/harvest-demo}
 PORT=${PORT:-8470}
 SOCKET=${SOCKET:-/run/harvest/queue.sock}
 BIN=${BIN:-/usr/local/bin}
+# The pilots go to a preemptible partition SLURM preempts the moment a
+# foreign job needs their nodes (the agent's --give-back auto finds it).
+export PREEMPT=${PREEMPT:-1}
 export HARVEST_QUEUE=unix://$SOCKET # for the harvest commands below
 export PATH=$BIN:$PATH:/usr/local/go/bin
 
@@ -52,7 +56,7 @@ go build -o bin/harvest ./cmd/harvest
 install -D -m 0755 bin/harvest $BIN/harvest
 harvest version
 
-say "3/7 SLURM mini-cluster (8 nodes, backfill scheduler)"
+say "3/7 SLURM mini-cluster (8 nodes, backfill scheduler$([ "$PREEMPT" = 1 ] && echo ", preemptible partition for the pilots"))"
 scripts/minicluster.sh users alice bob carol >/dev/null
 scripts/minicluster.sh start 8
 scancel -u alice >/dev/null 2>&1 || true; scancel -u bob >/dev/null 2>&1 || true
