@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 // (and said so), inputs inside the roots.
 func (p *Pilot) taskRunner() (worker.Runner, string, error) {
 	r := worker.DefaultExecRunner()
-	r.Site = p.cfg.Site
+	r.Site, r.Pilot = p.cfg.Site, p.cfg.PilotID
 	for _, d := range p.cfg.TaskRoots {
 		// The queue stores resolved paths: compare like with like.
 		real, err := filepath.EvalSymlinks(d)

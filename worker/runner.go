@@ -59,7 +59,8 @@ func Substitute(argv []string, t pilotproto.Task) []string {
 //   - its environment is clean, never the pilot's (which holds the pilot
 //     token): PATH (Path), HOME and TMPDIR (a directory of its own, 0700,
 //     removed when it ends), LANG=C.UTF-8, HARVEST_TASK_ID, HARVEST_JOB_ID,
-//     HARVEST_ATTEMPT, HARVEST_SITE (Site, when set), then the job's
+//     HARVEST_ATTEMPT, HARVEST_SITE and HARVEST_PILOT_ID (Site and Pilot,
+//     when set), then the job's
 //     environment;
 //   - its output directory is created and opened, and its logs created,
 //     without following any symbolic link (a link planted after submission
@@ -74,6 +75,7 @@ type ExecRunner struct {
 	FallbackLog string        // log directory for tasks without an output directory
 	Path        string        // the tasks' PATH
 	Site        string        // the site the pilot runs at (HARVEST_SITE; "" = not set)
+	Pilot       string        // the pilot's id, its batch job id (HARVEST_PILOT_ID; "" = not set)
 	TempRoot    string        // where each task's own temporary directory is made
 	// Roots are the queue's allowed roots: inputs must resolve inside
 	// them, and confined tasks may read them. Empty: the task's dataset
@@ -101,6 +103,11 @@ func (r *ExecRunner) Env(t pilotproto.Task, tmp string) []string {
 		"HARVEST_ATTEMPT=" + strconv.Itoa(t.Attempt)}
 	if r.Site != "" {
 		env = append(env, "HARVEST_SITE="+r.Site)
+	}
+	if r.Pilot != "" {
+		// Not a secret: where the task ran (SLURM_JOB_ID is the pilot's,
+		// and the clean environment does not pass it on).
+		env = append(env, "HARVEST_PILOT_ID="+r.Pilot)
 	}
 	return append(env, t.Env...)
 }

@@ -216,6 +216,30 @@ func TestATaskGetsACleanEnvironment(t *testing.T) {
 	}
 }
 
+// A pilot tells its tasks which pilot runs them (HARVEST_PILOT_ID), and
+// only when it knows: never from its own environment.
+func TestATaskSeesItsPilot(t *testing.T) {
+	t.Setenv("HARVEST_PILOT_ID", "from-the-pilot-environment")
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
+	for _, pilot := range []string{"4711", ""} {
+		task := execTask(dir, 0, "sh", "-c", `printf '%s' "${HARVEST_PILOT_ID-unset}" > "$1"`, "sh", "{output}")
+		r := worker.DefaultExecRunner()
+		r.Pilot = pilot
+		if o := r.Run(context.Background(), task); o.Status != pilotproto.StatusDone {
+			t.Fatalf("status %s (%s)", o.Status, o.ErrorTail)
+		}
+		b, _ := os.ReadFile(task.Output)
+		want := pilot
+		if pilot == "" {
+			want = "unset"
+		}
+		if string(b) != want {
+			t.Fatalf("with Pilot %q the task saw HARVEST_PILOT_ID %q, want %q", pilot, b, want)
+		}
+	}
+}
+
 // A pilot of a site tells its tasks where they run (HARVEST_SITE), and
 // only then.
 func TestATaskSeesItsSite(t *testing.T) {
