@@ -3,6 +3,7 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,7 +32,6 @@ import (
 
 const (
 	gbPoll       = 2 * time.Second
-	gbPort       = 18610
 	gbTaskTime   = 3 // seconds per harvest task
 	gbPreemptMax = 2 * time.Second
 	gbPollSlack  = 5 * time.Second
@@ -67,6 +67,10 @@ type gbRun struct {
 	dir  string // shared work directory of the run
 	log  *ctldLog
 	flag string // touched to end the "blocker" job
+	// ledger is where the harvest tasks note their attempts: in their
+	// job's output directory, the only place confined tasks may write.
+	ledger string
+	addr   string // the agent's HTTP address, read back from its log
 }
 
 func TestRealSLURMGiveBackModes(t *testing.T) {
@@ -260,7 +264,7 @@ func (s *gbRun) startAgent(bin string, flags []string) *exec.Cmd {
 	pilot := fmt.Sprintf("%s pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s --safety-margin 10s", bin)
 	args := append([]string{"agent",
 		"--state-dir", filepath.Join(s.dir, "agent"), "--shared-dir", filepath.Join(s.dir, "state"),
-		"--listen", fmt.Sprintf("127.0.0.1:%d", gbPort), "--socket", s.socket(), "--allowed-root", s.dir,
+		"--listen", "127.0.0.1:0", "--socket", s.socket(), "--allowed-root", s.dir,
 		"--poll", gbPoll.String(), "--margin", "30s", "--mini-time", "10s", "--metrics-anonymous",
 		"--pilot-command", pilot, "--pilot-output", filepath.Join(s.dir, "pilots", "pilot-%j.out"),
 		"--log-level", "info"}, flags...)
@@ -273,12 +277,21 @@ func (s *gbRun) startAgent(bin string, flags []string) *exec.Cmd {
 	if err := a.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	slurmtest.WaitFor(s.t, "the agent's socket", 15*time.Second, func() bool {
+	// Port 0: a busy fixed port would fail the test for nothing. The
+	// agent logs the address it got.
+	slurmtest.WaitFor(s.t, "the agent's socket and address", 15*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(s.dir, "agent.log"))
+		if m := gbAdvertiseRE.FindSubmatch(b); m != nil {
+			s.addr = string(m[1])
+		}
 		_, err := os.Stat(s.socket())
-		return err == nil
+		return err == nil && s.addr != ""
 	})
 	return a
 }
+
+// gbAdvertiseRE finds the queue's TCP address in the agent's log.
+var gbAdvertiseRE = regexp.MustCompile(`msg="queue API listening" component=queue addr=(127\.0\.0\.1:\d+)`)
 
 func (s *gbRun) stopAgent(a *exec.Cmd) {
 	a.Process.Signal(syscall.SIGTERM)
@@ -313,18 +326,18 @@ func (s *gbRun) submitHarvest(bin string) {
 	if out, err := exec.Command("chown", "-R", "carol", data).CombinedOutput(); err != nil {
 		s.t.Fatalf("chown: %v %s", err, out)
 	}
-	ledger := s.ledger()
-	if err := os.WriteFile(ledger, nil, 0o666); err != nil {
-		s.t.Fatal(err)
-	}
-	os.Chmod(ledger, 0o666)
 	// Each attempt writes its start and, if it is not stopped, its end.
-	task := fmt.Sprintf(`echo "S {task} $SLURM_JOB_ID $(date +%%s.%%N)" >> %[1]s; sleep %[2]d; echo "D {task} $SLURM_JOB_ID $(date +%%s.%%N)" >> %[1]s; echo done > {output}`,
-		ledger, gbTaskTime)
-	s.c.Run(s.t, "carol", bin, "submit", "--queue", "unix://"+s.socket(), "--batch-size", "1", data, "--", "/bin/sh", "-c", task)
+	task := fmt.Sprintf(`l="$(dirname {output})/.ledger"; echo "S {task} $HARVEST_PILOT_ID $(date +%%s.%%N)" >> "$l"; sleep %[1]d; echo "D {task} $HARVEST_PILOT_ID $(date +%%s.%%N)" >> "$l"; echo done > {output}`,
+		gbTaskTime)
+	out := s.c.Run(s.t, "carol", bin, "submit", "--queue", "unix://"+s.socket(), "--json", "--batch-size", "1", data, "--", "/bin/sh", "-c", task)
+	var j struct {
+		OutputDir string `json:"output_dir"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil || j.OutputDir == "" {
+		s.t.Fatalf("harvest submit --json said %q: %v", out, err)
+	}
+	s.ledger = filepath.Join(j.OutputDir, ".ledger")
 }
-
-func (s *gbRun) ledger() string { return filepath.Join(s.dir, "ledger") }
 
 // lostByLedger sums, over the attempts that started before the foreign
 // job (at start, Unix ms) on a pilot that no longer runs and never
@@ -337,23 +350,26 @@ func (s *gbRun) lostByLedger(start int64) float64 {
 	for _, id := range strings.Fields(s.c.Run(s.t, "", "squeue", "-h", "-n", "harvest-pilot", "-t", "RUNNING", "-o", "%i")) {
 		alive[id] = true
 	}
-	b, err := os.ReadFile(s.ledger())
+	// waitPilots saw tasks run, so the ledger exists: an error here means
+	// the tasks could not write it and the figure would be a silent 0.
+	b, err := os.ReadFile(s.ledger)
 	if err != nil {
-		s.t.Fatal(err)
+		s.t.Fatalf("the tasks' ledger: %v", err)
 	}
 	type attempt struct {
 		pilot string
 		at    float64
 	}
 	open := map[string]attempt{} // task -> its unfinished attempt
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// A short line would make the figure a silent 0: "S|D TASK PILOT TIME".
 		f := strings.Fields(l)
-		if len(f) != 4 {
-			continue
+		at, err := 0.0, error(nil)
+		if len(f) == 4 {
+			at, err = strconv.ParseFloat(f[3], 64)
 		}
-		at, err := strconv.ParseFloat(f[3], 64)
-		if err != nil {
-			continue
+		if len(f) != 4 || err != nil {
+			s.t.Fatalf("the tasks' ledger %s: line %q is not \"S|D TASK PILOT TIME\"", s.ledger, l)
 		}
 		switch f[0] {
 		case "S":
@@ -406,7 +422,7 @@ func (s *gbRun) lostTaskSeconds() float64 {
 
 // metric reads one series of the agent's /metrics (0 if absent).
 func (s *gbRun) metric(name, label string) float64 {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", gbPort))
+	resp, err := http.Get("http://" + s.addr + "/metrics")
 	if err != nil {
 		return 0
 	}

@@ -72,6 +72,9 @@ type Outcome struct {
 	Unfinished []string
 	// AgentLog is the agent's log file (harvest runs).
 	AgentLog string
+	// Ledger is the harvest tasks' ledger, in the harvest job's output
+	// directory: confined tasks may write nowhere else.
+	Ledger string
 }
 
 func (c RunConfig) logf(format string, a ...any) {
@@ -167,13 +170,14 @@ func Run(ctx context.Context, p Plan, kind Kind, cfg RunConfig) (Outcome, error)
 		}
 	}
 	if kind.Harvested() {
-		f, err := os.Open(filepath.Join(dir, "ledger", "tasks.log"))
+		// No ledger means no task ran: the caller judges that from Tasks.
+		f, err := os.Open(out.Ledger)
 		if err == nil {
 			out.Tasks, err = ParseLedger(f)
 			f.Close()
 		}
 		if err != nil && !os.IsNotExist(err) {
-			return out, err
+			return out, fmt.Errorf("the harvest tasks' ledger: %w", err)
 		}
 	}
 	cfg.logf("%s: %d jobs ended, %d pilots, %d task runs", kind, len(out.Foreign), len(out.Pilots), len(out.Tasks))
@@ -203,16 +207,16 @@ func sbatch(j Job, dir string) (string, error) {
 	return id, nil
 }
 
+// ledgerName is the harvest tasks' ledger in their job's output directory.
+const ledgerName = ".ledger"
+
 // startHarvest starts the agent (hosting the queue) and submits a harvest
 // job big enough to keep every node busy for the whole run.
 func startHarvest(ctx context.Context, p Plan, kind Kind, cfg RunConfig, dir string, out *Outcome) (*exec.Cmd, error) {
-	for _, d := range []string{"agent", "state", "pilots", "ledger", "data"} {
+	for _, d := range []string{"agent", "state", "pilots", "data"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}
-	}
-	if err := os.Chmod(filepath.Join(dir, "ledger"), 0o1777); err != nil {
-		return nil, err
 	}
 	tasks := int(float64(p.Scaled.MaxNodes)*(float64(p.SpanS)+cfg.Drain.Seconds())/cfg.TaskSeconds*1.2) + 10
 	data := filepath.Join(dir, "data")
@@ -263,10 +267,10 @@ func startHarvest(ctx context.Context, p Plan, kind Kind, cfg RunConfig, dir str
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Each task notes when it starts and ends, and in which pilot, so
-	// that busy and lost pilot time come from the tasks themselves.
-	ledger := filepath.Join(dir, "ledger", "tasks.log")
-	script := fmt.Sprintf(`echo "s {task} $SLURM_JOB_ID $(date +%%s.%%N)" >> %[1]s; sleep %[2]g; echo "e {task} $SLURM_JOB_ID $(date +%%s.%%N)" >> %[1]s; : > {output}`,
-		ledger, cfg.TaskSeconds)
+	// that busy and lost pilot time come from the tasks themselves. The
+	// ledger lies in the job's output directory: tasks are confined to it.
+	script := fmt.Sprintf(`l="$(dirname {output})/%[1]s"; echo "s {task} $HARVEST_PILOT_ID $(date +%%s.%%N)" >> "$l"; sleep %[2]g; echo "e {task} $HARVEST_PILOT_ID $(date +%%s.%%N)" >> "$l"; : > {output}`,
+		ledgerName, cfg.TaskSeconds)
 	b, err := command("runuser", "-u", cfg.HarvestUser, "--", cfg.Harvest, "submit", "--queue", "unix://"+socket, "--json",
 		"--batch-size", "1", data, "--", "/bin/sh", "-c", script)
 	if err != nil {
@@ -274,12 +278,14 @@ func startHarvest(ctx context.Context, p Plan, kind Kind, cfg RunConfig, dir str
 		return nil, fmt.Errorf("submit the harvest job: %w", err)
 	}
 	var j struct {
-		ID int64 `json:"id"`
+		ID        int64  `json:"id"`
+		OutputDir string `json:"output_dir"`
 	}
-	if err := json.Unmarshal([]byte(b), &j); err != nil {
+	if err := json.Unmarshal([]byte(b), &j); err != nil || j.OutputDir == "" {
 		stopAgent(agent)
-		return nil, fmt.Errorf("harvest submit said %q: %w", b, err)
+		return nil, fmt.Errorf("harvest submit said %q (want a job with its output_dir): %v", b, err)
 	}
+	out.Ledger = filepath.Join(j.OutputDir, ledgerName)
 	cfg.logf("%s: agent up (log %s), harvest job %d of %d tasks of %gs", kind, out.AgentLog, j.ID, tasks, cfg.TaskSeconds)
 	return agent, nil
 }
