@@ -4,8 +4,10 @@
 // Tests that need it call Require. They run only when HARVEST_SLURM_TESTS=1
 // (the test script sets it; CI runs them); then a cluster that cannot be
 // started is a failure, never a skip. Packages run in parallel under
-// `go test ./...`, so Require holds an exclusive file lock for the life of
-// the test: real-SLURM tests of different packages take turns.
+// `go test ./...`, so Require holds an exclusive file lock of a cluster for
+// the life of the test: real-SLURM tests of different packages take turns
+// on it, or, with HARVEST_SLURM_LABS=2, on whichever of two clusters is
+// free.
 package slurmtest
 
 import (
@@ -16,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,9 +56,9 @@ type Cluster struct {
 	Nodes int
 	// Lab and Conf are the cluster's directory and slurm.conf.
 	Lab, Conf string
-	// env is added to every command's environment (a second cluster's
-	// LAB, ports and SLURM_CONF); nil for the cluster of the process's
-	// own environment.
+	// env is added to every command's environment: the cluster's LAB,
+	// ports and SLURM_CONF, so its own commands reach it whatever the
+	// process's environment says by then.
 	env []string
 	// opts are the settings the cluster is started with.
 	opts Options
@@ -107,8 +110,16 @@ type Spec struct {
 
 // SecondSpec is the second cluster of two-cluster tests: LAB_B,
 // CTLD_PORT_B and PORT_BASE_B, by default next to the first (Lab()+"-b",
-// its ports + 100).
+// its ports + 100), as the environment said when the tests began.
 func SecondSpec() Spec {
+	pool()
+	return second
+}
+
+var second Spec
+
+// secondSpec reads SecondSpec from the environment.
+func secondSpec() Spec {
 	num := func(name string, def int) int {
 		if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 			return n
@@ -127,22 +138,25 @@ func SecondSpec() Spec {
 // for the life of the test.
 func RequireTwo(t testing.TB, n int) (a, b *Cluster) {
 	t.Helper()
-	a = Require(t, n)
-	spec := SecondSpec()
-	if spec.Lab == a.Lab {
-		t.Fatalf("the second cluster's LAB_B %s is the first cluster's LAB", spec.Lab)
+	skipUnlessEnabled(t)
+	specs := pool()
+	second := SecondSpec()
+	if second.Lab == specs[0].Lab {
+		t.Fatalf("the second cluster's LAB_B %s is the first cluster's LAB", second.Lab)
 	}
-	conf := filepath.Join(spec.Lab, "etc", "slurm.conf")
-	b = &Cluster{Root: a.Root, Nodes: n, Lab: spec.Lab, Conf: conf, env: []string{
-		"LAB=" + spec.Lab, "CTLD_PORT=" + strconv.Itoa(spec.CtldPort), "PORT_BASE=" + strconv.Itoa(spec.PortBase),
-		"LINK_ETC=0", "SLURM_CONF=" + conf,
-	}}
-	b.lockAndStart(t)
+	a = newCluster(t, specs[0], n, Options{})
+	a.env = specs[0].env()
+	a.use(t, a.lock(t, []Spec{specs[0]}))
+	b = newCluster(t, second, n, Options{})
+	b.env = second.env()
+	b.lock(t, []Spec{second})
+	a.start(t)
+	b.start(t)
 	return a, b
 }
 
-// Require skips t unless real-SLURM tests are enabled, then takes the
-// cluster lock and makes sure a cluster of n nodes runs with no jobs.
+// Require skips t unless real-SLURM tests are enabled, then takes a
+// cluster's lock and makes sure a cluster of n nodes runs with no jobs.
 func Require(t testing.TB, n int) *Cluster {
 	t.Helper()
 	return RequireWith(t, n, Options{})
@@ -151,56 +165,140 @@ func Require(t testing.TB, n int) *Cluster {
 // RequireWith is Require for a cluster with options: a running cluster
 // with other settings is restarted (minicluster.sh start compares the
 // whole slurm.conf).
+//
+// With HARVEST_SLURM_LABS=2 (scripts/test.sh sets it) the test gets
+// whichever of the environment's cluster and SecondSpec's is free first,
+// so two packages' real-SLURM tests run at once; for the life of the test
+// the process's LAB, CTLD_PORT, PORT_BASE and SLURM_CONF name the cluster
+// it got, so the code under test and Lab() find it.
 func RequireWith(t testing.TB, n int, o Options) *Cluster {
+	t.Helper()
+	skipUnlessEnabled(t)
+	specs := pool()
+	c := newCluster(t, specs[0], n, o)
+	got := c.lock(t, specs)
+	// The cluster's own commands name it explicitly: its cleanup runs
+	// after the environment is restored.
+	c.Lab, c.Conf, c.env = got.Lab, got.conf(), got.env()
+	c.use(t, got)
+	c.start(t)
+	return c
+}
+
+func skipUnlessEnabled(t testing.TB) {
 	t.Helper()
 	if !Enabled() {
 		t.Skipf("real-SLURM test: set %s=1 (scripts/test.sh does)", Env)
 	}
+}
+
+func newCluster(t testing.TB, s Spec, n int, o Options) *Cluster {
+	t.Helper()
 	root, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// SLURM commands run by the test and by the code under test find this
-	// cluster without the /etc/slurm symlink.
-	if os.Getenv("SLURM_CONF") == "" {
-		os.Setenv("SLURM_CONF", Conf())
-	}
-	c := &Cluster{Root: root, Nodes: n, Lab: Lab(), Conf: os.Getenv("SLURM_CONF"), opts: o}
-	c.lockAndStart(t)
-	return c
+	return &Cluster{Root: root, Nodes: n, Lab: s.Lab, Conf: s.conf(), opts: o}
 }
 
-// lockAndStart takes the cluster's test lock for the life of the test and
-// makes sure it runs with c.Nodes idle nodes and no jobs.
-func (c *Cluster) lockAndStart(t testing.TB) {
+// use points the process's environment at s for the life of t: SLURM
+// commands run by the code under test (and Lab(), Conf()) find this
+// cluster without the /etc/slurm symlink.
+func (c *Cluster) use(t testing.TB, s Spec) {
+	for _, kv := range s.env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+}
+
+// labsEnv is the variable that lets tests use two clusters at once.
+const labsEnv = "HARVEST_SLURM_LABS"
+
+var (
+	poolOnce sync.Once
+	labPool  []Spec
+)
+
+// pool is the clusters Require may use, read once from the environment
+// (Require changes LAB and the ports while a test runs): the environment's
+// own, and SecondSpec's when HARVEST_SLURM_LABS=2.
+func pool() []Spec {
+	poolOnce.Do(func() {
+		num := func(name string, def int) int {
+			if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+				return n
+			}
+			return def
+		}
+		second = secondSpec()
+		labPool = []Spec{{Lab: Lab(), CtldPort: num("CTLD_PORT", 6817), PortBase: num("PORT_BASE", 17000)}, second}
+		if os.Getenv(labsEnv) != "2" {
+			labPool = labPool[:1]
+		}
+	})
+	return labPool
+}
+
+func (s Spec) conf() string { return filepath.Join(s.Lab, "etc", "slurm.conf") }
+
+// env is what scripts/minicluster.sh and the SLURM commands need to reach
+// the cluster of s. The environment's own cluster keeps its LINK_ETC.
+func (s Spec) env() []string {
+	e := []string{"LAB=" + s.Lab, "CTLD_PORT=" + strconv.Itoa(s.CtldPort), "PORT_BASE=" + strconv.Itoa(s.PortBase),
+		"SLURM_CONF=" + s.conf()}
+	if s != pool()[0] {
+		e = append(e, "LINK_ETC=0")
+	}
+	return e
+}
+
+// lock takes the test lock of the first of specs to be free, for the life
+// of the test, and returns it.
+func (c *Cluster) lock(t testing.TB, specs []Spec) Spec {
 	t.Helper()
-	lockPath := c.Lab + ".lock"
-	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		t.Fatalf("slurm test lock: %v", err)
+	locks := make([]*os.File, len(specs))
+	for i, s := range specs {
+		f, err := os.OpenFile(s.Lab+".lock", os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatalf("slurm test lock: %v", err)
+		}
+		locks[i] = f
 	}
 	// Wait for our turn, but not forever: a daemon started by hand under
 	// `flock` keeps the lock for its whole life, and a hung test is worse
 	// than a clear failure.
 	waitUntil := time.Now().Add(lockWait)
 	for {
-		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if err != syscall.EWOULDBLOCK {
-			t.Fatalf("slurm test lock: %v", err)
+		for i, f := range locks {
+			err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if err != nil && err != syscall.EWOULDBLOCK {
+				t.Fatalf("slurm test lock: %v", err)
+			}
+			if err != nil {
+				continue
+			}
+			for j, other := range locks {
+				if j != i {
+					other.Close()
+				}
+			}
+			t.Cleanup(func() {
+				c.CancelAll(t)
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			})
+			return specs[i]
 		}
 		if time.Now().After(waitUntil) {
-			t.Fatalf("slurm test lock %s still held after %v (see FLOCK in /proc/locks for the holder)", lockPath, lockWait)
+			t.Fatalf("slurm test locks of %v still held after %v (see FLOCK in /proc/locks for the holder)", specs, lockWait)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Cleanup(func() {
-		c.CancelAll(t)
-		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		lock.Close()
-	})
+}
+
+// start makes sure the cluster runs with c.Nodes idle nodes and no jobs.
+func (c *Cluster) start(t testing.TB) {
+	t.Helper()
 	start := c.Command(filepath.Join(c.Root, "scripts", "minicluster.sh"), "start", strconv.Itoa(c.Nodes))
 	start.Env = append(append(os.Environ(), c.env...), c.opts.env()...)
 	out, err := start.CombinedOutput()
