@@ -35,6 +35,7 @@ type Config struct {
 	SafetyMargin       time.Duration          // no batch may be planned to end later than deadline - margin
 	ReportBatch        int                    // results per queue report
 	ShutdownTimeout    time.Duration          // time to flush results and release the lease when stopping
+	HandBackWait       time.Duration          // a stopping master takes hand-backs this long while workers hold batches (core.Config)
 	Recommend          policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
 	// Capacity is the degradation-aware capacity rule: the pool stops
 	// growing where its tasks slow down (package capacity). Nil: off.
@@ -63,10 +64,15 @@ func DefaultConfig() Config {
 		SafetyMargin:       60 * time.Second,
 		ReportBatch:        1000,
 		ShutdownTimeout:    5 * time.Second,
-		Recommend:          policy.DefaultRecommendConfig(),
-		Capacity:           defaultCapacity(),
-		Now:                time.Now,
-		Logger:             slog.Default(),
+		// Pilots preempted together handed back 10 and 78 ms after the
+		// master's own stop on the mini-cluster (the demo); the wait ends
+		// as soon as no worker holds a batch, and holds the master's node
+		// at most this long when other workers keep running.
+		HandBackWait: 300 * time.Millisecond,
+		Recommend:    policy.DefaultRecommendConfig(),
+		Capacity:     defaultCapacity(),
+		Now:          time.Now,
+		Logger:       slog.Default(),
 	}
 }
 
@@ -95,8 +101,8 @@ func (c Config) Validate() error {
 	case c.Prefetch < 1 || c.MinBuffer < 1 || c.MaxBuffer < c.MinBuffer || c.MaxPull < 1 || c.ReportBatch < 1:
 		return bad("buffer sizes must be positive and MaxBuffer >= MinBuffer")
 	case c.PullWait <= 0 || c.IdlePoll <= 0 || c.RetryInterval <= 0 || c.HeartbeatInterval <= 0 ||
-		c.LeaseRenewInterval <= 0 || c.LeaseTTL < 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0:
-		return bad("durations must be positive")
+		c.LeaseRenewInterval <= 0 || c.LeaseTTL < 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0 || c.HandBackWait < 0 || c.HandBackWait >= c.ShutdownTimeout:
+		return bad("durations must be positive (hand-back wait: not negative, under the shutdown timeout)")
 	case c.WorkerTimeout <= c.PullWait:
 		return bad("worker timeout %s must exceed the pull wait %s", c.WorkerTimeout, c.PullWait)
 	case c.Now == nil || c.Logger == nil:
@@ -117,7 +123,7 @@ func (c Config) core() core.Config {
 		PullWait: c.PullWait, Prefetch: c.Prefetch, MinBuffer: c.MinBuffer, MaxBuffer: c.MaxBuffer, MaxPull: c.MaxPull,
 		IdlePoll: c.IdlePoll, RetryInterval: c.RetryInterval, HeartbeatInterval: c.HeartbeatInterval,
 		LeaseRenewInterval: c.LeaseRenewInterval, LeaseTTL: c.LeaseTTL, WorkerTimeout: c.WorkerTimeout,
-		ReconnectGrace: c.ReconnectGrace, SafetyMargin: c.SafetyMargin, ReportBatch: c.ReportBatch,
+		ReconnectGrace: c.ReconnectGrace, SafetyMargin: c.SafetyMargin, ReportBatch: c.ReportBatch, HandBackWait: c.HandBackWait,
 		Recommend: c.Recommend, Capacity: c.Capacity, Logger: c.Logger,
 	}
 }

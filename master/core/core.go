@@ -47,9 +47,17 @@ type Config struct {
 	LeaseTTL           time.Duration // the lease's TTL as granted; renewals come at least every TTL/3
 	WorkerTimeout      time.Duration // a silent worker's tasks are requeued after this
 	ReconnectGrace     time.Duration // after a restore, workers have this long to come back
-	SafetyMargin       time.Duration // no batch may be planned to end later than deadline - margin
-	ReportBatch        int           // results per queue report
-	Recommend          policy.RecommendConfig
+	// HandBackWait is how long a stopping master still takes the results
+	// of workers holding batches before it gives its lease up. A batch
+	// system that ends every pilot at once (a wide job preempting them
+	// all, one scancel) stops this master a few milliseconds before the
+	// other pilots' hand-backs arrive; without the wait their tasks stay
+	// in flight until the next master's ReconnectGrace. It ends as soon
+	// as no worker holds a batch; 0 = no wait.
+	HandBackWait time.Duration
+	SafetyMargin time.Duration // no batch may be planned to end later than deadline - margin
+	ReportBatch  int           // results per queue report
+	Recommend    policy.RecommendConfig
 	// Capacity, when set, is the degradation-aware capacity rule: the
 	// master caps its pool where its tasks slow down (package capacity).
 	// Nil: no cap.
@@ -138,6 +146,9 @@ type Core struct {
 	sent                              []ref // results of the report in flight
 	ttl                               time.Duration
 	releasing, flushGaveUp            bool
+	// handBackUntil: a stopping master takes workers' hand-backs until
+	// then (HandBackWait after the stop began); zero: it does not.
+	handBackUntil time.Time
 
 	// The capacity rule (nil: off), the run times it has not seen yet and
 	// its last decision.
@@ -304,7 +315,29 @@ func (c *Core) Next() time.Time {
 	if !c.reportBusy && c.nfinal > 0 && !c.flushGaveUp {
 		at(c.reportAt)
 	}
+	if !c.handBackUntil.IsZero() {
+		at(c.handBackUntil)
+	}
 	return next
+}
+
+// workersHold reports whether a registered worker holds a batch: a
+// stopping master waits for its hand-back (HandBackWait).
+func (c *Core) workersHold() bool {
+	for _, w := range c.workers {
+		if w.registered && len(w.out) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// closeHandBack ends a stopping master's wait for hand-backs once its
+// time is up or no worker holds a batch any more.
+func (c *Core) closeHandBack(now time.Time) {
+	if !c.handBackUntil.IsZero() && (!now.Before(c.handBackUntil) || !c.workersHold()) {
+		c.handBackUntil = time.Time{}
+	}
 }
 
 // Stats are the master's counters.

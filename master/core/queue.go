@@ -56,8 +56,9 @@ func (c *Core) plan(now time.Time) {
 	if !c.reportBusy && c.nfinal > 0 && !now.Before(c.reportAt) && !c.flushGaveUp {
 		c.sendReport()
 	}
+	c.closeHandBack(now)
 	if c.phase == stopping && !c.releasing && !c.reportBusy && !c.pullBusy && !c.leaseBusy &&
-		(c.nfinal == 0 || c.flushGaveUp) {
+		(c.nfinal == 0 || c.flushGaveUp) && c.handBackUntil.IsZero() {
 		// Give the lease up so a worker becomes master now, not after the
 		// TTL. Workers already hear "not the master" and go to the lease.
 		// (A pull in flight first: its tasks go back to the queue too; a
@@ -352,16 +353,27 @@ func (c *Core) stop(now time.Time) {
 		return
 	}
 	c.phase = stopping
-	live := c.livePending()
-	for _, k := range live {
-		c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(c.tasks[k].t, pilotproto.StatusInterrupted, now)}, now)
-	}
-	if len(live) == 0 {
+	n := c.returnPending(now)
+	if n == 0 {
 		// Nothing to write, but learn it if a newer master owns the state.
 		c.do(Op{Kind: OpFenceCheck}, now)
 	}
 	c.endPolls()
-	c.log.Info("master stopping", "returned_to_queue", len(live), "unreported", c.nfinal)
+	if c.cfg.HandBackWait > 0 && c.workersHold() {
+		c.handBackUntil = now.Add(c.cfg.HandBackWait)
+	}
+	c.log.Info("master stopping", "returned_to_queue", n, "unreported", c.nfinal, "hand_back_wait", !c.handBackUntil.IsZero())
+}
+
+// returnPending hands the tasks no worker holds back to the queue as
+// interrupted (requeued at once there, no attempt counted) and returns
+// how many.
+func (c *Core) returnPending(now time.Time) int {
+	live := c.livePending()
+	for _, k := range live {
+		c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(c.tasks[k].t, pilotproto.StatusInterrupted, now)}, now)
+	}
+	return len(live)
 }
 
 // fail stops the core at once: a newer master exists, or the checkpoint

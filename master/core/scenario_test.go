@@ -150,7 +150,7 @@ func newScenario() *scenario {
 //
 //	config key=value...      core settings (before new): epoch pilot pull-wait prefetch min-buffer
 //	                         max-buffer max-pull idle-poll retry heartbeat lease-renew lease-ttl
-//	                         worker-timeout reconnect-grace safety-margin report-batch, and the
+//	                         worker-timeout reconnect-grace safety-margin report-batch hand-back-wait, and the
 //	                         capacity rule: capacity-factor capacity-samples capacity-hold capacity-initial
 //	new                      a core restored from the rows below (pending|assigned|final REF job=J
 //	                         [batch-size=N] [worker=W batch=B] [status=S]; estimate job=J n=N mean=S dev=S),
@@ -224,6 +224,7 @@ func (s *scenario) configure(kv map[string]string) error {
 		"pull-wait": &s.cfg.PullWait, "idle-poll": &s.cfg.IdlePoll, "retry": &s.cfg.RetryInterval,
 		"heartbeat": &s.cfg.HeartbeatInterval, "lease-renew": &s.cfg.LeaseRenewInterval, "lease-ttl": &s.cfg.LeaseTTL,
 		"worker-timeout": &s.cfg.WorkerTimeout, "reconnect-grace": &s.cfg.ReconnectGrace, "safety-margin": &s.cfg.SafetyMargin,
+		"hand-back-wait": &s.cfg.HandBackWait,
 	}
 	ints := map[string]*int{
 		"prefetch": &s.cfg.Prefetch, "min-buffer": &s.cfg.MinBuffer, "max-buffer": &s.cfg.MaxBuffer,

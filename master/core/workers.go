@@ -138,7 +138,10 @@ func (c *Core) gone(now time.Time, id ReqID) {
 // committed. Results of unknown or already final (task, attempt) pairs
 // are acknowledged and ignored: that is what makes resending harmless.
 func (c *Core) results(now time.Time, e Results) {
-	if c.phase != running {
+	// A stopping master still takes the hand-back of workers whose pilots
+	// end with its own (HandBackWait).
+	handBack := c.phase == stopping && !c.handBackUntil.IsZero()
+	if c.phase != running && !handBack {
 		c.reply(Reply{Req: e.Req, Err: ErrNotMaster})
 		return
 	}
@@ -163,6 +166,10 @@ func (c *Core) results(now time.Time, e Results) {
 		switch {
 		case r.Status == pilotproto.StatusInterrupted && c.cancelled[t.t.JobID]:
 			r.Status = pilotproto.StatusKilled
+			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
+		case r.Status == pilotproto.StatusInterrupted && handBack:
+			// Back to the queue as interrupted: no attempt counted, and
+			// the queue counts its run time as lost work.
 			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
 		case r.Status == pilotproto.StatusInterrupted:
 			// The worker's pilot is ending: run it elsewhere now, not an
@@ -195,6 +202,11 @@ func (c *Core) results(now time.Time, e Results) {
 	}
 	if e.Leaving && w != nil {
 		c.leaving(now, w)
+	}
+	if handBack {
+		// What a leaving worker held and never reported goes back too.
+		c.returnPending(now)
+		c.closeHandBack(now)
 	}
 	c.reply(Reply{Req: e.Req, Results: &workerproto.ResultsResponse{Accepted: len(e.ResultsRequest.Results)}})
 }
