@@ -4,7 +4,8 @@
 # and prints a markdown table: per scenario and mode, the time from the
 # event that makes the foreign job startable to its start, its delay
 # against the same scenario without harvesting, the task time lost (as the
-# tasks recorded it) and the pilots SLURM preempted.
+# tasks recorded it), the pilots SLURM preempted and the pilot ends the
+# agent pulled in (--shrink).
 # Run as root with your mini-cluster's variables exported (LAB, CTLD_PORT,
 # PORT_BASE, LINK_ETC=0, SLURM_CONF); it restarts that cluster with a
 # preemptible partition (PREEMPT=1). About 6 minutes.
@@ -20,12 +21,12 @@ for r in $(seq 1 "$runs"); do
     exit 1
   }
   echo
-  echo "| scenario | mode | event -> start (s) | delay vs baseline (s) | task time lost (s) | pilots preempted |"
-  echo "|---|---|---|---|---|---|"
+  echo "| scenario | mode | event -> start (s) | delay vs baseline (s) | task time lost (s) | pilots preempted | ends pulled in |"
+  echo "|---|---|---|---|---|---|---|"
   grep -o 'FIGURES .*' <<<"$out" | sed -E 's/^FIGURES //' | awk '
     {
       match($0, /scenario="[^"]*"/); sc = substr($0, RSTART + 10, RLENGTH - 11)
-      mode = lat = del = lost = pre = ""
+      mode = lat = del = lost = pre = shr = ""
       n = split($0, f, " ")
       for (i = 1; i <= n; i++) {
         split(f[i], kv, "=")
@@ -34,8 +35,9 @@ for r in $(seq 1 "$runs"); do
         if (kv[1] == "delay_s") del = kv[2]
         if (kv[1] == "lost_task_s") lost = kv[2]
         if (kv[1] == "preempted") pre = kv[2]
+        if (kv[1] == "shrunk") shr = kv[2]
       }
-      if (mode == "baseline") { del = "-"; lost = "-"; pre = "-" }
-      printf "| %s | %s | %.2f | %s | %s | %s |\n", sc, mode, lat, (del == "-" ? "-" : sprintf("%+.2f", del)), lost, pre
+      if (mode == "baseline") { del = "-"; lost = "-"; pre = "-"; shr = "-" }
+      printf "| %s | %s | %.2f | %s | %s | %s | %s |\n", sc, mode, lat, (del == "-" ? "-" : sprintf("%+.2f", del)), lost, pre, shr
     }'
 done
