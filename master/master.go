@@ -222,6 +222,9 @@ func (m *Master) startCalls(rd core.Ready, ctx context.Context, wg *sync.WaitGro
 			if err != nil {
 				return core.Beaten{Err: err}
 			}
+			if b.Final {
+				return core.Beaten{Resp: resp}
+			}
 			return core.Beaten{Resp: resp, RecErr: m.q.Recommend(ctx, b.Recommendation)}
 		})
 	}

@@ -141,11 +141,11 @@ type Core struct {
 	pullBusy, reportBusy, beatBusy, leaseBusy bool
 	// lostMS is the run time of interrupted attempts not yet reported to
 	// the queue; beatLost the part the heartbeat in flight carries.
-	lostMS, beatLost                  int64
-	pullAt, reportAt, beatAt, leaseAt time.Time
-	sent                              []ref // results of the report in flight
-	ttl                               time.Duration
-	releasing, flushGaveUp            bool
+	lostMS, beatLost                   int64
+	pullAt, reportAt, beatAt, leaseAt  time.Time
+	sent                               []ref // results of the report in flight
+	ttl                                time.Duration
+	releasing, flushGaveUp, lostGaveUp bool
 	// handBackUntil: a stopping master takes workers' hand-backs until
 	// then (HandBackWait after the stop began); zero: it does not.
 	handBackUntil time.Time

@@ -116,6 +116,9 @@ type Ready struct {
 type Beat struct {
 	Heartbeat      pilotproto.HeartbeatRequest
 	Recommendation pilotproto.RecommendationRequest
+	// Final is a stopping master's last heartbeat, sent for its lost task
+	// time: no recommendation goes with it.
+	Final bool
 }
 
 // Reply answers one worker request: exactly one of the bodies, or Err

@@ -57,8 +57,16 @@ func (c *Core) plan(now time.Time) {
 		c.sendReport()
 	}
 	c.closeHandBack(now)
+	if c.phase == stopping && !c.beatBusy && c.lostMS > 0 && !c.lostGaveUp {
+		// The lost task time of the attempts this master requeued itself
+		// goes in a last heartbeat (no recommendation): the next master
+		// cannot know it.
+		hb, _ := c.heartbeatRequest()
+		c.rd.Beat = &Beat{Heartbeat: hb, Final: true}
+		c.beatBusy = true
+	}
 	if c.phase == stopping && !c.releasing && !c.reportBusy && !c.pullBusy && !c.leaseBusy &&
-		(c.nfinal == 0 || c.flushGaveUp) && c.handBackUntil.IsZero() {
+		(c.nfinal == 0 || c.flushGaveUp) && (c.lostMS == 0 || c.lostGaveUp) && c.handBackUntil.IsZero() {
 		// Give the lease up so a worker becomes master now, not after the
 		// TTL. Workers already hear "not the master" and go to the lease.
 		// (A pull in flight first: its tasks go back to the queue too; a
@@ -107,6 +115,31 @@ func (c *Core) sendReport() {
 // requeues the active tasks of older epochs that a new master's first
 // heartbeat does not list), which pilots are busy, and the recommendation.
 func (c *Core) beat(now time.Time) *Beat {
+	hb, slots := c.heartbeatRequest()
+	left := c.npending + c.nassigned
+	rec := pilotproto.RecommendationRequest{Epoch: c.cfg.Epoch, MinNodes: policy.Recommend(left, c.cfg.Recommend),
+		PendingTasks: c.npending, RunningTasks: c.nassigned, SlotsPerNode: slots, Slots: c.poolSlots()}
+	if c.capa != nil {
+		// One round of the capacity rule per heartbeat: the run times
+		// since the last one, judged against the pool size they ran at.
+		d := c.capa.Step(c.samples)
+		c.samples = nil
+		if d.Cap != c.capLast.Cap || d.Phase != c.capLast.Phase {
+			c.log.Info("pool capacity", "cap", d.Cap, "phase", d.Phase, "size", c.poolSize(), "reason", d.Reason)
+		}
+		c.capLast = d
+		st := c.capa.State()
+		c.do(Op{Kind: OpCapacity, Capacity: &st}, now)
+		rec.MinNodes = d.Limit(rec.MinNodes)
+		rec.MaxNodes, rec.CapacityPhase = d.Cap, string(d.Phase)
+	}
+	return &Beat{Heartbeat: hb, Recommendation: rec}
+}
+
+// heartbeatRequest is the queue heartbeat's body: every task the master holds,
+// its pilots, and the lost task time not yet reported. It returns the
+// largest worker's slots too.
+func (c *Core) heartbeatRequest() (pilotproto.HeartbeatRequest, int) {
 	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, Running: make([]ref, 0, len(c.tasks)), LostMS: c.lostMS}
 	c.beatLost = c.lostMS
 	for k := range c.tasks {
@@ -145,24 +178,7 @@ func (c *Core) beat(now time.Time) *Beat {
 		}
 		return 0
 	})
-	left := c.npending + c.nassigned
-	rec := pilotproto.RecommendationRequest{Epoch: c.cfg.Epoch, MinNodes: policy.Recommend(left, c.cfg.Recommend),
-		PendingTasks: c.npending, RunningTasks: c.nassigned, SlotsPerNode: slots, Slots: c.poolSlots()}
-	if c.capa != nil {
-		// One round of the capacity rule per heartbeat: the run times
-		// since the last one, judged against the pool size they ran at.
-		d := c.capa.Step(c.samples)
-		c.samples = nil
-		if d.Cap != c.capLast.Cap || d.Phase != c.capLast.Phase {
-			c.log.Info("pool capacity", "cap", d.Cap, "phase", d.Phase, "size", c.poolSize(), "reason", d.Reason)
-		}
-		c.capLast = d
-		st := c.capa.State()
-		c.do(Op{Kind: OpCapacity, Capacity: &st}, now)
-		rec.MinNodes = d.Limit(rec.MinNodes)
-		rec.MaxNodes, rec.CapacityPhase = d.Cap, string(d.Phase)
-	}
-	return &Beat{Heartbeat: hb, Recommendation: rec}
+	return hb, slots
 }
 
 // poolSize is the pilots with a registered worker: the pool's size as the
@@ -277,6 +293,10 @@ func (c *Core) beaten(now time.Time, e Beaten) {
 	c.beatBusy = false
 	if e.Err != nil {
 		c.queueErr(now, "heartbeat", e.Err)
+		if c.phase == stopping {
+			c.log.Warn("lost task time not reported at stop", "error", e.Err, "lost_ms", c.lostMS)
+			c.lostGaveUp = true
+		}
 		return
 	}
 	c.lostMS -= c.beatLost // reported

@@ -726,8 +726,12 @@ func (s *scenario) format(rd core.Ready) string {
 		if ms := bt.Heartbeat.LostMS; ms > 0 {
 			lost = fmt.Sprintf(", lost %s", time.Duration(ms)*time.Millisecond)
 		}
-		line("queue heartbeat: holding %s, pilots [%s]%s; recommend %d nodes (pending %d, running %d, slots %d)%s",
-			refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), lost, rec.MinNodes, rec.PendingTasks, rec.RunningTasks, rec.SlotsPerNode, capa)
+		if bt.Final {
+			line("queue heartbeat (final): holding %s, pilots [%s]%s", refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), lost)
+		} else {
+			line("queue heartbeat: holding %s, pilots [%s]%s; recommend %d nodes (pending %d, running %d, slots %d)%s",
+				refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), lost, rec.MinNodes, rec.PendingTasks, rec.RunningTasks, rec.SlotsPerNode, capa)
+		}
 	}
 	if l := rd.Lease; l != nil {
 		if l.Release {
