@@ -251,6 +251,10 @@ func gbOnce(t *testing.T, c *slurmtest.Cluster, bin string, sc gbScenario, m gbM
 		r.preempted = s.preempted()
 		reported = s.lostTaskSeconds()
 		r.lost = s.lostByLedger(start)
+		if r.lost > 1 && reported == 0 {
+			// The tasks recorded lost work the metric never heard of.
+			t.Errorf("%s: the tasks lost %.1f s but harvest_lost_task_seconds_total says 0", m.name, r.lost)
+		}
 		if f := s.failedTasks(bin); f != 0 {
 			t.Errorf("%s: %d harvest tasks failed: an interrupted attempt was charged (max_attempts 1)", m.name, f)
 		}
