@@ -4,13 +4,15 @@
 # the markdown tables of docs/sim.md ("Replays on the real scheduler").
 # Usage: scripts/replay-report.sh [WORKLOADS_DIR] [OUT_DIR]  (as root; about 2 h)
 # Environment: LAB, CTLD_PORT, PORT_BASE, LINK_ETC (scripts/minicluster.sh),
-# NODES (default 16), SCALE (60), HOURS (trace hours per window, 6).
+# NODES (default 16), SCALE (60), HOURS (trace hours per window, 6), RUNS
+# (baseline,baseline,polling,preemption), DRAIN (15m: harvest replay --drain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "replay-report.sh: run as root (it submits as the cluster's users)" >&2; exit 1; }
 W=${1:-../shared/workloads}
 OUT=${2:-$(mktemp -d)}
 NODES=${NODES:-16} SCALE=${SCALE:-60} HOURS=${HOURS:-6}
+RUNS=${RUNS:-baseline,baseline,polling,preemption} DRAIN=${DRAIN:-15m}
 export LAB=${LAB:-/var/tmp/harvest-slurm}
 export SLURM_CONF=${SLURM_CONF:-$LAB/etc/slurm.conf}
 scripts/minicluster.sh users alice bob carol >/dev/null
@@ -26,10 +28,10 @@ for spec in "KTH-SP2-1996-2.1-cln.swf.gz 6647850 KTH-SP2-1996-2.1 day-70" "SDSC-
   set -- $spec
   from=$2 to=$(($2 + HOURS * 3600)) dir=$OUT/$3-$4
   "$BIN_DIR/harvest" replay --workload "$W/$1" --from "$from" --to "$to" --nodes "$NODES" --scale "$SCALE" \
-    --users alice,bob --harvest-user carol --runs baseline,baseline,polling,preemption --out "$dir" --json >"$dir.json"
+    --users alice,bob --harvest-user carol --runs "$RUNS" --drain "$DRAIN" --out "$dir" --json >"$dir.json"
 done
 
-echo "#### Real SLURM ($NODES nodes, ${SCALE}x: a trace hour is a minute)"
+echo "#### Real SLURM ($NODES nodes, $HOURS trace hours at ${SCALE}x: runs $RUNS)"
 echo
 echo "| trace, window | jobs (offered load) | run | utilisation | useful | harvested node-s: held / useful | task-s lost | foreign mean / p99 wait (s) | started > 10 s later / earlier than baseline | largest delay (s) |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

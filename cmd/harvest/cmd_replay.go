@@ -32,7 +32,9 @@ func replayCommand() *cli.Command {
 			"skipped with a message where the cluster has none). Start and end come from SLURM's job completion\n" +
 			"log (the cluster needs JobCompType=jobcomp/filetxt: scripts/minicluster.sh JOBCOMP=1). Writes each\n" +
 			"run's jobs CSV (as harvest sim) and the simulator's on the same window to --out, and prints the\n" +
-			"figures side by side (--json: the whole report). Run as root (it submits as the users).",
+			"figures side by side (--json: the whole report). Run as root (it submits as the users).\n\n" +
+			"Example (a 16-node mini-cluster: JOBCOMP=1 PREEMPT=1 scripts/minicluster.sh start 16; scripts/minicluster.sh users alice bob carol):\n" +
+			"  harvest replay --workload KTH-SP2-1996-2.1-cln.swf.gz --from 6647850 --to 6655050 --nodes 16 --scale 120 --out /tmp/replay",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "workload", Usage: "workload `FILE` (.swf, .swf.gz or thesis .txt)", Required: true},
 			&cli.StringFlag{Name: "format", Usage: "thesis or swf (default: from the file name)"},
@@ -107,13 +109,19 @@ func runReplay(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	conf, _ := commandOutput("scontrol", "show", "config")
-	jobcomp := c.String("jobcomp-log")
-	if jobcomp == "" {
-		jobcomp = configValue(conf, "JobCompLoc")
-		if configValue(conf, "JobCompType") != "jobcomp/filetxt" || jobcomp == "" {
-			return cli.Exit("the cluster does not write a job completion log: set JobCompType=jobcomp/filetxt and JobCompLoc (scripts/minicluster.sh: JOBCOMP=1), or give --jobcomp-log", 2)
+	// scontrol retries a missing configuration file for a minute: say so now.
+	if f := os.Getenv("SLURM_CONF"); f != "" {
+		if _, err := os.Stat(f); err != nil {
+			return cli.Exit(fmt.Sprintf("cannot reach the SLURM controller: SLURM_CONF names no readable file: %v", err), 2)
 		}
+	}
+	conf, err := commandOutput("scontrol", "show", "config")
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("cannot reach the SLURM controller (is the cluster running? scripts/minicluster.sh start N; SLURM_CONF=%q): %v", os.Getenv("SLURM_CONF"), err), 2)
+	}
+	setup, err := replay.ReadClusterSetup(conf, c.String("jobcomp-log"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
 	}
 	work := c.String("work-dir")
 	if work == "" {
@@ -126,7 +134,7 @@ func runReplay(c *cli.Context) error {
 		return err
 	}
 	os.Chmod(work, 0o755)
-	cfg.Run = replay.RunConfig{Harvest: bin, WorkDir: work, JobCompLog: jobcomp, Location: time.Local,
+	cfg.Run = replay.RunConfig{Harvest: bin, WorkDir: work, JobCompLog: setup.JobCompLog, Location: time.Local,
 		Poll: c.Duration("poll"), Margin: c.Duration("margin"), MiniTime: c.Duration("mini-time"),
 		TaskSeconds: float64(c.Int("task-seconds")), HarvestUser: c.String("harvest-user"),
 		Drain: c.Duration("drain"), Tag: "harvest-pilot"}
@@ -134,7 +142,7 @@ func runReplay(c *cli.Context) error {
 		cfg.Run.Log = errw
 	}
 	skip := func(k replay.Kind) string {
-		if k == replay.Preemption && !strings.Contains(conf, "preempt/partition_prio") {
+		if k == replay.Preemption && !setup.Preemptible {
 			return "the cluster has no preemptible partition (PreemptType=preempt/partition_prio; scripts/minicluster.sh PREEMPT=1)"
 		}
 		return ""
@@ -196,19 +204,13 @@ func clusterNodes() (int, error) {
 	return len(seen), nil
 }
 
-// configValue reads KEY = VALUE from `scontrol show config`.
-func configValue(conf, key string) string {
-	for _, line := range strings.Split(conf, "\n") {
-		k, v, ok := strings.Cut(line, "=")
-		if ok && strings.TrimSpace(k) == key {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
+// commandOutput runs a SLURM command; its error carries what the command
+// said on stderr (scontrol's "Unable to contact slurm controller").
 func commandOutput(name string, args ...string) (string, error) {
 	b, err := exec.Command(name, args...).Output()
+	if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
+		err = fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(ee.Stderr)))
+	}
 	return string(b), err
 }
 
