@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +40,13 @@ func TestOutcomeResultCountsJobsPilotsAndTasks(t *testing.T) {
 	if r.Harvest.BoundedSlowdown.Jobs != 1 {
 		t.Errorf("one task completed: %+v", r.Harvest.BoundedSlowdown)
 	}
+	// Schedule figures (issue 18 item 6) of the real run: a waited 0 s for
+	// 2x50 node-s of work, b 20 s for 4x20: bounded slowdowns 1 and
+	// (20+20)/20 = 2; NUWT alice 0, bob 20/80, F = 2 x 0.125^2.
+	if sd, u := r.Foreign.BoundedSlowdown, r.Foreign.Users; sd.Mean != 1.5 || sd.Max != 2 || u.Count != 2 ||
+		u.NUWT["bob"] != 0.25 || u.MeanNUWT != 0.125 || u.Fairness != 0.03125 {
+		t.Errorf("foreign schedule figures %+v %+v", sd, u)
+	}
 	// Against a baseline in which b started at once: 20 s later.
 	base := o
 	base.Kind = Baseline
@@ -52,5 +60,20 @@ func TestOutcomeResultCountsJobsPilotsAndTasks(t *testing.T) {
 	}
 	if f := CompareFidelity(br, r); f.Jobs != 2 || f.Exact != 1 || f.MeanS != -10 || f.MaxS != 20 || f.P50S != 0 {
 		t.Errorf("fidelity %+v", f)
+	}
+	// The summary prints them for the real run and the simulated one
+	// (here the baseline stands in for it), foreign and harvest users.
+	var out strings.Builder
+	rep := Report{Runs: []RunReport{{Kind: Polling, Result: r, Sim: br}}}
+	if err := WriteSummary(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"polling      foreign  bounded slowdown mean 1.50 (max 2.0) over 2 jobs; 2 users, mean NUWT 0.125, fairness F 0.0312 | bounded slowdown mean 1.00 (max 1.0) over 2 jobs; 2 users, mean NUWT 0, fairness F 0\n",
+		"polling      harvest  bounded slowdown mean 1.00 (max 1.0) over 1 jobs; 1 user, mean NUWT 0, fairness F 0 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
 	}
 }

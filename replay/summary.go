@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+
+	"github.com/harvest-hpc/harvest/sim"
 )
 
 // WriteSummary prints the runs side by side: what SLURM did, against the
@@ -39,6 +41,18 @@ func WriteSummary(w io.Writer, rep Report) error {
 			100*r.Sim.Utilization, r.Sim.Foreign.MeanWaitS, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs)
 		if len(r.Unfinished) > 0 {
 			fmt.Fprintf(bw, "  %d foreign jobs did not end by the deadline: %v\n", len(r.Unfinished), r.Unfinished)
+		}
+	}
+	fmt.Fprintln(bw, "\nschedule figures (Klusáček 2011; bounded slowdown threshold 10 s, NUWT = wait / work), real | simulated:")
+	clear(seen)
+	for _, r := range rep.Runs {
+		seen[r.Kind]++
+		name := RunName(r.Kind, seen[r.Kind])
+		fmt.Fprintf(bw, "%-12s foreign  %s | %s\n", name, sim.ScheduleLine(r.Result.Foreign.BoundedSlowdown, r.Result.Foreign.Users),
+			sim.ScheduleLine(r.Sim.Foreign.BoundedSlowdown, r.Sim.Foreign.Users))
+		if r.Kind.Harvested() {
+			fmt.Fprintf(bw, "%-12s harvest  %s | %s\n", name, sim.ScheduleLine(r.Result.Harvest.BoundedSlowdown, r.Result.Harvest.Users),
+				sim.ScheduleLine(r.Sim.Harvest.BoundedSlowdown, r.Sim.Harvest.Users))
 		}
 	}
 	fmt.Fprintf(bw, "\nlater/earl.: foreign jobs started more than %d s later / earlier than in the first baseline run",

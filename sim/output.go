@@ -69,13 +69,13 @@ func WriteSummary(w io.Writer, res Result) error {
 		fmt.Fprintf(bw, "blocked by pilots   %d jobs, %d s in all, p99 %d s, max %d s (pending while the scheduler would have started them without pilots)\n",
 			b.Jobs, b.SumS, b.P99S, b.MaxS)
 	}
-	fmt.Fprintf(bw, "foreign users       %s\n", scheduleLine(res.Foreign.BoundedSlowdown, res.Foreign.Users))
+	fmt.Fprintf(bw, "foreign users       %s\n", ScheduleLine(res.Foreign.BoundedSlowdown, res.Foreign.Users))
 	if res.Harvest.BoundedSlowdown.Jobs > 0 {
 		what := "each task a job"
 		if res.Mode == Baseline {
 			what = "calibration batch jobs"
 		}
-		fmt.Fprintf(bw, "harvest users       %s (%s)\n", scheduleLine(res.Harvest.BoundedSlowdown, res.Harvest.Users), what)
+		fmt.Fprintf(bw, "harvest users       %s (%s)\n", ScheduleLine(res.Harvest.BoundedSlowdown, res.Harvest.Users), what)
 	}
 	h := res.Harvest
 	if res.Mode != Baseline {
@@ -98,7 +98,9 @@ func WriteSummary(w io.Writer, res Result) error {
 	return bw.Flush()
 }
 
-func scheduleLine(s Slowdown, u Users) string {
+// ScheduleLine prints the literature's schedule figures (metrics.go) in
+// one line: bounded slowdown, per-user NUWT and fairness F.
+func ScheduleLine(s Slowdown, u Users) string {
 	users := "users"
 	if u.Count == 1 {
 		users = "user"
