@@ -8,7 +8,7 @@
 # agent pulled in (--shrink).
 # Run as root with your mini-cluster's variables exported (LAB, CTLD_PORT,
 # PORT_BASE, LINK_ETC=0, SLURM_CONF); it restarts that cluster with a
-# preemptible partition (PREEMPT=1). About 6 minutes.
+# preemptible partition (PREEMPT=1). About 5 minutes.
 # Usage: scripts/giveback-report.sh [RUNS]   (default 1; each run is one table)
 set -euo pipefail
 cd "$(dirname "$0")/.."
