@@ -8,6 +8,7 @@ import (
 
 	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
 	"github.com/harvest-hpc/harvest/agent"
+	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/sim"
 )
 
@@ -139,6 +140,16 @@ func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span int64) (sim.
 	sc.TaskSeconds = max(1, int64(cfg.Run.TaskSeconds+0.5))
 	sc.Poll = max(1, int64(cfg.Run.Poll/time.Second))
 	sc.NoRecommend = false
+	if k.Harvested() {
+		// The real pilots run the master's capacity rule with its defaults
+		// (it starts the pool at 4 pilots and doubles it while tasks keep
+		// their speed): without it the simulator filled the cluster at
+		// once, 97% against SLURM's 87% on KTH day 70. The master steps at
+		// every queue heartbeat, the simulator at every poll.
+		cc := capacity.DefaultConfig()
+		cc.HoldRounds = max(1, int(time.Duration(cc.HoldRounds)*pilotHeartbeat/cfg.Run.Poll))
+		sc.Capacity = &cc
+	}
 	sc.Cluster = simcluster.DefaultConfig()
 	sc.Cluster.Latency = cfg.SimLatency
 	sc.Cluster.Reservations = int(max(1, cfg.SimReservations))
@@ -151,6 +162,10 @@ func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span int64) (sim.
 	}
 	return res, nil
 }
+
+// pilotHeartbeat is the replay pilots' queue heartbeat (harvest pilot
+// --heartbeat): the master's capacity rule steps at each.
+const pilotHeartbeat = time.Second
 
 // RunName names the i-th run of kind k for files: baseline, baseline-2...
 func RunName(k Kind, i int) string {

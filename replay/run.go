@@ -242,7 +242,7 @@ func startHarvest(ctx context.Context, p Plan, kind Kind, cfg RunConfig, dir str
 	if kind == Preemption {
 		giveBack = "preemption"
 	}
-	pilot := cfg.Harvest + " pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s"
+	pilot := cfg.Harvest + " pilot --heartbeat " + pilotHeartbeat.String() + " --master-grace 10s --reconnect-grace 10s --worker-timeout 15s"
 	agent := exec.Command(cfg.Harvest, "agent",
 		"--state-dir", filepath.Join(dir, "agent"), "--shared-dir", filepath.Join(dir, "state"),
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--socket", socket, "--allowed-root", dir,
