@@ -216,50 +216,35 @@ func TestATaskGetsACleanEnvironment(t *testing.T) {
 	}
 }
 
-// A pilot tells its tasks which pilot runs them (HARVEST_PILOT_ID), and
-// only when it knows: never from its own environment.
-func TestATaskSeesItsPilot(t *testing.T) {
-	t.Setenv("HARVEST_PILOT_ID", "from-the-pilot-environment")
-	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
-	for _, pilot := range []string{"4711", ""} {
-		task := execTask(dir, 0, "sh", "-c", `printf '%s' "${HARVEST_PILOT_ID-unset}" > "$1"`, "sh", "{output}")
-		r := worker.DefaultExecRunner()
-		r.Pilot = pilot
-		if o := r.Run(context.Background(), task); o.Status != pilotproto.StatusDone {
-			t.Fatalf("status %s (%s)", o.Status, o.ErrorTail)
-		}
-		b, _ := os.ReadFile(task.Output)
-		want := pilot
-		if pilot == "" {
-			want = "unset"
-		}
-		if string(b) != want {
-			t.Fatalf("with Pilot %q the task saw HARVEST_PILOT_ID %q, want %q", pilot, b, want)
-		}
-	}
-}
-
-// A pilot of a site tells its tasks where they run (HARVEST_SITE), and
-// only then.
-func TestATaskSeesItsSite(t *testing.T) {
-	t.Setenv("HARVEST_SITE", "from-the-pilot-environment")
-	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
-	for _, site := range []string{"b", ""} {
-		task := execTask(dir, 0, "sh", "-c", `printf '%s' "${HARVEST_SITE-unset}" > "$1"`, "sh", "{output}")
-		r := worker.DefaultExecRunner()
-		r.Site = site
-		if o := r.Run(context.Background(), task); o.Status != pilotproto.StatusDone {
-			t.Fatalf("status %s (%s)", o.Status, o.ErrorTail)
-		}
-		b, _ := os.ReadFile(task.Output)
-		want := site
-		if site == "" {
-			want = "unset"
-		}
-		if string(b) != want {
-			t.Fatalf("with Site %q the task saw HARVEST_SITE %q, want %q", site, b, want)
+// A pilot tells its tasks where they run, its site (HARVEST_SITE) and its
+// id (HARVEST_PILOT_ID), and only when it knows: never from its own
+// environment.
+func TestATaskSeesItsSiteAndPilot(t *testing.T) {
+	for _, v := range []struct {
+		name string
+		set  func(r *worker.ExecRunner, value string)
+	}{
+		{"HARVEST_SITE", func(r *worker.ExecRunner, s string) { r.Site = s }},
+		{"HARVEST_PILOT_ID", func(r *worker.ExecRunner, s string) { r.Pilot = s }},
+	} {
+		t.Setenv(v.name, "from-the-pilot-environment")
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "out"), 0o755)
+		for _, value := range []string{"4711", ""} {
+			task := execTask(dir, 0, "sh", "-c", `printf '%s' "${`+v.name+`-unset}" > "$1"`, "sh", "{output}")
+			r := worker.DefaultExecRunner()
+			v.set(r, value)
+			if o := r.Run(context.Background(), task); o.Status != pilotproto.StatusDone {
+				t.Fatalf("status %s (%s)", o.Status, o.ErrorTail)
+			}
+			b, _ := os.ReadFile(task.Output)
+			want := value
+			if value == "" {
+				want = "unset"
+			}
+			if string(b) != want {
+				t.Fatalf("with %q set in the runner the task saw %s=%q, want %q", value, v.name, b, want)
+			}
 		}
 	}
 }
