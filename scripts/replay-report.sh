@@ -25,8 +25,10 @@ if [ "${TABLES_ONLY:-0}" != 1 ]; then
   mkdir -p "$OUT"
   echo "Replays of $HOURS trace hours at ${SCALE}x on $NODES nodes (out: $OUT)" >&2
 
-  # Windows picked for an offered load below 1 after mapping (small jobs grow).
-  for spec in "KTH-SP2-1996-2.1-cln.swf.gz 6647850 KTH-SP2-1996-2.1 day-70" "SDSC-SP2-1998-4.2-cln.swf.gz 5750129 SDSC-SP2-1998-4.2 day-60"; do
+  # Two windows where foreign jobs start at once, one where they queue
+  # (SDSC day 100: offered load 1.33 after mapping, a 10 s mean wait at 60x).
+  for spec in "KTH-SP2-1996-2.1-cln.swf.gz 6647850 KTH-SP2-1996-2.1 day-70" "SDSC-SP2-1998-4.2-cln.swf.gz 5750129 SDSC-SP2-1998-4.2 day-60" \
+    "SDSC-SP2-1998-4.2-cln.swf.gz 8676000 SDSC-SP2-1998-4.2 day-100"; do
     set -- $spec
     from=$2 to=$(($2 + HOURS * 3600)) dir=$OUT/$3-$4
     "$BIN_DIR/harvest" replay --workload "$W/$1" --from "$from" --to "$to" --nodes "$NODES" --scale "$SCALE" \
