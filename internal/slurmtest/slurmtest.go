@@ -118,19 +118,21 @@ func SecondSpec() Spec {
 
 var second Spec
 
+// envInt is the positive integer in the environment variable name, else def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
 // secondSpec reads SecondSpec from the environment.
 func secondSpec() Spec {
-	num := func(name string, def int) int {
-		if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-			return n
-		}
-		return def
-	}
 	lab := os.Getenv("LAB_B")
 	if lab == "" {
 		lab = Lab() + "-b"
 	}
-	return Spec{Lab: lab, CtldPort: num("CTLD_PORT_B", num("CTLD_PORT", 6817)+100), PortBase: num("PORT_BASE_B", num("PORT_BASE", 17000)+100)}
+	return Spec{Lab: lab, CtldPort: envInt("CTLD_PORT_B", envInt("CTLD_PORT", 6817)+100), PortBase: envInt("PORT_BASE_B", envInt("PORT_BASE", 17000)+100)}
 }
 
 // RequireTwo gives a test two clusters of n nodes each: the one of the
@@ -224,14 +226,8 @@ var (
 // own, and SecondSpec's when HARVEST_SLURM_LABS=2.
 func pool() []Spec {
 	poolOnce.Do(func() {
-		num := func(name string, def int) int {
-			if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-				return n
-			}
-			return def
-		}
 		second = secondSpec()
-		labPool = []Spec{{Lab: Lab(), CtldPort: num("CTLD_PORT", 6817), PortBase: num("PORT_BASE", 17000)}, second}
+		labPool = []Spec{{Lab: Lab(), CtldPort: envInt("CTLD_PORT", 6817), PortBase: envInt("PORT_BASE", 17000)}, second}
 		if os.Getenv(labsEnv) != "2" {
 			labPool = labPool[:1]
 		}
@@ -283,7 +279,6 @@ func (c *Cluster) lock(t testing.TB, specs []Spec) Spec {
 				}
 			}
 			t.Cleanup(func() {
-				c.CancelAll(t)
 				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 				f.Close()
 			})
@@ -296,9 +291,11 @@ func (c *Cluster) lock(t testing.TB, specs []Spec) Spec {
 	}
 }
 
-// start makes sure the cluster runs with c.Nodes idle nodes and no jobs.
+// start makes sure the cluster runs with c.Nodes idle nodes and no jobs,
+// and leaves it so when t ends (before its lock is released).
 func (c *Cluster) start(t testing.TB) {
 	t.Helper()
+	t.Cleanup(func() { c.CancelAll(t) })
 	start := c.Command(filepath.Join(c.Root, "scripts", "minicluster.sh"), "start", strconv.Itoa(c.Nodes))
 	start.Env = append(append(os.Environ(), c.env...), c.opts.env()...)
 	out, err := start.CombinedOutput()

@@ -1,6 +1,9 @@
 package slurmtest
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -26,5 +29,35 @@ func TestTwoClustersRunSideBySide(t *testing.T) {
 	}
 	if got := a.Run(t, "", "sinfo", "-h", "-o", "%D"); got != "2" {
 		t.Fatalf("a has %q nodes", got)
+	}
+}
+
+// With two clusters in the pool, a test takes the one whose lock is free:
+// here the first is held by another holder (another package's test).
+func TestLockTakesTheFreeCluster(t *testing.T) {
+	dir := t.TempDir()
+	specs := []Spec{{Lab: filepath.Join(dir, "a"), CtldPort: 1, PortBase: 1}, {Lab: filepath.Join(dir, "b"), CtldPort: 2, PortBase: 2}}
+	held, err := os.OpenFile(specs[0].Lab+".lock", os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	var got Spec
+	t.Run("first held", func(t *testing.T) {
+		got = (&Cluster{}).lock(t, specs)
+	})
+	if got != specs[1] {
+		t.Fatalf("took %+v while %s was held, want %+v", got, specs[0].Lab, specs[1])
+	}
+	// The subtest's end released b: with a free, the first free one is a.
+	syscall.Flock(int(held.Fd()), syscall.LOCK_UN)
+	t.Run("both free", func(t *testing.T) {
+		got = (&Cluster{}).lock(t, specs)
+	})
+	if got != specs[0] {
+		t.Fatalf("took %+v with both free, want the first, %+v", got, specs[0])
 	}
 }
