@@ -3,7 +3,8 @@ package replay
 import (
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/harvest-hpc/harvest/adapters/slurm"
 )
 
 // ErrClusterSetup is wrapped by every ReadClusterSetup error: the cluster
@@ -24,27 +25,19 @@ type ClusterSetup struct {
 // if not empty, overrides the log's place (the cluster must still write
 // one: without it a replay cannot see when jobs started).
 func ReadClusterSetup(conf, jobcompLog string) (ClusterSetup, error) {
-	if !strings.Contains(conf, "SLURM_VERSION") {
+	// The SLURM adapter's parser: "Key = Value" lines, values with "=" or
+	// spaces kept whole.
+	c, err := slurm.ParseConfig([]byte(conf))
+	if err != nil || c["SLURM_VERSION"] == "" {
 		return ClusterSetup{}, fmt.Errorf("%w: `scontrol show config` printed no configuration", ErrClusterSetup)
 	}
-	s := ClusterSetup{JobCompLog: jobcompLog, Preemptible: configValue(conf, "PreemptType") == "preempt/partition_prio"}
+	s := ClusterSetup{JobCompLog: jobcompLog, Preemptible: c["PreemptType"] == "preempt/partition_prio"}
 	if s.JobCompLog == "" {
-		s.JobCompLog = configValue(conf, "JobCompLoc")
-		if configValue(conf, "JobCompType") != "jobcomp/filetxt" || s.JobCompLog == "" {
+		s.JobCompLog = c["JobCompLoc"]
+		if c["JobCompType"] != "jobcomp/filetxt" || s.JobCompLog == "" {
 			return ClusterSetup{}, fmt.Errorf("%w: it writes no job completion log (JobCompType is %q): set JobCompType=jobcomp/filetxt and JobCompLoc in slurm.conf (scripts/minicluster.sh: JOBCOMP=1), or give --jobcomp-log",
-				ErrClusterSetup, configValue(conf, "JobCompType"))
+				ErrClusterSetup, c["JobCompType"])
 		}
 	}
 	return s, nil
-}
-
-// configValue reads KEY = VALUE from `scontrol show config`.
-func configValue(conf, key string) string {
-	for _, line := range strings.Split(conf, "\n") {
-		k, v, ok := strings.Cut(line, "=")
-		if ok && strings.TrimSpace(k) == key {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
