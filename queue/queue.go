@@ -191,6 +191,11 @@ func (q *Queue) Close() error {
 	return err
 }
 
+// Settle folds the store's journal into its tables (store/overlay.go):
+// afterwards a reader of the database file sees every change made so far.
+// The queue's own reads settle by themselves.
+func (q *Queue) Settle(ctx context.Context) error { return q.st.Settle(ctx) }
+
 // Closing is closed when Close starts: the API answers ErrClosed from then on.
 func (q *Queue) Closing() <-chan struct{} { return q.closed }
 

@@ -6,6 +6,7 @@ package queuetest
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -153,8 +154,12 @@ func (e *Env) Dataset(name string, n int) string {
 }
 
 // DB is a read-only view of the queue's database (WAL: it sees every
-// committed write).
+// committed write). The queue's journal is folded first (Queue.Settle), so
+// the tables show every change made before the call.
 func (e *Env) DB() *sql.DB {
+	if err := e.Q.Settle(context.Background()); err != nil {
+		e.T.Fatal(err)
+	}
 	if e.db == nil {
 		db, err := sql.Open("sqlite3", "file:"+e.Cfg.DBPath+"?"+url.Values{"_query_only": {"1"}, "_busy_timeout": {"5000"}}.Encode())
 		if err != nil {

@@ -390,11 +390,10 @@ func (r *Registry) Allowance(name string, now time.Time) (int, bool) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	rel := r.tracker.Relative()
 	views := make([]Site, len(names))
 	me, live := -1, 0
 	for i, n := range names {
-		views[i] = Site{Name: n, Alive: r.alive(r.sites[n], now), Relative: rel[n]}
+		views[i] = Site{Name: n, Alive: r.alive(r.sites[n], now)}
 		if views[i].Alive {
 			live++
 		}
@@ -407,6 +406,12 @@ func (r *Registry) Allowance(name string, now time.Time) (int, bool) {
 	}
 	if live <= 1 && views[me].Alive {
 		return 0, false
+	}
+	// The relative turnarounds walk every job's cells: only when several
+	// sites share the work (this runs at every pull).
+	rel := r.tracker.Relative()
+	for i := range views {
+		views[i].Relative = rel[views[i].Name]
 	}
 	w := Weights(views, r.cfg)
 	maxW := 0.0

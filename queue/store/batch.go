@@ -34,6 +34,22 @@ type jobRow struct {
 	finished int64
 	c        rules.Counts
 	from     string // the state when read
+	seq      int64  // in the overlay: journal entry of its last change not folded yet
+	since    int64  // in the overlay: Unix ns when it became dirty
+}
+
+// settleJob derives j's state from its counters (rules.JobState) and
+// returns the change, if any (its finish time set or cleared with it).
+func settleJob(j *jobRow, now time.Time) *JobChange {
+	j.state = rules.JobState(j.from, j.started > 0, j.c)
+	if j.state == j.from {
+		return nil
+	}
+	j.finished = 0
+	if api.JobFinal(j.state) {
+		j.finished = ms(now)
+	}
+	return &JobChange{j.id, j.from, j.state}
 }
 
 var readJobsSQL = hot(`SELECT id, state, owner, cores, price, max_attempts, started_at, finished_at,
@@ -85,14 +101,9 @@ func (s *Store) writeJobs(ctx context.Context, tx *sql.Tx, jobs map[int64]*jobRo
 	rows := make([][]any, 0, len(jobs))
 	var states [][]any
 	for _, j := range jobs {
-		j.state = rules.JobState(j.from, j.started > 0, j.c)
-		if j.state != j.from {
-			changes = append(changes, JobChange{j.id, j.from, j.state})
+		if ch := settleJob(j, now); ch != nil {
+			changes = append(changes, *ch)
 			states = append(states, []any{j.id, j.state})
-			j.finished = 0
-			if api.JobFinal(j.state) {
-				j.finished = ms(now)
-			}
 		}
 		rows = append(rows, []any{j.id, j.started, j.finished, j.c.Waiting, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed})
 	}

@@ -61,6 +61,9 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 // its id, the digest of that request and its state; ok is false when none
 // exists.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
+	if err = s.settle(ctx); err != nil {
+		return
+	}
 	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = ? AND idem_key = ?`, owner, key).Scan(&id, &hash, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", "", false, nil
@@ -146,7 +149,7 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	for {
 		var n int64
-		err := s.write(ctx, func(tx *sql.Tx) error {
+		err := s.cold(ctx, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE task_id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk); err != nil {
 				return err
 			}
@@ -164,7 +167,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 			break
 		}
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.cold(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM job_pools WHERE job_id = ?`, id); err != nil {
 			return err
 		}
@@ -213,6 +216,9 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 
 // Job reads one visible job; api.ErrNotFound when there is none.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
+	if err := s.settle(ctx); err != nil {
+		return api.Job{}, err
+	}
 	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
@@ -226,6 +232,9 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
 	if err != nil {
@@ -257,7 +266,7 @@ type Cancelled struct {
 // final already. Its tasks follow with KillTasks.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.cold(ctx, func(tx *sql.Tx) error {
 		var state string
 		if err := tx.QueryRowContext(ctx, `SELECT state, n_active, cores, owner FROM jobs WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
@@ -287,7 +296,7 @@ func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now ti
 	after := int64(0)
 	for {
 		var last sql.NullInt64
-		err := s.write(ctx, func(tx *sql.Tx) error {
+		err := s.cold(ctx, func(tx *sql.Tx) error {
 			if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM (SELECT id FROM tasks WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3)`,
 				id, after, chunk).Scan(&last); err != nil || !last.Valid {
 				return err
@@ -319,6 +328,9 @@ func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, e
 
 // Demand sums the waiting and the active tasks of live jobs.
 func (s *Store) Demand(ctx context.Context) (pending, running int, err error) {
+	if err = s.settle(ctx); err != nil {
+		return 0, 0, err
+	}
 	var p, r sql.NullInt64
 	err = s.r.QueryRowContext(ctx, `SELECT sum(n_waiting), sum(n_active) FROM jobs WHERE state IN ('WAITING', 'RUNNING')`).Scan(&p, &r)
 	if err != nil {
@@ -335,6 +347,9 @@ type TaskCounts struct {
 // TaskStats counts the tasks of stored jobs per owner, and the hand-outs
 // beyond a task's first.
 func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
+	if err = s.settle(ctx); err != nil {
+		return
+	}
 	byOwner = map[string]TaskCounts{}
 	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed) FROM jobs GROUP BY owner`)
 	if err != nil {

@@ -55,9 +55,27 @@ func (s *Store) saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.
 	return nil
 }
 
-// Lease reads a pool's current lease (a reader: for display, not for fencing).
+// Lease returns a pool's current lease (for display and the queue's early
+// check, not for fencing: a fenced write reads the row in its own
+// transaction). It comes from memory: the queue checks an epoch before
+// every pull and batch of results, and a reader's query cost more than
+// the check. The cache is filled at Open and set after every commit that
+// changes a lease (DecideLease, Heartbeat, both under s.hot so their
+// updates cannot cross).
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
+	s.leaseMu.Lock()
+	l, ok := s.leases[pool]
+	s.leaseMu.Unlock()
+	if ok {
+		return l, nil
+	}
 	return readLease(ctx, s.r, pool)
+}
+
+func (s *Store) cacheLease(pool string, l rules.Lease) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	s.leases[pool] = l
 }
 
 // Leases reads every pool's lease.
@@ -84,6 +102,13 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 // DecideLease applies rules.DecideLease to a pool's stored lease in one
 // write transaction and returns the previous lease and the decision.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	defer func() {
+		if err == nil && d.Write {
+			s.cacheLease(pool, d.Next)
+		}
+	}()
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		if prev, err = s.readLeaseTx(ctx, tx, pool); err != nil {
 			return err

@@ -1,15 +1,16 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
@@ -27,6 +28,9 @@ type ReadyJob struct {
 // LiveJobs reads every live job (WAITING or RUNNING), by price (highest
 // first), then FIFO.
 func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
 		FROM jobs WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
 	if err != nil {
@@ -72,28 +76,154 @@ type Taken struct {
 	Changes []JobChange
 }
 
-var assignSQL = hot(`WITH RECURSIVE w(job, n) AS (SELECT value->>0, value->>1 FROM jsonb_each(?1)),
+// waitingSQL lists, per job, up to n WAITING task ids above after, lowest
+// first, from the index of waiting tasks alone (it covers them): one seek
+// per job, then neighbouring entries.
+var waitingSQL = hot(`WITH RECURSIVE w(job, n, after) AS (SELECT value->>0, value->>1, value->>2 FROM jsonb_each(?1)),
 			pick(job, n, id) AS (
-				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' ORDER BY id LIMIT 1) FROM w
+				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' AND id > w.after ORDER BY id LIMIT 1) FROM w
 				UNION ALL
 				SELECT job, n - 1, (SELECT id FROM tasks WHERE job_id = pick.job AND state = 'WAITING' AND id > pick.id ORDER BY id LIMIT 1)
 				FROM pick WHERE n > 1 AND id IS NOT NULL)
-			UPDATE tasks SET state = 'ASSIGNED', attempt = attempt + 1, epoch = ?2, pilot = ?3, assigned_at = ?4, heartbeat_at = ?4,
-				wait_ms = wait_ms + (?4 - queued_at), pool = ?5
-			WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL) RETURNING id, job_id, name, attempt`)
+			SELECT job, id FROM pick WHERE id IS NOT NULL`)
+
+// readAhead is how many WAITING task ids beyond a take a job's index read
+// keeps (overlay.ahead): with many users a pull takes one task of each of
+// many jobs, and one seek then serves the job's next pulls.
+const readAhead = 16
+
+// pickWaiting returns, per job of want ([job, n]), its n waiting tasks of
+// lowest id (fewer when it has fewer), as copies in id order, merging
+// three sources: the overlay's WAITING tasks (requeued), the ids read
+// ahead, and the table's index above the job's cursor (less the tasks the
+// overlay holds). The index is asked only when the first two have fewer
+// than n, or the overlay holds a WAITING task above the cursor (requeued
+// after it was read back from the table: lower ids may wait in the
+// index). c gets the new cursors and read-ahead lists.
+func (s *Store) pickWaiting(ctx context.Context, tx *sql.Tx, want [][2]int64, c *change) (map[int64][]*taskRow, error) {
+	o := &s.ov
+	from := map[int64][]int64{} // ids from the index, per job, ascending
+	after := map[int64]int64{}
+	var need [][2]int64
+	for _, w := range want {
+		l := o.waiting[w[0]]
+		if len(l)+len(o.ahead[w[0]]) < int(w[1]) || (len(l) > 0 && l[len(l)-1] > o.cursor[w[0]]) {
+			need = append(need, [2]int64{w[0], w[1] + readAhead})
+		}
+	}
+	for len(need) > 0 {
+		q := make([][3]int64, 0, len(need))
+		for _, w := range need {
+			a, seen := after[w[0]]
+			if !seen {
+				a = o.cursor[w[0]]
+			}
+			q = append(q, [3]int64{w[0], w[1], a})
+		}
+		arg, err := jsonArg(q)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := s.query(ctx, tx, waitingSQL, arg)
+		if err != nil {
+			return nil, err
+		}
+		got := map[int64]int{}
+		for rows.Next() {
+			var job, id int64
+			if err := rows.Scan(&job, &id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			got[job]++
+			after[job] = max(after[job], id)
+			if o.tasks[id] == nil { // else the overlay's row is the task's
+				from[job] = append(from[job], id)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		// A job whose ids were all there but some are the overlay's may
+		// have more above them.
+		var again [][2]int64
+		for _, w := range need {
+			if short := int(w[1]) - len(from[w[0]]); short > 0 && got[w[0]] == int(w[1]) {
+				again = append(again, [2]int64{w[0], int64(short)})
+			}
+		}
+		need = again
+	}
+	c.cursor = map[int64]int64{}
+	for job, id := range after {
+		c.cursor[job] = id // every id the index gave is now the overlay's or ahead
+	}
+	c.ahead = map[int64][]int64{}
+	type pick struct {
+		job, id int64
+		row     *taskRow // the overlay's, else read below
+	}
+	var picks []pick
+	var read []int64
+	for _, w := range want {
+		job, n := w[0], int(w[1])
+		listed := o.waiting[job]
+		// ahead and the index's ids are disjoint and both ascending, all
+		// of the index's above the old cursor: one list.
+		table := append(slices.Clone(o.ahead[job]), from[job]...)
+		taken := 0
+		for taken < n && (len(table) > 0 || len(listed) > 0) {
+			if len(listed) > 0 && (len(table) == 0 || listed[0] < table[0]) {
+				picks = append(picks, pick{job: job, id: listed[0], row: o.tasks[listed[0]]})
+				listed = listed[1:]
+			} else {
+				picks = append(picks, pick{job: job, id: table[0]})
+				read = append(read, table[0])
+				table = table[1:]
+			}
+			taken++
+		}
+		if _, had := o.ahead[job]; had || len(table) > 0 {
+			c.ahead[job] = table
+		}
+	}
+	rows, err := s.readTaskRows(ctx, tx, read)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64][]*taskRow, len(want))
+	for _, p := range picks {
+		var t *taskRow
+		if p.row != nil {
+			cp := *p.row
+			t = &cp
+		} else if t = rows[p.id]; t == nil {
+			return nil, fmt.Errorf("task %d: listed waiting, but not in the table", p.id)
+		}
+		out[p.job] = append(out[p.job], t)
+	}
+	return out, nil
+}
 
 // Assign hands out, for each take, the job's waiting tasks of lowest id,
 // marking them ASSIGNED to the pool's lease holder under epoch, in one
-// fenced transaction of four statements whatever the number of takes.
+// fenced transaction that journals the tasks and jobs it changed.
 func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	if err := s.beforeHot(ctx); err != nil {
+		return Taken{}, fmt.Errorf("assign: %w", err)
+	}
 	var out Taken
+	var c change
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
-		out = Taken{Tasks: map[int64][]TakenTask{}}
+		out, c = Taken{Tasks: map[int64][]TakenTask{}}, change{}
 		ids := make([]int64, 0, len(takes))
 		for _, t := range takes {
 			ids = append(ids, t.Job)
 		}
-		jobs, err := s.readJobs(ctx, tx, ids)
+		jobs, err := s.jobRows(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
@@ -112,49 +242,38 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		if len(want) == 0 {
 			return nil
 		}
-		arg, err := jsonArg(want)
+		picked, err := s.pickWaiting(ctx, tx, want, &c)
 		if err != nil {
 			return err
 		}
-		// pick walks each job's WAITING tasks in id order through the
-		// (job_id, state, id) index: one seek per task handed out.
-		rows, err := s.query(ctx, tx, assignSQL, arg, epoch, l.Holder, ms(now), pool)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var tk TakenTask
-			var job int64
-			if err := rows.Scan(&tk.ID, &job, &tk.Name, &tk.Attempt); err != nil {
-				rows.Close()
-				return err
+		at := ms(now)
+		for id, ts := range picked {
+			if len(ts) == 0 {
+				continue
 			}
-			out.Tasks[job] = append(out.Tasks[job], tk)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for id, ts := range out.Tasks {
-			slices.SortFunc(ts, func(a, b TakenTask) int { return cmp.Compare(a.ID, b.ID) })
+			for _, t := range ts {
+				t.state, t.attempt, t.epoch, t.pilot, t.pool = api.TaskAssigned, t.attempt+1, epoch, l.Holder, pool
+				t.assignedAt, t.heartbeatAt, t.waitMS = at, at, t.waitMS+(at-t.queuedAt)
+				out.Tasks[id] = append(out.Tasks[id], TakenTask{ID: t.id, Name: t.name, Attempt: t.attempt})
+				c.tasks = append(c.tasks, t)
+			}
 			j := jobs[id]
 			j.c.Waiting -= len(ts)
 			j.c.Active += len(ts)
 			if j.started == 0 {
-				j.started = ms(now)
+				j.started = at
 			}
-		}
-		for id := range jobs {
-			if len(out.Tasks[id]) == 0 {
-				delete(jobs, id) // nothing changed
+			if ch := settleJob(j, now); ch != nil {
+				out.Changes = append(out.Changes, *ch)
 			}
+			c.jobs = append(c.jobs, j)
 		}
-		out.Changes, err = s.writeJobs(ctx, tx, jobs, now)
-		return err
+		return s.journal(ctx, tx, &c)
 	})
 	if err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
 	}
+	s.ov.apply(&c)
 	return out, nil
 }
 
@@ -198,104 +317,119 @@ type Outcome struct {
 // not recorded, so it cannot take the place of the real one. Six
 // statements whatever the number of results.
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	if err := s.beforeHot(ctx); err != nil {
+		return Applied{}, fmt.Errorf("apply results: %w", err)
+	}
 	var a Applied
+	var c change
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		var err error
-		a, err = s.applyResults(ctx, tx, pool, results, now)
-		return err
+		c = change{}
+		a, err = s.applyResults(ctx, tx, pool, results, now, &c)
+		if err != nil {
+			return err
+		}
+		return s.journal(ctx, tx, &c)
 	})
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply results: %w", err)
 	}
+	s.ov.apply(&c)
 	return a, nil
-}
-
-// resultTask is what applying a result needs of its task.
-type resultTask struct {
-	found, recorded bool
-	task            rules.ActiveTask
-	job             int64
-	pool            string
-	assigned        int64 // Unix ms
 }
 
 // poolCounter is the job_pools column a result's status counts in.
 var poolCounter = map[string]int{pilotproto.StatusDone: 0, pilotproto.StatusFailed: 1, pilotproto.StatusTimeout: 1}
 
-var finishTasksSQL = hot(`UPDATE tasks SET state = d.v->>1, tries = tries + (d.v->>2), exit_code = d.v->>3, last_error = d.v->>4, finished_at = d.v->>5,
-			queued_at = CASE WHEN d.v->>6 THEN ?2 ELSE queued_at END
-			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`)
+// recordedSQL lists which of the (task, attempt) keys have a stored result.
+var recordedSQL = hot(`SELECT r.key FROM jsonb_each(?) AS r
+		WHERE EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)`)
 
-var countPoolsSQL = hot(`INSERT INTO job_pools (job_id, pool, done, failed)
-			SELECT value->>0, ?2, value->>1, value->>2 FROM jsonb_each(?1) WHERE true
-			ON CONFLICT (job_id, pool) DO UPDATE SET done = done + excluded.done, failed = failed + excluded.failed`)
-
-var insertResultsSQL = hot(`INSERT INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied, pool)
-			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, ?2, value->>12, value->>13
-			FROM jsonb_each(?1)`)
-
-var resultTasksSQL = hot(`SELECT r.key, t.id IS NOT NULL, coalesce(t.state, ''), coalesce(t.attempt, 0), coalesce(t.tries, 0), coalesce(t.job_id, 0),
-			coalesce(t.pool, ''), coalesce(t.assigned_at, 0),
-			EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)
-		FROM jsonb_each(?) AS r LEFT JOIN tasks t ON t.id = r.value->>0`)
-
-func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time) (Applied, error) {
+func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time, c *change) (Applied, error) {
 	a := Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 	keys := make([][2]int64, len(results))
+	taskIDs := make([]int64, len(results))
 	for i, r := range results {
 		keys[i] = [2]int64{r.TaskID, int64(r.Attempt)}
+		taskIDs[i] = r.TaskID
 	}
-	arg, err := jsonArg(keys)
+	tasks, err := s.taskRows(ctx, tx, taskIDs)
 	if err != nil {
 		return a, err
 	}
-	rows, err := s.query(ctx, tx, resultTasksSQL, arg)
-	if err != nil {
-		return a, err
+	// Which results are recorded already: pending ones are in the
+	// overlay; a task active with the result's attempt has none (a result
+	// of an attempt is recorded when it ends the attempt, or when the
+	// task has moved on from it, and hand-outs only raise the attempt);
+	// the table is asked about the rest.
+	var ask [][2]int64
+	var askAt []int
+	recorded := make([]bool, len(results))
+	for i, r := range results {
+		switch t := tasks[r.TaskID]; {
+		case s.ov.results[keys[i]] != nil:
+			recorded[i] = true
+		case t != nil && taskActive(t.state) && t.attempt == r.Attempt:
+		default:
+			ask = append(ask, keys[i])
+			askAt = append(askAt, i)
+		}
 	}
-	info := make([]resultTask, len(results))
-	var jobIDs []int64
-	for rows.Next() {
-		var i int
-		var rt resultTask
-		if err := rows.Scan(&i, &rt.found, &rt.task.State, &rt.task.Attempt, &rt.task.Tries, &rt.job, &rt.pool, &rt.assigned, &rt.recorded); err != nil {
-			rows.Close()
+	if len(ask) > 0 {
+		arg, err := jsonArg(ask)
+		if err != nil {
 			return a, err
 		}
-		info[i] = rt
-		if rt.found {
-			jobIDs = append(jobIDs, rt.job)
+		rows, err := s.query(ctx, tx, recordedSQL, arg)
+		if err != nil {
+			return a, err
+		}
+		for rows.Next() {
+			var k int
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return a, err
+			}
+			recorded[askAt[k]] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return a, err
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return a, err
+	jobIDs := make([]int64, 0, len(tasks))
+	for _, t := range tasks {
+		jobIDs = append(jobIDs, t.job)
 	}
-	jobs, err := s.readJobs(ctx, tx, jobIDs)
+	jobs, err := s.jobRows(ctx, tx, jobIDs)
 	if err != nil {
 		return a, err
 	}
-	var inserts, updates [][]any
+	c.results = map[[2]int64][]byte{}
 	perJob := map[int64]*[2]int{} // done and failed attempts of this pool per job
-	seen := make(map[[2]int64]bool, len(results))
+	touchedT := map[int64]*taskRow{}
 	touched := map[int64]*jobRow{}
 	for i, r := range results {
-		rt := info[i]
-		if rt.recorded || seen[keys[i]] {
+		if recorded[i] || c.results[keys[i]] != nil {
 			a.Duplicates++
 			continue
 		}
-		j := jobs[rt.job]
-		if !rt.found || j == nil || (r.Attempt == rt.task.Attempt && rt.pool != pool) {
+		t := tasks[r.TaskID]
+		var j *jobRow
+		if t != nil {
+			j = jobs[t.job]
+		}
+		if t == nil || j == nil || (r.Attempt == t.attempt && t.pool != pool) {
 			a.Ignored++
 			continue
 		}
-		seen[keys[i]] = true
-		rt.task.MaxAttempts, rt.task.JobState = j.maxTries, j.from
-		current := rt.task.Current(r.Attempt)
+		act := rules.ActiveTask{State: t.state, Attempt: t.attempt, Tries: t.tries, MaxAttempts: j.maxTries, JobState: j.from}
+		current := act.Current(r.Attempt)
 		cpu := float64(j.cores) * float64(r.DurationMS) / 1000
 		ev := UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}
-		inserts = append(inserts, []any{r.TaskID, r.Attempt, rt.job, j.owner, r.Status, r.ExitCode, r.StartedAt, r.DurationMS, r.Pilot, r.ErrorTail, ev.CPU, ev.Cost, current, pool})
+		c.results[keys[i]] = appendResult(nil, r, t.job, j.owner, ev, ms(now), current, pool)
 		a.Events = append(a.Events, OwnedEvent{j.owner, ev})
 		if r.Status == pilotproto.StatusInterrupted {
 			a.LostMS += r.DurationMS
@@ -304,84 +438,118 @@ func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, resul
 			a.Ignored++
 			continue
 		}
-		tr := rules.AfterResult(rt.task, r.Status)
-		inc, fin := 0, int64(0)
+		tr := rules.AfterResult(act, r.Status)
+		t.state, t.exitCode, t.lastError = tr.State, r.ExitCode, r.ErrorTail
 		if tr.CountsTry {
-			inc = 1
+			t.tries++
 		}
+		t.finishedAt = 0
 		if tr.Final() {
-			fin = ms(now)
+			t.finishedAt = ms(now)
+		} else {
+			t.queuedAt = ms(now)
 		}
-		updates = append(updates, []any{r.TaskID, tr.State, inc, r.ExitCode, r.ErrorTail, fin, !tr.Final()})
+		touchedT[t.id] = t
 		j.c.Active--
 		switch tr.Counter {
 		case rules.ToWaiting:
 			j.c.Waiting++
-			a.Waiting[rt.job]++
+			a.Waiting[t.job]++
 		case rules.ToDone:
 			j.c.Done++
 		case rules.ToFailed:
 			j.c.Failed++
 		}
-		touched[rt.job] = j
+		touched[t.job] = j
 		if col, ok := poolCounter[r.Status]; ok {
-			c := perJob[rt.job]
-			if c == nil {
-				c = &[2]int{}
-				perJob[rt.job] = c
+			pc := perJob[t.job]
+			if pc == nil {
+				pc = &[2]int{}
+				perJob[t.job] = pc
 			}
-			c[col]++
+			pc[col]++
 		}
-		a.Outcomes = append(a.Outcomes, Outcome{Job: rt.job, Status: r.Status, TurnaroundMS: max(0, ms(now)-rt.assigned), DurationMS: r.DurationMS})
+		a.Outcomes = append(a.Outcomes, Outcome{Job: t.job, Status: r.Status, TurnaroundMS: max(0, ms(now)-t.assignedAt), DurationMS: r.DurationMS})
 		a.Applied++
 		a.Running[j.owner] -= j.cores
 	}
-	if len(inserts) > 0 {
-		arg, err := jsonArg(inserts)
-		if err != nil {
-			return a, err
-		}
-		if _, err := s.exec(ctx, tx, insertResultsSQL, arg, ms(now)); err != nil {
-			return a, fmt.Errorf("record results: %w", err)
-		}
-	}
 	if len(perJob) > 0 {
-		counts := make([][3]int64, 0, len(perJob))
-		for job, c := range perJob {
-			counts = append(counts, [3]int64{job, int64(c[0]), int64(c[1])})
+		pk := make([]poolKey, 0, len(perJob))
+		for job := range perJob {
+			pk = append(pk, poolKey{job, pool})
 		}
-		arg, err := jsonArg(counts)
+		rows, err := s.poolRows(ctx, tx, pk)
 		if err != nil {
 			return a, err
 		}
-		if _, err := s.exec(ctx, tx, countPoolsSQL, arg, pool); err != nil {
-			return a, fmt.Errorf("count results per pool: %w", err)
+		c.pools = rows
+		for job, n := range perJob {
+			p := rows[poolKey{job, pool}]
+			p.done += n[0]
+			p.failed += n[1]
 		}
 	}
-	if len(updates) > 0 {
-		arg, err := jsonArg(updates)
-		if err != nil {
-			return a, err
-		}
-		if _, err := s.exec(ctx, tx, finishTasksSQL, arg, ms(now)); err != nil {
-			return a, fmt.Errorf("update tasks: %w", err)
-		}
+	for _, t := range touchedT {
+		c.tasks = append(c.tasks, t)
 	}
-	a.Changes, err = s.writeJobs(ctx, tx, touched, now)
-	return a, err
+	for _, j := range touched {
+		if ch := settleJob(j, now); ch != nil {
+			a.Changes = append(a.Changes, *ch)
+		}
+		c.jobs = append(c.jobs, j)
+	}
+	return a, nil
 }
 
-var heartbeatTasksSQL = hot(`UPDATE tasks SET state = 'RUNNING', heartbeat_at = ?2
-			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d
-			WHERE tasks.id = d.v->>0 AND tasks.attempt = d.v->>1 AND tasks.pool = ?3 AND tasks.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`)
+// appendResult encodes a result's row of the results table (the order of
+// foldResultsSQL).
+func appendResult(b []byte, r pilotproto.Result, job int64, owner string, ev UsageEvent, received int64, applied bool, pool string) []byte {
+	b = append(b, '[')
+	for _, v := range []int64{r.TaskID, int64(r.Attempt), job} {
+		b = strconv.AppendInt(b, v, 10)
+		b = append(b, ',')
+	}
+	b = appendString(b, owner)
+	b = append(b, ',')
+	b = appendString(b, r.Status)
+	for _, v := range []int64{int64(r.ExitCode), r.StartedAt, r.DurationMS} {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	b = append(b, ',')
+	b = appendString(b, r.Pilot)
+	b = append(b, ',')
+	b = appendString(b, r.ErrorTail)
+	b = append(b, ',')
+	b = appendFloat(b, ev.CPU)
+	b = append(b, ',')
+	b = appendFloat(b, ev.Cost)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, received, 10)
+	b = append(b, ',')
+	if applied {
+		b = append(b, '1')
+	} else {
+		b = append(b, '0')
+	}
+	b = append(b, ',')
+	b = appendString(b, pool)
+	return append(b, ']')
+}
 
 // Heartbeat renews the pool's lease of epoch and keeps the listed attempts
 // of the pool alive (ASSIGNED or ZOMBIE become RUNNING), in one fenced
 // transaction. It returns the renewed lease.
 func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	if err := s.beforeHot(ctx); err != nil {
+		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
+	}
 	var next rules.Lease
+	var c change
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
-		next = l
+		next, c = l, change{}
 		next.Expires = now.Add(ttl)
 		if err := s.saveLease(ctx, tx, pool, next); err != nil {
 			return err
@@ -389,26 +557,43 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 		if len(refs) == 0 {
 			return nil
 		}
-		keys := make([][2]int64, len(refs))
+		ids := make([]int64, len(refs))
 		for i, r := range refs {
-			keys[i] = [2]int64{r.TaskID, int64(r.Attempt)}
+			ids[i] = r.TaskID
 		}
-		arg, err := jsonArg(keys)
+		tasks, err := s.taskRows(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
-		_, err = s.exec(ctx, tx, heartbeatTasksSQL, arg, ms(now), pool)
-		return err
+		for _, r := range refs {
+			t := tasks[r.TaskID]
+			if t == nil || t.attempt != r.Attempt || t.pool != pool || !taskActive(t.state) {
+				continue
+			}
+			t.state, t.heartbeatAt = api.TaskRunning, ms(now)
+			c.tasks = append(c.tasks, t)
+			delete(tasks, r.TaskID) // listed twice: once
+		}
+		return s.journal(ctx, tx, &c)
 	})
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
 	}
+	s.ov.apply(&c)
+	s.cacheLease(pool, next)
 	return next, nil
+}
+
+func taskActive(state string) bool {
+	return state == api.TaskAssigned || state == api.TaskRunning || state == api.TaskZombie
 }
 
 // ActiveTasksBefore lists the pool's active tasks assigned under an epoch
 // older than epoch.
 func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch < ?`, pool, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("find tasks of older epochs: %w", err)
@@ -428,6 +613,9 @@ func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64)
 // Outstanding counts the active tasks (handed out, not finished) of each
 // pool.
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT pool, count(*) FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') GROUP BY pool`)
 	if err != nil {
 		return nil, fmt.Errorf("count tasks per pool: %w", err)
@@ -448,6 +636,9 @@ func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
 // JobPools returns, per pool, the done and failed attempts of a job: where
 // its tasks ran.
 func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT pool, done, failed FROM job_pools WHERE job_id = ?`, job)
 	if err != nil {
 		return nil, fmt.Errorf("job %d per pool: %w", job, err)

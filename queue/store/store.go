@@ -61,6 +61,18 @@ type Store struct {
 		s  WriteStats
 	}
 	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
+
+	// hot serialises the hot path, the folds and the cold writes, and
+	// guards ov (overlay.go).
+	hot        sync.Mutex
+	ov         overlay
+	bg         context.Context // ends at Close
+	stopBg     context.CancelFunc
+	stop, kick chan struct{}
+	folderDone chan struct{}
+
+	leaseMu sync.Mutex
+	leases  map[string]rules.Lease // as last committed (lease.go)
 }
 
 // Open opens (creating or migrating) the database at path.
@@ -123,21 +135,39 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
 	}
 	ck.SetMaxOpenConns(1)
-	st := &Store{w: w, r: r, ck: ck}
+	st := &Store{w: w, r: r, ck: ck, ov: newOverlay(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
+	st.bg, st.stopBg = context.WithCancel(context.Background())
 	if err := st.prepare(); err != nil {
+		close(st.folderDone)
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if _, err := st.replayJournal(st.bg); err != nil {
+		close(st.folderDone)
+		st.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if st.leases, err = st.Leases(st.bg); err != nil {
+		close(st.folderDone)
+		st.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	go st.folder()
 	return st, nil
 }
 
-// Close checkpoints the WAL into the database file and closes it.
+// Close folds the journal, checkpoints the WAL into the database file and
+// closes it.
 func (s *Store) Close() error {
+	close(s.stop)
+	<-s.folderDone
+	ferr := s.settle(context.Background())
+	s.stopBg()
 	for _, st := range s.stmts {
 		st.Close()
 	}
 	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	return errors.Join(cerr, s.ck.Close(), s.r.Close(), s.w.Close())
+	return errors.Join(ferr, cerr, s.ck.Close(), s.r.Close(), s.w.Close())
 }
 
 // Checkpoint copies the WAL into the database file without blocking the

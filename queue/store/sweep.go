@@ -13,7 +13,7 @@ import (
 // heartbeat is older than cut ZOMBIE, in one transaction.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.cold(ctx, func(tx *sql.Tx) error {
 		// The repeated state term makes the partial index of active tasks
 		// usable (SQLite matches its WHERE term for term): without it the
 		// sweep scanned every task inside its write transaction.
@@ -44,7 +44,7 @@ type Expired struct {
 // before cut as rules.AfterExpiry says, in one transaction.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
 	var x Expired
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.cold(ctx, func(tx *sql.Tx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		// From the active tasks to their jobs, not the other way (every
 		// task of every live job).
@@ -117,6 +117,9 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
 func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int64, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
 	if err != nil {
 		return nil, fmt.Errorf("find expired jobs: %w", err)
@@ -129,7 +132,7 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // were waiting; ok is false when the job has changed since it was listed.
 // Its tasks follow with KillTasks.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.cold(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `SELECT n_waiting FROM jobs WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
 		if err == sql.ErrNoRows {
 			return nil
@@ -149,6 +152,9 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 
 // FinalJobsBefore lists the final jobs that finished before cut.
 func (s *Store) FinalJobsBefore(ctx context.Context, cut time.Time) ([]int64, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
 	if err != nil {
 		return nil, fmt.Errorf("find jobs to purge: %w", err)

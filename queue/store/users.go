@@ -51,6 +51,9 @@ func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) 
 // RunningCores sums, per owner, the cores of the active tasks (ASSIGNED,
 // RUNNING, ZOMBIE) of live jobs.
 func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT j.owner, sum(j.cores) FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE t.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND j.state IN ('WAITING', 'RUNNING') GROUP BY j.owner`)
 	if err != nil {
@@ -78,6 +81,9 @@ type UsageEvent struct {
 // UsageEvents reads, per owner, the results received after since, oldest
 // first (the sliding usage window).
 func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]UsageEvent, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT owner, received_at, cpu_s, cost FROM results WHERE received_at > ? ORDER BY received_at`, ms(since))
 	if err != nil {
 		return nil, fmt.Errorf("read usage: %w", err)
@@ -124,6 +130,9 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
 // owner when only is set).
 func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM jobs WHERE state IN ('WAITING', 'RUNNING') AND (? = '' OR owner = ?) GROUP BY owner`, only, only)
 	if err != nil {
 		return nil, fmt.Errorf("count waiting tasks: %w", err)

@@ -1,0 +1,818 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/rules"
+)
+
+// The master's hot path (a hand-out, a batch of results, a heartbeat)
+// does not rewrite the rows it changes. With many users every task of a
+// pull or of a batch of results is another job's: rewriting it in place
+// dirtied a task page, an index page and a job page per task, each written
+// whole to the WAL at commit (~100 us of write lock per task on this
+// machine, the bound of the whole dispatch path). Instead each hot
+// transaction appends the rows' new values to the journal (one row, a few
+// sequential pages) and keeps them in memory (the overlay); a folder
+// writes them into their tables later, coalesced (a task handed out and
+// finished within a fold is written once, a job's counters once for all
+// its tasks) and sorted by id (neighbouring tasks share pages), in short
+// transactions, then deletes the journal entries it has made redundant.
+//
+// Every read and every write outside the hot path first folds what is
+// pending (settle, cold), so it sees the tables as the hot path left them;
+// a cold write also empties the overlay, so the hot path reads its
+// changes back from the tables. Open replays what a crash left in the
+// journal (absolute rows, in order: exact whatever part was folded).
+
+// taskRow is a task's row: the columns the hot path reads or changes.
+type taskRow struct {
+	id, job                 int64
+	name, state             string
+	attempt, tries          int
+	epoch                   int64
+	pilot, pool             string
+	queuedAt, assignedAt    int64
+	heartbeatAt, finishedAt int64
+	waitMS                  int64
+	exitCode                int
+	lastError               string
+	seq                     int64 // journal entry of its last change not folded yet; 0: as stored
+	since                   int64 // Unix ns when it became dirty (seq > 0)
+}
+
+const taskColumns = `id, job_id, name, state, attempt, tries, epoch, pilot, pool, queued_at, assigned_at, heartbeat_at, finished_at, wait_ms, exit_code, last_error`
+
+func scanTask(sc interface{ Scan(...any) error }, t *taskRow) error {
+	return sc.Scan(&t.id, &t.job, &t.name, &t.state, &t.attempt, &t.tries, &t.epoch, &t.pilot, &t.pool,
+		&t.queuedAt, &t.assignedAt, &t.heartbeatAt, &t.finishedAt, &t.waitMS, &t.exitCode, &t.lastError)
+}
+
+// poolKey is a row of job_pools.
+type poolKey struct {
+	job  int64
+	pool string
+}
+
+type poolRow struct {
+	done, failed int
+	seq          int64
+	since        int64
+}
+
+// resultRow is a result to insert, encoded as its JSON row.
+type resultRow struct {
+	enc        []byte
+	seq, since int64
+}
+
+// overlay holds the hot path's rows not folded yet (seq > 0), and the
+// clean WAITING tasks it has seen (requeued ones: the waiting lists).
+type overlay struct {
+	tasks   map[int64]*taskRow
+	jobs    map[int64]*jobRow
+	results map[[2]int64]*resultRow
+	pools   map[poolKey]*poolRow
+	// waiting lists, per job, the ids of its overlay tasks in WAITING,
+	// ascending (tasks requeued by a result).
+	waiting map[int64][]int64
+	// cursor is, per job, the highest task id the hot path read from the
+	// table's index of WAITING tasks since the overlay was last emptied:
+	// every task of the job that the table shows WAITING with an id up to
+	// it is in the overlay or in ahead (so the index is asked only for ids
+	// above it).
+	cursor map[int64]int64
+	// ahead lists, per job, WAITING tasks read from the index but not
+	// taken yet (ascending ids; their rows are read when taken).
+	ahead map[int64][]int64
+	dirty int // rows with seq > 0
+}
+
+func newOverlay() overlay {
+	return overlay{tasks: map[int64]*taskRow{}, jobs: map[int64]*jobRow{}, results: map[[2]int64]*resultRow{},
+		pools: map[poolKey]*poolRow{}, waiting: map[int64][]int64{}, cursor: map[int64]int64{}, ahead: map[int64][]int64{}}
+}
+
+// change is what one hot transaction changed, applied to the overlay only
+// once its journal entry is committed.
+type change struct {
+	tasks   []*taskRow
+	jobs    []*jobRow
+	results map[[2]int64][]byte
+	pools   map[poolKey]*poolRow
+	cursor  map[int64]int64
+	// ahead are, per job, the ids of WAITING tasks read from the table's
+	// index beyond what was taken (ascending): the next pulls of the job
+	// take them without asking the index again.
+	ahead map[int64][]int64
+	seq   int64
+}
+
+func (c *change) empty() bool {
+	return len(c.tasks) == 0 && len(c.jobs) == 0 && len(c.results) == 0 && len(c.pools) == 0
+}
+
+// apply puts a committed change into the overlay.
+func (o *overlay) apply(c *change) {
+	now := time.Now().UnixNano()
+	for _, t := range c.tasks {
+		old := o.tasks[t.id]
+		if old == nil || old.seq == 0 {
+			o.dirty++
+			t.since = now
+		} else {
+			t.since = old.since
+		}
+		if old != nil && old.state == api.TaskWaiting {
+			o.unlistWaiting(old)
+		}
+		t.seq = c.seq
+		o.tasks[t.id] = t
+		if t.state == api.TaskWaiting {
+			o.listWaiting(t)
+		}
+	}
+	for _, j := range c.jobs {
+		if old := o.jobs[j.id]; old == nil || old.seq == 0 {
+			o.dirty++
+			j.since = now
+		} else {
+			j.since = old.since
+		}
+		j.seq = c.seq
+		o.jobs[j.id] = j
+	}
+	for k, enc := range c.results {
+		o.results[k] = &resultRow{enc: enc, seq: c.seq, since: now}
+		o.dirty++
+	}
+	for k, p := range c.pools {
+		if old := o.pools[k]; old == nil || old.seq == 0 {
+			o.dirty++
+			p.since = now
+		} else {
+			p.since = old.since
+		}
+		p.seq = c.seq
+		o.pools[k] = p
+	}
+	for job, ids := range c.ahead {
+		if len(ids) == 0 {
+			delete(o.ahead, job)
+		} else {
+			o.ahead[job] = ids
+		}
+	}
+	for job, id := range c.cursor {
+		o.cursor[job] = max(o.cursor[job], id)
+	}
+}
+
+func (o *overlay) listWaiting(t *taskRow) {
+	l := o.waiting[t.job]
+	i, found := slices.BinarySearch(l, t.id)
+	if !found {
+		o.waiting[t.job] = slices.Insert(l, i, t.id)
+	}
+}
+
+func (o *overlay) unlistWaiting(t *taskRow) {
+	l := o.waiting[t.job]
+	if i, found := slices.BinarySearch(l, t.id); found {
+		l = slices.Delete(l, i, i+1)
+		if len(l) == 0 {
+			delete(o.waiting, t.job)
+		} else {
+			o.waiting[t.job] = l
+		}
+	}
+}
+
+// taskRows returns copies of the rows of tasks ids: the overlay's, else
+// the table's (missing tasks are left out).
+func (s *Store) taskRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*taskRow, error) {
+	out := make(map[int64]*taskRow, len(ids))
+	var missing []int64
+	for _, id := range ids {
+		if t := s.ov.tasks[id]; t != nil {
+			c := *t
+			out[id] = &c
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	read, err := s.readTaskRows(ctx, tx, missing)
+	for id, t := range read {
+		out[id] = t
+	}
+	return out, err
+}
+
+// readTaskRows reads the table's rows of tasks ids.
+func (s *Store) readTaskRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*taskRow, error) {
+	out := make(map[int64]*taskRow, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	arg, err := jsonArg(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, tx, readTasksSQL, arg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t := &taskRow{}
+		if err := scanTask(rows, t); err != nil {
+			return nil, err
+		}
+		out[t.id] = t
+	}
+	return out, rows.Err()
+}
+
+var readTasksSQL = hot(`SELECT ` + taskColumns + ` FROM tasks WHERE id IN (SELECT value FROM jsonb_each(?))`)
+
+// jobRows returns copies of the rows of jobs ids: the overlay's, else the
+// table's.
+func (s *Store) jobRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error) {
+	out := make(map[int64]*jobRow, len(ids))
+	var missing []int64
+	for _, id := range ids {
+		if _, done := out[id]; done {
+			continue
+		}
+		if j := s.ov.jobs[id]; j != nil {
+			c := *j
+			c.from = c.state
+			out[id] = &c
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	read, err := s.readJobs(ctx, tx, missing)
+	if err != nil {
+		return nil, err
+	}
+	for id, j := range read {
+		out[id] = j
+	}
+	return out, nil
+}
+
+var readPoolsSQL = hot(`SELECT d.value->>0, d.value->>1, coalesce(p.done, 0), coalesce(p.failed, 0)
+	FROM jsonb_each(?) AS d LEFT JOIN job_pools p ON p.job_id = d.value->>0 AND p.pool = d.value->>1`)
+
+// poolRows returns copies of the job_pools rows of keys (zero when none).
+func (s *Store) poolRows(ctx context.Context, tx *sql.Tx, keys []poolKey) (map[poolKey]*poolRow, error) {
+	out := make(map[poolKey]*poolRow, len(keys))
+	var missing [][2]any
+	for _, k := range keys {
+		if p := s.ov.pools[k]; p != nil {
+			c := *p
+			out[k] = &c
+		} else if out[k] == nil {
+			out[k] = &poolRow{}
+			missing = append(missing, [2]any{k.job, k.pool})
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	arg, err := jsonArg(missing)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, tx, readPoolsSQL, arg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k poolKey
+		var p poolRow
+		if err := rows.Scan(&k.job, &k.pool, &p.done, &p.failed); err != nil {
+			return nil, err
+		}
+		out[k] = &p
+	}
+	return out, rows.Err()
+}
+
+// journal appends c's rows to the journal inside tx and sets c.seq.
+func (s *Store) journal(ctx context.Context, tx *sql.Tx, c *change) error {
+	if c.empty() {
+		return nil
+	}
+	var t, j, r, p []byte
+	if len(c.tasks) > 0 {
+		t = encodeRows(c.tasks, appendTask)
+	}
+	if len(c.jobs) > 0 {
+		j = encodeRows(c.jobs, appendJob)
+	}
+	if len(c.results) > 0 {
+		r = append(r, '[')
+		first := true
+		for _, enc := range c.results {
+			if !first {
+				r = append(r, ',')
+			}
+			first = false
+			r = append(r, enc...)
+		}
+		r = append(r, ']')
+	}
+	if len(c.pools) > 0 {
+		p = encodePools(c.pools)
+	}
+	res, err := s.exec(ctx, tx, journalSQL, string(t), string(j), string(r), string(p))
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	c.seq, err = res.LastInsertId()
+	return err
+}
+
+var journalSQL = hot(`INSERT INTO journal (t, j, r, p) VALUES (?, ?, ?, ?)`)
+
+// The fold statements take the journal's arrays (absolute rows).
+var (
+	foldTasksSQL = hot(`UPDATE tasks SET state = d.v->>1, attempt = d.v->>2, tries = d.v->>3, epoch = d.v->>4, pilot = d.v->>5, pool = d.v->>6,
+		queued_at = d.v->>7, assigned_at = d.v->>8, heartbeat_at = d.v->>9, finished_at = d.v->>10, wait_ms = d.v->>11,
+		exit_code = d.v->>12, last_error = d.v->>13
+		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE tasks.id = d.v->>0`)
+	foldJobsSQL = hot(`UPDATE jobs SET started_at = d.v->>2, finished_at = d.v->>3,
+		n_waiting = d.v->>4, n_active = d.v->>5, n_done = d.v->>6, n_failed = d.v->>7, n_killed = d.v->>8
+		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0`)
+	// The state apart, where it changed only: assigning an indexed column
+	// rewrites its index entry even when the value stays.
+	foldJobStatesSQL = hot(`UPDATE jobs SET state = d.v->>1
+		FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE jobs.id = d.v->>0 AND jobs.state != d.v->>1`)
+	foldResultsSQL = hot(`INSERT OR IGNORE INTO results (task_id, attempt, job_id, owner, status, exit_code, started_at, duration_ms, pilot, error_tail, cpu_s, cost, received_at, applied, pool)
+		SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, value->>12, value->>13, value->>14
+		FROM jsonb_each(?) ORDER BY 1, 2`)
+	foldPoolsSQL = hot(`INSERT INTO job_pools (job_id, pool, done, failed)
+		SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
+		ON CONFLICT (job_id, pool) DO UPDATE SET done = excluded.done, failed = excluded.failed`)
+)
+
+// foldArrays writes the arrays (JSON, "" = none) into their tables.
+func (s *Store) foldArrays(ctx context.Context, tx *sql.Tx, t, j, r, p string) error {
+	for _, w := range []struct{ q, arg string }{{foldTasksSQL, t}, {foldJobsSQL, j}, {foldJobStatesSQL, j}, {foldResultsSQL, r}, {foldPoolsSQL, p}} {
+		if w.arg == "" {
+			continue
+		}
+		if _, err := s.exec(ctx, tx, w.q, w.arg); err != nil {
+			return fmt.Errorf("fold: %w", err)
+		}
+	}
+	return nil
+}
+
+// replayJournal folds what a crash left in the journal, in order, and
+// empties it (Open, before anything else).
+func (s *Store) replayJournal(ctx context.Context) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT t, j, r, p FROM journal ORDER BY seq`)
+		if err != nil {
+			return err
+		}
+		var entries [][4]string
+		for rows.Next() {
+			var e [4]string
+			if err := rows.Scan(&e[0], &e[1], &e[2], &e[3]); err != nil {
+				rows.Close()
+				return err
+			}
+			entries = append(entries, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := s.foldArrays(ctx, tx, e[0], e[1], e[2], e[3]); err != nil {
+				return err
+			}
+		}
+		n = len(entries)
+		_, err = tx.ExecContext(ctx, `DELETE FROM journal`)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("replay the journal: %w", err)
+	}
+	return n, nil
+}
+
+// foldChunk is how many rows one fold transaction writes: 128 rows of as
+// many jobs take 1-2 ms on this machine, which the hot path may wait.
+const foldChunk = 128
+
+// foldPlan lists the rows dirty when a fold began, lowest ids first
+// (neighbouring tasks share pages).
+type foldPlan struct {
+	tasks, jobs []int64
+	results     [][2]int64
+	pools       []poolKey
+}
+
+func (p *foldPlan) empty() bool {
+	return len(p.tasks)+len(p.jobs)+len(p.results)+len(p.pools) == 0
+}
+
+// With young set, the plan leaves out the rows dirty for less than
+// foldAge: a task handed out then gets its result, a job's counters move
+// with many tasks, and they are written once; and a fold of a longer span
+// of changes writes more rows per page (a job's tasks, its results).
+func (s *Store) planFold(young bool) *foldPlan {
+	o := &s.ov
+	p := &foldPlan{}
+	cut := time.Now().Add(-foldAge).UnixNano()
+	for id, t := range o.tasks {
+		if t.seq > 0 && (!young || t.since < cut) {
+			p.tasks = append(p.tasks, id)
+		}
+	}
+	for id, j := range o.jobs {
+		if j.seq > 0 && (!young || j.since < cut) {
+			p.jobs = append(p.jobs, id)
+		}
+	}
+	for k, r := range o.results {
+		if !young || r.since < cut {
+			p.results = append(p.results, k)
+		}
+	}
+	for k, r := range o.pools {
+		if r.seq > 0 && (!young || r.since < cut) {
+			p.pools = append(p.pools, k)
+		}
+	}
+	slices.Sort(p.tasks)
+	slices.Sort(p.jobs)
+	slices.SortFunc(p.results, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	slices.SortFunc(p.pools, func(a, b poolKey) int { return cmp.Or(cmp.Compare(a.job, b.job), cmp.Compare(a.pool, b.pool)) })
+	return p
+}
+
+// foldLocked writes every dirty row into its table, in transactions of
+// foldChunk rows. s.hot is held.
+func (s *Store) foldLocked(ctx context.Context) error {
+	if s.ov.dirty == 0 {
+		return nil
+	}
+	p := s.planFold(false)
+	for !p.empty() {
+		if err := s.foldNext(ctx, p, foldChunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// foldNext writes the next rows of the plan that are still dirty (up to
+// n) in one transaction, with their current values, and marks them clean:
+// they leave the overlay, but for WAITING tasks (the waiting lists). The
+// transaction that ends the plan also deletes the journal entries older
+// than every row still dirty. s.hot is held.
+func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
+	o := &s.ov
+	var tasks []*taskRow
+	var jobs []*jobRow
+	var results [][2]int64
+	var pools []poolKey
+	for len(p.tasks) > 0 && len(tasks) < n {
+		if t := o.tasks[p.tasks[0]]; t != nil && t.seq > 0 {
+			tasks = append(tasks, t)
+		}
+		p.tasks = p.tasks[1:]
+	}
+	for len(p.jobs) > 0 && len(tasks)+len(jobs) < n {
+		if j := o.jobs[p.jobs[0]]; j != nil && j.seq > 0 {
+			jobs = append(jobs, j)
+		}
+		p.jobs = p.jobs[1:]
+	}
+	for len(p.results) > 0 && len(tasks)+len(jobs)+len(results) < n {
+		if o.results[p.results[0]] != nil {
+			results = append(results, p.results[0])
+		}
+		p.results = p.results[1:]
+	}
+	for len(p.pools) > 0 && len(tasks)+len(jobs)+len(results)+len(pools) < n {
+		if r := o.pools[p.pools[0]]; r != nil && r.seq > 0 {
+			pools = append(pools, p.pools[0])
+		}
+		p.pools = p.pools[1:]
+	}
+	last := p.empty()
+	if len(tasks)+len(jobs)+len(results)+len(pools) == 0 && !last {
+		return nil
+	}
+	var t, j, r, pl []byte
+	if len(tasks) > 0 {
+		t = encodeRows(tasks, appendTask)
+	}
+	if len(jobs) > 0 {
+		j = encodeRows(jobs, appendJob)
+	}
+	if len(results) > 0 {
+		r = append(r, '[')
+		for i, k := range results {
+			if i > 0 {
+				r = append(r, ',')
+			}
+			r = append(r, o.results[k].enc...)
+		}
+		r = append(r, ']')
+	}
+	if len(pools) > 0 {
+		m := make(map[poolKey]*poolRow, len(pools))
+		for _, k := range pools {
+			m[k] = o.pools[k]
+		}
+		pl = encodePools(m)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.foldArrays(ctx, tx, string(t), string(j), string(r), string(pl)); err != nil {
+			return err
+		}
+		if !last {
+			return nil
+		}
+		// Every row dirty when the plan was made is written: the journal
+		// is needed only from the oldest row still dirty (none: all of it).
+		_, err := s.exec(ctx, tx, trimJournalSQL, s.oldestDirty(tasks, jobs, results, pools))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Clean rows the hot path will read again stay: WAITING tasks (the
+	// waiting lists), active tasks (their results), live jobs and their
+	// per-pool counts. A cold write empties the overlay.
+	for _, t := range tasks {
+		o.dirty--
+		t.seq = 0
+		if t.state != api.TaskWaiting && !taskActive(t.state) {
+			delete(o.tasks, t.id)
+		}
+	}
+	for _, j := range jobs {
+		o.dirty--
+		j.seq = 0
+		if !rules.JobLive(j.state) {
+			delete(o.jobs, j.id)
+		}
+	}
+	for _, k := range results {
+		o.dirty--
+		delete(o.results, k)
+	}
+	for _, k := range pools {
+		o.dirty--
+		o.pools[k].seq = 0
+	}
+	return nil
+}
+
+var trimJournalSQL = hot(`DELETE FROM journal WHERE seq < ?`)
+
+// oldestDirty is the seq of the oldest change still to fold once the rows
+// of the last chunk are written (those are excluded), or past the end.
+func (s *Store) oldestDirty(tasks []*taskRow, jobs []*jobRow, results [][2]int64, pools []poolKey) int64 {
+	o := &s.ov
+	skipT := make(map[int64]bool, len(tasks))
+	for _, t := range tasks {
+		skipT[t.id] = true
+	}
+	skipJ := make(map[int64]bool, len(jobs))
+	for _, j := range jobs {
+		skipJ[j.id] = true
+	}
+	skipR := make(map[[2]int64]bool, len(results))
+	for _, k := range results {
+		skipR[k] = true
+	}
+	skipP := make(map[poolKey]bool, len(pools))
+	for _, k := range pools {
+		skipP[k] = true
+	}
+	oldest := int64(1) << 62
+	for id, t := range o.tasks {
+		if t.seq > 0 && !skipT[id] {
+			oldest = min(oldest, t.seq)
+		}
+	}
+	for id, j := range o.jobs {
+		if j.seq > 0 && !skipJ[id] {
+			oldest = min(oldest, j.seq)
+		}
+	}
+	for k, r := range o.results {
+		if !skipR[k] {
+			oldest = min(oldest, r.seq)
+		}
+	}
+	for k, p := range o.pools {
+		if p.seq > 0 && !skipP[k] {
+			oldest = min(oldest, p.seq)
+		}
+	}
+	return oldest
+}
+
+// settle folds every pending row, so a read sees what the hot path did.
+func (s *Store) settle(ctx context.Context) error {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	if err := s.foldLocked(ctx); err != nil {
+		return fmt.Errorf("fold the journal: %w", err)
+	}
+	return nil
+}
+
+// Settle folds the journal into the tables: after it, a reader of the
+// database file sees every change the store has committed.
+func (s *Store) Settle(ctx context.Context) error { return s.settle(ctx) }
+
+// cold runs a write outside the hot path: it folds what is pending,
+// empties the overlay (fn may change any task or job) and runs fn in one
+// transaction, all under s.hot.
+func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	if err := s.foldLocked(ctx); err != nil {
+		return fmt.Errorf("fold the journal: %w", err)
+	}
+	s.ov = newOverlay()
+	return s.write(ctx, fn)
+}
+
+// The folder folds in the background: every foldEvery the rows dirty for
+// foldAge, and everything when foldKick rows are dirty (it fell behind).
+// A hot transaction that finds foldHard rows dirty folds a chunk itself
+// first, so memory stays bounded whatever happens.
+const (
+	foldEvery = time.Second
+	foldAge   = time.Second
+	foldKick  = 100_000
+	foldHard  = 400_000
+)
+
+func (s *Store) folder() {
+	defer close(s.folderDone)
+	t := time.NewTicker(foldEvery)
+	defer t.Stop()
+	for {
+		young := true
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.kick:
+			young = false
+		}
+		s.foldCycle(young)
+	}
+}
+
+// foldCycle folds what is dirty now (with young, what is dirty for
+// foldAge), one chunk per hold of s.hot so the hot path runs between
+// chunks. On an error the rows stay in the overlay and the journal: the
+// next cycle, or a read's settle, tries again.
+func (s *Store) foldCycle(young bool) {
+	s.hot.Lock()
+	p := s.planFold(young)
+	s.hot.Unlock()
+	for !p.empty() {
+		s.hot.Lock()
+		err := s.foldNext(s.bg, p, foldChunk)
+		s.hot.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// beforeHot is called by a hot transaction with s.hot held: it keeps the
+// overlay bounded and wakes the folder when it grows.
+func (s *Store) beforeHot(ctx context.Context) error {
+	if s.ov.dirty >= foldHard {
+		if err := s.foldNext(ctx, s.planFold(false), foldChunk); err != nil {
+			return fmt.Errorf("fold the journal: %w", err)
+		}
+	}
+	if s.ov.dirty >= foldKick {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Encoding: the rows go to SQLite as JSON arrays (jsonb_each), built by
+// hand: encoding/json's reflection over []any cost more than the writes.
+
+func encodeRows[T any](rows []T, add func([]byte, T) []byte) []byte {
+	b := make([]byte, 0, 96*len(rows)+2)
+	b = append(b, '[')
+	for i, r := range rows {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = add(b, r)
+	}
+	return append(b, ']')
+}
+
+func appendTask(b []byte, t *taskRow) []byte {
+	b = append(b, '[')
+	b = strconv.AppendInt(b, t.id, 10)
+	b = append(b, ',')
+	b = appendString(b, t.state)
+	for _, v := range []int64{int64(t.attempt), int64(t.tries), t.epoch} {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	b = append(b, ',')
+	b = appendString(b, t.pilot)
+	b = append(b, ',')
+	b = appendString(b, t.pool)
+	for _, v := range []int64{t.queuedAt, t.assignedAt, t.heartbeatAt, t.finishedAt, t.waitMS, int64(t.exitCode)} {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	b = append(b, ',')
+	b = appendString(b, t.lastError)
+	return append(b, ']')
+}
+
+func appendJob(b []byte, j *jobRow) []byte {
+	b = append(b, '[')
+	b = strconv.AppendInt(b, j.id, 10)
+	b = append(b, ',')
+	b = appendString(b, j.state)
+	for _, v := range []int64{j.started, j.finished, int64(j.c.Waiting), int64(j.c.Active), int64(j.c.Done), int64(j.c.Failed), int64(j.c.Killed)} {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return append(b, ']')
+}
+
+func encodePools(m map[poolKey]*poolRow) []byte {
+	b := []byte{'['}
+	first := true
+	for k, p := range m {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, '[')
+		b = strconv.AppendInt(b, k.job, 10)
+		b = append(b, ',')
+		b = appendString(b, k.pool)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(p.done), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(p.failed), 10)
+		b = append(b, ']')
+	}
+	return append(b, ']')
+}
+
+// appendString appends s as a JSON string: printable ASCII directly, the
+// rest through encoding/json (escapes, invalid UTF-8).
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			enc, _ := json.Marshal(s)
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	return strconv.AppendFloat(b, f, 'g', -1, 64)
+}

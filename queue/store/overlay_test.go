@@ -1,0 +1,290 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// openWithJob opens a store with one master (epoch 1) and a job of n
+// tasks named t000.. .
+func openWithJob(t *testing.T, path string, n int) (*Store, int64) {
+	t.Helper()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, d, err := s.DecideLease(ctx, "local", pilotproto.LeaseRequest{PilotID: "p1"}, t0, time.Hour); err != nil || d.Next.Epoch != 1 {
+		t.Fatalf("lease: %+v %v", d, err)
+	}
+	id, err := s.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 3, Submitted: t0, Expires: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+	}
+	if err := s.InsertTasks(ctx, id, names, t0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivateJob(ctx, id, "/o", n); err != nil {
+		t.Fatal(err)
+	}
+	return s, id
+}
+
+func take(t *testing.T, s *Store, job int64, n int) []TakenTask {
+	t.Helper()
+	got, err := s.Assign(context.Background(), "local", 1, t0, []Take{{Job: job, N: n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.Tasks[job]
+}
+
+func names(ts []TakenTask) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func report(t *testing.T, s *Store, status string, ts ...TakenTask) Applied {
+	t.Helper()
+	var rs []pilotproto.Result
+	for _, tk := range ts {
+		rs = append(rs, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: status, StartedAt: 1, DurationMS: 1000, Pilot: "p1"})
+	}
+	a, err := s.ApplyResults(context.Background(), "local", 1, t0, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tableState reads what the database file says of the job's tasks, the
+// job's counters and the results, through a connection of its own.
+func tableState(t *testing.T, s *Store, job int64) string {
+	t.Helper()
+	var out string
+	rows, err := s.r.Query(`SELECT name, state, attempt, tries FROM tasks WHERE job_id = ? ORDER BY id`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n, st string
+		var a, tr int
+		rows.Scan(&n, &st, &a, &tr)
+		out += fmt.Sprintf("%s:%s/%d/%d ", n, st, a, tr)
+	}
+	rows.Close()
+	var st string
+	var w, a, d, f int
+	s.r.QueryRow(`SELECT state, n_waiting, n_active, n_done, n_failed FROM jobs WHERE id = ?`, job).Scan(&st, &w, &a, &d, &f)
+	var res, pd int
+	s.r.QueryRow(`SELECT count(*) FROM results`).Scan(&res)
+	s.r.QueryRow(`SELECT coalesce(sum(done), 0) FROM job_pools WHERE job_id = ?`, job).Scan(&pd)
+	return out + fmt.Sprintf("| job %s w%d a%d d%d f%d | results %d, pool done %d", st, w, a, d, f, res, pd)
+}
+
+func journalRows(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.r.QueryRow(`SELECT count(*) FROM journal`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// work runs the same hot-path history on a store: hand-outs, done,
+// failed (requeued, counted), interrupted (requeued), a heartbeat and a
+// duplicate.
+func work(t *testing.T, s *Store, job int64) {
+	t.Helper()
+	ctx := context.Background()
+	a := take(t, s, job, 4)
+	report(t, s, pilotproto.StatusDone, a[0], a[1])
+	report(t, s, pilotproto.StatusFailed, a[2])
+	if _, err := s.Heartbeat(ctx, "local", 1, t0, time.Hour, []pilotproto.TaskRef{{TaskID: a[3].ID, Attempt: a[3].Attempt}}); err != nil {
+		t.Fatal(err)
+	}
+	report(t, s, pilotproto.StatusInterrupted, a[3])
+	if d := report(t, s, pilotproto.StatusDone, a[0]); d.Duplicates != 1 || d.Applied != 0 {
+		t.Fatalf("a result reported twice: %+v, want one duplicate", d)
+	}
+	b := take(t, s, job, 3)
+	report(t, s, pilotproto.StatusDone, b...)
+}
+
+// A kill -9 loses the overlay, not the journal: the next Open replays it
+// and the tables say what a clean close would have left.
+func TestTheJournalReplaysWhatAKillLeftUnfolded(t *testing.T) {
+	dir := t.TempDir()
+	clean, cj := openWithJob(t, filepath.Join(dir, "clean.db"), 6)
+	work(t, clean, cj)
+	if err := clean.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := tableState(t, clean, cj)
+	clean.Close()
+
+	path := filepath.Join(dir, "killed.db")
+	s, job := openWithJob(t, path, 6)
+	work(t, s, job)
+	if n := journalRows(t, s); n == 0 {
+		t.Fatal("nothing in the journal before the kill: the test would not test the replay")
+	}
+	if got := tableState(t, s, job); got == want {
+		t.Fatalf("the tables already show every change before the kill: the test would not test the replay\n%s", got)
+	}
+	s.kill()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got := tableState(t, s2, job); got != want {
+		t.Fatalf("after the replay:\n%s\nwant (a clean run):\n%s", got, want)
+	}
+	if n := journalRows(t, s2); n != 0 {
+		t.Fatalf("%d journal rows left after the replay", n)
+	}
+	// The replayed store goes on where the killed one stopped: the one
+	// task never handed out, nothing twice.
+	c := take(t, s2, job, 10)
+	if got := names(c); !slices.Equal(got, []string{"t005"}) {
+		t.Fatalf("after the replay the pull gave %v, want the last waiting task t005", got)
+	}
+}
+
+// Within a job the lowest waiting id goes first, whether it waits in the
+// overlay (requeued), in the ids read ahead or in the table's index.
+func TestRequeuedTasksGoBackInIDOrder(t *testing.T) {
+	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 40)
+	defer s.Close()
+	a := take(t, s, job, 3) // t000 t001 t002; more ids are read ahead
+	report(t, s, pilotproto.StatusInterrupted, a[1])
+	if got := names(take(t, s, job, 2)); !slices.Equal(got, []string{"t001", "t003"}) {
+		t.Fatalf("got %v, want the requeued t001 then t003", got)
+	}
+	// Past the ids read ahead: the index is asked again.
+	if got := names(take(t, s, job, 30)); len(got) != 30 || got[0] != "t004" || got[29] != "t033" {
+		t.Fatalf("got %v, want t004..t033", got)
+	}
+	j, err := s.Job(context.Background(), job)
+	if err != nil || j.Tasks.Waiting != 6 || j.Tasks.Running != 34 {
+		t.Fatalf("job counters %+v %v, want 6 waiting, 34 running", j.Tasks, err)
+	}
+}
+
+// A cold write empties the overlay; a task then read back from the table
+// (its result) and requeued sits above the job's cursor, while a lower id
+// waits in the table: the index is asked all the same.
+func TestATaskRequeuedAfterAColdWriteKeepsIDOrder(t *testing.T) {
+	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 10)
+	defer s.Close()
+	ctx := context.Background()
+	a := take(t, s, job, 3)
+	report(t, s, pilotproto.StatusKilled, a[1])                            // t001 requeued
+	if _, err := s.MarkZombies(ctx, t0.Add(-time.Hour), 100); err != nil { // a cold write: folds, empties the overlay
+		t.Fatal(err)
+	}
+	if len(s.ov.tasks)+len(s.ov.ahead)+len(s.ov.cursor) != 0 {
+		t.Fatalf("the overlay holds %d tasks, %d read-ahead lists, %d cursors after a cold write", len(s.ov.tasks), len(s.ov.ahead), len(s.ov.cursor))
+	}
+	report(t, s, pilotproto.StatusKilled, a[2]) // t002 requeued in the overlay, above cursor 0
+	if got := names(take(t, s, job, 1)); !slices.Equal(got, []string{"t001"}) {
+		t.Fatalf("got %v, want t001 (waiting in the table, below the requeued t002)", got)
+	}
+	if got := names(take(t, s, job, 2)); !slices.Equal(got, []string{"t002", "t003"}) {
+		t.Fatalf("got %v, want t002 t003", got)
+	}
+}
+
+// A refused write (a stale epoch) leaves nothing behind: no journal row,
+// no change in memory, and the next hand-out gives the same tasks.
+func TestARefusedHotWriteChangesNothing(t *testing.T) {
+	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 5)
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Assign(ctx, "local", 7, t0, []Take{{Job: job, N: 2}}); err == nil {
+		t.Fatal("a hand-out under an epoch never granted was accepted")
+	}
+	if _, err := s.ApplyResults(ctx, "local", 7, t0, []pilotproto.Result{{TaskID: 1, Attempt: 1, Status: pilotproto.StatusDone}}); err == nil {
+		t.Fatal("results under an epoch never granted were accepted")
+	}
+	if n := journalRows(t, s); n != 0 || s.ov.dirty != 0 {
+		t.Fatalf("refused writes left %d journal rows, %d dirty rows", n, s.ov.dirty)
+	}
+	if got := names(take(t, s, job, 2)); !slices.Equal(got, []string{"t000", "t001"}) {
+		t.Fatalf("got %v, want t000 t001", got)
+	}
+}
+
+// The folder writes only rows older than foldAge and trims the journal up
+// to the oldest row still dirty; a settle writes everything and empties
+// it.
+func TestFoldsWriteOldRowsAndTrimTheJournal(t *testing.T) {
+	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 6)
+	defer s.Close()
+	a := take(t, s, job, 2)
+	age := func() {
+		s.hot.Lock()
+		defer s.hot.Unlock()
+		for _, r := range s.ov.tasks {
+			r.since -= int64(2 * foldAge)
+		}
+		for _, r := range s.ov.jobs {
+			r.since -= int64(2 * foldAge)
+		}
+	}
+	state := func(id int64) string {
+		var st string
+		s.r.QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&st)
+		return st
+	}
+	age()
+	s.foldCycle(true)
+	if state(a[0].ID) != "ASSIGNED" || state(a[1].ID) != "ASSIGNED" || journalRows(t, s) != 0 {
+		t.Fatalf("after a fold of old rows: %s %s, %d journal rows; want ASSIGNED ASSIGNED, 0", state(a[0].ID), state(a[1].ID), journalRows(t, s))
+	}
+	b := take(t, s, job, 1)                   // young
+	report(t, s, pilotproto.StatusDone, a[0]) // young again
+	s.foldCycle(true)
+	if state(a[0].ID) != "ASSIGNED" || state(b[0].ID) != "WAITING" {
+		t.Fatalf("a fold wrote young rows: %s %s, want ASSIGNED WAITING (as before)", state(a[0].ID), state(b[0].ID))
+	}
+	if n := journalRows(t, s); n != 2 {
+		t.Fatalf("%d journal rows while two changes are unfolded, want 2", n)
+	}
+	if err := s.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if state(a[0].ID) != "DONE" || state(b[0].ID) != "ASSIGNED" || journalRows(t, s) != 0 || s.ov.dirty != 0 {
+		t.Fatalf("after a settle: %s %s, %d journal rows, %d dirty; want DONE ASSIGNED 0 0", state(a[0].ID), state(b[0].ID), journalRows(t, s), s.ov.dirty)
+	}
+}
+
+// kill drops the store as a kill -9 would: the overlay is lost, nothing
+// is folded; what was committed (the journal) stays.
+func (s *Store) kill() {
+	close(s.stop)
+	<-s.folderDone
+	s.stopBg()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.ck.Close()
+	s.r.Close()
+	s.w.Close()
+}
