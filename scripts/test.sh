@@ -75,7 +75,7 @@ step "benchmarks (figures only)"
   harvest bench dispatch --tasks 10000
   harvest bench dispatch --in-memory --tasks 20000
   go test ./queue -run '^$' -bench DispatchCycle -benchtime 10000x
-  go test ./queue -run '^$' -bench 'PullAcrossUsers/users=10000' -benchtime 10x
+  go test ./queue -run '^$' -bench 'PullAcrossUsers/users=10000' -benchtime 100x
   harvest bench submit --entries 100000
 } 2>&1 | tee /tmp/harvest-bench.log
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) (figures scale with it)"

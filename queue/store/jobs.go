@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -177,6 +178,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	if err != nil {
 		return fmt.Errorf("drop job %d: %w", id, err)
 	}
+	s.noteCancelled(id, 0)
 	return nil
 }
 
@@ -281,6 +283,7 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	if err != nil {
 		return c, fmt.Errorf("cancel job %d: %w", id, err)
 	}
+	s.noteCancelled(id, ms(now))
 	return c, nil
 }
 
@@ -315,15 +318,57 @@ func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now ti
 	}
 }
 
-// CancelledSince lists the jobs cancelled after since (at every pull and
-// every batch of results: through the partial index, whose WHERE term
-// must be repeated for SQLite to use it, not a scan of the jobs).
+// CancelledSince lists the jobs cancelled after since, by id. It is asked
+// at every pull and every batch of results, so it answers from memory:
+// the cancelled jobs and their times are read once (through the partial
+// index, whose WHERE term must be repeated for SQLite to use it), then
+// CancelJob adds to them and DropJob takes away, under s.cancelMu.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs INDEXED BY jobs_cancelled WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
-	if err != nil {
-		return nil, fmt.Errorf("list cancelled jobs: %w", err)
+	s.cancelMu.Lock()
+	defer s.cancelMu.Unlock()
+	if s.cancelled == nil {
+		rows, err := s.r.QueryContext(ctx, `SELECT id, cancelled_at FROM jobs INDEXED BY jobs_cancelled WHERE cancelled_at > 0`)
+		if err != nil {
+			return nil, fmt.Errorf("list cancelled jobs: %w", err)
+		}
+		m := map[int64]int64{}
+		for rows.Next() {
+			var id, at int64
+			if err := rows.Scan(&id, &at); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("list cancelled jobs: %w", err)
+			}
+			m[id] = at
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("list cancelled jobs: %w", err)
+		}
+		s.cancelled = m
 	}
+	out := []int64{}
+	for id, at := range s.cancelled {
+		if at > ms(since) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
 	return out, nil
+}
+
+// noteCancelled keeps CancelledSince's memory in step with a committed
+// cancel (at > 0) or drop (at = 0).
+func (s *Store) noteCancelled(id, at int64) {
+	s.cancelMu.Lock()
+	defer s.cancelMu.Unlock()
+	if s.cancelled == nil {
+		return // not read yet: the first read will see the table
+	}
+	if at > 0 {
+		s.cancelled[id] = at
+	} else {
+		delete(s.cancelled, id)
+	}
 }
 
 // Demand sums the waiting and the active tasks of live jobs.

@@ -73,6 +73,9 @@ type Store struct {
 
 	leaseMu sync.Mutex
 	leases  map[string]rules.Lease // as last committed (lease.go)
+
+	cancelMu  sync.Mutex
+	cancelled map[int64]int64 // cancelled jobs' times, Unix ms (CancelledSince); nil until read
 }
 
 // Open opens (creating or migrating) the database at path.

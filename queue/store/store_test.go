@@ -131,3 +131,29 @@ func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) 
 		t.Fatalf("the other job's tasks became %s", got)
 	}
 }
+
+// CancelledSince answers from memory: a cancel after the first read is
+// listed, a dropped job no more, and since cuts by the cancel's time.
+func TestCancelledSinceFollowsCancelsAndDrops(t *testing.T) {
+	s, a := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 2)
+	defer s.Close()
+	ctx := context.Background()
+	if got, err := s.CancelledSince(ctx, t0.Add(-time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("before any cancel: %v %v", got, err)
+	}
+	if _, err := s.CancelJob(ctx, a, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.CancelledSince(ctx, t0.Add(-time.Second)); len(got) != 1 || got[0] != a {
+		t.Fatalf("after the cancel: %v, want [%d]", got, a)
+	}
+	if got, _ := s.CancelledSince(ctx, t0); len(got) != 0 {
+		t.Fatalf("since the cancel's own time: %v, want none", got)
+	}
+	if err := s.DropJob(ctx, a, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.CancelledSince(ctx, t0.Add(-time.Second)); len(got) != 0 {
+		t.Fatalf("after the drop: %v, want none", got)
+	}
+}
