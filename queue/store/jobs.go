@@ -218,9 +218,6 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 
 // Job reads one visible job; api.ErrNotFound when there is none.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
-	if err := s.settle(ctx); err != nil {
-		return api.Job{}, err
-	}
 	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
@@ -228,14 +225,21 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, fmt.Errorf("read job %d: %w", id, err)
 	}
+	s.patchJob(&j)
 	return j, nil
 }
 
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
+//
+// Counters and states come from the overlay where it holds the job; a
+// listing by state folds first, since the table's state is what it
+// selects on.
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
+	if state != "" {
+		if err := s.settle(ctx); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
@@ -249,6 +253,7 @@ func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64,
 		if err != nil {
 			return nil, fmt.Errorf("list jobs: %w", err)
 		}
+		s.patchJob(&j)
 		out = append(out, j)
 	}
 	if err := rows.Err(); err != nil {

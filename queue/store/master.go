@@ -636,9 +636,6 @@ func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
 // JobPools returns, per pool, the done and failed attempts of a job: where
 // its tasks ran.
 func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
 	rows, err := s.r.QueryContext(ctx, `SELECT pool, done, failed FROM job_pools WHERE job_id = ?`, job)
 	if err != nil {
 		return nil, fmt.Errorf("job %d per pool: %w", job, err)
@@ -653,5 +650,16 @@ func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, err
 		}
 		out[pool] = [2]int{d, f}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// The overlay's counts are the latest (absolute, dirty or not).
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	for k, p := range s.ov.pools {
+		if k.job == job {
+			out[k.pool] = [2]int{p.done, p.failed}
+		}
+	}
+	return out, nil
 }

@@ -639,24 +639,36 @@ func (s *Store) oldestDirty(tasks []*taskRow, jobs []*jobRow, results [][2]int64
 	return oldest
 }
 
-// settle folds every pending row, so a read sees what the hot path did.
+// settle folds every row pending when it is called, so a read sees what
+// the hot path did before it. It holds s.hot for one chunk at a time: a
+// read during a busy dispatch costs the hot path a chunk's wait, not the
+// whole fold.
 func (s *Store) settle(ctx context.Context) error {
 	s.hot.Lock()
-	defer s.hot.Unlock()
-	if err := s.foldLocked(ctx); err != nil {
-		return fmt.Errorf("fold the journal: %w", err)
+	p := s.planFold(false)
+	s.hot.Unlock()
+	for !p.empty() {
+		s.hot.Lock()
+		err := s.foldNext(ctx, p, foldChunk)
+		s.hot.Unlock()
+		if err != nil {
+			return fmt.Errorf("fold the journal: %w", err)
+		}
 	}
 	return nil
 }
 
 // Settle folds the journal into the tables: after it, a reader of the
-// database file sees every change the store has committed.
+// database file sees every change the store committed before the call.
 func (s *Store) Settle(ctx context.Context) error { return s.settle(ctx) }
 
-// cold runs a write outside the hot path: it folds what is pending,
-// empties the overlay (fn may change any task or job) and runs fn in one
-// transaction, all under s.hot.
+// cold runs a write outside the hot path: it folds what is pending (in
+// chunks, then the rest under s.hot), empties the overlay (fn may change
+// any task or job) and runs fn in one transaction under s.hot.
 func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := s.settle(ctx); err != nil {
+		return err
+	}
 	s.hot.Lock()
 	defer s.hot.Unlock()
 	if err := s.foldLocked(ctx); err != nil {
@@ -664,6 +676,21 @@ func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	s.ov = newOverlay()
 	return s.write(ctx, fn)
+}
+
+// patchJob sets a job read from the table to the overlay's counters and
+// state: a job the overlay holds, dirty or not, has its latest values
+// there (a cold write empties the overlay before it changes a job).
+func (s *Store) patchJob(j *api.Job) {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	o := s.ov.jobs[j.ID]
+	if o == nil {
+		return
+	}
+	j.State = o.state
+	j.Tasks.Waiting, j.Tasks.Running, j.Tasks.Done, j.Tasks.Failed, j.Tasks.Killed = o.c.Waiting, o.c.Active, o.c.Done, o.c.Failed, o.c.Killed
+	j.StartedAt, j.FinishedAt = sec(o.started), sec(o.finished)
 }
 
 // The folder folds in the background: every foldEvery the rows dirty for

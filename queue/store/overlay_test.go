@@ -288,3 +288,30 @@ func (s *Store) kill() {
 	s.r.Close()
 	s.w.Close()
 }
+
+// A job's page (Job, JobPools, ListJobs) shows the hot path's changes
+// without folding them: a user polling their job does not make the
+// master wait for a fold.
+func TestJobReadsSeeTheOverlayWithoutAFold(t *testing.T) {
+	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	defer s.Close()
+	ctx := context.Background()
+	a := take(t, s, job, 3)
+	report(t, s, pilotproto.StatusDone, a[0], a[1])
+	before := journalRows(t, s)
+	j, err := s.Job(ctx, job)
+	if err != nil || j.State != "RUNNING" || j.Tasks.Waiting != 1 || j.Tasks.Running != 1 || j.Tasks.Done != 2 || j.StartedAt == 0 {
+		t.Fatalf("job %+v %v, want RUNNING, 1 waiting, 1 running, 2 done, started", j, err)
+	}
+	list, err := s.ListJobs(ctx, "", "", 1<<62, 10)
+	if err != nil || len(list) != 1 || list[0].Tasks.Done != 2 {
+		t.Fatalf("list %+v %v, want the job with 2 done", list, err)
+	}
+	pools, err := s.JobPools(ctx, job)
+	if err != nil || pools["local"] != [2]int{2, 0} {
+		t.Fatalf("pools %v %v, want local 2 done", pools, err)
+	}
+	if n := journalRows(t, s); n != before || n == 0 {
+		t.Fatalf("the reads folded the journal (%d rows, %d before)", n, before)
+	}
+}
