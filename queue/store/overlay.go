@@ -95,11 +95,18 @@ type overlay struct {
 	// taken yet (ascending ids; their rows are read when taken).
 	ahead map[int64][]int64
 	dirty int // rows with seq > 0
+	// live counts, per journal entry, the dirty rows whose latest change
+	// it holds; entries lists the entries in order. The journal is needed
+	// from the oldest entry with a live row on (oldest).
+	live    map[int64]int
+	entries []int64
+	trimmed int64 // the journal is deleted below this seq
+	lastSeq int64 // the newest entry applied
 }
 
 func newOverlay() overlay {
 	return overlay{tasks: map[int64]*taskRow{}, jobs: map[int64]*jobRow{}, results: map[[2]int64]*resultRow{},
-		pools: map[poolKey]*poolRow{}, waiting: map[int64][]int64{}, cursor: map[int64]int64{}, ahead: map[int64][]int64{}}
+		pools: map[poolKey]*poolRow{}, waiting: map[int64][]int64{}, cursor: map[int64]int64{}, ahead: map[int64][]int64{}, live: map[int64]int{}}
 }
 
 // change is what one hot transaction changed, applied to the overlay only
@@ -124,6 +131,10 @@ func (c *change) empty() bool {
 // apply puts a committed change into the overlay.
 func (o *overlay) apply(c *change) {
 	now := time.Now().UnixNano()
+	if !c.empty() {
+		o.entries = append(o.entries, c.seq)
+		o.lastSeq = c.seq
+	}
 	for _, t := range c.tasks {
 		old := o.tasks[t.id]
 		if old == nil || old.seq == 0 {
@@ -131,7 +142,9 @@ func (o *overlay) apply(c *change) {
 			t.since = now
 		} else {
 			t.since = old.since
+			o.live[old.seq]--
 		}
+		o.live[c.seq]++
 		if old != nil && old.state == api.TaskWaiting {
 			o.unlistWaiting(old)
 		}
@@ -147,13 +160,16 @@ func (o *overlay) apply(c *change) {
 			j.since = now
 		} else {
 			j.since = old.since
+			o.live[old.seq]--
 		}
+		o.live[c.seq]++
 		j.seq = c.seq
 		o.jobs[j.id] = j
 	}
 	for k, enc := range c.results {
 		o.results[k] = &resultRow{enc: enc, seq: c.seq, since: now}
 		o.dirty++
+		o.live[c.seq]++
 	}
 	for k, p := range c.pools {
 		if old := o.pools[k]; old == nil || old.seq == 0 {
@@ -161,7 +177,9 @@ func (o *overlay) apply(c *change) {
 			p.since = now
 		} else {
 			p.since = old.since
+			o.live[old.seq]--
 		}
+		o.live[c.seq]++
 		p.seq = c.seq
 		o.pools[k] = p
 	}
@@ -175,6 +193,19 @@ func (o *overlay) apply(c *change) {
 	for job, id := range c.cursor {
 		o.cursor[job] = max(o.cursor[job], id)
 	}
+}
+
+// oldest is the seq of the oldest journal entry still needed (one past
+// the last entry when none is).
+func (o *overlay) oldest() int64 {
+	for len(o.entries) > 0 && o.live[o.entries[0]] <= 0 {
+		delete(o.live, o.entries[0])
+		o.entries = o.entries[1:]
+	}
+	if len(o.entries) == 0 {
+		return o.lastSeq + 1
+	}
+	return o.entries[0]
 }
 
 func (o *overlay) listWaiting(t *taskRow) {
@@ -421,9 +452,11 @@ func (s *Store) replayJournal(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// foldChunk is how many rows one fold transaction writes: 128 rows of as
-// many jobs take 1-2 ms on this machine, which the hot path may wait.
-const foldChunk = 128
+// foldChunk is how many rows one fold transaction writes: 64 rows of as
+// many jobs take about 1 ms on this machine (results rows, each in a page
+// of its own when they are many jobs', up to 2-4 ms), which the hot path
+// may have to wait.
+const foldChunk = 64
 
 // foldPlan lists the rows dirty when a fold began, lowest ids first
 // (neighbouring tasks share pages).
@@ -484,7 +517,7 @@ func (s *Store) foldLocked(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return s.trimJournal(ctx, true)
 }
 
 // foldNext writes the next rows of the plan that are still dirty (up to
@@ -522,10 +555,6 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 		}
 		p.pools = p.pools[1:]
 	}
-	last := p.empty()
-	if len(tasks)+len(jobs)+len(results)+len(pools) == 0 && !last {
-		return nil
-	}
 	var t, j, r, pl []byte
 	if len(tasks) > 0 {
 		t = encodeRows(tasks, appendTask)
@@ -550,26 +579,20 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 		}
 		pl = encodePools(m)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := s.foldArrays(ctx, tx, string(t), string(j), string(r), string(pl)); err != nil {
+	if len(tasks)+len(jobs)+len(results)+len(pools) > 0 {
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			return s.foldArrays(ctx, tx, string(t), string(j), string(r), string(pl))
+		})
+		if err != nil {
 			return err
 		}
-		if !last {
-			return nil
-		}
-		// Every row dirty when the plan was made is written: the journal
-		// is needed only from the oldest row still dirty (none: all of it).
-		_, err := s.exec(ctx, tx, trimJournalSQL, s.oldestDirty(tasks, jobs, results, pools))
-		return err
-	})
-	if err != nil {
-		return err
 	}
 	// Clean rows the hot path will read again stay: WAITING tasks (the
 	// waiting lists), active tasks (their results), live jobs and their
 	// per-pool counts. A cold write empties the overlay.
 	for _, t := range tasks {
 		o.dirty--
+		o.live[t.seq]--
 		t.seq = 0
 		if t.state != api.TaskWaiting && !taskActive(t.state) {
 			delete(o.tasks, t.id)
@@ -577,6 +600,7 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 	}
 	for _, j := range jobs {
 		o.dirty--
+		o.live[j.seq]--
 		j.seq = 0
 		if !rules.JobLive(j.state) {
 			delete(o.jobs, j.id)
@@ -584,60 +608,62 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 	}
 	for _, k := range results {
 		o.dirty--
+		o.live[o.results[k].seq]--
 		delete(o.results, k)
 	}
 	for _, k := range pools {
 		o.dirty--
+		o.live[o.pools[k].seq]--
 		o.pools[k].seq = 0
 	}
 	return nil
 }
 
-var trimJournalSQL = hot(`DELETE FROM journal WHERE seq < ?`)
+var trimJournalSQL = hot(`DELETE FROM journal WHERE seq IN (SELECT seq FROM journal WHERE seq < ?1 ORDER BY seq LIMIT ?2)`)
 
-// oldestDirty is the seq of the oldest change still to fold once the rows
-// of the last chunk are written (those are excluded), or past the end.
-func (s *Store) oldestDirty(tasks []*taskRow, jobs []*jobRow, results [][2]int64, pools []poolKey) int64 {
-	o := &s.ov
-	skipT := make(map[int64]bool, len(tasks))
-	for _, t := range tasks {
-		skipT[t.id] = true
-	}
-	skipJ := make(map[int64]bool, len(jobs))
-	for _, j := range jobs {
-		skipJ[j.id] = true
-	}
-	skipR := make(map[[2]int64]bool, len(results))
-	for _, k := range results {
-		skipR[k] = true
-	}
-	skipP := make(map[poolKey]bool, len(pools))
-	for _, k := range pools {
-		skipP[k] = true
-	}
-	oldest := int64(1) << 62
-	for id, t := range o.tasks {
-		if t.seq > 0 && !skipT[id] {
-			oldest = min(oldest, t.seq)
+// trimJournal deletes the journal entries no dirty row needs any more,
+// trimChunk entries per transaction (an entry is a hot transaction's rows,
+// tens of KiB: freeing them costs page reads), in transactions of their
+// own (a crash before one only leaves entries that replay to the same
+// rows). With locked, s.hot is held throughout; else it is taken for each
+// chunk, so the hot path runs between them.
+func (s *Store) trimJournal(ctx context.Context, locked bool) error {
+	lock := func() {
+		if !locked {
+			s.hot.Lock()
 		}
 	}
-	for id, j := range o.jobs {
-		if j.seq > 0 && !skipJ[id] {
-			oldest = min(oldest, j.seq)
+	unlock := func() {
+		if !locked {
+			s.hot.Unlock()
 		}
 	}
-	for k, r := range o.results {
-		if !skipR[k] {
-			oldest = min(oldest, r.seq)
+	lock()
+	upto := s.ov.oldest()
+	done := upto <= s.ov.trimmed
+	unlock()
+	for !done {
+		lock()
+		var n int64
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			res, err := s.exec(ctx, tx, trimJournalSQL, upto, trimChunk)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err == nil && n < trimChunk {
+			s.ov.trimmed, done = max(s.ov.trimmed, upto), true
+		}
+		unlock()
+		if err != nil {
+			return fmt.Errorf("trim the journal: %w", err)
 		}
 	}
-	for k, p := range o.pools {
-		if p.seq > 0 && !skipP[k] {
-			oldest = min(oldest, p.seq)
-		}
-	}
-	return oldest
+	return nil
 }
+
+const trimChunk = 16
 
 // settle folds every row pending when it is called, so a read sees what
 // the hot path did before it. It holds s.hot for one chunk at a time: a
@@ -655,7 +681,9 @@ func (s *Store) settle(ctx context.Context) error {
 			return fmt.Errorf("fold the journal: %w", err)
 		}
 	}
-	return nil
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	return s.trimJournal(ctx, true)
 }
 
 // Settle folds the journal into the tables: after it, a reader of the
@@ -737,6 +765,7 @@ func (s *Store) foldCycle(young bool) {
 			return
 		}
 	}
+	s.trimJournal(s.bg, false)
 }
 
 // beforeHot is called by a hot transaction with s.hot held: it keeps the

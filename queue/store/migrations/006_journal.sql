@@ -5,9 +5,10 @@
 -- and job_pools later, sorted, in short transactions (overlay.go). Each
 -- column is a JSON array of absolute rows (the rows' new values, not
 -- increments), so replaying the journal in seq order after a crash is
--- exact, whatever part of it was folded before.
+-- exact, whatever part of it was folded before. AUTOINCREMENT: a seq is
+-- never reused once the journal is emptied (the folder counts on order).
 CREATE TABLE journal (
-  seq INTEGER PRIMARY KEY,
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
   t   TEXT NOT NULL DEFAULT '', -- tasks
   j   TEXT NOT NULL DEFAULT '', -- jobs
   r   TEXT NOT NULL DEFAULT '', -- results
