@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
 
@@ -50,6 +51,21 @@ var migrations = []string{
 		id    INTEGER PRIMARY KEY CHECK (id = 1),
 		state TEXT NOT NULL
 	);`,
+	// 4: the log. A commit appends what its ops leave behind (the arrays
+	// of the set-based statements) as one row, and the tables are brought
+	// up to date about once a second from the ops in memory (compact): a
+	// task pulled, run and reported within that second never touches the
+	// tasks table. A master that opens the checkpoint applies the rows
+	// left in the log, in order, first. (A pilot of version 3 would not
+	// read the log: it refuses version 4.)
+	`CREATE TABLE IF NOT EXISTS log (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		d   TEXT NOT NULL DEFAULT '',
+		i   TEXT NOT NULL DEFAULT '',
+		u   TEXT NOT NULL DEFAULT '',
+		e   TEXT NOT NULL DEFAULT '',
+		c   TEXT NOT NULL DEFAULT ''
+	);`,
 }
 
 // SchemaVersion is the checkpoint schema this harvest writes.
@@ -66,8 +82,22 @@ type Checkpoint struct {
 	db    *sql.DB
 	epoch int64
 
-	epochQ, del, insert, update, estimate, capacity *sql.Stmt
+	epochQ, del, insert, update, estimate, capacity, logAdd *sql.Stmt
+
+	// pending are the ops committed to the log since the tables were last
+	// brought up to date (compact); since is when that was.
+	pending []core.Op
+	logRows int
+	since   time.Time
 }
+
+// The tables are brought up to date from the log every compactEvery, or
+// after compactRows commits: a task's ops within that time cost one log
+// row's share, not a row of its own written and rewritten.
+const (
+	compactEvery = time.Second
+	compactRows  = 1024
+)
 
 // OpenCheckpoint opens (creating or migrating if needed) the checkpoint at
 // path. journal is the SQLite journal mode ("WAL" normally).
@@ -106,6 +136,7 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
+		{&c.logAdd, `INSERT INTO log (d, i, u, e, c) VALUES (?, ?, ?, ?, ?)`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
@@ -146,8 +177,18 @@ func migrate(db *sql.DB) error {
 	return tx.Commit()
 }
 
-// Close closes the database.
-func (c *Checkpoint) Close() error { return c.db.Close() }
+// Close brings the tables up to date (a master that still holds the
+// checkpoint) and closes the database.
+func (c *Checkpoint) Close() error {
+	var err error
+	if len(c.pending) > 0 {
+		err = c.compact()
+	}
+	if errors.Is(err, ErrFenced) {
+		err = nil // a newer master holds it: its log, not ours
+	}
+	return errors.Join(err, c.db.Close())
+}
 
 // Claim makes epoch the owner of the checkpoint. A stored epoch newer than
 // epoch means a newer master took over: ErrFenced.
@@ -172,12 +213,18 @@ func (c *Checkpoint) Claim(epoch int64) error {
 		return fmt.Errorf("checkpoint claim: %w", err)
 	}
 	c.epoch = epoch
-	return nil
+	// What the last master left in the log goes into the tables now,
+	// before any op of ours is logged after it.
+	c.pending = c.pending[:0]
+	return c.compact()
 }
 
 // Load returns every stored task in the order the master received them,
 // and the learnt task durations by job.
 func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
+	if err := c.compact(); err != nil {
+		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+	}
 	rows, err := c.db.Query(`SELECT body, state, worker, batch, result FROM tasks ORDER BY seq`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
@@ -224,6 +271,9 @@ func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
 
 // LoadCapacity returns the capacity rule's stored state, nil if none.
 func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
+	if err := c.compact(); err != nil {
+		return nil, fmt.Errorf("checkpoint load: capacity: %w", err)
+	}
 	var body string
 	err := c.db.QueryRow(`SELECT state FROM capacity WHERE id = 1`).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -242,11 +292,10 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 // Commit stores ops in one write transaction, after checking that the
 // checkpoint still belongs to our epoch. Nothing is written when it fails.
 //
-// The ops are first folded per task into what they leave behind (see
-// fold), then written set-based: one statement per kind of change for the
-// whole Ready, however many tasks it moves, so a Ready that hands out,
-// finishes and forgets hundreds of tasks costs a handful of statements
-// instead of one per op (each a cgo call and a B-tree walk).
+// The ops are folded per task into what they leave behind (see fold) and
+// appended to the log as one row: a commit costs a few sequential pages
+// whatever the number of tasks it moves. About once a second compact
+// brings the tables up to date from all the ops since, folded together.
 func (c *Checkpoint) Commit(ops []core.Op) error {
 	f, err := fold(ops)
 	if err != nil {
@@ -257,31 +306,115 @@ func (c *Checkpoint) Commit(ops []core.Op) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer tx.Rollback()
+	if err := c.fence(tx, false); err != nil {
+		return err
+	}
+	if _, err := tx.Stmt(c.logAdd).Exec(string(f.deletes), string(f.inserts), string(f.updates), string(f.estimates), string(f.capacity)); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("checkpoint: commit: %w", err)
+	}
+	c.pending = append(c.pending, ops...)
+	c.logRows++
+	if c.logRows >= compactRows || time.Since(c.since) >= compactEvery {
+		return c.compact()
+	}
+	return nil
+}
+
+// fence checks, inside tx, that the checkpoint still holds our epoch
+// (with unclaimed, a checkpoint nobody has claimed passes too: one that is
+// only read).
+func (c *Checkpoint) fence(tx *sql.Tx, unclaimed bool) error {
 	var stored int64
-	if err := tx.Stmt(c.epochQ).QueryRow().Scan(&stored); err != nil {
+	err := tx.Stmt(c.epochQ).QueryRow().Scan(&stored)
+	if errors.Is(err, sql.ErrNoRows) && unclaimed && c.epoch == 0 {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("checkpoint: epoch: %w", err)
 	}
 	if stored != c.epoch {
 		return fmt.Errorf("checkpoint holds epoch %d, we have %d: %w", stored, c.epoch, ErrFenced)
 	}
+	return nil
+}
+
+// compact brings the tables up to date in one fenced transaction: the
+// ops of this master's commits since the last compaction, folded
+// together, or, when this master has none in memory (it has just opened
+// the checkpoint), the rows left in the log by the last master, applied
+// in order. The log is emptied in the same transaction.
+func (c *Checkpoint) compact() error {
+	tx, err := c.db.Begin()
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer tx.Rollback()
+	if err := c.fence(tx, true); err != nil {
+		return err
+	}
+	var batches []folded
+	if len(c.pending) > 0 {
+		f, err := fold(c.pending)
+		if err != nil {
+			return err
+		}
+		batches = append(batches, f)
+	} else {
+		rows, err := tx.Query(`SELECT d, i, u, e, c FROM log ORDER BY seq`)
+		if err != nil {
+			return fmt.Errorf("checkpoint: read the log: %w", err)
+		}
+		for rows.Next() {
+			var d, i, u, e, cp string
+			if err := rows.Scan(&d, &i, &u, &e, &cp); err != nil {
+				rows.Close()
+				return fmt.Errorf("checkpoint: read the log: %w", err)
+			}
+			batches = append(batches, folded{deletes: nilIfEmpty(d), inserts: nilIfEmpty(i), updates: nilIfEmpty(u), estimates: nilIfEmpty(e), capacity: nilIfEmpty(cp)})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("checkpoint: read the log: %w", err)
+		}
+	}
+	for _, f := range batches {
+		if err := c.apply(tx, f); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(`DELETE FROM log`); err != nil {
+		return fmt.Errorf("checkpoint: empty the log: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("checkpoint: commit: %w", err)
+	}
+	c.pending, c.logRows, c.since = c.pending[:0], 0, time.Now()
+	return nil
+}
+
+func nilIfEmpty(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
+// apply writes what a fold left behind with the set-based statements:
+// one statement per kind of change, however many tasks.
+func (c *Checkpoint) apply(tx *sql.Tx, f folded) error {
 	for _, w := range []struct {
 		stmt *sql.Stmt
 		arg  []byte
-	}{{c.del, f.deletes}, {c.insert, f.inserts}, {c.update, f.updates}, {c.estimate, f.estimates}} {
+	}{{c.del, f.deletes}, {c.insert, f.inserts}, {c.update, f.updates}, {c.estimate, f.estimates}, {c.capacity, f.capacity}} {
 		if w.arg == nil {
 			continue
 		}
 		if _, err := tx.Stmt(w.stmt).Exec(string(w.arg)); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-	}
-	if f.capacity != nil {
-		if _, err := tx.Stmt(c.capacity).Exec(string(f.capacity)); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
 	return nil
 }

@@ -124,3 +124,65 @@ func TestSetBasedCommitLeavesWhatTheOpsOneByOneWould(t *testing.T) {
 		want.Close()
 	}
 }
+
+// A master killed between compactions leaves its commits in the log: the
+// next master's Claim applies them, in order, and loads what the ops one by
+// one would have left, over random sequences.
+func TestAKilledMastersLogIsAppliedByTheNext(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		r := rand.New(rand.NewPCG(seed, 11))
+		dir := t.TempDir()
+		path := filepath.Join(dir, "got.db")
+		got, err := master.OpenCheckpoint(path, "WAL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := master.OpenCheckpoint(filepath.Join(dir, "want.db"), "WAL"); err != nil {
+			t.Fatal(err)
+		}
+		if err := got.Claim(1); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := sql.Open("sqlite3", filepath.Join(dir, "want.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits := 2 + r.IntN(4)
+		for c := 0; c < commits; c++ {
+			ops := randomOps(r, 1+r.IntN(20))
+			if err := got.Commit(ops); err != nil {
+				t.Fatalf("seed %d: commit: %v", seed, err)
+			}
+			oneByOne(t, ref, ops)
+		}
+		if n, err := got.LogRows(); err != nil || n != commits {
+			t.Fatalf("seed %d: %d log rows (%v) before the kill, want %d: the test would not test the log", seed, n, err, commits)
+		}
+		got.Kill()
+		next, err := master.OpenCheckpoint(path, "WAL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.Claim(2); err != nil {
+			t.Fatal(err)
+		}
+		want, err := master.OpenCheckpoint(filepath.Join(dir, "want.db"), "WAL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr, ge, err1 := next.Load()
+		wr, we, err2 := want.Load()
+		if err1 != nil || err2 != nil {
+			t.Fatalf("seed %d: load: %v %v", seed, err1, err2)
+		}
+		if !reflect.DeepEqual(gr, wr) || !reflect.DeepEqual(ge, we) {
+			t.Fatalf("seed %d: after the kill:\nreplayed %+v %+v\none by one %+v %+v", seed, gr, ge, wr, we)
+		}
+		if n, _ := next.LogRows(); n != 0 {
+			t.Fatalf("seed %d: %d log rows after the claim", seed, n)
+		}
+		ref.Close()
+		next.Close()
+		want.Close()
+	}
+}

@@ -12,7 +12,7 @@ type Config struct {
 	ID       string    // stable for the life of the process, across masters
 	PilotID  string    // batch system id of its pilot
 	Slots    int       // tasks run at once (an Endpoint may lower it)
-	Prefetch int       // tasks held beyond Slots, so the next one is already here
+	Prefetch int       // tasks held beyond Slots, so the next one is already here (-1: automatic, see autoPrefetch)
 	Deadline time.Time // the pilot's end (zero: none)
 	Token    string    // pilot token
 

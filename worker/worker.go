@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -68,6 +69,10 @@ type Worker struct {
 	changed  chan struct{}
 	tasks    sync.WaitGroup
 	finished atomic.Int64
+	// taskTime and roundTrip are moving averages of a task's run time and
+	// of a pull that brought work, for the automatic prefetch (under mu).
+	taskTime, roundTrip time.Duration
+	timed               bool // a task's time was seen
 	// lastContact is the last answer from any master: the grace before
 	// going back to the lease counts from it, so a worker sent again to a
 	// master that is already dead (its lease not yet expired) asks the
@@ -95,9 +100,38 @@ func (w *Worker) Finished() int64 { return w.finished.Load() }
 func (w *Worker) capacity() int {
 	p := w.cfg.Prefetch
 	if p < 0 {
-		p = w.slots
+		p = w.autoPrefetch()
 	}
 	return w.slots + p
+}
+
+// maxPrefetch bounds the automatic prefetch, in slots.
+const maxPrefetch = 16
+
+// autoPrefetch is how many tasks the worker holds beyond its slots when
+// Prefetch is automatic (-1): a slot's worth each, or, when its tasks are
+// shorter than an exchange with the master, enough to keep every slot
+// busy through one (slots x round trip / task time), up to maxPrefetch
+// slots' worth. Short tasks then come and go in batches of tens instead
+// of one or two per exchange, each exchange costing more CPU than such a
+// task (measured: 169 -> 66 us of worker CPU per no-op task). The master
+// still hands out only what fits the pilot's deadline. Called with mu
+// held.
+func (w *Worker) autoPrefetch() int {
+	if !w.timed || w.roundTrip <= 0 {
+		return w.slots
+	}
+	need := float64(w.slots) * float64(w.roundTrip) / float64(max(w.taskTime, 10*time.Microsecond))
+	return min(max(w.slots, int(math.Ceil(need))), maxPrefetch*w.slots)
+}
+
+// ewma folds a sample into a moving average (a fifth of the weight to the
+// new sample).
+func ewma(avg, sample time.Duration) time.Duration {
+	if avg == 0 {
+		return sample
+	}
+	return avg + (sample-avg)/5
 }
 
 // notify wakes the loops; called with mu held.
@@ -270,8 +304,14 @@ func (s *session) pullLoop(ctx context.Context) {
 		var resp workerproto.PullResponse
 		req := workerproto.PullRequest{WorkerID: w.cfg.ID, Free: free, WaitMS: w.cfg.PullWait.Milliseconds()}
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.PullWait+15*time.Second)
+		sent := time.Now()
 		err := s.c.post(pctx, workerproto.PathPull, req, &resp)
 		cancel()
+		if err == nil && len(resp.Batches) > 0 {
+			w.mu.Lock()
+			w.roundTrip = ewma(w.roundTrip, time.Since(sent))
+			w.mu.Unlock()
+		}
 		if err != nil {
 			if errors.Is(err, ErrUnknownWorker) {
 				s.register(ctx)
@@ -506,6 +546,9 @@ func (w *Worker) start(t pilotproto.Task) {
 			o.Status = pilotproto.StatusKilled
 		}
 		w.finished.Add(1)
+		if o.Status == pilotproto.StatusDone || o.Status == pilotproto.StatusFailed {
+			w.taskTime, w.timed = ewma(w.taskTime, o.Duration), true
+		}
 		w.results = append(w.results, w.result(t, o))
 		w.notify()
 	}()

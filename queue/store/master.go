@@ -105,10 +105,12 @@ func (s *Store) pickWaiting(ctx context.Context, tx *sql.Tx, want [][2]int64, c 
 	from := map[int64][]int64{} // ids from the index, per job, ascending
 	after := map[int64]int64{}
 	var need [][2]int64
+	target := map[int64]int{} // ids wanted from the index per job
 	for _, w := range want {
 		l := o.waiting[w[0]]
 		if len(l)+len(o.ahead[w[0]]) < int(w[1]) || (len(l) > 0 && l[len(l)-1] > o.cursor[w[0]]) {
-			need = append(need, [2]int64{w[0], w[1] + readAhead})
+			target[w[0]] = int(w[1]) + readAhead
+			need = append(need, [2]int64{w[0], int64(target[w[0]])})
 		}
 	}
 	for len(need) > 0 {
@@ -149,7 +151,7 @@ func (s *Store) pickWaiting(ctx context.Context, tx *sql.Tx, want [][2]int64, c 
 		// have more above them.
 		var again [][2]int64
 		for _, w := range need {
-			if short := int(w[1]) - len(from[w[0]]); short > 0 && got[w[0]] == int(w[1]) {
+			if short := target[w[0]] - len(from[w[0]]); short > 0 && got[w[0]] == int(w[1]) {
 				again = append(again, [2]int64{w[0], int64(short)})
 			}
 		}

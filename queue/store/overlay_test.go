@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -313,5 +314,81 @@ func TestJobReadsSeeTheOverlayWithoutAFold(t *testing.T) {
 	}
 	if n := journalRows(t, s); n != before || n == 0 {
 		t.Fatalf("the reads folded the journal (%d rows, %d before)", n, before)
+	}
+}
+
+// Random hot-path histories, with background folds of old rows, reads'
+// folds and cold writes in between, keep the job's counters equal to its
+// tasks' states and the per-pool done count equal to its done tasks.
+func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 3))
+		s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 30)
+		ctx := context.Background()
+		var held []TakenTask // handed out, no result yet
+		for step := 0; step < 60; step++ {
+			switch k := r.IntN(10); {
+			case k < 3:
+				held = append(held, take(t, s, job, 1+r.IntN(5))...)
+			case k < 6 && len(held) > 0:
+				n := 1 + r.IntN(len(held))
+				r.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+				status := []string{pilotproto.StatusDone, pilotproto.StatusDone, pilotproto.StatusFailed, pilotproto.StatusInterrupted}[r.IntN(4)]
+				report(t, s, status, held[:n]...)
+				if r.IntN(3) == 0 { // the same results again: duplicates
+					report(t, s, status, held[:n]...)
+				}
+				held = held[n:]
+			case k == 6 && len(held) > 0:
+				var refs []pilotproto.TaskRef
+				for _, h := range held {
+					refs = append(refs, pilotproto.TaskRef{TaskID: h.ID, Attempt: h.Attempt})
+				}
+				if _, err := s.Heartbeat(ctx, "local", 1, t0, time.Hour, refs); err != nil {
+					t.Fatal(err)
+				}
+			case k == 7:
+				s.hot.Lock()
+				for _, x := range s.ov.tasks {
+					x.since -= int64(2 * foldAge)
+				}
+				for _, x := range s.ov.jobs {
+					x.since -= int64(2 * foldAge)
+				}
+				for _, x := range s.ov.results {
+					x.since -= int64(2 * foldAge)
+				}
+				s.hot.Unlock()
+				s.foldCycle(true)
+			case k == 8:
+				if _, err := s.MarkZombies(ctx, t0.Add(-time.Hour), 100); err != nil {
+					t.Fatal(err)
+				}
+			case k == 9:
+				if _, err := s.Job(ctx, job); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j, err := s.Job(ctx, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pools, err := s.JobPools(ctx, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Settle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var w, a, d, f int
+			s.r.QueryRow(`SELECT sum(state = 'WAITING'), sum(state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')), sum(state = 'DONE'), sum(state = 'ERROR_E') FROM tasks WHERE job_id = ?`, job).Scan(&w, &a, &d, &f)
+			if j.Tasks.Waiting != w || j.Tasks.Running != a || j.Tasks.Done != d || j.Tasks.Failed != f {
+				t.Fatalf("seed %d step %d: job counters %+v, tasks say waiting %d active %d done %d failed %d", seed, step, j.Tasks, w, a, d, f)
+			}
+			if pools["local"][0] != d {
+				t.Fatalf("seed %d step %d: %d done attempts counted per pool, %d tasks done", seed, step, pools["local"][0], d)
+			}
+		}
+		s.Close()
 	}
 }
