@@ -431,9 +431,9 @@ type folded struct {
 
 // taskNet is the net effect of one task's ops.
 type taskNet struct {
-	deleted bool            // its stored row goes first (a delete, maybe followed by an add)
-	added   json.RawMessage // an add: the row is written whole from its body
-	touched bool            // state (and maybe worker, batch, result) set
+	deleted bool             // its stored row goes first (a delete, maybe followed by an add)
+	added   *pilotproto.Task // an add: the row is written whole from its body (encoded only if the row survives the fold)
+	touched bool             // state (and maybe worker, batch, result) set
 	state   core.State
 	worker  *string
 	batch   *int64
@@ -469,15 +469,12 @@ func fold(ops []core.Op) (folded, error) {
 		}
 		switch o.Kind {
 		case core.OpAdd:
-			body, err := json.Marshal(o.Task)
-			if err != nil {
-				return f, fmt.Errorf("checkpoint: %w", err)
-			}
 			if n.added == nil {
 				created[o.Ref] = len(addOrder)
 				addOrder = append(addOrder, o.Ref)
 			}
-			*n = taskNet{deleted: n.deleted, added: body, touched: true, state: core.StatePending, worker: &none, batch: &zero}
+			task := o.Task
+			*n = taskNet{deleted: n.deleted, added: &task, touched: true, state: core.StatePending, worker: &none, batch: &zero}
 		case core.OpAssign:
 			w, b := o.Worker, o.Batch
 			n.touched, n.state, n.worker, n.batch = true, core.StateAssigned, &w, &b
@@ -522,7 +519,11 @@ func fold(ops []core.Op) (folded, error) {
 		if n.added == nil || created[k] != i {
 			continue // deleted since, or created again after a delete (the later place counts)
 		}
-		ins.add(k.TaskID, k.Attempt, n.added, string(n.state), *n.worker, *n.batch, n.result)
+		body, err := json.Marshal(n.added)
+		if err != nil {
+			return f, fmt.Errorf("checkpoint: %w", err)
+		}
+		ins.add(k.TaskID, k.Attempt, json.RawMessage(body), string(n.state), *n.worker, *n.batch, n.result)
 	}
 	for _, j := range jobs {
 		e := est[j]
