@@ -79,7 +79,7 @@ type Taken struct {
 // waitingSQL lists, per job, up to n WAITING task ids above after, lowest
 // first, from the index of waiting tasks alone (it covers them): one seek
 // per job, then neighbouring entries.
-var waitingSQL = hot(`WITH RECURSIVE w(job, n, after) AS (SELECT value->>0, value->>1, value->>2 FROM jsonb_each(?1)),
+var waitingSQL = hotRead(`WITH RECURSIVE w(job, n, after) AS (SELECT value->>0, value->>1, value->>2 FROM jsonb_each(?1)),
 			pick(job, n, id) AS (
 				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' AND id > w.after ORDER BY id LIMIT 1) FROM w
 				UNION ALL
@@ -217,58 +217,24 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 	if err := s.beforeHot(ctx); err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
 	}
-	var out Taken
-	var c change
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
-		out, c = Taken{Tasks: map[int64][]TakenTask{}}, change{}
-		ids := make([]int64, 0, len(takes))
-		for _, t := range takes {
-			ids = append(ids, t.Job)
-		}
-		jobs, err := s.jobRows(ctx, tx, ids)
-		if err != nil {
-			return err
-		}
-		want := make([][2]int64, 0, len(takes))
-		for _, t := range takes {
-			j := jobs[t.Job]
-			if j == nil || !rules.JobLive(j.state) {
-				out.Gone = append(out.Gone, t.Job)
-				delete(jobs, t.Job)
-				continue
-			}
-			if t.N > 0 {
-				want = append(want, [2]int64{t.Job, int64(t.N)})
-			}
-		}
-		if len(want) == 0 {
-			return nil
-		}
-		picked, err := s.pickWaiting(ctx, tx, want, &c)
-		if err != nil {
-			return err
-		}
-		at := ms(now)
-		for id, ts := range picked {
-			if len(ts) == 0 {
-				continue
-			}
-			for _, t := range ts {
-				t.state, t.attempt, t.epoch, t.pilot, t.pool = api.TaskAssigned, t.attempt+1, epoch, l.Holder, pool
-				t.assignedAt, t.heartbeatAt, t.waitMS = at, at, t.waitMS+(at-t.queuedAt)
-				out.Tasks[id] = append(out.Tasks[id], TakenTask{ID: t.id, Name: t.name, Attempt: t.attempt})
-				c.tasks = append(c.tasks, t)
-			}
-			j := jobs[id]
-			j.c.Waiting -= len(ts)
-			j.c.Active += len(ts)
-			if j.started == 0 {
-				j.started = at
-			}
-			if ch := settleJob(j, now); ch != nil {
-				out.Changes = append(out.Changes, *ch)
-			}
-			c.jobs = append(c.jobs, j)
+	// Plan on a reader, outside the write transaction: s.hot keeps the
+	// tables and the overlay still meanwhile. The holder written into
+	// the tasks is the cached lease's, checked again inside the fence.
+	l, err := s.Lease(ctx, pool)
+	if err == nil {
+		err = rules.CheckEpoch(l, epoch, now)
+	}
+	if err != nil {
+		return Taken{}, fmt.Errorf("assign: %w", err)
+	}
+	out, c, err := s.planAssign(ctx, pool, epoch, l.Holder, now, takes)
+	if err != nil {
+		return Taken{}, fmt.Errorf("assign: %w", err)
+	}
+	c.encode()
+	err = s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l2 rules.Lease) error {
+		if l2.Holder != l.Holder {
+			return fmt.Errorf("%w: the lease changed hands", api.ErrStaleEpoch)
 		}
 		return s.journal(ctx, tx, &c)
 	})
@@ -277,6 +243,62 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 	}
 	s.ov.apply(&c)
 	return out, nil
+}
+
+// planAssign picks the tasks of takes and computes what handing them out
+// changes (s.hot held).
+func (s *Store) planAssign(ctx context.Context, pool string, epoch int64, holder string, now time.Time, takes []Take) (Taken, change, error) {
+	out, c := Taken{Tasks: map[int64][]TakenTask{}}, change{}
+	ids := make([]int64, 0, len(takes))
+	for _, t := range takes {
+		ids = append(ids, t.Job)
+	}
+	jobs, err := s.jobRows(ctx, nil, ids)
+	if err != nil {
+		return out, c, err
+	}
+	want := make([][2]int64, 0, len(takes))
+	for _, t := range takes {
+		j := jobs[t.Job]
+		if j == nil || !rules.JobLive(j.state) {
+			out.Gone = append(out.Gone, t.Job)
+			delete(jobs, t.Job)
+			continue
+		}
+		if t.N > 0 {
+			want = append(want, [2]int64{t.Job, int64(t.N)})
+		}
+	}
+	if len(want) == 0 {
+		return out, c, nil
+	}
+	picked, err := s.pickWaiting(ctx, nil, want, &c)
+	if err != nil {
+		return out, c, err
+	}
+	at := ms(now)
+	for id, ts := range picked {
+		if len(ts) == 0 {
+			continue
+		}
+		for _, t := range ts {
+			t.state, t.attempt, t.epoch, t.pilot, t.pool = api.TaskAssigned, t.attempt+1, epoch, holder, pool
+			t.assignedAt, t.heartbeatAt, t.waitMS = at, at, t.waitMS+(at-t.queuedAt)
+			out.Tasks[id] = append(out.Tasks[id], TakenTask{ID: t.id, Name: t.name, Attempt: t.attempt})
+			c.tasks = append(c.tasks, t)
+		}
+		j := jobs[id]
+		j.c.Waiting -= len(ts)
+		j.c.Active += len(ts)
+		if j.started == 0 {
+			j.started = at
+		}
+		if ch := settleJob(j, now); ch != nil {
+			out.Changes = append(out.Changes, *ch)
+		}
+		c.jobs = append(c.jobs, j)
+	}
+	return out, c, nil
 }
 
 // OwnedEvent is a usage event and whose it is.
@@ -324,15 +346,23 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	if err := s.beforeHot(ctx); err != nil {
 		return Applied{}, fmt.Errorf("apply results: %w", err)
 	}
-	var a Applied
+	// Early refusal from the cached lease, then the plan on a reader,
+	// outside the write transaction (s.hot keeps everything still); the
+	// fence is checked again inside it.
+	l, err := s.Lease(ctx, pool)
+	if err == nil {
+		err = rules.CheckEpoch(l, epoch, now)
+	}
+	if err != nil {
+		return Applied{}, fmt.Errorf("apply results: %w", err)
+	}
 	var c change
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
-		var err error
-		c = change{}
-		a, err = s.applyResults(ctx, tx, pool, results, now, &c)
-		if err != nil {
-			return err
-		}
+	a, err := s.applyResults(ctx, nil, pool, results, now, &c)
+	if err != nil {
+		return Applied{}, fmt.Errorf("apply results: %w", err)
+	}
+	c.encode()
+	err = s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		return s.journal(ctx, tx, &c)
 	})
 	if err != nil {
@@ -346,7 +376,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 var poolCounter = map[string]int{pilotproto.StatusDone: 0, pilotproto.StatusFailed: 1, pilotproto.StatusTimeout: 1}
 
 // recordedSQL lists which of the (task, attempt) keys have a stored result.
-var recordedSQL = hot(`SELECT r.key FROM jsonb_each(?) AS r
+var recordedSQL = hotRead(`SELECT r.key FROM jsonb_each(?) AS r
 		WHERE EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)`)
 
 func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time, c *change) (Applied, error) {
@@ -548,24 +578,15 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 	if err := s.beforeHot(ctx); err != nil {
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
 	}
-	var next rules.Lease
 	var c change
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
-		next, c = l, change{}
-		next.Expires = now.Add(ttl)
-		if err := s.saveLease(ctx, tx, pool, next); err != nil {
-			return err
-		}
-		if len(refs) == 0 {
-			return nil
-		}
+	if len(refs) > 0 {
 		ids := make([]int64, len(refs))
 		for i, r := range refs {
 			ids[i] = r.TaskID
 		}
-		tasks, err := s.taskRows(ctx, tx, ids)
+		tasks, err := s.taskRows(ctx, nil, ids)
 		if err != nil {
-			return err
+			return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
 		}
 		for _, r := range refs {
 			t := tasks[r.TaskID]
@@ -575,6 +596,15 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 			t.state, t.heartbeatAt = api.TaskRunning, ms(now)
 			c.tasks = append(c.tasks, t)
 			delete(tasks, r.TaskID) // listed twice: once
+		}
+		c.encode()
+	}
+	var next rules.Lease
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+		next = l
+		next.Expires = now.Add(ttl)
+		if err := s.saveLease(ctx, tx, pool, next); err != nil {
+			return err
 		}
 		return s.journal(ctx, tx, &c)
 	})

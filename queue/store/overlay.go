@@ -122,6 +122,7 @@ type change struct {
 	// take them without asking the index again.
 	ahead map[int64][]int64
 	seq   int64
+	enc   [4]string // the journal row: tasks, jobs, results, pools (encode)
 }
 
 func (c *change) empty() bool {
@@ -273,7 +274,7 @@ func (s *Store) readTaskRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[
 	return out, rows.Err()
 }
 
-var readTasksSQL = hot(`SELECT ` + taskColumns + ` FROM tasks WHERE id IN (SELECT value FROM jsonb_each(?))`)
+var readTasksSQL = hotRead(`SELECT ` + taskColumns + ` FROM tasks WHERE id IN (SELECT value FROM jsonb_each(?))`)
 
 // jobRows returns copies of the rows of jobs ids: the overlay's, else the
 // table's.
@@ -305,7 +306,7 @@ func (s *Store) jobRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64
 	return out, nil
 }
 
-var readPoolsSQL = hot(`SELECT d.value->>0, d.value->>1, coalesce(p.done, 0), coalesce(p.failed, 0)
+var readPoolsSQL = hotRead(`SELECT d.value->>0, d.value->>1, coalesce(p.done, 0), coalesce(p.failed, 0)
 	FROM jsonb_each(?) AS d LEFT JOIN job_pools p ON p.job_id = d.value->>0 AND p.pool = d.value->>1`)
 
 // poolRows returns copies of the job_pools rows of keys (zero when none).
@@ -344,20 +345,20 @@ func (s *Store) poolRows(ctx context.Context, tx *sql.Tx, keys []poolKey) (map[p
 	return out, rows.Err()
 }
 
-// journal appends c's rows to the journal inside tx and sets c.seq.
-func (s *Store) journal(ctx context.Context, tx *sql.Tx, c *change) error {
+// encode prepares c's journal row (before the write transaction: the
+// encoding need not hold SQLite's write lock).
+func (c *change) encode() {
 	if c.empty() {
-		return nil
+		return
 	}
-	var t, j, r, p []byte
 	if len(c.tasks) > 0 {
-		t = encodeRows(c.tasks, appendTask)
+		c.enc[0] = string(encodeRows(c.tasks, appendTask))
 	}
 	if len(c.jobs) > 0 {
-		j = encodeRows(c.jobs, appendJob)
+		c.enc[1] = string(encodeRows(c.jobs, appendJob))
 	}
 	if len(c.results) > 0 {
-		r = append(r, '[')
+		r := []byte{'['}
 		first := true
 		for _, enc := range c.results {
 			if !first {
@@ -366,12 +367,20 @@ func (s *Store) journal(ctx context.Context, tx *sql.Tx, c *change) error {
 			first = false
 			r = append(r, enc...)
 		}
-		r = append(r, ']')
+		c.enc[2] = string(append(r, ']'))
 	}
 	if len(c.pools) > 0 {
-		p = encodePools(c.pools)
+		c.enc[3] = string(encodePools(c.pools))
 	}
-	res, err := s.exec(ctx, tx, journalSQL, string(t), string(j), string(r), string(p))
+}
+
+// journal appends c's encoded rows to the journal inside tx and sets
+// c.seq.
+func (s *Store) journal(ctx context.Context, tx *sql.Tx, c *change) error {
+	if c.empty() {
+		return nil
+	}
+	res, err := s.exec(ctx, tx, journalSQL, c.enc[0], c.enc[1], c.enc[2], c.enc[3])
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

@@ -60,7 +60,8 @@ type Store struct {
 		mu sync.Mutex
 		s  WriteStats
 	}
-	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
+	stmts  map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
+	rstmts map[string]*sql.Stmt // the hot path's reads, prepared on r (query with a nil tx)
 
 	// hot serialises the hot path, the folds and the cold writes, and
 	// guards ov (overlay.go).
@@ -167,6 +168,9 @@ func (s *Store) Close() error {
 	ferr := s.settle(context.Background())
 	s.stopBg()
 	for _, st := range s.stmts {
+		st.Close()
+	}
+	for _, st := range s.rstmts {
 		st.Close()
 	}
 	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -330,7 +334,8 @@ func hot(query string) string {
 	return query
 }
 
-// prepare prepares every hot query on the writer connection.
+// prepare prepares every hot query on the writer connection, and the hot
+// path's reads on the readers too.
 func (s *Store) prepare() error {
 	s.stmts = make(map[string]*sql.Stmt, len(hotQueries))
 	for _, q := range hotQueries {
@@ -340,7 +345,24 @@ func (s *Store) prepare() error {
 		}
 		s.stmts[q] = st
 	}
+	s.rstmts = make(map[string]*sql.Stmt, len(hotReads))
+	for _, q := range hotReads {
+		st, err := s.r.Prepare(q)
+		if err != nil {
+			return fmt.Errorf("prepare %.40q: %w", q, err)
+		}
+		s.rstmts[q] = st
+	}
 	return nil
+}
+
+// hotReads are the hot path's reads, which it runs on a reader before its
+// write transaction (hotRead registers them).
+var hotReads []string
+
+func hotRead(query string) string {
+	hotReads = append(hotReads, query)
+	return hot(query)
 }
 
 // prepared returns the prepared statement of a hot query inside tx.
@@ -361,8 +383,16 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 	return st.ExecContext(ctx, args...)
 }
 
-// query runs a prepared query in tx.
+// query runs a prepared query in tx, or with a nil tx on a reader (a
+// query registered with hotRead).
 func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+	if tx == nil {
+		st := s.rstmts[query]
+		if st == nil {
+			return nil, fmt.Errorf("statement %.40q is not registered with hotRead", query)
+		}
+		return st.QueryContext(ctx, args...)
+	}
 	st, err := s.prepared(ctx, tx, query)
 	if err != nil {
 		return nil, err
