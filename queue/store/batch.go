@@ -52,7 +52,7 @@ func settleJob(j *jobRow, now time.Time) *JobChange {
 	return &JobChange{j.id, j.from, j.state}
 }
 
-var readJobsSQL = hotRead(`SELECT id, state, owner, cores, price, max_attempts, started_at, finished_at,
+var readJobsSQL = hot(`SELECT id, state, owner, cores, price, max_attempts, started_at, finished_at,
 		n_total, n_waiting, n_active, n_done, n_failed, n_killed FROM jobs WHERE id IN (SELECT value FROM jsonb_each(?))`)
 
 // readJobs reads the rows of the jobs ids (missing ones are left out).

@@ -79,7 +79,7 @@ type Taken struct {
 // waitingSQL lists, per job, up to n WAITING task ids above after, lowest
 // first, from the index of waiting tasks alone (it covers them): one seek
 // per job, then neighbouring entries.
-var waitingSQL = hotRead(`WITH RECURSIVE w(job, n, after) AS (SELECT value->>0, value->>1, value->>2 FROM jsonb_each(?1)),
+var waitingSQL = hot(`WITH RECURSIVE w(job, n, after) AS (SELECT value->>0, value->>1, value->>2 FROM jsonb_each(?1)),
 			pick(job, n, id) AS (
 				SELECT job, n, (SELECT id FROM tasks WHERE job_id = w.job AND state = 'WAITING' AND id > w.after ORDER BY id LIMIT 1) FROM w
 				UNION ALL
@@ -376,7 +376,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 var poolCounter = map[string]int{pilotproto.StatusDone: 0, pilotproto.StatusFailed: 1, pilotproto.StatusTimeout: 1}
 
 // recordedSQL lists which of the (task, attempt) keys have a stored result.
-var recordedSQL = hotRead(`SELECT r.key FROM jsonb_each(?) AS r
+var recordedSQL = hot(`SELECT r.key FROM jsonb_each(?) AS r
 		WHERE EXISTS (SELECT 1 FROM results x WHERE x.task_id = r.value->>0 AND x.attempt = r.value->>1)`)
 
 func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, results []pilotproto.Result, now time.Time, c *change) (Applied, error) {

@@ -274,7 +274,7 @@ func (s *Store) readTaskRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[
 	return out, rows.Err()
 }
 
-var readTasksSQL = hotRead(`SELECT ` + taskColumns + ` FROM tasks WHERE id IN (SELECT value FROM jsonb_each(?))`)
+var readTasksSQL = hot(`SELECT ` + taskColumns + ` FROM tasks WHERE id IN (SELECT value FROM jsonb_each(?))`)
 
 // jobRows returns copies of the rows of jobs ids: the overlay's, else the
 // table's.
@@ -306,7 +306,7 @@ func (s *Store) jobRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64
 	return out, nil
 }
 
-var readPoolsSQL = hotRead(`SELECT d.value->>0, d.value->>1, coalesce(p.done, 0), coalesce(p.failed, 0)
+var readPoolsSQL = hot(`SELECT d.value->>0, d.value->>1, coalesce(p.done, 0), coalesce(p.failed, 0)
 	FROM jsonb_each(?) AS d LEFT JOIN job_pools p ON p.job_id = d.value->>0 AND p.pool = d.value->>1`)
 
 // poolRows returns copies of the job_pools rows of keys (zero when none).

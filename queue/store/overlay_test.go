@@ -285,9 +285,6 @@ func (s *Store) kill() {
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	for _, st := range s.rstmts {
-		st.Close()
-	}
 	s.ck.Close()
 	s.r.Close()
 	s.w.Close()
