@@ -28,7 +28,8 @@ func benchCommand() *cli.Command {
 				"and --workers worker processes (`harvest worker`) run the tasks and send the results back\n" +
 				"through the master to the queue. The makespan runs from the moment the master may pull (jobs\n" +
 				"stored, workers registered: not timed) until the queue has acknowledged every result.\n" +
-				"--in-memory replaces the queue by an in-memory feed: the master and the workers alone.\n" +
+				"--in-memory replaces the queue by an in-memory feed: the master and the workers alone, fed the\n" +
+				"tasks of --users jobs interleaved (as the fair-share order hands them out; --users 1: one job).\n" +
 				"With --task-time 0 every task is a no-op: the worker marks it done without starting anything,\n" +
 				"so the figure is harvest's own cost per task (queue pull, checkpoint, batch hand-out, result,\n" +
 				"checkpoint, queue report). The report says where the time went: CPU per task of this process\n" +
@@ -41,7 +42,7 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "workers", Value: 4, Usage: "worker processes"},
 				&cli.IntFlag{Name: "slots", Value: 4, Usage: "slots per worker"},
 				&cli.IntFlag{Name: "tasks", Value: 50000, Usage: "tasks"},
-				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing in the real queue, one job each (the tasks are shared out)"},
+				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing, one job each (the tasks are shared out; --in-memory: jobs interleaved)"},
 				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
 				&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles of every process to `DIR` (bench.*: queue and master; worker-N.*: the workers; go tool pprof)"},
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
@@ -133,7 +134,7 @@ func runBench(c *cli.Context) error {
 func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	path := fmt.Sprintf("end to end: real queue (%d users) -> master -> workers -> queue", r.Users)
 	if r.Queue == "memory" {
-		path = "in-memory feed -> master -> workers (no queue)"
+		path = fmt.Sprintf("in-memory feed (%d jobs interleaved) -> master -> workers (no queue)", r.Users)
 	}
 	fmt.Fprintf(out, "%s\n%d tasks (%s each) on %d workers x %d slots, batch size %d: makespan %.3f s\n",
 		path, r.Tasks, taskKind(cfg), r.Workers, r.Slots, cfg.BatchSize, r.MakespanS)

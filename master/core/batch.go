@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -36,7 +37,10 @@ func (c *Core) assign(w *worker, free int, now time.Time) []workerproto.Batch {
 // nextBatchFor picks the next batch for w: tasks of one job, in queue
 // order, as many as the job's batch size and the worker's deadline allow.
 // If the first job's tasks cannot finish in time it tries the next few
-// jobs.
+// jobs. The job comes from the head of the pending list, its tasks from
+// the job's own list (byJob): a batch costs its size, not a scan of every
+// pending task (with many jobs, each job's tasks are spread thinly over a
+// long pending list).
 func (c *Core) nextBatchFor(w *worker, outstanding int, now time.Time) []ref {
 	remaining := time.Duration(-1)
 	if !w.deadline.IsZero() {
@@ -45,31 +49,52 @@ func (c *Core) nextBatchFor(w *worker, outstanding int, now time.Time) []ref {
 			return nil
 		}
 	}
-	tried := map[int64]bool{}
-	for i := 0; i < len(c.pending) && len(tried) < 8; i++ {
-		k := c.pending[i]
-		t := c.tasks[k]
-		if t == nil || t.state != StatePending || tried[t.t.JobID] {
+	var tried [8]int64
+	ntried := 0
+	for i := 0; i < len(c.pending) && ntried < len(tried); i++ {
+		t := c.tasks[c.pending[i]]
+		if t == nil || t.state != StatePending || slices.Contains(tried[:ntried], t.t.JobID) {
 			continue
 		}
 		job := t.t.JobID
-		tried[job] = true
+		tried[ntried] = job
+		ntried++
 		n := FitBatch(max(t.t.BatchSize, 1), outstanding, w.slots, c.estimate(t.t), remaining)
 		if n == 0 {
 			continue
 		}
-		refs := make([]ref, 0, n)
-		in := make(map[ref]bool, n) // a requeued task may be listed twice
-		for j := i; j < len(c.pending) && len(refs) < n; j++ {
-			k2 := c.pending[j]
-			if t2 := c.tasks[k2]; t2 != nil && t2.state == StatePending && t2.t.JobID == job && !in[k2] {
-				in[k2] = true
-				refs = append(refs, k2)
-			}
-		}
-		return refs
+		return c.takeOfJob(job, n)
 	}
 	return nil
+}
+
+// takeOfJob returns up to n pending tasks of job in queue order. The
+// job's list is a lazy FIFO like the pending list: its stale head is
+// dropped here; the tasks returned stay listed until a later call finds
+// them stale (a task requeued in the meantime keeps its place, as in the
+// pending list).
+func (c *Core) takeOfJob(job int64, n int) []ref {
+	list := c.byJob[job]
+	for len(list) > 0 {
+		if t := c.tasks[list[0]]; t != nil && t.state == StatePending {
+			break
+		}
+		list = list[1:]
+	}
+	if len(list) == 0 {
+		delete(c.byJob, job)
+		return nil
+	}
+	c.byJob[job] = list
+	refs := make([]ref, 0, min(n, len(list)))
+	for i := 0; i < len(list) && len(refs) < n; i++ {
+		k := list[i]
+		// A requeued task may be listed twice.
+		if t := c.tasks[k]; t != nil && t.state == StatePending && !slices.Contains(refs, k) {
+			refs = append(refs, k)
+		}
+	}
+	return refs
 }
 
 // estimate is the duration to plan a task with: learnt from the job's
@@ -96,6 +121,11 @@ func (c *Core) compact() {
 		return
 	}
 	c.pending = c.livePending()
+	c.byJob = map[int64][]ref{}
+	for _, k := range c.pending {
+		job := c.tasks[k].t.JobID
+		c.byJob[job] = append(c.byJob[job], k)
+	}
 }
 
 // Estimator learns one job's task duration: an exponentially weighted mean

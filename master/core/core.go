@@ -124,7 +124,8 @@ type Core struct {
 	log *slog.Logger
 
 	tasks     map[ref]*task
-	pending   []ref // FIFO with lazy deletion: entries whose task is not pending are skipped
+	pending   []ref           // FIFO with lazy deletion: entries whose task is not pending are skipped
+	byJob     map[int64][]ref // the pending list split by job (lazy deletion too): a batch's tasks
 	npending  int
 	nassigned int
 	nfinal    int
@@ -165,7 +166,7 @@ type Core struct {
 func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *Core {
 	c := &Core{
 		cfg: cfg, log: cfg.Logger,
-		tasks: map[ref]*task{}, workers: map[string]*worker{}, est: map[int64]*Estimator{},
+		tasks: map[ref]*task{}, byJob: map[int64][]ref{}, workers: map[string]*worker{}, est: map[int64]*Estimator{},
 		cancelled: map[int64]bool{}, ttl: cfg.LeaseTTL,
 		pullAt: now, reportAt: now, beatAt: now, leaseAt: now,
 	}
@@ -185,7 +186,7 @@ func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *
 		c.nextBatch = max(c.nextBatch, r.Batch)
 		switch r.State {
 		case StatePending:
-			c.pending = append(c.pending, k)
+			c.listPending(k, t)
 			c.npending++
 		case StateAssigned:
 			w := c.workers[r.Worker]
@@ -409,9 +410,16 @@ func (c *Core) leave(t *task) {
 
 func (c *Core) toPending(k ref, t *task) {
 	t.state, t.result = StatePending, nil
-	c.pending = append(c.pending, k)
+	c.listPending(k, t)
 	c.npending++
 	c.dirty = true
+}
+
+// listPending appends a task that became pending to the pending list and
+// its job's.
+func (c *Core) listPending(k ref, t *task) {
+	c.pending = append(c.pending, k)
+	c.byJob[t.t.JobID] = append(c.byJob[t.t.JobID], k)
 }
 
 func (c *Core) worker(id string, now time.Time) *worker {

@@ -261,6 +261,9 @@ func (c *Core) cancelJobs(now time.Time, jobs []int64) {
 			killed++
 		}
 	}
+	for _, j := range jobs {
+		delete(c.byJob, j) // every pending task of theirs is final now
+	}
 	c.dirty = true // parked pulls carry the kills
 	c.log.Info("jobs cancelled", "jobs", jobs, "pending_killed", killed)
 }

@@ -4,7 +4,8 @@
 // HTTP on 127.0.0.1) over HTTP, and the master feeds N worker processes
 // (`harvest worker`) whose results go back to the queue (endtoend.go).
 // With InMemory, an in-memory task feed (feed.go) stands in for the queue:
-// the master and the workers alone.
+// the master and the workers alone, fed the tasks of Users jobs
+// interleaved as the queue's fair-share order hands them out.
 package bench
 
 import (
@@ -34,7 +35,7 @@ type Config struct {
 	TaskTime  time.Duration // each task's run time (0: no-op)
 	BatchSize int           // the job's batch size
 	Exec      bool          // run each task as a real process (sleep/true) instead of in the worker
-	Users     int           // users competing, one job each (the real queue)
+	Users     int           // users competing, one job each (the in-memory feed: jobs interleaved)
 	InMemory  bool          // an in-memory feed instead of the real queue: the master and workers alone
 	Binary    string        // the harvest binary to start workers with
 	Dir       string        // scratch directory (checkpoint, task logs)
@@ -55,7 +56,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Workers < 1 || c.Slots < 1 || c.Tasks < 1 || c.BatchSize < 1:
 		return errors.New("bench: workers, slots, tasks and batch size must be at least 1")
-	case !c.InMemory && (c.Users < 1 || c.Users > c.Tasks):
+	case c.Users < 1 || c.Users > c.Tasks:
 		return errors.New("bench: users must be 1..tasks (each user has a job of at least one task)")
 	case c.TaskTime < 0:
 		return errors.New("bench: task time must not be negative")
@@ -188,11 +189,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r := summarize(cfg, makespan)
 	r.ProcessCPUUS = float64(procCPU.Microseconds()) / float64(cfg.Tasks)
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
+	r.Users = cfg.Users
 	if rq == nil {
 		r.Queue = "memory"
 		return r, nil
 	}
-	r.Queue, r.Users = "real", cfg.Users
+	r.Queue = "real"
 	if err := rq.check(ctx, cfg.Tasks); err != nil {
 		return r, err
 	}
@@ -215,7 +217,9 @@ func feedTasks(cfg Config) []pilotproto.Task {
 	}
 	out := filepath.Join(cfg.Dir, "out")
 	for i := range tasks {
-		tasks[i] = pilotproto.Task{ID: int64(i + 1), JobID: 1, Name: strconv.Itoa(i), Command: argv,
+		// Jobs interleaved, as the fair-share order of Users users with one
+		// job each hands them out.
+		tasks[i] = pilotproto.Task{ID: int64(i + 1), JobID: int64(i%cfg.Users + 1), Name: strconv.Itoa(i), Command: argv,
 			OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize}
 	}
 	return tasks
