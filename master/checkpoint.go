@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
@@ -83,6 +84,7 @@ type Checkpoint struct {
 	epoch int64
 
 	epochQ, del, insert, update, estimate, capacity, logAdd *sql.Stmt
+	commits                                                 atomic.Int64 // Commit calls (for tests)
 
 	// pending are the ops committed to the log since the tables were last
 	// brought up to date (compact); since is when that was.
@@ -297,6 +299,7 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 // whatever the number of tasks it moves. About once a second compact
 // brings the tables up to date from all the ops since, folded together.
 func (c *Checkpoint) Commit(ops []core.Op) error {
+	c.commits.Add(1)
 	f, err := fold(ops)
 	if err != nil {
 		return err

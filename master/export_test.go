@@ -9,3 +9,6 @@ func (c *Checkpoint) LogRows() (n int, err error) {
 	err = c.db.QueryRow(`SELECT count(*) FROM log`).Scan(&n)
 	return n, err
 }
+
+// Commits returns the checkpoint transactions m's commits began so far.
+func Commits(m *Master) int64 { return m.cp.commits.Load() }

@@ -103,13 +103,30 @@ func New(cfg Config, q Queue) (*Master, error) {
 // out go back to the queue, results are flushed, the lease is released;
 // at most ShutdownTimeout) or the master is fenced (a newer master exists:
 // it stops writing at once). The error says which.
+//
+// Commits are grouped: one goroutine writes the checkpoint while Run
+// goes on stepping the core; the effects of the Readies taken meanwhile
+// wait in a group that is committed in one transaction when the commit
+// in flight ends. Write-ahead holds: a group's replies and queue calls go
+// out only after its ops and every earlier group's are committed.
 func (m *Master) Run(ctx context.Context) error {
 	calls, stopCalls := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	commits := make(chan []core.Op)
+	committed := make(chan error, 1)
+	committer := make(chan struct{})
+	go func() {
+		defer close(committer)
+		for ops := range commits {
+			committed <- m.cp.Commit(ops)
+		}
+	}()
 	defer func() {
 		stopCalls()
 		close(m.done) // requests in flight hear "not the master"
 		wg.Wait()
+		close(commits)
+		<-committer // a commit in flight ends first
 		m.cp.Close()
 	}()
 	waiting := map[core.ReqID]chan core.Reply{}
@@ -117,10 +134,29 @@ func (m *Master) Run(ctx context.Context) error {
 	defer timer.Stop()
 	stop := ctx.Done()
 	var giveUp <-chan time.Time
+	var acc group       // effects taken since the last commit began
+	var inflight *group // being committed
+	// The commit delay's timer: real time, not cfg.Now (a test's clock).
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	m.core.Step(m.cfg.Now(), core.Tick{})
 	for {
-		if end, err := m.carryOut(m.core.Ready(), waiting, calls, &wg); end {
-			return err
+		acc.add(m.core.Ready(), m.core.Stats())
+		if inflight == nil && !acc.empty() {
+			if len(acc.ops) > 0 && len(acc.ops) < groupOps && time.Since(acc.since) < m.cfg.CommitDelay {
+				wake.Reset(m.cfg.CommitDelay - time.Since(acc.since))
+			} else if len(acc.ops) > 0 {
+				g := acc
+				inflight, acc = &g, group{}
+				commits <- g.ops
+			} else {
+				g := acc
+				acc = group{}
+				if end, err := m.carryOut(&g, nil, &acc, waiting, calls, &wg); end {
+					return err
+				}
+			}
 		}
 		if next := m.core.Next(); next.IsZero() {
 			timer.Stop()
@@ -128,6 +164,13 @@ func (m *Master) Run(ctx context.Context) error {
 			timer.Reset(max(next.Sub(m.cfg.Now()), 0))
 		}
 		select {
+		case <-wake.C:
+		case err := <-committed:
+			g := inflight
+			inflight = nil
+			if end, err := m.carryOut(g, err, &acc, waiting, calls, &wg); end {
+				return err
+			}
 		case in := <-m.in:
 			m.accept(in, waiting)
 			// Take what else is queued: one checkpoint transaction for all.
@@ -154,6 +197,40 @@ func (m *Master) Run(ctx context.Context) error {
 	}
 }
 
+// groupOps ends a commit delay early: a group this large gains little by
+// waiting for more.
+const groupOps = 4096
+
+// group is the effects of the Readies taken while a commit was in flight:
+// committed together, then carried out in order.
+type group struct {
+	since time.Time // when its first op was taken
+	ops   []core.Op
+	rds   []core.Ready // replies and queue calls (their ops are in ops)
+	stats Stats        // the counters after the last of them
+	done  bool
+	err   error
+}
+
+func (g *group) add(rd core.Ready, s Stats) {
+	if len(rd.Ops) == 0 && len(rd.Replies) == 0 && rd.Pull == nil && rd.Report == nil && rd.Beat == nil &&
+		rd.Lease == nil && !rd.Done {
+		return
+	}
+	if len(rd.Ops) > 0 && len(g.ops) == 0 {
+		g.since = time.Now()
+	}
+	g.ops = append(g.ops, rd.Ops...)
+	rd.Ops = nil
+	g.rds = append(g.rds, rd)
+	g.stats = s
+	if rd.Done && !g.done {
+		g.done, g.err = true, rd.Err
+	}
+}
+
+func (g *group) empty() bool { return len(g.rds) == 0 }
+
 func (m *Master) accept(in input, waiting map[core.ReqID]chan core.Reply) {
 	switch {
 	case in.reply != nil:
@@ -164,36 +241,42 @@ func (m *Master) accept(in input, waiting map[core.ReqID]chan core.Reply) {
 	m.core.Step(m.cfg.Now(), in.ev)
 }
 
-// carryOut does what a Ready says: commit, reply, call the queue. It
-// reports whether the master is finished, and why.
-func (m *Master) carryOut(rd core.Ready, waiting map[core.ReqID]chan core.Reply, calls context.Context, wg *sync.WaitGroup) (bool, error) {
+// carryOut does what a committed group says (commitErr: its commit
+// failed): reply, call the queue. It reports whether the master is
+// finished, and why. later is the group taken since, not committed.
+func (m *Master) carryOut(g *group, commitErr error, later *group, waiting map[core.ReqID]chan core.Reply, calls context.Context, wg *sync.WaitGroup) (bool, error) {
 	deliver := func(r core.Reply) {
 		if ch := waiting[r.Req]; ch != nil {
 			ch <- r
 			delete(waiting, r.Req)
 		}
 	}
-	if len(rd.Ops) > 0 {
-		if err := m.cp.Commit(rd.Ops); err != nil {
-			// None of it happened: the workers waiting on it hear so, and
-			// the master stops (memory is ahead of the checkpoint now).
-			for _, r := range rd.Replies {
-				deliver(core.Reply{Req: r.Req, Err: ErrNotMaster})
+	if commitErr != nil {
+		// None of it happened, nor what came after it: the workers
+		// waiting on it hear so, and the master stops (memory is ahead
+		// of the checkpoint now).
+		for _, gg := range []*group{g, later} {
+			for _, rd := range gg.rds {
+				for _, r := range rd.Replies {
+					deliver(core.Reply{Req: r.Req, Err: ErrNotMaster})
+				}
 			}
-			m.core.Step(m.cfg.Now(), core.CommitFailed{Err: err})
-			for _, r := range m.core.Ready().Replies {
-				deliver(r)
-			}
-			m.publish()
-			return true, err
 		}
+		m.core.Step(m.cfg.Now(), core.CommitFailed{Err: commitErr})
+		for _, r := range m.core.Ready().Replies {
+			deliver(r)
+		}
+		m.publish(m.core.Stats())
+		return true, commitErr
 	}
-	m.publish() // before the replies: a worker that has its answer sees the counters with it
-	for _, r := range rd.Replies {
-		deliver(r)
+	m.publish(g.stats) // before the replies: a worker that has its answer sees the counters with it
+	for _, rd := range g.rds {
+		for _, r := range rd.Replies {
+			deliver(r)
+		}
+		m.startCalls(rd, calls, wg)
 	}
-	m.startCalls(rd, calls, wg)
-	return rd.Done, rd.Err
+	return g.done, g.err
 }
 
 // startCalls makes the queue calls of rd, each in its own goroutine; the
@@ -233,8 +316,8 @@ func (m *Master) startCalls(rd core.Ready, ctx context.Context, wg *sync.WaitGro
 	}
 }
 
-func (m *Master) publish() {
-	s := m.core.Stats()
+// publish makes s the counters Stats and WaitFor see.
+func (m *Master) publish(s Stats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s != m.stats {
