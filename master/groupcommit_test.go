@@ -80,12 +80,16 @@ func TestGroupedCommitsStoreResultsBeforeTheWorkersHearOfThem(t *testing.T) {
 	if n := master.Commits(m) - before; n >= workers {
 		t.Errorf("%d results sent together took %d transactions: not grouped", workers, n)
 	}
-	// Every worker has its answer: its result must be in the checkpoint.
+	// Every worker has its answer: its result must be in the checkpoint,
+	// as the next master finds it.
 	cp, err := master.OpenCheckpoint(cfg.CheckpointPath, "WAL")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cp.Close()
+	if err := cp.Claim(2); err != nil {
+		t.Fatal(err)
+	}
 	rows, _, err := cp.Load()
 	if err != nil {
 		t.Fatal(err)
