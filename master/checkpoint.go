@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -450,8 +451,8 @@ type taskNet struct {
 // capacity state win.
 func fold(ops []core.Op) (folded, error) {
 	var f folded
-	nets := map[pilotproto.TaskRef]*taskNet{}
-	var order []pilotproto.TaskRef // tasks in the order of their first op
+	nets := make(map[pilotproto.TaskRef]*taskNet, len(ops)/2)
+	order := make([]pilotproto.TaskRef, 0, len(ops)/2) // tasks in the order of their first op
 	// A new row takes its place (seq) at the first add since the task's
 	// row was last deleted; a later add of the same row keeps it.
 	var addOrder []pilotproto.TaskRef
@@ -571,7 +572,7 @@ func (a *jsonArray) add(vals ...any) {
 			if v == nil {
 				a.b = append(a.b, "null"...)
 			} else {
-				a.value(*v)
+				a.str(*v)
 			}
 		case *int64:
 			if v == nil {
@@ -583,11 +584,34 @@ func (a *jsonArray) add(vals ...any) {
 			a.b = strconv.AppendInt(a.b, v, 10)
 		case int:
 			a.b = strconv.AppendInt(a.b, int64(v), 10)
+		case string:
+			a.str(v)
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				a.value(v) // encoding/json's error
+				break
+			}
+			a.b = strconv.AppendFloat(a.b, v, 'g', -1, 64)
 		default:
 			a.value(v)
 		}
 	}
 	a.b = append(a.b, ']')
+}
+
+// str appends s as a JSON string: as it is when it needs no escape (the
+// states and worker ids), else as encoding/json escapes it. Both read
+// back the same with ->>.
+func (a *jsonArray) str(s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			a.value(s)
+			return
+		}
+	}
+	a.b = append(a.b, '"')
+	a.b = append(a.b, s...)
+	a.b = append(a.b, '"')
 }
 
 // value appends v as encoding/json writes it (strings escaped as JSON
