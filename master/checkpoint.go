@@ -88,8 +88,9 @@ type Checkpoint struct {
 	commits                                                 atomic.Int64 // Commit calls (for tests)
 
 	// pending are the ops committed to the log since the tables were last
-	// brought up to date (compact); since is when that was.
-	pending []core.Op
+	// brought up to date (compact), as Commit got them (not copied: a
+	// second's ops are tens of megabytes); since is when that was.
+	pending [][]core.Op
 	logRows int
 	since   time.Time
 }
@@ -299,9 +300,13 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 // appended to the log as one row: a commit costs a few sequential pages
 // whatever the number of tasks it moves. About once a second compact
 // brings the tables up to date from all the ops since, folded together.
-func (c *Checkpoint) Commit(ops []core.Op) error {
+//
+// The ops may come in several slices (a group of Readies), in order. The
+// checkpoint keeps them until its next compaction: the caller must not
+// change them.
+func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 	c.commits.Add(1)
-	f, err := fold(ops)
+	f, err := fold(ops...)
 	if err != nil {
 		return err
 	}
@@ -361,7 +366,7 @@ func (c *Checkpoint) compact() error {
 	}
 	var batches []folded
 	if len(c.pending) > 0 {
-		f, err := fold(c.pending)
+		f, err := fold(c.pending...)
 		if err != nil {
 			return err
 		}
@@ -449,10 +454,14 @@ type taskNet struct {
 // worker, a finish sets state and result, a delete removes the row and
 // whatever came before it in ops. The last estimate of a job and the last
 // capacity state win.
-func fold(ops []core.Op) (folded, error) {
+func fold(batches ...[]core.Op) (folded, error) {
+	nops := 0
+	for _, ops := range batches {
+		nops += len(ops)
+	}
 	var f folded
-	nets := make(map[pilotproto.TaskRef]*taskNet, len(ops)/2)
-	order := make([]pilotproto.TaskRef, 0, len(ops)/2) // tasks in the order of their first op
+	nets := make(map[pilotproto.TaskRef]*taskNet, nops/2)
+	order := make([]pilotproto.TaskRef, 0, nops/2) // tasks in the order of their first op
 	// A new row takes its place (seq) at the first add since the task's
 	// row was last deleted; a later add of the same row keeps it.
 	var addOrder []pilotproto.TaskRef
@@ -461,7 +470,7 @@ func fold(ops []core.Op) (folded, error) {
 	var jobs []int64
 	none := ""
 	zero := int64(0)
-	for _, o := range ops {
+	for o := range all(batches) {
 		var n *taskNet
 		switch o.Kind {
 		case core.OpAdd, core.OpAssign, core.OpRequeue, core.OpFinish, core.OpDelete:
@@ -540,6 +549,19 @@ func fold(ops []core.Op) (folded, error) {
 	}
 	f.deletes, f.inserts, f.updates, f.estimates = del.bytes(), ins.bytes(), upd.bytes(), es.bytes()
 	return f, nil
+}
+
+// all ranges over the ops of batches in order.
+func all(batches [][]core.Op) func(func(core.Op) bool) {
+	return func(yield func(core.Op) bool) {
+		for _, ops := range batches {
+			for _, o := range ops {
+				if !yield(o) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // jsonArray builds a JSON array of rows; json.RawMessage values go in

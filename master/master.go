@@ -112,13 +112,13 @@ func New(cfg Config, q Queue) (*Master, error) {
 func (m *Master) Run(ctx context.Context) error {
 	calls, stopCalls := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	commits := make(chan []core.Op)
+	commits := make(chan [][]core.Op)
 	committed := make(chan error, 1)
 	committer := make(chan struct{})
 	go func() {
 		defer close(committer)
 		for ops := range commits {
-			committed <- m.cp.Commit(ops)
+			committed <- m.cp.Commit(ops...)
 		}
 	}()
 	defer func() {
@@ -144,9 +144,9 @@ func (m *Master) Run(ctx context.Context) error {
 	for {
 		acc.add(m.core.Ready(), m.core.Stats())
 		if inflight == nil && !acc.empty() {
-			if len(acc.ops) > 0 && len(acc.ops) < groupOps && time.Since(acc.since) < m.cfg.CommitDelay {
+			if acc.nops > 0 && acc.nops < groupOps && time.Since(acc.since) < m.cfg.CommitDelay {
 				wake.Reset(m.cfg.CommitDelay - time.Since(acc.since))
-			} else if len(acc.ops) > 0 {
+			} else if acc.nops > 0 {
 				g := acc
 				inflight, acc = &g, group{}
 				commits <- g.ops
@@ -204,8 +204,9 @@ const groupOps = 4096
 // group is the effects of the Readies taken while a commit was in flight:
 // committed together, then carried out in order.
 type group struct {
-	since time.Time // when its first op was taken
-	ops   []core.Op
+	since time.Time   // when its first op was taken
+	ops   [][]core.Op // the Readies' ops (not copied: an op holds its task)
+	nops  int
 	rds   []core.Ready // replies and queue calls (their ops are in ops)
 	stats Stats        // the counters after the last of them
 	done  bool
@@ -217,10 +218,13 @@ func (g *group) add(rd core.Ready, s Stats) {
 		rd.Lease == nil && !rd.Done {
 		return
 	}
-	if len(rd.Ops) > 0 && len(g.ops) == 0 {
-		g.since = time.Now()
+	if len(rd.Ops) > 0 {
+		if g.nops == 0 {
+			g.since = time.Now()
+		}
+		g.ops = append(g.ops, rd.Ops)
+		g.nops += len(rd.Ops)
 	}
-	g.ops = append(g.ops, rd.Ops...)
 	rd.Ops = nil
 	g.rds = append(g.rds, rd)
 	g.stats = s
