@@ -486,8 +486,7 @@ func fold(batches ...[]core.Op) (folded, error) {
 				created[o.Ref] = len(addOrder)
 				addOrder = append(addOrder, o.Ref)
 			}
-			task := o.Task
-			*n = taskNet{deleted: n.deleted, added: &task, touched: true, state: core.StatePending, worker: &none, batch: &zero}
+			*n = taskNet{deleted: n.deleted, added: o.Task, touched: true, state: core.StatePending, worker: &none, batch: &zero}
 		case core.OpAssign:
 			w, b := o.Worker, o.Batch
 			n.touched, n.state, n.worker, n.batch = true, core.StateAssigned, &w, &b

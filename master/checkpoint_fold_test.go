@@ -61,7 +61,7 @@ func randomOps(r *rand.Rand, n int) []core.Op {
 		k := pilotproto.TaskRef{TaskID: int64(1 + r.IntN(6)), Attempt: 1 + r.IntN(2)}
 		switch r.IntN(7) {
 		case 0, 1:
-			ops[i] = core.Op{Kind: core.OpAdd, Ref: k, Task: pilotproto.Task{ID: k.TaskID, Attempt: k.Attempt, JobID: int64(r.IntN(3)),
+			ops[i] = core.Op{Kind: core.OpAdd, Ref: k, Task: &pilotproto.Task{ID: k.TaskID, Attempt: k.Attempt, JobID: int64(r.IntN(3)),
 				Name: fmt.Sprintf("t \"%d\"\n\x01", r.IntN(100)), Command: []string{"echo", "{input}"}, Env: []string{"A=é"}}}
 		case 2:
 			ops[i] = core.Op{Kind: core.OpAssign, Ref: k, Worker: fmt.Sprintf([]string{"w\t%d", "w%d", "wé%d", "w\"%d", "w\\\\%d"}[r.IntN(5)], r.IntN(3)), Batch: int64(r.IntN(4))}

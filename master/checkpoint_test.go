@@ -30,7 +30,7 @@ func TestOlderMasterIsFencedOutOfTheCheckpoint(t *testing.T) {
 	if err := newer.Claim(2); err != nil {
 		t.Fatal(err)
 	}
-	err = old.Commit([]core.Op{{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: 1, Attempt: 1}, Task: pilotproto.Task{ID: 1, Attempt: 1}}})
+	err = old.Commit([]core.Op{{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: 1, Attempt: 1}, Task: &pilotproto.Task{ID: 1, Attempt: 1}}})
 	if !errors.Is(err, master.ErrFenced) {
 		t.Fatalf("write of epoch 1 after epoch 2 claimed: got %v, want ErrFenced", err)
 	}

@@ -371,7 +371,7 @@ func (c *Core) do(o Op, now time.Time) {
 	c.leave(t)
 	switch o.Kind {
 	case OpAdd:
-		t = &task{t: o.Task}
+		t = &task{t: *o.Task}
 		c.tasks[o.Ref] = t
 		c.toPending(o.Ref, t)
 	case OpAssign:

@@ -151,7 +151,7 @@ const (
 type Op struct {
 	Kind   OpKind
 	Ref    pilotproto.TaskRef
-	Task   pilotproto.Task    // OpAdd
+	Task   *pilotproto.Task   // OpAdd (a pointer: ops are copied and kept in bulk, a task is ~200 bytes)
 	Worker string             // OpAssign
 	Batch  int64              // OpAssign
 	Result *pilotproto.Result // OpFinish

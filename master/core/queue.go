@@ -219,14 +219,14 @@ func (c *Core) pulled(now time.Time, e Pulled) {
 		c.pullAt = now.Add(c.cfg.RetryInterval)
 		return
 	}
-	for _, t := range e.Resp.Tasks {
+	for i, t := range e.Resp.Tasks {
 		k := refOf(t)
 		if old := c.tasks[k]; old != nil {
 			if old.state != StateFinal || old.result == nil || old.result.Status != pilotproto.StatusInterrupted {
 				continue
 			}
 		}
-		c.do(Op{Kind: OpAdd, Ref: k, Task: t}, now)
+		c.do(Op{Kind: OpAdd, Ref: k, Task: &e.Resp.Tasks[i]}, now)
 		switch {
 		case c.cancelled[t.JobID]:
 			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(t, pilotproto.StatusKilled, now)}, now)
