@@ -2,6 +2,7 @@ package master_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -11,9 +12,17 @@ import (
 )
 
 // BenchmarkMasterCorePerTask is the master's own cost per task without
-// HTTP: checkpointed pull, batch hand-out, result, report and delete.
+// HTTP: checkpointed pull, batch hand-out, result, report and delete, for
+// the tasks of one job (batches of 100) and of 1,000 jobs interleaved, as
+// the queue's fair share hands them out (batches of one).
 // `go test -bench MasterCore ./master/` (the HTTP path: harvest bench dispatch).
 func BenchmarkMasterCorePerTask(b *testing.B) {
+	for _, jobs := range []int64{1, 1000} {
+		b.Run(fmt.Sprintf("jobs=%d", jobs), func(b *testing.B) { benchMasterCore(b, jobs) })
+	}
+}
+
+func benchMasterCore(b *testing.B, jobs int64) {
 	var mu sync.Mutex
 	next := int64(0)
 	f := &FakeQueue{PullFunc: func(r pilotproto.PullRequest) (pilotproto.PullResponse, error) {
@@ -22,11 +31,12 @@ func BenchmarkMasterCorePerTask(b *testing.B) {
 		out := make([]pilotproto.Task, r.Max)
 		for i := range out {
 			next++
-			out[i] = pilotproto.Task{ID: next, Attempt: 1, JobID: 1, Command: []string{"true"}, BatchSize: 100}
+			out[i] = pilotproto.Task{ID: next, Attempt: 1, JobID: next%jobs + 1, Command: []string{"true"}, BatchSize: 100}
 		}
 		return pilotproto.PullResponse{Tasks: out}, nil
 	}}
 	cfg := fastMasterConfig(b.TempDir(), "p1", 1)
+	cfg.CommitDelay = 0 // one client waiting on each answer: nothing to group, the delay would be idle time
 	m, err := master.New(cfg, f)
 	if err != nil {
 		b.Fatal(err)
