@@ -2,6 +2,7 @@ package master_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -59,23 +60,50 @@ func TestGroupedCommitsStoreResultsBeforeTheWorkersHearOfThem(t *testing.T) {
 		}
 		held[id] = resp.Batches[0].Tasks
 	}
+	// Another connection holds the checkpoint's write lock: the master's
+	// commit waits for it, and so must the answers.
+	db, err := sql.Open("sqlite3", cfg.CheckpointPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	lock, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
 	before := master.Commits(m)
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	answered := make(chan error, workers)
 	for id, tasks := range held {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			res := []pilotproto.Result{{TaskID: tasks[0].ID, Attempt: 1, Status: pilotproto.StatusDone}}
-			if _, err := m.Results(ctx, workerproto.ResultsRequest{WorkerID: id, Results: res}); err != nil {
-				errs <- err
-			}
+			_, err := m.Results(ctx, workerproto.ResultsRequest{WorkerID: id, Results: res})
+			answered <- err
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for master.Commits(m) == before { // the commit of the results has begun, and waits
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the master never committed the results")
+		}
+	}
+	if n := len(answered); n > 0 {
+		t.Fatalf("%d workers heard of their results while the checkpoint could not be written", n)
+	}
+	if _, err := lock.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
+	}
+	lock.Close()
+	for range workers {
+		if err := <-answered; err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := master.Commits(m) - before; n >= workers {
 		t.Errorf("%d results sent together took %d transactions: not grouped", workers, n)
