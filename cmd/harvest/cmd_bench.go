@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -149,6 +152,13 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 			per(b.PullMS), b.PullCalls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
 		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions (%d over 5 ms), mean %.2f ms, longest %.1f ms (%s)\n",
 			per(b.WriteLockMS), b.Transactions, b.SlowTx, b.WriteLockMS/float64(max(b.Transactions, 1)), b.LongestTxMS, b.LongestTxIn)
+		if len(b.SlowTxIn) > 0 {
+			var parts []string
+			for _, m := range slices.Sorted(maps.Keys(b.SlowTxIn)) {
+				parts = append(parts, fmt.Sprintf("%s %d", strings.TrimPrefix(m, "store.(*Store)."), b.SlowTxIn[m]))
+			}
+			fmt.Fprintf(out, "transactions over 5 ms by store method: %s\n", strings.Join(parts, ", "))
+		}
 	}
 }
 

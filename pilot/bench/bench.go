@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r, err
 	}
 	ws := rq.q.WriteStats(false)
-	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow,
+	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowIn,
 		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)

@@ -40,11 +40,12 @@ type Breakdown struct {
 	HeartbeatMS    float64 `json:"heartbeat_ms"`
 	// Time the queue held SQLite's write lock, its transactions, the
 	// longest one.
-	WriteLockMS  float64 `json:"write_lock_ms"`
-	LongestTxMS  float64 `json:"longest_tx_ms"`
-	LongestTxIn  string  `json:"longest_tx_in"` // the queue store's method that ran it
-	Transactions int64   `json:"transactions"`
-	SlowTx       int64   `json:"slow_transactions"` // longer than store.SlowTx (5 ms)
+	WriteLockMS  float64          `json:"write_lock_ms"`
+	LongestTxMS  float64          `json:"longest_tx_ms"`
+	LongestTxIn  string           `json:"longest_tx_in"` // the queue store's method that ran it
+	Transactions int64            `json:"transactions"`
+	SlowTx       int64            `json:"slow_transactions"`              // longer than store.SlowTx (5 ms)
+	SlowTxIn     map[string]int64 `json:"slow_transactions_in,omitempty"` // per store method
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -230,6 +231,9 @@ type WriteStats struct {
 	Longest      time.Duration
 	LongestIn    string // the store method that ran the longest transaction
 	Slow         int64  // transactions longer than SlowTx
+	// SlowIn counts the slow transactions per store method (nil until
+	// one is slow).
+	SlowIn map[string]int64
 }
 
 // SlowTx is the write transaction the queue aims to stay under (issue 17):
@@ -241,6 +245,7 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 	s.stats.mu.Lock()
 	defer s.stats.mu.Unlock()
 	st := s.stats.s
+	st.SlowIn = maps.Clone(st.SlowIn)
 	if reset {
 		s.stats.s = WriteStats{}
 	}
@@ -252,17 +257,27 @@ func (s *Store) addStat(d time.Duration) {
 	defer s.stats.mu.Unlock()
 	s.stats.s.Transactions++
 	s.stats.s.Total += d
+	var in string
 	if d > SlowTx {
 		s.stats.s.Slow++
+		in = writer()
+		if s.stats.s.SlowIn == nil {
+			s.stats.s.SlowIn = map[string]int64{}
+		}
+		s.stats.s.SlowIn[in]++
 	}
 	if d > s.stats.s.Longest {
+		if in == "" {
+			in = writer()
+		}
 		s.stats.s.Longest = d
-		s.stats.s.LongestIn = writer()
+		s.stats.s.LongestIn = in
 	}
 }
 
 // writer names the store method that called write (through fenced or
-// not), for WriteStats.LongestIn: looked up only for a new longest.
+// not), for WriteStats.LongestIn and SlowIn: looked up only for a slow
+// transaction or a new longest.
 func writer() string {
 	var pcs [8]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
