@@ -298,7 +298,12 @@ func TestAQueueRestartMidRunLosesAndDoublesNothing(t *testing.T) {
 		startPilot(t, fastPilot(r, fmt.Sprintf("%d", 300+i), 2), r.pilot)
 	}
 	r.waitDone(t, j.ID, 10*time.Second, "20 tasks done", func(j api.Job) bool { return j.Tasks.Done >= 20 })
-	r.restart(t, 700*time.Millisecond) // longer than the lease TTL
+	// Down for longer than the lease TTL, so the master's lease lapses and
+	// its successor's first heartbeat requeues what no master holds (a
+	// pull answered while the server closed is such a task). A shorter
+	// outage (it was 700 ms against a 1 s TTL) let the same master go on
+	// under its epoch, and such a task waited for the zombie timeout.
+	r.restart(t, r.cfg.LeaseTTL+300*time.Millisecond)
 	got := r.waitJob(t, j.ID, 30*time.Second)
 	if got.State != api.JobDone || got.Tasks.Done != 80 {
 		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
