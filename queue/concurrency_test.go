@@ -123,3 +123,53 @@ func TestConcurrentHotPathKeepsCountersAndTasksInStep(t *testing.T) {
 		t.Fatalf("job %+v, sites %+v, %d tasks DONE in the table; want %d everywhere", got.Tasks, got.Sites, d, n)
 	}
 }
+
+// A restart can cut the answer of a pull the queue committed; the holder
+// then renews its own epoch, so no new master's first heartbeat asks about
+// those tasks. The pool's first heartbeat after the open does: what its
+// epoch was handed before the open and it does not list goes back to the
+// queue at once; what was handed since the open is left alone.
+func TestAfterARestartTheFirstHeartbeatRequeuesWhatItsEpochNeverReceived(t *testing.T) {
+	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = time.Hour })
+	ctx := context.Background()
+	j, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("r", 4), Command: []string{"p"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 3})
+	if err != nil || len(p.Tasks) != 3 {
+		t.Fatal(p, err)
+	}
+	// The answer of the third task is lost in the restart.
+	if err := e.Q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Advance(time.Second)
+	q, err := queue.Open(e.Cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	held := []pilotproto.TaskRef{{TaskID: p.Tasks[0].ID, Attempt: 1}, {TaskID: p.Tasks[1].ID, Attempt: 1}}
+	if _, err := q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: held}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.Job(ctx, "alice", false, j.ID)
+	if err != nil || got.Tasks.Waiting != 2 || got.Tasks.Running != 2 {
+		t.Fatalf("after the first heartbeat: %+v %v, want the cut task requeued (2 waiting, 2 running)", got.Tasks, err)
+	}
+	// Pulled since the open and not listed yet: the next heartbeat leaves it.
+	p2, err := q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1})
+	if err != nil || len(p2.Tasks) != 1 || p2.Tasks[0].ID != p.Tasks[2].ID || p2.Tasks[0].Attempt != 2 {
+		t.Fatalf("pull after the open: %+v %v, want the requeued task, attempt 2", p2, err)
+	}
+	if _, err := q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: held}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := q.Job(ctx, "alice", false, j.ID); got.Tasks.Waiting != 1 || got.Tasks.Running != 3 {
+		t.Fatalf("after the second heartbeat: %+v, want 1 waiting, 3 running", got.Tasks)
+	}
+}

@@ -76,6 +76,9 @@ type Queue struct {
 	// orphansChecked is, per pool, the newest epoch whose first heartbeat
 	// requeued the older epochs' tasks it did not list.
 	orphansChecked map[string]int64
+	// opened is when this queue process opened the database: tasks handed
+	// out before it may have had their answer cut by the restart.
+	opened time.Time
 	// lostMS sums the run time of interrupted attempts since the queue
 	// started (a counter: it restarts at 0 with the process).
 	lostMS int64
@@ -137,6 +140,7 @@ func Open(cfg Config) (*Queue, error) {
 		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, ends: map[pilotKey]int64{},
 		submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
 	}
+	q.opened = q.now()
 	ctx := context.Background()
 	if err := q.cleanupPartialSubmits(ctx); err != nil {
 		st.Close()

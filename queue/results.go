@@ -163,7 +163,8 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 	return resp, err
 }
 
-// requeueOrphans runs on the first heartbeat of a new master. Its heartbeat
+// requeueOrphans runs on the first heartbeat of a new master (and on the
+// pool's first heartbeat after the queue process opened). Its heartbeat
 // lists every task it holds (restored from its checkpoint or pulled
 // since), so a task still active under an older epoch and not listed was
 // pulled by a master that died before it could checkpoint the pull (the
@@ -184,6 +185,19 @@ func (q *Queue) requeueOrphans(ctx context.Context, site string, req pilotproto.
 	older, err := q.st.ActiveTasksBefore(ctx, site, req.Epoch)
 	if err != nil {
 		return err
+	}
+	// The pool's first heartbeat since this queue process opened also
+	// answers for the tasks its own epoch was handed before the open: a
+	// holder renews its epoch even past expiry, so a pull whose answer the
+	// restart cut (committed, never received) would otherwise wait for the
+	// zombie timeout. Tasks handed out since the open are not asked about:
+	// their answer may still be on its way.
+	if q.orphansChecked[site] == 0 {
+		cut, err := q.st.ActiveTasksOfEpochBefore(ctx, site, req.Epoch, q.opened)
+		if err != nil {
+			return err
+		}
+		older = append(older, cut...)
 	}
 	var orphans []pilotproto.Result
 	now := q.now().UnixMilli()

@@ -642,6 +642,28 @@ func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64)
 	return out, rows.Err()
 }
 
+// ActiveTasksOfEpochBefore lists the pool's active tasks handed out under
+// epoch before t.
+func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+	if err != nil {
+		return nil, fmt.Errorf("find tasks handed out before the open: %w", err)
+	}
+	defer rows.Close()
+	var out []pilotproto.TaskRef
+	for rows.Next() {
+		var r pilotproto.TaskRef
+		if err := rows.Scan(&r.TaskID, &r.Attempt); err != nil {
+			return nil, fmt.Errorf("find tasks handed out before the open: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
 // Outstanding counts the active tasks (handed out, not finished) of each
 // pool.
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {

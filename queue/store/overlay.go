@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
 // The master's hot path (a hand-out, a batch of results, a heartbeat)
@@ -597,7 +596,7 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 		}
 	}
 	// Clean rows the hot path will read again stay: WAITING tasks (the
-	// waiting lists), active tasks (their results), live jobs and their
+	// waiting lists), active tasks (their results), jobs and their
 	// per-pool counts. A cold write empties the overlay.
 	for _, t := range tasks {
 		o.dirty--
@@ -610,10 +609,7 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 	for _, j := range jobs {
 		o.dirty--
 		o.live[j.seq]--
-		j.seq = 0
-		if !rules.JobLive(j.state) {
-			delete(o.jobs, j.id)
-		}
+		j.seq = 0 // finished jobs stay too, until a cold write empties the overlay: their page reads them here
 	}
 	for _, k := range results {
 		o.dirty--
