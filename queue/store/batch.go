@@ -57,26 +57,21 @@ var readJobsSQL = hot(`SELECT id, state, owner, cores, price, max_attempts, star
 
 // readJobs reads the rows of the jobs ids (missing ones are left out).
 func (s *Store) readJobs(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error) {
-	arg, err := jsonArg(ids)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.query(ctx, tx, readJobsSQL, arg)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := make(map[int64]*jobRow, len(ids))
-	for rows.Next() {
+	err := s.eachRow(ctx, tx, readJobsSQL, ids, func(rows *sql.Rows) error {
 		j := &jobRow{}
 		if err := rows.Scan(&j.id, &j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished,
 			&j.c.Total, &j.c.Waiting, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed); err != nil {
-			return nil, err
+			return err
 		}
 		j.from = j.state
 		out[j.id] = j
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 var writeJobsSQL = hot(`UPDATE jobs SET started_at = d.v->>1, finished_at = d.v->>2,

@@ -122,29 +122,20 @@ func (s *Store) pickWaiting(ctx context.Context, tx *sql.Tx, want [][2]int64, c 
 			}
 			q = append(q, [3]int64{w[0], w[1], a})
 		}
-		arg, err := jsonArg(q)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := s.query(ctx, tx, waitingSQL, arg)
-		if err != nil {
-			return nil, err
-		}
 		got := map[int64]int{}
-		for rows.Next() {
+		err := s.eachRow(ctx, tx, waitingSQL, q, func(rows *sql.Rows) error {
 			var job, id int64
 			if err := rows.Scan(&job, &id); err != nil {
-				rows.Close()
-				return nil, err
+				return err
 			}
 			got[job]++
 			after[job] = max(after[job], id)
 			if o.tasks[id] == nil { // else the overlay's row is the task's
 				from[job] = append(from[job], id)
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, err
 		}
 		// A job whose ids were all there but some are the overlay's may
@@ -410,24 +401,15 @@ func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, resul
 		}
 	}
 	if len(ask) > 0 {
-		arg, err := jsonArg(ask)
-		if err != nil {
-			return a, err
-		}
-		rows, err := s.query(ctx, tx, recordedSQL, arg)
-		if err != nil {
-			return a, err
-		}
-		for rows.Next() {
+		err := s.eachRow(ctx, tx, recordedSQL, ask, func(rows *sql.Rows) error {
 			var k int
 			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				return a, err
+				return err
 			}
 			recorded[askAt[k]] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return a, err
 		}
 	}

@@ -137,14 +137,11 @@ func (o *overlay) apply(c *change) {
 	}
 	for _, t := range c.tasks {
 		old := o.tasks[t.id]
-		if old == nil || old.seq == 0 {
-			o.dirty++
-			t.since = now
+		if old != nil {
+			t.since = o.redirty(old.seq, old.since, c.seq, now)
 		} else {
-			t.since = old.since
-			o.live[old.seq]--
+			t.since = o.redirty(0, 0, c.seq, now)
 		}
-		o.live[c.seq]++
 		if old != nil && old.state == api.TaskWaiting {
 			o.unlistWaiting(old)
 		}
@@ -155,31 +152,23 @@ func (o *overlay) apply(c *change) {
 		}
 	}
 	for _, j := range c.jobs {
-		if old := o.jobs[j.id]; old == nil || old.seq == 0 {
-			o.dirty++
-			j.since = now
+		if old := o.jobs[j.id]; old != nil {
+			j.since = o.redirty(old.seq, old.since, c.seq, now)
 		} else {
-			j.since = old.since
-			o.live[old.seq]--
+			j.since = o.redirty(0, 0, c.seq, now)
 		}
-		o.live[c.seq]++
 		j.seq = c.seq
 		o.jobs[j.id] = j
 	}
 	for k, enc := range c.results {
-		o.results[k] = &resultRow{enc: enc, seq: c.seq, since: now}
-		o.dirty++
-		o.live[c.seq]++
+		o.results[k] = &resultRow{enc: enc, seq: c.seq, since: o.redirty(0, 0, c.seq, now)}
 	}
 	for k, p := range c.pools {
-		if old := o.pools[k]; old == nil || old.seq == 0 {
-			o.dirty++
-			p.since = now
+		if old := o.pools[k]; old != nil {
+			p.since = o.redirty(old.seq, old.since, c.seq, now)
 		} else {
-			p.since = old.since
-			o.live[old.seq]--
+			p.since = o.redirty(0, 0, c.seq, now)
 		}
-		o.live[c.seq]++
 		p.seq = c.seq
 		o.pools[k] = p
 	}
@@ -193,6 +182,19 @@ func (o *overlay) apply(c *change) {
 	for job, id := range c.cursor {
 		o.cursor[job] = max(o.cursor[job], id)
 	}
+}
+
+// redirty counts a row changed by entry seq at now whose previous version
+// was dirty since oldSince under entry oldSeq (oldSeq 0: it was clean or
+// new), and returns since when the row is dirty.
+func (o *overlay) redirty(oldSeq, oldSince, seq, now int64) int64 {
+	o.live[seq]++
+	if oldSeq == 0 {
+		o.dirty++
+		return now
+	}
+	o.live[oldSeq]--
+	return oldSince
 }
 
 // oldest is the seq of the oldest journal entry still needed (one past
@@ -254,23 +256,18 @@ func (s *Store) readTaskRows(ctx context.Context, tx *sql.Tx, ids []int64) (map[
 	if len(ids) == 0 {
 		return out, nil
 	}
-	arg, err := jsonArg(ids)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.query(ctx, tx, readTasksSQL, arg)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := s.eachRow(ctx, tx, readTasksSQL, ids, func(rows *sql.Rows) error {
 		t := &taskRow{}
 		if err := scanTask(rows, t); err != nil {
-			return nil, err
+			return err
 		}
 		out[t.id] = t
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 var readTasksSQL = hot(`SELECT ` + taskColumns + ` FROM tasks WHERE id IN (SELECT value FROM jsonb_each(?))`)
@@ -324,24 +321,19 @@ func (s *Store) poolRows(ctx context.Context, tx *sql.Tx, keys []poolKey) (map[p
 	if len(missing) == 0 {
 		return out, nil
 	}
-	arg, err := jsonArg(missing)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.query(ctx, tx, readPoolsSQL, arg)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := s.eachRow(ctx, tx, readPoolsSQL, missing, func(rows *sql.Rows) error {
 		var k poolKey
 		var p poolRow
 		if err := rows.Scan(&k.job, &k.pool, &p.done, &p.failed); err != nil {
-			return nil, err
+			return err
 		}
 		out[k] = &p
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // encode prepares c's journal row (before the write transaction: the
@@ -350,27 +342,30 @@ func (c *change) encode() {
 	if c.empty() {
 		return
 	}
-	if len(c.tasks) > 0 {
-		c.enc[0] = string(encodeRows(c.tasks, appendTask))
+	results := make([][]byte, 0, len(c.results))
+	for _, enc := range c.results {
+		results = append(results, enc)
 	}
-	if len(c.jobs) > 0 {
-		c.enc[1] = string(encodeRows(c.jobs, appendJob))
+	c.enc = encodeArrays(c.tasks, c.jobs, results, c.pools)
+}
+
+// encodeArrays encodes rows as the four JSON arrays of a journal entry and
+// of a fold ("" for none): tasks, jobs, results (each already encoded) and
+// job_pools.
+func encodeArrays(tasks []*taskRow, jobs []*jobRow, results [][]byte, pools map[poolKey]*poolRow) (enc [4]string) {
+	if len(tasks) > 0 {
+		enc[0] = string(encodeRows(tasks, appendTask))
 	}
-	if len(c.results) > 0 {
-		r := []byte{'['}
-		first := true
-		for _, enc := range c.results {
-			if !first {
-				r = append(r, ',')
-			}
-			first = false
-			r = append(r, enc...)
-		}
-		c.enc[2] = string(append(r, ']'))
+	if len(jobs) > 0 {
+		enc[1] = string(encodeRows(jobs, appendJob))
 	}
-	if len(c.pools) > 0 {
-		c.enc[3] = string(encodePools(c.pools))
+	if len(results) > 0 {
+		enc[2] = string(encodeRows(results, func(b, r []byte) []byte { return append(b, r...) }))
 	}
+	if len(pools) > 0 {
+		enc[3] = string(encodePools(pools))
+	}
+	return enc
 }
 
 // journal appends c's encoded rows to the journal inside tx and sets
@@ -563,33 +558,21 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 		}
 		p.pools = p.pools[1:]
 	}
-	var t, j, r, pl []byte
-	if len(tasks) > 0 {
-		t = encodeRows(tasks, appendTask)
+	encResults := make([][]byte, len(results))
+	for i, k := range results {
+		encResults[i] = o.results[k].enc
 	}
-	if len(jobs) > 0 {
-		j = encodeRows(jobs, appendJob)
-	}
-	if len(results) > 0 {
-		r = append(r, '[')
-		for i, k := range results {
-			if i > 0 {
-				r = append(r, ',')
-			}
-			r = append(r, o.results[k].enc...)
-		}
-		r = append(r, ']')
-	}
+	var encPools map[poolKey]*poolRow
 	if len(pools) > 0 {
-		m := make(map[poolKey]*poolRow, len(pools))
+		encPools = make(map[poolKey]*poolRow, len(pools))
 		for _, k := range pools {
-			m[k] = o.pools[k]
+			encPools[k] = o.pools[k]
 		}
-		pl = encodePools(m)
 	}
+	enc := encodeArrays(tasks, jobs, encResults, encPools)
 	if len(tasks)+len(jobs)+len(results)+len(pools) > 0 {
 		err := s.write(ctx, func(tx *sql.Tx) error {
-			return s.foldArrays(ctx, tx, string(t), string(j), string(r), string(pl))
+			return s.foldArrays(ctx, tx, enc[0], enc[1], enc[2], enc[3])
 		})
 		if err != nil {
 			return err

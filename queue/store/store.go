@@ -396,6 +396,26 @@ func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any
 	return st.QueryContext(ctx, args...)
 }
 
+// eachRow runs a hot query whose one argument is arg as a JSON array (see
+// jsonArg) and calls scan for every row.
+func (s *Store) eachRow(ctx context.Context, tx *sql.Tx, query string, arg any, scan func(*sql.Rows) error) error {
+	a, err := jsonArg(arg)
+	if err != nil {
+		return err
+	}
+	rows, err := s.query(ctx, tx, query, a)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // querier is a *sql.DB or a *sql.Tx.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
