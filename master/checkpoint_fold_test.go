@@ -55,6 +55,30 @@ func oneByOne(t *testing.T, db *sql.DB, ops []core.Op) {
 	}
 }
 
+// gotAndReference opens the checkpoint under test, dir/got.db, claimed by
+// epoch 1, and the reference dir/want.db (its schema made by OpenCheckpoint)
+// as a plain database for oneByOne.
+func gotAndReference(t *testing.T, dir string) (*master.Checkpoint, *sql.DB) {
+	t.Helper()
+	got, err := master.OpenCheckpoint(filepath.Join(dir, "got.db"), "WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Claim(1); err != nil {
+		t.Fatal(err)
+	}
+	schema, err := master.OpenCheckpoint(filepath.Join(dir, "want.db"), "WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema.Close()
+	ref, err := sql.Open("sqlite3", filepath.Join(dir, "want.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, ref
+}
+
 func randomOps(r *rand.Rand, n int) []core.Op {
 	ops := make([]core.Op, n)
 	for i := range ops {
@@ -89,18 +113,8 @@ func TestSetBasedCommitLeavesWhatTheOpsOneByOneWould(t *testing.T) {
 	for seed := uint64(1); seed <= 60; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
 		dir := t.TempDir()
-		got, err := master.OpenCheckpoint(filepath.Join(dir, "got.db"), "WAL")
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, ref := gotAndReference(t, dir)
 		want, err := master.OpenCheckpoint(filepath.Join(dir, "want.db"), "WAL")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := got.Claim(1); err != nil {
-			t.Fatal(err)
-		}
-		ref, err := sql.Open("sqlite3", filepath.Join(dir, "want.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,20 +149,7 @@ func TestAKilledMastersLogIsAppliedByTheNext(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		dir := t.TempDir()
 		path := filepath.Join(dir, "got.db")
-		got, err := master.OpenCheckpoint(path, "WAL")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := master.OpenCheckpoint(filepath.Join(dir, "want.db"), "WAL"); err != nil {
-			t.Fatal(err)
-		}
-		if err := got.Claim(1); err != nil {
-			t.Fatal(err)
-		}
-		ref, err := sql.Open("sqlite3", filepath.Join(dir, "want.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, ref := gotAndReference(t, dir)
 		commits := 2 + r.IntN(4)
 		for c := 0; c < commits; c++ {
 			ops := randomOps(r, 1+r.IntN(20))

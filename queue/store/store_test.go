@@ -157,3 +157,26 @@ func TestCancelledSinceFollowsCancelsAndDrops(t *testing.T) {
 		t.Fatalf("after the drop: %v, want none", got)
 	}
 }
+
+// WriteStats counts the transactions over SlowTx per store method, and a
+// reset starts the counts again.
+func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
+	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
+	defer s.Close()
+	s.WriteStats(true)
+	s.addStat(SlowTx + time.Millisecond)
+	s.addStat(SlowTx / 2)
+	s.addStat(3 * SlowTx)
+	ws := s.WriteStats(true)
+	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowIn) != 1 {
+		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x SlowTx", ws)
+	}
+	for m, n := range ws.SlowIn {
+		if n != 2 || m != ws.LongestIn {
+			t.Fatalf("slow per method %v, longest in %q", ws.SlowIn, ws.LongestIn)
+		}
+	}
+	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowIn != nil {
+		t.Fatalf("after a reset: %+v", ws)
+	}
+}
