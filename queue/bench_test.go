@@ -65,6 +65,7 @@ func BenchmarkPull100Pullers(b *testing.B) {
 	ws := e.Q.WriteStats(false)
 	b.ReportMetric(float64(pulled.Load())/el.Seconds(), "tasks/s")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
+	b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 	if pulled.Load() == 0 {
 		b.Fatal("nothing pulled")
@@ -207,6 +208,7 @@ func BenchmarkPullAcrossUsers(b *testing.B) {
 			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/pull")
 			b.ReportMetric(float64(longest.Microseconds())/1000, "max-ms/pull")
 			b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
+			b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 			b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 			b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
 		})
@@ -298,6 +300,7 @@ func BenchmarkDispatchCycle(b *testing.B) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/task")
 	b.ReportMetric(float64(ws.Total.Microseconds())/float64(b.N), "lock-us/task")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
+	b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 	b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
 }

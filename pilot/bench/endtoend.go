@@ -46,6 +46,12 @@ type Breakdown struct {
 	Transactions int64            `json:"transactions"`
 	SlowTx       int64            `json:"slow_transactions"`              // longer than store.SlowTx (5 ms)
 	SlowTxIn     map[string]int64 `json:"slow_transactions_in,omitempty"` // per store method
+	P99TxMS      float64          `json:"p99_tx_ms"`                      // to store.HistBucket
+	// The same transactions on the writer thread's CPU clock: their own
+	// work, without the time the thread was descheduled holding the lock.
+	LongestTxCPUMS float64 `json:"longest_tx_cpu_ms"`
+	LongestTxCPUIn string  `json:"longest_tx_cpu_in"`
+	SlowTxCPU      int64   `json:"slow_transactions_cpu"` // whose own work took longer than 5 ms
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -857,6 +858,17 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// appendFloat appends f as a JSON number; SQLite reads 9e999 as an
+// infinity (its own JSON for one), and null for NaN fails a NOT NULL
+// column as binding NaN would.
 func appendFloat(b []byte, f float64) []byte {
+	switch {
+	case math.IsInf(f, 1):
+		return append(b, "9e999"...)
+	case math.IsInf(f, -1):
+		return append(b, "-9e999"...)
+	case math.IsNaN(f):
+		return append(b, "null"...)
+	}
 	return strconv.AppendFloat(b, f, 'g', -1, 64)
 }

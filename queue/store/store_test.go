@@ -2,13 +2,16 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -164,12 +167,26 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
 	defer s.Close()
 	s.WriteStats(true)
-	s.addStat(SlowTx + time.Millisecond)
-	s.addStat(SlowTx / 2)
-	s.addStat(3 * SlowTx)
+	s.addStat(SlowTx+time.Millisecond, time.Millisecond) // descheduled: slow on the clock, not on the CPU
+	s.addStat(SlowTx/2, SlowTx/2)
+	s.addStat(3*SlowTx, 2*SlowTx)
 	ws := s.WriteStats(true)
 	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowIn) != 1 {
 		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x SlowTx", ws)
+	}
+	if ws.SlowCPU != 1 || ws.LongestCPU != 2*SlowTx || ws.CPU != time.Millisecond+SlowTx/2+2*SlowTx {
+		t.Fatalf("CPU stats %+v, want 1 slow on the CPU, the longest 2 x SlowTx", ws)
+	}
+	// 2.5 ms, 6 ms, 15 ms: the median's bucket ends at 6.25 ms, the
+	// longest is the top quantile.
+	if q := ws.Quantile(0.5); q != 6*time.Millisecond+HistBucket {
+		t.Fatalf("median %v, want 6.25 ms", q)
+	}
+	if q := ws.Quantile(1); q != 15*time.Millisecond+HistBucket {
+		t.Fatalf("top quantile %v, want the 15 ms bucket's end", q)
+	}
+	if q := (WriteStats{}).Quantile(0.99); q != 0 {
+		t.Fatalf("no transactions: quantile %v", q)
 	}
 	for m, n := range ws.SlowIn {
 		if n != 2 || m != ws.LongestIn {
@@ -178,5 +195,66 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	}
 	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowIn != nil {
 		t.Fatalf("after a reset: %+v", ws)
+	}
+	// A real transaction: its work is on the thread's clock, and the
+	// thread cannot have run longer than the lock was held.
+	if err := s.write(context.Background(), func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE jobs SET n_waiting = n_waiting`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ws := s.WriteStats(false); ws.Transactions != 1 || ws.CPU <= 0 || ws.CPU > ws.Total {
+		t.Fatalf("one transaction: CPU %v, lock %v", ws.CPU, ws.Total)
+	}
+}
+
+// PutUsage writes every row with its values as given (names needing JSON
+// escapes, an infinite priority) and updates the rows already there.
+func TestPutUsageWritesAndUpdatesEveryRow(t *testing.T) {
+	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
+	defer s.Close()
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_700_000_000_123)
+	rows := []UsageRow{
+		{User: "alice", Usage: fairshare.Usage{RunningCores: 3, CPUTime24h: 1234.5, Cost24h: 0.1}, Priority: 0.25},
+		{User: `b"o\b` + "\u00e9\u65e5\t", Usage: fairshare.Usage{CPUTime24h: 1e300}, Priority: math.Inf(1)},
+		{User: "carol", Priority: -1},
+	}
+	if err := s.PutUsage(ctx, rows, t0); err != nil {
+		t.Fatal(err)
+	}
+	rows[0].Usage.RunningCores, rows[0].Priority = 5, 3.5 // an update
+	if err := s.PutUsage(ctx, rows[:1], t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]UsageRow{}
+	r, err := s.w.Query(`SELECT user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at FROM usage`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	stamps := map[string]int64{}
+	for r.Next() {
+		var u UsageRow
+		var at int64
+		if err := r.Scan(&u.User, &u.Usage.RunningCores, &u.Usage.CPUTime24h, &u.Usage.Cost24h, &u.Priority, &at); err != nil {
+			t.Fatal(err)
+		}
+		got[u.User], stamps[u.User] = u, at
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("rows %v, want %d", got, len(rows))
+	}
+	for _, w := range rows {
+		if got[w.User] != w {
+			t.Fatalf("row %q: %+v, want %+v", w.User, got[w.User], w)
+		}
+	}
+	if stamps["alice"] != t0.Add(time.Second).UnixMilli() || stamps["carol"] != t0.UnixMilli() {
+		t.Fatalf("updated_at %v", stamps)
+	}
+	if err := s.PutUsage(ctx, []UsageRow{{User: "dave", Priority: math.NaN()}}, t0); err == nil {
+		t.Fatal("a NaN priority was written")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/fairshare"
@@ -108,24 +109,34 @@ type UsageRow struct {
 	Priority float64
 }
 
-// PutUsage writes rows into the usage table in one transaction.
+// PutUsage writes rows into the usage table in one transaction: one
+// statement over a JSON array, not a statement per row (100 rows took ~4
+// ms of write lock one by one).
 func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage (user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT(user) DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
-			computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, r := range rows {
-			if _, err := stmt.ExecContext(ctx, r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)); err != nil {
-				return err
-			}
-		}
+	if len(rows) == 0 {
 		return nil
+	}
+	arg := string(encodeRows(rows, func(b []byte, r UsageRow) []byte {
+		b = append(b, '[')
+		b = appendString(b, r.User)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(r.Usage.RunningCores), 10)
+		for _, f := range []float64{r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority} {
+			b = append(b, ',')
+			b = appendFloat(b, f)
+		}
+		return append(b, ']')
+	}))
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := s.exec(ctx, tx, putUsageSQL, arg, ms(now))
+		return err
 	})
 }
+
+var putUsageSQL = hot(`INSERT INTO usage (user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at)
+	SELECT value->>0, value->>1, value->>2, value->>3, value->>4, ?2 FROM jsonb_each(?1) WHERE true
+	ON CONFLICT(user) DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
+	computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
 
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
 // owner when only is set).
