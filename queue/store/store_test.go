@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
-	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/fairshare"
 )
 
 func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
