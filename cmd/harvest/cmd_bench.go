@@ -44,6 +44,7 @@ func benchCommand() *cli.Command {
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "workers", Value: 4, Usage: "worker processes"},
 				&cli.IntFlag{Name: "slots", Value: 4, Usage: "slots per worker"},
+				&cli.IntFlag{Name: "worker-gomaxprocs", Usage: "GOMAXPROCS of each worker process (0: this machine's cores shared out among the workers, at least 1 each, as if each had its own node)"},
 				&cli.IntFlag{Name: "tasks", Value: 50000, Usage: "tasks"},
 				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing, one job each (the tasks are shared out; --in-memory: jobs interleaved)"},
 				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
@@ -71,6 +72,7 @@ func runBench(c *cli.Context) error {
 	defer os.RemoveAll(dir)
 	cfg := bench.DefaultConfig()
 	cfg.Workers, cfg.Slots, cfg.Tasks = c.Int("workers"), c.Int("slots"), c.Int("tasks")
+	cfg.WorkerProcs = c.Int("worker-gomaxprocs")
 	cfg.TaskTime, cfg.BatchSize, cfg.Exec = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec")
 	cfg.Users, cfg.InMemory = c.Int("users"), c.Bool("in-memory")
 	cfg.Binary, cfg.Dir = bin, dir
@@ -139,8 +141,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	if r.Queue == "memory" {
 		path = fmt.Sprintf("in-memory feed (%d jobs interleaved) -> master -> workers (no queue)", r.Users)
 	}
-	fmt.Fprintf(out, "%s\n%d tasks (%s each) on %d workers x %d slots, batch size %d: makespan %.3f s\n",
-		path, r.Tasks, taskKind(cfg), r.Workers, r.Slots, cfg.BatchSize, r.MakespanS)
+	fmt.Fprintf(out, "%s\n%d tasks (%s each) on %d workers x %d slots (GOMAXPROCS %d each), batch size %d: makespan %.3f s\n",
+		path, r.Tasks, taskKind(cfg), r.Workers, r.Slots, r.WorkerProcs, cfg.BatchSize, r.MakespanS)
 	fmt.Fprintf(out, "throughput %.0f tasks/s, overhead %.4f ms per task\n", r.TasksPerS, r.OverheadMS)
 	if r.Efficiency > 0 {
 		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -39,6 +40,12 @@ type Config struct {
 	InMemory  bool          // an in-memory feed instead of the real queue: the master and workers alone
 	Binary    string        // the harvest binary to start workers with
 	Dir       string        // scratch directory (checkpoint, task logs)
+	// WorkerProcs is each worker process's GOMAXPROCS. 0: the machine's
+	// cores shared out among the workers (at least 1 each), as if each
+	// had its node: on a 2-core machine 4 Go runtimes of 2 threads each
+	// spin for work on the cores the queue needs, which production, one
+	// worker per node, does not do.
+	WorkerProcs int
 	// ProfileDir, if set, gets each worker's CPU and allocation profiles
 	// (worker-N.cpu.pprof, worker-N.allocs.pprof).
 	ProfileDir string
@@ -60,6 +67,8 @@ func (c Config) Validate() error {
 		return errors.New("bench: users must be 1..tasks (each user has a job of at least one task)")
 	case c.TaskTime < 0:
 		return errors.New("bench: task time must not be negative")
+	case c.WorkerProcs < 0:
+		return errors.New("bench: worker GOMAXPROCS must not be negative (0: the cores shared out)")
 	case c.Binary == "" || c.Dir == "":
 		return errors.New("bench: binary and scratch directory must be set")
 	}
@@ -70,17 +79,19 @@ func (c Config) Validate() error {
 // (tasks in the queue, all workers registered) until the queue has
 // acknowledged every result.
 type Result struct {
-	Queue      string  `json:"queue"` // "real" (end to end) or "memory" (master and workers alone)
-	Users      int     `json:"users,omitempty"`
-	Workers    int     `json:"workers"`
-	Slots      int     `json:"slots_per_worker"`
-	Tasks      int     `json:"tasks"`
-	TaskTimeMS float64 `json:"task_time_ms"`
-	MakespanS  float64 `json:"makespan_s"`
-	IdealS     float64 `json:"ideal_makespan_s"`
-	TasksPerS  float64 `json:"tasks_per_s"`
-	OverheadMS float64 `json:"overhead_ms"` // (makespan - ideal) / tasks
-	Efficiency float64 `json:"efficiency"`  // ideal / makespan (0 for no-op tasks)
+	Queue   string `json:"queue"` // "real" (end to end) or "memory" (master and workers alone)
+	Users   int    `json:"users,omitempty"`
+	Workers int    `json:"workers"`
+	Slots   int    `json:"slots_per_worker"`
+	// WorkerProcs is each worker process's GOMAXPROCS.
+	WorkerProcs int     `json:"worker_gomaxprocs"`
+	Tasks       int     `json:"tasks"`
+	TaskTimeMS  float64 `json:"task_time_ms"`
+	MakespanS   float64 `json:"makespan_s"`
+	IdealS      float64 `json:"ideal_makespan_s"`
+	TasksPerS   float64 `json:"tasks_per_s"`
+	OverheadMS  float64 `json:"overhead_ms"` // (makespan - ideal) / tasks
+	Efficiency  float64 `json:"efficiency"`  // ideal / makespan (0 for no-op tasks)
 	// Where the time went (per task, microseconds): CPU of this process
 	// (queue and master with their HTTP; the master alone in memory) and
 	// of the workers; the queue's handlers' wall time and SQLite's write
@@ -230,7 +241,7 @@ func summarize(cfg Config, makespan time.Duration) Result {
 	slots := cfg.Workers * cfg.Slots
 	waves := (cfg.Tasks + slots - 1) / slots
 	ideal := time.Duration(waves) * cfg.TaskTime
-	r := Result{Workers: cfg.Workers, Slots: cfg.Slots, Tasks: cfg.Tasks,
+	r := Result{Workers: cfg.Workers, Slots: cfg.Slots, WorkerProcs: workerProcs(cfg, runtime.NumCPU()), Tasks: cfg.Tasks,
 		TaskTimeMS: float64(cfg.TaskTime) / 1e6, MakespanS: makespan.Seconds(), IdealS: ideal.Seconds(),
 		TasksPerS:  float64(cfg.Tasks) / makespan.Seconds(),
 		OverheadMS: float64(makespan-ideal) / 1e6 / float64(cfg.Tasks)}
@@ -252,7 +263,7 @@ func startWorkers(cfg Config, url, token string) ([]*exec.Cmd, error) {
 			args = append(args, "--profile-dir", cfg.ProfileDir)
 		}
 		cmd := exec.Command(cfg.Binary, args...)
-		cmd.Env = append(os.Environ(), "HARVEST_PILOT_TOKEN="+token)
+		cmd.Env = append(os.Environ(), "HARVEST_PILOT_TOKEN="+token, "GOMAXPROCS="+strconv.Itoa(workerProcs(cfg, runtime.NumCPU())))
 		logf, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("worker-%d.log", i)))
 		if err != nil {
 			return procs, err
@@ -266,6 +277,15 @@ func startWorkers(cfg Config, url, token string) ([]*exec.Cmd, error) {
 		procs = append(procs, cmd)
 	}
 	return procs, nil
+}
+
+// workerProcs is the GOMAXPROCS of each worker process on a machine of
+// cpus cores.
+func workerProcs(cfg Config, cpus int) int {
+	if cfg.WorkerProcs > 0 {
+		return cfg.WorkerProcs
+	}
+	return max(1, cpus/cfg.Workers)
 }
 
 func stopWorkers(procs []*exec.Cmd) {

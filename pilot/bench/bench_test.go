@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -23,9 +24,10 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 		name  string
 		args  []string
 		queue string
+		procs int // each worker's GOMAXPROCS
 	}{
-		{"end to end through the real queue by default", []string{"--users", "100"}, "real"},
-		{"the master and workers alone with --in-memory", []string{"--in-memory"}, "memory"},
+		{"end to end through the real queue by default", []string{"--users", "100"}, "real", max(1, runtime.NumCPU()/2)},
+		{"the master and workers alone with --in-memory", []string{"--in-memory", "--worker-gomaxprocs", "3"}, "memory", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := exec.Command(bin, append([]string{"bench", "dispatch", "--workers", "2", "--tasks", "3000", "--json"}, tc.args...)...).Output()
@@ -45,6 +47,9 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 			if got["tasks"].(float64) != 3000 || got["queue"] != tc.queue {
 				t.Fatalf("ran %v tasks through %v, want 3000 through %s", got["tasks"], got["queue"], tc.queue)
 			}
+			if got["worker_gomaxprocs"] != float64(tc.procs) {
+				t.Fatalf("workers ran with GOMAXPROCS %v, want %d", got["worker_gomaxprocs"], tc.procs)
+			}
 			b, _ := got["breakdown"].(map[string]any)
 			if tc.queue == "real" && (b == nil || b["pull_calls"].(float64) < 1 || b["results_calls"].(float64) < 1 || b["write_lock_ms"].(float64) <= 0) {
 				t.Fatalf("the end-to-end run says nothing of the queue's share: %s", out)
@@ -52,8 +57,9 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 		})
 	}
 
-	out, err := exec.Command(bin, "bench", "dispatch", "--shape", "nope").CombinedOutput()
-	if err == nil {
-		t.Fatalf("an unknown shape was accepted: %s", out)
+	for _, bad := range [][]string{{"--shape", "nope"}, {"--worker-gomaxprocs", "-1"}} {
+		if out, err := exec.Command(bin, append([]string{"bench", "dispatch"}, bad...)...).CombinedOutput(); err == nil {
+			t.Fatalf("%v was accepted: %s", bad, out)
+		}
 	}
 }
