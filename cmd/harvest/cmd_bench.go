@@ -155,6 +155,10 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions (%d over 5 ms), mean %.2f ms, p99 %.2f ms, longest %.1f ms (%s)\n",
 			per(b.WriteLockMS), b.Transactions, b.SlowTx, b.WriteLockMS/float64(max(b.Transactions, 1)), b.P99TxMS, b.LongestTxMS, b.LongestTxIn)
 		fmt.Fprintf(out, "the same transactions' own work (writer thread's CPU clock): longest %.1f ms (%s), %d over 5 ms\n", b.LongestTxCPUMS, b.LongestTxCPUIn, b.SlowTxCPU)
+		if b.SlowTx > 0 {
+			fmt.Fprintf(out, "of the %d over 5 ms: %d preempted by the kernel, %d slept (waited for the Go scheduler or the disk), %d neither\n",
+				b.SlowTx, b.SlowTxPreempted, b.SlowTxSlept, b.SlowTx-b.SlowTxPreempted-b.SlowTxSlept)
+		}
 		if len(b.SlowTxIn) > 0 {
 			var parts []string
 			for _, m := range slices.Sorted(maps.Keys(b.SlowTxIn)) {

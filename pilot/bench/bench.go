@@ -212,6 +212,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ws := rq.q.WriteStats(false)
 	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowIn,
 		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, LongestTxCPUMS: float64(ws.LongestCPU.Microseconds()) / 1000, LongestTxCPUIn: ws.LongestCPUIn, SlowTxCPU: ws.SlowCPU,
+		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept,
 		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)

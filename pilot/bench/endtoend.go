@@ -52,6 +52,11 @@ type Breakdown struct {
 	LongestTxCPUMS float64 `json:"longest_tx_cpu_ms"`
 	LongestTxCPUIn string  `json:"longest_tx_cpu_in"`
 	SlowTxCPU      int64   `json:"slow_transactions_cpu"` // whose own work took longer than 5 ms
+	// Of the slow transactions, those whose writer thread the kernel
+	// preempted, and those it only slept in (waiting for a processor of
+	// the Go scheduler after a cgo call, or for the disk).
+	SlowTxPreempted int64 `json:"slow_transactions_preempted"`
+	SlowTxSlept     int64 `json:"slow_transactions_slept"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

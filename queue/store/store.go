@@ -244,6 +244,11 @@ type WriteStats struct {
 	LongestCPU   time.Duration
 	LongestCPUIn string
 	SlowCPU      int64 // transactions whose own work took longer than SlowTx
+	// Of the slow transactions (lock time over SlowTx), those whose
+	// writer thread the kernel preempted at least once (another thread
+	// took its core), and those it only slept in (it waited: for a
+	// processor of the Go scheduler after a cgo call, for a disk).
+	SlowPreempted, SlowSlept int64
 	// Hist counts the transactions by lock time in buckets of HistBucket
 	// (the last one: everything longer).
 	Hist [histBuckets]int64
@@ -294,9 +299,10 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 	return st
 }
 
-// addStat records a transaction that held the lock for d, of which cpu on
-// the writer thread's CPU clock.
-func (s *Store) addStat(d, cpu time.Duration) {
+// addStat records a transaction that held the lock for d, of which u on
+// the writer thread.
+func (s *Store) addStat(d time.Duration, u threadUse) {
+	cpu := u.cpu
 	s.stats.mu.Lock()
 	defer s.stats.mu.Unlock()
 	st := &s.stats.s
@@ -313,6 +319,12 @@ func (s *Store) addStat(d, cpu time.Duration) {
 	var in string
 	if d > SlowTx {
 		st.Slow++
+		switch {
+		case u.preempted > 0:
+			st.SlowPreempted++
+		case u.slept > 0:
+			st.SlowSlept++
+		}
 		in = writer()
 		if st.SlowIn == nil {
 			st.SlowIn = map[string]int64{}
@@ -328,14 +340,33 @@ func (s *Store) addStat(d, cpu time.Duration) {
 	}
 }
 
-// threadCPU is the calling thread's CPU clock (the caller has locked its
-// goroutine to the thread).
-func threadCPU() time.Duration {
+// threadUse is what a thread did over an interval: its CPU time, and how
+// often it left its core involuntarily (preempted) and voluntarily (it
+// slept).
+type threadUse struct {
+	cpu              time.Duration
+	preempted, slept int64
+}
+
+// threadUsage is the calling thread's use so far (the caller has locked
+// its goroutine to the thread). The CPU time is the thread's CPU clock:
+// getrusage's is adjusted from ticks and can stand still for a
+// millisecond.
+func threadUsage() threadUse {
+	var u threadUse
 	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
-		return 0
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) == nil {
+		u.cpu = time.Duration(ts.Nano())
 	}
-	return time.Duration(ts.Nano())
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
+		u.preempted, u.slept = ru.Nivcsw, ru.Nvcsw
+	}
+	return u
+}
+
+func (u threadUse) since(u0 threadUse) threadUse {
+	return threadUse{cpu: u.cpu - u0.cpu, preempted: u.preempted - u0.preempted, slept: u.slept - u0.slept}
 }
 
 // writer names the store method that called write (through fenced or
@@ -371,7 +402,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	start, cpu0 := time.Now(), threadCPU() // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
+	start, u0 := time.Now(), threadUsage() // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
 	if err := fn(tx); err != nil {
 		tx.Rollback()
 		return err
@@ -379,8 +410,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	cpu := threadCPU() - cpu0 // read first: the lock time contains it
-	s.addStat(time.Since(start), cpu)
+	u := threadUsage().since(u0) // read first: the lock time contains it
+	s.addStat(time.Since(start), u)
 	return nil
 }
 

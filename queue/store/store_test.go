@@ -167,15 +167,18 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
 	defer s.Close()
 	s.WriteStats(true)
-	s.addStat(SlowTx+time.Millisecond, time.Millisecond) // descheduled: slow on the clock, not on the CPU
-	s.addStat(SlowTx/2, SlowTx/2)
-	s.addStat(3*SlowTx, 2*SlowTx)
+	s.addStat(SlowTx+time.Millisecond, threadUse{cpu: time.Millisecond, preempted: 2, slept: 1}) // descheduled: slow on the clock, not on the CPU
+	s.addStat(SlowTx/2, threadUse{cpu: SlowTx / 2, preempted: 1})
+	s.addStat(3*SlowTx, threadUse{cpu: 2 * SlowTx, slept: 3})
 	ws := s.WriteStats(true)
 	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowIn) != 1 {
 		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x SlowTx", ws)
 	}
 	if ws.SlowCPU != 1 || ws.LongestCPU != 2*SlowTx || ws.CPU != time.Millisecond+SlowTx/2+2*SlowTx {
 		t.Fatalf("CPU stats %+v, want 1 slow on the CPU, the longest 2 x SlowTx", ws)
+	}
+	if ws.SlowPreempted != 1 || ws.SlowSlept != 1 {
+		t.Fatalf("slow: %d preempted, %d slept; want 1 and 1 (a fast transaction's preemption does not count)", ws.SlowPreempted, ws.SlowSlept)
 	}
 	// 2.5 ms, 6 ms, 15 ms: the median's bucket ends at 6.25 ms, the
 	// longest is the top quantile.
