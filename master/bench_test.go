@@ -3,10 +3,12 @@ package master_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/master"
+	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
@@ -64,5 +66,56 @@ func benchMasterCore(b *testing.B, jobs int64) {
 			b.Fatal(err)
 		}
 		n += len(res)
+	}
+}
+
+// BenchmarkCheckpointCommit is the checkpoint's cost per task (one op =
+// one task's life), without the master around it: commits of 16 tasks'
+// ops each, as the bench's group commits carry them (16 tasks added, the
+// 16 added before assigned, the 16 before those finished, the 16 before
+// those deleted), with the compactions they trigger (once a second or every
+// 1,024 commits); b.N counts tasks. Its tasks look like the queue's: owner, paths, command.
+// `go test -run X -bench CheckpointCommit -benchmem ./master/`
+func BenchmarkCheckpointCommit(b *testing.B) {
+	cp, err := master.OpenCheckpoint(filepath.Join(b.TempDir(), "cp.db"), "WAL")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cp.Close()
+	if err := cp.Claim(1); err != nil {
+		b.Fatal(err)
+	}
+	const group = 16
+	task := func(id int64) *pilotproto.Task {
+		return &pilotproto.Task{ID: id, JobID: id%1000 + 1, Owner: "user42", Attempt: 1, Name: fmt.Sprintf("entry-%d", id),
+			Input: fmt.Sprintf("/data/in/entry-%d", id), Output: fmt.Sprintf("/data/out/job-%d/entry-%d.out", id%1000+1, id),
+			OutputDir: fmt.Sprintf("/data/out/job-%d", id%1000+1), Command: []string{"/bin/process", "{input}", "{output}"}, BatchSize: 100, Cores: 1}
+	}
+	// Built before the clock starts: the figure is the checkpoint's alone.
+	var commits [][]core.Op
+	for first := int64(1); first <= int64(b.N); first += group {
+		ops := make([]core.Op, 0, 4*group)
+		for id := first; id < first+group; id++ {
+			ref := func(back int64) pilotproto.TaskRef { return pilotproto.TaskRef{TaskID: id - back*group, Attempt: 1} }
+			ops = append(ops, core.Op{Kind: core.OpAdd, Ref: ref(0), Task: task(id)})
+			if id > group {
+				ops = append(ops, core.Op{Kind: core.OpAssign, Ref: ref(1), Worker: "worker-3", Batch: id / 2})
+			}
+			if id > 2*group {
+				ops = append(ops, core.Op{Kind: core.OpFinish, Ref: ref(2), Result: &pilotproto.Result{TaskID: id - 2*group, Attempt: 1,
+					Status: pilotproto.StatusDone, StartedAt: 1_790_000_000_000 + id, DurationMS: 3, Pilot: "pilot-1"}})
+			}
+			if id > 3*group {
+				ops = append(ops, core.Op{Kind: core.OpDelete, Ref: ref(3)})
+			}
+		}
+		commits = append(commits, ops)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, ops := range commits {
+		if err := cp.Commit(ops); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

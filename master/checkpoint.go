@@ -68,6 +68,17 @@ var migrations = []string{
 		e   TEXT NOT NULL DEFAULT '',
 		c   TEXT NOT NULL DEFAULT ''
 	);`,
+	// 5: the oplog, which replaces the log: a commit appends its ops as
+	// they came, in a binary encoding (see appendOps), instead of folding
+	// them into the statements' arrays first; the fold is left to the
+	// once-a-second compaction. No AUTOINCREMENT: the log is emptied at
+	// every compaction, and a new row's seq is still above the others'.
+	// A log left by a master of version 4 is applied first. (A pilot of
+	// version 4 would not read the oplog: it refuses version 5.)
+	`CREATE TABLE IF NOT EXISTS oplog (
+		seq INTEGER PRIMARY KEY,
+		ops BLOB NOT NULL
+	);`,
 }
 
 // SchemaVersion is the checkpoint schema this harvest writes.
@@ -93,6 +104,7 @@ type Checkpoint struct {
 	pending [][]core.Op
 	logRows int
 	since   time.Time
+	row     []byte // the last log row's buffer, reused
 }
 
 // The tables are brought up to date from the log every compactEvery, or
@@ -140,7 +152,7 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
-		{&c.logAdd, `INSERT INTO log (d, i, u, e, c) VALUES (?, ?, ?, ?, ?)`},
+		{&c.logAdd, `INSERT INTO oplog (ops) VALUES (?)`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
@@ -296,17 +308,18 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 // Commit stores ops in one write transaction, after checking that the
 // checkpoint still belongs to our epoch. Nothing is written when it fails.
 //
-// The ops are folded per task into what they leave behind (see fold) and
-// appended to the log as one row: a commit costs a few sequential pages
-// whatever the number of tasks it moves. About once a second compact
-// brings the tables up to date from all the ops since, folded together.
+// The ops are appended to the oplog as one row, as they came (see
+// appendOps): a commit costs a few sequential pages whatever the number
+// of tasks it moves, and no fold. About once a second compact brings the
+// tables up to date from all the ops since, folded together.
 //
 // The ops may come in several slices (a group of Readies), in order. The
 // checkpoint keeps them until its next compaction: the caller must not
 // change them.
 func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 	c.commits.Add(1)
-	f, err := fold(ops...)
+	row, err := appendOps(c.row[:0], ops)
+	c.row = row // the buffer is reused by the next commit
 	if err != nil {
 		return err
 	}
@@ -318,14 +331,19 @@ func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 	if err := c.fence(tx, false); err != nil {
 		return err
 	}
-	if _, err := tx.Stmt(c.logAdd).Exec(string(f.deletes), string(f.inserts), string(f.updates), string(f.estimates), string(f.capacity)); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+	logged := len(row) > 1 // more than the format byte: not only fence checks
+	if logged {
+		if _, err := tx.Stmt(c.logAdd).Exec(row); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
 	c.pending = append(c.pending, ops...)
-	c.logRows++
+	if logged {
+		c.logRows++
+	}
 	if c.logRows >= compactRows || time.Since(c.since) >= compactEvery {
 		return c.compact()
 	}
@@ -353,8 +371,8 @@ func (c *Checkpoint) fence(tx *sql.Tx, unclaimed bool) error {
 // compact brings the tables up to date in one fenced transaction: the
 // ops of this master's commits since the last compaction, folded
 // together, or, when this master has none in memory (it has just opened
-// the checkpoint), the rows left in the log by the last master, applied
-// in order. The log is emptied in the same transaction.
+// the checkpoint), what the last master left in the logs (replay). The
+// log is emptied in the same transaction.
 func (c *Checkpoint) compact() error {
 	tx, err := c.db.Begin()
 	if err != nil {
@@ -364,37 +382,18 @@ func (c *Checkpoint) compact() error {
 	if err := c.fence(tx, true); err != nil {
 		return err
 	}
-	var batches []folded
 	if len(c.pending) > 0 {
 		f, err := fold(c.pending...)
 		if err != nil {
 			return err
 		}
-		batches = append(batches, f)
-	} else {
-		rows, err := tx.Query(`SELECT d, i, u, e, c FROM log ORDER BY seq`)
-		if err != nil {
-			return fmt.Errorf("checkpoint: read the log: %w", err)
-		}
-		for rows.Next() {
-			var d, i, u, e, cp string
-			if err := rows.Scan(&d, &i, &u, &e, &cp); err != nil {
-				rows.Close()
-				return fmt.Errorf("checkpoint: read the log: %w", err)
-			}
-			batches = append(batches, folded{deletes: nilIfEmpty(d), inserts: nilIfEmpty(i), updates: nilIfEmpty(u), estimates: nilIfEmpty(e), capacity: nilIfEmpty(cp)})
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("checkpoint: read the log: %w", err)
-		}
-	}
-	for _, f := range batches {
 		if err := c.apply(tx, f); err != nil {
 			return err
 		}
+	} else if err := c.replay(tx); err != nil {
+		return err
 	}
-	if _, err := tx.Exec(`DELETE FROM log`); err != nil {
+	if _, err := tx.Exec(`DELETE FROM oplog`); err != nil {
 		return fmt.Errorf("checkpoint: empty the log: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -402,6 +401,69 @@ func (c *Checkpoint) compact() error {
 	}
 	c.pending, c.logRows, c.since = c.pending[:0], 0, time.Now()
 	return nil
+}
+
+// replay applies, inside tx and in order, what the last master left: the
+// rows of schema 4's log (each the arrays of the set-based statements, as
+// a master of that schema folded its commits), then the oplog's ops,
+// folded together as compact folds a master's ops in memory.
+func (c *Checkpoint) replay(tx *sql.Tx) error {
+	rows, err := tx.Query(`SELECT d, i, u, e, c FROM log ORDER BY seq`)
+	if err != nil {
+		return fmt.Errorf("checkpoint: read the log: %w", err)
+	}
+	var old []folded
+	for rows.Next() {
+		var d, i, u, e, cp string
+		if err := rows.Scan(&d, &i, &u, &e, &cp); err != nil {
+			rows.Close()
+			return fmt.Errorf("checkpoint: read the log: %w", err)
+		}
+		old = append(old, folded{deletes: nilIfEmpty(d), inserts: nilIfEmpty(i), updates: nilIfEmpty(u), estimates: nilIfEmpty(e), capacity: nilIfEmpty(cp)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checkpoint: read the log: %w", err)
+	}
+	for _, f := range old {
+		if err := c.apply(tx, f); err != nil {
+			return err
+		}
+	}
+	if len(old) > 0 {
+		if _, err := tx.Exec(`DELETE FROM log`); err != nil {
+			return fmt.Errorf("checkpoint: empty the log: %w", err)
+		}
+	}
+	rows, err = tx.Query(`SELECT seq, ops FROM oplog ORDER BY seq`)
+	if err != nil {
+		return fmt.Errorf("checkpoint: read the log: %w", err)
+	}
+	defer rows.Close()
+	var batches [][]core.Op
+	for rows.Next() {
+		var seq int64
+		var row []byte
+		if err := rows.Scan(&seq, &row); err != nil {
+			return fmt.Errorf("checkpoint: read the log: %w", err)
+		}
+		ops, err := decodeOps(row)
+		if err != nil {
+			return fmt.Errorf("checkpoint: log row %d: %w (the file is damaged: move it away to start empty; the queue requeues its tasks)", seq, err)
+		}
+		batches = append(batches, ops)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checkpoint: read the log: %w", err)
+	}
+	if len(batches) == 0 {
+		return nil
+	}
+	f, err := fold(batches...)
+	if err != nil {
+		return err
+	}
+	return c.apply(tx, f)
 }
 
 func nilIfEmpty(s string) []byte {
@@ -421,6 +483,7 @@ func (c *Checkpoint) apply(tx *sql.Tx, f folded) error {
 		if w.arg == nil {
 			continue
 		}
+		// As text: jsonb_each reads a blob as JSONB.
 		if _, err := tx.Stmt(w.stmt).Exec(string(w.arg)); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
@@ -440,13 +503,16 @@ type folded struct {
 
 // taskNet is the net effect of one task's ops.
 type taskNet struct {
+	ref     pilotproto.TaskRef
 	deleted bool             // its stored row goes first (a delete, maybe followed by an add)
 	added   *pilotproto.Task // an add: the row is written whole from its body (encoded only if the row survives the fold)
+	created int              // with added: the index in fold's adds of the add that created the row
 	touched bool             // state (and maybe worker, batch, result) set
 	state   core.State
-	worker  *string
-	batch   *int64
-	result  json.RawMessage
+	placed  bool // worker and batch set (an add, an assign, a requeue)
+	worker  string
+	batch   int64
+	result  *pilotproto.Result // a finish's (nil: none, the stored result stays)
 }
 
 // fold folds ops per task in order: an add writes the whole row, an
@@ -460,192 +526,157 @@ func fold(batches ...[]core.Op) (folded, error) {
 		nops += len(ops)
 	}
 	var f folded
-	nets := make(map[pilotproto.TaskRef]*taskNet, nops/2)
-	order := make([]pilotproto.TaskRef, 0, nops/2) // tasks in the order of their first op
+	// The tasks' nets in the order of their first op; index maps a task
+	// to its net (an index, not a pointer: one allocation for all nets).
+	nets := make([]taskNet, 0, nops/3+1)
+	index := make(map[pilotproto.TaskRef]int32, nops/3+1)
 	// A new row takes its place (seq) at the first add since the task's
-	// row was last deleted; a later add of the same row keeps it.
-	var addOrder []pilotproto.TaskRef
-	created := map[pilotproto.TaskRef]int{} // index in addOrder of the last creation
+	// row was last deleted; a later add of the same row keeps it. adds
+	// are the nets of those first adds, in order.
+	var adds []int32
 	est := map[int64]core.Estimator{}
 	var jobs []int64
-	none := ""
-	zero := int64(0)
-	for o := range all(batches) {
-		var n *taskNet
-		switch o.Kind {
-		case core.OpAdd, core.OpAssign, core.OpRequeue, core.OpFinish, core.OpDelete:
-			if n = nets[o.Ref]; n == nil {
-				n = &taskNet{}
-				nets[o.Ref] = n
-				order = append(order, o.Ref)
+	var capState *capacity.State
+	for _, ops := range batches {
+		for i := range ops {
+			o := &ops[i]
+			var n *taskNet
+			var j int32
+			switch o.Kind {
+			case core.OpAdd, core.OpAssign, core.OpRequeue, core.OpFinish, core.OpDelete:
+				var ok bool
+				if j, ok = index[o.Ref]; !ok {
+					j = int32(len(nets))
+					nets = append(nets, taskNet{ref: o.Ref})
+					index[o.Ref] = j
+				}
+				n = &nets[j]
 			}
-		}
-		switch o.Kind {
-		case core.OpAdd:
-			if n.added == nil {
-				created[o.Ref] = len(addOrder)
-				addOrder = append(addOrder, o.Ref)
+			switch o.Kind {
+			case core.OpAdd:
+				created := n.created
+				if n.added == nil {
+					created = len(adds)
+					adds = append(adds, j)
+				}
+				*n = taskNet{ref: o.Ref, deleted: n.deleted, added: o.Task, created: created, touched: true, state: core.StatePending, placed: true}
+			case core.OpAssign:
+				n.touched, n.state, n.placed, n.worker, n.batch = true, core.StateAssigned, true, o.Worker, o.Batch
+			case core.OpRequeue:
+				n.touched, n.state, n.placed, n.worker, n.batch = true, core.StatePending, true, "", 0
+			case core.OpFinish:
+				n.touched, n.state, n.result = true, core.StateFinal, o.Result
+			case core.OpDelete:
+				*n = taskNet{ref: o.Ref, deleted: true}
+			case core.OpEstimate:
+				if _, ok := est[o.Job]; !ok {
+					jobs = append(jobs, o.Job)
+				}
+				est[o.Job] = o.Est
+			case core.OpCapacity:
+				capState = o.Capacity
+			case core.OpFenceCheck:
+			default:
+				return f, fmt.Errorf("checkpoint: unknown op %d", o.Kind)
 			}
-			*n = taskNet{deleted: n.deleted, added: o.Task, touched: true, state: core.StatePending, worker: &none, batch: &zero}
-		case core.OpAssign:
-			w, b := o.Worker, o.Batch
-			n.touched, n.state, n.worker, n.batch = true, core.StateAssigned, &w, &b
-		case core.OpRequeue:
-			n.touched, n.state, n.worker, n.batch = true, core.StatePending, &none, &zero
-		case core.OpFinish:
-			r, err := json.Marshal(o.Result)
-			if err != nil {
-				return f, fmt.Errorf("checkpoint: %w", err)
-			}
-			n.touched, n.state, n.result = true, core.StateFinal, r
-		case core.OpDelete:
-			*n = taskNet{deleted: true}
-		case core.OpEstimate:
-			if _, ok := est[o.Job]; !ok {
-				jobs = append(jobs, o.Job)
-			}
-			est[o.Job] = o.Est
-		case core.OpCapacity:
-			b, err := json.Marshal(o.Capacity)
-			if err != nil {
-				return f, fmt.Errorf("checkpoint: %w", err)
-			}
-			f.capacity = b
-		case core.OpFenceCheck:
-		default:
-			return f, fmt.Errorf("checkpoint: unknown op %d", o.Kind)
 		}
 	}
-	var del, ins, upd, es jsonArray
-	for _, k := range order {
-		n := nets[k]
+	var del, ins, upd, es jsonRows
+	for k := range nets {
+		n := &nets[k]
 		if n.deleted {
-			del.add(k.TaskID, k.Attempt)
+			b := del.next()
+			b = strconv.AppendInt(b, n.ref.TaskID, 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(n.ref.Attempt), 10)
+			del.b = append(b, ']')
 		}
 		if n.added == nil && n.touched {
-			upd.add(k.TaskID, k.Attempt, string(n.state), n.worker, n.batch, n.result)
+			b := upd.next()
+			b = strconv.AppendInt(b, n.ref.TaskID, 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(n.ref.Attempt), 10)
+			b = append(b, ',')
+			b = appendJSONString(b, string(n.state))
+			if n.placed {
+				b = append(b, ',')
+				b = appendJSONString(b, n.worker)
+				b = append(b, ',')
+				b = strconv.AppendInt(b, n.batch, 10)
+			} else {
+				b = append(b, ",null,null"...)
+			}
+			b = append(b, ',')
+			b = appendResultOrNull(b, n.result)
+			upd.b = append(b, ']')
 		}
 	}
-	for i, k := range addOrder {
-		n := nets[k]
-		if n.added == nil || created[k] != i {
+	for i, j := range adds {
+		n := &nets[j]
+		if n.added == nil || n.created != i {
 			continue // deleted since, or created again after a delete (the later place counts)
 		}
-		body, err := json.Marshal(n.added)
+		b := ins.next()
+		b = strconv.AppendInt(b, n.ref.TaskID, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(n.ref.Attempt), 10)
+		b = append(b, ',')
+		b = appendTaskJSON(b, n.added)
+		b = append(b, ',')
+		b = appendJSONString(b, string(n.state))
+		b = append(b, ',')
+		b = appendJSONString(b, n.worker)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, n.batch, 10)
+		b = append(b, ',')
+		b = appendResultOrNull(b, n.result)
+		ins.b = append(b, ']')
+	}
+	for _, job := range jobs {
+		e := est[job]
+		if math.IsNaN(e.Mean) || math.IsInf(e.Mean, 0) || math.IsNaN(e.Dev) || math.IsInf(e.Dev, 0) {
+			return f, fmt.Errorf("checkpoint: estimate of job %d: %+v is not a number the checkpoint stores", job, e)
+		}
+		b := es.next()
+		b = strconv.AppendInt(b, job, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(e.N), 10)
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, e.Mean, 'g', -1, 64)
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, e.Dev, 'g', -1, 64)
+		es.b = append(b, ']')
+	}
+	if capState != nil {
+		b, err := json.Marshal(capState)
 		if err != nil {
 			return f, fmt.Errorf("checkpoint: %w", err)
 		}
-		ins.add(k.TaskID, k.Attempt, json.RawMessage(body), string(n.state), *n.worker, *n.batch, n.result)
-	}
-	for _, j := range jobs {
-		e := est[j]
-		es.add(j, e.N, e.Mean, e.Dev)
-	}
-	for _, a := range []*jsonArray{&del, &ins, &upd, &es} {
-		if a.err != nil {
-			return f, fmt.Errorf("checkpoint: %w", a.err)
-		}
+		f.capacity = b
 	}
 	f.deletes, f.inserts, f.updates, f.estimates = del.bytes(), ins.bytes(), upd.bytes(), es.bytes()
 	return f, nil
 }
 
-// all ranges over the ops of batches in order.
-func all(batches [][]core.Op) func(func(core.Op) bool) {
-	return func(yield func(core.Op) bool) {
-		for _, ops := range batches {
-			for _, o := range ops {
-				if !yield(o) {
-					return
-				}
-			}
-		}
+func appendResultOrNull(b []byte, r *pilotproto.Result) []byte {
+	if r == nil {
+		return append(b, "null"...)
 	}
+	return appendResultJSON(b, r)
 }
 
-// jsonArray builds a JSON array of rows; json.RawMessage values go in
-// as they are (an object stays an object, not a string holding one), so
-// SQLite reads them with ->> as their JSON text.
-type jsonArray struct {
-	b   []byte
-	err error
-}
+// jsonRows builds a JSON array of rows (arrays): next opens a row, its
+// caller appends the values and the row's closing bracket.
+type jsonRows struct{ b []byte }
 
-func (a *jsonArray) add(vals ...any) {
+func (a *jsonRows) next() []byte {
 	if a.b == nil {
-		a.b = append(a.b, '[')
-	} else {
-		a.b = append(a.b, ',')
+		return append(a.b, '[', '[')
 	}
-	a.b = append(a.b, '[')
-	for i, v := range vals {
-		if i > 0 {
-			a.b = append(a.b, ',')
-		}
-		switch v := v.(type) {
-		case json.RawMessage:
-			if v == nil {
-				a.b = append(a.b, "null"...)
-			} else {
-				a.b = append(a.b, v...)
-			}
-		case *string:
-			if v == nil {
-				a.b = append(a.b, "null"...)
-			} else {
-				a.str(*v)
-			}
-		case *int64:
-			if v == nil {
-				a.b = append(a.b, "null"...)
-			} else {
-				a.b = strconv.AppendInt(a.b, *v, 10)
-			}
-		case int64:
-			a.b = strconv.AppendInt(a.b, v, 10)
-		case int:
-			a.b = strconv.AppendInt(a.b, int64(v), 10)
-		case string:
-			a.str(v)
-		case float64:
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				a.value(v) // encoding/json's error
-				break
-			}
-			a.b = strconv.AppendFloat(a.b, v, 'g', -1, 64)
-		default:
-			a.value(v)
-		}
-	}
-	a.b = append(a.b, ']')
+	return append(a.b, ',', '[')
 }
 
-// str appends s as a JSON string: as it is when it needs no escape (the
-// states and worker ids), else as encoding/json escapes it. Both read
-// back the same with ->>.
-func (a *jsonArray) str(s string) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			a.value(s)
-			return
-		}
-	}
-	a.b = append(a.b, '"')
-	a.b = append(a.b, s...)
-	a.b = append(a.b, '"')
-}
-
-// value appends v as encoding/json writes it (strings escaped as JSON
-// wants, a NaN refused).
-func (a *jsonArray) value(v any) {
-	b, err := json.Marshal(v)
-	if err != nil && a.err == nil {
-		a.err = err
-	}
-	a.b = append(a.b, b...)
-}
-
-func (a *jsonArray) bytes() []byte {
+func (a *jsonRows) bytes() []byte {
 	if a.b == nil {
 		return nil
 	}
