@@ -116,7 +116,7 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	if len(rows) == 0 {
 		return nil
 	}
-	arg := string(encodeRows(rows, func(b []byte, r UsageRow) []byte {
+	arg := encodeRows(rows, 96, func(b []byte, r UsageRow) []byte {
 		b = append(b, '[')
 		b = appendString(b, r.User)
 		b = append(b, ',')
@@ -126,7 +126,7 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 			b = appendFloat(b, f)
 		}
 		return append(b, ']')
-	}))
+	})
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := s.exec(ctx, tx, putUsageSQL, arg, ms(now))
 		return err
