@@ -105,6 +105,10 @@ type Checkpoint struct {
 	logRows int
 	since   time.Time
 	row     []byte // the last log row's buffer, reused
+	// stored are the rows of the tasks table (known once claimed, nil
+	// before): a compaction deletes only those, not every task that came
+	// and went within the second.
+	stored map[pilotproto.TaskRef]struct{}
 }
 
 // The tables are brought up to date from the log every compactEvery, or
@@ -152,7 +156,7 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
-		{&c.logAdd, `INSERT INTO oplog (ops) VALUES (?)`},
+		{&c.logAdd, `INSERT INTO oplog (ops) SELECT ? WHERE (SELECT v FROM meta WHERE k = 'epoch') = ?`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
@@ -231,8 +235,33 @@ func (c *Checkpoint) Claim(epoch int64) error {
 	c.epoch = epoch
 	// What the last master left in the log goes into the tables now,
 	// before any op of ours is logged after it.
-	c.pending = c.pending[:0]
-	return c.compact()
+	c.pending, c.stored = c.pending[:0], nil
+	if err := c.compact(); err != nil {
+		return err
+	}
+	return c.loadStored()
+}
+
+// loadStored reads which rows the tasks table holds.
+func (c *Checkpoint) loadStored() error {
+	rows, err := c.db.Query(`SELECT task_id, attempt FROM tasks`)
+	if err != nil {
+		return fmt.Errorf("checkpoint claim: %w", err)
+	}
+	defer rows.Close()
+	stored := map[pilotproto.TaskRef]struct{}{}
+	for rows.Next() {
+		var k pilotproto.TaskRef
+		if err := rows.Scan(&k.TaskID, &k.Attempt); err != nil {
+			return fmt.Errorf("checkpoint claim: %w", err)
+		}
+		stored[k] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checkpoint claim: %w", err)
+	}
+	c.stored = stored
+	return nil
 }
 
 // Load returns every stored task in the order the master received them,
@@ -328,14 +357,22 @@ func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer tx.Rollback()
-	if err := c.fence(tx, false); err != nil {
-		return err
-	}
 	logged := len(row) > 1 // more than the format byte: not only fence checks
 	if logged {
-		if _, err := tx.Stmt(c.logAdd).Exec(row); err != nil {
+		// The insert checks the epoch itself (one statement, not two):
+		// no row written means the checkpoint is not ours.
+		res, err := tx.Stmt(c.logAdd).Exec(row, c.epoch)
+		if err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			if err := c.fence(tx, false); err != nil {
+				return err
+			}
+			return fmt.Errorf("checkpoint: the log row was not written (%d rows, %v)", n, err)
+		}
+	} else if err := c.fence(tx, false); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
@@ -382,9 +419,9 @@ func (c *Checkpoint) compact() error {
 	if err := c.fence(tx, true); err != nil {
 		return err
 	}
+	var f folded
 	if len(c.pending) > 0 {
-		f, err := fold(c.pending...)
-		if err != nil {
+		if f, err = fold(c.stored, c.pending...); err != nil {
 			return err
 		}
 		if err := c.apply(tx, f); err != nil {
@@ -398,6 +435,14 @@ func (c *Checkpoint) compact() error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
+	}
+	if c.stored != nil { // the rows are what the fold wrote, now that it is written
+		for _, k := range f.gone {
+			delete(c.stored, k)
+		}
+		for _, k := range f.wrote {
+			c.stored[k] = struct{}{}
+		}
 	}
 	c.pending, c.logRows, c.since = c.pending[:0], 0, time.Now()
 	return nil
@@ -459,7 +504,7 @@ func (c *Checkpoint) replay(tx *sql.Tx) error {
 	if len(batches) == 0 {
 		return nil
 	}
-	f, err := fold(batches...)
+	f, err := fold(nil, batches...)
 	if err != nil {
 		return err
 	}
@@ -499,6 +544,9 @@ type folded struct {
 	updates   []byte // [[task_id, attempt, state, worker|null, batch|null, result|null], ...]
 	estimates []byte // [[job, n, mean, dev], ...]
 	capacity  []byte // the last capacity state
+
+	// With the stored rows known: the rows deleted and the rows written.
+	gone, wrote []pilotproto.TaskRef
 }
 
 // taskNet is the net effect of one task's ops.
@@ -519,8 +567,9 @@ type taskNet struct {
 // assign sets state, worker and batch, a requeue makes it pending with no
 // worker, a finish sets state and result, a delete removes the row and
 // whatever came before it in ops. The last estimate of a job and the last
-// capacity state win.
-func fold(batches ...[]core.Op) (folded, error) {
+// capacity state win. stored, when not nil, are the rows the tasks table
+// holds: a row is deleted only if it is there.
+func fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]core.Op) (folded, error) {
 	nops := 0
 	for _, ops := range batches {
 		nops += len(ops)
@@ -584,6 +633,13 @@ func fold(batches ...[]core.Op) (folded, error) {
 	var del, ins, upd, es jsonRows
 	for k := range nets {
 		n := &nets[k]
+		if n.deleted && stored != nil {
+			if _, ok := stored[n.ref]; !ok {
+				n.deleted = false // never written: nothing to delete
+			} else {
+				f.gone = append(f.gone, n.ref)
+			}
+		}
 		if n.deleted {
 			b := del.next()
 			b = strconv.AppendInt(b, n.ref.TaskID, 10)
@@ -615,6 +671,9 @@ func fold(batches ...[]core.Op) (folded, error) {
 		n := &nets[j]
 		if n.added == nil || n.created != i {
 			continue // deleted since, or created again after a delete (the later place counts)
+		}
+		if stored != nil {
+			f.wrote = append(f.wrote, n.ref)
 		}
 		b := ins.next()
 		b = strconv.AppendInt(b, n.ref.TaskID, 10)
