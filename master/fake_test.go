@@ -108,6 +108,10 @@ func TestBadWorkerRequestsAreRefusedWithoutChangingState(t *testing.T) {
 		{"a capacity below the slots is refused", workerproto.PathRegister, token, `{"worker_id":"w","slots":4,"capacity":2}`, 400},
 		{"a body that is not JSON is refused", workerproto.PathRegister, token, `{"worker_id":`, 400},
 		{"a result with an unknown status is refused", workerproto.PathResults, token, `{"worker_id":"w","results":[{"task_id":1,"attempt":1,"status":"great"}]}`, 400},
+		{"a malformed results report is refused", workerproto.PathResults, token, `{"worker_id":"w","results":[{"task_id":1,`, 400},
+		{"a result with a fractional attempt is refused", workerproto.PathResults, token, `{"worker_id":"w","results":[{"task_id":1,"attempt":0.5,"status":"done"}]}`, 400},
+		{"a result with a task id past int64 is refused", workerproto.PathResults, token, `{"worker_id":"w","results":[{"task_id":99999999999999999999,"attempt":1,"status":"done"}]}`, 400},
+		{"a results report without worker id is refused", workerproto.PathResults, token, `{"results":[]}`, 400},
 		{"a pull from an unregistered worker asks it to register", workerproto.PathPull, token, `{"worker_id":"ghost","free":1}`, 404},
 	}
 	for _, tc := range cases {

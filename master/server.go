@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 
+	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -62,8 +65,13 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 		writeErr(w, http.StatusUnauthorized, "missing or wrong pilot token")
 		return false
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err == nil {
+		// Results go through wirejson's decoder; anything off its fast
+		// path, and every other request, through encoding/json's Decoder.
+		err = wirejson.Decode(body, v, wirejson.FirstValue)
+	}
+	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))
 		return false
 	}
@@ -74,10 +82,30 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 	return true
 }
 
+// replyBufs holds answers being encoded: a master answers every worker's
+// pull and results.
+var replyBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooled keeps a rare huge answer's buffer out of the pool.
+const maxPooled = 1 << 20
+
 func reply(w http.ResponseWriter, v any, err error) {
 	switch {
 	case err == nil:
 		w.Header().Set("Content-Type", "application/json")
+		bp := replyBufs.Get().(*[]byte)
+		defer func() {
+			if cap(*bp) <= maxPooled {
+				replyBufs.Put(bp)
+			}
+		}()
+		// Pull answers (task batches) are encoded by wirejson, the same
+		// bytes without reflection; the rest by encoding/json.
+		if b, ok := wirejson.Encode((*bp)[:0], v); ok {
+			*bp = b
+			w.Write(b)
+			return
+		}
 		json.NewEncoder(w).Encode(v)
 	case errors.Is(err, ErrUnknownWorker):
 		writeErr(w, http.StatusNotFound, workerproto.ErrUnknownWorker)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -54,6 +55,9 @@ func newHTTP(token string) *resty.Client {
 // hundreds of times a second.
 var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+// answers holds the master's answers being decoded.
+var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // post sends in as JSON and decodes the answer into out. It encodes the
 // body itself and reads the answer from the stream (resty's
 // SetDoNotParseResponse): resty's own body handling matched the content
@@ -64,7 +68,11 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	buf := bufs.Get().(*bytes.Buffer)
 	defer bufs.Put(buf)
 	buf.Reset()
-	if err := json.NewEncoder(buf).Encode(in); err != nil {
+	// Results (and a stopping worker's last report) are encoded by
+	// wirejson, the bytes encoding/json writes; other requests by it.
+	if b, ok := wirejson.Encode(buf.AvailableBuffer(), in); ok {
+		buf.Write(b)
+	} else if err := json.NewEncoder(buf).Encode(in); err != nil {
 		return fmt.Errorf("master %s%s: encode request: %w", c.base, path, err)
 	}
 	resp, err := c.r.R().SetContext(ctx).SetBody(bytes.NewReader(buf.Bytes())).SetDoNotParseResponse(true).
@@ -75,11 +83,23 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	body := resp.RawBody()
 	defer body.Close()
 	if resp.IsSuccess() {
-		if err := json.NewDecoder(body).Decode(out); err != nil {
+		// Reading to the end also gives the connection back to the pool.
+		ans := answers.Get().(*bytes.Buffer)
+		defer func() {
+			if ans.Cap() <= 1<<20 { // a rare huge answer's buffer is not kept
+				answers.Put(ans)
+			}
+		}()
+		ans.Reset()
+		_, err := ans.ReadFrom(body)
+		if err == nil {
+			// Task batches are decoded by wirejson; the rest, and
+			// anything off its fast path, by encoding/json's Decoder.
+			err = wirejson.Decode(ans.Bytes(), out, wirejson.FirstValue)
+		}
+		if err != nil {
 			return fmt.Errorf("master %s%s: answer: %w", c.base, path, err)
 		}
-		// Read to the end so the connection goes back to the pool.
-		_, _ = io.Copy(io.Discard, body)
 		return nil
 	}
 	raw, _ := io.ReadAll(io.LimitReader(body, 64<<10))

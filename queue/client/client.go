@@ -8,6 +8,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/go-resty/resty/v2"
 
+	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
@@ -127,12 +129,19 @@ func (e *Error) Unwrap() error { return api.ErrOf(e.Code, e.Status) }
 
 // do performs one call; idempotent calls are retried on transient failures.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any, idempotent bool) error {
+	// A master's results are encoded, and its pull answers decoded, by
+	// wirejson (no reflection, the same bytes); the rest by resty with
+	// encoding/json.
+	if b, ok := wirejson.Encode(nil, body); ok {
+		body = b[:len(b)-1] // resty marshals without the Encoder's newline
+	}
+	fast := wirejson.Decodes(out)
 	op := func() error {
 		req := c.r.R().SetContext(ctx)
 		if body != nil {
 			req.SetHeader("Content-Type", "application/json").SetBody(body)
 		}
-		if out != nil {
+		if out != nil && !fast {
 			req.SetResult(out)
 		}
 		if query != nil {
@@ -146,6 +155,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			return fmt.Errorf("queue %s %s: %w", method, path, err)
 		}
 		if resp.IsSuccess() {
+			if fast {
+				if err := wirejson.Decode(resp.Body(), out, json.Unmarshal); err != nil {
+					return fmt.Errorf("queue %s %s: %w", method, path, err)
+				}
+			}
 			return nil
 		}
 		e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(resp.String())}

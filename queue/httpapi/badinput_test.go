@@ -158,6 +158,15 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"a lease request without a pilot id is refused", "POST", pilotproto.PathLease, "pilot", `{"address": "http://x"}`, 400, "pilot_id"},
 		{"a negative recommendation is refused", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": -3}`, 400, "negative"},
 		{"an unknown field in a pilot request is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 1, "greedy": true}`, 400, "unknown field"},
+		// Results are read by internal/wirejson's fast path, which leaves
+		// every odd body to encoding/json: the same refusals as before.
+		{"an unknown field in a result is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "attempt": 1, "status": "done", "bonus": 1}]}`, 400, "unknown field"},
+		{"data after a results report is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": []} {}`, 400, "data after the object"},
+		{"a malformed results report is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1,]}`, 400, "malformed JSON"},
+		{"an empty results report is refused", "POST", pilotproto.PathResults, "pilot", " ", 400, "empty body"},
+		{"a fractional attempt is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "attempt": 1.5, "status": "done"}]}`, 400, "cannot unmarshal number 1.5"},
+		{"a task id past int64 is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 9223372036854775808, "attempt": 1, "status": "done"}]}`, 400, "cannot unmarshal number"},
+		{"a task id as a string is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": "1", "attempt": 1, "status": "done"}]}`, 400, "cannot unmarshal string"},
 		{"a wrong method is a 405", "PATCH", "/v1/jobs", "alice", "", 405, "method not allowed"},
 		{"an unknown path is a 404", "GET", "/v1/nothing", "alice", "", 404, "no endpoint"},
 	} {

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -58,27 +59,36 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 // decodeBulk reads the pilots' large, frequent reports (results,
 // heartbeats) without the strict pass: they come from harvest's own code
 // with the pilot token, and the pass would double their parsing cost.
+// Results go through wirejson's decoder, which leaves everything off its
+// fast path (and so every error) to strictBulk: what is accepted and
+// refused is encoding/json's verdict either way.
 func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
 		}
+		return invalid("reading the body: %v", err)
+	}
+	return wirejson.Decode(body, v, strictBulk)
+}
+
+// strictBulk decodes one JSON object, refusing unknown fields and data
+// after it, with the API's errors.
+func strictBulk(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
 			return invalid("empty body: a JSON object is required")
 		}
 		return invalid("malformed JSON: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
-		}
 		return invalid("malformed JSON: data after the object")
 	}
 	return nil
