@@ -3,6 +3,7 @@ package wirejson
 import (
 	"bytes"
 	"encoding/json"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -63,7 +64,7 @@ func FirstValue(data []byte, v any) error {
 }
 
 func decodePilotPull(data []byte, v *pilotproto.PullResponse) bool {
-	s := scanner{d: data}
+	s := scanner{d: data, shared: true}
 	return s.object(func(k []byte) (uint, bool) {
 		switch string(k) {
 		case "tasks":
@@ -76,7 +77,7 @@ func decodePilotPull(data []byte, v *pilotproto.PullResponse) bool {
 }
 
 func decodeWorkerPull(data []byte, v *workerproto.PullResponse) bool {
-	s := scanner{d: data}
+	s := scanner{d: data, shared: true}
 	return s.object(func(k []byte) (uint, bool) {
 		switch string(k) {
 		case "batches":
@@ -116,7 +117,7 @@ func decodeWorkerResults(data []byte, v *workerproto.ResultsRequest) bool {
 	return s.object(func(k []byte) (uint, bool) {
 		switch string(k) {
 		case "worker_id":
-			return 0, s.string(&v.WorkerID, "")
+			return 0, s.string(&v.WorkerID)
 		case "results":
 			return 1, s.results(&v.Results)
 		case "leaving":
@@ -126,36 +127,33 @@ func decodeWorkerResults(data []byte, v *workerproto.ResultsRequest) bool {
 	}) && s.end()
 }
 
-// tasks decodes a list of tasks. The strings a batch's tasks share
-// (owner, directories, the command's words) are compared with the
-// previous task's and reused, not allocated again.
+// tasks decodes a list of tasks.
 func (s *scanner) tasks(ts *[]pilotproto.Task) bool {
-	var prev pilotproto.Task
-	return list(s, ts, func(t *pilotproto.Task) bool {
-		ok := s.object(func(k []byte) (uint, bool) {
+	return pooledList(s, ts, &taskScratch, func(t *pilotproto.Task) bool {
+		return s.object(func(k []byte) (uint, bool) {
 			switch string(k) {
 			case "id":
 				return 0, s.int64(&t.ID)
 			case "job_id":
 				return 1, s.int64(&t.JobID)
 			case "owner":
-				return 2, s.string(&t.Owner, prev.Owner)
+				return 2, s.string(&t.Owner)
 			case "attempt":
 				return 3, s.int(&t.Attempt)
 			case "name":
-				return 4, s.string(&t.Name, "")
+				return 4, s.string(&t.Name)
 			case "input":
-				return 5, s.string(&t.Input, "")
+				return 5, s.string(&t.Input)
 			case "output":
-				return 6, s.string(&t.Output, "")
+				return 6, s.string(&t.Output)
 			case "output_dir":
-				return 7, s.string(&t.OutputDir, prev.OutputDir)
+				return 7, s.string(&t.OutputDir)
 			case "work_dir":
-				return 8, s.string(&t.WorkDir, prev.WorkDir)
+				return 8, s.string(&t.WorkDir)
 			case "command":
-				return 9, s.strings(&t.Command, prev.Command)
+				return 9, s.strings(&t.Command)
 			case "env":
-				return 10, s.strings(&t.Env, prev.Env)
+				return 10, s.strings(&t.Env)
 			case "batch_size":
 				return 11, s.int(&t.BatchSize)
 			case "cores":
@@ -165,14 +163,14 @@ func (s *scanner) tasks(ts *[]pilotproto.Task) bool {
 			}
 			return 0, false
 		})
-		prev = *t
-		return ok
 	})
 }
 
+// results decodes a list of results; a pilot id like the previous
+// result's is that string again, not another copy.
 func (s *scanner) results(rs *[]pilotproto.Result) bool {
-	var prev pilotproto.Result
-	return list(s, rs, func(r *pilotproto.Result) bool {
+	var pilot [1]string
+	return pooledList(s, rs, &resultScratch, func(r *pilotproto.Result) bool {
 		ok := s.object(func(k []byte) (uint, bool) {
 			switch string(k) {
 			case "task_id":
@@ -180,7 +178,7 @@ func (s *scanner) results(rs *[]pilotproto.Result) bool {
 			case "attempt":
 				return 1, s.int(&r.Attempt)
 			case "status":
-				return 2, s.string(&r.Status, prev.Status)
+				return 2, s.stringOf(&r.Status, statuses)
 			case "exit_code":
 				return 3, s.int(&r.ExitCode)
 			case "started_at":
@@ -188,13 +186,13 @@ func (s *scanner) results(rs *[]pilotproto.Result) bool {
 			case "duration_ms":
 				return 5, s.int64(&r.DurationMS)
 			case "pilot":
-				return 6, s.string(&r.Pilot, prev.Pilot)
+				return 6, s.stringOf(&r.Pilot, pilot[:])
 			case "error_tail":
-				return 7, s.string(&r.ErrorTail, "")
+				return 7, s.string(&r.ErrorTail)
 			}
 			return 0, false
 		})
-		prev = *r
+		pilot[0] = r.Pilot
 		return ok
 	})
 }
@@ -202,8 +200,10 @@ func (s *scanner) results(rs *[]pilotproto.Result) bool {
 // scanner walks JSON text; every method returns false (bail out) on
 // anything off the fast path, leaving the verdict to encoding/json.
 type scanner struct {
-	d []byte
-	i int
+	d      []byte
+	i      int
+	shared bool   // strings are substrings of whole
+	whole  string // string(d), made at the first string
 }
 
 func (s *scanner) space() {
@@ -300,40 +300,69 @@ func list[T any](s *scanner, out *[]T, elem func(*T) bool) bool {
 	if !s.consume('[') {
 		return false
 	}
-	*out = make([]T, 0, 8)
+	var ok bool
+	*out, ok = elements(s, make([]T, 0, 8), elem)
+	return ok
+}
+
+// elements appends the elements of an array, its '[' read, to buf.
+func elements[T any](s *scanner, buf []T, elem func(*T) bool) ([]T, bool) {
 	if s.consume(']') {
-		return true
+		return buf, true
 	}
 	for {
 		var zero T
-		*out = append(*out, zero)
-		if !elem(&(*out)[len(*out)-1]) {
-			return false
+		buf = append(buf, zero)
+		if !elem(&buf[len(buf)-1]) {
+			return buf, false
 		}
 		if s.consume(']') {
-			return true
+			return buf, true
 		}
 		if !s.consume(',') {
-			return false
+			return buf, false
 		}
 	}
+}
+
+// Scratch lists: a list of structs is decoded into one of these, then
+// copied into a slice of its exact length (one allocation, no regrowth).
+var (
+	taskScratch   = sync.Pool{New: func() any { return new([]pilotproto.Task) }}
+	resultScratch = sync.Pool{New: func() any { return new([]pilotproto.Result) }}
+)
+
+// maxScratch keeps a rare huge list's scratch out of the pool.
+const maxScratch = 4096
+
+// pooledList is list through a scratch slice taken from pool.
+func pooledList[T any](s *scanner, out *[]T, pool *sync.Pool, elem func(*T) bool) bool {
+	if s.null() {
+		return true
+	}
+	if !s.consume('[') {
+		return false
+	}
+	sp := pool.Get().(*[]T)
+	buf, ok := elements(s, (*sp)[:0], elem)
+	if ok {
+		*out = make([]T, len(buf))
+		copy(*out, buf)
+	}
+	clear(buf) // the pool holds no strings
+	if cap(buf) <= maxScratch {
+		*sp = buf[:0]
+		pool.Put(sp)
+	}
+	return ok
 }
 
 func (s *scanner) ints(out *[]int64) bool {
 	return list(s, out, s.int64)
 }
 
-// strings decodes a list of strings, reusing prev's strings where equal.
-func (s *scanner) strings(out *[]string, prev []string) bool {
-	i := 0
-	return list(s, out, func(p *string) bool {
-		reuse := ""
-		if i < len(prev) {
-			reuse = prev[i]
-		}
-		i++
-		return s.string(p, reuse)
-	})
+func (s *scanner) strings(out *[]string) bool {
+	return list(s, out, s.string)
 }
 
 // int64 reads an integer of at most 18 digits (longer ones, and floats,
@@ -391,9 +420,20 @@ func (s *scanner) bool(p *bool) bool {
 	return true
 }
 
-// string reads a string into *p, as reuse if equal (no allocation).
-// Escapes go through encoding/json; valid UTF-8 is taken as it is.
-func (s *scanner) string(p *string, reuse string) bool {
+// string reads a string into *p. Escapes go through encoding/json; valid
+// UTF-8 is taken as it is: in a task list, as a substring of one copy of
+// the whole input (one allocation for all of a batch's strings, which
+// live as long as its tasks), elsewhere as its own copy.
+func (s *scanner) string(p *string) bool {
+	return s.stringOf(p, nil)
+}
+
+// statuses are the result statuses, decoded without an allocation.
+var statuses = []string{pilotproto.StatusDone, pilotproto.StatusFailed, pilotproto.StatusTimeout,
+	pilotproto.StatusInterrupted, pilotproto.StatusKilled}
+
+// stringOf is string, taking an equal string of known if there is one.
+func (s *scanner) stringOf(p *string, known []string) bool {
 	if !s.consume('"') {
 		return false
 	}
@@ -404,15 +444,24 @@ func (s *scanner) string(p *string, reuse string) bool {
 		switch {
 		case c == '"':
 			raw := s.d[start:s.i]
-			s.i++
-			switch {
-			case string(raw) == reuse:
-				*p = reuse
-			case plain || utf8.Valid(raw):
-				*p = string(raw)
-			default:
+			if !plain && !utf8.Valid(raw) {
 				return false // invalid UTF-8: encoding/json replaces it
 			}
+			s.i++
+			for _, k := range known {
+				if string(raw) == k {
+					*p = k
+					return true
+				}
+			}
+			if !s.shared {
+				*p = string(raw)
+				return true
+			}
+			if s.whole == "" {
+				s.whole = string(s.d)
+			}
+			*p = s.whole[start : s.i-1]
 			return true
 		case c == '\\':
 			return s.escaped(p, start-1)

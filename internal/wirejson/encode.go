@@ -17,6 +17,7 @@ package wirejson
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -230,12 +231,12 @@ func appendInts(b []byte, ns []int64) []byte {
 func AppendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return appendQuoted(b, s)
-			}
+		if asIs[c] {
 			i++
 			continue
+		}
+		if c < utf8.RuneSelf {
+			return appendQuoted(b, s)
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if (r == utf8.RuneError && n == 1) || r == '\u2028' || r == '\u2029' {
@@ -247,6 +248,14 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// asIs marks the ASCII bytes encoding/json writes as they are.
+var asIs = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = !strings.ContainsRune(`"\\<>&`, rune(c))
+	}
+	return t
+}()
 
 func appendQuoted(b []byte, s string) []byte {
 	enc, _ := json.Marshal(s) // a string always encodes
