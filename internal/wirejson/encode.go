@@ -116,13 +116,13 @@ func appendTasks(b []byte, ts []pilotproto.Task) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendTask(b, &ts[i])
+		b = AppendTask(b, &ts[i])
 	}
 	return append(b, ']')
 }
 
 // appendTask follows the field order and omitempty tags of pilotproto.Task.
-func appendTask(b []byte, t *pilotproto.Task) []byte {
+func AppendTask(b []byte, t *pilotproto.Task) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, t.ID, 10)
 	b = append(b, `,"job_id":`...)
@@ -169,13 +169,13 @@ func appendResults(b []byte, rs []pilotproto.Result) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendResult(b, &rs[i])
+		b = AppendResult(b, &rs[i])
 	}
 	return append(b, ']')
 }
 
 // appendResult follows the field order and omitempty tags of pilotproto.Result.
-func appendResult(b []byte, r *pilotproto.Result) []byte {
+func AppendResult(b []byte, r *pilotproto.Result) []byte {
 	b = append(b, `{"task_id":`...)
 	b = strconv.AppendInt(b, r.TaskID, 10)
 	b = append(b, `,"attempt":`...)
