@@ -54,10 +54,10 @@ func Encode(b []byte, v any) (out []byte, ok bool) {
 
 func appendPilotPull(b []byte, p *pilotproto.PullResponse) []byte {
 	b = append(b, `{"tasks":`...)
-	b = appendTasks(b, p.Tasks)
+	b = appendList(b, p.Tasks, AppendTask)
 	if len(p.CancelledJobs) > 0 {
 		b = append(b, `,"cancelled_jobs":`...)
-		b = appendInts(b, p.CancelledJobs)
+		b = appendList(b, p.CancelledJobs, appendInt)
 	}
 	return append(b, '}')
 }
@@ -73,7 +73,7 @@ func appendWorkerPull(b []byte, p *workerproto.PullResponse) []byte {
 			b = append(b, `{"id":`...)
 			b = strconv.AppendInt(b, p.Batches[i].ID, 10)
 			b = append(b, `,"tasks":`...)
-			b = appendTasks(b, p.Batches[i].Tasks)
+			b = appendList(b, p.Batches[i].Tasks, AppendTask)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -83,7 +83,7 @@ func appendWorkerPull(b []byte, p *workerproto.PullResponse) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `"kill_jobs":`...)
-		b = appendInts(b, p.KillJobs)
+		b = appendList(b, p.KillJobs, appendInt)
 	}
 	return append(b, '}')
 }
@@ -92,7 +92,7 @@ func appendPilotResults(b []byte, r *pilotproto.ResultsRequest) []byte {
 	b = append(b, `{"epoch":`...)
 	b = strconv.AppendInt(b, r.Epoch, 10)
 	b = append(b, `,"results":`...)
-	b = appendResults(b, r.Results)
+	b = appendList(b, r.Results, AppendResult)
 	return append(b, '}')
 }
 
@@ -100,28 +100,15 @@ func appendWorkerResults(b []byte, r *workerproto.ResultsRequest) []byte {
 	b = append(b, `{"worker_id":`...)
 	b = AppendString(b, r.WorkerID)
 	b = append(b, `,"results":`...)
-	b = appendResults(b, r.Results)
+	b = appendList(b, r.Results, AppendResult)
 	if r.Leaving {
 		b = append(b, `,"leaving":true`...)
 	}
 	return append(b, '}')
 }
 
-func appendTasks(b []byte, ts []pilotproto.Task) []byte {
-	if ts == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i := range ts {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = AppendTask(b, &ts[i])
-	}
-	return append(b, ']')
-}
-
-// appendTask follows the field order and omitempty tags of pilotproto.Task.
+// AppendTask appends t as encoding/json writes it (the field order and
+// omitempty tags of pilotproto.Task).
 func AppendTask(b []byte, t *pilotproto.Task) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, t.ID, 10)
@@ -144,10 +131,10 @@ func AppendTask(b []byte, t *pilotproto.Task) []byte {
 		b = AppendString(b, t.WorkDir)
 	}
 	b = append(b, `,"command":`...)
-	b = appendStrings(b, t.Command)
+	b = appendList(b, t.Command, appendString)
 	if len(t.Env) > 0 {
 		b = append(b, `,"env":`...)
-		b = appendStrings(b, t.Env)
+		b = appendList(b, t.Env, appendString)
 	}
 	b = append(b, `,"batch_size":`...)
 	b = strconv.AppendInt(b, int64(t.BatchSize), 10)
@@ -160,21 +147,8 @@ func AppendTask(b []byte, t *pilotproto.Task) []byte {
 	return append(b, '}')
 }
 
-func appendResults(b []byte, rs []pilotproto.Result) []byte {
-	if rs == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i := range rs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = AppendResult(b, &rs[i])
-	}
-	return append(b, ']')
-}
-
-// appendResult follows the field order and omitempty tags of pilotproto.Result.
+// AppendResult appends r as encoding/json writes it (the field order and
+// omitempty tags of pilotproto.Result).
 func AppendResult(b []byte, r *pilotproto.Result) []byte {
 	b = append(b, `{"task_id":`...)
 	b = strconv.AppendInt(b, r.TaskID, 10)
@@ -199,30 +173,25 @@ func AppendResult(b []byte, r *pilotproto.Result) []byte {
 	return append(b, '}')
 }
 
-func appendStrings(b []byte, ss []string) []byte {
-	if ss == nil {
+// appendList appends xs as a JSON array (nil: null, as encoding/json
+// writes a nil slice; the omitempty lists are not written when empty).
+func appendList[T any](b []byte, xs []T, add func([]byte, *T) []byte) []byte {
+	if xs == nil {
 		return append(b, "null"...)
 	}
 	b = append(b, '[')
-	for i, s := range ss {
+	for i := range xs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = AppendString(b, s)
+		b = add(b, &xs[i])
 	}
 	return append(b, ']')
 }
 
-func appendInts(b []byte, ns []int64) []byte {
-	b = append(b, '[')
-	for i, n := range ns {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, n, 10)
-	}
-	return append(b, ']')
-}
+func appendString(b []byte, s *string) []byte { return AppendString(b, *s) }
+
+func appendInt(b []byte, n *int64) []byte { return strconv.AppendInt(b, *n, 10) }
 
 // AppendString appends s as a JSON string, byte for byte as encoding/json
 // writes it: printable ASCII and valid UTF-8 as they are, the rest
