@@ -15,7 +15,7 @@ import (
 
 // twoSites is a queue hosted by site "local" with a second site "b" whose
 // agent registered and whose pilots hold the token bPilot.
-func twoSites(t *testing.T, mods ...func(*queue.Config)) (*queuetest.Env, string) {
+func twoSites(t testing.TB, mods ...func(*queue.Config)) (*queuetest.Env, string) {
 	t.Helper()
 	e := queuetest.New(t, append([]func(*queue.Config){func(c *queue.Config) { c.LeaseTTL = time.Hour }}, mods...)...)
 	ctx := context.Background()

@@ -647,26 +647,17 @@ func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch
 }
 
 // Outstanding counts the active tasks (handed out, not finished) of each
-// pool.
+// pool, from memory (overlay.active).
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, count(*) FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') GROUP BY pool`)
-	if err != nil {
-		return nil, fmt.Errorf("count tasks per pool: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var pool string
-		var n int
-		if err := rows.Scan(&pool, &n); err != nil {
-			return nil, fmt.Errorf("count tasks per pool: %w", err)
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	out := make(map[string]int, len(s.ov.active))
+	for pool, n := range s.ov.active {
+		if n > 0 {
+			out[pool] = n
 		}
-		out[pool] = n
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // JobPools returns, per pool, the done and failed attempts of a job: where

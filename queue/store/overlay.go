@@ -103,11 +103,19 @@ type overlay struct {
 	entries []int64
 	trimmed int64 // the journal is deleted below this seq
 	lastSeq int64 // the newest entry applied
+	// active counts, per pool, the tasks handed out and not finished:
+	// those of the overlay, and those of the table the overlay does not
+	// hold (base: id -> pool, read when the overlay was last emptied).
+	// Several live sites read it at every pull (Outstanding): a count
+	// from the table would fold the journal first.
+	active map[string]int
+	base   map[int64]string
 }
 
 func newOverlay() overlay {
 	return overlay{tasks: map[int64]*taskRow{}, jobs: map[int64]*jobRow{}, results: map[[2]int64]*resultRow{},
-		pools: map[poolKey]*poolRow{}, waiting: map[int64][]int64{}, cursor: map[int64]int64{}, ahead: map[int64][]int64{}, live: map[int64]int{}}
+		pools: map[poolKey]*poolRow{}, waiting: map[int64][]int64{}, cursor: map[int64]int64{}, ahead: map[int64][]int64{}, live: map[int64]int{},
+		active: map[string]int{}, base: map[int64]string{}}
 }
 
 // change is what one hot transaction changed, applied to the overlay only
@@ -139,6 +147,16 @@ func (o *overlay) apply(c *change) {
 	}
 	for _, t := range c.tasks {
 		old := o.tasks[t.id]
+		switch pool, inBase := o.base[t.id]; {
+		case old != nil && taskActive(old.state):
+			o.active[old.pool]--
+		case old == nil && inBase:
+			delete(o.base, t.id)
+			o.active[pool]--
+		}
+		if taskActive(t.state) {
+			o.active[t.pool]++
+		}
 		if old != nil {
 			t.since = o.redirty(old.seq, old.since, c.seq, now)
 		} else {
@@ -697,7 +715,37 @@ func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return fmt.Errorf("fold the journal: %w", err)
 	}
 	s.ov = newOverlay()
-	return s.write(ctx, fn)
+	err := s.write(ctx, fn)
+	// Counted again whether fn committed or not: the overlay is empty.
+	if cerr := s.countActive(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+var activeTasksSQL = hot(`SELECT id, pool FROM tasks INDEXED BY tasks_active WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`)
+
+// countActive reads the table's active tasks into the empty overlay's
+// counts (s.hot is held; Open and cold writes).
+func (s *Store) countActive(ctx context.Context) error {
+	o := &s.ov
+	clear(o.base)
+	clear(o.active)
+	rows, err := s.query(ctx, nil, activeTasksSQL)
+	if err != nil {
+		return fmt.Errorf("count active tasks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var pool string
+		if err := rows.Scan(&id, &pool); err != nil {
+			return fmt.Errorf("count active tasks: %w", err)
+		}
+		o.base[id] = pool
+		o.active[pool]++
+	}
+	return rows.Err()
 }
 
 // patchJob sets a job read from the table to the overlay's counters and

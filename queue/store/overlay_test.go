@@ -45,7 +45,13 @@ func openWithJob(t *testing.T, path string, n int) (*Store, int64) {
 
 func take(t *testing.T, s *Store, job int64, n int) []TakenTask {
 	t.Helper()
-	got, err := s.Assign(context.Background(), "local", 1, t0, []Take{{Job: job, N: n}})
+	return takeIn(t, s, "local", job, n)
+}
+
+// takeIn hands tasks out to the master of pool (epoch 1).
+func takeIn(t *testing.T, s *Store, pool string, job int64, n int) []TakenTask {
+	t.Helper()
+	got, err := s.Assign(context.Background(), pool, 1, t0, []Take{{Job: job, N: n}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +68,16 @@ func names(ts []TakenTask) []string {
 
 func report(t *testing.T, s *Store, status string, ts ...TakenTask) Applied {
 	t.Helper()
+	return reportIn(t, s, "local", status, ts...)
+}
+
+func reportIn(t *testing.T, s *Store, pool, status string, ts ...TakenTask) Applied {
+	t.Helper()
 	var rs []pilotproto.Result
 	for _, tk := range ts {
 		rs = append(rs, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: status, StartedAt: 1, DurationMS: 1000, Pilot: "p1"})
 	}
-	a, err := s.ApplyResults(context.Background(), "local", 1, t0, rs)
+	a, err := s.ApplyResults(context.Background(), pool, 1, t0, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,28 +334,37 @@ func TestJobReadsSeeTheOverlayWithoutAFold(t *testing.T) {
 func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
 	for seed := uint64(1); seed <= 40; seed++ {
 		r := rand.New(rand.NewPCG(seed, 3))
-		s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 30)
+		path := filepath.Join(t.TempDir(), "q.db")
+		s, job := openWithJob(t, path, 30)
 		ctx := context.Background()
-		var held []TakenTask // handed out, no result yet
+		// Two pools, so that the per-pool counts of active tasks
+		// (Outstanding, kept in memory) can be told apart.
+		pools := []string{"local", "b"}
+		if _, d, err := s.DecideLease(ctx, "b", pilotproto.LeaseRequest{PilotID: "pb"}, t0, time.Hour); err != nil || d.Next.Epoch != 1 {
+			t.Fatalf("lease b: %+v %v", d, err)
+		}
+		held := map[string][]TakenTask{} // handed out, no result yet, per pool
 		for step := 0; step < 60; step++ {
-			switch k := r.IntN(10); {
+			pool := pools[r.IntN(2)]
+			switch k := r.IntN(11); {
 			case k < 3:
-				held = append(held, take(t, s, job, 1+r.IntN(5))...)
-			case k < 6 && len(held) > 0:
-				n := 1 + r.IntN(len(held))
-				r.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+				held[pool] = append(held[pool], takeIn(t, s, pool, job, 1+r.IntN(5))...)
+			case k < 6 && len(held[pool]) > 0:
+				h := held[pool]
+				n := 1 + r.IntN(len(h))
+				r.Shuffle(len(h), func(i, j int) { h[i], h[j] = h[j], h[i] })
 				status := []string{pilotproto.StatusDone, pilotproto.StatusDone, pilotproto.StatusFailed, pilotproto.StatusInterrupted}[r.IntN(4)]
-				report(t, s, status, held[:n]...)
+				reportIn(t, s, pool, status, h[:n]...)
 				if r.IntN(3) == 0 { // the same results again: duplicates
-					report(t, s, status, held[:n]...)
+					reportIn(t, s, pool, status, h[:n]...)
 				}
-				held = held[n:]
-			case k == 6 && len(held) > 0:
+				held[pool] = h[n:]
+			case k == 6 && len(held[pool]) > 0:
 				var refs []pilotproto.TaskRef
-				for _, h := range held {
+				for _, h := range held[pool] {
 					refs = append(refs, pilotproto.TaskRef{TaskID: h.ID, Attempt: h.Attempt})
 				}
-				if _, err := s.Heartbeat(ctx, "local", 1, t0, time.Hour, refs); err != nil {
+				if _, err := s.Heartbeat(ctx, pool, 1, t0, time.Hour, refs); err != nil {
 					t.Fatal(err)
 				}
 			case k == 7:
@@ -368,12 +388,24 @@ func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
 				if _, err := s.Job(ctx, job); err != nil {
 					t.Fatal(err)
 				}
+			case k == 10: // a restart: the counts are read again at Open
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if s, err = Open(path); err != nil {
+					t.Fatal(err)
+				}
 			}
 			j, err := s.Job(ctx, job)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pools, err := s.JobPools(ctx, job)
+			perPool, err := s.JobPools(ctx, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.Outstanding(ctx) // from memory, before any fold
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -385,8 +417,15 @@ func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
 			if j.Tasks.Waiting != w || j.Tasks.Running != a || j.Tasks.Done != d || j.Tasks.Failed != f {
 				t.Fatalf("seed %d step %d: job counters %+v, tasks say waiting %d active %d done %d failed %d", seed, step, j.Tasks, w, a, d, f)
 			}
-			if pools["local"][0] != d {
-				t.Fatalf("seed %d step %d: %d done attempts counted per pool, %d tasks done", seed, step, pools["local"][0], d)
+			if perPool["local"][0]+perPool["b"][0] != d {
+				t.Fatalf("seed %d step %d: %v done attempts counted per pool, %d tasks done", seed, step, perPool, d)
+			}
+			for _, p := range pools {
+				var n int
+				s.r.QueryRow(`SELECT count(*) FROM tasks WHERE pool = ? AND state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, p).Scan(&n)
+				if out[p] != n {
+					t.Fatalf("seed %d step %d: pool %s holds %d active tasks in the table, Outstanding says %v", seed, step, p, n, out)
+				}
 			}
 		}
 		s.Close()

@@ -153,6 +153,11 @@ func Open(path string) (*Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if err := st.countActive(st.bg); err != nil {
+		close(st.folderDone)
+		st.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	if st.leases, err = st.Leases(st.bg); err != nil {
 		close(st.folderDone)
 		st.Close()
