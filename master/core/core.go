@@ -159,7 +159,17 @@ type Core struct {
 
 	phase phase
 	rd    Ready
+	// ops is where the ops of the Ready being built (from opsStart on)
+	// are appended. Each Ready's Ops is a slice of it, capped so that
+	// nothing appended later shows in it: one allocation for many Readies'
+	// ops, not a slice grown op by op for each (the checkpoint keeps them
+	// about a second). A full chunk is left to the Readies that hold it.
+	ops      []Op
+	opsStart int
 }
+
+// opsChunk is the ops' allocation unit (about 100 KB).
+const opsChunk = 1024
 
 // New restores what the checkpoint holds (rows in the order they were
 // stored, learnt estimates) at time now.
@@ -280,6 +290,10 @@ func reqOf(ev Event) (ReqID, bool) {
 func (c *Core) Ready() Ready {
 	rd := c.rd
 	c.rd = Ready{}
+	if n := len(c.ops); n > c.opsStart {
+		rd.Ops = c.ops[c.opsStart:n:n]
+		c.opsStart = n
+	}
 	return rd
 }
 
@@ -363,7 +377,13 @@ func (c *Core) reply(r Reply) { c.rd.Replies = append(c.rd.Replies, r) }
 // ---- state changes: applied to memory at once and listed in Ready.Ops ----
 
 func (c *Core) do(o Op, now time.Time) {
-	c.rd.Ops = append(c.rd.Ops, o)
+	if len(c.ops) == cap(c.ops) {
+		building := c.ops[c.opsStart:]
+		next := make([]Op, len(building), max(opsChunk, 2*len(building)))
+		copy(next, building)
+		c.ops, c.opsStart = next, 0
+	}
+	c.ops = append(c.ops, o)
 	if o.Kind == OpEstimate || o.Kind == OpFenceCheck || o.Kind == OpCapacity {
 		return
 	}

@@ -88,9 +88,10 @@ func (c *Core) renewEvery() time.Duration {
 }
 
 func (c *Core) sendReport() {
-	var refs []ref
-	var results []pilotproto.Result
-	seen := map[ref]bool{}
+	n := max(min(len(c.outbox), c.cfg.ReportBatch), 0)
+	refs := make([]ref, 0, n)
+	results := make([]pilotproto.Result, 0, n)
+	seen := make(map[ref]bool, n)
 	i := 0
 	for ; i < len(c.outbox) && len(results) < c.cfg.ReportBatch; i++ {
 		k := c.outbox[i]
