@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -103,6 +104,8 @@ func reply(w http.ResponseWriter, v any, err error) {
 		// bytes without reflection; the rest by encoding/json.
 		if b, ok := wirejson.Encode((*bp)[:0], v); ok {
 			*bp = b
+			// With its length the answer goes out in one piece, not chunked.
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 			w.Write(b)
 			return
 		}

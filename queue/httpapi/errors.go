@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/harvest-hpc/harvest/internal/wirejson"
@@ -35,6 +36,8 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 		if b, ok := wirejson.Encode((*bp)[:0], v); ok {
 			*bp = b
 			w.Header().Set("Content-Type", "application/json")
+			// With its length the answer goes out in one piece, not chunked.
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 			w.WriteHeader(status)
 			w.Write(b)
 			return
