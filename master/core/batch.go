@@ -17,8 +17,12 @@ func (c *Core) assign(w *worker, free int, now time.Time) []workerproto.Batch {
 	c.compact()
 	var batches []workerproto.Batch
 	handed := 0
+	// The entries of the pending list before from are stale: the tasks
+	// just handed out are not scanned again for every batch. (They stay
+	// listed: one requeued before the next hand-out keeps its place.)
+	from := 0
 	for handed < free {
-		refs := c.nextBatchFor(w, len(w.out), now)
+		refs := c.nextBatchFor(w, len(w.out), now, &from)
 		if len(refs) == 0 {
 			break
 		}
@@ -41,7 +45,10 @@ func (c *Core) assign(w *worker, free int, now time.Time) []workerproto.Batch {
 // the job's own list (byJob): a batch costs its size, not a scan of every
 // pending task (with many jobs, each job's tasks are spread thinly over a
 // long pending list).
-func (c *Core) nextBatchFor(w *worker, outstanding int, now time.Time) []ref {
+//
+// The scan begins at *from, which it moves past the stale entries it finds
+// first (no task becomes pending again during one assign).
+func (c *Core) nextBatchFor(w *worker, outstanding int, now time.Time, from *int) []ref {
 	remaining := time.Duration(-1)
 	if !w.deadline.IsZero() {
 		remaining = w.deadline.Add(-c.cfg.SafetyMargin).Sub(now)
@@ -51,9 +58,15 @@ func (c *Core) nextBatchFor(w *worker, outstanding int, now time.Time) []ref {
 	}
 	var tried [8]int64
 	ntried := 0
-	for i := 0; i < len(c.pending) && ntried < len(tried); i++ {
+	for i := *from; i < len(c.pending) && ntried < len(tried); i++ {
 		t := c.tasks[c.pending[i]]
-		if t == nil || t.state != StatePending || slices.Contains(tried[:ntried], t.t.JobID) {
+		if t == nil || t.state != StatePending {
+			if i == *from {
+				*from = i + 1
+			}
+			continue
+		}
+		if slices.Contains(tried[:ntried], t.t.JobID) {
 			continue
 		}
 		job := t.t.JobID

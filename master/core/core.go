@@ -166,6 +166,9 @@ type Core struct {
 	// about a second). A full chunk is left to the Readies that hold it.
 	ops      []Op
 	opsStart int
+
+	size      int  // poolSize, when sizeKnown
+	sizeKnown bool // false whenever a worker registers or is forgotten
 }
 
 // opsChunk is the ops' allocation unit (about 100 KB).

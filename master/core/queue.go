@@ -183,8 +183,16 @@ func (c *Core) heartbeatRequest() (pilotproto.HeartbeatRequest, int) {
 }
 
 // poolSize is the pilots with a registered worker: the pool's size as the
-// capacity rule counts it.
+// capacity rule counts it. Every task handed out records it, so it is
+// counted again only when a worker registers or is forgotten (sizeKnown).
 func (c *Core) poolSize() int {
+	if !c.sizeKnown {
+		c.size, c.sizeKnown = c.countPool(), true
+	}
+	return c.size
+}
+
+func (c *Core) countPool() int {
 	pilots := map[string]bool{}
 	for _, w := range c.workers {
 		if w.registered {

@@ -20,6 +20,7 @@ func (c *Core) register(now time.Time, e Register) {
 	req := e.RegisterRequest
 	w := c.worker(req.WorkerID, now)
 	w.pilot, w.slots, w.capacity, w.lastSeen, w.confinement = req.PilotID, req.Slots, req.Capacity, now, req.Confinement
+	c.sizeKnown = false
 	w.deadline = time.Time{}
 	if req.Deadline > 0 {
 		w.deadline = time.UnixMilli(req.Deadline)
@@ -52,6 +53,7 @@ func (c *Core) register(now time.Time, e Register) {
 		}
 	}
 	w.registered = true
+	c.sizeKnown = false
 	w.kill = append(w.kill, c.cancelledJobs()...)
 	c.dirty = c.dirty || len(w.kill) > 0
 	c.log.Info("worker registered", "worker", w.id, "pilot", w.pilot, "slots", w.slots,
@@ -228,6 +230,7 @@ func (c *Core) leaving(now time.Time, w *worker) {
 		return true
 	})
 	delete(c.workers, w.id)
+	c.sizeKnown = false
 	c.log.Info("worker left", "worker", w.id, "pilot", w.pilot, "requeued", len(left))
 }
 
@@ -315,5 +318,6 @@ func (c *Core) expire(now time.Time) {
 		}
 		c.log.Warn("worker lost; its tasks are requeued", "worker", id, "tasks", len(lost))
 		delete(c.workers, id)
+		c.sizeKnown = false
 	}
 }

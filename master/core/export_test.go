@@ -1,0 +1,5 @@
+package core
+
+// PoolSize is poolSize (cached); CountPool counts it afresh.
+func (c *Core) PoolSize() int  { return c.poolSize() }
+func (c *Core) CountPool() int { return c.countPool() }
