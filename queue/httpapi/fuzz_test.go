@@ -21,6 +21,9 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"epoch": 1, "max": 3}`, `{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`,
 		`{"pilot_id": "p", "epoch": 9223372036854775807}`, `{"priority": 1e308}`, `null`, `[]`, `"x"`, `{`, ``,
 		`{"command": ["{{input}}"], "batch_size": 1, "dataset": "/../.."}`,
+		// results off internal/wirejson's fast path (encoding/json decides)
+		`{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "d\u006fne", "pilot": "\xff"}]}`,
+		`{"epoch": 1, "results": [{"Task_ID": 1, "attempt": 1.0, "status": "done"}]} {}`,
 	} {
 		for i := range fuzzPaths {
 			f.Add(uint8(i), s)
