@@ -22,7 +22,8 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"pilot_id": "p", "epoch": 9223372036854775807}`, `{"priority": 1e308}`, `null`, `[]`, `"x"`, `{`, ``,
 		`{"command": ["{{input}}"], "batch_size": 1, "dataset": "/../.."}`,
 		// results off internal/wirejson's fast path (encoding/json decides)
-		`{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "d\u006fne", "pilot": "\xff"}]}`,
+		`{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "d\u006fne", "pilot": "p\x"}]}`,
+		"{\"epoch\": 1, \"results\": [{\"task_id\": 1, \"attempt\": 1, \"status\": \"done\", \"pilot\": \"\xff\"}]}",
 		`{"epoch": 1, "results": [{"Task_ID": 1, "attempt": 1.0, "status": "done"}]} {}`,
 	} {
 		for i := range fuzzPaths {
