@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,8 @@ type Checkpoint struct {
 	// before): a compaction deletes only those, not every task that came
 	// and went within the second.
 	stored map[pilotproto.TaskRef]struct{}
+	// scratch is the compaction's fold memory, reused every second.
+	scratch foldScratch
 }
 
 // The tables are brought up to date from the log every compactEvery, or
@@ -421,7 +424,7 @@ func (c *Checkpoint) compact() error {
 	}
 	var f folded
 	if len(c.pending) > 0 {
-		if f, err = fold(c.stored, c.pending...); err != nil {
+		if f, err = c.scratch.fold(c.stored, c.pending...); err != nil {
 			return err
 		}
 		if err := c.apply(tx, f); err != nil {
@@ -504,7 +507,8 @@ func (c *Checkpoint) replay(tx *sql.Tx) error {
 	if len(batches) == 0 {
 		return nil
 	}
-	f, err := fold(nil, batches...)
+	var scratch foldScratch
+	f, err := scratch.fold(nil, batches...)
 	if err != nil {
 		return err
 	}
@@ -549,6 +553,12 @@ type folded struct {
 	gone, wrote []pilotproto.TaskRef
 }
 
+// foldScratch is fold's memory, kept for the next fold.
+type foldScratch struct {
+	nets  []taskNet
+	index map[pilotproto.TaskRef]int32
+}
+
 // taskNet is the net effect of one task's ops.
 type taskNet struct {
 	ref     pilotproto.TaskRef
@@ -569,7 +579,7 @@ type taskNet struct {
 // whatever came before it in ops. The last estimate of a job and the last
 // capacity state win. stored, when not nil, are the rows the tasks table
 // holds: a row is deleted only if it is there.
-func fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]core.Op) (folded, error) {
+func (s *foldScratch) fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]core.Op) (folded, error) {
 	nops := 0
 	for _, ops := range batches {
 		nops += len(ops)
@@ -577,8 +587,16 @@ func fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]core.Op) (folded,
 	var f folded
 	// The tasks' nets in the order of their first op; index maps a task
 	// to its net (an index, not a pointer: one allocation for all nets).
-	nets := make([]taskNet, 0, nops/3+1)
-	index := make(map[pilotproto.TaskRef]int32, nops/3+1)
+	if s.index == nil {
+		s.index = make(map[pilotproto.TaskRef]int32, nops/3+1)
+	}
+	nets, index := s.nets[:0], s.index
+	defer func() {
+		clear(nets) // the tasks and results they point to go with the ops
+		s.nets = nets[:0]
+		clear(index)
+	}()
+	nets = slices.Grow(nets, nops/3+1)
 	// A new row takes its place (seq) at the first add since the task's
 	// row was last deleted; a later add of the same row keeps it. adds
 	// are the nets of those first adds, in order.

@@ -19,7 +19,8 @@ func Commits(m *Master) int64 { return m.cp.commits.Load() }
 // (the statements' arrays of their fold, one row), for the tests of a
 // checkpoint a master of version 4 left.
 func (c *Checkpoint) CommitV4(ops []core.Op) error {
-	f, err := fold(nil, ops)
+	var scratch foldScratch
+	f, err := scratch.fold(nil, ops)
 	if err != nil {
 		return err
 	}

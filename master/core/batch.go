@@ -27,7 +27,7 @@ func (c *Core) assign(w *worker, free int, now time.Time) []workerproto.Batch {
 			break
 		}
 		c.nextBatch++
-		b := workerproto.Batch{ID: c.nextBatch}
+		b := workerproto.Batch{ID: c.nextBatch, Tasks: make([]pilotproto.Task, 0, len(refs))}
 		for _, k := range refs {
 			b.Tasks = append(b.Tasks, c.tasks[k].t)
 			c.do(Op{Kind: OpAssign, Ref: k, Worker: w.id, Batch: b.ID}, now)

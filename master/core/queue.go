@@ -124,7 +124,7 @@ func (c *Core) beat(now time.Time) *Beat {
 		// One round of the capacity rule per heartbeat: the run times
 		// since the last one, judged against the pool size they ran at.
 		d := c.capa.Step(c.samples)
-		c.samples = nil
+		c.samples = c.samples[:0] // Step keeps none of them
 		if d.Cap != c.capLast.Cap || d.Phase != c.capLast.Phase {
 			c.log.Info("pool capacity", "cap", d.Cap, "phase", d.Phase, "size", c.poolSize(), "reason", d.Reason)
 		}

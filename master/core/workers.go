@@ -154,8 +154,12 @@ func (c *Core) results(now time.Time, e Results) {
 	seen := map[ref]bool{}
 	learnt := map[int64]bool{}
 	var jobs []int64
+	// The finish ops point into one copy of the results (sized once: its
+	// elements do not move), not into the request, which is the caller's.
+	kept := make([]pilotproto.Result, 0, len(e.ResultsRequest.Results))
 	for i := range e.ResultsRequest.Results {
-		r := e.ResultsRequest.Results[i]
+		kept = append(kept, e.ResultsRequest.Results[i])
+		r := &kept[len(kept)-1]
 		k := ref{TaskID: r.TaskID, Attempt: r.Attempt}
 		t := c.tasks[k]
 		if t == nil || t.state == StateFinal || seen[k] {
@@ -168,18 +172,18 @@ func (c *Core) results(now time.Time, e Results) {
 		switch {
 		case r.Status == pilotproto.StatusInterrupted && c.cancelled[t.t.JobID]:
 			r.Status = pilotproto.StatusKilled
-			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
+			c.do(Op{Kind: OpFinish, Ref: k, Result: r}, now)
 		case r.Status == pilotproto.StatusInterrupted && handBack:
 			// Back to the queue as interrupted: no attempt counted, and
 			// the queue counts its run time as lost work.
-			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
+			c.do(Op{Kind: OpFinish, Ref: k, Result: r}, now)
 		case r.Status == pilotproto.StatusInterrupted:
 			// The worker's pilot is ending: run it elsewhere now, not an
 			// attempt; its run time so far is lost work.
 			c.do(Op{Kind: OpRequeue, Ref: k}, now)
 			c.lostMS += max(0, r.DurationMS)
 		default:
-			c.do(Op{Kind: OpFinish, Ref: k, Result: &r}, now)
+			c.do(Op{Kind: OpFinish, Ref: k, Result: r}, now)
 		}
 		if r.Status == pilotproto.StatusDone || r.Status == pilotproto.StatusFailed {
 			job := t.t.JobID
