@@ -134,6 +134,9 @@ func Open(cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A running task's heartbeat reaches the journal every tenth of the
+	// zombie timeout (30 s by default), not at every renewal (TTL/3).
+	st.SetHeartbeatJournal(cfg.ZombieTimeout / 10)
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),

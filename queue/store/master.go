@@ -561,6 +561,7 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	var c change
+	var quiet []*taskRow // RUNNING, in the overlay, journalled less than hbEvery ago
 	if len(refs) > 0 {
 		ids := make([]int64, len(refs))
 		for i, r := range refs {
@@ -575,9 +576,13 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 			if t == nil || t.attempt != r.Attempt || t.pool != pool || !taskActive(t.state) {
 				continue
 			}
+			delete(tasks, r.TaskID) // listed twice: once
+			if t.state == api.TaskRunning && ms(now)-t.syncedHB < s.hbEvery.Milliseconds() {
+				quiet = append(quiet, t) // its time moves in memory, below
+				continue
+			}
 			t.state, t.heartbeatAt = api.TaskRunning, ms(now)
 			c.tasks = append(c.tasks, t)
-			delete(tasks, r.TaskID) // listed twice: once
 		}
 		c.encode()
 	}
@@ -594,8 +599,24 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	s.ov.apply(&c)
+	for _, t := range quiet {
+		s.ov.beat(t, ms(now))
+	}
 	s.cacheLease(pool, next)
 	return next, nil
+}
+
+// SetHeartbeatJournal sets how long a RUNNING task's heartbeat may move
+// in memory only: a heartbeat journals a task only when its state changes
+// or its last journalled heartbeat is at least every old (0, the default:
+// every heartbeat). The master renews every few seconds, and every task it
+// lists was a row of the journal and of a fold each time; the sweeps get
+// the times from memory (a cold write writes them first), a crash loses
+// at most every of them.
+func (s *Store) SetHeartbeatJournal(every time.Duration) {
+	s.hot.Lock()
+	defer s.hot.Unlock()
+	s.hbEvery = every
 }
 
 func taskActive(state string) bool {
@@ -651,6 +672,11 @@ func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
 	s.hot.Lock()
 	defer s.hot.Unlock()
+	if s.ov.activeStale {
+		if err := s.countActive(ctx); err != nil {
+			return nil, err
+		}
+	}
 	out := make(map[string]int, len(s.ov.active))
 	for pool, n := range s.ov.active {
 		if n > 0 {

@@ -49,13 +49,19 @@ type taskRow struct {
 	lastError               string
 	seq                     int64 // journal entry of its last change not folded yet; 0: as stored
 	since                   int64 // Unix ns when it became dirty (seq > 0)
+	// syncedHB is the heartbeat time the journal or the table holds: a
+	// heartbeat of a RUNNING task within Store.hbEvery of it moves
+	// heartbeatAt in memory only (see Heartbeat).
+	syncedHB int64
 }
 
 const taskColumns = `id, job_id, name, state, attempt, tries, epoch, pilot, pool, queued_at, assigned_at, heartbeat_at, finished_at, wait_ms, exit_code, last_error`
 
 func scanTask(sc interface{ Scan(...any) error }, t *taskRow) error {
-	return sc.Scan(&t.id, &t.job, &t.name, &t.state, &t.attempt, &t.tries, &t.epoch, &t.pilot, &t.pool,
+	err := sc.Scan(&t.id, &t.job, &t.name, &t.state, &t.attempt, &t.tries, &t.epoch, &t.pilot, &t.pool,
 		&t.queuedAt, &t.assignedAt, &t.heartbeatAt, &t.finishedAt, &t.waitMS, &t.exitCode, &t.lastError)
+	t.syncedHB = t.heartbeatAt
+	return err
 }
 
 // poolKey is a row of job_pools.
@@ -108,8 +114,9 @@ type overlay struct {
 	// hold (base: id -> pool, read when the overlay was last emptied).
 	// Several live sites read it at every pull (Outstanding): a count
 	// from the table would fold the journal first.
-	active map[string]int
-	base   map[int64]string
+	active      map[string]int
+	base        map[int64]string
+	activeStale bool // active and base are to be read again (countActive)
 }
 
 func newOverlay() overlay {
@@ -165,7 +172,7 @@ func (o *overlay) apply(c *change) {
 		if old != nil && old.state == api.TaskWaiting {
 			o.unlistWaiting(old)
 		}
-		t.seq = c.seq
+		t.seq, t.syncedHB = c.seq, t.heartbeatAt
 		o.tasks[t.id] = t
 		if t.state == api.TaskWaiting {
 			o.listWaiting(t)
@@ -202,6 +209,22 @@ func (o *overlay) apply(c *change) {
 	for job, id := range c.cursor {
 		o.cursor[job] = max(o.cursor[job], id)
 	}
+}
+
+// beat moves a RUNNING task's heartbeat time to at in memory only (see
+// Store.SetHeartbeatJournal). t is a copy of its row: the overlay's, or the
+// table's, which then enters the overlay clean (as an active task stays
+// after its fold), leaving the table's count of active tasks for the
+// overlay's.
+func (o *overlay) beat(t *taskRow, at int64) {
+	row := o.tasks[t.id]
+	if row == nil {
+		row = t
+		row.seq = 0
+		o.tasks[t.id] = row
+		delete(o.base, t.id)
+	}
+	row.heartbeatAt = max(row.heartbeatAt, at)
 }
 
 // redirty counts a row changed by entry seq at now whose previous version
@@ -609,6 +632,7 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 		o.dirty--
 		o.live[t.seq]--
 		t.seq = 0
+		t.syncedHB = t.heartbeatAt // written as encoded: s.hot was held throughout
 		if t.state != api.TaskWaiting && !taskActive(t.state) {
 			delete(o.tasks, t.id)
 		}
@@ -714,23 +738,61 @@ func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := s.foldLocked(ctx); err != nil {
 		return fmt.Errorf("fold the journal: %w", err)
 	}
-	s.ov = newOverlay()
-	err := s.write(ctx, fn)
-	// Counted again whether fn committed or not: the overlay is empty.
-	if cerr := s.countActive(ctx); err == nil {
-		err = cerr
+	if err := s.flushHeartbeats(ctx); err != nil {
+		return err
 	}
-	return err
+	s.ov = newOverlay()
+	s.ov.activeStale = true // counted again at the next Outstanding, whatever fn did
+	return s.write(ctx, fn)
+}
+
+var flushHeartbeatsSQL = hot(`UPDATE tasks SET heartbeat_at = d.v->>1
+	FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE tasks.id = d.v->>0`)
+
+// flushHeartbeats writes the heartbeat times that moved in memory only
+// (s.hot is held): before a cold write (the sweeps judge tasks by them)
+// and at Close. The rows are clean here (folded), or their fold writes
+// them anyway.
+func (s *Store) flushHeartbeats(ctx context.Context) error {
+	var rows []*taskRow
+	for _, t := range s.ov.tasks {
+		if t.heartbeatAt > t.syncedHB && t.seq == 0 {
+			rows = append(rows, t)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	slices.SortFunc(rows, func(a, b *taskRow) int { return cmp.Compare(a.id, b.id) })
+	arg := encodeRows(rows, 32, func(b []byte, t *taskRow) []byte {
+		b = append(b, '[')
+		b = strconv.AppendInt(b, t.id, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, t.heartbeatAt, 10)
+		return append(b, ']')
+	})
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := s.exec(ctx, tx, flushHeartbeatsSQL, arg)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write heartbeats: %w", err)
+	}
+	for _, t := range rows {
+		t.syncedHB = t.heartbeatAt
+	}
+	return nil
 }
 
 var activeTasksSQL = hot(`SELECT id, pool FROM tasks INDEXED BY tasks_active WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`)
 
-// countActive reads the table's active tasks into the empty overlay's
-// counts (s.hot is held; Open and cold writes).
+// countActive reads the table's active tasks into the counts of an
+// overlay emptied since (s.hot is held; Open, and Outstanding after a cold
+// write): the overlay's own rows count on top.
 func (s *Store) countActive(ctx context.Context) error {
 	o := &s.ov
-	clear(o.base)
-	clear(o.active)
+	base := map[int64]string{}
+	active := map[string]int{}
 	rows, err := s.query(ctx, nil, activeTasksSQL)
 	if err != nil {
 		return fmt.Errorf("count active tasks: %w", err)
@@ -742,10 +804,21 @@ func (s *Store) countActive(ctx context.Context) error {
 		if err := rows.Scan(&id, &pool); err != nil {
 			return fmt.Errorf("count active tasks: %w", err)
 		}
-		o.base[id] = pool
-		o.active[pool]++
+		if _, mine := o.tasks[id]; !mine {
+			base[id] = pool
+			active[pool]++
+		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count active tasks: %w", err)
+	}
+	for _, t := range o.tasks {
+		if taskActive(t.state) {
+			active[t.pool]++
+		}
+	}
+	o.base, o.active, o.activeStale = base, active, false
+	return nil
 }
 
 // patchJob sets a job read from the table to the overlay's counters and

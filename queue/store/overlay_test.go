@@ -340,6 +340,9 @@ func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
 		// Two pools, so that the per-pool counts of active tasks
 		// (Outstanding, kept in memory) can be told apart.
 		pools := []string{"local", "b"}
+		if seed%2 == 1 {
+			s.SetHeartbeatJournal(time.Hour) // heartbeats of running tasks in memory only
+		}
 		if _, d, err := s.DecideLease(ctx, "b", pilotproto.LeaseRequest{PilotID: "pb"}, t0, time.Hour); err != nil || d.Next.Epoch != 1 {
 			t.Fatalf("lease b: %+v %v", d, err)
 		}
@@ -396,6 +399,9 @@ func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
 				if s, err = Open(path); err != nil {
 					t.Fatal(err)
 				}
+				if seed%2 == 1 {
+					s.SetHeartbeatJournal(time.Hour)
+				}
 			}
 			j, err := s.Job(ctx, job)
 			if err != nil {
@@ -429,5 +435,55 @@ func TestRandomHistoriesKeepCountersAndTasksInStep(t *testing.T) {
 			}
 		}
 		s.Close()
+	}
+}
+
+// A RUNNING task's heartbeat within the journal interval of its last
+// journalled one moves in memory only; the sweeps still judge it by the
+// newest (a cold write writes the times first), and so does the table
+// after a close.
+func TestQuietHeartbeatsMoveInMemoryAndReachTheSweeps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, job := openWithJob(t, path, 4)
+	ctx := context.Background()
+	s.SetHeartbeatJournal(time.Minute)
+	held := take(t, s, job, 2)
+	var refs []pilotproto.TaskRef
+	for _, h := range held {
+		refs = append(refs, pilotproto.TaskRef{TaskID: h.ID, Attempt: h.Attempt})
+	}
+	beat := func(at time.Duration, journalled bool) {
+		t.Helper()
+		before := journalRows(t, s)
+		if _, err := s.Heartbeat(ctx, "local", 1, t0.Add(at), time.Hour, refs); err != nil {
+			t.Fatal(err)
+		}
+		if got := journalRows(t, s) - before; got != map[bool]int{true: 1, false: 0}[journalled] {
+			t.Fatalf("heartbeat at +%v wrote %d journal entries, journalled: %v", at, got, journalled)
+		}
+	}
+	beat(time.Second, true)               // ASSIGNED -> RUNNING
+	beat(10*time.Second, false)           // 9 s after the journalled one
+	beat(70*time.Second, true)            // 69 s after it
+	if err := s.Settle(ctx); err != nil { // folded: the rows are clean, the table says +70 s
+		t.Fatal(err)
+	}
+	beat(100*time.Second, false) // 30 s after it: in memory only
+	n, err := s.MarkZombies(ctx, t0.Add(90*time.Second), 100)
+	if err != nil || n != 0 {
+		t.Fatalf("a sweep at +90 s marked %d zombies (%v): it judged by the journalled +70 s, not the +100 s in memory", n, err)
+	}
+	beat(120*time.Second, false)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var hb int64
+	if err := s.r.QueryRow(`SELECT min(heartbeat_at) FROM tasks WHERE state = 'RUNNING'`).Scan(&hb); err != nil || hb != t0.Add(120*time.Second).UnixMilli() {
+		t.Fatalf("after a close the table says %d (%v), want the last heartbeat %d", hb, err, t0.Add(120*time.Second).UnixMilli())
 	}
 }

@@ -69,6 +69,7 @@ type Store struct {
 	// guards ov (overlay.go).
 	hot        sync.Mutex
 	ov         overlay
+	hbEvery    time.Duration   // see SetHeartbeatJournal
 	bg         context.Context // ends at Close
 	stopBg     context.CancelFunc
 	stop, kick chan struct{}
@@ -173,6 +174,9 @@ func (s *Store) Close() error {
 	close(s.stop)
 	<-s.folderDone
 	ferr := s.settle(context.Background())
+	s.hot.Lock()
+	ferr = errors.Join(ferr, s.flushHeartbeats(context.Background()))
+	s.hot.Unlock()
 	s.stopBg()
 	for _, st := range s.stmts {
 		st.Close()
