@@ -231,3 +231,74 @@ func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
 		t.Fatalf("a second heartbeat changed the tasks: %+v", got.Tasks)
 	}
 }
+
+// A task handed to the pool's live master and never listed by its
+// heartbeats (the pull's answer was lost on the way) is requeued once the
+// master has heartbeated for the grace (3 x TTL, at least 10 s) since,
+// not after the zombie timeout; tasks it lists, and tasks handed out
+// within the grace, are left alone.
+func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
+	e := queuetest.New(t, func(c *queue.Config) { c.ZombieTimeout = time.Hour; c.LeaseTTL = 4 * time.Second })
+	ctx := context.Background()
+	j, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("u", 6), Command: []string{"p"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 3})
+	if err != nil || len(p.Tasks) != 3 {
+		t.Fatal(p, err)
+	}
+	lost := p.Tasks[2] // the master never got this one
+	held := []pilotproto.TaskRef{{TaskID: p.Tasks[0].ID, Attempt: p.Tasks[0].Attempt}, {TaskID: p.Tasks[1].ID, Attempt: p.Tasks[1].Attempt}}
+	state := func(id int64) string {
+		var s string
+		e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
+		return s
+	}
+	var late pilotproto.Task
+	for sec := 1; sec <= 14; sec++ {
+		e.Clock.Advance(time.Second)
+		if sec == 10 { // handed out 4 s before the sweep: within the grace
+			q, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 1})
+			if err != nil || len(q.Tasks) != 1 {
+				t.Fatal(q, err)
+			}
+			late = q.Tasks[0]
+		}
+		if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: l.Epoch, Running: held}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Q.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if sec == 11 && state(lost.ID) != api.TaskAssigned {
+			t.Fatalf("requeued after %d s of heartbeats, before the 12 s grace: %s", sec, state(lost.ID))
+		}
+	}
+	if s := state(lost.ID); s != api.TaskWaiting {
+		t.Fatalf("a task its master never listed is %s after the grace, want WAITING", s)
+	}
+	if s0, s1, sl := state(p.Tasks[0].ID), state(p.Tasks[1].ID), state(late.ID); s0 != api.TaskRunning || s1 != api.TaskRunning || sl != api.TaskAssigned {
+		t.Fatalf("listed tasks %s %s, the one handed out within the grace %s", s0, s1, sl)
+	}
+	got, err := e.Q.Job(ctx, "alice", false, j.ID)
+	if err != nil || got.Tasks.Waiting != 3 || got.Tasks.Running != 3 || got.Tasks.Failed != 0 {
+		t.Fatalf("job counters %+v (%v), want 3 waiting (2 never pulled, the requeued one) and 3 running, nothing failed", got.Tasks, err)
+	}
+	// The requeue counted no attempt: the task is handed out again.
+	q, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := false
+	for _, tk := range q.Tasks {
+		again = again || tk.ID == lost.ID
+	}
+	if !again {
+		t.Fatalf("the requeued task was not handed out again: %+v", q.Tasks)
+	}
+}

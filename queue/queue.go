@@ -76,6 +76,9 @@ type Queue struct {
 	// orphansChecked is, per pool, the newest epoch whose first heartbeat
 	// requeued the older epochs' tasks it did not list.
 	orphansChecked map[string]int64
+	// beats is, per pool, the epoch and time of its master's last
+	// heartbeat (sweepUnacknowledged).
+	beats map[string]poolBeat
 	// opened is when this queue process opened the database: tasks handed
 	// out before it may have had their answer cut by the restart.
 	opened time.Time
@@ -140,7 +143,7 @@ func Open(cfg Config) (*Queue, error) {
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
-		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, ends: map[pilotKey]int64{},
+		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, beats: map[string]poolBeat{}, ends: map[pilotKey]int64{},
 		submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
 	}
 	q.opened = q.now()

@@ -128,6 +128,7 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 		}
 	}
 	refs := req.Running
+	at := q.now()
 	for first := true; first || len(refs) > 0; first = false {
 		chunk := refs[:min(len(refs), q.cfg.WriteChunk*4)]
 		refs = refs[len(chunk):]
@@ -139,6 +140,7 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 		resp.LeaseExpires = l.Expires.Unix()
 	}
 	q.mu.Lock()
+	q.beats[p.site] = poolBeat{epoch: req.Epoch, at: at}
 	q.lostMS += req.LostMS
 	q.sites.Pilots(p.site, req.Pilots, q.now())
 	for _, pi := range req.Pilots {

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 )
@@ -14,7 +18,61 @@ import (
 // the last one); jobs still WAITING past their expiry become ERROR_EW; final
 // jobs older than the retention are purged.
 func (q *Queue) Sweep(ctx context.Context) error {
-	return errors.Join(q.sweepZombies(ctx), q.sweepExpired(ctx), q.sweepJobExpiry(ctx), q.purge(ctx))
+	return errors.Join(q.sweepUnacknowledged(ctx), q.sweepZombies(ctx), q.sweepExpired(ctx), q.sweepJobExpiry(ctx), q.purge(ctx))
+}
+
+// poolBeat is a pool master's last heartbeat.
+type poolBeat struct {
+	epoch int64
+	at    time.Time
+}
+
+// unackedGrace is how long before a master's heartbeat a task must have
+// been handed to it for the heartbeat's silence about it to mean the
+// master never got it: nine of its renewals (every TTL/3), and at least
+// 10 s, well beyond a pull's answer on its way.
+func (q *Queue) unackedGrace() time.Duration { return max(3*q.cfg.LeaseTTL, 10*time.Second) }
+
+// sweepUnacknowledged requeues the tasks a pool's live master was handed
+// and has never listed: a heartbeat lists every task the master holds and
+// makes them RUNNING, so a task still ASSIGNED to the master's epoch,
+// handed out long before its last heartbeat, is one whose pull answer was
+// lost on the way (a timeout, a connection cut) after the master started.
+// Nobody will run or report it; without this it waited for the zombie
+// timeout (5 minutes by default). It is requeued as interrupted (no
+// attempt counted); should the master report it after all, the report is
+// idempotent like any other.
+func (q *Queue) sweepUnacknowledged(ctx context.Context) error {
+	q.mu.Lock()
+	beats := maps.Clone(q.beats)
+	q.mu.Unlock()
+	grace := q.unackedGrace()
+	var errs []error
+	for site, b := range beats {
+		refs, err := q.st.AssignedBefore(ctx, site, b.epoch, b.at.Add(-grace))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(refs) == 0 {
+			continue
+		}
+		now := q.now().UnixMilli()
+		res := make([]pilotproto.Result, len(refs))
+		for i, r := range refs {
+			res[i] = pilotproto.Result{TaskID: r.TaskID, Attempt: r.Attempt, Status: pilotproto.StatusInterrupted,
+				StartedAt: now, ErrorTail: "requeued: its master never acknowledged it (the pull's answer was lost)"}
+		}
+		if _, err := q.applyResults(ctx, site, b.epoch, res); err != nil {
+			if errors.Is(err, api.ErrStaleEpoch) || errors.Is(err, api.ErrLeaseExpired) {
+				continue // a new master's first heartbeat requeues what the old one held
+			}
+			errs = append(errs, fmt.Errorf("requeue unacknowledged tasks: %w", err))
+			continue
+		}
+		q.log.Warn("requeued tasks their master never acknowledged", "site", site, "epoch", b.epoch, "tasks", len(refs))
+	}
+	return errors.Join(errs...)
 }
 
 func (q *Queue) sweepZombies(ctx context.Context) error {

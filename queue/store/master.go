@@ -667,6 +667,29 @@ func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch
 	return out, rows.Err()
 }
 
+// AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
+// heartbeat has listed them) that were handed out before t.
+func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks INDEXED BY tasks_active
+		WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND state = 'ASSIGNED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+	if err != nil {
+		return nil, fmt.Errorf("find tasks never acknowledged: %w", err)
+	}
+	defer rows.Close()
+	var out []pilotproto.TaskRef
+	for rows.Next() {
+		var r pilotproto.TaskRef
+		if err := rows.Scan(&r.TaskID, &r.Attempt); err != nil {
+			return nil, fmt.Errorf("find tasks never acknowledged: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
 // Outstanding counts the active tasks (handed out, not finished) of each
 // pool, from memory (overlay.active).
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
