@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -66,11 +65,13 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 		writeErr(w, http.StatusUnauthorized, "missing or wrong pilot token")
 		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	buf := wirejson.GetBuffer()
+	defer wirejson.PutBuffer(buf)
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
 	if err == nil {
 		// Results go through wirejson's decoder; anything off its fast
 		// path, and every other request, through encoding/json's Decoder.
-		err = wirejson.Decode(body, v, wirejson.FirstValue)
+		err = wirejson.Decode(buf.Bytes(), v, wirejson.FirstValue)
 	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))

@@ -55,9 +55,6 @@ func newHTTP(token string) *resty.Client {
 // hundreds of times a second.
 var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// answers holds the master's answers being decoded.
-var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 // post sends in as JSON and decodes the answer into out. It encodes the
 // body itself and reads the answer from the stream (resty's
 // SetDoNotParseResponse): resty's own body handling matched the content
@@ -84,13 +81,8 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	defer body.Close()
 	if resp.IsSuccess() {
 		// Reading to the end also gives the connection back to the pool.
-		ans := answers.Get().(*bytes.Buffer)
-		defer func() {
-			if ans.Cap() <= 1<<20 { // a rare huge answer's buffer is not kept
-				answers.Put(ans)
-			}
-		}()
-		ans.Reset()
+		ans := wirejson.GetBuffer()
+		defer wirejson.PutBuffer(ans)
 		_, err := ans.ReadFrom(body)
 		if err == nil {
 			// Task batches are decoded by wirejson; the rest, and

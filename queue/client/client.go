@@ -144,6 +144,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		if out != nil && !fast {
 			req.SetResult(out)
 		}
+		if fast {
+			req.SetDoNotParseResponse(true) // read into a lent buffer below
+		}
 		if query != nil {
 			req.SetQueryParamsFromValues(query)
 		}
@@ -154,12 +157,29 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			}
 			return fmt.Errorf("queue %s %s: %w", method, path, err)
 		}
-		if resp.IsSuccess() {
-			if fast {
-				if err := wirejson.Decode(resp.Body(), out, json.Unmarshal); err != nil {
+		if fast {
+			buf := wirejson.GetBuffer()
+			defer wirejson.PutBuffer(buf)
+			raw := resp.RawBody()
+			_, err := buf.ReadFrom(raw)
+			raw.Close()
+			if err != nil {
+				return fmt.Errorf("queue %s %s: reading the answer: %w", method, path, err)
+			}
+			if resp.IsSuccess() {
+				if err := wirejson.Decode(buf.Bytes(), out, json.Unmarshal); err != nil {
 					return fmt.Errorf("queue %s %s: %w", method, path, err)
 				}
+				return nil
 			}
+			e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(buf.String())}
+			var ae api.Error
+			if json.Unmarshal(buf.Bytes(), &ae) == nil && ae.Error != "" {
+				e.Message, e.Code = ae.Error, ae.Code
+			}
+			return retryable(e)
+		}
+		if resp.IsSuccess() {
 			return nil
 		}
 		e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(resp.String())}
@@ -167,10 +187,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			e.Message = ae.Error
 			e.Code = ae.Code
 		}
-		if e.Status >= 500 {
-			return e
-		}
-		return backoff.Permanent(e)
+		return retryable(e)
 	}
 	if !idempotent || c.cfg.RetryFor == 0 {
 		err := op()
@@ -185,6 +202,15 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = c.cfg.RetryFor
 	return backoff.Retry(op, backoff.WithContext(b, ctx))
+}
+
+// retryable is e, to be retried if the server failed (5xx), else as a
+// permanent error.
+func retryable(e *Error) error {
+	if e.Status >= 500 {
+		return e
+	}
+	return backoff.Permanent(e)
 }
 
 // ListOptions select jobs.

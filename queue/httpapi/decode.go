@@ -66,15 +66,16 @@ func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 	if err := contentType(r); err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
+	buf := wirejson.GetBuffer()
+	defer wirejson.PutBuffer(buf)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
 		}
 		return invalid("reading the body: %v", err)
 	}
-	return wirejson.Decode(body, v, strictBulk)
+	return wirejson.Decode(buf.Bytes(), v, strictBulk)
 }
 
 // strictBulk decodes one JSON object, refusing unknown fields and data
