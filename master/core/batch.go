@@ -29,7 +29,7 @@ func (c *Core) assign(w *worker, free int, now time.Time) []workerproto.Batch {
 		c.nextBatch++
 		b := workerproto.Batch{ID: c.nextBatch, Tasks: make([]pilotproto.Task, 0, len(refs))}
 		for _, k := range refs {
-			b.Tasks = append(b.Tasks, c.tasks[k].t)
+			b.Tasks = append(b.Tasks, *c.tasks[k].t)
 			c.do(Op{Kind: OpAssign, Ref: k, Worker: w.id, Batch: b.ID}, now)
 		}
 		batches = append(batches, b)
@@ -112,7 +112,7 @@ func (c *Core) takeOfJob(job int64, n int) []ref {
 
 // estimate is the duration to plan a task with: learnt from the job's
 // results, else its timeout, else unknown (0).
-func (c *Core) estimate(t pilotproto.Task) time.Duration {
+func (c *Core) estimate(t *pilotproto.Task) time.Duration {
 	if e := c.est[t.JobID]; e != nil {
 		if d, ok := e.Estimate(); ok {
 			return d

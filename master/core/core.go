@@ -79,7 +79,9 @@ type ref = pilotproto.TaskRef
 func refOf(t pilotproto.Task) ref { return ref{TaskID: t.ID, Attempt: t.Attempt} }
 
 type task struct {
-	t        pilotproto.Task
+	// t is the task as the queue's answer (or the checkpoint) holds it,
+	// shared with its add op, not a copy: nothing changes it.
+	t        *pilotproto.Task
 	state    State
 	worker   string
 	batch    int64
@@ -192,9 +194,10 @@ func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *
 	for j, e := range estimates {
 		c.est[j] = &e
 	}
-	for _, r := range rows {
+	for i := range rows {
+		r := &rows[i]
 		k := refOf(r.Task)
-		t := &task{t: r.Task, state: r.State, worker: r.Worker, batch: r.Batch, result: r.Result, handedAt: now}
+		t := &task{t: &r.Task, state: r.State, worker: r.Worker, batch: r.Batch, result: r.Result, handedAt: now}
 		c.tasks[k] = t
 		c.nextBatch = max(c.nextBatch, r.Batch)
 		switch r.State {
@@ -394,7 +397,7 @@ func (c *Core) do(o Op, now time.Time) {
 	c.leave(t)
 	switch o.Kind {
 	case OpAdd:
-		t = &task{t: *o.Task}
+		t = &task{t: o.Task}
 		c.tasks[o.Ref] = t
 		c.toPending(o.Ref, t)
 	case OpAssign:
@@ -423,7 +426,7 @@ func (c *Core) leave(t *task) {
 	case StateAssigned:
 		c.nassigned--
 		if w := c.workers[t.worker]; w != nil {
-			delete(w.out, refOf(t.t))
+			delete(w.out, refOf(*t.t))
 		}
 	case StateFinal:
 		c.nfinal--
@@ -455,7 +458,7 @@ func (c *Core) worker(id string, now time.Time) *worker {
 }
 
 // resultFor is a result the master makes itself (interrupted, killed).
-func (c *Core) resultFor(t pilotproto.Task, status string, now time.Time) *pilotproto.Result {
+func (c *Core) resultFor(t *pilotproto.Task, status string, now time.Time) *pilotproto.Result {
 	return &pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: status, Pilot: c.cfg.PilotID, StartedAt: now.UnixMilli()}
 }
 

@@ -228,14 +228,15 @@ func (c *Core) pulled(now time.Time, e Pulled) {
 		c.pullAt = now.Add(c.cfg.RetryInterval)
 		return
 	}
-	for i, t := range e.Resp.Tasks {
-		k := refOf(t)
+	for i := range e.Resp.Tasks {
+		t := &e.Resp.Tasks[i]
+		k := refOf(*t)
 		if old := c.tasks[k]; old != nil {
 			if old.state != StateFinal || old.result == nil || old.result.Status != pilotproto.StatusInterrupted {
 				continue
 			}
 		}
-		c.do(Op{Kind: OpAdd, Ref: k, Task: &e.Resp.Tasks[i]}, now)
+		c.do(Op{Kind: OpAdd, Ref: k, Task: t}, now)
 		switch {
 		case c.cancelled[t.JobID]:
 			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(t, pilotproto.StatusKilled, now)}, now)
