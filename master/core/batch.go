@@ -134,7 +134,7 @@ func (c *Core) compact() {
 		return
 	}
 	c.pending = c.livePending()
-	c.byJob = map[int64][]ref{}
+	c.byJob = make(map[int64][]ref, len(c.byJob))
 	for _, k := range c.pending {
 		job := c.tasks[k].t.JobID
 		c.byJob[job] = append(c.byJob[job], k)

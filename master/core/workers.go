@@ -151,8 +151,9 @@ func (c *Core) results(now time.Time, e Results) {
 	if w != nil {
 		w.lastSeen = now
 	}
-	seen := map[ref]bool{}
-	learnt := map[int64]bool{}
+	n := len(e.ResultsRequest.Results)
+	seen := make(map[ref]bool, n) // sized once: grown a result at a time they were rehashed
+	learnt := make(map[int64]bool, n)
 	var jobs []int64
 	// The finish ops point into one copy of the results (sized once: its
 	// elements do not move), not into the request, which is the caller's.
