@@ -218,14 +218,17 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 
 // Job reads one visible job; api.ErrNotFound when there is none.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
-	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
+	var j api.Job
+	err := s.readPatched(func() (err error) {
+		j, err = scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
+		return err
+	}, func() bool { return s.patchJob(&j) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
 	if err != nil {
 		return api.Job{}, fmt.Errorf("read job %d: %w", id, err)
 	}
-	s.patchJob(&j)
 	return j, nil
 }
 
@@ -241,22 +244,32 @@ func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64,
 			return nil, err
 		}
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
+	var out []api.Job
+	read := func() error {
+		rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	defer rows.Close()
-	out := []api.Job{}
-	for rows.Next() {
-		j, err := scanJob(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
+			return err
 		}
-		s.patchJob(&j)
-		out = append(out, j)
+		defer rows.Close()
+		out = []api.Job{}
+		for rows.Next() {
+			j, err := scanJob(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, j)
+		}
+		return rows.Err()
 	}
-	if err := rows.Err(); err != nil {
+	patch := func() bool {
+		all := true
+		for i := range out {
+			all = s.patchJob(&out[i]) && all
+		}
+		return all
+	}
+	if err := s.readPatched(read, patch); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return out, nil

@@ -712,30 +712,36 @@ func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
 // JobPools returns, per pool, the done and failed attempts of a job: where
 // its tasks ran.
 func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, done, failed FROM job_pools WHERE job_id = ?`, job)
-	if err != nil {
+	var out map[string][2]int
+	read := func() error {
+		rows, err := s.r.QueryContext(ctx, `SELECT pool, done, failed FROM job_pools WHERE job_id = ?`, job)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out = map[string][2]int{}
+		for rows.Next() {
+			var pool string
+			var d, f int
+			if err := rows.Scan(&pool, &d, &f); err != nil {
+				return err
+			}
+			out[pool] = [2]int{d, f}
+		}
+		return rows.Err()
+	}
+	// The overlay's counts are the latest (absolute, dirty or not); a
+	// pool the overlay does not hold may be one that left it.
+	patch := func() bool {
+		for k, p := range s.ov.pools {
+			if k.job == job {
+				out[k.pool] = [2]int{p.done, p.failed}
+			}
+		}
+		return false
+	}
+	if err := s.readPatched(read, patch); err != nil {
 		return nil, fmt.Errorf("job %d per pool: %w", job, err)
-	}
-	defer rows.Close()
-	out := map[string][2]int{}
-	for rows.Next() {
-		var pool string
-		var d, f int
-		if err := rows.Scan(&pool, &d, &f); err != nil {
-			return nil, fmt.Errorf("job %d per pool: %w", job, err)
-		}
-		out[pool] = [2]int{d, f}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	// The overlay's counts are the latest (absolute, dirty or not).
-	s.hot.Lock()
-	defer s.hot.Unlock()
-	for k, p := range s.ov.pools {
-		if k.job == job {
-			out[k.pool] = [2]int{p.done, p.failed}
-		}
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
 // The master's hot path (a hand-out, a batch of results, a heartbeat)
@@ -581,6 +582,7 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 	var jobs []*jobRow
 	var results [][2]int64
 	var pools []poolKey
+	gone := false
 	for len(p.tasks) > 0 && len(tasks) < n {
 		if t := o.tasks[p.tasks[0]]; t != nil && t.seq > 0 {
 			tasks = append(tasks, t)
@@ -626,7 +628,7 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 		}
 	}
 	// Clean rows the hot path will read again stay: WAITING tasks (the
-	// waiting lists), active tasks (their results), jobs and their
+	// waiting lists), active tasks (their results), live jobs and their
 	// per-pool counts. A cold write empties the overlay.
 	for _, t := range tasks {
 		o.dirty--
@@ -640,7 +642,14 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 	for _, j := range jobs {
 		o.dirty--
 		o.live[j.seq]--
-		j.seq = 0 // finished jobs stay too, until a cold write empties the overlay: their page reads them here
+		j.seq = 0
+		if !rules.JobLive(j.state) {
+			delete(o.jobs, j.id)
+			gone = true
+		}
+	}
+	if gone {
+		s.gone.Add(1) // the fold has committed: see readPatched
 	}
 	for _, k := range results {
 		o.dirty--
@@ -743,6 +752,7 @@ func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	s.ov = newOverlay()
 	s.ov.activeStale = true // counted again at the next Outstanding, whatever fn did
+	s.gone.Add(1)           // every fold has committed: see readPatched
 	return s.write(ctx, fn)
 }
 
@@ -821,19 +831,48 @@ func (s *Store) countActive(ctx context.Context) error {
 	return nil
 }
 
-// patchJob sets a job read from the table to the overlay's counters and
-// state: a job the overlay holds, dirty or not, has its latest values
-// there (a cold write empties the overlay before it changes a job).
-func (s *Store) patchJob(j *api.Job) {
+// readPatched runs read, a read on the reader pool of rows the overlay
+// may hold newer values of, then patch with s.hot held; patch reports
+// whether it found every row read in the overlay. A row leaves the
+// overlay only after its fold has committed (a finished job's, at its
+// fold; any, when a cold write empties the overlay), but a read whose
+// snapshot predates that commit and whose patch comes after the row left
+// returned the table's old row with nothing to patch it: a finished job
+// shown RUNNING, tasks short, until its next change, which never comes.
+// So when rows have left meanwhile (s.gone moved) and some were not
+// patched, read runs again with s.hot held, where no fold commits and
+// nothing leaves. read must not take s.hot and must close its rows (it
+// may run with s.hot held, waiting for a reader connection).
+func (s *Store) readPatched(read func() error, patch func() bool) error {
+	gone := s.gone.Load()
+	if err := read(); err != nil {
+		return err
+	}
 	s.hot.Lock()
 	defer s.hot.Unlock()
+	if patch() || s.gone.Load() == gone {
+		return nil
+	}
+	if err := read(); err != nil {
+		return err
+	}
+	patch()
+	return nil
+}
+
+// patchJob sets a job read from the table to the overlay's counters and
+// state, and reports whether the overlay holds it: a job the overlay
+// holds, dirty or not, has its latest values there (a cold write empties
+// the overlay before it changes a job). s.hot is held.
+func (s *Store) patchJob(j *api.Job) bool {
 	o := s.ov.jobs[j.ID]
 	if o == nil {
-		return
+		return false
 	}
 	j.State = o.state
 	j.Tasks.Waiting, j.Tasks.Running, j.Tasks.Done, j.Tasks.Failed, j.Tasks.Killed = o.c.Waiting, o.c.Active, o.c.Done, o.c.Failed, o.c.Killed
 	j.StartedAt, j.FinishedAt = sec(o.started), sec(o.finished)
+	return true
 }
 
 // The folder folds in the background: every foldEvery the rows dirty for

@@ -2,14 +2,17 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -485,5 +488,112 @@ func TestQuietHeartbeatsMoveInMemoryAndReachTheSweeps(t *testing.T) {
 	var hb int64
 	if err := s.r.QueryRow(`SELECT min(heartbeat_at) FROM tasks WHERE state = 'RUNNING'`).Scan(&hb); err != nil || hb != t0.Add(120*time.Second).UnixMilli() {
 		t.Fatalf("after a close the table says %d (%v), want the last heartbeat %d", hb, err, t0.Add(120*time.Second).UnixMilli())
+	}
+}
+
+// A job's page read on a pooled reader while its row leaves the overlay
+// shows the job's latest values. A row leaves the overlay once its fold
+// has committed (a finished job) or when a cold write empties the
+// overlay; a read whose table row predates that commit and whose patch
+// from memory comes after the row left returned the old row (a finished
+// job shown RUNNING a task short: a pilot test waited 30 s for a DONE
+// that no later event re-read). Readers race both ways out of the
+// overlay, job after job; each read must show what the hot path
+// committed before the read began.
+func TestJobReadsRacingTheOverlaysDropsSeeTheLatestValues(t *testing.T) {
+	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
+	defer s.Close()
+	ctx := context.Background()
+	for i := 0; i < 40; i++ {
+		// Two tasks: one done. The job stays RUNNING, in the overlay
+		// until the cold write; finishing the second makes it DONE, and
+		// its fold drops it (as a finished job).
+		id := job(t, s, t0, "a", "b")
+		a := take(t, s, id, 2)
+		report(t, s, pilotproto.StatusDone, a[0])
+		want := func(j api.Job) bool { return j.Tasks.Done == 1 && j.State == api.JobRunning }
+		drop := func() {
+			if err := s.cold(ctx, func(*sql.Tx) error { return nil }); err != nil {
+				t.Error(err)
+			}
+		}
+		if i%2 == 1 {
+			report(t, s, pilotproto.StatusDone, a[1])
+			want = func(j api.Job) bool { return j.Tasks.Done == 2 && j.State == api.JobDone }
+			drop = func() { s.foldCycle(false) }
+		}
+		stop := make(chan struct{})
+		bad := make(chan string, 3)
+		var wg sync.WaitGroup
+		for r := 0; r < 3; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var got []api.Job
+					switch j, err := s.Job(ctx, id); {
+					case err != nil:
+						bad <- err.Error()
+						return
+					default:
+						got = append(got, j)
+					}
+					list, err := s.ListJobs(ctx, "", "", id+1, 1)
+					if err != nil || len(list) != 1 {
+						bad <- fmt.Sprintf("list %v %v", list, err)
+						return
+					}
+					got = append(got, list[0])
+					for _, j := range got {
+						if !want(j) {
+							bad <- fmt.Sprintf("%s %+v", j.State, j.Tasks)
+							return
+						}
+					}
+					pools, err := s.JobPools(ctx, id)
+					if err != nil || pools["local"][0] != got[0].Tasks.Done {
+						bad <- fmt.Sprintf("pools %v %v, want %d done", pools, err, got[0].Tasks.Done)
+						return
+					}
+				}
+			}()
+		}
+		drop()
+		close(stop)
+		wg.Wait()
+		close(bad)
+		for b := range bad {
+			t.Fatalf("job %d (round %d): a read showed %s", id, i, b)
+		}
+		// No reader connection was left inside a read transaction (on an
+		// old snapshot): each of the pool's, held at once, reads the
+		// folded row.
+		conns := make([]*sql.Conn, 4)
+		for k := range conns {
+			c, err := s.r.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			conns[k] = c
+		}
+		for k, c := range conns {
+			var j api.Job
+			if err := c.QueryRowContext(ctx, `SELECT state, n_done FROM jobs WHERE id = ?`, id).Scan(&j.State, &j.Tasks.Done); err != nil || !want(j) {
+				t.Fatalf("job %d (round %d): reader connection %d reads %s, %d done (%v)", id, i, k, j.State, j.Tasks.Done, err)
+			}
+			c.Close()
+		}
+	}
+	// Nor at the end: a TRUNCATE checkpoint waits for every reader to
+	// leave the WAL, and gives up (busy) on one pinned to a snapshot.
+	var busy, log, done int
+	if err := s.ck.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
+		t.Fatalf("checkpoint: busy %d (log %d, checkpointed %d) %v", busy, log, done, err)
 	}
 }

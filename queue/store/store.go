@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -70,6 +71,7 @@ type Store struct {
 	hot        sync.Mutex
 	ov         overlay
 	hbEvery    time.Duration   // see SetHeartbeatJournal
+	gone       atomic.Uint64   // moved under hot when rows the job reads patch leave ov (readPatched)
 	bg         context.Context // ends at Close
 	stopBg     context.CancelFunc
 	stop, kick chan struct{}
