@@ -254,27 +254,57 @@ func cpuTime() time.Duration {
 // per task, the write lock per task, the mean and longest transaction, the
 // share of transactions over 5 ms.
 func BenchmarkDispatchCycle(b *testing.B) {
-	const users, chunk = 1000, 100
 	e := queuetest.New(b, func(c *queue.Config) {
 		c.LeaseTTL = 24 * time.Hour
 		c.DefaultLimits.MaxParallelJobs = 1 << 30
 	})
+	dispatchCycle(b, e, e.Q.Pool("local"))
+}
+
+// BenchmarkDispatchCycleTwoSites is DispatchCycle with a second live site:
+// each site's master pulls in turn, under its site's allowance (both
+// report slots enough not to be held back), so every pull also counts the
+// tasks each pool holds.
+func BenchmarkDispatchCycleTwoSites(b *testing.B) {
+	e, _ := twoSites(b, func(c *queue.Config) {
+		c.LeaseTTL = 24 * time.Hour
+		c.DefaultLimits.MaxParallelJobs = 1 << 30
+	})
+	dispatchCycle(b, e, e.Q.Pool("local"), e.Q.Pool("b"))
+}
+
+// dispatchCycle stores one job for each of 1,000 users, takes each pool's
+// lease (with slots enough not to be held back when several sites are
+// live), then, timed, has the pools' masters in turn pull 100 tasks and
+// report them done until b.N tasks are, and folds what is left.
+func dispatchCycle(b *testing.B, e *queuetest.Env, pools ...queue.Pool) {
+	const users, chunk = 1000, 100
 	ctx := context.Background()
-	perUser := b.N/users + 2
-	ds := e.Dataset("shared", perUser)
+	ds := e.Dataset("shared", b.N/users+2)
 	for u := 0; u < users; u++ {
 		if _, err := e.Q.Submit(ctx, fmt.Sprintf("u%05d", u), api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 100}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"}); err != nil {
-		b.Fatal(err)
+	epochs := make([]int64, len(pools))
+	for i, p := range pools {
+		l, err := p.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
+		if err != nil || !l.Granted {
+			b.Fatalf("lease: %+v %v", l, err)
+		}
+		epochs[i] = l.Epoch
+		if len(pools) > 1 {
+			if err := p.Recommend(ctx, pilotproto.RecommendationRequest{Epoch: l.Epoch, Slots: 1 << 20, SlotsPerNode: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	e.Q.WriteStats(true)
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for done := 0; done < b.N; {
-		r, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: min(chunk, b.N-done)})
+	for done, i := 0, 0; done < b.N; i++ {
+		p, epoch := pools[i%len(pools)], epochs[i%len(pools)]
+		r, err := p.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: min(chunk, b.N-done)})
 		if err != nil || len(r.Tasks) == 0 {
 			b.Fatalf("pulled %d: %v", len(r.Tasks), err)
 		}
@@ -282,7 +312,7 @@ func BenchmarkDispatchCycle(b *testing.B) {
 		for i, t := range r.Tasks {
 			res[i] = pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: pilotproto.StatusDone, StartedAt: 1, DurationMS: 1, Pilot: "m"}
 		}
-		a, err := e.Q.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: 1, Results: res})
+		a, err := p.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: epoch, Results: res})
 		if err != nil || a.Applied != len(res) {
 			b.Fatalf("applied %d of %d: %v", a.Applied, len(res), err)
 		}
@@ -299,68 +329,9 @@ func BenchmarkDispatchCycle(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/task")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/task")
 	b.ReportMetric(float64(ws.Total.Microseconds())/float64(b.N), "lock-us/task")
+	b.ReportMetric(float64(ws.Transactions)/float64(b.N)*100, "tx/100-tasks")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
 	b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 	b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
-}
-
-// BenchmarkDispatchCycleTwoSites is DispatchCycle with a second live site:
-// each site's master pulls in turn, under its site's allowance (both
-// report slots enough not to be held back), so every pull also counts the
-// tasks each pool holds.
-func BenchmarkDispatchCycleTwoSites(b *testing.B) {
-	const users, chunk = 1000, 100
-	e, _ := twoSites(b, func(c *queue.Config) {
-		c.LeaseTTL = 24 * time.Hour
-		c.DefaultLimits.MaxParallelJobs = 1 << 30
-	})
-	ctx := context.Background()
-	ds := e.Dataset("shared", b.N/users+2)
-	for u := 0; u < users; u++ {
-		if _, err := e.Q.Submit(ctx, fmt.Sprintf("u%05d", u), api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 100}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	pools := []queue.Pool{e.Q.Pool("local"), e.Q.Pool("b")}
-	epochs := make([]int64, len(pools))
-	for i, p := range pools {
-		l, err := p.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m"})
-		if err != nil || !l.Granted {
-			b.Fatalf("lease: %+v %v", l, err)
-		}
-		epochs[i] = l.Epoch
-		if err := p.Recommend(ctx, pilotproto.RecommendationRequest{Epoch: l.Epoch, Slots: 1 << 20, SlotsPerNode: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	e.Q.WriteStats(true)
-	cpu0 := cpuTime()
-	b.ResetTimer()
-	for done, i := 0, 0; done < b.N; i++ {
-		p, epoch := pools[i%2], epochs[i%2]
-		r, err := p.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: min(chunk, b.N-done)})
-		if err != nil || len(r.Tasks) == 0 {
-			b.Fatalf("pulled %d: %v", len(r.Tasks), err)
-		}
-		res := make([]pilotproto.Result, len(r.Tasks))
-		for i, t := range r.Tasks {
-			res[i] = pilotproto.Result{TaskID: t.ID, Attempt: t.Attempt, Status: pilotproto.StatusDone, StartedAt: 1, DurationMS: 1, Pilot: "m"}
-		}
-		a, err := p.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: epoch, Results: res})
-		if err != nil || a.Applied != len(res) {
-			b.Fatalf("applied %d of %d: %v", a.Applied, len(res), err)
-		}
-		done += len(res)
-	}
-	if err := e.Q.Settle(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	cpu := cpuTime() - cpu0
-	ws := e.Q.WriteStats(false)
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/task")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/task")
-	b.ReportMetric(float64(ws.Total.Microseconds())/float64(b.N), "lock-us/task")
-	b.ReportMetric(float64(ws.Transactions)/float64(b.N)*100, "tx/100-tasks")
 }

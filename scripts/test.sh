@@ -65,16 +65,19 @@ echo "packages: $passed passed, $failed failed"
 # --- benchmark figures (added by the queue helper for issue 17; the lead owns this script) ---
 # Reported, not pass/fail: benchmarks, never timed tests, each a few
 # seconds (the pull across 10,000 users spends ~20 s storing their jobs
-# first). The end-to-end dispatch (real queue, 1,000 users -> master ->
-# worker processes -> queue, with the queue's longest write transaction),
-# the master alone, the queue's share of dispatch in process, a 1,000-task
+# first). The end-to-end dispatch as the README's headline (50,000 tasks,
+# real queue, 1,000 users -> master -> worker processes -> queue, with the
+# queue's write transactions), the master alone, the queue's share of
+# dispatch in process (one site and two), the master's checkpoint commit
+# and core per task, a 1,000-task
 # pull across 10,000 users, a 100,000-entry submission (the README's
 # 1,000,000-entry figure: `harvest bench submit`, ~80 s with the dataset).
 step "benchmarks (figures only)"
 {
-  harvest bench dispatch --tasks 10000
+  harvest bench dispatch
   harvest bench dispatch --in-memory --tasks 20000
   go test ./queue -run '^$' -bench DispatchCycle -benchtime 10000x
+  go test ./master -run '^$' -bench 'CheckpointCommit|MasterCore' -benchtime 20000x -benchmem
   go test ./queue -run '^$' -bench 'PullAcrossUsers/users=10000' -benchtime 100x
   harvest bench submit --entries 100000
 } 2>&1 | tee /tmp/harvest-bench.log
