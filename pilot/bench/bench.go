@@ -92,6 +92,11 @@ type Result struct {
 	TasksPerS   float64 `json:"tasks_per_s"`
 	OverheadMS  float64 `json:"overhead_ms"` // (makespan - ideal) / tasks
 	Efficiency  float64 `json:"efficiency"`  // ideal / makespan (0 for no-op tasks)
+	// The Go scheduler's latency in this process during the run (how long
+	// goroutines waited runnable), to a bucket of the runtime's histogram.
+	SchedP99MS  float64 `json:"sched_latency_p99_ms"`
+	SchedP999MS float64 `json:"sched_latency_p999_ms"`
+	SchedMaxMS  float64 `json:"sched_latency_max_ms"`
 	// Where the time went (per task, microseconds): CPU of this process
 	// (queue and master with their HTTP; the master alone in memory) and
 	// of the workers; the queue's handlers' wall time and SQLite's write
@@ -182,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("bench: only %d of %d workers registered: %w", m.Stats().Workers, cfg.Workers, err)
 	}
 
-	cpu0, begin := cpu(syscall.RUSAGE_SELF), time.Now()
+	cpu0, sched0, begin := cpu(syscall.RUSAGE_SELF), readSchedLatency(), time.Now()
 	reported0 := m.Stats().Reported
 	start()
 	if finish == nil {
@@ -195,10 +200,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	makespan := time.Since(begin)
 	procCPU := cpu(syscall.RUSAGE_SELF) - cpu0
+	schedQ, schedMost := schedQuantiles(sched0, readSchedLatency(), 0.99, 0.999)
 	stopWorkers(procs)
 	procs = nil
 	r := summarize(cfg, makespan)
 	r.ProcessCPUUS = float64(procCPU.Microseconds()) / float64(cfg.Tasks)
+	r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS = 1000*schedQ[0], 1000*schedQ[1], 1000*schedMost
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
 	r.Users = cfg.Users
 	if rq == nil {
