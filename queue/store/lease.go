@@ -26,7 +26,7 @@ func (s *Store) readLeaseTx(ctx context.Context, tx *sql.Tx, pool string) (rules
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("read lease of pool %q: %w", pool, err)
 	}
-	return scanLease(st.QueryRowContext(ctx, pool), pool)
+	return scanLease(st.QueryRowContext(inline(ctx), pool), pool)
 }
 
 func scanLease(row *sql.Row, pool string) (rules.Lease, error) {

@@ -409,7 +409,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	// goroutine's thread).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(inline(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -469,6 +469,15 @@ func (s *Store) prepare() error {
 	return nil
 }
 
+// inline strips ctx of its cancellation for a statement on the writer.
+// go-sqlite3 runs a statement whose context can be cancelled on a
+// goroutine of its own and has the caller wait for it (to interrupt it on
+// cancellation): every statement of a write transaction cost a goroutine
+// and a trip through the Go scheduler, with the write lock held, and the
+// writer thread's CPU clock missed the statement's work. The writer's
+// statements take milliseconds; none is worth interrupting mid-transaction.
+func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // prepared returns the prepared statement of a hot query inside tx.
 func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	st := s.stmts[query]
@@ -484,7 +493,7 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(ctx, args...)
+	return st.ExecContext(inline(ctx), args...)
 }
 
 // query runs a prepared query in tx, or with a nil tx on the writer
@@ -498,13 +507,13 @@ func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any
 		if st == nil {
 			return nil, fmt.Errorf("statement %.40q is not registered with hot", query)
 		}
-		return st.QueryContext(ctx, args...)
+		return st.QueryContext(inline(ctx), args...)
 	}
 	st, err := s.prepared(ctx, tx, query)
 	if err != nil {
 		return nil, err
 	}
-	return st.QueryContext(ctx, args...)
+	return st.QueryContext(inline(ctx), args...)
 }
 
 // eachRow runs a hot query whose one argument is arg as a JSON array (see
