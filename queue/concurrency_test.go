@@ -132,17 +132,7 @@ func TestConcurrentHotPathKeepsCountersAndTasksInStep(t *testing.T) {
 func TestAfterARestartTheFirstHeartbeatRequeuesWhatItsEpochNeverReceived(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = time.Hour })
 	ctx := context.Background()
-	j, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("r", 4), Command: []string{"p"}, BatchSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 3})
-	if err != nil || len(p.Tasks) != 3 {
-		t.Fatal(p, err)
-	}
+	j, tasks, _ := e.Handed(t, 4, 3, api.JobSpec{})
 	// The answer of the third task is lost in the restart.
 	if err := e.Q.Close(); err != nil {
 		t.Fatal(err)
@@ -153,7 +143,7 @@ func TestAfterARestartTheFirstHeartbeatRequeuesWhatItsEpochNeverReceived(t *test
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	held := []pilotproto.TaskRef{{TaskID: p.Tasks[0].ID, Attempt: 1}, {TaskID: p.Tasks[1].ID, Attempt: 1}}
+	held := []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: 1}, {TaskID: tasks[1].ID, Attempt: 1}}
 	if _, err := q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: held}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +153,7 @@ func TestAfterARestartTheFirstHeartbeatRequeuesWhatItsEpochNeverReceived(t *test
 	}
 	// Pulled since the open and not listed yet: the next heartbeat leaves it.
 	p2, err := q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1})
-	if err != nil || len(p2.Tasks) != 1 || p2.Tasks[0].ID != p.Tasks[2].ID || p2.Tasks[0].Attempt != 2 {
+	if err != nil || len(p2.Tasks) != 1 || p2.Tasks[0].ID != tasks[2].ID || p2.Tasks[0].Attempt != 2 {
 		t.Fatalf("pull after the open: %+v %v, want the requeued task, attempt 2", p2, err)
 	}
 	if _, err := q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: held}); err != nil {

@@ -56,18 +56,9 @@ func TestAPulledInEndReachesTheMasterUntilItReportsIt(t *testing.T) {
 func TestInterruptedAttemptsCountAsLostTaskTime(t *testing.T) {
 	e := queuetest.New(t)
 	ctx := t.Context()
-	if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("d", 3), Command: []string{"p"}, BatchSize: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 3})
-	if err != nil || len(p.Tasks) != 3 {
-		t.Fatal(p, err)
-	}
+	_, tasks, _ := e.Handed(t, 3, 3, api.JobSpec{})
 	res := func(i int, status string, ms int64) pilotproto.Result {
-		return pilotproto.Result{TaskID: p.Tasks[i].ID, Attempt: 1, Status: status, DurationMS: ms}
+		return pilotproto.Result{TaskID: tasks[i].ID, Attempt: 1, Status: status, DurationMS: ms}
 	}
 	req := pilotproto.ResultsRequest{Epoch: 1, Results: []pilotproto.Result{
 		res(0, pilotproto.StatusInterrupted, 1500), res(1, pilotproto.StatusInterrupted, 2500), res(2, pilotproto.StatusDone, 9000)}}

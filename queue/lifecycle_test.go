@@ -17,17 +17,7 @@ import (
 func TestTimeDrivenTransitions(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.ZombieTimeout = time.Minute; c.LeaseTTL = time.Hour })
 	ctx := context.Background()
-	j, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("z", 2), Command: []string{"p"}, BatchSize: 1, MaxAttempts: queuetest.Ptr(2)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 2})
-	if err != nil || len(p.Tasks) != 2 {
-		t.Fatal(p, err)
-	}
+	j, tasks, _ := e.Handed(t, 2, 2, api.JobSpec{MaxAttempts: queuetest.Ptr(2)})
 	state := func(id int64) string {
 		var s string
 		e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
@@ -35,25 +25,25 @@ func TestTimeDrivenTransitions(t *testing.T) {
 	}
 	e.Clock.Advance(61 * time.Second)
 	// Task 0 heartbeats in time; task 1 does not.
-	if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: []pilotproto.TaskRef{{TaskID: p.Tasks[0].ID, Attempt: 1}}}); err != nil {
+	if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Q.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s0, s1 := state(p.Tasks[0].ID), state(p.Tasks[1].ID); s0 != api.TaskRunning || s1 != api.TaskZombie {
+	if s0, s1 := state(tasks[0].ID), state(tasks[1].ID); s0 != api.TaskRunning || s1 != api.TaskZombie {
 		t.Fatalf("after one zombie timeout: %s %s", s0, s1)
 	}
 	// A heartbeat brings a ZOMBIE back.
-	e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: []pilotproto.TaskRef{{TaskID: p.Tasks[0].ID, Attempt: 1}, {TaskID: p.Tasks[1].ID, Attempt: 1}}})
-	if s := state(p.Tasks[1].ID); s != api.TaskRunning {
+	e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: 1, Running: []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: 1}, {TaskID: tasks[1].ID, Attempt: 1}}})
+	if s := state(tasks[1].ID); s != api.TaskRunning {
 		t.Fatalf("heartbeat did not revive the zombie: %s", s)
 	}
 	e.Clock.Advance(121 * time.Second)
 	e.Q.Sweep(ctx) // both ZOMBIE (no heartbeat for 121 s, but ZOMBIE only since now)
 	e.Clock.Advance(1 * time.Second)
 	e.Q.Sweep(ctx) // heartbeat 122 s ago > 2 x 60 s: EXPIRED, requeued (attempt 1 of 2)
-	if s := state(p.Tasks[0].ID); s != api.TaskWaiting {
+	if s := state(tasks[0].ID); s != api.TaskWaiting {
 		t.Fatalf("an expired task with attempts left must be requeued, is %s", s)
 	}
 	if u, _ := e.Q.User(ctx, "alice"); u.RunningCores != 0 {
@@ -71,7 +61,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 		t.Fatalf("after the last attempt expired: %s %+v", got.State, got.Tasks)
 	}
 	var st string
-	e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, p.Tasks[0].ID).Scan(&st)
+	e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, tasks[0].ID).Scan(&st)
 	if st != api.TaskExpired {
 		t.Fatalf("final task state %s, want EXPIRED", st)
 	}
@@ -240,20 +230,9 @@ func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
 func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.ZombieTimeout = time.Hour; c.LeaseTTL = 4 * time.Second })
 	ctx := context.Background()
-	j, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("u", 6), Command: []string{"p"}, BatchSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 3})
-	if err != nil || len(p.Tasks) != 3 {
-		t.Fatal(p, err)
-	}
-	lost := p.Tasks[2] // the master never got this one
-	held := []pilotproto.TaskRef{{TaskID: p.Tasks[0].ID, Attempt: p.Tasks[0].Attempt}, {TaskID: p.Tasks[1].ID, Attempt: p.Tasks[1].Attempt}}
+	j, tasks, epoch := e.Handed(t, 6, 3, api.JobSpec{})
+	lost := tasks[2] // the master never got this one
+	held := []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: tasks[0].Attempt}, {TaskID: tasks[1].ID, Attempt: tasks[1].Attempt}}
 	state := func(id int64) string {
 		var s string
 		e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
@@ -263,13 +242,13 @@ func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 	for sec := 1; sec <= 14; sec++ {
 		e.Clock.Advance(time.Second)
 		if sec == 10 { // handed out 4 s before the sweep: within the grace
-			q, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 1})
+			q, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: 1})
 			if err != nil || len(q.Tasks) != 1 {
 				t.Fatal(q, err)
 			}
 			late = q.Tasks[0]
 		}
-		if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: l.Epoch, Running: held}); err != nil {
+		if _, err := e.Q.Heartbeat(ctx, pilotproto.HeartbeatRequest{Epoch: epoch, Running: held}); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Q.Sweep(ctx); err != nil {
@@ -282,7 +261,7 @@ func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 	if s := state(lost.ID); s != api.TaskWaiting {
 		t.Fatalf("a task its master never listed is %s after the grace, want WAITING", s)
 	}
-	if s0, s1, sl := state(p.Tasks[0].ID), state(p.Tasks[1].ID), state(late.ID); s0 != api.TaskRunning || s1 != api.TaskRunning || sl != api.TaskAssigned {
+	if s0, s1, sl := state(tasks[0].ID), state(tasks[1].ID), state(late.ID); s0 != api.TaskRunning || s1 != api.TaskRunning || sl != api.TaskAssigned {
 		t.Fatalf("listed tasks %s %s, the one handed out within the grace %s", s0, s1, sl)
 	}
 	got, err := e.Q.Job(ctx, "alice", false, j.ID)
@@ -290,7 +269,7 @@ func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 		t.Fatalf("job counters %+v (%v), want 3 waiting (2 never pulled, the requeued one) and 3 running, nothing failed", got.Tasks, err)
 	}
 	// The requeue counted no attempt: the task is handed out again.
-	q, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 3})
+	q, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

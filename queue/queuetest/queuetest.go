@@ -24,6 +24,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3" // the read-only view of the database
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -271,6 +272,34 @@ func (e *Env) Raw(method, path, who, body string) (int, string) {
 		e.T.Fatalf("%s %s: status %d without a JSON error: %s", method, path, resp.StatusCode, b)
 	}
 	return resp.StatusCode, ae.Error
+}
+
+// Handed submits spec as alice (its dataset: n entries; BatchSize 1 unless
+// set), takes the local pool's lease as pilot p1 and pulls pull tasks, as
+// a master would: the job and the tasks handed out, with the epoch.
+func (e *Env) Handed(t testing.TB, n, pull int, spec api.JobSpec) (api.Job, []pilotproto.Task, int64) {
+	t.Helper()
+	ctx := context.Background()
+	spec.Dataset = e.Dataset(fmt.Sprintf("handed-%d", n), n)
+	if spec.Command == nil {
+		spec.Command = []string{"p"}
+	}
+	if spec.BatchSize == 0 {
+		spec.BatchSize = 1
+	}
+	j, err := e.Q.Submit(ctx, "alice", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"})
+	if err != nil || !l.Granted {
+		t.Fatalf("lease: %+v %v", l, err)
+	}
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: pull})
+	if err != nil || len(p.Tasks) != pull {
+		t.Fatalf("pulled %d of %d tasks: %v", len(p.Tasks), pull, err)
+	}
+	return j, p.Tasks, l.Epoch
 }
 
 // Ptr returns a pointer to v (optional fields of specs and settings).
