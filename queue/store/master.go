@@ -623,67 +623,43 @@ func taskActive(state string) bool {
 	return state == api.TaskAssigned || state == api.TaskRunning || state == api.TaskZombie
 }
 
-// ActiveTasksBefore lists the pool's active tasks assigned under an epoch
-// older than epoch.
+// ActiveTasksBefore lists the pool's active tasks handed out under an
+// epoch older than epoch.
 func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch < ?`, pool, epoch)
-	if err != nil {
-		return nil, fmt.Errorf("find tasks of older epochs: %w", err)
-	}
-	defer rows.Close()
-	var out []pilotproto.TaskRef
-	for rows.Next() {
-		var r pilotproto.TaskRef
-		if err := rows.Scan(&r.TaskID, &r.Attempt); err != nil {
-			return nil, fmt.Errorf("find tasks of older epochs: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.taskRefs(ctx, "find tasks of older epochs",
+		`SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch < ?`, pool, epoch)
 }
 
 // ActiveTasksOfEpochBefore lists the pool's active tasks handed out under
 // epoch before t.
 func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
-	if err != nil {
-		return nil, fmt.Errorf("find tasks handed out before the open: %w", err)
-	}
-	defer rows.Close()
-	var out []pilotproto.TaskRef
-	for rows.Next() {
-		var r pilotproto.TaskRef
-		if err := rows.Scan(&r.TaskID, &r.Attempt); err != nil {
-			return nil, fmt.Errorf("find tasks handed out before the open: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.taskRefs(ctx, "find tasks handed out before the open",
+		`SELECT id, attempt FROM tasks WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
 }
 
 // AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
 // heartbeat has listed them) that were handed out before t.
 func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
+	return s.taskRefs(ctx, "find tasks never acknowledged", `SELECT id, attempt FROM tasks INDEXED BY tasks_active
+		WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND state = 'ASSIGNED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+}
+
+// taskRefs folds what is pending and lists the (id, attempt) rows of query
+// on the reader pool; what names the search in its errors.
+func (s *Store) taskRefs(ctx context.Context, what, query string, args ...any) ([]pilotproto.TaskRef, error) {
 	if err := s.settle(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT id, attempt FROM tasks INDEXED BY tasks_active
-		WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND state = 'ASSIGNED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("find tasks never acknowledged: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []pilotproto.TaskRef
 	for rows.Next() {
 		var r pilotproto.TaskRef
 		if err := rows.Scan(&r.TaskID, &r.Attempt); err != nil {
-			return nil, fmt.Errorf("find tasks never acknowledged: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, r)
 	}
