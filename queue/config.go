@@ -56,6 +56,12 @@ type Config struct {
 	InsertChunk int // tasks per insert transaction at submit
 	WriteChunk  int // rows per write transaction elsewhere
 
+	// RealtimeWriter runs the SQLite writer thread under SCHED_FIFO 1
+	// while it holds the write lock, when the process may (see
+	// store.SetLockCeiling): the kernel then cannot preempt the thread
+	// every request waits for.
+	RealtimeWriter bool
+
 	DefaultLimits       fairshare.Limits
 	DefaultSlotsPerNode int
 
@@ -94,6 +100,7 @@ func DefaultConfig() Config {
 		UsageWindow:         24 * time.Hour,
 		InsertChunk:         1000,
 		WriteChunk:          100,
+		RealtimeWriter:      true,
 		DefaultLimits:       fairshare.DefaultLimits(),
 		DefaultSlotsPerNode: 1,
 		LocalSite:           api.LocalSite,

@@ -140,6 +140,11 @@ func Open(cfg Config) (*Queue, error) {
 	// A running task's heartbeat reaches the journal every tenth of the
 	// zombie timeout (30 s by default), not at every renewal (TTL/3).
 	st.SetHeartbeatJournal(cfg.ZombieTimeout / 10)
+	if ceil := st.SetLockCeiling(cfg.RealtimeWriter); cfg.RealtimeWriter && st.LockCeilingOn() {
+		log.Info("the queue's writer runs real-time while it holds the write lock", "ceiling", ceil)
+	} else if cfg.RealtimeWriter {
+		log.Warn("the queue's writer runs at normal priority: a preempted writer stalls every request", "ceiling", ceil)
+	}
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
@@ -214,6 +219,10 @@ func (q *Queue) Logger() *slog.Logger { return q.log }
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (q *Queue) WriteStats(reset bool) store.WriteStats { return q.st.WriteStats(reset) }
+
+// LockCeiling says whether the writer runs real-time while it holds the
+// write lock (Config.RealtimeWriter), and if not why.
+func (q *Queue) LockCeiling() string { return q.st.LockCeiling() }
 
 func (q *Queue) now() time.Time { return q.cfg.Now() }
 

@@ -34,6 +34,7 @@ func queueFlags() []cli.Flag {
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "outputs-root", EnvVars: []string{"HARVEST_OUTPUTS_ROOT"}, Usage: "`DIR` for jobs' default output directories (default: next to each dataset)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "admin", EnvVars: []string{"HARVEST_ADMINS"}, Usage: "user `NAME` who is admin on the Unix socket (root always is; repeatable)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "lease-ttl", Value: queue.DefaultConfig().LeaseTTL, EnvVars: []string{"HARVEST_LEASE_TTL"}, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"}),
+		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "realtime-writer", Value: true, EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "run the SQLite writer thread under SCHED_FIFO 1 while it holds the write lock, so that a busy head node cannot preempt the thread every request waits for (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, e.g. systemd LimitRTPRIO=1; without either it runs at normal priority and logs why)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "zombie-timeout", Value: queue.DefaultConfig().ZombieTimeout, EnvVars: []string{"HARVEST_ZOMBIE_TIMEOUT"}, Usage: "a task without heartbeat for this long is ZOMBIE; twice this, EXPIRED and requeued"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"HARVEST_TLS_CERT"}, Usage: "TLS certificate `FILE` for --listen (with --tls-key)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-key", EnvVars: []string{"HARVEST_TLS_KEY"}, Usage: "TLS key `FILE` for --listen"}),
@@ -84,6 +85,7 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	cfg.DBPath = filepath.Join(stateDir, "queue.db")
 	cfg.PilotToken = token
 	cfg.Logger = log
+	log.Debug("Go processors", "gomaxprocs", hostQueueProcs())
 	q, err := queue.Open(cfg)
 	if err != nil {
 		return nil, err

@@ -76,6 +76,9 @@ func runBench(c *cli.Context) error {
 	cfg.TaskTime, cfg.BatchSize, cfg.Exec = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec")
 	cfg.Users, cfg.InMemory = c.Int("users"), c.Bool("in-memory")
 	cfg.Binary, cfg.Dir = bin, dir
+	if !cfg.InMemory {
+		hostQueueProcs() // this process hosts the queue, as the agent does
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.ProfileDir = c.String("profile-dir")
@@ -148,11 +151,12 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
 	}
 	fmt.Fprintf(out, "CPU per task: %.1f us in this process (queue + master), %.1f us in the workers\n", r.ProcessCPUUS, r.WorkersCPUUS)
-	fmt.Fprintf(out, "Go scheduler latency in this process (goroutines runnable, waiting to run): p99 %.3f ms, p99.9 %.3f ms, longest up to %.1f ms\n", r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS)
+	fmt.Fprintf(out, "Go scheduler latency in this process (GOMAXPROCS %d; goroutines runnable, waiting to run): p99 %.3f ms, p99.9 %.3f ms, longest up to %.1f ms\n", r.Procs, r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS)
 	if b := r.Breakdown; b != nil {
 		per := func(ms float64) float64 { return ms * 1000 / float64(r.Tasks) }
 		fmt.Fprintf(out, "queue handlers per task: pull %.1f us (%d calls), results %.1f us (%d calls), heartbeat %.1f us (%d calls)\n",
 			per(b.PullMS), b.PullCalls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
+		fmt.Fprintf(out, "write lock priority ceiling: %s\n", b.LockCeiling)
 		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions (%d over 5 ms), mean %.2f ms, p99 %.2f ms, longest %.1f ms (%s)\n",
 			per(b.WriteLockMS), b.Transactions, b.SlowTx, b.WriteLockMS/float64(max(b.Transactions, 1)), b.P99TxMS, b.LongestTxMS, b.LongestTxIn)
 		fmt.Fprintf(out, "the same transactions' own work (writer thread's CPU clock): longest %.1f ms (%s), %d over 5 ms\n", b.LongestTxCPUMS, b.LongestTxCPUIn, b.SlowTxCPU)

@@ -58,6 +58,7 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 		&cli.StringFlag{Name: "site", Value: api.LocalSite, EnvVars: []string{"HARVEST_SITE"}, Usage: "`NAME` of the site whose pilots use --pilot-token"},
 		&cli.StringSliceFlag{Name: "admin", Usage: "`USER` who is admin on the Unix socket besides root (repeatable)"},
 		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
+		&cli.BoolFlag{Name: "realtime-writer", Value: def.RealtimeWriter, EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "run the SQLite writer thread under SCHED_FIFO 1 while it holds the write lock, so that a busy head node cannot preempt the thread every request waits for (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, e.g. systemd LimitRTPRIO=1; without either it runs at normal priority and logs why)"},
 		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"},
 		&cli.DurationFlag{Name: "retention", Value: def.Retention, Usage: "final jobs are purged after this"},
@@ -86,6 +87,7 @@ func queueSharedConfig(c *cli.Context) queue.Config {
 	cfg.ZombieTimeout = c.Duration("zombie-timeout")
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.LocalSite = c.String("site")
+	cfg.RealtimeWriter = c.Bool("realtime-writer")
 	return cfg
 }
 
@@ -119,6 +121,7 @@ func runQueueServe(c *cli.Context) error {
 	log := newLogger(os.Stderr, c.String("log-level"), c.Bool("log-json"))
 	cfg := queueConfigFromFlags(c)
 	cfg.Logger = log
+	log.Debug("Go processors", "gomaxprocs", hostQueueProcs())
 	q, err := queue.Open(cfg)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 2)

@@ -83,8 +83,10 @@ type Result struct {
 	Users   int    `json:"users,omitempty"`
 	Workers int    `json:"workers"`
 	Slots   int    `json:"slots_per_worker"`
-	// WorkerProcs is each worker process's GOMAXPROCS.
+	// WorkerProcs is each worker process's GOMAXPROCS, Procs this
+	// process's (the queue's and the master's).
 	WorkerProcs int     `json:"worker_gomaxprocs"`
+	Procs       int     `json:"gomaxprocs"`
 	Tasks       int     `json:"tasks"`
 	TaskTimeMS  float64 `json:"task_time_ms"`
 	MakespanS   float64 `json:"makespan_s"`
@@ -219,7 +221,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ws := rq.q.WriteStats(false)
 	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowIn,
 		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, LongestTxCPUMS: float64(ws.LongestCPU.Microseconds()) / 1000, LongestTxCPUIn: ws.LongestCPUIn, SlowTxCPU: ws.SlowCPU,
-		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept,
+		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept, LockCeiling: rq.q.LockCeiling(),
 		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
@@ -249,7 +251,7 @@ func summarize(cfg Config, makespan time.Duration) Result {
 	slots := cfg.Workers * cfg.Slots
 	waves := (cfg.Tasks + slots - 1) / slots
 	ideal := time.Duration(waves) * cfg.TaskTime
-	r := Result{Workers: cfg.Workers, Slots: cfg.Slots, WorkerProcs: workerProcs(cfg, runtime.NumCPU()), Tasks: cfg.Tasks,
+	r := Result{Workers: cfg.Workers, Slots: cfg.Slots, WorkerProcs: workerProcs(cfg, runtime.NumCPU()), Procs: runtime.GOMAXPROCS(0), Tasks: cfg.Tasks,
 		TaskTimeMS: float64(cfg.TaskTime) / 1e6, MakespanS: makespan.Seconds(), IdealS: ideal.Seconds(),
 		TasksPerS:  float64(cfg.Tasks) / makespan.Seconds(),
 		OverheadMS: float64(makespan-ideal) / 1e6 / float64(cfg.Tasks)}

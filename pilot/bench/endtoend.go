@@ -57,6 +57,9 @@ type Breakdown struct {
 	// the Go scheduler after a cgo call, or for the disk).
 	SlowTxPreempted int64 `json:"slow_transactions_preempted"`
 	SlowTxSlept     int64 `json:"slow_transactions_slept"`
+	// LockCeiling is the write lock's priority ceiling: on ("SCHED_FIFO 1
+	// from BEGIN to COMMIT") or off and why.
+	LockCeiling string `json:"lock_ceiling"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

@@ -39,7 +39,7 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 	}
 	var id int64
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash)
+		res, err := tx.ExecContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash)
 			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash)
 		var se sqlite3.Error
@@ -81,6 +81,11 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
 	const perStmt = 200 // rows per multi-row INSERT (SQLite's variable limit is 32766)
 	for len(names) > 0 {
+		// The statements run inline (they are not interrupted): a
+		// cancelled submission stops between chunks.
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("store tasks of job %d: %w", job, err)
+		}
 		part := names[:min(len(names), chunk)]
 		names = names[len(part):]
 		err := s.write(ctx, func(tx *sql.Tx) error {
@@ -95,14 +100,14 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 				var err error
 				if len(p) == perStmt {
 					if full == nil {
-						if full, err = tx.PrepareContext(ctx, insertTasksSQL(perStmt)); err != nil {
+						if full, err = tx.PrepareContext(inline(ctx), insertTasksSQL(perStmt)); err != nil {
 							return err
 						}
 						defer full.Close()
 					}
-					_, err = full.ExecContext(ctx, args...)
+					_, err = full.ExecContext(inline(ctx), args...)
 				} else {
-					_, err = tx.ExecContext(ctx, insertTasksSQL(len(p)), args...)
+					_, err = tx.ExecContext(inline(ctx), insertTasksSQL(len(p)), args...)
 				}
 				if err != nil {
 					return err
@@ -136,7 +141,7 @@ func insertTasksSQL(n int) string {
 // directory: from this commit on it is visible.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, output_dir = ?, n_total = ?, n_waiting = ? WHERE id = ?`, api.JobWaiting, outputDir, n, n, id)
+		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ?, n_waiting = ? WHERE id = ?`, api.JobWaiting, outputDir, n, n, id)
 		return err
 	})
 	if err != nil {
@@ -151,10 +156,10 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	for {
 		var n int64
 		err := s.cold(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM results WHERE task_id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk); err != nil {
+			if _, err := tx.ExecContext(inline(ctx), `DELETE FROM results WHERE task_id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk); err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk)
+			res, err := tx.ExecContext(inline(ctx), `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, chunk)
 			if err != nil {
 				return err
 			}
@@ -169,10 +174,10 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 		}
 	}
 	err := s.cold(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM job_pools WHERE job_id = ?`, id); err != nil {
+		if _, err := tx.ExecContext(inline(ctx), `DELETE FROM job_pools WHERE job_id = ?`, id); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id = ?`, id)
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM jobs WHERE id = ?`, id)
 		return err
 	})
 	if err != nil {
@@ -288,13 +293,13 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	var c Cancelled
 	err := s.cold(ctx, func(tx *sql.Tx) error {
 		var state string
-		if err := tx.QueryRowContext(ctx, `SELECT state, n_active, cores, owner FROM jobs WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM jobs WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
 		}
 		if api.JobFinal(state) {
 			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?,
+		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?,
 			n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0 WHERE id = ?`, ms(now), ms(now), id)
 		return err
 	})
@@ -318,11 +323,11 @@ func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now ti
 	for {
 		var last sql.NullInt64
 		err := s.cold(ctx, func(tx *sql.Tx) error {
-			if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM (SELECT id FROM tasks WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3)`,
+			if err := tx.QueryRowContext(inline(ctx), `SELECT max(id) FROM (SELECT id FROM tasks WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3)`,
 				id, after, chunk).Scan(&last); err != nil || !last.Valid {
 				return err
 			}
-			_, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'KILLED', finished_at = ?1
+			_, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = 'KILLED', finished_at = ?1
 				WHERE job_id = ?2 AND id > ?3 AND id <= ?4 AND state IN (`+in+`)`, ms(now), id, after, last.Int64)
 			return err
 		})

@@ -470,8 +470,8 @@ func (s *Store) foldArrays(ctx context.Context, tx *sql.Tx, t, j, r, p string) e
 // empties it (Open, before anything else).
 func (s *Store) replayJournal(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT t, j, r, p FROM journal ORDER BY seq`)
+	err := s.writeUnbounded(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(inline(ctx), `SELECT t, j, r, p FROM journal ORDER BY seq`)
 		if err != nil {
 			return err
 		}
@@ -494,7 +494,7 @@ func (s *Store) replayJournal(ctx context.Context) (int, error) {
 			}
 		}
 		n = len(entries)
-		_, err = tx.ExecContext(ctx, `DELETE FROM journal`)
+		_, err = tx.ExecContext(inline(ctx), `DELETE FROM journal`)
 		return err
 	})
 	if err != nil {

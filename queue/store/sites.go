@@ -56,7 +56,7 @@ func (s *Store) Site(ctx context.Context, name string) (st Site, ok bool, err er
 // agentHash its only agent token, in one transaction.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sites (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
+		if _, err := tx.ExecContext(inline(ctx), `INSERT INTO sites (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
 			return err
 		}
 		return replaceToken(ctx, tx, name, agentRole, agentHash, now)
@@ -66,7 +66,7 @@ func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, 
 // PutSite stores a registered site's floor, cap and pause.
 func (s *Store) PutSite(ctx context.Context, st Site) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, st.Paused, st.Name)
+		res, err := tx.ExecContext(inline(ctx), `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, st.Paused, st.Name)
 		if err != nil {
 			return err
 		}
@@ -83,10 +83,10 @@ func (s *Store) ReplaceToken(ctx context.Context, user, role, hash string, now t
 }
 
 func replaceToken(ctx context.Context, tx *sql.Tx, user, role, hash string, now time.Time) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user = ? AND role = ? AND hash <> ?`, user, role, hash); err != nil {
+	if _, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE user = ? AND role = ? AND hash <> ?`, user, role, hash); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)
+	_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (hash) DO UPDATE SET user = excluded.user, role = excluded.role`, hash, user, role, ms(now))
 	return err
 }
@@ -107,7 +107,7 @@ func (s *Store) GlobalMax(ctx context.Context) (int, error) {
 // PutGlobalMax stores the admin's cap on pilots across all sites.
 func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES ('global_max_nodes', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(n))
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES ('global_max_nodes', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(n))
 		return err
 	})
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
+	_ "github.com/harvest-hpc/harvest/internal/sqliteconf" // SQLite without its global allocation mutex
 )
 
 // The writer's driver turns off automatic checkpoints: a checkpoint run
@@ -65,6 +66,7 @@ type Store struct {
 		s  WriteStats
 	}
 	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
+	ceil  *ceiling             // the write lock's priority ceiling (ceiling.go)
 
 	// hot serialises the hot path, the folds and the cold writes, and
 	// guards ov (overlay.go).
@@ -144,7 +146,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
 	}
 	ck.SetMaxOpenConns(1)
-	st := &Store{w: w, r: r, ck: ck, ov: newOverlay(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
+	st := &Store{w: w, r: r, ck: ck, ov: newOverlay(), ceil: newCeiling(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
 	st.bg, st.stopBg = context.WithCancel(context.Background())
 	if err := st.prepare(); err != nil {
 		close(st.folderDone)
@@ -166,6 +168,7 @@ func Open(path string) (*Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	st.ceil.enable(true)
 	go st.folder()
 	return st, nil
 }
@@ -392,7 +395,7 @@ func writer() string {
 		if i := strings.Index(name, ".func"); i > 0 {
 			name = name[:i]
 		}
-		if name != "store.(*Store).write" && name != "store.(*Store).fenced" {
+		if name != "store.(*Store).write" && name != "store.(*Store).fenced" && name != "store.(*Store).transact" && name != "store.(*Store).writeUnbounded" {
 			return name
 		}
 		if !more {
@@ -401,17 +404,39 @@ func writer() string {
 	}
 }
 
-// write runs fn in one IMMEDIATE transaction on the writer connection and
-// records how long the write lock was held (BEGIN to COMMIT).
+// write runs fn in one IMMEDIATE transaction on the writer connection,
+// under the lock's priority ceiling (ceiling.go), and records how long
+// the write lock was held (BEGIN to COMMIT). fn must be bounded: a batch,
+// a chunk of rows.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.transact(ctx, true, fn)
+}
+
+// writeUnbounded is write without the priority ceiling, for a transaction
+// whose size nobody bounds (the journal's replay at Open).
+func (s *Store) writeUnbounded(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.transact(ctx, false, fn)
+}
+
+func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) error) error {
 	// On one thread from BEGIN to COMMIT, so that its CPU clock is the
 	// transaction's (the SQLite calls are cgo calls, made on the calling
-	// goroutine's thread).
+	// goroutine's thread) and the ceiling is that thread's.
+	//
+	// Yield first: the Go scheduler preempts a goroutine that has run for
+	// 10 ms without yielding (the folder between chunks, a handler between
+	// chunks of results), and a locked goroutine preempted mid-transaction
+	// waits, lock held, until another thread hands its thread a processor.
+	// A transaction that starts on a fresh slice ends long before that.
+	runtime.Gosched()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tx, err := s.w.BeginTx(inline(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
+	}
+	if ceiling && s.ceil.raise() {
+		defer s.ceil.lower() // before UnlockOSThread
 	}
 	start, u0 := time.Now(), threadUsage() // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
 	if err := fn(tx); err != nil {

@@ -17,7 +17,7 @@ func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int,
 		// The repeated state term makes the partial index of active tasks
 		// usable (SQLite matches its WHERE term for term): without it the
 		// sweep scanned every task inside its write transaction.
-		res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'ZOMBIE' WHERE id IN
+		res, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = 'ZOMBIE' WHERE id IN
 			(SELECT id FROM tasks INDEXED BY tasks_active
 			WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
 		if err != nil {
@@ -48,7 +48,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		// From the active tasks to their jobs, not the other way (every
 		// task of every live job).
-		rows, err := tx.QueryContext(ctx, `SELECT t.id, t.job_id, t.tries FROM tasks t INDEXED BY tasks_active CROSS JOIN jobs j ON j.id = t.job_id
+		rows, err := tx.QueryContext(inline(ctx), `SELECT t.id, t.job_id, t.tries FROM tasks t INDEXED BY tasks_active CROSS JOIN jobs j ON j.id = t.job_id
 			WHERE t.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND t.state = 'ZOMBIE' AND t.heartbeat_at < ? AND j.state IN ('WAITING', 'RUNNING') LIMIT ?`, ms(cut), limit)
 		if err != nil {
 			return err
@@ -101,7 +101,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = d.v->>1, tries = tries + 1, queued_at = ?2, finished_at = d.v->>2, last_error = 'no heartbeat: expired'
+		if _, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = d.v->>1, tries = tries + 1, queued_at = ?2, finished_at = d.v->>2, last_error = 'no heartbeat: expired'
 			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now)); err != nil {
 			return err
 		}
@@ -133,7 +133,7 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // Its tasks follow with KillTasks.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
 	err = s.cold(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT n_waiting FROM jobs WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
+		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM jobs WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
 		if err == sql.ErrNoRows {
 			return nil
 		}
@@ -141,7 +141,7 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 			return err
 		}
 		ok = true
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, n_killed = n_killed + n_waiting, n_waiting = 0 WHERE id = ?`, ms(now), id)
+		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, n_killed = n_killed + n_waiting, n_waiting = 0 WHERE id = ?`, ms(now), id)
 		return err
 	})
 	if err != nil {

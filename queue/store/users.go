@@ -14,7 +14,7 @@ import (
 // EnsureUser inserts a user with limits unless the user exists.
 func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(inline(ctx), `INSERT OR IGNORE INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
 			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
 		return err
 	})
@@ -23,7 +23,7 @@ func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits,
 // PutUser creates or changes a user's limits.
 func (s *Store) PutUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT(name) DO UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`,
 			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
 		return err
@@ -177,7 +177,7 @@ func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role stri
 // PutToken stores a token's hash.
 func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
 		return err
 	})
 }
@@ -186,7 +186,7 @@ func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.
 func (s *Store) DeleteTokens(ctx context.Context, user, role string) (int, error) {
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user = ? AND role = ?`, user, role)
+		res, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE user = ? AND role = ?`, user, role)
 		if err != nil {
 			return err
 		}
@@ -225,7 +225,7 @@ func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes int) err
 			k string
 			v int
 		}{{"min_nodes", minNodes}, {"max_nodes", maxNodes}} {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, kv.k, kv.v); err != nil {
+			if _, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, kv.k, kv.v); err != nil {
 				return err
 			}
 		}
