@@ -145,6 +145,14 @@ func (w *watchQueue) Results(ctx context.Context, r pilotproto.ResultsRequest) (
 	return resp, err
 }
 
+// dups is how many duplicate results the queue reported (the master's
+// report calls may still run when the job is DONE).
+func (w *watchQueue) dups() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.duplicates
+}
+
 func (w *watchQueue) next() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -22,8 +22,8 @@ func TestJobCompletesOnSeveralWorkersEachTaskOnce(t *testing.T) {
 		startWorker(t, fastWorkerConfig(id, 4, worker.SleepRunner{D: time.Millisecond}), ep.resolve)
 	}
 	checkDone(t, waitJob(t, e, q, job.ID, 20*time.Second), 600)
-	if q.duplicates != 0 {
-		t.Errorf("a single master reported %d duplicate results", q.duplicates)
+	if d := q.dups(); d != 0 {
+		t.Errorf("a single master reported %d duplicate results", d)
 	}
 }
 
