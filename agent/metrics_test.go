@@ -253,6 +253,7 @@ func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
 			return queue.Stats{
 				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
 				Requeued: 5, Epoch: epoch, MasterAlive: true,
+				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, WriterRealtime: true,
 			}, nil
 		},
 	}
@@ -282,6 +283,23 @@ harvest_tasks{state="running",user="alice"} 4
 harvest_tasks{state="waiting",user="alice"} 12
 `
 	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(waiting), "harvest_tasks"); err != nil {
+		t.Error(err)
+	}
+	writes := `
+# HELP harvest_queue_write_lock_seconds_total Time the writer held SQLite's write lock (every request that writes waits for it).
+# TYPE harvest_queue_write_lock_seconds_total counter
+harvest_queue_write_lock_seconds_total 0.75
+# HELP harvest_queue_write_transactions_slow_total Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).
+# TYPE harvest_queue_write_transactions_slow_total counter
+harvest_queue_write_transactions_slow_total 2
+# HELP harvest_queue_write_transactions_total Write transactions the queue's SQLite writer committed since the queue opened.
+# TYPE harvest_queue_write_transactions_total counter
+harvest_queue_write_transactions_total 1200
+# HELP harvest_queue_writer_realtime 1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).
+# TYPE harvest_queue_writer_realtime gauge
+harvest_queue_writer_realtime 1
+`
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime"); err != nil {
 		t.Error(err)
 	}
 

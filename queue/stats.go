@@ -135,6 +135,13 @@ type Stats struct {
 	// themselves in their heartbeats (HeartbeatRequest.LostMS); the others
 	// come as interrupted results.
 	LostTaskSeconds float64
+	// The SQLite write lock since the queue opened: transactions, the
+	// time they held it, those over store.SlowTx (5 ms), and whether the
+	// writer runs real-time while it holds it (Config.RealtimeWriter).
+	WriteTransactions int64
+	WriteLockSeconds  float64
+	SlowWrites        int64
+	WriterRealtime    bool
 }
 
 // Stats reads the figures the agent's metrics export. Three short reads.
@@ -155,6 +162,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	q.mu.Lock()
 	st.LostTaskSeconds = float64(q.lostMS) / 1000
 	q.mu.Unlock()
+	ws := q.st.WriteStats(false)
+	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites = ws.Transactions, ws.Total.Seconds(), ws.Slow
+	st.WriterRealtime = q.st.LockCeilingOn()
 	return st, nil
 }
 
