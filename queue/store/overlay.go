@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -719,6 +720,7 @@ func (s *Store) settle(ctx context.Context) error {
 	p := s.planFold(false)
 	s.hot.Unlock()
 	for !p.empty() {
+		yield()
 		s.hot.Lock()
 		err := s.foldNext(ctx, p, foldChunk)
 		s.hot.Unlock()
@@ -912,6 +914,7 @@ func (s *Store) foldCycle(young bool) {
 	p := s.planFold(young)
 	s.hot.Unlock()
 	for !p.empty() {
+		yield()
 		s.hot.Lock()
 		err := s.foldNext(s.bg, p, foldChunk)
 		s.hot.Unlock()
@@ -921,6 +924,13 @@ func (s *Store) foldCycle(young bool) {
 	}
 	s.trimJournal(s.bg, false)
 }
+
+// yield lets the Go scheduler run others between two chunks, with no
+// lock held: it preempts a goroutine that has run 10 ms without yielding
+// (a fold of many chunks), and a writer preempted mid-transaction waits,
+// write lock and s.hot held, until another thread hands its locked thread
+// a processor. A chunk that starts on a fresh slice ends long before that.
+func yield() { runtime.Gosched() }
 
 // beforeHot is called by a hot transaction with s.hot held: it keeps the
 // overlay bounded and wakes the folder when it grows.

@@ -422,13 +422,6 @@ func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) 
 	// On one thread from BEGIN to COMMIT, so that its CPU clock is the
 	// transaction's (the SQLite calls are cgo calls, made on the calling
 	// goroutine's thread) and the ceiling is that thread's.
-	//
-	// Yield first: the Go scheduler preempts a goroutine that has run for
-	// 10 ms without yielding (the folder between chunks, a handler between
-	// chunks of results), and a locked goroutine preempted mid-transaction
-	// waits, lock held, until another thread hands its thread a processor.
-	// A transaction that starts on a fresh slice ends long before that.
-	runtime.Gosched()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tx, err := s.w.BeginTx(inline(ctx), nil)
