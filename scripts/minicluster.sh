@@ -34,6 +34,10 @@
 #   PORT_BASE=17000        node nX listens on PORT_BASE+X
 #   CTLD_PORT=6817
 #   AUTH=munge|none        auth/munge (default) or auth/none+cred/none (no munged)
+#   MUNGE_LOCK=/run/lock/harvest-minicluster-munge.lock
+#                          machine-wide lock: munged is shared by every cluster on the
+#                          machine; it is started, and stopped with the last cluster,
+#                          under this lock, so clusters may start and stop at once
 #   MIN_JOB_AGE=60         seconds a finished job stays visible in squeue/scontrol
 #   SCHED_PARAMS=...       SchedulerParameters (default below)
 #   PRIORITY=basic|multifactor
@@ -239,24 +243,90 @@ write_conf() {
   fi
 }
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# alive PID: PID (from one of our pid files) is one of our daemons. A pid
+# file left by a daemon that died names, once PIDs wrap, some other process,
+# which stop must never kill.
+alive() {
+  [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+  case "$(cat "/proc/$1/comm" 2>/dev/null)" in
+    slurmctld|slurmd|slurmdbd|mariadbd) return 0 ;;
+  esac
+  return 1
+}
 pidof_file() { [ -s "$1" ] && cat "$1" || true; }
+
+# munged is one daemon per machine (/run/munge), shared by every cluster
+# on it. Starting it, and stopping it when the last cluster stops, happen
+# under one machine-wide lock: without it, a cluster that stops while another
+# restarts sees no slurmctld, stops munged, and the other's munged start then
+# fails on the lock the exiting daemon still holds. The lock is re-entrant in
+# this script; daemons started under it get fd 9 closed so they never hold it.
+MUNGE_LOCK=${MUNGE_LOCK:-/run/lock/harvest-minicluster-munge.lock}
+munge_locked=0
+munge_lock() {
+  [ "$munge_locked" = 1 ] && return 0
+  mkdir -p "$(dirname "$MUNGE_LOCK")"
+  exec 9>>"$MUNGE_LOCK"
+  flock -w "${MUNGE_LOCK_WAIT:-300}" 9 || die "another minicluster.sh held $MUNGE_LOCK for ${MUNGE_LOCK_WAIT:-300} s"
+  munge_locked=1
+}
+munge_unlock() {
+  [ "$munge_locked" = 1 ] || return 0
+  flock -u 9; exec 9>&-; munge_locked=0
+}
+
+is_munged() { [ -n "${1:-}" ] && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = munged ]; }
+munge_works() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+# munge_users: SLURM daemons of any cluster on this machine still running
+# (a cluster whose slurmctld alone is down for a failover test still has
+# slurmd that need munged).
+munge_users() {
+  local d; for d in slurmctld slurmd slurmdbd; do pgrep -x "$d" 2>/dev/null || true; done | paste -sd, -
+}
 
 start_munge() {
   [ "$AUTH" = none ] && return 0
-  if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
+  munge_lock
+  if munge_works; then
     log "munged already running"; return 0
   fi
+  # a munged that does not answer is exiting (or hung): it still holds the
+  # socket lock, so wait for it before starting another
+  local pid i
+  for pid in $(pgrep -x munged 2>/dev/null || true); do
+    for i in $(seq 1 50); do is_munged "$pid" || break; sleep 0.1; done
+    is_munged "$pid" && { log "munged $pid does not answer: kill -9"; kill -9 "$pid" 2>/dev/null || true; sleep 0.2; }
+  done
   [ -s /etc/munge/munge.key ] || { /usr/sbin/mungekey --create 2>/dev/null || dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=128 2>/dev/null; }
   chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
   mkdir -p /run/munge /var/lib/munge /var/log/munge
   chown munge:munge /run/munge /var/lib/munge /var/log/munge; chmod 0755 /run/munge
-  runuser -u munge -- /usr/sbin/munged
-  local i; for i in $(seq 1 50); do
-    munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1
-  done
+  runuser -u munge -- /usr/sbin/munged 9>&- || die "munged did not start, see /var/log/munge/munged.log"
+  for i in $(seq 1 50); do munge_works && break; sleep 0.1; done
+  munge_works || die "munged started but does not answer, see /var/log/munge/munged.log"
   cp /run/munge/munged.pid "$RUN/munged.pid"   # marks: munged was started by us
   log "munged started (pid $(cat "$RUN/munged.pid"))"
+}
+
+# stop_munge: stop the munged this cluster started, unless another
+# cluster's daemons still use it; wait until it has exited, so that a start
+# right after does not meet its lock.
+stop_munge() {
+  [ -s "$RUN/munged.pid" ] || return 0
+  munge_lock
+  local pid users i
+  pid=$(cat "$RUN/munged.pid")
+  users=$(munge_users)
+  if [ -n "$users" ]; then
+    log "munged $pid left running: SLURM daemons $users use it"
+  elif is_munged "$pid"; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do is_munged "$pid" || break; sleep 0.1; done
+    is_munged "$pid" && { log "kill -9 munged $pid"; kill -9 "$pid" 2>/dev/null || true; }
+    log "munged $pid stopped"
+  fi
+  rm -f "$RUN/munged.pid"
 }
 
 start_acct() {
@@ -267,7 +337,7 @@ start_acct() {
     mariadb-install-db --no-defaults --datadir="$db" --user=root --skip-test-db \
       --auth-root-authentication-method=socket >"$RUN/log/mariadb-install.log" 2>&1
   fi
-  /usr/sbin/mariadbd --no-defaults --datadir="$db" --socket="$sock" --port="$MYSQL_PORT" \
+  /usr/sbin/mariadbd 9>&- --no-defaults --datadir="$db" --socket="$sock" --port="$MYSQL_PORT" \
     --bind-address=127.0.0.1 --user=root --pid-file="$RUN/mariadbd.pid" \
     --log-error="$RUN/log/mariadbd.log" --innodb-buffer-pool-size=128M \
     --innodb-lock-wait-timeout=900 --skip-log-bin </dev/null >/dev/null 2>&1 &
@@ -294,7 +364,7 @@ DebugLevel=info
 DBDEOF
   chmod 600 "$ETC/slurmdbd.conf"
   [ "$LINK_ETC" = 1 ] && ln -sfn "$ETC/slurmdbd.conf" /etc/slurm/slurmdbd.conf
-  slurmdbd   # daemonizes; reads slurmdbd.conf next to $SLURM_CONF
+  slurmdbd 9>&-   # daemonizes; reads slurmdbd.conf next to $SLURM_CONF
   for i in $(seq 1 150); do sacctmgr -n show cluster >/dev/null 2>&1 && break; sleep 0.1; done
   sacctmgr -n show cluster >/dev/null 2>&1 || die "slurmdbd did not come up, see $RUN/log/slurmdbd.log"
   sacctmgr -i -Q add cluster lab >/dev/null 2>&1 || true
@@ -344,7 +414,7 @@ wait_idle() {
 
 start_ctld() {
   local i
-  slurmctld -i   # daemonizes; -i: ignore unreadable state files
+  slurmctld -i 9>&-   # daemonizes; -i: ignore unreadable state files
   for i in $(seq 1 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
   scontrol ping >/dev/null 2>&1 || die "slurmctld did not come up, see $RUN/log/slurmctld.log"
 }
@@ -367,6 +437,9 @@ cmd_start() {
     fi
     log "running with $(node_count_conf) nodes and another configuration, $NODES nodes wanted: restarting"
   fi
+  # from here until slurmctld is up this cluster needs munged but runs no
+  # daemon that shows it: hold the lock so no other cluster stops munged
+  munge_lock
   if any_alive; then cmd_stop; fi
   fix_alternatives
   [ "$KEEP_STATE" = 1 ] || rm -rf "$RUN/state" "$RUN/log" "$RUN/spool" "$RUN/mysql"
@@ -377,6 +450,7 @@ cmd_start() {
   start_munge
   start_acct
   start_ctld
+  munge_unlock
   log "slurmctld up (pid $(cat "$RUN/slurmctld.pid")) after $(elapsed "$t0") s"
   for i in $(seq 1 "$NODES"); do
     mkdir -p "$RUN/spool/n$i"
@@ -466,17 +540,7 @@ cmd_stop() {
     fi
     rm -f "$f"
   done
-  if [ -s "$RUN/munged.pid" ]; then
-    pid=$(cat "$RUN/munged.pid")
-    # munged is shared by every cluster on this machine: leave it to the
-    # others while any slurmctld still runs.
-    if pgrep -x slurmctld >/dev/null 2>&1; then
-      log "munged $pid left running: another cluster's slurmctld uses it"
-    else
-      alive "$pid" && kill "$pid" && log "munged $pid stopped"
-    fi
-    rm -f "$RUN/munged.pid"
-  fi
+  stop_munge
   rm -f "$RUN"/slurmctld.pid "$RUN"/slurmd-*.pid
   log "stopped"
 }
