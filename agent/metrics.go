@@ -269,7 +269,7 @@ type queueCollector struct {
 	q QueueStats
 
 	tasks, requeued, lost, priority, running, maxCores, cpu, cost, epoch, alive, failovers, errs *prometheus.Desc
-	writes, lockTime, slowWrites, realtime                                                       *prometheus.Desc
+	writes, lockTime, slowWrites, realtime, walBytes, walRestarts                                *prometheus.Desc
 
 	mu         sync.Mutex
 	lastEpoch  int64
@@ -280,29 +280,31 @@ type queueCollector struct {
 func newQueueCollector(q QueueStats) *queueCollector {
 	d := prometheus.NewDesc
 	return &queueCollector{
-		q:          q,
-		lastEpoch:  -1,
-		tasks:      d("harvest_tasks", "Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).", []string{"user", "state"}, nil),
-		requeued:   d("harvest_tasks_requeued", "Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.", nil, nil),
-		lost:       d("harvest_lost_task_seconds_total", "Run time of the task attempts interrupted since the queue started: work lost to pilots that ended under their tasks (cancelled, preempted, at their limit).", nil, nil),
-		priority:   d("harvest_user_computed_priority", "The user's fair-share computedPriority (-1 = over quota, gets no tasks).", []string{"user"}, nil),
-		running:    d("harvest_user_running_cores", "Cores the user's tasks run on now.", []string{"user"}, nil),
-		maxCores:   d("harvest_user_max_cores", "The user's quota of cores running at once.", []string{"user"}, nil),
-		cpu:        d("harvest_user_cpu_seconds_24h", "CPU seconds the user used in the last 24 h.", []string{"user"}, nil),
-		cost:       d("harvest_user_cost_24h", "Cost (cores x seconds x price) the user used in the last 24 h.", []string{"user"}, nil),
-		epoch:      d("harvest_master_epoch", "Epoch of the master lease (each new master increments it).", nil, nil),
-		alive:      d("harvest_master_alive", "1 if a master holds an unexpired lease.", nil, nil),
-		failovers:  d("harvest_master_failovers_total", "Master changes this agent saw (epoch increments after the first master it saw).", nil, nil),
-		errs:       d("harvest_queue_scrape_errors_total", "Scrapes that could not read the queue.", nil, nil),
-		writes:     d("harvest_queue_write_transactions_total", "Write transactions the queue's SQLite writer committed since the queue opened.", nil, nil),
-		lockTime:   d("harvest_queue_write_lock_seconds_total", "Time the writer held SQLite's write lock (every request that writes waits for it).", nil, nil),
-		slowWrites: d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
-		realtime:   d("harvest_queue_writer_realtime", "1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).", nil, nil),
+		q:           q,
+		lastEpoch:   -1,
+		tasks:       d("harvest_tasks", "Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).", []string{"user", "state"}, nil),
+		requeued:    d("harvest_tasks_requeued", "Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.", nil, nil),
+		lost:        d("harvest_lost_task_seconds_total", "Run time of the task attempts interrupted since the queue started: work lost to pilots that ended under their tasks (cancelled, preempted, at their limit).", nil, nil),
+		priority:    d("harvest_user_computed_priority", "The user's fair-share computedPriority (-1 = over quota, gets no tasks).", []string{"user"}, nil),
+		running:     d("harvest_user_running_cores", "Cores the user's tasks run on now.", []string{"user"}, nil),
+		maxCores:    d("harvest_user_max_cores", "The user's quota of cores running at once.", []string{"user"}, nil),
+		cpu:         d("harvest_user_cpu_seconds_24h", "CPU seconds the user used in the last 24 h.", []string{"user"}, nil),
+		cost:        d("harvest_user_cost_24h", "Cost (cores x seconds x price) the user used in the last 24 h.", []string{"user"}, nil),
+		epoch:       d("harvest_master_epoch", "Epoch of the master lease (each new master increments it).", nil, nil),
+		alive:       d("harvest_master_alive", "1 if a master holds an unexpired lease.", nil, nil),
+		failovers:   d("harvest_master_failovers_total", "Master changes this agent saw (epoch increments after the first master it saw).", nil, nil),
+		errs:        d("harvest_queue_scrape_errors_total", "Scrapes that could not read the queue.", nil, nil),
+		writes:      d("harvest_queue_write_transactions_total", "Write transactions the queue's SQLite writer committed since the queue opened.", nil, nil),
+		lockTime:    d("harvest_queue_write_lock_seconds_total", "Time the writer held SQLite's write lock (every request that writes waits for it).", nil, nil),
+		slowWrites:  d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
+		realtime:    d("harvest_queue_writer_realtime", "1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).", nil, nil),
+		walBytes:    d("harvest_queue_wal_bytes", "Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).", nil, nil),
+		walRestarts: d("harvest_queue_wal_restarts_total", "Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).", nil, nil),
 	}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs, c.writes, c.lockTime, c.slowWrites, c.realtime} {
+	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs, c.writes, c.lockTime, c.slowWrites, c.realtime, c.walBytes, c.walRestarts} {
 		ch <- d
 	}
 }
@@ -358,5 +360,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lockTime, prometheus.CounterValue, st.WriteLockSeconds)
 		ch <- prometheus.MustNewConstMetric(c.slowWrites, prometheus.CounterValue, float64(st.SlowWrites))
 		g(c.realtime, b2f(st.WriterRealtime))
+		g(c.walBytes, float64(st.WALBytes))
+		ch <- prometheus.MustNewConstMetric(c.walRestarts, prometheus.CounterValue, float64(st.WALRestarts))
 	}
 }

@@ -254,6 +254,7 @@ func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
 				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
 				Requeued: 5, Epoch: epoch, MasterAlive: true,
 				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, WriterRealtime: true,
+				WALBytes: 9 << 20, WALRestarts: 4,
 			}, nil
 		},
 	}
@@ -298,8 +299,14 @@ harvest_queue_write_transactions_total 1200
 # HELP harvest_queue_writer_realtime 1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).
 # TYPE harvest_queue_writer_realtime gauge
 harvest_queue_writer_realtime 1
+# HELP harvest_queue_wal_bytes Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).
+# TYPE harvest_queue_wal_bytes gauge
+harvest_queue_wal_bytes 9.437184e+06
+# HELP harvest_queue_wal_restarts_total Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).
+# TYPE harvest_queue_wal_restarts_total counter
+harvest_queue_wal_restarts_total 4
 `
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime"); err != nil {
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime", "harvest_queue_wal_bytes", "harvest_queue_wal_restarts_total"); err != nil {
 		t.Error(err)
 	}
 

@@ -224,6 +224,9 @@ func (q *Queue) WriteStats(reset bool) store.WriteStats { return q.st.WriteStats
 // write lock (Config.RealtimeWriter), and if not why.
 func (q *Queue) LockCeiling() string { return q.st.LockCeiling() }
 
+// WALStats reports the database's WAL as of the last checkpoint.
+func (q *Queue) WALStats() store.WALStats { return q.st.WALStats() }
+
 func (q *Queue) now() time.Time { return q.cfg.Now() }
 
 // hook runs the test hook (see beforeWrite).

@@ -142,6 +142,9 @@ type Stats struct {
 	WriteLockSeconds  float64
 	SlowWrites        int64
 	WriterRealtime    bool
+	// The WAL: its frames' bytes at the last checkpoint, and the
+	// checkpoints that started it over (store.WALStats).
+	WALBytes, WALRestarts int64
 }
 
 // Stats reads the figures the agent's metrics export. Three short reads.
@@ -165,6 +168,8 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	ws := q.st.WriteStats(false)
 	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites = ws.Transactions, ws.Total.Seconds(), ws.Slow
 	st.WriterRealtime = q.st.LockCeilingOn()
+	wal := q.st.WALStats()
+	st.WALBytes, st.WALRestarts = wal.Bytes, wal.Restarts
 	return st, nil
 }
 

@@ -60,6 +60,12 @@ type Breakdown struct {
 	// LockCeiling is the write lock's priority ceiling: on ("SCHED_FIFO 1
 	// from BEGIN to COMMIT") or off and why.
 	LockCeiling string `json:"lock_ceiling"`
+	// The WAL at the queue's last checkpoint (one a second), and the
+	// checkpoints that started it over (past 128 MiB; their lock time is
+	// in the figures above, as store.(*Store).restartWAL).
+	WALMB       float64 `json:"wal_mb"`
+	WALRestarts int64   `json:"wal_restarts"`
+	Checkpoints int64   `json:"checkpoints"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,9 @@ func init() {
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// busyTimeout is how long a connection waits for a lock another holds.
+const busyTimeout = 5 * time.Second
+
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
 	w  *sql.DB // the one writer connection: SQLite's single writer as a Go-level queue
@@ -67,6 +71,12 @@ type Store struct {
 	}
 	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
 	ceil  *ceiling             // the write lock's priority ceiling (ceiling.go)
+	// pageSize is the database's page size (a WAL frame's payload).
+	pageSize int64
+	wal      struct {
+		mu sync.Mutex
+		s  WALStats
+	}
 
 	// hot serialises the hot path, the folds and the cold writes, and
 	// guards ov (overlay.go).
@@ -96,7 +106,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("database %s: %w", path, err)
 	}
 	q := url.Values{}
-	q.Set("_busy_timeout", "5000")
+	q.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
 	q.Set("_synchronous", "NORMAL") // WAL + NORMAL survives a process kill; see docs/queue.md
 	q.Set("_txlock", "immediate")
 	q.Set("_foreign_keys", "off")
@@ -118,7 +128,8 @@ func Open(path string) (*Store, error) {
 	// 100,000-entry submission took half the time of 4 KiB pages; pulls
 	// were within the noise). The page size can only be chosen before the
 	// first table and before WAL mode; an existing database keeps its own.
-	for _, p := range []string{"PRAGMA page_size = 1024", "PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY"} {
+	for _, p := range []string{"PRAGMA page_size = 1024", "PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
+		fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit)} {
 		if _, err := w.Exec(p); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open %s: %s: %w", path, p, err)
@@ -129,7 +140,7 @@ func Open(path string) (*Store, error) {
 		return nil, err
 	}
 	rq := url.Values{}
-	rq.Set("_busy_timeout", "5000")
+	rq.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
 	rq.Set("_query_only", "1")
 	r, err := sql.Open("sqlite3", "file:"+path+"?"+rq.Encode())
 	if err != nil {
@@ -138,7 +149,7 @@ func Open(path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	cq := url.Values{}
-	cq.Set("_busy_timeout", "5000")
+	cq.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
 	ck, err := sql.Open("sqlite3", "file:"+path+"?"+cq.Encode())
 	if err != nil {
 		w.Close()
@@ -168,6 +179,11 @@ func Open(path string) (*Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if err := w.QueryRow("PRAGMA page_size").Scan(&st.pageSize); err != nil || st.pageSize <= 0 {
+		close(st.folderDone)
+		st.Close()
+		return nil, fmt.Errorf("open %s: page size %d: %v", path, st.pageSize, err)
+	}
 	st.ceil.enable(true)
 	go st.folder()
 	return st, nil
@@ -188,15 +204,6 @@ func (s *Store) Close() error {
 	}
 	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
 	return errors.Join(ferr, cerr, s.ck.Close(), s.r.Close(), s.w.Close())
-}
-
-// Checkpoint copies the WAL into the database file without blocking the
-// writer (PASSIVE); SQLite then restarts the WAL from its beginning.
-func (s *Store) Checkpoint(ctx context.Context) error {
-	if _, err := s.ck.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return nil
 }
 
 // migrate applies the embedded migrations in name order, each once.

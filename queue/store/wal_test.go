@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Under a writer that never pauses, the WAL never starts over by itself:
+// every PASSIVE checkpoint completes, yet each write transaction begins
+// with frames not yet copied, and SQLite restarts the WAL only from a
+// write that begins with none. Checkpoint's RESTART starts it over.
+func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.w.Exec(`CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var commits atomic.Int64
+	wg.Add(1)
+	go func() { // the busy writer: a commit of a few pages after another
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := s.write(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`INSERT OR REPLACE INTO filler (id, b) VALUES (?, zeroblob(3000))`, i%500)
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			commits.Add(1)
+		}
+	}()
+	stopped := false
+	stopWriter := func() {
+		if !stopped {
+			close(stop)
+			wg.Wait()
+			stopped = true
+		}
+	}
+	defer stopWriter()
+
+	// Without the RESTART (a bound no WAL reaches) the WAL only grows.
+	const grow = 4000
+	var last CheckpointResult
+	for deadline := time.Now().Add(30 * time.Second); last.Frames < grow; {
+		r, err := s.checkpoint(ctx, 1<<62)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Frames < last.Frames {
+			t.Skipf("the WAL started over by itself (%d frames after %d): the writer paused; nothing to show", r.Frames, last.Frames)
+		}
+		if r.Restarted {
+			t.Fatalf("a RESTART under a bound of 2^62 frames: %+v", r)
+		}
+		last = r
+		if time.Now().After(deadline) {
+			t.Fatalf("the WAL grew to %d frames only in 30 s (writer: %d commits)", last.Frames, commits.Load())
+		}
+	}
+
+	// With a bound below it, the checkpoint ends with a RESTART, and the
+	// writer's next commit starts the WAL over.
+	r, err := s.checkpoint(ctx, grow/2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Restarted {
+		t.Fatalf("no RESTART of a WAL of %d frames over a bound of %d: %+v", r.Frames, grow/2, r)
+	}
+	c0 := commits.Load()
+	stopWriter()
+	after, err := s.checkpoint(ctx, 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Frames >= r.Frames/2 {
+		t.Fatalf("the WAL has %d frames after the RESTART and %d more commits; it had %d: it did not start over",
+			after.Frames, commits.Load()-c0, r.Frames)
+	}
+	// WALStats reports the last Checkpoint (the WAL under its bound).
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws := s.WALStats(); ws.Checkpoints != 1 || ws.Frames != after.Frames || ws.Bytes != after.Frames*(s.pageSize+walFrameHeader) || ws.Restarts != 0 {
+		t.Fatalf("WAL stats %+v after a checkpoint of a WAL of %d frames of %d-byte pages", ws, after.Frames, s.pageSize)
+	}
+	// The RESTART held the write lock: WriteStats counts it.
+	if ws := s.WriteStats(false); ws.Transactions < commits.Load()+1 {
+		t.Fatalf("write stats count %d transactions for %d commits and a RESTART", ws.Transactions, commits.Load())
+	}
+}
