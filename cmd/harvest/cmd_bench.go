@@ -49,6 +49,7 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing, one job each (the tasks are shared out; --in-memory: jobs interleaved)"},
 				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
 				&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles of every process to `DIR` (bench.*: queue and master; worker-N.*: the workers; go tool pprof)"},
+				&cli.StringFlag{Name: "trace", Usage: "write a Go execution trace of this process (queue and master) to `FILE` (go tool trace); each write transaction is a region \"write\""},
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
 				&cli.IntFlag{Name: "batch-size", Value: 100, Usage: "the job's batch size"},
 				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process"},
@@ -82,6 +83,17 @@ func runBench(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.ProfileDir = c.String("profile-dir")
+	if p := c.String("trace"); p != "" {
+		stopTrace, err := startTrace(p)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
+		}
+		defer func() {
+			if err := stopTrace(); err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "harvest bench: %v\n", err)
+			}
+		}()
+	}
 	stopProfiles, err := startProfiles(cfg.ProfileDir, "bench")
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
@@ -157,7 +169,7 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "queue handlers per task: pull %.1f us (%d calls), results %.1f us (%d calls), heartbeat %.1f us (%d calls)\n",
 			per(b.PullMS), b.PullCalls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
 		fmt.Fprintf(out, "write lock priority ceiling: %s\n", b.LockCeiling)
-		fmt.Fprintf(out, "WAL at the last of %d checkpoints: %.1f MiB; started over (past 128 MiB) %d times\n", b.Checkpoints, b.WALMB, b.WALRestarts)
+		fmt.Fprintf(out, "WAL at the last of %d checkpoints: %.1f MiB of frames, the file allocated to %.1f MiB; started over (past 128 MiB) %d times\n", b.Checkpoints, b.WALMB, b.WALAllocatedMB, b.WALRestarts)
 		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions (%d over 5 ms), mean %.2f ms, p99 %.2f ms, longest %.1f ms (%s)\n",
 			per(b.WriteLockMS), b.Transactions, b.SlowTx, b.WriteLockMS/float64(max(b.Transactions, 1)), b.P99TxMS, b.LongestTxMS, b.LongestTxIn)
 		fmt.Fprintf(out, "the same transactions' own work (writer thread's CPU clock): longest %.1f ms (%s), %d over 5 ms\n", b.LongestTxCPUMS, b.LongestTxCPUIn, b.SlowTxCPU)

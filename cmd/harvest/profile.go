@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // startProfiles starts a CPU profile written to DIR/NAME.cpu.pprof; the
@@ -42,5 +43,25 @@ func startProfiles(dir, name string) (stop func() error, err error) {
 			return fmt.Errorf("allocation profile: %w", err)
 		}
 		return a.Close()
+	}, nil
+}
+
+// startTrace writes a Go execution trace of this process to path until
+// the returned stop.
+func startTrace(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return func() error {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		return nil
 	}, nil
 }

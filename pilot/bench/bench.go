@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
 	b.HeartbeatCalls, b.HeartbeatMS = rq.timer.get(pilotproto.PathHeartbeat)
 	wal := rq.q.WALStats()
-	b.WALMB, b.WALRestarts, b.Checkpoints = float64(wal.Bytes)/(1<<20), wal.Restarts, wal.Checkpoints
+	b.WALMB, b.WALAllocatedMB, b.WALRestarts, b.Checkpoints = float64(wal.Bytes)/(1<<20), float64(wal.Allocated)/(1<<20), wal.Restarts, wal.Checkpoints
 	r.Breakdown = b
 	return r, nil
 }

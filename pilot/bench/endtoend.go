@@ -63,9 +63,12 @@ type Breakdown struct {
 	// The WAL at the queue's last checkpoint (one a second), and the
 	// checkpoints that started it over (past 128 MiB; their lock time is
 	// in the figures above, as store.(*Store).restartWAL).
-	WALMB       float64 `json:"wal_mb"`
-	WALRestarts int64   `json:"wal_restarts"`
-	Checkpoints int64   `json:"checkpoints"`
+	WALMB float64 `json:"wal_mb"`
+	// WALAllocatedMB is how far the queue last allocated the WAL file
+	// ahead of its frames (0: it never needed to).
+	WALAllocatedMB float64 `json:"wal_allocated_mb"`
+	WALRestarts    int64   `json:"wal_restarts"`
+	Checkpoints    int64   `json:"checkpoints"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

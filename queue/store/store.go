@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,7 +74,11 @@ type Store struct {
 	ceil  *ceiling             // the write lock's priority ceiling (ceiling.go)
 	// pageSize is the database's page size (a WAL frame's payload).
 	pageSize int64
-	wal      struct {
+	path     string
+
+	closeOnce sync.Once
+	closeErr  error
+	wal       struct {
 		mu sync.Mutex
 		s  WALStats
 	}
@@ -179,6 +184,7 @@ func Open(path string) (*Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	st.path = path
 	if err := w.QueryRow("PRAGMA page_size").Scan(&st.pageSize); err != nil || st.pageSize <= 0 {
 		close(st.folderDone)
 		st.Close()
@@ -190,8 +196,13 @@ func Open(path string) (*Store, error) {
 }
 
 // Close folds the journal, checkpoints the WAL into the database file and
-// closes it.
+// closes it. Closing again returns the first Close's error.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	close(s.stop)
 	<-s.folderDone
 	ferr := s.settle(context.Background())
@@ -438,7 +449,8 @@ func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) 
 	if ceiling && s.ceil.raise() {
 		defer s.ceil.lower() // before UnlockOSThread
 	}
-	start, u0 := time.Now(), threadUsage() // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
+	defer trace.StartRegion(ctx, "write").End() // for harvest bench --trace
+	start, u0 := time.Now(), threadUsage()      // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
 	if err := fn(tx); err != nil {
 		tx.Rollback()
 		return err

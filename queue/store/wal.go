@@ -1,8 +1,11 @@
 package store
 
 import (
+	"os"
+
 	"context"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"runtime"
 	"time"
 )
@@ -49,6 +52,7 @@ type WALStats struct {
 	Frames      int64 // frames in the WAL at the last checkpoint
 	Bytes       int64 // the same in bytes
 	Restarts    int64 // RESTART checkpoints that let the WAL start over
+	Allocated   int64 // bytes the WAL file was last allocated to (allocateWAL)
 	Checkpoints int64
 }
 
@@ -65,6 +69,9 @@ type CheckpointResult struct {
 // then started over (see walRestartBytes).
 func (s *Store) Checkpoint(ctx context.Context) error {
 	r, err := s.checkpoint(ctx, walRestartBytes/(s.pageSize+walFrameHeader))
+	if err == nil {
+		s.allocateWAL(r.Frames * (s.pageSize + walFrameHeader))
+	}
 	s.wal.mu.Lock()
 	s.wal.s.Checkpoints++
 	s.wal.s.Frames, s.wal.s.Bytes = r.Frames, r.Frames*(s.pageSize+walFrameHeader)
@@ -137,4 +144,38 @@ func (s *Store) restartWAL(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("restart the WAL: %w", err)
 	}
 	return busy == 0, nil
+}
+
+// walHeadroom is how far past its frames the WAL file is kept allocated.
+// A commit that appends past the end of the file makes ext4 reserve
+// blocks (delayed allocation) and raise the inode's size, both under the
+// inode's i_data_sem, which writeback of the same file holds: the
+// writer slept on it for 14-17 ms with the write lock held (perf,
+// sched_switch of the ceiling's priority). Inside the file's size and in
+// allocated (unwritten) blocks, a write takes neither. At ~16 MB/s of WAL
+// under full load and a checkpoint a second, 32 MiB stays ahead.
+const walHeadroom = 32 << 20
+
+// allocateWAL makes the WAL file at least used+walHeadroom bytes long
+// (up to walSizeLimit), in allocated blocks, from the checkpointer's
+// goroutine: fallocate takes the inode's locks here, not in a commit.
+// SQLite reads a WAL only up to its last valid frame, so zeros past it
+// are as good as the old frames a restarted WAL leaves. Best effort: a
+// file system without fallocate keeps the appends as they were.
+func (s *Store) allocateWAL(used int64) {
+	want := min(used+walHeadroom, walSizeLimit)
+	f, err := os.OpenFile(s.path+"-wal", os.O_RDWR, 0)
+	if err != nil {
+		return // no WAL yet
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() >= want {
+		return
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, want); err == nil {
+		s.wal.mu.Lock()
+		s.wal.s.Allocated = want
+		s.wal.mu.Unlock()
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Under a writer that never pauses, the WAL never starts over by itself:
@@ -106,5 +108,60 @@ func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
 	// The RESTART held the write lock: WriteStats counts it.
 	if ws := s.WriteStats(false); ws.Transactions < commits.Load()+1 {
 		t.Fatalf("write stats count %d transactions for %d commits and a RESTART", ws.Transactions, commits.Load())
+	}
+}
+
+// Checkpoint keeps the WAL file allocated walHeadroom past its frames, so
+// that commits write inside the file's size, into allocated blocks.
+func TestCheckpointKeepsTheWALFileAllocatedAheadOfItsFrames(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.w.Exec(`CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if _, err := s.w.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws := s.WALStats()
+	if ws.Frames == 0 {
+		t.Fatal("no frames in the WAL after 200 commits")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path+"-wal", &st); err != nil {
+		t.Fatal(err)
+	}
+	want := ws.Bytes + walHeadroom
+	if st.Size < want {
+		t.Fatalf("WAL file %d bytes for %d bytes of frames: want at least %d", st.Size, ws.Bytes, want)
+	}
+	if allocated := st.Blocks * 512; allocated < want {
+		t.Fatalf("WAL file %d bytes long but %d allocated (sparse): want %d allocated", st.Size, allocated, want)
+	}
+	if ws.Allocated != want {
+		t.Fatalf("WAL stats say %d allocated, want %d", ws.Allocated, want)
+	}
+	// The zeros past the frames are not frames: the database reopens
+	// with every row.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	var n int
+	if err := s2.w.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil || n != 200 {
+		t.Fatalf("after reopening: %d rows, %v; want 200", n, err)
 	}
 }
