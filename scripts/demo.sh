@@ -33,11 +33,22 @@ export PATH=$BIN:$PATH:/usr/local/go/bin
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (it installs packages and starts SLURM daemons)" >&2; exit 1; }
 
-stop() {
-  if [ -f $STATE/agent.pid ] && kill -0 "$(cat $STATE/agent.pid)" 2>/dev/null; then
-    kill -TERM "$(cat $STATE/agent.pid)"; sleep 1
+# stop_agent: stop the demo's agent and wait until it has exited (it folds
+# its queue and closes the database on the way out). The pid file may be
+# stale: a PID that is not a `harvest agent` any more is left alone.
+stop_agent() {
+  local pid i
+  pid=$(cat $STATE/agent.pid 2>/dev/null || true)
+  if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "harvest agent "; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && { echo "agent $pid still running after 10 s: kill -9" >&2; kill -9 "$pid"; }
   fi
   rm -f $STATE/agent.pid
+}
+
+stop() {
+  stop_agent
   scripts/minicluster.sh stop >/dev/null 2>&1 || true
   echo "demo stopped"
 }
@@ -64,9 +75,7 @@ scancel -n harvest-pilot >/dev/null 2>&1 || true
 sinfo
 
 say "4/7 harvest agent"
-if [ -f $STATE/agent.pid ] && kill -0 "$(cat $STATE/agent.pid)" 2>/dev/null; then
-  kill -TERM "$(cat $STATE/agent.pid)"; sleep 1
-fi
+stop_agent
 rm -rf $STATE $DEMO; mkdir -p $STATE $DEMO/state $DEMO/pilots; chmod 755 $DEMO
 nohup harvest agent --state-dir $STATE --shared-dir $DEMO/state --listen 127.0.0.1:$PORT --socket $SOCKET \
   --allowed-root $LAB/shared --poll 2s --margin 30s --mini-time 10s \
