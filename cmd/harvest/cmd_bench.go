@@ -163,6 +163,7 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
 	}
 	fmt.Fprintf(out, "CPU per task: %.1f us in this process (queue + master), %.1f us in the workers\n", r.ProcessCPUUS, r.WorkersCPUUS)
+	fmt.Fprintf(out, "the machine during the run: %.0f%% busy, %.1f%% stolen by the hypervisor (/proc/stat; stolen time lengthens every figure here)\n", r.MachineBusyPct, r.StealPct)
 	fmt.Fprintf(out, "Go scheduler latency in this process (GOMAXPROCS %d; goroutines runnable, waiting to run): p99 %.3f ms, p99.9 %.3f ms, longest up to %.1f ms\n", r.Procs, r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS)
 	if b := r.Breakdown; b != nil {
 		per := func(ms float64) float64 { return ms * 1000 / float64(r.Tasks) }

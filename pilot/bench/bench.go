@@ -99,6 +99,10 @@ type Result struct {
 	SchedP99MS  float64 `json:"sched_latency_p99_ms"`
 	SchedP999MS float64 `json:"sched_latency_p999_ms"`
 	SchedMaxMS  float64 `json:"sched_latency_max_ms"`
+	// The whole machine during the run (/proc/stat): the share of its CPU
+	// time busy, and the share the hypervisor stole (see parseProcStat).
+	MachineBusyPct float64 `json:"machine_busy_pct"`
+	StealPct       float64 `json:"steal_pct"`
 	// Where the time went (per task, microseconds): CPU of this process
 	// (queue and master with their HTTP; the master alone in memory) and
 	// of the workers; the queue's handlers' wall time and SQLite's write
@@ -189,6 +193,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("bench: only %d of %d workers registered: %w", m.Stats().Workers, cfg.Workers, err)
 	}
 
+	machine0, haveMachine := readCPUTimes()
 	cpu0, sched0, begin := cpu(syscall.RUSAGE_SELF), readSchedLatency(), time.Now()
 	reported0 := m.Stats().Reported
 	start()
@@ -202,12 +207,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	makespan := time.Since(begin)
 	procCPU := cpu(syscall.RUSAGE_SELF) - cpu0
+	machine1, haveMachine1 := readCPUTimes()
 	schedQ, schedMost := schedQuantiles(sched0, readSchedLatency(), 0.99, 0.999)
 	stopWorkers(procs)
 	procs = nil
 	r := summarize(cfg, makespan)
 	r.ProcessCPUUS = float64(procCPU.Microseconds()) / float64(cfg.Tasks)
 	r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS = 1000*schedQ[0], 1000*schedQ[1], 1000*schedMost
+	if haveMachine && haveMachine1 {
+		r.MachineBusyPct, r.StealPct = shares(machine0, machine1)
+	}
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
 	r.Users = cfg.Users
 	if rq == nil {
