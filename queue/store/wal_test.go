@@ -17,15 +17,8 @@ import (
 // with frames not yet copied, and SQLite restarts the WAL only from a
 // write that begins with none. Checkpoint's RESTART starts it over.
 func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := openWithFiller(t)
 	ctx := context.Background()
-	if _, err := s.w.Exec(`CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
-		t.Fatal(err)
-	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var commits atomic.Int64
@@ -114,16 +107,8 @@ func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
 // Checkpoint keeps the WAL file allocated walHeadroom past its frames, so
 // that commits write inside the file's size, into allocated blocks.
 func TestCheckpointKeepsTheWALFileAllocatedAheadOfItsFrames(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, path := openWithFiller(t)
 	ctx := context.Background()
-	if _, err := s.w.Exec(`CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
-		t.Fatal(err)
-	}
 	for i := range 200 {
 		if _, err := s.w.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i); err != nil {
 			t.Fatal(err)
@@ -164,4 +149,20 @@ func TestCheckpointKeepsTheWALFileAllocatedAheadOfItsFrames(t *testing.T) {
 	if err := s2.w.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil || n != 200 {
 		t.Fatalf("after reopening: %d rows, %v; want 200", n, err)
 	}
+}
+
+// openWithFiller opens a store in a temporary directory, closed when t
+// ends, with a table "filler" (id, b) to write pages into.
+func openWithFiller(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.w.Exec(`CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
 }
