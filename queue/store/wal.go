@@ -21,7 +21,7 @@ import (
 // PASSIVE rounds have copied all but the last few frames.
 //
 // The RESTART holds the write lock while it copies those frames and
-// syncs the WAL and the database file: 2-25 ms on the shared 2-core
+// syncs the WAL and the database file: 2-37 ms on the shared 2-core
 // machine under full load, almost all of it the two fsyncs. That is why
 // the bound is large rather than tight: at the bench's full load the WAL
 // is started over about every 8 s, and at a site's usual load SQLite
