@@ -1,7 +1,9 @@
 package bench_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -20,13 +22,14 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/harvest-hpc/harvest/cmd/harvest").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	traceFile := filepath.Join(t.TempDir(), "bench.trace")
 	for _, tc := range []struct {
 		name  string
 		args  []string
 		queue string
 		procs int // each worker's GOMAXPROCS
 	}{
-		{"end to end through the real queue by default", []string{"--users", "100"}, "real", max(1, runtime.NumCPU()/2)},
+		{"end to end through the real queue by default", []string{"--users", "100", "--trace", traceFile}, "real", max(1, runtime.NumCPU()/2)},
 		{"the master and workers alone with --in-memory", []string{"--in-memory", "--worker-gomaxprocs", "3"}, "memory", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,12 +57,34 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 			if tc.queue == "real" && (b == nil || b["pull_calls"].(float64) < 1 || b["results_calls"].(float64) < 1 || b["write_lock_ms"].(float64) <= 0) {
 				t.Fatalf("the end-to-end run says nothing of the queue's share: %s", out)
 			}
+			// The machine's share: busy while tasks ran; steal a share.
+			if busy, _ := got["machine_busy_pct"].(float64); busy <= 0 || busy > 100 {
+				t.Fatalf("machine_busy_pct %v, want in (0, 100]: %s", got["machine_busy_pct"], out)
+			}
+			if st, ok := got["steal_pct"].(float64); !ok || st < 0 || st > 100 {
+				t.Fatalf("steal_pct %v: %s", got["steal_pct"], out)
+			}
+			if tc.queue == "real" {
+				if _, ok := b["wal_mb"].(float64); !ok {
+					t.Fatalf("no wal_mb in the breakdown: %s", out)
+				}
+				// --trace wrote a Go execution trace (its header names the Go
+				// version), with the write transactions as regions.
+				tr, err := os.ReadFile(traceFile)
+				if err != nil || !bytes.HasPrefix(tr, []byte("go 1.")) || !bytes.Contains(tr, []byte("write")) {
+					t.Fatalf("--trace %s: %d bytes, %v; want a Go execution trace naming the region \"write\"", traceFile, len(tr), err)
+				}
+			}
 		})
 	}
 
-	for _, bad := range [][]string{{"--shape", "nope"}, {"--worker-gomaxprocs", "-1"}} {
-		if out, err := exec.Command(bin, append([]string{"bench", "dispatch"}, bad...)...).CombinedOutput(); err == nil {
+	for _, bad := range [][]string{{"--shape", "nope"}, {"--worker-gomaxprocs", "-1"}, {"--trace", "/nonexistent/dir/t.out"}} {
+		out, err := exec.Command(bin, append([]string{"bench", "dispatch"}, bad...)...).CombinedOutput()
+		if err == nil {
 			t.Fatalf("%v was accepted: %s", bad, out)
+		}
+		if bad[0] == "--trace" && !bytes.Contains(out, []byte("trace: open /nonexistent/dir/t.out")) {
+			t.Fatalf("%v: the error does not name the trace file: %s", bad, out)
 		}
 	}
 }

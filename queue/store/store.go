@@ -413,7 +413,9 @@ func writer() string {
 		if i := strings.Index(name, ".func"); i > 0 {
 			name = name[:i]
 		}
-		if name != "store.(*Store).write" && name != "store.(*Store).fenced" && name != "store.(*Store).transact" && name != "store.(*Store).writeUnbounded" {
+		switch name {
+		case "store.(*Store).write", "store.(*Store).fenced", "store.(*Store).transact", "store.(*Store).writeUnbounded", "store.(*Store).holding":
+		default:
 			return name
 		}
 		if !more {
@@ -446,17 +448,33 @@ func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) 
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	// BEGIN IMMEDIATE has taken the lock: pool waits are not lock time
+	return s.holding(ctx, ceiling, func() error {
+		if err := fn(tx); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	})
+}
+
+// holding runs fn, which holds SQLite's write lock from its start to its
+// end, on the caller's locked thread: under the priority ceiling (with
+// ceiling), as a region "write" of a Go trace (harvest bench --trace),
+// and, when it succeeds, counted in WriteStats with its wall and thread
+// CPU time. Every holder of the write lock goes through it: transactions
+// and the WAL's RESTART (wal.go).
+func (s *Store) holding(ctx context.Context, ceiling bool, fn func() error) error {
 	if ceiling && s.ceil.raise() {
-		defer s.ceil.lower() // before UnlockOSThread
+		defer s.ceil.lower() // before the caller's UnlockOSThread
 	}
-	defer trace.StartRegion(ctx, "write").End() // for harvest bench --trace
-	start, u0 := time.Now(), threadUsage()      // BEGIN IMMEDIATE has taken the lock; pool waits are not lock time
-	if err := fn(tx); err != nil {
-		tx.Rollback()
+	defer trace.StartRegion(ctx, "write").End()
+	start, u0 := time.Now(), threadUsage()
+	if err := fn(); err != nil {
 		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
 	}
 	u := threadUsage().since(u0) // read first: the lock time contains it
 	s.addStat(time.Since(start), u)

@@ -1,13 +1,15 @@
 package store
 
 import (
-	"os"
-
 	"context"
+	"database/sql/driver"
+	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
+	"os"
 	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The WAL's size. SQLite starts the WAL over from its beginning only when
@@ -69,17 +71,19 @@ type CheckpointResult struct {
 // then started over (see walRestartBytes).
 func (s *Store) Checkpoint(ctx context.Context) error {
 	r, err := s.checkpoint(ctx, walRestartBytes/(s.pageSize+walFrameHeader))
-	if err == nil {
-		s.allocateWAL(r.Frames * (s.pageSize + walFrameHeader))
+	if err != nil {
+		return err
 	}
+	bytes := r.Frames * (s.pageSize + walFrameHeader)
+	s.allocateWAL(bytes)
 	s.wal.mu.Lock()
+	defer s.wal.mu.Unlock()
 	s.wal.s.Checkpoints++
-	s.wal.s.Frames, s.wal.s.Bytes = r.Frames, r.Frames*(s.pageSize+walFrameHeader)
+	s.wal.s.Frames, s.wal.s.Bytes = r.Frames, bytes
 	if r.Restarted {
 		s.wal.s.Restarts++
 	}
-	s.wal.mu.Unlock()
-	return err
+	return nil
 }
 
 // WALStats returns the WAL's figures as of the last Checkpoint.
@@ -118,8 +122,9 @@ func (s *Store) checkpoint(ctx context.Context, restartAt int64) (CheckpointResu
 // write can come between it and the next write, which then starts the WAL
 // over. It holds the write lock (it copies what the last PASSIVE round
 // left, then waits up to walRestartReaderWait for readers of old frames),
-// so it runs under the priority ceiling and counts in WriteStats as a
-// write transaction. It reports whether readers let it finish.
+// so it goes through holding like a write transaction: under the priority
+// ceiling, counted in WriteStats. It reports whether readers let it
+// finish.
 func (s *Store) restartWAL(ctx context.Context) (bool, error) {
 	c, err := s.w.Conn(ctx)
 	if err != nil {
@@ -130,16 +135,19 @@ func (s *Store) restartWAL(ctx context.Context) (bool, error) {
 	if _, err := c.ExecContext(ictx, fmt.Sprintf("PRAGMA busy_timeout = %d", walRestartReaderWait.Milliseconds())); err != nil {
 		return false, fmt.Errorf("restart the WAL: %w", err)
 	}
-	defer c.ExecContext(ictx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds()))
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if s.ceil.raise() {
-		defer s.ceil.lower()
-	}
 	var busy, frames, copied int64
-	start, u0 := time.Now(), threadUsage()
-	err = c.QueryRowContext(ictx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &frames, &copied)
-	s.addStat(time.Since(start), threadUsage().since(u0))
+	runtime.LockOSThread()
+	err = s.holding(ctx, true, func() error {
+		return c.QueryRowContext(ictx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &frames, &copied)
+	})
+	runtime.UnlockOSThread()
+	if _, rerr := c.ExecContext(ictx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds())); rerr != nil {
+		// A writer left with a 2 ms busy timeout would fail writes that
+		// a reader delays: drop the connection; the pool opens a new one
+		// from the DSN (busy timeout included).
+		c.Raw(func(any) error { return driver.ErrBadConn })
+		return false, errors.Join(err, fmt.Errorf("restart the WAL: restore the busy timeout: %w", rerr))
+	}
 	if err != nil {
 		return false, fmt.Errorf("restart the WAL: %w", err)
 	}

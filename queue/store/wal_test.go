@@ -83,6 +83,12 @@ func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
 	}
 	c0 := commits.Load()
 	stopWriter()
+	// The RESTART waited for readers 2 ms at most; the writer's
+	// connection has its own busy timeout back.
+	var bt int64
+	if err := s.w.QueryRow("PRAGMA busy_timeout").Scan(&bt); err != nil || bt != busyTimeout.Milliseconds() {
+		t.Fatalf("the writer's busy timeout after a RESTART: %d ms, %v; want %d", bt, err, busyTimeout.Milliseconds())
+	}
 	after, err := s.checkpoint(ctx, 1<<62)
 	if err != nil {
 		t.Fatal(err)
