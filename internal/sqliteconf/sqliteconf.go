@@ -9,6 +9,9 @@
 // for as long as the kernel kept a preempted reader off its core while it
 // held that mutex (a perf trace of `harvest bench dispatch` found 130
 // such waits in 5 s, half of the writer's sleeps with the lock held).
+//
+// It also wraps SQLite's page cache so that a commit does not walk the
+// whole cache for nothing (pcache.go).
 package sqliteconf
 
 /*
@@ -36,14 +39,21 @@ var Err error
 
 func init() {
 	if rc := C.memstatusOff(); rc != 0 {
-		Err = sqliteError(rc)
+		Err = sqliteError{"SQLITE_CONFIG_MEMSTATUS", int(rc)}
+		return
+	}
+	if rc := installPCache(); rc != 0 {
+		Err = sqliteError{"SQLITE_CONFIG_PCACHE2", int(rc)}
 	}
 }
 
-type sqliteError C.int
+type sqliteError struct {
+	option string
+	rc     int
+}
 
 func (e sqliteError) Error() string {
-	return "sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0): result code " + strconv.Itoa(int(e))
+	return "sqlite3_config(" + e.option + "): result code " + strconv.Itoa(e.rc)
 }
 
 // memoryUsed is sqlite3_memory_used(): 0 while the statistics are off.

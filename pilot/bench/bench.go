@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/sqliteconf"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
@@ -194,6 +195,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	machine0, haveMachine := readCPUTimes()
+	_, walks0 := sqliteconf.Truncates()
 	cpu0, sched0, begin := cpu(syscall.RUSAGE_SELF), readSchedLatency(), time.Now()
 	reported0 := m.Stats().Reported
 	start()
@@ -209,6 +211,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	procCPU := cpu(syscall.RUSAGE_SELF) - cpu0
 	machine1, haveMachine1 := readCPUTimes()
 	schedQ, schedMost := schedQuantiles(sched0, readSchedLatency(), 0.99, 0.999)
+	_, walks1 := sqliteconf.Truncates()
 	stopWorkers(procs)
 	procs = nil
 	r := summarize(cfg, makespan)
@@ -231,7 +234,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowIn,
 		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, LongestTxCPUMS: float64(ws.LongestCPU.Microseconds()) / 1000, LongestTxCPUIn: ws.LongestCPUIn, SlowTxCPU: ws.SlowCPU,
 		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept, LockCeiling: rq.q.LockCeiling(),
-		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
+		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6,
+		WriteLockCPUMS: float64(ws.CPU.Microseconds()) / 1000, PageCacheWalksAvoided: walks1 - walks0}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
 	b.HeartbeatCalls, b.HeartbeatMS = rq.timer.get(pilotproto.PathHeartbeat)

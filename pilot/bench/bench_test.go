@@ -68,6 +68,13 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 				if _, ok := b["wal_mb"].(float64); !ok {
 					t.Fatalf("no wal_mb in the breakdown: %s", out)
 				}
+				// The transactions' own work is part of their lock time.
+				if c, _ := b["write_lock_cpu_ms"].(float64); c <= 0 || c > b["write_lock_ms"].(float64) {
+					t.Fatalf("write_lock_cpu_ms %v, want in (0, write_lock_ms %v]: %s", b["write_lock_cpu_ms"], b["write_lock_ms"], out)
+				}
+				if _, ok := b["page_cache_walks_avoided"].(float64); !ok {
+					t.Fatalf("no page_cache_walks_avoided in the breakdown: %s", out)
+				}
 				// --trace wrote a Go execution trace (its header names the Go
 				// version), with the write transactions as regions.
 				tr, err := os.ReadFile(traceFile)

@@ -69,6 +69,15 @@ type Breakdown struct {
 	WALAllocatedMB float64 `json:"wal_allocated_mb"`
 	WALRestarts    int64   `json:"wal_restarts"`
 	Checkpoints    int64   `json:"checkpoints"`
+	// WriteLockCPUMS is the write transactions' own work (the writer
+	// thread's CPU clock), summed: unlike WriteLockMS, it does not grow
+	// with time the hypervisor stole.
+	WriteLockCPUMS float64 `json:"write_lock_cpu_ms"`
+	// PageCacheWalksAvoided counts the commits (of this process's SQLite
+	// connections: the queue's and the master's checkpoint) at which
+	// SQLite's page cache would have walked its whole hash table for
+	// nothing (internal/sqliteconf).
+	PageCacheWalksAvoided int64 `json:"page_cache_walks_avoided"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`
