@@ -45,8 +45,25 @@ if [ "$QUICK" = 1 ]; then
 fi
 
 step "starting the SLURM mini-cluster"
+# The tests use two clusters side by side (internal/slurmtest): this one,
+# and $LAB-b with ports +100, started on first use. Those this run starts
+# are stopped when it ends, pass or fail (HARVEST_KEEP_CLUSTERS=1 keeps
+# them for a look); a cluster already running before (the demo's) is left
+# running.
+LAB=${LAB:-/var/tmp/harvest-slurm}
+cluster_b() { LAB=$LAB-b CTLD_PORT=$((${CTLD_PORT:-6817} + 100)) PORT_BASE=$((${PORT_BASE:-17000} + 100)) LINK_ETC=0 "$@"; }
+ran_a=0 ran_b=0
+LAB=$LAB scripts/minicluster.sh status >/dev/null 2>&1 && ran_a=1
+cluster_b scripts/minicluster.sh status >/dev/null 2>&1 && ran_b=1
+stop_clusters() {
+  [ "${HARVEST_KEEP_CLUSTERS:-0}" = 1 ] && return 0
+  step "stopping the mini-clusters this run started"
+  [ "$ran_b" = 1 ] || cluster_b scripts/minicluster.sh stop >/dev/null 2>&1 || echo "could not stop $LAB-b" >&2
+  [ "$ran_a" = 1 ] || LAB=$LAB scripts/minicluster.sh stop >/dev/null 2>&1 || echo "could not stop $LAB" >&2
+}
+trap stop_clusters EXIT
 scripts/minicluster.sh users >/dev/null
-scripts/minicluster.sh start 8
+LAB=$LAB scripts/minicluster.sh start 8
 
 step "all tests, real SLURM included"
 # Packages that use a mini-cluster hold its lock (internal/slurmtest); with
