@@ -72,6 +72,11 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 				if c, _ := b["write_lock_cpu_ms"].(float64); c <= 0 || c > b["write_lock_ms"].(float64) {
 					t.Fatalf("write_lock_cpu_ms %v, want in (0, write_lock_ms %v]: %s", b["write_lock_cpu_ms"], b["write_lock_ms"], out)
 				}
+				for _, k := range []string{"db_syncs", "db_sync_ms"} {
+					if _, ok := b[k].(float64); !ok {
+						t.Fatalf("no %s in the breakdown: %s", k, out)
+					}
+				}
 				if _, ok := b["page_cache_walks_avoided"].(float64); !ok {
 					t.Fatalf("no page_cache_walks_avoided in the breakdown: %s", out)
 				}

@@ -69,6 +69,10 @@ type Breakdown struct {
 	WALAllocatedMB float64 `json:"wal_allocated_mb"`
 	WALRestarts    int64   `json:"wal_restarts"`
 	Checkpoints    int64   `json:"checkpoints"`
+	// The checkpointer's syncs of the database file (outside the write
+	// lock), and their time.
+	DBSyncs  int64   `json:"db_syncs"`
+	DBSyncMS float64 `json:"db_sync_ms"`
 	// WriteLockCPUMS is the write transactions' own work (the writer
 	// thread's CPU clock), summed: unlike WriteLockMS, it does not grow
 	// with time the hypervisor stole.

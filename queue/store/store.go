@@ -79,8 +79,9 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 	wal       struct {
-		mu sync.Mutex
-		s  WALStats
+		mu     sync.Mutex
+		s      WALStats
+		synced [2]int64 // the WAL's frames and copied frames at the last syncDB
 	}
 
 	// hot serialises the hot path, the folds and the cold writes, and

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -19,38 +21,7 @@ import (
 func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
 	s, _ := openWithFiller(t)
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var commits atomic.Int64
-	wg.Add(1)
-	go func() { // the busy writer: a commit of a few pages after another
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			err := s.write(ctx, func(tx *sql.Tx) error {
-				_, err := tx.Exec(`INSERT OR REPLACE INTO filler (id, b) VALUES (?, zeroblob(3000))`, i%500)
-				return err
-			})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			commits.Add(1)
-		}
-	}()
-	stopped := false
-	stopWriter := func() {
-		if !stopped {
-			close(stop)
-			wg.Wait()
-			stopped = true
-		}
-	}
-	defer stopWriter()
+	commits, stopWriter := busyWriter(t, s)
 
 	// Without the RESTART (a bound no WAL reaches) the WAL only grows.
 	const grow = 4000
@@ -159,6 +130,99 @@ func TestCheckpointKeepsTheWALFileAllocatedAheadOfItsFrames(t *testing.T) {
 
 // openWithFiller opens a store in a temporary directory, closed when t
 // ends, with a table "filler" (id, b) to write pages into.
+// busyWriter commits a few pages after another, without a pause, until
+// the returned stop (also run at the test's end).
+func busyWriter(t *testing.T, s *Store) (*atomic.Int64, func()) {
+	t.Helper()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var commits atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := s.write(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`INSERT OR REPLACE INTO filler (id, b) VALUES (?, zeroblob(3000))`, i%500)
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			commits.Add(1)
+		}
+	}()
+	var once sync.Once
+	stopWriter := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	t.Cleanup(stopWriter)
+	return &commits, stopWriter
+}
+
+// dirtyPages is how many of the file's pages in the page cache are dirty
+// (cachestat(2), Linux 6.5); the test skips on a kernel without it.
+func dirtyPages(t *testing.T, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			t.Skip("no cachestat(2) on this kernel: the dirty pages cannot be counted")
+		}
+		t.Fatal(err)
+	}
+	return st.Dirty
+}
+
+// A PASSIVE checkpoint syncs the database file only when it has copied
+// the whole WAL, which a busy writer never lets it do: the pages it copied
+// stayed dirty until the RESTART's fsync wrote them all with the write
+// lock held. Checkpoint syncs the file after every round that copied
+// frames, outside the lock; an idle queue's checkpoints sync nothing.
+func TestCheckpointSyncsTheDatabaseFileItWroteUnderABusyWriter(t *testing.T) {
+	s, path := openWithFiller(t)
+	ctx := context.Background()
+	_, stopWriter := busyWriter(t, s)
+	for round := 0; round < 20; round++ {
+		r, err := s.checkpoint(ctx, 1<<62)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Only checkpoints write the database file (the writer appends
+		// to the WAL), and none runs now.
+		if d := dirtyPages(t, path); r.Copied > 0 && d > 0 {
+			t.Fatalf("round %d copied %d frames and left %d pages of the database file dirty", round, r.Copied, d)
+		}
+	}
+	stopWriter()
+	syncs := s.WALStats().DBSyncs
+	if syncs == 0 {
+		t.Fatal("20 checkpoint rounds under a busy writer never synced the database file")
+	}
+	// The last frames, then nothing new: no more syncs.
+	if _, err := s.checkpoint(ctx, 1<<62); err != nil {
+		t.Fatal(err)
+	}
+	syncs = s.WALStats().DBSyncs
+	for range 3 {
+		if _, err := s.checkpoint(ctx, 1<<62); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.WALStats().DBSyncs; n != syncs {
+		t.Fatalf("checkpoints of a WAL with nothing new synced the database file %d more times", n-syncs)
+	}
+}
+
 func openWithFiller(t *testing.T) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "q.db")
