@@ -209,12 +209,25 @@ func (s *Store) syncDB(r CheckpointResult) error {
 // under full load and a checkpoint a second, 32 MiB stays ahead.
 const walHeadroom = 32 << 20
 
-// allocateWAL makes the WAL file at least used+walHeadroom bytes long
-// (up to walSizeLimit), in allocated blocks, from the checkpointer's
-// goroutine: fallocate takes the inode's locks here, not in a commit.
-// SQLite reads a WAL only up to its last valid frame, so zeros past it
-// are as good as the old frames a restarted WAL leaves. Best effort: a
-// file system without fallocate keeps the appends as they were.
+// allocateWAL readies the WAL file for the next walHeadroom bytes of
+// frames, from the checkpointer's goroutine, so that commits find it
+// ready:
+//
+//   - It makes the file at least used+walHeadroom bytes long (up to
+//     walSizeLimit), in allocated blocks: fallocate takes the inode's
+//     locks here, not in a commit. SQLite reads a WAL only up to its last
+//     valid frame, so zeros past it are as good as the old frames a
+//     restarted WAL leaves.
+//   - It asks the kernel to read that range of the file, where it exists,
+//     into the page cache (readahead). A frame does not fill the 4 KiB
+//     pages it straddles, so a commit writing into a page the kernel had
+//     evicted first read it from disk, write lock held: 36 such waits in
+//     a sustained `harvest bench dispatch --tasks 300000` (perf on the
+//     writer's switches), where a restarted WAL overwrote old frames that
+//     the kernel (here DAMON's pageout) had dropped; none with readahead.
+//
+// Best effort: a file system without fallocate keeps the appends as they
+// were; a failed readahead leaves the reads to the commits.
 func (s *Store) allocateWAL(used int64) {
 	want := min(used+walHeadroom, walSizeLimit)
 	f, err := os.OpenFile(s.path+"-wal", os.O_RDWR, 0)
@@ -223,7 +236,13 @@ func (s *Store) allocateWAL(used int64) {
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || fi.Size() >= want {
+	if err != nil {
+		return
+	}
+	if fi.Size() > used {
+		unix.Fadvise(int(f.Fd()), used, min(walHeadroom, fi.Size()-used), unix.FADV_WILLNEED)
+	}
+	if fi.Size() >= want {
 		return
 	}
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, want); err == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,6 +163,80 @@ func busyWriter(t *testing.T, s *Store) (*atomic.Int64, func()) {
 	stopWriter := func() { once.Do(func() { close(stop); wg.Wait() }) }
 	t.Cleanup(stopWriter)
 	return &commits, stopWriter
+}
+
+// cachedPages is how many of the pages of [off, off+n) of the file are in
+// the page cache (cachestat(2)); the test skips on a kernel without it.
+func cachedPages(t *testing.T, path string, off, n int64) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: uint64(off), Len: uint64(n)}, &st, 0); err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			t.Skip("no cachestat(2) on this kernel: the cached pages cannot be counted")
+		}
+		t.Fatal(err)
+	}
+	return st.Cache
+}
+
+// A restarted WAL's next frames overwrite the old ones from the start of
+// the file, and a frame fills no 4 KiB page of it whole: a page the
+// kernel had evicted was read from disk inside the commit, write lock
+// held. The checkpointer reads the range the next commits write into the
+// page cache beforehand.
+func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T) {
+	s, path := openWithFiller(t)
+	ctx := context.Background()
+	for i := range 1500 {
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wal := path + "-wal"
+	f, err := os.Open(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := fi.Size()
+	pages := uint64((min(size, walHeadroom) + int64(os.Getpagesize()) - 1) / int64(os.Getpagesize()))
+	// Evict the file's pages, as the kernel may (clean ones only: sync
+	// first).
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if n := cachedPages(t, wal, 0, size); n > pages/10 {
+		t.Skipf("the kernel kept %d of the WAL's %d pages in its cache: no eviction to undo", n, pages)
+	}
+
+	s.allocateWAL(0)                             // a restarted WAL: the next frames go from its start on
+	deadline := time.Now().Add(10 * time.Second) // readahead is started, not awaited
+	for {
+		n := cachedPages(t, wal, 0, min(size, walHeadroom))
+		if n >= pages*9/10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d pages the next commits write into are in the page cache", n, pages)
+		}
+		runtime.Gosched()
+	}
 }
 
 // dirtyPages is how many of the file's pages in the page cache are dirty
