@@ -82,6 +82,7 @@ type Store struct {
 		mu     sync.Mutex
 		s      WALStats
 		synced [2]int64 // the WAL's frames and copied frames at the last syncDB
+		high   int64    // the most bytes of frames the WAL held at a checkpoint (allocateWAL)
 	}
 
 	// hot serialises the hot path, the folds and the cold writes, and

@@ -218,8 +218,8 @@ const walHeadroom = 32 << 20
 //     locks here, not in a commit. SQLite reads a WAL only up to its last
 //     valid frame, so zeros past it are as good as the old frames a
 //     restarted WAL leaves.
-//   - It asks the kernel to read that range of the file, where it exists,
-//     into the page cache (readahead). A frame does not fill the 4 KiB
+//   - It asks the kernel to read that range of the file, where it holds
+//     old frames, into the page cache (readahead). A frame does not fill the 4 KiB
 //     pages it straddles, so a commit writing into a page the kernel had
 //     evicted first read it from disk, write lock held: 36 such waits in
 //     a sustained `harvest bench dispatch --tasks 300000` (perf on the
@@ -239,8 +239,15 @@ func (s *Store) allocateWAL(used int64) {
 	if err != nil {
 		return
 	}
-	if fi.Size() > used {
-		unix.Fadvise(int(f.Fd()), used, min(walHeadroom, fi.Size()-used), unix.FADV_WILLNEED)
+	// Only old frames (below the most the WAL has held): past them the
+	// file is allocated but unwritten, and reading it would fill the page
+	// cache with zeros every second for nothing.
+	s.wal.mu.Lock()
+	s.wal.high = max(s.wal.high, used)
+	old := min(s.wal.high, fi.Size())
+	s.wal.mu.Unlock()
+	if old > used {
+		unix.Fadvise(int(f.Fd()), used, min(walHeadroom, old-used), unix.FADV_WILLNEED)
 	}
 	if fi.Size() >= want {
 		return

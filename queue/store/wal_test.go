@@ -225,7 +225,15 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 		t.Skipf("the kernel kept %d of the WAL's %d pages in its cache: no eviction to undo", n, pages)
 	}
 
-	s.allocateWAL(0)                             // a restarted WAL: the next frames go from its start on
+	// A growing WAL: its frames end the file, then the allocation (no old
+	// frames to read, only unwritten blocks, which read as zeros).
+	s.allocateWAL(size)
+	s.allocateWAL(size)
+	if n := cachedPages(t, wal, size, walHeadroom); n > pages/10 {
+		t.Fatalf("%d pages of the WAL's allocated, unwritten tail were read into the page cache", n)
+	}
+	// Then a restarted one: the next frames go from its start on.
+	s.allocateWAL(0)
 	deadline := time.Now().Add(10 * time.Second) // readahead is started, not awaited
 	for {
 		n := cachedPages(t, wal, 0, min(size, walHeadroom))
