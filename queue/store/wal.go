@@ -209,6 +209,11 @@ func (s *Store) syncDB(r CheckpointResult) error {
 // under full load and a checkpoint a second, 32 MiB stays ahead.
 const walHeadroom = 32 << 20
 
+// walReadahead is the span of one readahead request: the kernel reads at
+// most the device's readahead window per request (8 MiB on this VM's
+// disk, 128 KiB by default), and drops the rest of a longer one.
+const walReadahead = 128 << 10
+
 // allocateWAL readies the WAL file for the next walHeadroom bytes of
 // frames, from the checkpointer's goroutine, so that commits find it
 // ready:
@@ -246,8 +251,8 @@ func (s *Store) allocateWAL(used int64) {
 	s.wal.high = max(s.wal.high, used)
 	old := min(s.wal.high, fi.Size())
 	s.wal.mu.Unlock()
-	if old > used {
-		unix.Fadvise(int(f.Fd()), used, min(walHeadroom, old-used), unix.FADV_WILLNEED)
+	for off, end := used, min(used+walHeadroom, old); off < end; off += walReadahead {
+		unix.Fadvise(int(f.Fd()), off, min(walReadahead, end-off), unix.FADV_WILLNEED)
 	}
 	if fi.Size() >= want {
 		return

@@ -192,9 +192,12 @@ func cachedPages(t *testing.T, path string, off, n int64) uint64 {
 func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T) {
 	s, path := openWithFiller(t)
 	ctx := context.Background()
-	for i := range 1500 {
+	// ~20 MB of frames: more than the kernel reads for one readahead
+	// request on this VM's disk (8 MiB).
+	for i := range 250 {
 		err := s.write(ctx, func(tx *sql.Tx) error {
-			_, err := tx.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i)
+			_, err := tx.Exec(`WITH RECURSIVE n(v) AS (SELECT ?1 UNION ALL SELECT v + 1 FROM n WHERE v < ?1 + 15)
+				INSERT INTO filler (id, b) SELECT v, zeroblob(3000) FROM n`, i*16)
 			return err
 		})
 		if err != nil {
@@ -212,6 +215,9 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 		t.Fatal(err)
 	}
 	size := fi.Size()
+	if size < 12<<20 {
+		t.Fatalf("a WAL of %d bytes: the test needs one past the kernel's readahead window", size)
+	}
 	pages := uint64((min(size, walHeadroom) + int64(os.Getpagesize()) - 1) / int64(os.Getpagesize()))
 	// Evict the file's pages, as the kernel may (clean ones only: sync
 	// first).
