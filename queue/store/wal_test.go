@@ -165,9 +165,10 @@ func busyWriter(t *testing.T, s *Store) (*atomic.Int64, func()) {
 	return &commits, stopWriter
 }
 
-// cachedPages is how many of the pages of [off, off+n) of the file are in
-// the page cache (cachestat(2)); the test skips on a kernel without it.
-func cachedPages(t *testing.T, path string, off, n int64) uint64 {
+// pageCache is what the page cache holds of [off, off+n) of the file
+// (n 0: to its end), by cachestat(2); the test skips on a kernel without
+// it (Linux < 6.5).
+func pageCache(t *testing.T, path string, off, n int64) unix.Cachestat_t {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -177,11 +178,11 @@ func cachedPages(t *testing.T, path string, off, n int64) uint64 {
 	var st unix.Cachestat_t
 	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: uint64(off), Len: uint64(n)}, &st, 0); err != nil {
 		if errors.Is(err, unix.ENOSYS) {
-			t.Skip("no cachestat(2) on this kernel: the cached pages cannot be counted")
+			t.Skip("no cachestat(2) on this kernel: the page cache cannot be read")
 		}
 		t.Fatal(err)
 	}
-	return st.Cache
+	return st
 }
 
 // A restarted WAL's next frames overwrite the old ones from the start of
@@ -192,7 +193,7 @@ func cachedPages(t *testing.T, path string, off, n int64) uint64 {
 func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T) {
 	s, path := openWithFiller(t)
 	ctx := context.Background()
-	// ~20 MB of frames: more than the kernel reads for one readahead
+	// ~13 MB of frames: more than the kernel reads for one readahead
 	// request on this VM's disk (8 MiB).
 	for i := range 250 {
 		err := s.write(ctx, func(tx *sql.Tx) error {
@@ -227,7 +228,7 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 		t.Fatal(err)
 	}
-	if n := cachedPages(t, wal, 0, size); n > pages/10 {
+	if n := pageCache(t, wal, 0, size).Cache; n > pages/10 {
 		t.Skipf("the kernel kept %d of the WAL's %d pages in its cache: no eviction to undo", n, pages)
 	}
 
@@ -235,14 +236,14 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 	// frames to read, only unwritten blocks, which read as zeros).
 	s.allocateWAL(size)
 	s.allocateWAL(size)
-	if n := cachedPages(t, wal, size, walHeadroom); n > pages/10 {
+	if n := pageCache(t, wal, size, walHeadroom).Cache; n > pages/10 {
 		t.Fatalf("%d pages of the WAL's allocated, unwritten tail were read into the page cache", n)
 	}
 	// Then a restarted one: the next frames go from its start on.
 	s.allocateWAL(0)
 	deadline := time.Now().Add(10 * time.Second) // readahead is started, not awaited
 	for {
-		n := cachedPages(t, wal, 0, min(size, walHeadroom))
+		n := pageCache(t, wal, 0, min(size, walHeadroom)).Cache
 		if n >= pages*9/10 {
 			break
 		}
@@ -251,25 +252,6 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 		}
 		runtime.Gosched()
 	}
-}
-
-// dirtyPages is how many of the file's pages in the page cache are dirty
-// (cachestat(2), Linux 6.5); the test skips on a kernel without it.
-func dirtyPages(t *testing.T, path string) uint64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var st unix.Cachestat_t
-	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
-		if errors.Is(err, unix.ENOSYS) {
-			t.Skip("no cachestat(2) on this kernel: the dirty pages cannot be counted")
-		}
-		t.Fatal(err)
-	}
-	return st.Dirty
 }
 
 // A PASSIVE checkpoint syncs the database file only when it has copied
@@ -288,7 +270,7 @@ func TestCheckpointSyncsTheDatabaseFileItWroteUnderABusyWriter(t *testing.T) {
 		}
 		// Only checkpoints write the database file (the writer appends
 		// to the WAL), and none runs now.
-		if d := dirtyPages(t, path); r.Copied > 0 && d > 0 {
+		if d := pageCache(t, path, 0, 0).Dirty; r.Copied > 0 && d > 0 {
 			t.Fatalf("round %d copied %d frames and left %d pages of the database file dirty", round, r.Copied, d)
 		}
 	}
