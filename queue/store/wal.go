@@ -24,7 +24,7 @@ import (
 //
 // The RESTART holds the write lock while it copies those frames and
 // syncs the WAL and the database file. With the database file synced by
-// the checkpointer after every round (syncDB), that is 2-4 ms on the
+// the checkpointer after every round (syncDB), that is 0.8-3.7 ms on the
 // shared 2-core machine under full load (8-56 ms before, when the fsync
 // wrote every page copied since the last restart). The bound is large
 // rather than tight all the same: at the bench's full load the WAL is
@@ -81,7 +81,11 @@ func (s *Store) Checkpoint(ctx context.Context) error {
 		return err
 	}
 	bytes := r.Frames * (s.pageSize + walFrameHeader)
-	s.allocateWAL(bytes)
+	next := bytes
+	if r.Restarted {
+		next = 0 // the next write starts the WAL over, from the file's start
+	}
+	s.allocateWAL(bytes, next)
 	s.wal.mu.Lock()
 	defer s.wal.mu.Unlock()
 	s.wal.s.Checkpoints++
@@ -215,8 +219,9 @@ const walHeadroom = 32 << 20
 const walReadahead = 128 << 10
 
 // allocateWAL readies the WAL file for the next walHeadroom bytes of
-// frames, from the checkpointer's goroutine, so that commits find it
-// ready:
+// frames, which go from used on (0 after a RESTART), from the
+// checkpointer's goroutine, so that commits find it ready; held is the
+// bytes of frames the WAL holds:
 //
 //   - It makes the file at least used+walHeadroom bytes long (up to
 //     walSizeLimit), in allocated blocks: fallocate takes the inode's
@@ -224,16 +229,17 @@ const walReadahead = 128 << 10
 //     valid frame, so zeros past it are as good as the old frames a
 //     restarted WAL leaves.
 //   - It asks the kernel to read that range of the file, where it holds
-//     old frames, into the page cache (readahead). A frame does not fill the 4 KiB
-//     pages it straddles, so a commit writing into a page the kernel had
-//     evicted first read it from disk, write lock held: 36 such waits in
-//     a sustained `harvest bench dispatch --tasks 300000` (perf on the
-//     writer's switches), where a restarted WAL overwrote old frames that
-//     the kernel (here DAMON's pageout) had dropped; none with readahead.
+//     old frames, into the page cache (readahead). A frame does not fill
+//     the 4 KiB pages it straddles, so a commit writing into a page the
+//     kernel had evicted first read it from disk, write lock held: 36-62
+//     such waits in a sustained `harvest bench dispatch --tasks 300000`
+//     (perf on the writer's switches), where a restarted WAL overwrote
+//     old frames that the kernel (here DAMON's pageout) had dropped; none
+//     with readahead.
 //
 // Best effort: a file system without fallocate keeps the appends as they
 // were; a failed readahead leaves the reads to the commits.
-func (s *Store) allocateWAL(used int64) {
+func (s *Store) allocateWAL(held, used int64) {
 	want := min(used+walHeadroom, walSizeLimit)
 	f, err := os.OpenFile(s.path+"-wal", os.O_RDWR, 0)
 	if err != nil {
@@ -248,7 +254,7 @@ func (s *Store) allocateWAL(used int64) {
 	// file is allocated but unwritten, and reading it would fill the page
 	// cache with zeros every second for nothing.
 	s.wal.mu.Lock()
-	s.wal.high = max(s.wal.high, used)
+	s.wal.high = max(s.wal.high, held)
 	old := min(s.wal.high, fi.Size())
 	s.wal.mu.Unlock()
 	for off, end := used, min(used+walHeadroom, old); off < end; off += walReadahead {

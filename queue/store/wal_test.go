@@ -243,13 +243,13 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 
 	// A growing WAL: its frames end the file, then the allocation (no old
 	// frames to read, only unwritten blocks, which read as zeros).
-	s.allocateWAL(size)
-	s.allocateWAL(size)
+	s.allocateWAL(size, size)
+	s.allocateWAL(size, size)
 	if n := pageCache(t, wal, size, walHeadroom).Cache; n > pages/10 {
 		t.Fatalf("%d pages of the WAL's allocated, unwritten tail were read into the page cache", n)
 	}
 	// Then a restarted one: the next frames go from its start on.
-	s.allocateWAL(0)
+	s.allocateWAL(size, 0)
 	deadline := time.Now().Add(10 * time.Second) // readahead is started, not awaited
 	for {
 		n := pageCache(t, wal, 0, min(size, walHeadroom)).Cache
