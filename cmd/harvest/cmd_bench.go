@@ -174,7 +174,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 			b.Checkpoints, b.WALMB, b.WALAllocatedMB, b.WALRestarts, b.DBSyncs, b.DBSyncMS)
 		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions (%d over 5 ms), mean %.2f ms, p99 %.2f ms, longest %.1f ms (%s)\n",
 			per(b.WriteLockMS), b.Transactions, b.SlowTx, b.WriteLockMS/float64(max(b.Transactions, 1)), b.P99TxMS, b.LongestTxMS, b.LongestTxIn)
-		fmt.Fprintf(out, "the same transactions' own work (writer thread's CPU clock): %.1f us per task, longest %.1f ms (%s), %d over 5 ms\n", per(b.WriteLockCPUMS), b.LongestTxCPUMS, b.LongestTxCPUIn, b.SlowTxCPU)
+		fmt.Fprintf(out, "the same transactions' own work (writer thread's CPU clock): %.1f us per task, longest %.1f ms (%s, %d page faults), %d over 5 ms; %d page faults in all\n",
+			per(b.WriteLockCPUMS), b.LongestTxCPUMS, b.LongestTxCPUIn, b.LongestTxCPUFaults, b.SlowTxCPU, b.TxFaults)
 		fmt.Fprintf(out, "SQLite page cache: %d walks of a whole cache at commit avoided\n", b.PageCacheWalksAvoided)
 		if b.SlowTx > 0 {
 			fmt.Fprintf(out, "of the %d over 5 ms: %d preempted by the kernel, %d slept (waited for the Go scheduler or the disk), %d neither\n",

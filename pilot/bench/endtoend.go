@@ -52,6 +52,10 @@ type Breakdown struct {
 	LongestTxCPUMS float64 `json:"longest_tx_cpu_ms"`
 	LongestTxCPUIn string  `json:"longest_tx_cpu_in"`
 	SlowTxCPU      int64   `json:"slow_transactions_cpu"` // whose own work took longer than 5 ms
+	// Page faults the writer thread took inside the transactions, and in
+	// the one with the longest own work.
+	TxFaults           int64 `json:"tx_page_faults"`
+	LongestTxCPUFaults int64 `json:"longest_tx_cpu_page_faults"`
 	// Of the slow transactions, those whose writer thread the kernel
 	// preempted, and those it only slept in (waiting for a processor of
 	// the Go scheduler after a cgo call, or for the disk).

@@ -278,6 +278,12 @@ type WriteStats struct {
 	LongestCPU   time.Duration
 	LongestCPUIn string
 	SlowCPU      int64 // transactions whose own work took longer than SlowTx
+	// Page faults the writer thread took inside the transactions (minor:
+	// a page mapped without I/O, which on a VM whose host takes back the
+	// guest's free memory can cost the host a fault of its own, counted
+	// as the guest's work), and those of the transaction with the
+	// longest own work.
+	Faults, LongestCPUFaults int64
 	// Of the slow transactions (lock time over SlowTx), those whose
 	// writer thread the kernel preempted at least once (another thread
 	// took its core), and those it only slept in (it waited: for a
@@ -343,8 +349,9 @@ func (s *Store) addStat(d time.Duration, u threadUse) {
 	st.Transactions++
 	st.Total += d
 	st.CPU += cpu
+	st.Faults += u.faults
 	if cpu > st.LongestCPU {
-		st.LongestCPU, st.LongestCPUIn = cpu, writer()
+		st.LongestCPU, st.LongestCPUIn, st.LongestCPUFaults = cpu, writer(), u.faults
 	}
 	if cpu > SlowTx {
 		st.SlowCPU++
@@ -374,12 +381,12 @@ func (s *Store) addStat(d time.Duration, u threadUse) {
 	}
 }
 
-// threadUse is what a thread did over an interval: its CPU time, and how
+// threadUse is what a thread did over an interval: its CPU time, how
 // often it left its core involuntarily (preempted) and voluntarily (it
-// slept).
+// slept), and its page faults.
 type threadUse struct {
-	cpu              time.Duration
-	preempted, slept int64
+	cpu                      time.Duration
+	preempted, slept, faults int64
 }
 
 // threadUsage is the calling thread's use so far (the caller has locked
@@ -394,13 +401,13 @@ func threadUsage() threadUse {
 	}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
-		u.preempted, u.slept = ru.Nivcsw, ru.Nvcsw
+		u.preempted, u.slept, u.faults = ru.Nivcsw, ru.Nvcsw, ru.Minflt+ru.Majflt
 	}
 	return u
 }
 
 func (u threadUse) since(u0 threadUse) threadUse {
-	return threadUse{cpu: u.cpu - u0.cpu, preempted: u.preempted - u0.preempted, slept: u.slept - u0.slept}
+	return threadUse{cpu: u.cpu - u0.cpu, preempted: u.preempted - u0.preempted, slept: u.slept - u0.slept, faults: u.faults - u0.faults}
 }
 
 // writer names the store method that called write (through fenced or
