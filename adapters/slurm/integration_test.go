@@ -206,10 +206,15 @@ func TestRealSLURM(t *testing.T) {
 
 	var scene cluster.Snapshot
 	t.Run("a snapshot shows running and pending foreign jobs with their limits, run times and order", func(t *testing.T) {
-		// Wait for the backfill pass to re-plan after the priority change.
-		scene = waitSnap(t, a, "D planned first", 15*time.Second, func(s cluster.Snapshot) bool {
+		// Wait for a backfill pass to re-plan after the priority change. The
+		// reason turns to Resources at once, but the expected start is the
+		// last pass's: one that ran before the change planned D after B and
+		// C, 12 minutes after A's end (seen in CI).
+		scene = waitSnap(t, a, "D planned first, to start when A ends", 15*time.Second, func(s cluster.Snapshot) bool {
 			d, ok := job(s, D)
-			return ok && d.Reason == "Resources" && d.ExpectedStart > 0
+			a0, okA := job(s, A)
+			end := a0.StartTime + 300
+			return ok && okA && d.Reason == "Resources" && d.ExpectedStart >= end-5 && d.ExpectedStart <= end+5
 		})
 		s := scene
 		// The free node is idle, or planned when backfill reserved it for D.
