@@ -89,8 +89,12 @@ echo "packages: $passed passed, $failed failed"
 # and core per task, a 1,000-task
 # pull across 10,000 users, a 100,000-entry submission (the README's
 # 1,000,000-entry figure: `harvest bench submit`, ~80 s with the dataset).
+# First the machine's own floor (`harvest bench host`, 20 s): how often
+# it stretches a 0.5 ms computation past 5 ms, to read the dispatch's
+# slow transactions against.
 step "benchmarks (figures only)"
 {
+  harvest bench host --duration 20s
   harvest bench dispatch
   harvest bench dispatch --in-memory --tasks 20000
   go test ./queue -run '^$' -bench DispatchCycle -benchtime 10000x

@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowIn,
 		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, LongestTxCPUMS: float64(ws.LongestCPU.Microseconds()) / 1000, LongestTxCPUIn: ws.LongestCPUIn, SlowTxCPU: ws.SlowCPU,
 		TxFaults: ws.Faults, LongestTxCPUFaults: ws.LongestCPUFaults,
-		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept, LockCeiling: rq.q.LockCeiling(),
+		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept, SlowTxOwnWork: ws.SlowOwnWork, SlowTxStretched: ws.SlowStretched, LockCeiling: rq.q.LockCeiling(),
 		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6,
 		WriteLockCPUMS: float64(ws.CPU.Microseconds()) / 1000, PageCacheWalksAvoided: walks1 - walks0}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)

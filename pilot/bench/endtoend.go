@@ -61,6 +61,10 @@ type Breakdown struct {
 	// the Go scheduler after a cgo call, or for the disk).
 	SlowTxPreempted int64 `json:"slow_transactions_preempted"`
 	SlowTxSlept     int64 `json:"slow_transactions_slept"`
+	// Of the rest: own work over 5 ms, and the others, stretched by the
+	// hypervisor (store.WriteStats.SlowStretched; harvest bench host).
+	SlowTxOwnWork   int64 `json:"slow_transactions_own_work"`
+	SlowTxStretched int64 `json:"slow_transactions_stretched"`
 	// LockCeiling is the write lock's priority ceiling: on ("SCHED_FIFO 1
 	// from BEGIN to COMMIT") or off and why.
 	LockCeiling string `json:"lock_ceiling"`

@@ -5,9 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/harvest-hpc/harvest/internal/thread"
 )
 
 // The write lock's priority ceiling.
@@ -44,40 +43,10 @@ type ceiling struct {
 }
 
 func newCeiling() *ceiling {
-	return &ceiling{set: setFIFO, reset: setOther, state: "off"}
+	return &ceiling{set: setFIFO, reset: thread.SetOther, state: "off"}
 }
 
-// sched_param of sched_setscheduler(2).
-type schedParam struct{ priority int32 }
-
-// setFIFO puts the calling thread under SCHED_FIFO at ceilingPriority.
-func setFIFO() error {
-	p := schedParam{ceilingPriority}
-	if _, _, e := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, 0, unix.SCHED_FIFO, uintptr(unsafe.Pointer(&p))); e != 0 {
-		return e
-	}
-	return nil
-}
-
-// setOther puts the calling thread back under SCHED_OTHER. Unlike
-// sched_setattr it keeps the thread's nice value; dropping real-time
-// priority is always permitted.
-func setOther() error {
-	p := schedParam{0}
-	if _, _, e := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, 0, 0 /* SCHED_OTHER */, uintptr(unsafe.Pointer(&p))); e != 0 {
-		return e
-	}
-	return nil
-}
-
-// policy is the calling thread's scheduling policy.
-func policy() (int, error) {
-	r, _, e := unix.RawSyscall(unix.SYS_SCHED_GETSCHEDULER, 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
+func setFIFO() error { return thread.SetFIFO(ceilingPriority) }
 
 // enable turns the ceiling on if this process may use it, or leaves it
 // off and records why; it returns the state.
@@ -94,7 +63,7 @@ func (c *ceiling) enable(want bool) string {
 	// is left as the site set it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if p, err := policy(); err != nil || p != 0 {
+	if p, err := thread.Policy(); err != nil || p != 0 {
 		c.state = fmt.Sprintf("off: the process does not run under SCHED_OTHER (policy %d, %v); the store leaves its threads' policy alone", p, err)
 		return c.state
 	}

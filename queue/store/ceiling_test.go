@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/harvest-hpc/harvest/internal/thread"
 )
 
 const schedFIFO = 1 // SCHED_FIFO; 0 is SCHED_OTHER
@@ -40,7 +42,7 @@ func needCeiling(t *testing.T, s *Store) {
 // goroutine must be locked to its thread).
 func threadPolicy(t *testing.T) (pol, prio int) {
 	t.Helper()
-	pol, err := policy()
+	pol, err := thread.Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,7 @@ func TestAThreadLeftRealTimeEndsWithItsGoroutine(t *testing.T) {
 	s := openCeilingStore(t)
 	needCeiling(t, s)
 	for attempt := 1; ; attempt++ {
-		s.ceil.reset = setOther
+		s.ceil.reset = thread.SetOther
 		s.SetLockCeiling(true)
 		s.ceil.reset = func() error { return errors.New("refused for the test") }
 		tids := make(chan int, 1)
@@ -183,7 +185,7 @@ func TestTheCeilingLeavesAProcessAlreadyRealTimeAlone(t *testing.T) {
 	if err := setFIFO(); err != nil {
 		t.Fatal(err)
 	}
-	defer setOther()
+	defer thread.SetOther()
 	state := s.SetLockCeiling(true) // probes on this, already real-time, thread
 	if s.LockCeilingOn() || !strings.Contains(state, "does not run under SCHED_OTHER") {
 		t.Fatalf("under chrt: on=%v, %q; want it off, the site's policy left alone", s.LockCeilingOn(), state)

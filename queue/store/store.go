@@ -32,8 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/thread"
 	sqlite3 "github.com/mattn/go-sqlite3"
-	"golang.org/x/sys/unix"
 
 	"github.com/harvest-hpc/harvest/queue/rules"
 
@@ -286,9 +286,14 @@ type WriteStats struct {
 	Faults, LongestCPUFaults int64
 	// Of the slow transactions (lock time over SlowTx), those whose
 	// writer thread the kernel preempted at least once (another thread
-	// took its core), and those it only slept in (it waited: for a
-	// processor of the Go scheduler after a cgo call, for a disk).
-	SlowPreempted, SlowSlept int64
+	// took its core), those it only slept in (it waited: for a processor
+	// of the Go scheduler after a cgo call, for a disk), those of the
+	// rest whose own work took longer than SlowTx, and the others:
+	// stretched by the hypervisor, their own work under SlowTx and their
+	// thread never off its core as far as this machine's kernel knows
+	// (harvest bench host measures how often the machine does that to
+	// a computation of no I/O, no lock and no memory).
+	SlowPreempted, SlowSlept, SlowOwnWork, SlowStretched int64
 	// Hist counts the transactions by lock time in buckets of HistBucket
 	// (the last one: everything longer).
 	Hist [histBuckets]int64
@@ -341,17 +346,17 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 
 // addStat records a transaction that held the lock for d, of which u on
 // the writer thread.
-func (s *Store) addStat(d time.Duration, u threadUse) {
-	cpu := u.cpu
+func (s *Store) addStat(d time.Duration, u thread.Use) {
+	cpu := u.CPU
 	s.stats.mu.Lock()
 	defer s.stats.mu.Unlock()
 	st := &s.stats.s
 	st.Transactions++
 	st.Total += d
 	st.CPU += cpu
-	st.Faults += u.faults
+	st.Faults += u.Faults
 	if cpu > st.LongestCPU {
-		st.LongestCPU, st.LongestCPUIn, st.LongestCPUFaults = cpu, writer(), u.faults
+		st.LongestCPU, st.LongestCPUIn, st.LongestCPUFaults = cpu, writer(), u.Faults
 	}
 	if cpu > SlowTx {
 		st.SlowCPU++
@@ -361,10 +366,14 @@ func (s *Store) addStat(d time.Duration, u threadUse) {
 	if d > SlowTx {
 		st.Slow++
 		switch {
-		case u.preempted > 0:
+		case u.Preempted > 0:
 			st.SlowPreempted++
-		case u.slept > 0:
+		case u.Slept > 0:
 			st.SlowSlept++
+		case cpu > SlowTx:
+			st.SlowOwnWork++
+		default:
+			st.SlowStretched++
 		}
 		in = writer()
 		if st.SlowIn == nil {
@@ -379,35 +388,6 @@ func (s *Store) addStat(d time.Duration, u threadUse) {
 		st.Longest = d
 		st.LongestIn = in
 	}
-}
-
-// threadUse is what a thread did over an interval: its CPU time, how
-// often it left its core involuntarily (preempted) and voluntarily (it
-// slept), and its page faults.
-type threadUse struct {
-	cpu                      time.Duration
-	preempted, slept, faults int64
-}
-
-// threadUsage is the calling thread's use so far (the caller has locked
-// its goroutine to the thread). The CPU time is the thread's CPU clock:
-// getrusage's is adjusted from ticks and can stand still for a
-// millisecond.
-func threadUsage() threadUse {
-	var u threadUse
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) == nil {
-		u.cpu = time.Duration(ts.Nano())
-	}
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
-		u.preempted, u.slept, u.faults = ru.Nivcsw, ru.Nvcsw, ru.Minflt+ru.Majflt
-	}
-	return u
-}
-
-func (u threadUse) since(u0 threadUse) threadUse {
-	return threadUse{cpu: u.cpu - u0.cpu, preempted: u.preempted - u0.preempted, slept: u.slept - u0.slept, faults: u.faults - u0.faults}
 }
 
 // writer names the store method that called write (through fenced or
@@ -481,11 +461,11 @@ func (s *Store) holding(ctx context.Context, ceiling bool, fn func() error) erro
 		defer s.ceil.lower() // before the caller's UnlockOSThread
 	}
 	defer trace.StartRegion(ctx, "write").End()
-	start, u0 := time.Now(), threadUsage()
+	start, u0 := time.Now(), thread.Usage()
 	if err := fn(); err != nil {
 		return err
 	}
-	u := threadUsage().since(u0) // read first: the lock time contains it
+	u := thread.Usage().Since(u0) // read first: the lock time contains it
 	s.addStat(time.Since(start), u)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/thread"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
@@ -167,19 +168,27 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
 	defer s.Close()
 	s.WriteStats(true)
-	s.addStat(SlowTx+time.Millisecond, threadUse{cpu: time.Millisecond, preempted: 2, slept: 1}) // descheduled: slow on the clock, not on the CPU
-	s.addStat(SlowTx/2, threadUse{cpu: SlowTx / 2, preempted: 1})
-	s.addStat(3*SlowTx, threadUse{cpu: 2 * SlowTx, slept: 3})
+	s.addStat(SlowTx+time.Millisecond, thread.Use{CPU: time.Millisecond, Preempted: 2, Slept: 1}) // descheduled: slow on the clock, not on the CPU
+	s.addStat(SlowTx/2, thread.Use{CPU: SlowTx / 2, Preempted: 1})
+	s.addStat(3*SlowTx, thread.Use{CPU: 2 * SlowTx, Slept: 3, Faults: 4})
 	ws := s.WriteStats(true)
 	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowIn) != 1 {
 		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x SlowTx", ws)
 	}
-	if ws.SlowCPU != 1 || ws.LongestCPU != 2*SlowTx || ws.CPU != time.Millisecond+SlowTx/2+2*SlowTx {
-		t.Fatalf("CPU stats %+v, want 1 slow on the CPU, the longest 2 x SlowTx", ws)
+	if ws.SlowCPU != 1 || ws.LongestCPU != 2*SlowTx || ws.CPU != time.Millisecond+SlowTx/2+2*SlowTx || ws.Faults != 4 || ws.LongestCPUFaults != 4 {
+		t.Fatalf("CPU stats %+v, want 1 slow on the CPU, the longest 2 x SlowTx with 4 faults", ws)
 	}
 	if ws.SlowPreempted != 1 || ws.SlowSlept != 1 {
 		t.Fatalf("slow: %d preempted, %d slept; want 1 and 1 (a fast transaction's preemption does not count)", ws.SlowPreempted, ws.SlowSlept)
 	}
+	// Neither preempted nor slept: its own work, or the hypervisor's.
+	s.addStat(2*SlowTx, thread.Use{CPU: SlowTx + time.Millisecond})
+	s.addStat(4*SlowTx, thread.Use{CPU: time.Millisecond})
+	s.addStat(SlowTx+time.Microsecond, thread.Use{CPU: SlowTx})
+	if ws := s.WriteStats(false); ws.Slow != 3 || ws.SlowOwnWork != 1 || ws.SlowStretched != 2 || ws.SlowPreempted != 0 || ws.SlowSlept != 0 {
+		t.Fatalf("slow: %d, own work %d, stretched %d, preempted %d, slept %d; want 3, 1, 2, 0, 0", ws.Slow, ws.SlowOwnWork, ws.SlowStretched, ws.SlowPreempted, ws.SlowSlept)
+	}
+	s.WriteStats(true)
 	// 2.5 ms, 6 ms, 15 ms: the median's bucket ends at 6.25 ms, the
 	// longest is the top quantile.
 	if q := ws.Quantile(0.5); q != 6*time.Millisecond+HistBucket {

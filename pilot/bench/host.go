@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/harvest-hpc/harvest/internal/thread"
+)
+
+// The host probe: what the machine alone does to a write transaction.
+//
+// The queue's write transactions are counted slow past 5 ms (store.SlowTx)
+// and aim to stay under it. On a virtual machine the hypervisor can take
+// the vCPU away in the middle of any of them, for longer than that, and
+// no software in the guest can prevent it. The probe measures that floor
+// the way the writer meets it: a thread locked to its goroutine runs, at
+// the write lock's priority ceiling (SCHED_FIFO 1), a computation as long
+// as a transaction's own work, then sleeps as the writer does between
+// transactions. The computation touches no memory, takes no lock and
+// makes no system call, so whatever stretches it past its calibrated
+// length is the machine: the hypervisor (stolen time) or, if it was
+// preempted, something of higher priority inside the guest.
+//
+// A host that stretches R computations per second of computing past the
+// threshold will stretch about R x T of the transactions of a run whose
+// write lock was held T seconds (store.WriteStats.Total): the slow
+// transactions to expect with no fault of the queue's.
+
+// HostConfig sets the probe.
+type HostConfig struct {
+	Duration  time.Duration // how long to probe
+	Work      time.Duration // each computation's length, calibrated on this CPU
+	Pause     time.Duration // the sleep between computations
+	Threshold time.Duration // a computation longer than this is slow
+	// RealTime runs each computation under SCHED_FIFO 1, as the queue's
+	// writer runs its transactions (falls back to the thread's own
+	// policy when the kernel refuses, and says so).
+	RealTime bool
+	// Progress, if set, is called about once a second with the time
+	// probed so far.
+	Progress func(done time.Duration)
+}
+
+// DefaultHostConfig mirrors a sustained dispatch run (harvest bench
+// dispatch --tasks 300000): transactions of ~0.5 ms mean, the write lock
+// held about a third of the time; a pause of 1 ms after each 0.5 ms
+// computation keeps the probe's thread busy about as much.
+func DefaultHostConfig() HostConfig {
+	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: 5 * time.Millisecond, RealTime: true}
+}
+
+// HostReport is what the probe measured.
+type HostReport struct {
+	Computations int     `json:"computations"`
+	WorkMS       float64 `json:"work_ms"`    // the calibrated length
+	Priority     string  `json:"priority"`   // the policy the computations ran under
+	DurationS    float64 `json:"duration_s"` // the probe's wall time
+	ComputeS     float64 `json:"compute_s"`  // wall time inside the computations
+	ThresholdMS  float64 `json:"threshold_ms"`
+	BusyPct      float64 `json:"machine_busy_pct"`
+	StealPct     float64 `json:"steal_pct"`
+	// The computations' wall time.
+	P50MS     float64 `json:"p50_ms"`
+	P99MS     float64 `json:"p99_ms"`
+	P999MS    float64 `json:"p999_ms"`
+	LongestMS float64 `json:"longest_ms"`
+	// Slow: longer than the threshold; per 10,000 computations, and per
+	// second of computing (times a write lock's total time in seconds:
+	// the slow transactions the host alone accounts for).
+	Slow            int64   `json:"slow"`
+	SlowPer10k      float64 `json:"slow_per_10k"`
+	SlowPerComputeS float64 `json:"slow_per_compute_s"`
+	SlowPreempted   int64   `json:"slow_preempted"` // of the slow: preempted inside the guest
+	SlowCharged     int64   `json:"slow_charged"`   // of the slow: the thread's CPU clock past the threshold too
+	LongestCPUMS    float64 `json:"longest_cpu_ms"` // the longest on the thread's CPU clock
+}
+
+// hostSample is one computation: its wall time, and the thread's use.
+type hostSample struct {
+	wall time.Duration
+	use  thread.Use
+}
+
+// summarizeHost turns the samples into the report's figures.
+func summarizeHost(samples []hostSample, threshold time.Duration) HostReport {
+	r := HostReport{Computations: len(samples), ThresholdMS: ms(threshold)}
+	if len(samples) == 0 {
+		return r
+	}
+	walls := make([]time.Duration, len(samples))
+	var compute, longestCPU time.Duration
+	for i, s := range samples {
+		walls[i] = s.wall
+		compute += s.wall
+		longestCPU = max(longestCPU, s.use.CPU)
+		if s.wall > threshold {
+			r.Slow++
+			if s.use.Preempted > 0 {
+				r.SlowPreempted++
+			}
+			if s.use.CPU > threshold {
+				r.SlowCharged++
+			}
+		}
+	}
+	slices.Sort(walls)
+	// the time a fraction f of the computations did not exceed
+	q := func(f float64) float64 { return ms(walls[max(0, int(math.Ceil(f*float64(len(walls))))-1)]) }
+	r.P50MS, r.P99MS, r.P999MS, r.LongestMS = q(0.5), q(0.99), q(0.999), ms(walls[len(walls)-1])
+	r.ComputeS = compute.Seconds()
+	r.LongestCPUMS = ms(longestCPU)
+	r.SlowPer10k = float64(r.Slow) * 1e4 / float64(len(samples))
+	if compute > 0 {
+		r.SlowPerComputeS = float64(r.Slow) / compute.Seconds()
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+var spinSink uint64
+
+// spin computes for n rounds of a xorshift: registers only.
+func spin(n int) {
+	x := uint64(88172645463325252)
+	for range n {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	spinSink += x
+}
+
+// calibrate returns the rounds of spin that take work on this CPU: the
+// fastest of repeated trials, so that time stolen during calibration does
+// not shorten the computations.
+func calibrate(work time.Duration) int {
+	n := 1 << 12
+	for {
+		best := time.Duration(1<<63 - 1)
+		for range 20 {
+			t0 := time.Now()
+			spin(n)
+			best = min(best, time.Since(t0))
+		}
+		if best >= 200*time.Microsecond || n >= 1<<30 {
+			return max(1, int(float64(n)*float64(work)/float64(best)))
+		}
+		n *= 4
+	}
+}
+
+// ProbeHost runs the probe on a thread of its own.
+func ProbeHost(cfg HostConfig) (HostReport, error) {
+	if cfg.Duration <= 0 || cfg.Work <= 0 || cfg.Pause < 0 || cfg.Threshold <= 0 {
+		return HostReport{}, fmt.Errorf("host probe: duration, work and threshold must be positive, pause not negative (got %s, %s, %s, %s)", cfg.Duration, cfg.Work, cfg.Threshold, cfg.Pause)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rounds := calibrate(cfg.Work)
+	rt, priority := false, "the thread's own policy (SCHED_OTHER)"
+	if cfg.RealTime {
+		switch p, err := thread.Policy(); {
+		case err != nil || p != 0:
+			priority = fmt.Sprintf("the thread's own policy (%d): not SCHED_OTHER, left alone", p)
+		case thread.SetFIFO(1) != nil:
+			priority = "SCHED_OTHER: SCHED_FIFO refused (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)"
+		default:
+			if err := thread.SetOther(); err != nil {
+				// This thread stays real-time: it ends with the goroutine.
+				runtime.LockOSThread()
+				return HostReport{}, fmt.Errorf("host probe: could not return to SCHED_OTHER: %w", err)
+			}
+			rt, priority = true, "SCHED_FIFO 1 (the write lock's priority ceiling)"
+		}
+	}
+	machine0, ok0 := readCPUTimes()
+	start := time.Now()
+	lastProgress := start
+	samples := make([]hostSample, 0, int(cfg.Duration/(cfg.Work+cfg.Pause))+1)
+	for time.Since(start) < cfg.Duration {
+		if rt && thread.SetFIFO(1) != nil {
+			rt, priority = false, "SCHED_OTHER after SCHED_FIFO was refused mid-run"
+		}
+		u0, t0 := thread.Usage(), time.Now()
+		spin(rounds)
+		wall := time.Since(t0)
+		u := thread.Usage().Since(u0)
+		if rt {
+			if err := thread.SetOther(); err != nil {
+				runtime.LockOSThread()
+				return HostReport{}, fmt.Errorf("host probe: could not return to SCHED_OTHER: %w", err)
+			}
+		}
+		samples = append(samples, hostSample{wall: wall, use: u})
+		if cfg.Progress != nil && time.Since(lastProgress) >= time.Second {
+			lastProgress = time.Now()
+			cfg.Progress(lastProgress.Sub(start))
+		}
+		if cfg.Pause > 0 {
+			time.Sleep(cfg.Pause)
+		}
+	}
+	elapsed := time.Since(start)
+	machine1, ok1 := readCPUTimes()
+	r := summarizeHost(samples, cfg.Threshold)
+	r.WorkMS, r.Priority, r.DurationS = ms(cfg.Work), priority, elapsed.Seconds()
+	if ok0 && ok1 {
+		r.BusyPct, r.StealPct = shares(machine0, machine1)
+	}
+	return r, nil
+}
