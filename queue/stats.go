@@ -136,11 +136,14 @@ type Stats struct {
 	// come as interrupted results.
 	LostTaskSeconds float64
 	// The SQLite write lock since the queue opened: transactions, the
-	// time they held it, those over store.SlowTx (5 ms), and whether the
-	// writer runs real-time while it holds it (Config.RealtimeWriter).
+	// time they held it, those over store.SlowTx (5 ms), of those the
+	// ones the hypervisor stretched (store.WriteStats.SlowStretched), and
+	// whether the writer runs real-time while it holds it
+	// (Config.RealtimeWriter).
 	WriteTransactions int64
 	WriteLockSeconds  float64
 	SlowWrites        int64
+	StretchedWrites   int64
 	WriterRealtime    bool
 	// The WAL: its frames' bytes at the last checkpoint, and the
 	// checkpoints that started it over (store.WALStats).
@@ -166,7 +169,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	st.LostTaskSeconds = float64(q.lostMS) / 1000
 	q.mu.Unlock()
 	ws := q.st.WriteStats(false)
-	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites = ws.Transactions, ws.Total.Seconds(), ws.Slow
+	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites, st.StretchedWrites = ws.Transactions, ws.Total.Seconds(), ws.Slow, ws.SlowStretched
 	st.WriterRealtime = q.st.LockCeilingOn()
 	wal := q.st.WALStats()
 	st.WALBytes, st.WALRestarts = wal.Bytes, wal.Restarts
