@@ -3,6 +3,7 @@ package replay
 import (
 	"math"
 
+	"github.com/harvest-hpc/harvest/internal/quantile"
 	"github.com/harvest-hpc/harvest/sim"
 )
 
@@ -95,6 +96,6 @@ func CompareFidelity(simulated, real sim.Result) Fidelity {
 	if f.Jobs == 0 {
 		return f
 	}
-	f.MeanS, f.P50S, f.P90S, f.MaxS = float64(sum)/float64(f.Jobs), sim.Quantile(abs, 0.5), sim.Quantile(abs, 0.9), sim.Quantile(abs, 1)
+	f.MeanS, f.P50S, f.P90S, f.MaxS = float64(sum)/float64(f.Jobs), quantile.Of(abs, 0.5), quantile.Of(abs, 0.9), quantile.Of(abs, 1)
 	return f
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/quantile"
 )
 
 // Mode is how a workload is replayed.
@@ -638,9 +639,9 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 	if res.Foreign.Started > 0 {
 		res.Foreign.MeanWaitS = float64(waitSum) / float64(res.Foreign.Started)
 	}
-	res.Foreign.P99WaitS = Quantile(waits, 0.99)
-	res.Foreign.Blocked.P99S = Quantile(blocked, 0.99)
-	res.Foreign.Blocked.MaxS = Quantile(blocked, 1)
+	res.Foreign.P99WaitS = quantile.Of(waits, 0.99)
+	res.Foreign.Blocked.P99S = quantile.Of(blocked, 0.99)
+	res.Foreign.Blocked.MaxS = quantile.Of(blocked, 1)
 	if mode != Baseline {
 		for _, w := range work {
 			ht.addMany(w.User, w.Tasks, w.TaskWaitSum, w.DoneSeconds, w.BSLDSum, w.BSLDMax)

@@ -2,11 +2,11 @@ package bench
 
 import (
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/quantile"
 	"github.com/harvest-hpc/harvest/internal/thread"
 )
 
@@ -107,8 +107,7 @@ func summarizeHost(samples []hostSample, threshold time.Duration) HostReport {
 		}
 	}
 	slices.Sort(walls)
-	// the time a fraction f of the computations did not exceed
-	q := func(f float64) float64 { return ms(walls[max(0, int(math.Ceil(f*float64(len(walls))))-1)]) }
+	q := func(f float64) float64 { return ms(quantile.Sorted(walls, f)) }
 	r.P50MS, r.P99MS, r.P999MS, r.LongestMS = q(0.5), q(0.99), q(0.999), ms(walls[len(walls)-1])
 	r.ComputeS = compute.Seconds()
 	r.LongestCPUMS = ms(longestCPU)
