@@ -62,6 +62,7 @@ func runBenchHost(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // the priority's ">=" as written
 		return enc.Encode(r)
 	}
 	fmt.Fprintf(out, "host probe: %d computations of %.2f ms (calibrated; registers only: no memory, no lock, no system call), each followed by a %.2f ms sleep, over %.1f s\n",
