@@ -27,7 +27,7 @@ func benchHostCommand() *cli.Command {
 			"dispatch` that held the write lock T seconds can expect about (slow per second of computing) x T\n" +
 			"transactions past 5 ms from the machine alone. Run it on an otherwise idle machine.",
 		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long to probe"},
+			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long to probe (at most 1h)"},
 			&cli.DurationFlag{Name: "work", Value: d.Work, Usage: "each computation's length (the write transactions' mean)"},
 			&cli.DurationFlag{Name: "pause", Value: d.Pause, Usage: "sleep between computations"},
 			&cli.DurationFlag{Name: "threshold", Value: d.Threshold, Usage: "a computation longer than this is slow"},
