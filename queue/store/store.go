@@ -83,6 +83,9 @@ type Store struct {
 		s      WALStats
 		synced [2]int64 // the WAL's frames and copied frames at the last syncDB
 		high   int64    // the most bytes of frames the WAL held at a checkpoint (allocateWAL)
+		// passive runs one PASSIVE round on ck (a test replaces it to
+		// see rounds that cannot run).
+		passive func(ctx context.Context) (busy, frames, copied int64, err error)
 	}
 
 	// hot serialises the hot path, the folds and the cold writes, and
@@ -165,6 +168,7 @@ func Open(path string) (*Store, error) {
 	}
 	ck.SetMaxOpenConns(1)
 	st := &Store{w: w, r: r, ck: ck, ov: newOverlay(), ceil: newCeiling(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
+	st.wal.passive = st.passiveRound
 	st.bg, st.stopBg = context.WithCancel(context.Background())
 	if err := st.prepare(); err != nil {
 		close(st.folderDone)

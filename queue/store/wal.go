@@ -37,6 +37,10 @@ const (
 	// copies little.
 	walSettledFrames = 512
 	walMaxRounds     = 4
+	// walBusyTries bounds the tries of a PASSIVE round that cannot run
+	// (passiveRound), walBusyPause spaces them.
+	walBusyTries = 5
+	walBusyPause = time.Millisecond
 	// walSizeLimit is SQLite's journal_size_limit: after a restart the
 	// first commit truncates a WAL file larger than this (a burst's).
 	// Twice the bound: a WAL started over at walRestartBytes is reused in
@@ -58,6 +62,10 @@ type WALStats struct {
 	Restarts    int64 // RESTART checkpoints that let the WAL start over
 	Allocated   int64 // bytes the WAL file was last allocated to (allocateWAL)
 	Checkpoints int64
+	// Busy counts the checkpoints that could not run a round (passiveRound
+	// tried walBusyTries times); the figures above are from the last one
+	// that could.
+	Busy int64
 	// DBSyncs counts the checkpointer's syncs of the database file
 	// (syncDB), DBSyncTime their time: neither holds the write lock.
 	DBSyncs    int64
@@ -79,6 +87,15 @@ func (s *Store) Checkpoint(ctx context.Context) error {
 	r, err := s.checkpoint(ctx, walRestartBytes/(s.pageSize+walFrameHeader))
 	if err != nil {
 		return err
+	}
+	if r.Frames < 0 {
+		// No round could run: the figures stay the last known ones (a
+		// WAL of -1 frames would be a negative size, and the readahead
+		// would start before the file); the next checkpoint tries again.
+		s.wal.mu.Lock()
+		s.wal.s.Busy++
+		s.wal.mu.Unlock()
+		return nil
 	}
 	bytes := r.Frames * (s.pageSize + walFrameHeader)
 	next := bytes
@@ -106,10 +123,27 @@ func (s *Store) WALStats() WALStats {
 func (s *Store) checkpoint(ctx context.Context, restartAt int64) (CheckpointResult, error) {
 	var r CheckpointResult
 	prev := int64(-1)
-	for {
-		var busy int64
-		if err := s.ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &r.Frames, &r.Copied); err != nil {
+	for tries := 1; ; {
+		var err error
+		if _, r.Frames, r.Copied, err = s.wal.passive(ctx); err != nil {
 			return r, fmt.Errorf("checkpoint: %w", err)
+		}
+		if r.Frames < 0 {
+			// The round could not run (SQLite reports -1 frames): another
+			// connection held the checkpoint lock, or a commit was writing
+			// the WAL index's header as the round read it, and re-reading
+			// it needs the write lock, which PASSIVE does not wait for
+			// (seen in CI under a writer committing every 0.1 ms). A
+			// commit takes about a millisecond: try again shortly.
+			if tries++; tries > walBusyTries {
+				return r, nil // nothing known: Checkpoint keeps its figures
+			}
+			select {
+			case <-ctx.Done():
+				return r, ctx.Err()
+			case <-time.After(walBusyPause):
+			}
+			continue
 		}
 		r.Rounds++
 		if err := s.syncDB(r); err != nil {
@@ -129,6 +163,13 @@ func (s *Store) checkpoint(ctx context.Context, restartAt int64) (CheckpointResu
 	ok, err := s.restartWAL(ctx)
 	r.Restarted = ok
 	return r, err
+}
+
+// passiveRound runs one PASSIVE checkpoint round on the checkpoint
+// connection; frames and copied are -1 when it could not run.
+func (s *Store) passiveRound(ctx context.Context) (busy, frames, copied int64, err error) {
+	err = s.ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied)
+	return busy, frames, copied, err
 }
 
 // restartWAL runs a RESTART checkpoint on the writer's connection: no

@@ -316,3 +316,51 @@ func openWithFiller(t *testing.T) (*Store, string) {
 	}
 	return s, path
 }
+
+// A PASSIVE round that cannot run reports -1 frames (another connection
+// holds the checkpoint lock, or a commit was writing the WAL index's
+// header). The checkpoint tries it again; when no try runs, Checkpoint
+// keeps the last figures instead of a WAL of -1 frames.
+func TestCheckpointTriesAgainARoundThatCannotRun(t *testing.T) {
+	s, _ := openWithFiller(t)
+	ctx := context.Background()
+	for i := range 50 {
+		if _, err := s.w.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real := s.wal.passive
+	var calls, failing int
+	s.wal.passive = func(ctx context.Context) (int64, int64, int64, error) {
+		calls++
+		if calls <= failing {
+			return 1, -1, -1, nil
+		}
+		return real(ctx)
+	}
+
+	// Two rounds that cannot run, then one that does.
+	failing = 2
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws := s.WALStats()
+	if calls != 3 || ws.Frames <= 0 || ws.Bytes != ws.Frames*(s.pageSize+walFrameHeader) || ws.Checkpoints != 1 || ws.Busy != 0 {
+		t.Fatalf("after 2 busy tries and a round: %d calls, stats %+v", calls, ws)
+	}
+
+	// No try runs: the figures stay those of the last checkpoint.
+	calls, failing = 0, walBusyTries
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := s.WALStats()
+	if calls != walBusyTries || after.Busy != 1 || after.Frames != ws.Frames || after.Bytes != ws.Bytes || after.Checkpoints != ws.Checkpoints {
+		t.Fatalf("after %d busy tries: %d calls, stats %+v (before: %+v)", walBusyTries, calls, after, ws)
+	}
+	calls = 0
+	r, err := s.checkpoint(ctx, 1)
+	if err != nil || r.Restarted || r.Rounds != 0 {
+		t.Fatalf("checkpoint with every try busy: %+v, %v; want no round and no RESTART", r, err)
+	}
+}
