@@ -15,15 +15,26 @@ func TestUsageCountsTheThreadsOwnCPUTime(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Millisecond); time.Now().Before(deadline); {
 	}
 	busy := Usage().Since(u0)
+	// Blocked (on a channel, so the thread sleeps in the kernel) while
+	// another thread computes 20 ms of its own CPU time: waits on that
+	// event, not on a clock.
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for c0 := Usage().CPU; Usage().CPU-c0 < 20*time.Millisecond; {
+		}
+		close(done)
+	}()
 	u1 := Usage()
-	time.Sleep(20 * time.Millisecond)
+	<-done
 	idle := Usage().Since(u1)
 	if busy.CPU < 5*time.Millisecond || busy.CPU > time.Second {
 		t.Errorf("20 ms of spinning: %s of the thread's CPU", busy.CPU)
 	}
-	// Sleeping costs the thread next to nothing of its CPU clock.
+	// Blocking costs the thread next to nothing of its CPU clock.
 	if idle.CPU > 5*time.Millisecond {
-		t.Errorf("20 ms asleep: %s of the thread's CPU", idle.CPU)
+		t.Errorf("blocked while another thread computed 20 ms: %s of this thread's CPU", idle.CPU)
 	}
 }
 
