@@ -66,7 +66,7 @@ func runBenchHost(c *cli.Context) error {
 		return enc.Encode(r)
 	}
 	fmt.Fprintf(out, "host probe: %d computations of %.2f ms (calibrated; registers only: no memory, no lock, no system call), each followed by a %.2f ms sleep, over %.1f s\n",
-		r.Computations, r.WorkMS, ms(cfg.Pause), r.DurationS)
+		r.Computations, r.WorkMS, r.PauseMS, r.DurationS)
 	fmt.Fprintf(out, "under: %s\n", r.Priority)
 	fmt.Fprintf(out, "the machine during the probe: %.0f%% busy, %.1f%% stolen by the hypervisor (/proc/stat)\n", r.BusyPct, r.StealPct)
 	fmt.Fprintf(out, "wall time of a computation: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, longest %.1f ms\n", r.P50MS, r.P99MS, r.P999MS, r.LongestMS)
@@ -78,5 +78,3 @@ func runBenchHost(c *cli.Context) error {
 	fmt.Fprintf(out, "a run whose write lock was held T s can expect about %.2f x T transactions over %.0f ms from the machine alone\n", r.SlowPerComputeS, r.ThresholdMS)
 	return nil
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/internal/quantile"
 	"github.com/harvest-hpc/harvest/internal/thread"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // The host probe: what the machine alone does to a write transaction.
@@ -52,13 +53,14 @@ type HostConfig struct {
 // held about a third of the time; a pause of 1 ms after each 0.5 ms
 // computation keeps the probe's thread busy about as much.
 func DefaultHostConfig() HostConfig {
-	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: 5 * time.Millisecond, RealTime: true}
+	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: store.SlowTx, RealTime: true}
 }
 
 // HostReport is what the probe measured.
 type HostReport struct {
 	Computations int     `json:"computations"`
 	WorkMS       float64 `json:"work_ms"`    // the calibrated length
+	PauseMS      float64 `json:"pause_ms"`   // the sleep after each
 	Priority     string  `json:"priority"`   // the policy the computations ran under
 	DurationS    float64 `json:"duration_s"` // the probe's wall time
 	ComputeS     float64 `json:"compute_s"`  // wall time inside the computations
@@ -171,7 +173,7 @@ func ProbeHost(cfg HostConfig) (HostReport, error) {
 		switch p, err := thread.Policy(); {
 		case err != nil || p != 0:
 			priority = fmt.Sprintf("the thread's own policy (%d): not SCHED_OTHER, left alone", p)
-		case thread.SetFIFO(1) != nil:
+		case thread.SetFIFO(store.CeilingPriority) != nil:
 			priority = "SCHED_OTHER: SCHED_FIFO refused (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)"
 		default:
 			if err := thread.SetOther(); err != nil {
@@ -179,7 +181,7 @@ func ProbeHost(cfg HostConfig) (HostReport, error) {
 				runtime.LockOSThread()
 				return HostReport{}, fmt.Errorf("host probe: could not return to SCHED_OTHER: %w", err)
 			}
-			rt, priority = true, "SCHED_FIFO 1 (the write lock's priority ceiling)"
+			rt, priority = true, fmt.Sprintf("SCHED_FIFO %d (the write lock's priority ceiling)", store.CeilingPriority)
 		}
 	}
 	machine0, ok0 := readCPUTimes()
@@ -187,7 +189,7 @@ func ProbeHost(cfg HostConfig) (HostReport, error) {
 	lastProgress := start
 	samples := make([]hostSample, 0, int(cfg.Duration/(cfg.Work+cfg.Pause))+1)
 	for time.Since(start) < cfg.Duration {
-		if rt && thread.SetFIFO(1) != nil {
+		if rt && thread.SetFIFO(store.CeilingPriority) != nil {
 			rt, priority = false, "SCHED_OTHER after SCHED_FIFO was refused mid-run"
 		}
 		u0, t0 := thread.Usage(), time.Now()
@@ -212,7 +214,7 @@ func ProbeHost(cfg HostConfig) (HostReport, error) {
 	elapsed := time.Since(start)
 	machine1, ok1 := readCPUTimes()
 	r := summarizeHost(samples, cfg.Threshold)
-	r.WorkMS, r.Priority, r.DurationS = ms(cfg.Work), priority, elapsed.Seconds()
+	r.WorkMS, r.PauseMS, r.Priority, r.DurationS = ms(cfg.Work), ms(cfg.Pause), priority, elapsed.Seconds()
 	if ok0 && ok1 {
 		r.BusyPct, r.StealPct = shares(machine0, machine1)
 	}

@@ -30,7 +30,9 @@ import (
 // LimitRTPRIO=1, see deploy/harvest-agent.service). Without either the
 // store runs the transactions as before and says why in LockCeiling.
 
-const ceilingPriority = 1
+// CeilingPriority is the SCHED_FIFO priority of a thread holding the
+// write lock (harvest bench host probes the machine at it).
+const CeilingPriority = 1
 
 // ceiling is the state of the write lock's priority ceiling.
 type ceiling struct {
@@ -46,7 +48,7 @@ func newCeiling() *ceiling {
 	return &ceiling{set: setFIFO, reset: thread.SetOther, state: "off"}
 }
 
-func setFIFO() error { return thread.SetFIFO(ceilingPriority) }
+func setFIFO() error { return thread.SetFIFO(CeilingPriority) }
 
 // enable turns the ceiling on if this process may use it, or leaves it
 // off and records why; it returns the state.
@@ -76,7 +78,7 @@ func (c *ceiling) enable(want bool) string {
 		c.state = fmt.Sprintf("off: could not return a thread to SCHED_OTHER (%v)", err)
 		return c.state
 	}
-	c.state = fmt.Sprintf("SCHED_FIFO %d from BEGIN to COMMIT", ceilingPriority)
+	c.state = fmt.Sprintf("SCHED_FIFO %d from BEGIN to COMMIT", CeilingPriority)
 	c.on.Store(true)
 	return c.state
 }
