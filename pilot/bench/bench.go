@@ -243,6 +243,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wal := rq.q.WALStats()
 	b.WALMB, b.WALAllocatedMB, b.WALRestarts, b.Checkpoints = float64(wal.Bytes)/(1<<20), float64(wal.Allocated)/(1<<20), wal.Restarts, wal.Checkpoints
 	b.DBSyncs, b.DBSyncMS = wal.DBSyncs, float64(wal.DBSyncTime.Microseconds())/1000
+	b.CheckpointsBusy = wal.Busy
 	r.Breakdown = b
 	return r, nil
 }

@@ -72,7 +72,19 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 				if c, _ := b["write_lock_cpu_ms"].(float64); c <= 0 || c > b["write_lock_ms"].(float64) {
 					t.Fatalf("write_lock_cpu_ms %v, want in (0, write_lock_ms %v]: %s", b["write_lock_cpu_ms"], b["write_lock_ms"], out)
 				}
-				for _, k := range []string{"db_syncs", "db_sync_ms"} {
+				// Every slow transaction has one cause.
+				sum := 0.0
+				for _, k := range []string{"slow_transactions_preempted", "slow_transactions_slept", "slow_transactions_own_work", "slow_transactions_stretched"} {
+					v, ok := b[k].(float64)
+					if !ok {
+						t.Fatalf("no %s in the breakdown: %s", k, out)
+					}
+					sum += v
+				}
+				if sum != b["slow_transactions"].(float64) {
+					t.Fatalf("the slow transactions' causes add up to %v of %v: %s", sum, b["slow_transactions"], out)
+				}
+				for _, k := range []string{"db_syncs", "db_sync_ms", "checkpoints_busy", "tx_page_faults", "longest_tx_cpu_page_faults"} {
 					if _, ok := b[k].(float64); !ok {
 						t.Fatalf("no %s in the breakdown: %s", k, out)
 					}

@@ -77,6 +77,8 @@ type Breakdown struct {
 	WALAllocatedMB float64 `json:"wal_allocated_mb"`
 	WALRestarts    int64   `json:"wal_restarts"`
 	Checkpoints    int64   `json:"checkpoints"`
+	// CheckpointsBusy: checkpoints none of whose rounds could run (WALStats.Busy).
+	CheckpointsBusy int64 `json:"checkpoints_busy"`
 	// The checkpointer's syncs of the database file (outside the write
 	// lock), and their time.
 	DBSyncs  int64   `json:"db_syncs"`
