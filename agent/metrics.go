@@ -269,7 +269,7 @@ type queueCollector struct {
 	q QueueStats
 
 	tasks, requeued, lost, priority, running, maxCores, cpu, cost, epoch, alive, failovers, errs *prometheus.Desc
-	writes, lockTime, slowWrites, stretched, realtime, walBytes, walRestarts                     *prometheus.Desc
+	writes, lockTime, slowWrites, stretched, slowBy, realtime, walBytes, walRestarts             *prometheus.Desc
 
 	mu         sync.Mutex
 	lastEpoch  int64
@@ -298,6 +298,7 @@ func newQueueCollector(q QueueStats) *queueCollector {
 		lockTime:    d("harvest_queue_write_lock_seconds_total", "Time the writer held SQLite's write lock (every request that writes waits for it).", nil, nil),
 		slowWrites:  d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
 		stretched:   d("harvest_queue_write_transactions_stretched_total", "Of the write transactions over 5 ms, those the hypervisor stretched: their own work (the writer thread's CPU clock) under 5 ms, the thread never preempted nor asleep in them. On a VM that steals CPU time (measured by harvest bench host) their rate follows the stolen share; the others are the queue's.", nil, nil),
+		slowBy:      d("harvest_queue_write_transactions_slow_causes_total", "The write transactions over 5 ms by cause and by the queue's store method that ran them. cause: preempted (another thread took the writer's core), slept (the writer waited: for a processor of the Go scheduler after a call into SQLite, for a disk read), own_work (its own work on the writer thread's CPU clock over 5 ms), stretched (none of these: the hypervisor's).", []string{"cause", "method"}, nil),
 		realtime:    d("harvest_queue_writer_realtime", "1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).", nil, nil),
 		walBytes:    d("harvest_queue_wal_bytes", "Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).", nil, nil),
 		walRestarts: d("harvest_queue_wal_restarts_total", "Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).", nil, nil),
@@ -305,7 +306,7 @@ func newQueueCollector(q QueueStats) *queueCollector {
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs, c.writes, c.lockTime, c.slowWrites, c.stretched, c.realtime, c.walBytes, c.walRestarts} {
+	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs, c.writes, c.lockTime, c.slowWrites, c.stretched, c.slowBy, c.realtime, c.walBytes, c.walRestarts} {
 		ch <- d
 	}
 }
@@ -361,6 +362,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lockTime, prometheus.CounterValue, st.WriteLockSeconds)
 		ch <- prometheus.MustNewConstMetric(c.slowWrites, prometheus.CounterValue, float64(st.SlowWrites))
 		ch <- prometheus.MustNewConstMetric(c.stretched, prometheus.CounterValue, float64(st.StretchedWrites))
+		for k, n := range st.SlowWritesBy {
+			ch <- prometheus.MustNewConstMetric(c.slowBy, prometheus.CounterValue, float64(n), k.Cause, strings.TrimPrefix(k.In, "store.(*Store)."))
+		}
 		g(c.realtime, b2f(st.WriterRealtime))
 		g(c.walBytes, float64(st.WALBytes))
 		ch <- prometheus.MustNewConstMetric(c.walRestarts, prometheus.CounterValue, float64(st.WALRestarts))

@@ -15,6 +15,7 @@ import (
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // fakeQueue is a QueueStats with closure fields.
@@ -254,7 +255,8 @@ func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
 				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
 				Requeued: 5, Epoch: epoch, MasterAlive: true,
 				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, StretchedWrites: 1, WriterRealtime: true,
-				WALBytes: 9 << 20, WALRestarts: 4,
+				SlowWritesBy: map[store.SlowKey]int64{{Cause: store.CauseStretched, In: "store.(*Store).Results"}: 1, {Cause: store.CauseSlept, In: "store.(*Store).Pull"}: 1},
+				WALBytes:     9 << 20, WALRestarts: 4,
 			}, nil
 		},
 	}
@@ -296,6 +298,10 @@ harvest_queue_write_transactions_slow_total 2
 # HELP harvest_queue_write_transactions_stretched_total Of the write transactions over 5 ms, those the hypervisor stretched: their own work (the writer thread's CPU clock) under 5 ms, the thread never preempted nor asleep in them. On a VM that steals CPU time (measured by harvest bench host) their rate follows the stolen share; the others are the queue's.
 # TYPE harvest_queue_write_transactions_stretched_total counter
 harvest_queue_write_transactions_stretched_total 1
+# HELP harvest_queue_write_transactions_slow_causes_total The write transactions over 5 ms by cause and by the queue's store method that ran them. cause: preempted (another thread took the writer's core), slept (the writer waited: for a processor of the Go scheduler after a call into SQLite, for a disk read), own_work (its own work on the writer thread's CPU clock over 5 ms), stretched (none of these: the hypervisor's).
+# TYPE harvest_queue_write_transactions_slow_causes_total counter
+harvest_queue_write_transactions_slow_causes_total{cause="slept",method="Pull"} 1
+harvest_queue_write_transactions_slow_causes_total{cause="stretched",method="Results"} 1
 # HELP harvest_queue_write_transactions_total Write transactions the queue's SQLite writer committed since the queue opened.
 # TYPE harvest_queue_write_transactions_total counter
 harvest_queue_write_transactions_total 1200
@@ -309,7 +315,7 @@ harvest_queue_wal_bytes 9.437184e+06
 # TYPE harvest_queue_wal_restarts_total counter
 harvest_queue_wal_restarts_total 4
 `
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_stretched_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime", "harvest_queue_wal_bytes", "harvest_queue_wal_restarts_total"); err != nil {
+	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_stretched_total", "harvest_queue_write_transactions_slow_causes_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime", "harvest_queue_wal_bytes", "harvest_queue_wal_restarts_total"); err != nil {
 		t.Error(err)
 	}
 

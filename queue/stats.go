@@ -6,6 +6,7 @@ import (
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Demand returns the whole backlog: pending = WAITING tasks (requeued ones
@@ -144,7 +145,9 @@ type Stats struct {
 	WriteLockSeconds  float64
 	SlowWrites        int64
 	StretchedWrites   int64
-	WriterRealtime    bool
+	// SlowWritesBy counts the slow ones by cause and store method.
+	SlowWritesBy   map[store.SlowKey]int64
+	WriterRealtime bool
 	// The WAL: its frames' bytes at the last checkpoint, and the
 	// checkpoints that started it over (store.WALStats).
 	WALBytes, WALRestarts int64
@@ -170,6 +173,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	q.mu.Unlock()
 	ws := q.st.WriteStats(false)
 	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites, st.StretchedWrites = ws.Transactions, ws.Total.Seconds(), ws.Slow, ws.SlowStretched
+	st.SlowWritesBy = ws.SlowBy
 	st.WriterRealtime = q.st.LockCeilingOn()
 	wal := q.st.WALStats()
 	st.WALBytes, st.WALRestarts = wal.Bytes, wal.Restarts

@@ -298,10 +298,27 @@ type WriteStats struct {
 	// (harvest bench host measures how often the machine does that to
 	// a computation of no I/O, no lock and no memory).
 	SlowPreempted, SlowSlept, SlowOwnWork, SlowStretched int64
+	// SlowBy counts the slow transactions by cause and store method (nil
+	// until one is slow): what the metrics export, so that an admin sees
+	// which of the queue's writes the guest slowed, and how.
+	SlowBy map[SlowKey]int64
 	// Hist counts the transactions by lock time in buckets of HistBucket
 	// (the last one: everything longer).
 	Hist [histBuckets]int64
 }
+
+// SlowKey is a cause of slow transactions (one of the Slow* causes) and
+// the store method that ran them.
+type SlowKey struct{ Cause, In string }
+
+// The causes of a slow transaction, in the order they are told apart:
+// see WriteStats.SlowPreempted.
+const (
+	CausePreempted = "preempted"
+	CauseSlept     = "slept"
+	CauseOwnWork   = "own_work"
+	CauseStretched = "stretched"
+)
 
 // SlowTx is the write transaction the queue aims to stay under (issue 17):
 // WriteStats counts the longer ones, to tell a tail from an outlier.
@@ -342,6 +359,7 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 	defer s.stats.mu.Unlock()
 	st := s.stats.s
 	st.SlowIn = maps.Clone(st.SlowIn)
+	st.SlowBy = maps.Clone(st.SlowBy)
 	if reset {
 		s.stats.s = WriteStats{}
 	}
@@ -369,21 +387,27 @@ func (s *Store) addStat(d time.Duration, u thread.Use) {
 	var in string
 	if d > SlowTx {
 		st.Slow++
+		var cause string
 		switch {
 		case u.Preempted > 0:
 			st.SlowPreempted++
+			cause = CausePreempted
 		case u.Slept > 0:
 			st.SlowSlept++
+			cause = CauseSlept
 		case cpu > SlowTx:
 			st.SlowOwnWork++
+			cause = CauseOwnWork
 		default:
 			st.SlowStretched++
+			cause = CauseStretched
 		}
 		in = writer()
 		if st.SlowIn == nil {
-			st.SlowIn = map[string]int64{}
+			st.SlowIn, st.SlowBy = map[string]int64{}, map[SlowKey]int64{}
 		}
 		st.SlowIn[in]++
+		st.SlowBy[SlowKey{cause, in}]++
 	}
 	if d > st.Longest {
 		if in == "" {

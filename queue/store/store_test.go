@@ -188,6 +188,11 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	if ws := s.WriteStats(false); ws.Slow != 3 || ws.SlowOwnWork != 1 || ws.SlowStretched != 2 || ws.SlowPreempted != 0 || ws.SlowSlept != 0 {
 		t.Fatalf("slow: %d, own work %d, stretched %d, preempted %d, slept %d; want 3, 1, 2, 0, 0", ws.Slow, ws.SlowOwnWork, ws.SlowStretched, ws.SlowPreempted, ws.SlowSlept)
 	}
+	// The same counts by cause and method, for the metrics.
+	in := s.WriteStats(false).LongestIn
+	if by := s.WriteStats(false).SlowBy; len(by) != 2 || by[SlowKey{CauseOwnWork, in}] != 1 || by[SlowKey{CauseStretched, in}] != 2 {
+		t.Fatalf("slow by cause and method %v, want 1 own work and 2 stretched in %q", by, in)
+	}
 	s.WriteStats(true)
 	// 2.5 ms, 6 ms, 15 ms: the median's bucket ends at 6.25 ms, the
 	// longest is the top quantile.
@@ -205,7 +210,7 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 			t.Fatalf("slow per method %v, longest in %q", ws.SlowIn, ws.LongestIn)
 		}
 	}
-	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowIn != nil {
+	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowIn != nil || ws.SlowBy != nil {
 		t.Fatalf("after a reset: %+v", ws)
 	}
 	// A real transaction: its work is on the thread's clock, and the
