@@ -53,7 +53,7 @@ type Config struct {
 	CheckpointInterval time.Duration // WAL checkpoints (outside the write lock)
 	UsageWindow        time.Duration // the sliding window of CPU time and cost (24 h)
 
-	InsertChunk int // tasks per insert transaction at submit
+	InsertChunk int // at most this many tasks per transaction of a long write (a submission, a kill, a drop); each is sized to ~1 ms of write lock (store.chunkSizer)
 	WriteChunk  int // rows per write transaction elsewhere
 
 	// RealtimeWriter runs the SQLite writer thread under SCHED_FIFO 1

@@ -202,8 +202,27 @@ func (q *Queue) Close() error {
 			q.log.Warn("final usage flush failed", "error", ferr)
 		}
 		err = q.st.Close()
+		q.logWriteLock()
 	})
 	return err
+}
+
+// logWriteLock logs the write-lock figures of the queue's life at its
+// close: what a site admin without a Prometheus server, and `harvest bench
+// submit`, read of how long the queue made requests wait.
+func (q *Queue) logWriteLock() {
+	ws := q.st.WriteStats(false)
+	if ws.Transactions == 0 {
+		return
+	}
+	attrs := []any{"transactions", ws.Transactions, "lock_seconds", ws.Total.Seconds(),
+		"longest_ms", float64(ws.Longest.Microseconds()) / 1000, "longest_in", ws.LongestIn,
+		"over_5ms", ws.Slow}
+	if ws.Slow > 0 {
+		attrs = append(attrs, "over_5ms_own_work", ws.SlowOwnWork, "over_5ms_preempted", ws.SlowPreempted,
+			"over_5ms_slept", ws.SlowSlept, "over_5ms_stretched", ws.SlowStretched)
+	}
+	q.log.Info("write lock at close", attrs...)
 }
 
 // Settle folds the store's journal into its tables (store/overlay.go):

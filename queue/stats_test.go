@@ -1,8 +1,11 @@
 package queue_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -60,5 +63,37 @@ func TestStatsCountTasksPerOwnerAndTheLease(t *testing.T) {
 	}
 	if on := !strings.HasPrefix(e.Q.LockCeiling(), "off"); st.WriterRealtime != on {
 		t.Errorf("WriterRealtime %v, but the ceiling is %q", st.WriterRealtime, e.Q.LockCeiling())
+	}
+}
+
+// At its close the queue logs the write lock's figures of its life, for an
+// admin without Prometheus and for `harvest bench submit`.
+func TestCloseLogsTheWriteLockFigures(t *testing.T) {
+	var buf bytes.Buffer
+	e := queuetest.New(t, func(c *queue.Config) { c.Logger = slog.New(slog.NewJSONHandler(&buf, nil)) })
+	ds := e.Dataset("ds", 5)
+	if _, err := e.Q.Submit(context.Background(), "alice", api.JobSpec{Dataset: ds, Command: []string{"/bin/true", "{input}"}, BatchSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	want := e.Q.WriteStats(false).Transactions
+	if err := e.Q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var line struct {
+		Msg          string  `json:"msg"`
+		Transactions int64   `json:"transactions"`
+		LockSeconds  float64 `json:"lock_seconds"`
+		LongestMS    float64 `json:"longest_ms"`
+		Over5ms      *int64  `json:"over_5ms"`
+	}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"write lock at close"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line.Transactions < want || line.LockSeconds <= 0 || line.LongestMS <= 0 || line.Over5ms == nil {
+		t.Fatalf("logged %+v, want at least %d transactions, their lock time, the longest and the count over 5 ms; log:\n%s", line, want, buf.String())
 	}
 }

@@ -351,7 +351,8 @@ func (q *Queue) Submit(ctx context.Context, owner string, s api.JobSpec) (api.Jo
 
 // StartSubmit validates a job spec and starts storing the job away from
 // the caller: listing the dataset and inserting its tasks (in
-// InsertChunk-sized transactions; the job stays invisible until the last
+// transactions of at most InsertChunk tasks, each sized to about 1 ms of
+// the write lock; the job stays invisible until the last
 // one commits, and a submission cut by a crash is removed at the next
 // start), so a caller that goes away does not lose it. Bad input returns
 // api.ErrInvalid and stores nothing.

@@ -28,7 +28,10 @@ func benchSubmitCommand() *cli.Command {
 			"queue as its own process (`harvest queue serve`, a fresh database, the Unix socket), and runs\n" +
 			"`harvest submit DIR -- true` as another process, the way a user does. Reports the submission's\n" +
 			"wall time (the CLI process, from start to exit: listing, storing, answer), the peak resident\n" +
-			"memory of the queue process (VmHWM) and of the CLI, and checks that the job holds every entry.",
+			"memory of the queue process (VmHWM) and of the CLI, and the queue's write transactions (how\n" +
+			"long the submission held the write lock that every pull and result waits for: the longest, and\n" +
+			"how many over 5 ms, as the queue logs them when it stops), and checks that the job holds every\n" +
+			"entry.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "entries", Value: 1_000_000, Usage: "dataset entries (tasks)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
@@ -45,6 +48,22 @@ type SubmitBench struct {
 	CLIPeakMB     float64 `json:"cli_peak_mb"`
 	CreateS       float64 `json:"create_dataset_s"`
 	TasksInTheJob int     `json:"tasks_in_the_job"`
+	// The queue process's write transactions, from its start to its stop
+	// (the submission's, and a few of the queue's own).
+	WriteLock writeLockLine `json:"write_lock"`
+}
+
+// writeLockLine is the line the queue logs as it closes (queue.Queue.Close).
+type writeLockLine struct {
+	Transactions int64   `json:"transactions"`
+	LockSeconds  float64 `json:"lock_seconds"`
+	LongestMS    float64 `json:"longest_ms"`
+	LongestIn    string  `json:"longest_in"`
+	Over5ms      int64   `json:"over_5ms"`
+	OwnWork      int64   `json:"over_5ms_own_work"`
+	Preempted    int64   `json:"over_5ms_preempted"`
+	Slept        int64   `json:"over_5ms_slept"`
+	Stretched    int64   `json:"over_5ms_stretched"`
 }
 
 func runBenchSubmit(c *cli.Context) error {
@@ -89,8 +108,12 @@ func runBenchSubmit(c *cli.Context) error {
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	qcmd := exec.CommandContext(ctx, bin, "queue", "serve", "--db", filepath.Join(dir, "q.db"), "--socket", sock,
-		"--allowed-root", data, "--outputs-root", filepath.Join(data, "out"), "--log-level", "warn")
-	qcmd.Stderr = c.App.ErrWriter
+		"--allowed-root", data, "--outputs-root", filepath.Join(data, "out"), "--log-level", "info", "--log-json")
+	var qlog strings.Builder // shown if anything fails; its last line has the write-lock figures
+	qcmd.Stderr = &qlog
+	fail = func(err error) error {
+		return cli.Exit(fmt.Sprintf("harvest bench submit: %v\nthe queue's log:\n%s", err, qlog.String()), 1)
+	}
 	qcmd.Cancel = func() error { return qcmd.Process.Signal(syscall.SIGTERM) }
 	if err := qcmd.Start(); err != nil {
 		return fail(err)
@@ -133,12 +156,39 @@ func runBenchSubmit(c *cli.Context) error {
 	if got.Tasks.Total != n || got.State != api.JobWaiting {
 		return fail(fmt.Errorf("the job holds %d tasks (%s), want %d waiting", got.Tasks.Total, got.State, n))
 	}
+	cancel() // SIGTERM: the queue logs its write-lock figures as it closes
+	qcmd.Wait()
+	if r.WriteLock, err = writeLockFromLog(qlog.String()); err != nil {
+		return fail(err)
+	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, r)
 	}
 	fmt.Fprintf(c.App.Writer, "submitted %d entries through harvest submit in %.2f s (dataset created in %.1f s, not counted)\n", n, r.SubmitS, r.CreateS)
 	fmt.Fprintf(c.App.Writer, "peak memory: queue process %.0f MB, CLI %.0f MB\n", r.QueuePeakMB, r.CLIPeakMB)
+	w := r.WriteLock
+	fmt.Fprintf(c.App.Writer, "queue write transactions (every pull and result waits behind them): %d, %.2f s in all, longest %.2f ms (%s), %d over 5 ms",
+		w.Transactions, w.LockSeconds, w.LongestMS, strings.TrimPrefix(w.LongestIn, "store.(*Store)."), w.Over5ms)
+	if w.Over5ms > 0 {
+		fmt.Fprintf(c.App.Writer, " (own work %d, preempted %d, slept %d, stretched by the hypervisor %d)", w.OwnWork, w.Preempted, w.Slept, w.Stretched)
+	}
+	fmt.Fprintln(c.App.Writer)
 	return nil
+}
+
+// writeLockFromLog reads the figures the queue logs at its close (JSON
+// lines, queue.Queue.Close).
+func writeLockFromLog(log string) (writeLockLine, error) {
+	for _, l := range strings.Split(log, "\n") {
+		var e struct {
+			Msg string `json:"msg"`
+			writeLockLine
+		}
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "write lock at close" {
+			return e.writeLockLine, nil
+		}
+	}
+	return writeLockLine{}, errors.New("the queue did not log its write-lock figures when it stopped")
 }
 
 // waitForQueue waits until the queue answers (it is starting).

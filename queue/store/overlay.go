@@ -741,21 +741,28 @@ func (s *Store) Settle(ctx context.Context) error { return s.settle(ctx) }
 // chunks, then the rest under s.hot), empties the overlay (fn may change
 // any task or job) and runs fn in one transaction under s.hot.
 func (s *Store) cold(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	_, err := s.coldTimed(ctx, fn)
+	return err
+}
+
+// coldTimed is cold that also returns how long fn's transaction held the
+// write lock (writeTimed).
+func (s *Store) coldTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
 	if err := s.settle(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	s.hot.Lock()
 	defer s.hot.Unlock()
 	if err := s.foldLocked(ctx); err != nil {
-		return fmt.Errorf("fold the journal: %w", err)
+		return 0, fmt.Errorf("fold the journal: %w", err)
 	}
 	if err := s.flushHeartbeats(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	s.ov = newOverlay()
 	s.ov.activeStale = true // counted again at the next Outstanding, whatever fn did
 	s.gone.Add(1)           // every fold has committed: see readPatched
-	return s.write(ctx, fn)
+	return s.writeTimed(ctx, fn)
 }
 
 var flushHeartbeatsSQL = hot(`UPDATE tasks SET heartbeat_at = d.v->>1

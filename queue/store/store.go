@@ -288,15 +288,18 @@ type WriteStats struct {
 	// as the guest's work), and those of the transaction with the
 	// longest own work.
 	Faults, LongestCPUFaults int64
-	// Of the slow transactions (lock time over SlowTx), those whose
-	// writer thread the kernel preempted at least once (another thread
-	// took its core), those it only slept in (it waited: for a processor
-	// of the Go scheduler after a cgo call, for a disk), those of the
-	// rest whose own work took longer than SlowTx, and the others:
-	// stretched by the hypervisor, their own work under SlowTx and their
-	// thread never off its core as far as this machine's kernel knows
-	// (harvest bench host measures how often the machine does that to
-	// a computation of no I/O, no lock and no memory).
+	// Of the slow transactions (lock time over SlowTx): those whose own
+	// work took longer than SlowTx (whatever else happened in them), then
+	// of the rest those whose writer thread the kernel preempted at least
+	// once (another thread took its core), those it only slept in (it
+	// waited: for a processor of the Go scheduler after a cgo call, for a
+	// disk), and the others: stretched by the hypervisor, their own work
+	// under SlowTx and their thread never off its core as far as this
+	// machine's kernel knows (harvest bench host measures how often the
+	// machine does that to a computation of no I/O, no lock and no
+	// memory). Own work comes first because a transaction that slept
+	// 0.1 ms in 42 ms of its own work is slow by its work, not its sleep
+	// (such a one was counted as asleep before).
 	SlowPreempted, SlowSlept, SlowOwnWork, SlowStretched int64
 	// SlowBy counts the slow transactions by cause and store method (nil
 	// until one is slow): what the metrics export, so that an admin sees
@@ -311,8 +314,8 @@ type WriteStats struct {
 // the store method that ran them.
 type SlowKey struct{ Cause, In string }
 
-// The causes of a slow transaction, in the order they are told apart:
-// see WriteStats.SlowPreempted.
+// The causes of a slow transaction, as WriteStats.SlowOwnWork and the
+// others tell them apart.
 const (
 	CausePreempted = "preempted"
 	CauseSlept     = "slept"
@@ -389,15 +392,15 @@ func (s *Store) addStat(d time.Duration, u thread.Use) {
 		st.Slow++
 		var cause string
 		switch {
+		case cpu > SlowTx:
+			st.SlowOwnWork++
+			cause = CauseOwnWork
 		case u.Preempted > 0:
 			st.SlowPreempted++
 			cause = CausePreempted
 		case u.Slept > 0:
 			st.SlowSlept++
 			cause = CauseSlept
-		case cpu > SlowTx:
-			st.SlowOwnWork++
-			cause = CauseOwnWork
 		default:
 			st.SlowStretched++
 			cause = CauseStretched
@@ -431,7 +434,7 @@ func writer() string {
 			name = name[:i]
 		}
 		switch name {
-		case "store.(*Store).write", "store.(*Store).fenced", "store.(*Store).transact", "store.(*Store).writeUnbounded", "store.(*Store).holding":
+		case "store.(*Store).write", "store.(*Store).writeTimed", "store.(*Store).cold", "store.(*Store).coldTimed", "store.(*Store).fenced", "store.(*Store).transact", "store.(*Store).writeUnbounded", "store.(*Store).holding":
 		default:
 			return name
 		}
@@ -446,16 +449,24 @@ func writer() string {
 // the write lock was held (BEGIN to COMMIT). fn must be bounded: a batch,
 // a chunk of rows.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	_, err := s.transact(ctx, true, fn)
+	return err
+}
+
+// writeTimed is write that also returns how long the transaction held
+// the write lock: a long write sizes its next chunk by it (chunkSizer).
+func (s *Store) writeTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
 	return s.transact(ctx, true, fn)
 }
 
 // writeUnbounded is write without the priority ceiling, for a transaction
 // whose size nobody bounds (the journal's replay at Open).
 func (s *Store) writeUnbounded(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.transact(ctx, false, fn)
+	_, err := s.transact(ctx, false, fn)
+	return err
 }
 
-func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) error) error {
+func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) error) (time.Duration, error) {
 	// On one thread from BEGIN to COMMIT, so that its CPU clock is the
 	// transaction's (the SQLite calls are cgo calls, made on the calling
 	// goroutine's thread) and the ceiling is that thread's.
@@ -463,7 +474,7 @@ func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) 
 	defer runtime.UnlockOSThread()
 	tx, err := s.w.BeginTx(inline(ctx), nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return 0, fmt.Errorf("begin: %w", err)
 	}
 	// BEGIN IMMEDIATE has taken the lock: pool waits are not lock time
 	return s.holding(ctx, ceiling, func() error {
@@ -482,20 +493,21 @@ func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) 
 // end, on the caller's locked thread: under the priority ceiling (with
 // ceiling), as a region "write" of a Go trace (harvest bench --trace),
 // and, when it succeeds, counted in WriteStats with its wall and thread
-// CPU time. Every holder of the write lock goes through it: transactions
-// and the WAL's RESTART (wal.go).
-func (s *Store) holding(ctx context.Context, ceiling bool, fn func() error) error {
+// CPU time. It returns the lock time. Every holder of the write lock goes
+// through it: transactions and the WAL's RESTART (wal.go).
+func (s *Store) holding(ctx context.Context, ceiling bool, fn func() error) (time.Duration, error) {
 	if ceiling && s.ceil.raise() {
 		defer s.ceil.lower() // before the caller's UnlockOSThread
 	}
 	defer trace.StartRegion(ctx, "write").End()
 	start, u0 := time.Now(), thread.Usage()
 	if err := fn(); err != nil {
-		return err
+		return 0, err
 	}
 	u := thread.Usage().Since(u0) // read first: the lock time contains it
-	s.addStat(time.Since(start), u)
-	return nil
+	d := time.Since(start)
+	s.addStat(d, u)
+	return d, nil
 }
 
 // fenced is write for a pool's master: inside the transaction, before fn,

@@ -178,8 +178,13 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	if ws.SlowCPU != 1 || ws.LongestCPU != 2*SlowTx || ws.CPU != time.Millisecond+SlowTx/2+2*SlowTx || ws.Faults != 4 || ws.LongestCPUFaults != 4 {
 		t.Fatalf("CPU stats %+v, want 1 slow on the CPU, the longest 2 x SlowTx with 4 faults", ws)
 	}
-	if ws.SlowPreempted != 1 || ws.SlowSlept != 1 {
-		t.Fatalf("slow: %d preempted, %d slept; want 1 and 1 (a fast transaction's preemption does not count)", ws.SlowPreempted, ws.SlowSlept)
+	// The third slept too, but its own work alone was over the line.
+	if ws.SlowPreempted != 1 || ws.SlowSlept != 0 || ws.SlowOwnWork != 1 {
+		t.Fatalf("slow: %d preempted, %d slept, %d own work; want 1, 0 and 1 (a fast transaction's preemption does not count)", ws.SlowPreempted, ws.SlowSlept, ws.SlowOwnWork)
+	}
+	s.addStat(SlowTx+time.Millisecond, thread.Use{CPU: time.Millisecond, Slept: 2})
+	if ws := s.WriteStats(true); ws.SlowSlept != 1 || ws.Slow != 1 {
+		t.Fatalf("slow %d, slept %d; want 1 and 1", ws.Slow, ws.SlowSlept)
 	}
 	// Neither preempted nor slept: its own work, or the hypervisor's.
 	s.addStat(2*SlowTx, thread.Use{CPU: SlowTx + time.Millisecond})

@@ -191,7 +191,7 @@ func (s *Store) restartWAL(ctx context.Context) (bool, error) {
 	}
 	var busy, frames, copied int64
 	runtime.LockOSThread()
-	err = s.holding(ctx, true, func() error {
+	_, err = s.holding(ctx, true, func() error {
 		return c.QueryRowContext(ictx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &frames, &copied)
 	})
 	runtime.UnlockOSThread()

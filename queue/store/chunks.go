@@ -1,0 +1,51 @@
+package store
+
+import "time"
+
+// chunkBudget is the write-lock time each transaction of a long write (a
+// submission's tasks, a cancelled job's, a dropped job's) aims at: well
+// under SlowTx, so that the pulls and results queued behind it wait
+// little. A fixed row count cannot promise that: 1,000 tasks took 2.5-4 ms
+// on this project's 2-core test machine when idle and over 5 ms on the
+// same machine running a SLURM mini-cluster (docs/queue.md, "Long
+// writes"); killing them took twice as long as inserting them.
+const chunkBudget = time.Millisecond
+
+// chunkMin and chunkStart bound the sizer from below and start it: a first
+// chunk small enough for any machine, and a floor at which the
+// transaction's fixed cost (BEGIN, the commit's WAL frames) still stays
+// under a fifth of it.
+const (
+	chunkMin   = 16
+	chunkStart = 64
+)
+
+// chunkSizer sizes the transactions of a long write, in rows: it starts
+// at chunkStart (or the caller's limit, if lower) and after each
+// transaction scales the next one so that it would have held the lock for
+// chunkBudget, at most doubling and at least a quarter of the last size,
+// between chunkMin and the limit. A transaction the hypervisor stretched
+// shrinks the next few, which then grow back: the cost is a few more
+// commits, never a long one.
+type chunkSizer struct{ n, max int }
+
+func newChunkSizer(limit int) *chunkSizer {
+	limit = max(limit, 1)
+	return &chunkSizer{n: min(chunkStart, limit), max: limit}
+}
+
+// size is how many rows the next transaction should write.
+func (z *chunkSizer) size() int { return z.n }
+
+// took records that a transaction of rows rows held the lock for d.
+func (z *chunkSizer) took(rows int, d time.Duration) {
+	if rows <= 0 {
+		return
+	}
+	want := 2 * z.n
+	if d > 0 {
+		want = int(float64(rows) * float64(chunkBudget) / float64(d))
+	}
+	z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max)
+	z.n = max(z.n, min(chunkMin, z.max))
+}
