@@ -83,6 +83,9 @@ type Store struct {
 		s      WALStats
 		synced [2]int64 // the WAL's frames and copied frames at the last syncDB
 		high   int64    // the most bytes of frames the WAL held at a checkpoint (allocateWAL)
+		// skip and gap pace CheckpointTick: ticks still to pass over, and
+		// ticks since the last checkpoint that ran.
+		skip, gap int
 		// passive runs one PASSIVE round on ck (a test replaces it to
 		// see rounds that cannot run).
 		passive func(ctx context.Context) (busy, frames, copied int64, err error)

@@ -364,3 +364,71 @@ func TestCheckpointTriesAgainARoundThatCannotRun(t *testing.T) {
 		t.Fatalf("checkpoint with every try busy: %+v, %v; want no round and no RESTART", r, err)
 	}
 }
+
+// checkpointSkips waits until about walQuietFrames would have been
+// written, never past walMaxSkips ticks, and not at all under load.
+func TestCheckpointSkipsFollowTheWALsGrowth(t *testing.T) {
+	for _, c := range []struct {
+		frames int64
+		gap    int
+		want   int
+	}{
+		{0, 1, walMaxSkips},              // idle
+		{1000, 1, walMaxSkips},           // 8 ticks to fill: capped
+		{walQuietFrames / 2, 1, 1},       // 2 ticks to fill
+		{walQuietFrames, 1, 0},           // one tick fills it
+		{20 * walQuietFrames, 1, 0},      // full load
+		{walQuietFrames, 5, walMaxSkips}, // 5 ticks per quiet WAL: 4 skipped
+		{3 * walQuietFrames / 2, 3, 1},   // 2 ticks per quiet WAL
+		{-1, 1, walMaxSkips},             // no figure
+	} {
+		if got := checkpointSkips(c.frames, c.gap); got != c.want {
+			t.Errorf("checkpointSkips(%d frames, %d ticks) = %d, want %d", c.frames, c.gap, got, c.want)
+		}
+	}
+}
+
+// CheckpointTick passes over ticks while the WAL grows slowly, checkpoints
+// every tick under load, and tries again at the next tick a checkpoint
+// whose round could not run.
+func TestCheckpointTickPacesByTheWALsGrowth(t *testing.T) {
+	s, _ := openWithFiller(t)
+	ctx := context.Background()
+	var calls int
+	var frames int64
+	s.wal.passive = func(ctx context.Context) (int64, int64, int64, error) {
+		calls++
+		return 0, frames, frames, nil
+	}
+	tick := func() {
+		t.Helper()
+		if err := s.CheckpointTick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames = 1000 // a slow WAL: the next walMaxSkips ticks pass
+	tick()
+	for range walMaxSkips {
+		tick()
+	}
+	if calls != 1 {
+		t.Fatalf("%d rounds over 1 + %d ticks of a slow WAL, want 1", calls, walMaxSkips)
+	}
+	frames = 4 * walQuietFrames // the next tick checkpoints, and every one after (under walRestartBytes: one round each)
+	tick()
+	tick()
+	tick()
+	if calls != 4 || s.WALStats().Checkpoints != 4 {
+		t.Fatalf("%d rounds (%d checkpoints), want 4: one per tick under load", calls, s.WALStats().Checkpoints)
+	}
+	frames = -1 // the round cannot run: no pace learnt from it, the next tick tries again
+	tick()
+	if calls != 4+walBusyTries {
+		t.Fatalf("%d rounds after a busy checkpoint, want %d", calls, 4+walBusyTries)
+	}
+	frames = walQuietFrames
+	tick()
+	if calls != 5+walBusyTries {
+		t.Fatalf("%d rounds, want %d: a busy checkpoint does not pace the next tick", calls, 5+walBusyTries)
+	}
+}
