@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -137,14 +139,11 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 	if key == "" {
 		key = client.NewIdempotencyKey()
 	}
-	shown := false
+	stored := newProgressOut(c.App.ErrWriter, time.Now)
 	j, err := cl.SubmitWith(ctx, spec, client.SubmitOptions{IdempotencyKey: key, Progress: func(p api.SubmitProgress) {
-		fmt.Fprint(c.App.ErrWriter, "\r"+submitProgressLine(p))
-		shown = true
+		stored.show(submitProgressLine(p))
 	}})
-	if shown {
-		fmt.Fprintln(c.App.ErrWriter)
-	}
+	stored.done()
 	if err != nil {
 		return fmt.Errorf("%w (to retry without risking a second job: --idempotency-key %s)", err, key)
 	}
@@ -184,27 +183,89 @@ func submitProgressLine(p api.SubmitProgress) string {
 // is the clock the ETA's rate is measured with.
 func waitJob(ctx context.Context, cl *client.Client, id int64, poll time.Duration, w io.Writer, now func() time.Time) (api.Job, error) {
 	est := newRateEstimator(etaTau)
-	width := 0 // of the longest line drawn, so a shorter one covers it
+	out := newProgressOut(w, now)
 	for {
 		j, err := cl.Job(ctx, id)
 		if err != nil {
+			out.done()
 			return j, err
 		}
 		est.Observe(now(), j.Tasks.Done+j.Tasks.Failed+j.Tasks.Killed)
-		line := progressLine(j, est)
-		width = max(width, len(line))
-		fmt.Fprintf(w, "\r%-*s", width, line)
+		out.show(progressLine(j, est))
 		if api.JobFinal(j.State) {
-			fmt.Fprintln(w)
+			out.done()
 			return j, nil
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(w)
+			out.done()
 			return j, ctx.Err()
 		case <-time.After(poll):
 		}
 	}
+}
+
+// progressOut shows progress lines on w. On a terminal each line is
+// drawn over the last. On anything else (a file, a pipe, a batch job's
+// log, where carriage returns made one line of a whole run: 400 KB for a
+// 10,000-task --wait) each shown line is a line of its own, at most one
+// per progressLogEvery, and done writes the last one if it was held back.
+type progressOut struct {
+	w       io.Writer
+	tty     bool
+	now     func() time.Time
+	width   int       // of the longest line drawn, so a shorter one covers it
+	printed time.Time // when the last line was written (not a terminal)
+	held    string    // a line not written yet (not a terminal)
+	drawn   bool
+}
+
+// progressLogEvery spaces the progress lines written to a file or pipe.
+const progressLogEvery = 10 * time.Second
+
+func newProgressOut(w io.Writer, now func() time.Time) *progressOut {
+	return &progressOut{w: w, tty: isTerminal(w), now: now}
+}
+
+func (p *progressOut) show(line string) {
+	if p.tty {
+		p.width = max(p.width, len(line))
+		fmt.Fprintf(p.w, "\r%-*s", p.width, line)
+		p.drawn = true
+		return
+	}
+	if t := p.now(); p.printed.IsZero() || t.Sub(p.printed) >= progressLogEvery {
+		fmt.Fprintln(p.w, strings.TrimRight(line, " "))
+		p.printed, p.held = t, ""
+		return
+	}
+	p.held = line
+}
+
+// done ends the progress: the terminal's line is closed, a held line
+// written.
+func (p *progressOut) done() {
+	if p.tty {
+		if p.drawn {
+			fmt.Fprintln(p.w)
+			p.drawn = false
+		}
+		return
+	}
+	if p.held != "" {
+		fmt.Fprintln(p.w, strings.TrimRight(p.held, " "))
+		p.held = ""
+	}
+}
+
+// isTerminal says whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // progressLine renders
