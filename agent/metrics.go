@@ -16,6 +16,7 @@ import (
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // QueueStats is the read-only part of the queue the metrics read at
@@ -361,10 +362,14 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(st.WriteTransactions))
 		ch <- prometheus.MustNewConstMetric(c.lockTime, prometheus.CounterValue, st.WriteLockSeconds)
 		ch <- prometheus.MustNewConstMetric(c.slowWrites, prometheus.CounterValue, float64(st.SlowWrites))
-		ch <- prometheus.MustNewConstMetric(c.stretched, prometheus.CounterValue, float64(st.StretchedWrites))
+		var stretched int64
 		for k, n := range st.SlowWritesBy {
 			ch <- prometheus.MustNewConstMetric(c.slowBy, prometheus.CounterValue, float64(n), k.Cause, strings.TrimPrefix(k.In, "store.(*Store)."))
+			if k.Cause == store.CauseStretched {
+				stretched += n
+			}
 		}
+		ch <- prometheus.MustNewConstMetric(c.stretched, prometheus.CounterValue, float64(stretched))
 		g(c.realtime, b2f(st.WriterRealtime))
 		g(c.walBytes, float64(st.WALBytes))
 		ch <- prometheus.MustNewConstMetric(c.walRestarts, prometheus.CounterValue, float64(st.WALRestarts))

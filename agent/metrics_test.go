@@ -254,7 +254,7 @@ func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
 			return queue.Stats{
 				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
 				Requeued: 5, Epoch: epoch, MasterAlive: true,
-				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, StretchedWrites: 1, WriterRealtime: true,
+				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, WriterRealtime: true,
 				SlowWritesBy: map[store.SlowKey]int64{{Cause: store.CauseStretched, In: "store.(*Store).Results"}: 1, {Cause: store.CauseSlept, In: "store.(*Store).Pull"}: 1},
 				WALBytes:     9 << 20, WALRestarts: 4,
 			}, nil

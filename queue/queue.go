@@ -219,8 +219,9 @@ func (q *Queue) logWriteLock() {
 		"longest_ms", float64(ws.Longest.Microseconds()) / 1000, "longest_in", ws.LongestIn,
 		"over_5ms", ws.Slow}
 	if ws.Slow > 0 {
-		attrs = append(attrs, "over_5ms_own_work", ws.SlowOwnWork, "over_5ms_preempted", ws.SlowPreempted,
-			"over_5ms_slept", ws.SlowSlept, "over_5ms_stretched", ws.SlowStretched)
+		for _, c := range []string{store.CauseOwnWork, store.CausePreempted, store.CauseSlept, store.CauseStretched} {
+			attrs = append(attrs, "over_5ms_"+c, ws.SlowOf(c))
+		}
 	}
 	q.log.Info("write lock at close", attrs...)
 }

@@ -137,17 +137,14 @@ type Stats struct {
 	// come as interrupted results.
 	LostTaskSeconds float64
 	// The SQLite write lock since the queue opened: transactions, the
-	// time they held it, those over store.SlowTx (5 ms), of those the
-	// ones the hypervisor stretched (store.WriteStats.SlowStretched), and
-	// whether the writer runs real-time while it holds it
-	// (Config.RealtimeWriter).
+	// time they held it, those over store.SlowTx (5 ms) and those by cause
+	// and store method (store.WriteStats.SlowBy), and whether the writer
+	// runs real-time while it holds it (Config.RealtimeWriter).
 	WriteTransactions int64
 	WriteLockSeconds  float64
 	SlowWrites        int64
-	StretchedWrites   int64
-	// SlowWritesBy counts the slow ones by cause and store method.
-	SlowWritesBy   map[store.SlowKey]int64
-	WriterRealtime bool
+	SlowWritesBy      map[store.SlowKey]int64
+	WriterRealtime    bool
 	// The WAL: its frames' bytes at the last checkpoint, and the
 	// checkpoints that started it over (store.WALStats).
 	WALBytes, WALRestarts int64
@@ -172,8 +169,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	st.LostTaskSeconds = float64(q.lostMS) / 1000
 	q.mu.Unlock()
 	ws := q.st.WriteStats(false)
-	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites, st.StretchedWrites = ws.Transactions, ws.Total.Seconds(), ws.Slow, ws.SlowStretched
-	st.SlowWritesBy = ws.SlowBy
+	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites, st.SlowWritesBy = ws.Transactions, ws.Total.Seconds(), ws.Slow, ws.SlowBy
 	st.WriterRealtime = q.st.LockCeilingOn()
 	wal := q.st.WALStats()
 	st.WALBytes, st.WALRestarts = wal.Bytes, wal.Restarts

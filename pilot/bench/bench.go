@@ -27,6 +27,7 @@ import (
 	"github.com/harvest-hpc/harvest/internal/sqliteconf"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Config of one run.
@@ -231,10 +232,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r, err
 	}
 	ws := rq.q.WriteStats(false)
-	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowIn,
+	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowPerMethod(),
 		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, LongestTxCPUMS: float64(ws.LongestCPU.Microseconds()) / 1000, LongestTxCPUIn: ws.LongestCPUIn, SlowTxCPU: ws.SlowCPU,
 		TxFaults: ws.Faults, LongestTxCPUFaults: ws.LongestCPUFaults,
-		SlowTxPreempted: ws.SlowPreempted, SlowTxSlept: ws.SlowSlept, SlowTxOwnWork: ws.SlowOwnWork, SlowTxStretched: ws.SlowStretched, LockCeiling: rq.q.LockCeiling(),
+		SlowTxPreempted: ws.SlowOf(store.CausePreempted), SlowTxSlept: ws.SlowOf(store.CauseSlept), SlowTxOwnWork: ws.SlowOf(store.CauseOwnWork), SlowTxStretched: ws.SlowOf(store.CauseStretched), LockCeiling: rq.q.LockCeiling(),
 		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6,
 		WriteLockCPUMS: float64(ws.CPU.Microseconds()) / 1000, PageCacheWalksAvoided: walks1 - walks0}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)

@@ -62,7 +62,7 @@ type Breakdown struct {
 	SlowTxPreempted int64 `json:"slow_transactions_preempted"`
 	SlowTxSlept     int64 `json:"slow_transactions_slept"`
 	// Of the rest: own work over 5 ms, and the others, stretched by the
-	// hypervisor (store.WriteStats.SlowStretched; harvest bench host).
+	// hypervisor (store.CauseStretched; harvest bench host).
 	SlowTxOwnWork   int64 `json:"slow_transactions_own_work"`
 	SlowTxStretched int64 `json:"slow_transactions_stretched"`
 	// LockCeiling is the write lock's priority ceiling: on ("SCHED_FIFO 1

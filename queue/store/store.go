@@ -274,9 +274,6 @@ type WriteStats struct {
 	Longest      time.Duration
 	LongestIn    string // the store method that ran the longest transaction
 	Slow         int64  // transactions longer than SlowTx
-	// SlowIn counts the slow transactions per store method (nil until
-	// one is slow).
-	SlowIn map[string]int64
 	// The same transactions on the writer thread's CPU clock: what the
 	// transactions' own work took, without the time the thread held the
 	// lock descheduled (on a machine with more runnable threads than
@@ -291,34 +288,55 @@ type WriteStats struct {
 	// as the guest's work), and those of the transaction with the
 	// longest own work.
 	Faults, LongestCPUFaults int64
-	// Of the slow transactions (lock time over SlowTx): those whose own
-	// work took longer than SlowTx (whatever else happened in them), then
-	// of the rest those whose writer thread the kernel preempted at least
-	// once (another thread took its core), those it only slept in (it
-	// waited: for a processor of the Go scheduler after a cgo call, for a
-	// disk), and the others: stretched by the hypervisor, their own work
-	// under SlowTx and their thread never off its core as far as this
-	// machine's kernel knows (harvest bench host measures how often the
-	// machine does that to a computation of no I/O, no lock and no
-	// memory). Own work comes first because a transaction that slept
-	// 0.1 ms in 42 ms of its own work is slow by its work, not its sleep
-	// (such a one was counted as asleep before).
-	SlowPreempted, SlowSlept, SlowOwnWork, SlowStretched int64
-	// SlowBy counts the slow transactions by cause and store method (nil
-	// until one is slow): what the metrics export, so that an admin sees
-	// which of the queue's writes the guest slowed, and how.
+	// SlowBy counts the slow transactions (lock time over SlowTx) by
+	// cause and store method (nil until one is slow); SlowOf and
+	// SlowPerMethod sum it one way or the other. The causes, told apart in
+	// this order: own work over SlowTx (whatever else happened in it);
+	// else the writer thread preempted at least once (another thread took
+	// its core); else it only slept (it waited: for a processor of the Go
+	// scheduler after a cgo call, for a disk); else stretched by the
+	// hypervisor, its own work under SlowTx and its thread never off its
+	// core as far as this machine's kernel knows (harvest bench host
+	// measures how often the machine does that to a computation of no
+	// I/O, no lock and no memory). Own work comes first because a
+	// transaction that slept 0.1 ms in 42 ms of its own work is slow by
+	// its work, not its sleep.
 	SlowBy map[SlowKey]int64
 	// Hist counts the transactions by lock time in buckets of HistBucket
 	// (the last one: everything longer).
 	Hist [histBuckets]int64
 }
 
-// SlowKey is a cause of slow transactions (one of the Slow* causes) and
-// the store method that ran them.
+// SlowKey is a cause of slow transactions and the store method that ran
+// them.
 type SlowKey struct{ Cause, In string }
 
-// The causes of a slow transaction, as WriteStats.SlowOwnWork and the
-// others tell them apart.
+// SlowOf counts the slow transactions of one cause.
+func (w WriteStats) SlowOf(cause string) int64 {
+	var n int64
+	for k, c := range w.SlowBy {
+		if k.Cause == cause {
+			n += c
+		}
+	}
+	return n
+}
+
+// SlowPerMethod counts the slow transactions per store method (nil when
+// none was slow).
+func (w WriteStats) SlowPerMethod() map[string]int64 {
+	if w.SlowBy == nil {
+		return nil
+	}
+	m := map[string]int64{}
+	for k, c := range w.SlowBy {
+		m[k.In] += c
+	}
+	return m
+}
+
+// The causes of a slow transaction, as WriteStats.SlowBy tells them
+// apart.
 const (
 	CausePreempted = "preempted"
 	CauseSlept     = "slept"
@@ -364,7 +382,6 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 	s.stats.mu.Lock()
 	defer s.stats.mu.Unlock()
 	st := s.stats.s
-	st.SlowIn = maps.Clone(st.SlowIn)
 	st.SlowBy = maps.Clone(st.SlowBy)
 	if reset {
 		s.stats.s = WriteStats{}
@@ -396,23 +413,18 @@ func (s *Store) addStat(d time.Duration, u thread.Use) {
 		var cause string
 		switch {
 		case cpu > SlowTx:
-			st.SlowOwnWork++
 			cause = CauseOwnWork
 		case u.Preempted > 0:
-			st.SlowPreempted++
 			cause = CausePreempted
 		case u.Slept > 0:
-			st.SlowSlept++
 			cause = CauseSlept
 		default:
-			st.SlowStretched++
 			cause = CauseStretched
 		}
 		in = writer()
-		if st.SlowIn == nil {
-			st.SlowIn, st.SlowBy = map[string]int64{}, map[SlowKey]int64{}
+		if st.SlowBy == nil {
+			st.SlowBy = map[SlowKey]int64{}
 		}
-		st.SlowIn[in]++
 		st.SlowBy[SlowKey{cause, in}]++
 	}
 	if d > st.Longest {
@@ -425,7 +437,7 @@ func (s *Store) addStat(d time.Duration, u thread.Use) {
 }
 
 // writer names the store method that called write (through fenced or
-// not), for WriteStats.LongestIn and SlowIn: looked up only for a slow
+// not), for WriteStats.LongestIn and SlowBy: looked up only for a slow
 // transaction or a new longest.
 func writer() string {
 	var pcs [8]uintptr

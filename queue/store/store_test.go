@@ -172,26 +172,26 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	s.addStat(SlowTx/2, thread.Use{CPU: SlowTx / 2, Preempted: 1})
 	s.addStat(3*SlowTx, thread.Use{CPU: 2 * SlowTx, Slept: 3, Faults: 4})
 	ws := s.WriteStats(true)
-	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowIn) != 1 {
+	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowPerMethod()) != 1 {
 		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x SlowTx", ws)
 	}
 	if ws.SlowCPU != 1 || ws.LongestCPU != 2*SlowTx || ws.CPU != time.Millisecond+SlowTx/2+2*SlowTx || ws.Faults != 4 || ws.LongestCPUFaults != 4 {
 		t.Fatalf("CPU stats %+v, want 1 slow on the CPU, the longest 2 x SlowTx with 4 faults", ws)
 	}
 	// The third slept too, but its own work alone was over the line.
-	if ws.SlowPreempted != 1 || ws.SlowSlept != 0 || ws.SlowOwnWork != 1 {
-		t.Fatalf("slow: %d preempted, %d slept, %d own work; want 1, 0 and 1 (a fast transaction's preemption does not count)", ws.SlowPreempted, ws.SlowSlept, ws.SlowOwnWork)
+	if p, sl, o := ws.SlowOf(CausePreempted), ws.SlowOf(CauseSlept), ws.SlowOf(CauseOwnWork); p != 1 || sl != 0 || o != 1 {
+		t.Fatalf("slow: %d preempted, %d slept, %d own work; want 1, 0 and 1 (a fast transaction's preemption does not count)", p, sl, o)
 	}
 	s.addStat(SlowTx+time.Millisecond, thread.Use{CPU: time.Millisecond, Slept: 2})
-	if ws := s.WriteStats(true); ws.SlowSlept != 1 || ws.Slow != 1 {
-		t.Fatalf("slow %d, slept %d; want 1 and 1", ws.Slow, ws.SlowSlept)
+	if ws := s.WriteStats(true); ws.SlowOf(CauseSlept) != 1 || ws.Slow != 1 {
+		t.Fatalf("slow %d, slept %d; want 1 and 1", ws.Slow, ws.SlowOf(CauseSlept))
 	}
 	// Neither preempted nor slept: its own work, or the hypervisor's.
 	s.addStat(2*SlowTx, thread.Use{CPU: SlowTx + time.Millisecond})
 	s.addStat(4*SlowTx, thread.Use{CPU: time.Millisecond})
 	s.addStat(SlowTx+time.Microsecond, thread.Use{CPU: SlowTx})
-	if ws := s.WriteStats(false); ws.Slow != 3 || ws.SlowOwnWork != 1 || ws.SlowStretched != 2 || ws.SlowPreempted != 0 || ws.SlowSlept != 0 {
-		t.Fatalf("slow: %d, own work %d, stretched %d, preempted %d, slept %d; want 3, 1, 2, 0, 0", ws.Slow, ws.SlowOwnWork, ws.SlowStretched, ws.SlowPreempted, ws.SlowSlept)
+	if ws := s.WriteStats(false); ws.Slow != 3 || ws.SlowOf(CauseOwnWork) != 1 || ws.SlowOf(CauseStretched) != 2 || ws.SlowOf(CausePreempted) != 0 || ws.SlowOf(CauseSlept) != 0 {
+		t.Fatalf("slow: %d, by cause and method %v; want 3: 1 own work, 2 stretched", ws.Slow, ws.SlowBy)
 	}
 	// The same counts by cause and method, for the metrics.
 	in := s.WriteStats(false).LongestIn
@@ -210,12 +210,12 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	if q := (WriteStats{}).Quantile(0.99); q != 0 {
 		t.Fatalf("no transactions: quantile %v", q)
 	}
-	for m, n := range ws.SlowIn {
+	for m, n := range ws.SlowPerMethod() {
 		if n != 2 || m != ws.LongestIn {
-			t.Fatalf("slow per method %v, longest in %q", ws.SlowIn, ws.LongestIn)
+			t.Fatalf("slow per method %v, longest in %q", ws.SlowPerMethod(), ws.LongestIn)
 		}
 	}
-	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowIn != nil || ws.SlowBy != nil {
+	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowBy != nil || ws.SlowPerMethod() != nil {
 		t.Fatalf("after a reset: %+v", ws)
 	}
 	// A real transaction: its work is on the thread's clock, and the
