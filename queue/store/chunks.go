@@ -46,6 +46,5 @@ func (z *chunkSizer) took(rows int, d time.Duration) {
 	if d > 0 {
 		want = int(float64(rows) * float64(chunkBudget) / float64(d))
 	}
-	z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max)
-	z.n = max(z.n, min(chunkMin, z.max))
+	z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max) // never under chunkMin unless the limit is
 }

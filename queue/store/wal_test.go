@@ -20,7 +20,7 @@ import (
 // with frames not yet copied, and SQLite restarts the WAL only from a
 // write that begins with none. Checkpoint's RESTART starts it over.
 func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
-	s, _ := openWithFiller(t)
+	s, _ := openWithFiller(t, 0)
 	ctx := context.Background()
 	commits, stopWriter := busyWriter(t, s)
 
@@ -94,13 +94,8 @@ func TestCheckpointStartsOverAWALThatABusyWriterKeepsGrowing(t *testing.T) {
 // Checkpoint keeps the WAL file allocated walHeadroom past its frames, so
 // that commits write inside the file's size, into allocated blocks.
 func TestCheckpointKeepsTheWALFileAllocatedAheadOfItsFrames(t *testing.T) {
-	s, path := openWithFiller(t)
+	s, path := openWithFiller(t, 200)
 	ctx := context.Background()
-	for i := range 200 {
-		if _, err := s.w.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := s.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +133,6 @@ func TestCheckpointKeepsTheWALFileAllocatedAheadOfItsFrames(t *testing.T) {
 	}
 }
 
-// openWithFiller opens a store in a temporary directory, closed when t
-// ends, with a table "filler" (id, b) to write pages into.
 // busyWriter commits a few pages after another, without a pause, until
 // the returned stop (also run at the test's end).
 func busyWriter(t *testing.T, s *Store) (*atomic.Int64, func()) {
@@ -200,7 +193,7 @@ func pageCache(t *testing.T, path string, off, n int64) unix.Cachestat_t {
 // held. The checkpointer reads the range the next commits write into the
 // page cache beforehand.
 func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T) {
-	s, path := openWithFiller(t)
+	s, path := openWithFiller(t, 0)
 	ctx := context.Background()
 	// ~13 MB of frames: more than the kernel reads for one readahead
 	// request on this VM's disk (8 MiB).
@@ -269,7 +262,7 @@ func TestCheckpointReadsTheWALRangeTheNextCommitsWriteIntoTheCache(t *testing.T)
 // lock held. Checkpoint syncs the file after every round that copied
 // frames, outside the lock; an idle queue's checkpoints sync nothing.
 func TestCheckpointSyncsTheDatabaseFileItWroteUnderABusyWriter(t *testing.T) {
-	s, path := openWithFiller(t)
+	s, path := openWithFiller(t, 0)
 	ctx := context.Background()
 	_, stopWriter := busyWriter(t, s)
 	for round := 0; round < 20; round++ {
@@ -303,7 +296,10 @@ func TestCheckpointSyncsTheDatabaseFileItWroteUnderABusyWriter(t *testing.T) {
 	}
 }
 
-func openWithFiller(t *testing.T) (*Store, string) {
+// openWithFiller opens a store in a temporary directory, closed when t
+// ends, with a table "filler" (id, b) to write pages into, and rows rows
+// of 3,000 bytes already written, one commit each.
+func openWithFiller(t *testing.T, rows int) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "q.db")
 	s, err := Open(path)
@@ -314,6 +310,11 @@ func openWithFiller(t *testing.T) (*Store, string) {
 	if _, err := s.w.Exec(`CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
 		t.Fatal(err)
 	}
+	for i := range rows { // a commit each: frames in the WAL
+		if _, err := s.w.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return s, path
 }
 
@@ -322,13 +323,8 @@ func openWithFiller(t *testing.T) (*Store, string) {
 // header). The checkpoint tries it again; when no try runs, Checkpoint
 // keeps the last figures instead of a WAL of -1 frames.
 func TestCheckpointTriesAgainARoundThatCannotRun(t *testing.T) {
-	s, _ := openWithFiller(t)
+	s, _ := openWithFiller(t, 50)
 	ctx := context.Background()
-	for i := range 50 {
-		if _, err := s.w.Exec(`INSERT INTO filler (id, b) VALUES (?, zeroblob(3000))`, i); err != nil {
-			t.Fatal(err)
-		}
-	}
 	real := s.wal.passive
 	var calls, failing int
 	s.wal.passive = func(ctx context.Context) (int64, int64, int64, error) {
@@ -392,7 +388,7 @@ func TestCheckpointSkipsFollowTheWALsGrowth(t *testing.T) {
 // every tick under load, and tries again at the next tick a checkpoint
 // whose round could not run.
 func TestCheckpointTickPacesByTheWALsGrowth(t *testing.T) {
-	s, _ := openWithFiller(t)
+	s, _ := openWithFiller(t, 0)
 	ctx := context.Background()
 	var calls int
 	var frames int64
