@@ -14,19 +14,8 @@ import (
 	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
-	"github.com/harvest-hpc/harvest/queue"
-	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/store"
+	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 )
-
-// QueueStats is the read-only part of the queue the metrics read at
-// scrape time (*queue.Queue implements it).
-type QueueStats interface {
-	Users(ctx context.Context) ([]api.User, error)
-	Stats(ctx context.Context) (queue.Stats, error)
-}
-
-var _ QueueStats = (*queue.Queue)(nil)
 
 // backfillForget bounds how long a release waits to see its job start:
 // a job that has not started after this is dropped (not observed).
@@ -35,7 +24,8 @@ const backfillForget = 24 * 3600
 // Metrics are the agent's Prometheus metrics, in their own registry (the
 // global one would mix in every library's metrics and break tests that
 // build two agents). Round metrics are fed by ObserveRound from the
-// reconciler's OnRound hook; queue metrics are read at scrape time.
+// reconciler's OnRound hook; the hosted queue's are read at scrape time
+// (queue/metrics).
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -60,9 +50,9 @@ type Metrics struct {
 }
 
 // NewMetrics registers the agent's metrics. q may be nil (an agent
-// without the queue).
-func NewMetrics(q QueueStats) *Metrics {
-	reg := prometheus.NewRegistry()
+// without the queue, or with a remote one).
+func NewMetrics(q qmetrics.Queue) *Metrics {
+	reg := qmetrics.NewRegistry(q)
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	latency := []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	m := &Metrics{
@@ -110,9 +100,6 @@ func NewMetrics(q QueueStats) *Metrics {
 	// before the first event.
 	for _, k := range []string{"timeout", "error"} {
 		m.submitFailures.WithLabelValues(k)
-	}
-	if q != nil {
-		f(newQueueCollector(q))
 	}
 	return m
 }
@@ -263,115 +250,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// queueCollector reads the queue at scrape time.
-type queueCollector struct {
-	q QueueStats
-
-	tasks, requeued, lost, priority, running, maxCores, cpu, cost, epoch, alive, failovers, errs *prometheus.Desc
-	writes, lockTime, slowWrites, stretched, slowBy, realtime, walBytes, walRestarts             *prometheus.Desc
-
-	mu         sync.Mutex
-	lastEpoch  int64
-	failoverN  float64
-	scrapeErrs float64
-}
-
-func newQueueCollector(q QueueStats) *queueCollector {
-	d := prometheus.NewDesc
-	return &queueCollector{
-		q:           q,
-		lastEpoch:   -1,
-		tasks:       d("harvest_tasks", "Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).", []string{"user", "state"}, nil),
-		requeued:    d("harvest_tasks_requeued", "Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.", nil, nil),
-		lost:        d("harvest_lost_task_seconds_total", "Run time of the task attempts interrupted since the queue started: work lost to pilots that ended under their tasks (cancelled, preempted, at their limit).", nil, nil),
-		priority:    d("harvest_user_computed_priority", "The user's fair-share computedPriority (-1 = over quota, gets no tasks).", []string{"user"}, nil),
-		running:     d("harvest_user_running_cores", "Cores the user's tasks run on now.", []string{"user"}, nil),
-		maxCores:    d("harvest_user_max_cores", "The user's quota of cores running at once.", []string{"user"}, nil),
-		cpu:         d("harvest_user_cpu_seconds_24h", "CPU seconds the user used in the last 24 h.", []string{"user"}, nil),
-		cost:        d("harvest_user_cost_24h", "Cost (cores x seconds x price) the user used in the last 24 h.", []string{"user"}, nil),
-		epoch:       d("harvest_master_epoch", "Epoch of the master lease (each new master increments it).", nil, nil),
-		alive:       d("harvest_master_alive", "1 if a master holds an unexpired lease.", nil, nil),
-		failovers:   d("harvest_master_failovers_total", "Master changes this agent saw (epoch increments after the first master it saw).", nil, nil),
-		errs:        d("harvest_queue_scrape_errors_total", "Scrapes that could not read the queue.", nil, nil),
-		writes:      d("harvest_queue_write_transactions_total", "Write transactions the queue's SQLite writer committed since the queue opened.", nil, nil),
-		lockTime:    d("harvest_queue_write_lock_seconds_total", "Time the writer held SQLite's write lock (every request that writes waits for it).", nil, nil),
-		slowWrites:  d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
-		stretched:   d("harvest_queue_write_transactions_stretched_total", "Of the write transactions over 5 ms, those the hypervisor stretched: their own work (the writer thread's CPU clock) under 5 ms, the thread never preempted nor asleep in them. On a VM that steals CPU time (measured by harvest bench host) their rate follows the stolen share; the others are the queue's.", nil, nil),
-		slowBy:      d("harvest_queue_write_transactions_slow_causes_total", "The write transactions over 5 ms by cause and by the queue's store method that ran them. cause: preempted (another thread took the writer's core), slept (the writer waited: for a processor of the Go scheduler after a call into SQLite, for a disk read), own_work (its own work on the writer thread's CPU clock over 5 ms), stretched (none of these: the hypervisor's).", []string{"cause", "method"}, nil),
-		realtime:    d("harvest_queue_writer_realtime", "1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).", nil, nil),
-		walBytes:    d("harvest_queue_wal_bytes", "Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).", nil, nil),
-		walRestarts: d("harvest_queue_wal_restarts_total", "Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).", nil, nil),
-	}
-}
-
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs, c.writes, c.lockTime, c.slowWrites, c.stretched, c.slowBy, c.realtime, c.walBytes, c.walRestarts} {
-		ch <- d
-	}
-}
-
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	users, uerr := c.q.Users(ctx)
-	st, serr := c.q.Stats(ctx)
-
-	c.mu.Lock()
-	if uerr != nil || serr != nil {
-		c.scrapeErrs++
-	}
-	if serr == nil {
-		if c.lastEpoch > 0 && st.Epoch > c.lastEpoch {
-			c.failoverN += float64(st.Epoch - c.lastEpoch)
-		}
-		if st.Epoch > c.lastEpoch {
-			c.lastEpoch = st.Epoch
-		}
-	}
-	failovers, errs := c.failoverN, c.scrapeErrs
-	c.mu.Unlock()
-
-	g := func(d *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
-	}
-	ch <- prometheus.MustNewConstMetric(c.failovers, prometheus.CounterValue, failovers)
-	ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, errs)
-	if uerr == nil {
-		for _, u := range users {
-			g(c.priority, u.ComputedPriority, u.Name)
-			g(c.running, float64(u.RunningCores), u.Name)
-			g(c.maxCores, float64(u.MaxCores), u.Name)
-			g(c.cpu, u.CPUTime24h, u.Name)
-			g(c.cost, u.Cost24h, u.Name)
-		}
-	}
-	if serr == nil {
-		for user, t := range st.ByUser {
-			g(c.tasks, float64(t.Waiting), user, "waiting")
-			g(c.tasks, float64(t.Running), user, "running")
-			g(c.tasks, float64(t.Done), user, "done")
-			g(c.tasks, float64(t.Failed), user, "failed")
-			g(c.tasks, float64(t.Killed), user, "killed")
-		}
-		g(c.requeued, float64(st.Requeued))
-		ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, st.LostTaskSeconds)
-		g(c.epoch, float64(st.Epoch))
-		g(c.alive, b2f(st.MasterAlive))
-		ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(st.WriteTransactions))
-		ch <- prometheus.MustNewConstMetric(c.lockTime, prometheus.CounterValue, st.WriteLockSeconds)
-		ch <- prometheus.MustNewConstMetric(c.slowWrites, prometheus.CounterValue, float64(st.SlowWrites))
-		var stretched int64
-		for k, n := range st.SlowWritesBy {
-			ch <- prometheus.MustNewConstMetric(c.slowBy, prometheus.CounterValue, float64(n), k.Cause, strings.TrimPrefix(k.In, "store.(*Store)."))
-			if k.Cause == store.CauseStretched {
-				stretched += n
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(c.stretched, prometheus.CounterValue, float64(stretched))
-		g(c.realtime, b2f(st.WriterRealtime))
-		g(c.walBytes, float64(st.WALBytes))
-		ch <- prometheus.MustNewConstMetric(c.walRestarts, prometheus.CounterValue, float64(st.WALRestarts))
-	}
 }

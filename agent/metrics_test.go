@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -13,21 +11,7 @@ import (
 	"github.com/harvest-hpc/harvest/adapters/adaptertest"
 	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
-	"github.com/harvest-hpc/harvest/queue"
-	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/store"
 )
-
-// fakeQueue is a QueueStats with closure fields.
-type fakeQueue struct {
-	users func() ([]api.User, error)
-	stats func() (queue.Stats, error)
-}
-
-var _ QueueStats = (*fakeQueue)(nil)
-
-func (f *fakeQueue) Users(context.Context) ([]api.User, error)  { return f.users() }
-func (f *fakeQueue) Stats(context.Context) (queue.Stats, error) { return f.stats() }
 
 func metered(t *testing.T, m *adaptertest.Memory, src DemandSource) (*Reconciler, *Metrics) {
 	t.Helper()
@@ -238,113 +222,5 @@ func TestAReleasedForJobThatLeavesTheQueueIsCountedAsUnobserved(t *testing.T) {
 	}
 	if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 0 {
 		t.Errorf("a job that never ran was observed as started")
-	}
-}
-
-func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
-	epoch := int64(3)
-	q := &fakeQueue{
-		users: func() ([]api.User, error) {
-			return []api.User{
-				{Name: "alice", ComputedPriority: 9.5, RunningCores: 4, MaxCores: 20, CPUTime24h: 7200, Cost24h: 7200},
-				{Name: "bob", ComputedPriority: -1, RunningCores: 20, MaxCores: 20},
-			}, nil
-		},
-		stats: func() (queue.Stats, error) {
-			return queue.Stats{
-				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
-				Requeued: 5, Epoch: epoch, MasterAlive: true,
-				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, WriterRealtime: true,
-				SlowWritesBy: map[store.SlowKey]int64{{Cause: store.CauseStretched, In: "store.(*Store).Results"}: 1, {Cause: store.CauseSlept, In: "store.(*Store).Pull"}: 1},
-				WALBytes:     9 << 20, WALRestarts: 4,
-			}, nil
-		},
-	}
-	mx := NewMetrics(q)
-	want := `
-# HELP harvest_master_epoch Epoch of the master lease (each new master increments it).
-# TYPE harvest_master_epoch gauge
-harvest_master_epoch 3
-# HELP harvest_tasks_requeued Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.
-# TYPE harvest_tasks_requeued gauge
-harvest_tasks_requeued 5
-# HELP harvest_user_computed_priority The user's fair-share computedPriority (-1 = over quota, gets no tasks).
-# TYPE harvest_user_computed_priority gauge
-harvest_user_computed_priority{user="alice"} 9.5
-harvest_user_computed_priority{user="bob"} -1
-`
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(want), "harvest_master_epoch", "harvest_tasks_requeued", "harvest_user_computed_priority"); err != nil {
-		t.Error(err)
-	}
-	waiting := `
-# HELP harvest_tasks Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).
-# TYPE harvest_tasks gauge
-harvest_tasks{state="done",user="alice"} 30
-harvest_tasks{state="failed",user="alice"} 1
-harvest_tasks{state="killed",user="alice"} 0
-harvest_tasks{state="running",user="alice"} 4
-harvest_tasks{state="waiting",user="alice"} 12
-`
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(waiting), "harvest_tasks"); err != nil {
-		t.Error(err)
-	}
-	writes := `
-# HELP harvest_queue_write_lock_seconds_total Time the writer held SQLite's write lock (every request that writes waits for it).
-# TYPE harvest_queue_write_lock_seconds_total counter
-harvest_queue_write_lock_seconds_total 0.75
-# HELP harvest_queue_write_transactions_slow_total Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).
-# TYPE harvest_queue_write_transactions_slow_total counter
-harvest_queue_write_transactions_slow_total 2
-# HELP harvest_queue_write_transactions_stretched_total Of the write transactions over 5 ms, those the hypervisor stretched: their own work (the writer thread's CPU clock) under 5 ms, the thread never preempted nor asleep in them. On a VM that steals CPU time (measured by harvest bench host) their rate follows the stolen share; the others are the queue's.
-# TYPE harvest_queue_write_transactions_stretched_total counter
-harvest_queue_write_transactions_stretched_total 1
-# HELP harvest_queue_write_transactions_slow_causes_total The write transactions over 5 ms by cause and by the queue's store method that ran them. cause: preempted (another thread took the writer's core), slept (the writer waited: for a processor of the Go scheduler after a call into SQLite, for a disk read), own_work (its own work on the writer thread's CPU clock over 5 ms), stretched (none of these: the hypervisor's).
-# TYPE harvest_queue_write_transactions_slow_causes_total counter
-harvest_queue_write_transactions_slow_causes_total{cause="slept",method="Pull"} 1
-harvest_queue_write_transactions_slow_causes_total{cause="stretched",method="Results"} 1
-# HELP harvest_queue_write_transactions_total Write transactions the queue's SQLite writer committed since the queue opened.
-# TYPE harvest_queue_write_transactions_total counter
-harvest_queue_write_transactions_total 1200
-# HELP harvest_queue_writer_realtime 1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the agent's log).
-# TYPE harvest_queue_writer_realtime gauge
-harvest_queue_writer_realtime 1
-# HELP harvest_queue_wal_bytes Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).
-# TYPE harvest_queue_wal_bytes gauge
-harvest_queue_wal_bytes 9.437184e+06
-# HELP harvest_queue_wal_restarts_total Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).
-# TYPE harvest_queue_wal_restarts_total counter
-harvest_queue_wal_restarts_total 4
-`
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_stretched_total", "harvest_queue_write_transactions_slow_causes_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime", "harvest_queue_wal_bytes", "harvest_queue_wal_restarts_total"); err != nil {
-		t.Error(err)
-	}
-
-	// The first epoch seen is not a failover; two new masters later are.
-	epoch = 5
-	failovers := func() string {
-		return fmt.Sprintf(`
-# HELP harvest_master_failovers_total Master changes this agent saw (epoch increments after the first master it saw).
-# TYPE harvest_master_failovers_total counter
-harvest_master_failovers_total %d
-`, 2)
-	}
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(failovers()), "harvest_master_failovers_total"); err != nil {
-		t.Error(err)
-	}
-}
-
-func TestAQueueThatCannotBeReadCountsAScrapeErrorAndStillServesTheRest(t *testing.T) {
-	q := &fakeQueue{
-		users: func() ([]api.User, error) { return nil, errors.New("database is locked") },
-		stats: func() (queue.Stats, error) { return queue.Stats{}, errors.New("database is locked") },
-	}
-	mx := NewMetrics(q)
-	want := `
-# HELP harvest_queue_scrape_errors_total Scrapes that could not read the queue.
-# TYPE harvest_queue_scrape_errors_total counter
-harvest_queue_scrape_errors_total 1
-`
-	if err := testutil.GatherAndCompare(mx.Registry, strings.NewReader(want), "harvest_queue_scrape_errors_total"); err != nil {
-		t.Error(err)
 	}
 }

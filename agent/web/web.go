@@ -20,6 +20,7 @@ import (
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 )
 
 // Queue is what the endpoints need from the queue: the service
@@ -103,7 +104,7 @@ func Handler(cfg Config, apiHandler http.Handler) (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, api.PathStatus, http.StatusFound)
 	})
-	mux.HandleFunc("GET "+api.PathMetrics, s.metrics)
+	mux.Handle("GET "+api.PathMetrics, qmetrics.Handler(cfg.Metrics.Registry, cfg.Queue, cfg.MetricsAnonymous))
 	mux.HandleFunc("GET "+api.PathHarvest, s.admin(s.getHarvest))
 	mux.HandleFunc("PUT "+api.PathHarvest, s.admin(s.putHarvest))
 	mux.HandleFunc("POST "+api.PathDrain, s.admin(s.postDrain))
@@ -128,21 +129,6 @@ func (s *server) caller(r *http.Request, cookie bool) (name, role string, err er
 		return s.cfg.Queue.AuthenticateToken(r, c.Value)
 	}
 	return name, role, err
-}
-
-func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.MetricsAnonymous {
-		_, role, err := s.caller(r, false)
-		if err != nil {
-			s.cfg.Queue.WriteError(w, err)
-			return
-		}
-		if role != api.RoleAdmin && role != api.RoleUser {
-			writeErr(w, fmt.Errorf("%w: /metrics needs a user or admin token, you are %s", api.ErrForbidden, role))
-			return
-		}
-	}
-	s.cfg.Metrics.Handler().ServeHTTP(w, r)
 }
 
 type adminFunc func(w http.ResponseWriter, r *http.Request, user string) (any, error)

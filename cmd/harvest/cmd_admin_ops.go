@@ -22,6 +22,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
+	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 )
 
 // opsFlags are the agent's settings for the status page and metrics.
@@ -53,7 +54,7 @@ func newAgentOps(c *cli.Context, q *queue.Queue, log *slog.Logger) (*agentOps, e
 	if err != nil {
 		return nil, err
 	}
-	var qs agent.QueueStats
+	var qs qmetrics.Queue
 	if q != nil {
 		qs = q
 	}

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +19,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
+	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 )
 
 // queueCommand runs the queue on its own (tests, development, or a site
@@ -33,8 +34,11 @@ func queueCommand() *cli.Command {
 			Usage: "serve the /v1 queue API on a Unix socket and optionally TCP",
 			Description: "Users on this host reach the queue through the Unix socket, which identifies them by their\n" +
 				"uid (root is admin). Over TCP every request needs a token (HARVEST_TOKEN for users, the pilot\n" +
-				"token for pilots); use --tls-cert/--tls-key when the network is not trusted.",
+				"token for pilots); use --tls-cert/--tls-key when the network is not trusted.\n\n" +
+				"GET /metrics serves the queue's Prometheus metrics (users, tasks, sites, the write lock; see\n" +
+				"docs/admin.md) to users and admins, or to anybody with --metrics-anonymous.",
 			Flags: append(queueServeFlags(def),
+				&cli.BoolFlag{Name: "metrics-anonymous", EnvVars: []string{"HARVEST_METRICS_ANONYMOUS"}, Usage: "serve /metrics without a token (the figures name users and sites; only on a trusted network)"},
 				&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 				&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 			),
@@ -131,9 +135,18 @@ func runQueueServe(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return httpapi.New(q, httpapi.DefaultConfig()).Serve(ctx, ls...)
+	srv := httpapi.New(q, httpapi.DefaultConfig())
+	return srv.ServeHandler(ctx, queueServeHandler(q, srv, c.Bool("metrics-anonymous")), ls...)
+}
+
+// queueServeHandler is the /v1 API with the queue's metrics beside it.
+func queueServeHandler(q *queue.Queue, srv *httpapi.Server, metricsAnonymous bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+api.PathMetrics, qmetrics.Handler(qmetrics.NewRegistry(q), srv, metricsAnonymous))
+	mux.Handle("/", srv.Handler())
+	return mux
 }
 
 // Client side: every user/admin command finds the queue the same way.
