@@ -62,11 +62,12 @@ func (p Pool) ReportResults(ctx context.Context, req pilotproto.ResultsRequest) 
 }
 
 // applyResults applies validated results in short fenced transactions of
-// WriteChunk results, updating the mirror with each.
+// at most WriteChunk results and about 64 KiB of error tails
+// (store.ResultsChunk), updating the mirror with each.
 func (q *Queue) applyResults(ctx context.Context, site string, epoch int64, results []pilotproto.Result) (pilotproto.ResultsResponse, error) {
 	var resp pilotproto.ResultsResponse
 	for len(results) > 0 {
-		chunk := results[:min(len(results), q.cfg.WriteChunk)]
+		chunk := results[:store.ResultsChunk(results, q.cfg.WriteChunk)]
 		results = results[len(chunk):]
 		q.hook("results")
 		q.mu.Lock()

@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
 
 // chunkBudget is the write-lock time each transaction of a long write (a
 // submission's tasks, a cancelled job's, a dropped job's) aims at: well
@@ -47,4 +51,31 @@ func (z *chunkSizer) took(rows int, d time.Duration) {
 		want = int(float64(rows) * float64(chunkBudget) / float64(d))
 	}
 	z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max) // never under chunkMin unless the limit is
+}
+
+// chunkBytes bounds what one write transaction carries where rows differ
+// in size: a result's error tail (up to 64 KiB by the API, 2 KiB from the
+// worker by default) goes into the journal entry of the results' batch,
+// then, folded, into the task's row and the result's. A row count alone
+// let 100 results with 64 KiB tails hold the lock over 50 ms in one
+// transaction (docs/queue.md, "Long writes").
+const chunkBytes = 64 << 10
+
+// rowOverhead is a task's or a result's size without its strings, for
+// chunkBytes.
+const rowOverhead = 128
+
+// ResultsChunk is how many of rs, from the first, one ApplyResults
+// transaction should apply: at most limit, and no more than about
+// chunkBytes of them, but at least one.
+func ResultsChunk(rs []pilotproto.Result, limit int) int {
+	n, size := 0, 0
+	for n < min(len(rs), max(limit, 1)) {
+		size += rowOverhead + len(rs[n].ErrorTail) + len(rs[n].Pilot)
+		if n > 0 && size > chunkBytes {
+			break
+		}
+		n++
+	}
+	return n
 }

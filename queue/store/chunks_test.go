@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
 // The sizer aims each transaction at chunkBudget from the last one's lock
@@ -122,5 +125,112 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 	s.r.QueryRow(`SELECT count(*) FROM tasks WHERE job_id = ?`, other).Scan(&n)
 	if n != 0 {
 		t.Fatalf("%d tasks stored for a refused insert", n)
+	}
+}
+
+func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
+	results := func(n, tail int) []pilotproto.Result {
+		rs := make([]pilotproto.Result, n)
+		for i := range rs {
+			rs[i] = pilotproto.Result{TaskID: int64(i + 1), Attempt: 1, Status: pilotproto.StatusFailed, ErrorTail: strings.Repeat("x", tail)}
+		}
+		return rs
+	}
+	for _, c := range []struct {
+		n, tail, limit, want int
+	}{
+		{0, 0, 100, 0},
+		{250, 0, 100, 100}, // the row limit
+		{250, 2048, 100, chunkBytes / (2048 + rowOverhead)}, // the default worker's tails: 30
+		{5, 64 << 10, 100, 1},                               // the API's largest: one each
+		{5, 1 << 20, 100, 1},                                // never none
+		{5, 0, 0, 1},                                        // a limit under 1 is 1
+	} {
+		if got := ResultsChunk(results(c.n, c.tail), c.limit); got != c.want {
+			t.Errorf("%d results with %d-byte tails, limit %d: a chunk of %d, want %d", c.n, c.tail, c.limit, got, c.want)
+		}
+	}
+}
+
+func TestLastErrorKeepsTheTailsEndAtACharactersStart(t *testing.T) {
+	if got := lastError("short"); got != "short" {
+		t.Errorf("a short tail: %q", got)
+	}
+	// 300 bytes of 3-byte characters: the cut falls inside one.
+	tail := strings.Repeat("雪", 100)
+	got := lastError(tail)
+	if len(got) > lastErrorBytes || !utf8.ValidString(got) || !strings.HasSuffix(tail, got) || len(got) < lastErrorBytes-3 {
+		t.Errorf("the end of %d bytes of CJK: %d bytes, valid %v", len(tail), len(got), utf8.ValidString(got))
+	}
+}
+
+// Failed results with the longest error tails the API takes go through
+// the store in transactions of bounded bytes: each results chunk's journal
+// entry, the hand-out of the retried tasks (their rows keep only the end
+// of the error), each fold transaction and each trim of the journal. The
+// tails are stored whole in the results.
+func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
+	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 200)
+	defer s.Close()
+	ctx := context.Background()
+	const n, tail = 40, 64 << 10
+	entryMax := func() int {
+		var m int
+		if err := s.r.QueryRow(`SELECT coalesce(max(length(t) + length(j) + length(r) + length(p)), 0) FROM journal`).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for round := range 2 {
+		ts := take(t, s, job, n)
+		if m := entryMax(); m > chunkBytes {
+			t.Fatalf("round %d: a hand-out of %d tasks journaled %d bytes, want at most %d", round, n, m, chunkBytes)
+		}
+		rs := make([]pilotproto.Result, len(ts))
+		for i, tk := range ts {
+			rs[i] = pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusFailed, ExitCode: 1, DurationMS: 10,
+				ErrorTail: fmt.Sprintf("%s%06d", strings.Repeat("e", tail-6), tk.ID)}
+		}
+		s.WriteStats(true)
+		for len(rs) > 0 {
+			k := ResultsChunk(rs, 100)
+			if _, err := s.ApplyResults(ctx, "local", 1, t0, rs[:k]); err != nil {
+				t.Fatal(err)
+			}
+			rs = rs[k:]
+		}
+		if ws := s.WriteStats(true); ws.Transactions != n {
+			t.Fatalf("round %d: %d results with %d KiB tails in %d transactions, want one each", round, n, tail>>10, ws.Transactions)
+		}
+		if m := entryMax(); m > chunkBytes+tail+4*rowOverhead+lastErrorBytes {
+			t.Fatalf("round %d: a results chunk journaled %d bytes", round, m)
+		}
+		s.hot.Lock()
+		trims := len(s.ov.stored)
+		err := s.foldLocked(ctx)
+		left := len(s.ov.stored)
+		s.hot.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each fold transaction carries about one result (its tail is
+		// chunkBytes), and each trim deletes at most trimBytes of entries
+		// past the first: n folds and at least n*tail/trimBytes trims.
+		if ws := s.WriteStats(true); ws.Transactions < int64(n+n*tail/trimBytes) || left != 0 || journalRows(t, s) != 0 {
+			t.Fatalf("round %d: the fold of %d results (%d entries) in %d transactions, %d entries left in memory and %d in the table",
+				round, n, trims, ws.Transactions, left, journalRows(t, s))
+		}
+	}
+	var whole, rows int
+	if err := s.r.QueryRow(`SELECT count(*), sum(length(error_tail) = ? AND substr(error_tail, -6) = printf('%06d', task_id)) FROM results`, tail).Scan(&rows, &whole); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2*n || whole != 2*n {
+		t.Fatalf("%d results stored, %d with their whole tail; want %d", rows, whole, 2*n)
+	}
+	var longest int
+	s.r.QueryRow(`SELECT max(length(last_error)) FROM tasks`).Scan(&longest)
+	if longest != lastErrorBytes {
+		t.Fatalf("the longest error a task's row keeps: %d bytes, want %d", longest, lastErrorBytes)
 	}
 }

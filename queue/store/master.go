@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -453,7 +454,7 @@ func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, resul
 			continue
 		}
 		tr := rules.AfterResult(act, r.Status)
-		t.state, t.exitCode, t.lastError = tr.State, r.ExitCode, r.ErrorTail
+		t.state, t.exitCode, t.lastError = tr.State, r.ExitCode, lastError(r.ErrorTail)
 		if tr.CountsTry {
 			t.tries++
 		}
@@ -720,4 +721,24 @@ func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, err
 		return nil, fmt.Errorf("job %d per pool: %w", job, err)
 	}
 	return out, nil
+}
+
+// lastErrorBytes bounds the error a task's row keeps (the end of its last
+// attempt's tail; the result's row keeps the whole tail). The row is
+// journaled again at every change, a hand-out of the retried task
+// included: with whole tails, up to 64 KiB each, a pull of 100 retried
+// tasks wrote 6.5 MB under the write lock.
+const lastErrorBytes = 256
+
+// lastError is the end of tail, at most lastErrorBytes, cut at a
+// character's start.
+func lastError(tail string) string {
+	if len(tail) <= lastErrorBytes {
+		return tail
+	}
+	i := len(tail) - lastErrorBytes
+	for i < len(tail) && !utf8.RuneStart(tail[i]) {
+		i++
+	}
+	return tail[i:]
 }
