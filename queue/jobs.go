@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -28,6 +29,45 @@ func (q *Queue) Job(ctx context.Context, caller string, admin bool, id int64) (a
 		j.Sites = append(j.Sites, api.JobSite{Site: site, Done: pools[site][0], Failed: pools[site][1]})
 	}
 	return j, nil
+}
+
+// Failures returns a page of the job's tasks that failed at least once,
+// in task order after cursor (0: from the first), at most limit (0: the
+// default page). Only the job's owner and admins may read it. Each
+// result-backed entry names its log file under the job's output
+// directory, as the worker writes it.
+func (q *Queue) Failures(ctx context.Context, caller string, admin bool, id, cursor int64, limit int) (api.FailureList, error) {
+	if limit <= 0 {
+		limit = api.DefaultPageLim
+	}
+	if limit > api.MaxPageLimit {
+		return api.FailureList{}, invalid("limit %d exceeds %d", limit, api.MaxPageLimit)
+	}
+	if cursor < 0 {
+		return api.FailureList{}, invalid("cursor must not be negative")
+	}
+	j, err := q.st.Job(ctx, id)
+	if err != nil {
+		return api.FailureList{}, err
+	}
+	if !admin && j.Owner != caller {
+		return api.FailureList{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
+	}
+	fs, err := q.st.Failures(ctx, id, cursor, limit+1)
+	if err != nil {
+		return api.FailureList{}, err
+	}
+	out := api.FailureList{Failures: fs}
+	if len(fs) > limit {
+		out.Failures = fs[:limit]
+		out.NextCursor = fs[limit-1].TaskID
+	}
+	for i, f := range out.Failures {
+		if f.Attempt > 0 {
+			out.Failures[i].Log = pilotproto.LogPath(j.OutputDir, f.TaskID, f.Attempt, "err")
+		}
+	}
+	return out, nil
 }
 
 // ListFilter selects jobs for ListJobs.

@@ -140,21 +140,20 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 			p.close()
 		}
 	}()
-	logName := fmt.Sprintf("%d.%d", t.ID, t.Attempt)
 	var err error
 	if t.OutputDir != "" {
 		if p.outDir, err = safefs.MkdirAll(t.OutputDir, 0o755); err != nil {
 			return nil, fmt.Errorf("output directory: %w", err)
 		}
-		logs, err := safefs.MkdirBeneath(p.outDir, filepath.Join(".harvest", "logs"), 0o755)
+		logs, err := safefs.MkdirBeneath(p.outDir, pilotproto.LogDir, 0o755)
 		if err != nil {
 			return nil, fmt.Errorf("log directory: %w", err)
 		}
 		defer logs.Close()
-		if p.stdout, err = safefs.CreateBeneath(logs, logName+".out", 0o644); err != nil {
+		if p.stdout, err = safefs.CreateBeneath(logs, pilotproto.LogName(t.ID, t.Attempt, "out"), 0o644); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
-		if p.stderr, err = safefs.CreateBeneath(logs, logName+".err", 0o644); err != nil {
+		if p.stderr, err = safefs.CreateBeneath(logs, pilotproto.LogName(t.ID, t.Attempt, "err"), 0o644); err != nil {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
 		if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
@@ -168,10 +167,10 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 		if err := os.MkdirAll(r.FallbackLog, 0o700); err != nil {
 			return nil, fmt.Errorf("log directory: %w", err)
 		}
-		if p.stdout, err = os.Create(filepath.Join(r.FallbackLog, logName+".out")); err != nil {
+		if p.stdout, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "out"))); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
-		if p.stderr, err = os.Create(filepath.Join(r.FallbackLog, logName+".err")); err != nil {
+		if p.stderr, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "err"))); err != nil {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
 	}
@@ -184,7 +183,7 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 			return nil, fmt.Errorf("input: %w", err)
 		}
 	}
-	if p.tmp, err = os.MkdirTemp(r.TempRoot, fmt.Sprintf("harvest-task-%s-", logName)); err != nil {
+	if p.tmp, err = os.MkdirTemp(r.TempRoot, fmt.Sprintf("harvest-task-%d.%d-", t.ID, t.Attempt)); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	ok = true

@@ -163,6 +163,9 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 	} else {
 		fmt.Fprintf(c.App.Writer, "job %d %s: %d done, %d failed, %d killed of %d\n", final.ID, final.State,
 			final.Tasks.Done, final.Tasks.Failed, final.Tasks.Killed, final.Tasks.Total)
+		if final.Tasks.Failed > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "why they failed: harvest failures %d\n", final.ID)
+		}
 	}
 	if code := waitExitCodes[final.State]; code != 0 {
 		return cli.Exit("", code)
@@ -343,6 +346,9 @@ func printJob(w io.Writer, j api.Job) {
 		}
 		row("ran at", strings.Join(parts, ", "))
 	}
+	if failedAttempts(j) > 0 {
+		row("failures", fmt.Sprintf("%d failed attempts: harvest failures %d", failedAttempts(j), j.ID))
+	}
 	row("dataset", j.Dataset)
 	row("output", j.OutputDir)
 	row("command", strings.Join(j.Command, " "))
@@ -363,6 +369,16 @@ func printJob(w io.Writer, j api.Job) {
 		row("expires", unixTime(j.ExpiresAt))
 	}
 	tw.Flush()
+}
+
+// failedAttempts counts the job's failed and timed-out attempts (per
+// site), or its failed tasks if that is more (expiries have no result).
+func failedAttempts(j api.Job) int {
+	n := 0
+	for _, s := range j.Sites {
+		n += s.Failed
+	}
+	return max(n, j.Tasks.Failed)
 }
 
 func unixTime(s int64) string {

@@ -157,6 +157,9 @@ func TestSubmitWaitExitCodeReflectsTheResult(t *testing.T) {
 			if !strings.Contains(errOut, "4/4") && !strings.Contains(errOut, "/4 done") {
 				t.Fatalf("no progress bar on stderr: %q", errOut)
 			}
+			if hint := strings.Contains(errOut, "why they failed: harvest failures "); hint != (tc.code != 0) {
+				t.Fatalf("the pointer to harvest failures on stderr: %v, want %v (%q)", hint, tc.code != 0, errOut)
+			}
 		})
 	}
 }

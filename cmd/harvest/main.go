@@ -42,6 +42,7 @@ func newApp() *cli.App {
 			queueCommand(),
 			submitCommand(),
 			statusCommand(),
+			failuresCommand(),
 			jobsCommand(),
 			cancelCommand(),
 			usersCommand(),

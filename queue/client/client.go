@@ -246,6 +246,20 @@ func (c *Client) Job(ctx context.Context, id int64) (api.Job, error) {
 	return j, c.do(ctx, http.MethodGet, api.PathJob+strconv.FormatInt(id, 10), nil, nil, &j, true)
 }
 
+// Failures returns a page of the job's tasks that failed at least once
+// (cursor 0: from the first; limit 0: the queue's default page).
+func (c *Client) Failures(ctx context.Context, id, cursor int64, limit int) (api.FailureList, error) {
+	q := url.Values{}
+	if cursor > 0 {
+		q.Set("cursor", strconv.FormatInt(cursor, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l api.FailureList
+	return l, c.do(ctx, http.MethodGet, api.PathJob+strconv.FormatInt(id, 10)+api.PathFailuresSuffix, q, nil, &l, true)
+}
+
 // Cancel kills a job. A retry after a lost answer gets ErrConflict ("already KILLED").
 func (c *Client) Cancel(ctx context.Context, id int64) (api.Job, error) {
 	var j api.Job

@@ -123,19 +123,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, id queue.Ident
 	} else if u := v.Get("user"); u != "" && u != id.User {
 		return nil, 0, fmt.Errorf("%w: you can list only your own jobs", api.ErrForbidden)
 	}
-	if c := v.Get("cursor"); c != "" {
-		n, err := strconv.ParseInt(c, 10, 64)
-		if err != nil {
-			return nil, 0, invalid("cursor %q is not an integer", c)
-		}
-		f.Cursor = n
-	}
-	if l := v.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			return nil, 0, invalid("limit %q is not a positive integer", l)
-		}
-		f.Limit = n
+	var err error
+	if f.Cursor, f.Limit, err = page(r); err != nil {
+		return nil, 0, err
 	}
 	l, err := s.q.ListJobs(r.Context(), f)
 	return l, http.StatusOK, err
@@ -148,6 +138,35 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, id queue.Identit
 	}
 	j, err := s.q.Job(r.Context(), id.User, id.Role == api.RoleAdmin, jid)
 	return j, http.StatusOK, err
+}
+
+func (s *Server) getFailures(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	jid, err := pathID(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	cursor, limit, err := page(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	l, err := s.q.Failures(r.Context(), id.User, id.Role == api.RoleAdmin, jid, cursor, limit)
+	return l, http.StatusOK, err
+}
+
+// page reads ?cursor= and ?limit= (absent: 0, the default).
+func page(r *http.Request) (cursor int64, limit int, err error) {
+	v := r.URL.Query()
+	if c := v.Get("cursor"); c != "" {
+		if cursor, err = strconv.ParseInt(c, 10, 64); err != nil {
+			return 0, 0, invalid("cursor %q is not an integer", c)
+		}
+	}
+	if l := v.Get("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 {
+			return 0, 0, invalid("limit %q is not a positive integer", l)
+		}
+	}
+	return cursor, limit, nil
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {

@@ -72,6 +72,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(api.PathWhoami, s.route(map[string]endpoint{"GET": {nil, s.whoami}}))
 	mux.Handle(api.PathJobs, s.route(map[string]endpoint{"POST": {user, s.submitJob}, "GET": {user, s.listJobs}}))
 	mux.Handle(api.PathJob+"{id}", s.route(map[string]endpoint{"GET": {user, s.getJob}, "DELETE": {user, s.cancelJob}}))
+	mux.Handle(api.PathJob+"{id}"+api.PathFailuresSuffix, s.route(map[string]endpoint{"GET": {user, s.getFailures}}))
 	mux.Handle(api.PathUsers, s.route(map[string]endpoint{"GET": {user, s.listUsers}}))
 	mux.Handle(api.PathUser+"{name}", s.route(map[string]endpoint{"GET": {user, s.getUser}, "PUT": {admin, s.putUser}}))
 	mux.Handle(api.PathNodes, s.route(map[string]endpoint{"GET": {admin, s.getNodes}, "PUT": {admin, s.putNodes}}))

@@ -441,3 +441,42 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 	}
 	return byOwner, requeued, nil
 }
+
+// Failures reads up to limit tasks of job with ids above cursor that
+// failed at least once (tries > 0), in id order, each with its last
+// failed or timed-out result, or, if its last failure was an expiry (no
+// result came), Status expired from its row. It folds first: the results live
+// in the overlay until then. The scan walks the job's tasks by the
+// job's index on the reader, outside the write lock.
+func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT t.id, t.name, t.state, t.tries, t.last_error,
+			coalesce(r.attempt, 0), coalesce(r.status, ''), coalesce(r.exit_code, t.exit_code), coalesce(r.pool, ''), coalesce(r.pilot, ''),
+			coalesce(r.started_at, 0), coalesce(r.duration_ms, 0), coalesce(r.error_tail, '')
+		FROM tasks t LEFT JOIN results r ON r.task_id = t.id AND r.attempt =
+			(SELECT max(x.attempt) FROM results x WHERE x.task_id = t.id AND x.status IN ('failed', 'timeout'))
+		WHERE t.job_id = ? AND t.id > ? AND t.tries > 0 ORDER BY t.id LIMIT ?`, job, cursor, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read job %d's failures: %w", job, err)
+	}
+	defer rows.Close()
+	out := []api.Failure{}
+	for rows.Next() {
+		var f api.Failure
+		var lastErr string
+		if err := rows.Scan(&f.TaskID, &f.Name, &f.State, &f.Tries, &lastErr, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot,
+			&f.StartedAt, &f.DurationMS, &f.ErrorTail); err != nil {
+			return nil, fmt.Errorf("read job %d's failures: %w", job, err)
+		}
+		if f.Status == "" || lastErr == expiredError { // its last failure was an expiry
+			f.Attempt, f.Status, f.ExitCode, f.Site, f.Pilot, f.StartedAt, f.DurationMS, f.ErrorTail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, lastErr
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read job %d's failures: %w", job, err)
+	}
+	return out, nil
+}

@@ -40,6 +40,9 @@ type Expired struct {
 	Changes []JobChange
 }
 
+// expiredError is the last error of a task whose attempt expired.
+const expiredError = "no heartbeat: expired"
+
 // ExpireZombies moves up to limit ZOMBIE tasks of live jobs silent since
 // before cut as rules.AfterExpiry says, in one transaction.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
@@ -101,8 +104,8 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = d.v->>1, tries = tries + 1, queued_at = ?2, finished_at = d.v->>2, last_error = 'no heartbeat: expired'
-			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now)); err != nil {
+		if _, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = d.v->>1, tries = tries + 1, queued_at = ?2, finished_at = d.v->>2, last_error = ?3
+			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now), expiredError); err != nil {
 			return err
 		}
 		x.Tasks = len(list)

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+)
+
+// A job with one task failing for good: `harvest failures` names the
+// entry, the exit code and the error's last line; --tail the whole tail
+// and the log file; --json the same as data; `harvest status` points to
+// it; bad arguments get a usage error.
+func TestFailuresCommandShowsWhyATaskFailed(t *testing.T) {
+	q := startCLIQueue(t)
+	conn := []string{"--queue", q.url, "--token", q.token}
+	out, errOut, code := run(t, append([]string{"submit", filepath.Join(q.data, "ds"), "--max-attempts", "1", "--json"}, append(conn, "--", "prog", "{input}")...)...)
+	var j api.Job
+	if code != 0 || json.Unmarshal([]byte(out), &j) != nil {
+		t.Fatalf("submit: exit %d %q %q", code, out, errOut)
+	}
+	ctx := context.Background()
+	l, err := q.pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := q.pilot.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 4})
+	if err != nil || len(p.Tasks) != 4 {
+		t.Fatalf("pull: %d %v", len(p.Tasks), err)
+	}
+	var rs []pilotproto.Result
+	for i, tk := range p.Tasks {
+		r := pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone, StartedAt: 1_767_268_800_000, DurationMS: 100}
+		if i == 2 {
+			r.Status, r.ExitCode, r.ErrorTail = pilotproto.StatusFailed, 3, "opening e2\nprog: e2: bad\tinput\n"
+		}
+		rs = append(rs, r)
+	}
+	if _, err := q.pilot.Results(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: rs}); err != nil {
+		t.Fatal(err)
+	}
+	failed := p.Tasks[2]
+
+	out, errOut, code = run(t, append([]string{"failures", "1"}, conn...)...)
+	if code != 0 {
+		t.Fatalf("failures: exit %d %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "TASK") {
+		t.Fatalf("failures: want a header and one line, got %q", out)
+	}
+	for _, f := range []string{failed.Name, "ERROR_E", "failed", " 3 ", "local", "prog: e2: bad input"} {
+		if !strings.Contains(lines[1], f) {
+			t.Errorf("failures line %q: no %q", lines[1], f)
+		}
+	}
+	out, _, _ = run(t, append([]string{"failures", "1", "--tail"}, conn...)...)
+	logFile := filepath.Join(j.OutputDir, ".harvest", "logs", fmt.Sprintf("%d.1.err", failed.ID))
+	if !strings.Contains(out, "log "+logFile) || !strings.Contains(out, "opening e2\nprog: e2: bad\tinput\n") {
+		t.Errorf("failures --tail: no log %s or whole tail in %q", logFile, out)
+	}
+	out, _, _ = run(t, append([]string{"failures", "1", "--json"}, conn...)...)
+	var fs []api.Failure
+	if err := json.Unmarshal([]byte(out), &fs); err != nil || len(fs) != 1 || fs[0].TaskID != failed.ID || fs[0].ExitCode != 3 || fs[0].Log != logFile {
+		t.Errorf("failures --json: %v %+v", err, fs)
+	}
+	out, _, _ = run(t, append([]string{"status", "1"}, conn...)...)
+	if !strings.Contains(out, "1 failed attempts: harvest failures 1") {
+		t.Errorf("status does not point to the failures: %q", out)
+	}
+
+	for _, bad := range [][]string{{"failures"}, {"failures", "x"}, {"failures", "1", "2"}, {"failures", "1", "--limit", "0"}, {"failures", "1", "--after", "-1"}} {
+		if _, errOut, code := run(t, append(bad, conn...)...); code != 2 || !strings.Contains(errOut, "harvest failures") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with a usage line", bad, code, errOut)
+		}
+	}
+	if _, errOut, code := run(t, append([]string{"failures", "99"}, conn...)...); code != 1 || !strings.Contains(errOut, "job 99") {
+		t.Errorf("an unknown job: exit %d, stderr %q", code, errOut)
+	}
+}
