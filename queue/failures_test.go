@@ -95,3 +95,41 @@ func TestFailuresSayWhichTasksFailedAndWhy(t *testing.T) {
 		}
 	}
 }
+
+// The last failure is the last attempt that counted: a failed attempt,
+// then an expired one, then an interrupted one (which counts nothing)
+// shows the expiry, not the first failure nor the interruption's stderr.
+func TestFailuresShowTheLastAttemptThatCounted(t *testing.T) {
+	e := queuetest.New(t, func(c *queue.Config) { c.ZombieTimeout = time.Minute; c.LeaseTTL = time.Hour })
+	ctx := context.Background()
+	j, ts, epoch := e.Handed(t, 1, 1, api.JobSpec{MaxAttempts: queuetest.Ptr(3)})
+	if _, err := e.Q.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: epoch, Results: []pilotproto.Result{
+		{TaskID: ts[0].ID, Attempt: 1, Status: pilotproto.StatusFailed, ExitCode: 2, ErrorTail: "first: bad"}}}); err != nil {
+		t.Fatal(err)
+	}
+	pull := func() pilotproto.Task {
+		t.Helper()
+		p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: 1})
+		if err != nil || len(p.Tasks) != 1 {
+			t.Fatalf("pull: %+v %v", p, err)
+		}
+		return p.Tasks[0]
+	}
+	pull() // attempt 2, whose master goes silent
+	e.Clock.Advance(121 * time.Second)
+	e.Q.Sweep(ctx)
+	e.Clock.Advance(time.Second)
+	e.Q.Sweep(ctx)
+	a3 := pull()
+	if _, err := e.Q.ReportResults(ctx, pilotproto.ResultsRequest{Epoch: epoch, Results: []pilotproto.Result{
+		{TaskID: a3.ID, Attempt: a3.Attempt, Status: pilotproto.StatusInterrupted, ErrorTail: "terminated"}}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.Client("alice").Failures(ctx, j.ID, 0, 0)
+	if err != nil || len(l.Failures) != 1 {
+		t.Fatalf("%+v %v", l, err)
+	}
+	if f := l.Failures[0]; f.Status != api.FailureStatusExpired || f.Tries != 2 || f.ErrorTail != "no heartbeat: expired" || f.State != api.TaskWaiting {
+		t.Errorf("after failed, expired, interrupted: %+v, want the expiry as the last of 2 failures, the task waiting", f)
+	}
+}

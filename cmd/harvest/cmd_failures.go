@@ -57,11 +57,11 @@ func failuresCommand() *cli.Command {
 					break
 				}
 			}
-			if c.Bool("json") {
+			if c.Bool("json") { // the page's cursor too: more may follow
 				if fs == nil {
 					fs = []api.Failure{}
 				}
-				return printJSON(c.App.Writer, fs)
+				return printJSON(c.App.Writer, api.FailureList{Failures: fs, NextCursor: cursor})
 			}
 			printFailures(c.App.Writer, id, fs, c.Bool("tail"), cursor)
 			return nil
@@ -89,13 +89,13 @@ func printFailures(w io.Writer, job int64, fs []api.Failure, tail bool, more int
 	tw.Flush()
 	if tail {
 		for _, f := range fs {
-			fmt.Fprintf(w, "\n--- task %d (%s), attempt %d, %s", f.TaskID, f.Name, f.Attempt, f.Status)
+			fmt.Fprintf(w, "\n--- task %d (%s), attempt %d, %s", f.TaskID, oneLine(f.Name, 200), f.Attempt, f.Status)
 			if f.Log != "" {
 				fmt.Fprintf(w, ", log %s", f.Log)
 			}
 			fmt.Fprintln(w)
 			if t := strings.TrimRight(f.ErrorTail, "\n"); t != "" {
-				fmt.Fprintln(w, t)
+				fmt.Fprintln(w, printable(t))
 			} else {
 				fmt.Fprintln(w, "(no stderr)")
 			}
@@ -115,11 +115,26 @@ func lastLine(s string) string {
 	return s
 }
 
+// control reports the characters a terminal may act on: C0, DEL, C1.
+func control(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
+
+// printable is a task's stderr made safe for a terminal: its lines and
+// tabs kept, any other control character (an escape sequence's start, a
+// bell) shown as '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if control(r) && r != '\n' && r != '\t' {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // oneLine makes s fit one table cell: control characters as spaces, at
 // most n characters (an ellipsis ends a cut one).
 func oneLine(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
+		if control(r) {
 			return ' '
 		}
 		return r

@@ -37,7 +37,7 @@ func TestFailuresCommandShowsWhyATaskFailed(t *testing.T) {
 	for i, tk := range p.Tasks {
 		r := pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone, StartedAt: 1_767_268_800_000, DurationMS: 100}
 		if i == 2 {
-			r.Status, r.ExitCode, r.ErrorTail = pilotproto.StatusFailed, 3, "opening e2\nprog: e2: bad\tinput\n"
+			r.Status, r.ExitCode, r.ErrorTail = pilotproto.StatusFailed, 3, "\x1b[31mopening e2\x1b[0m\a\nprog: e2: bad\tinput\n"
 		}
 		rs = append(rs, r)
 	}
@@ -61,13 +61,15 @@ func TestFailuresCommandShowsWhyATaskFailed(t *testing.T) {
 	}
 	out, _, _ = run(t, append([]string{"failures", "1", "--tail"}, conn...)...)
 	logFile := filepath.Join(j.OutputDir, ".harvest", "logs", fmt.Sprintf("%d.1.err", failed.ID))
-	if !strings.Contains(out, "log "+logFile) || !strings.Contains(out, "opening e2\nprog: e2: bad\tinput\n") {
-		t.Errorf("failures --tail: no log %s or whole tail in %q", logFile, out)
+	// The whole tail, lines and tabs kept, and nothing a terminal would act on.
+	if !strings.Contains(out, "log "+logFile) || !strings.Contains(out, "?[31mopening e2?[0m?\nprog: e2: bad\tinput\n") || strings.ContainsAny(out, "\x1b\a") {
+		t.Errorf("failures --tail: no log %s or whole, safe tail in %q", logFile, out)
 	}
 	out, _, _ = run(t, append([]string{"failures", "1", "--json"}, conn...)...)
-	var fs []api.Failure
-	if err := json.Unmarshal([]byte(out), &fs); err != nil || len(fs) != 1 || fs[0].TaskID != failed.ID || fs[0].ExitCode != 3 || fs[0].Log != logFile {
-		t.Errorf("failures --json: %v %+v", err, fs)
+	var fl api.FailureList
+	if err := json.Unmarshal([]byte(out), &fl); err != nil || len(fl.Failures) != 1 || fl.NextCursor != 0 ||
+		fl.Failures[0].TaskID != failed.ID || fl.Failures[0].ExitCode != 3 || fl.Failures[0].Log != logFile {
+		t.Errorf("failures --json: %v %+v", err, fl)
 	}
 	out, _, _ = run(t, append([]string{"status", "1"}, conn...)...)
 	if !strings.Contains(out, "1 failed attempts: harvest failures 1") {

@@ -66,16 +66,32 @@ const chunkBytes = 64 << 10
 const rowOverhead = 128
 
 // ResultsChunk is how many of rs, from the first, one ApplyResults
-// transaction should apply: at most limit, and no more than about
-// chunkBytes of them, but at least one.
+// transaction should apply: at most limit, and no more than chunkBytes of
+// them as the journal stores them (escapes included), but at least one.
 func ResultsChunk(rs []pilotproto.Result, limit int) int {
 	n, size := 0, 0
 	for n < min(len(rs), max(limit, 1)) {
-		size += rowOverhead + len(rs[n].ErrorTail) + len(rs[n].Pilot)
+		size += rowOverhead + jsonLen(rs[n].ErrorTail) + len(rs[n].Pilot)
 		if n > 0 && size > chunkBytes {
 			break
 		}
 		n++
+	}
+	return n
+}
+
+// jsonLen is the length appendString gives s, escapes included: a control
+// byte is 6 bytes (\u001b), as json.Marshal writes it, so a tail of
+// terminal colour codes weighs what it costs.
+func jsonLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\n' || c == '\r' || c == '\t' || c == '"' || c == '\\':
+			n++
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 5
+		}
 	}
 	return n
 }

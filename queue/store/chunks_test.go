@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -132,7 +133,11 @@ func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
 	results := func(n, tail int) []pilotproto.Result {
 		rs := make([]pilotproto.Result, n)
 		for i := range rs {
-			rs[i] = pilotproto.Result{TaskID: int64(i + 1), Attempt: 1, Status: pilotproto.StatusFailed, ErrorTail: strings.Repeat("x", tail)}
+			msg := strings.Repeat("x", max(tail, 0))
+			if tail < 0 { // that many control bytes
+				msg = strings.Repeat("\x1b", -tail)
+			}
+			rs[i] = pilotproto.Result{TaskID: int64(i + 1), Attempt: 1, Status: pilotproto.StatusFailed, ErrorTail: msg}
 		}
 		return rs
 	}
@@ -145,6 +150,7 @@ func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
 		{5, 64 << 10, 100, 1},                               // the API's largest: one each
 		{5, 1 << 20, 100, 1},                                // never none
 		{5, 0, 0, 1},                                        // a limit under 1 is 1
+		{5, -11 << 10, 100, 1},                              // 11 KiB of escape bytes: 66 KiB stored
 	} {
 		if got := ResultsChunk(results(c.n, c.tail), c.limit); got != c.want {
 			t.Errorf("%d results with %d-byte tails, limit %d: a chunk of %d, want %d", c.n, c.tail, c.limit, got, c.want)
@@ -232,5 +238,54 @@ func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
 	s.r.QueryRow(`SELECT max(length(last_error)) FROM tasks`).Scan(&longest)
 	if longest != lastErrorBytes {
 		t.Fatalf("the longest error a task's row keeps: %d bytes, want %d", longest, lastErrorBytes)
+	}
+}
+
+// A cold write when the rows of a journal entry were folded but the entry
+// not yet deleted (a reader's or the folder's fold, between its chunks and
+// its trim): the entry goes, in the cold write's transaction at the
+// latest, or the next Open would replay it over the cold write.
+func TestAColdWriteLeavesNoJournalEntryToReplayOverIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, job := openWithJob(t, path, 4)
+	ctx := context.Background()
+	// Between the cold write's settle and its taking s.hot: a hand-out (a
+	// journal entry, two tasks ASSIGNED), and a fold of its rows that has
+	// not trimmed yet.
+	s.afterSettle = func() {
+		take(t, s, job, 2)
+		s.hot.Lock()
+		defer s.hot.Unlock()
+		for p := s.planFold(false); !p.empty(); {
+			if err := s.foldNext(ctx, p, foldChunk); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if n := journalRows(t, s); n != 1 {
+			t.Errorf("%d journal entries after the fold without its trim, want 1", n)
+		}
+	}
+	if err := s.cold(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE tasks SET state = 'KILLED' WHERE job_id = ?`, job)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := journalRows(t, s); n != 0 {
+		t.Fatalf("%d journal entries after the cold write, want none", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var killed int
+	s.r.QueryRow(`SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'KILLED'`, job).Scan(&killed)
+	if killed != 4 {
+		t.Fatalf("%d of 4 tasks KILLED after a reopen, want 4: the journal replayed over the cold write", killed)
 	}
 }

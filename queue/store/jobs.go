@@ -444,8 +444,9 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 
 // Failures reads up to limit tasks of job with ids above cursor that
 // failed at least once (tries > 0), in id order, each with its last
-// failed or timed-out result, or, if its last failure was an expiry (no
-// result came), Status expired from its row. It folds first: the results live
+// failed or timed-out result that counted, or, if its last failure was an
+// expiry (no result came; its row's last error says so: only the
+// attempts that count write it), Status expired from its row. It folds first: the results live
 // in the overlay until then. The scan walks the job's tasks by the
 // job's index on the reader, outside the write lock.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
@@ -456,7 +457,7 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 			coalesce(r.attempt, 0), coalesce(r.status, ''), coalesce(r.exit_code, t.exit_code), coalesce(r.pool, ''), coalesce(r.pilot, ''),
 			coalesce(r.started_at, 0), coalesce(r.duration_ms, 0), coalesce(r.error_tail, '')
 		FROM tasks t LEFT JOIN results r ON r.task_id = t.id AND r.attempt =
-			(SELECT max(x.attempt) FROM results x WHERE x.task_id = t.id AND x.status IN ('failed', 'timeout'))
+			(SELECT max(x.attempt) FROM results x WHERE x.task_id = t.id AND x.status IN ('failed', 'timeout') AND x.applied = 1)
 		WHERE t.job_id = ? AND t.id > ? AND t.tries > 0 ORDER BY t.id LIMIT ?`, job, cursor, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read job %d's failures: %w", job, err)

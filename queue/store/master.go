@@ -454,9 +454,12 @@ func (s *Store) applyResults(ctx context.Context, tx *sql.Tx, pool string, resul
 			continue
 		}
 		tr := rules.AfterResult(act, r.Status)
-		t.state, t.exitCode, t.lastError = tr.State, r.ExitCode, lastError(r.ErrorTail)
+		t.state, t.exitCode = tr.State, r.ExitCode
 		if tr.CountsTry {
+			// The error of the last attempt that counted (failed, timed
+			// out; the sweep writes an expiry's): Failures reads it.
 			t.tries++
+			t.lastError = lastError(r.ErrorTail)
 		}
 		t.finishedAt = 0
 		if tr.Final() {
@@ -737,7 +740,7 @@ func lastError(tail string) string {
 		return tail
 	}
 	i := len(tail) - lastErrorBytes
-	for i < len(tail) && !utf8.RuneStart(tail[i]) {
+	for j := 0; j < utf8.UTFMax && i < len(tail) && !utf8.RuneStart(tail[i]); j++ {
 		i++
 	}
 	return tail[i:]

@@ -592,35 +592,46 @@ func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
 	var results [][2]int64
 	var pools []poolKey
 	gone := false
-	// room: up to n rows, and past the first no more than chunkBytes (a
-	// failed task's row and its result carry its error tail).
+	// room: up to n rows, and past the first no more than chunkBytes with
+	// the next row's bytes (a failed task's row and its result carry its
+	// error tail).
 	size := 0
-	room := func() bool {
+	room := func(next int) bool {
 		rows := len(tasks) + len(jobs) + len(results) + len(pools)
-		return rows < n && (rows == 0 || size < chunkBytes)
+		if rows >= n || (rows > 0 && size+next > chunkBytes) {
+			return false
+		}
+		size += next
+		return true
 	}
-	for len(p.tasks) > 0 && room() {
+	for len(p.tasks) > 0 {
 		if t := o.tasks[p.tasks[0]]; t != nil && t.seq > 0 {
+			if !room(rowOverhead + len(t.name) + len(t.pilot) + len(t.lastError)) {
+				break
+			}
 			tasks = append(tasks, t)
-			size += rowOverhead + len(t.name) + len(t.pilot) + len(t.lastError)
 		}
 		p.tasks = p.tasks[1:]
 	}
-	for len(p.jobs) > 0 && room() {
+	for len(p.jobs) > 0 {
 		if j := o.jobs[p.jobs[0]]; j != nil && j.seq > 0 {
+			if !room(rowOverhead) {
+				break
+			}
 			jobs = append(jobs, j)
-			size += rowOverhead
 		}
 		p.jobs = p.jobs[1:]
 	}
-	for len(p.results) > 0 && room() {
+	for len(p.results) > 0 {
 		if r := o.results[p.results[0]]; r != nil {
+			if !room(len(r.enc)) {
+				break
+			}
 			results = append(results, p.results[0])
-			size += len(r.enc)
 		}
 		p.results = p.results[1:]
 	}
-	for len(p.pools) > 0 && room() {
+	for len(p.pools) > 0 && room(0) {
 		if r := o.pools[p.pools[0]]; r != nil && r.seq > 0 {
 			pools = append(pools, p.pools[0])
 		}
@@ -739,7 +750,7 @@ const (
 // the next trim deletes (trimChunk, trimBytes), and the last one's seq.
 func (o *overlay) trimmable(upto int64) (int, int64) {
 	k, size := 0, 0
-	for k < len(o.stored) && k < trimChunk && o.stored[k].seq < upto && (k == 0 || size < trimBytes) {
+	for k < len(o.stored) && k < trimChunk && o.stored[k].seq < upto && (k == 0 || size+o.stored[k].bytes <= trimBytes) {
 		size += o.stored[k].bytes
 		k++
 	}
@@ -789,10 +800,19 @@ func (s *Store) coldTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.
 	if err := s.settle(ctx); err != nil {
 		return 0, err
 	}
+	if s.afterSettle != nil {
+		s.afterSettle()
+	}
 	s.hot.Lock()
 	defer s.hot.Unlock()
 	if err := s.foldLocked(ctx); err != nil {
 		return 0, fmt.Errorf("fold the journal: %w", err)
+	}
+	// foldLocked trims only when it folded something: entries whose rows
+	// a folder or a reader folded since settle are still there, and the
+	// new overlay would not know them.
+	if err := s.trimJournal(ctx, true); err != nil {
+		return 0, err
 	}
 	if err := s.flushHeartbeats(ctx); err != nil {
 		return 0, err
@@ -800,7 +820,14 @@ func (s *Store) coldTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.
 	s.ov = newOverlay()
 	s.ov.activeStale = true // counted again at the next Outstanding, whatever fn did
 	s.gone.Add(1)           // every fold has committed: see readPatched
-	return s.writeTimed(ctx, fn)
+	return s.writeTimed(ctx, func(tx *sql.Tx) error {
+		// Nothing is dirty: no entry is needed. One left behind would
+		// replay over fn's changes at the next Open.
+		if _, err := tx.ExecContext(inline(ctx), `DELETE FROM journal`); err != nil {
+			return fmt.Errorf("empty the journal: %w", err)
+		}
+		return fn(tx)
+	})
 }
 
 var flushHeartbeatsSQL = hot(`UPDATE tasks SET heartbeat_at = d.v->>1

@@ -71,7 +71,10 @@ type Store struct {
 		s  WriteStats
 	}
 	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
-	ceil  *ceiling             // the write lock's priority ceiling (ceiling.go)
+	// afterSettle, when set (tests only), runs in a cold write between its
+	// settle and s.hot: where the hot path and the folder may run.
+	afterSettle func()
+	ceil        *ceiling // the write lock's priority ceiling (ceiling.go)
 	// pageSize is the database's page size (a WAL frame's payload).
 	pageSize int64
 	path     string
