@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,10 @@ type Queue struct {
 	roots []string // allowed roots, symlinks resolved
 
 	pullMu sync.Mutex
+
+	// slowLogged counts the slow write transactions logged so far (the
+	// slow-log loop's alone).
+	slowLogged int64
 
 	mu     sync.Mutex
 	users  map[string]*userState
@@ -167,7 +172,39 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
 	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.CheckpointTick)
+	q.loop(bg, cfg.CheckpointInterval, "slow log", q.logSlowWrites)
 	return q, nil
+}
+
+// logSlowWrites logs, once each, the write transactions that held the lock
+// over 5 ms since the last call: the admin who sees
+// harvest_queue_write_transactions_slow_total move finds in the log which
+// request made the others wait, when, and whether its own work, the head
+// node or the hypervisor made it slow.
+func (q *Queue) logSlowWrites(context.Context) error {
+	q.slowLogged = logSlow(q.log, q.st.WriteStats(false), q.slowLogged)
+	return nil
+}
+
+// logSlow logs the slow transactions of ws after the first logged ones
+// and returns how many are logged now.
+func logSlow(log *slog.Logger, ws store.WriteStats, logged int64) int64 {
+	if ws.Slow < logged { // the figures were reset (benchmarks)
+		logged = 0
+	}
+	n := ws.Slow - logged
+	if n == 0 {
+		return logged
+	}
+	if unseen := n - int64(len(ws.Recent)); unseen > 0 {
+		log.Warn("slow write transactions not logged one by one", "count", unseen)
+	}
+	for _, t := range ws.Recent[len(ws.Recent)-int(min(n, int64(len(ws.Recent)))):] {
+		log.Warn("slow write transaction", "in", strings.TrimPrefix(t.In, "store.(*Store)."), "cause", t.Cause,
+			"lock_ms", float64(t.Lock.Microseconds())/1000, "cpu_ms", float64(t.CPU.Microseconds())/1000,
+			"faults", t.Faults, "preempted", t.Preempted, "slept", t.Slept, "at", t.At.UTC().Format(time.RFC3339Nano))
+	}
+	return ws.Slow
 }
 
 func (q *Queue) loop(ctx context.Context, every time.Duration, name string, fn func(context.Context) error) {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"slices"
 	"math"
 	"net/url"
 	"os"
@@ -308,6 +309,24 @@ type WriteStats struct {
 	// Hist counts the transactions by lock time in buckets of HistBucket
 	// (the last one: everything longer).
 	Hist [histBuckets]int64
+	// Recent are the last RecentSlow slow transactions, oldest first:
+	// which one, when and why, for the queue's log.
+	Recent []SlowTransaction
+}
+
+// RecentSlow is how many slow transactions WriteStats.Recent keeps.
+const RecentSlow = 32
+
+// SlowTransaction is one write transaction that held the lock over
+// SlowTx: when it committed, the store method that ran it, its cause (as
+// in WriteStats.SlowBy), the lock time, its own work on the writer
+// thread's clock, and the thread's page faults, preemptions and sleeps
+// in it.
+type SlowTransaction struct {
+	At                       time.Time
+	In, Cause                string
+	Lock, CPU                time.Duration
+	Faults, Preempted, Slept int64
 }
 
 // SlowKey is a cause of slow transactions and the store method that ran
@@ -386,6 +405,7 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 	defer s.stats.mu.Unlock()
 	st := s.stats.s
 	st.SlowBy = maps.Clone(st.SlowBy)
+	st.Recent = slices.Clone(st.Recent)
 	if reset {
 		s.stats.s = WriteStats{}
 	}
@@ -429,6 +449,11 @@ func (s *Store) addStat(d time.Duration, u thread.Use) {
 			st.SlowBy = map[SlowKey]int64{}
 		}
 		st.SlowBy[SlowKey{cause, in}]++
+		if len(st.Recent) == RecentSlow {
+			st.Recent = append(st.Recent[:0], st.Recent[1:]...)
+		}
+		st.Recent = append(st.Recent, SlowTransaction{At: time.Now(), In: in, Cause: cause, Lock: d, CPU: cpu,
+			Faults: u.Faults, Preempted: u.Preempted, Slept: u.Slept})
 	}
 	if d > st.Longest {
 		if in == "" {

@@ -182,6 +182,17 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	if p, sl, o := ws.SlowOf(CausePreempted), ws.SlowOf(CauseSlept), ws.SlowOf(CauseOwnWork); p != 1 || sl != 0 || o != 1 {
 		t.Fatalf("slow: %d preempted, %d slept, %d own work; want 1, 0 and 1 (a fast transaction's preemption does not count)", p, sl, o)
 	}
+	// The slow ones, oldest first, each with its cause and thread figures.
+	if r := ws.Recent; len(r) != 2 || r[0].Cause != CausePreempted || r[0].Lock != SlowTx+time.Millisecond || r[0].Preempted != 2 ||
+		r[1].Cause != CauseOwnWork || r[1].CPU != 2*SlowTx || r[1].Faults != 4 || r[1].In != ws.LongestIn || r[1].At.Before(r[0].At) {
+		t.Fatalf("recent slow transactions %+v", r)
+	}
+	for i := range RecentSlow + 3 {
+		s.addStat(SlowTx+time.Duration(i)*time.Microsecond, thread.Use{})
+	}
+	if r := s.WriteStats(true).Recent; len(r) != RecentSlow || r[0].Lock != SlowTx+3*time.Microsecond || r[RecentSlow-1].Lock != SlowTx+time.Duration(RecentSlow+2)*time.Microsecond {
+		t.Fatalf("after %d slow ones: %d kept, from %v to %v; want the last %d", RecentSlow+3, len(r), r[0].Lock, r[len(r)-1].Lock, RecentSlow)
+	}
 	s.addStat(SlowTx+time.Millisecond, thread.Use{CPU: time.Millisecond, Slept: 2})
 	if ws := s.WriteStats(true); ws.SlowOf(CauseSlept) != 1 || ws.Slow != 1 {
 		t.Fatalf("slow %d, slept %d; want 1 and 1", ws.Slow, ws.SlowOf(CauseSlept))

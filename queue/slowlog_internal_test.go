@@ -1,0 +1,56 @@
+package queue
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/store"
+)
+
+// Each slow transaction is logged once, with what made it slow; more
+// than the store keeps are counted; a reset starts over.
+func TestSlowWriteTransactionsAreLoggedOnceEach(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	at := time.Date(2026, 11, 24, 2, 40, 0, 0, time.UTC)
+	slow := func(i int) store.SlowTransaction {
+		return store.SlowTransaction{At: at.Add(time.Duration(i) * time.Second), In: "store.(*Store).trimJournal", Cause: store.CauseOwnWork,
+			Lock: 35*time.Millisecond + time.Duration(i)*time.Millisecond, CPU: 34 * time.Millisecond, Faults: 120, Slept: 1}
+	}
+	ws := store.WriteStats{Slow: 2, Recent: []store.SlowTransaction{slow(0), slow(1)}}
+	lines := func() []string {
+		defer buf.Reset()
+		return strings.Split(strings.TrimSpace(buf.String()), "\n")
+	}
+	if n := logSlow(log, ws, 0); n != 2 {
+		t.Fatalf("logged %d, want 2", n)
+	}
+	got := lines()
+	if len(got) != 2 || !strings.Contains(got[0], `msg="slow write transaction" in=trimJournal cause=own_work lock_ms=35 cpu_ms=34 faults=120 preempted=0 slept=1 at=2026-11-24T02:40:00Z`) ||
+		!strings.Contains(got[1], "lock_ms=36") {
+		t.Fatalf("the two slow transactions, oldest first: %q", got)
+	}
+	if n := logSlow(log, ws, 2); n != 2 || buf.Len() != 0 {
+		t.Fatalf("nothing new: logged %d, wrote %q", n, buf.String())
+	}
+	// 40 more, of which the store kept the last RecentSlow.
+	ws.Slow = 42
+	ws.Recent = nil
+	for i := 10; i < 10+store.RecentSlow; i++ {
+		ws.Recent = append(ws.Recent, slow(i))
+	}
+	if n := logSlow(log, ws, 2); n != 42 {
+		t.Fatalf("logged %d, want 42", n)
+	}
+	got = lines()
+	if len(got) != 1+store.RecentSlow || !strings.Contains(got[0], "not logged one by one") || !strings.Contains(got[0], "count=8") || !strings.Contains(got[1], "lock_ms=45") {
+		t.Fatalf("40 new, 32 kept: %d lines, first %q", len(got), got[:2])
+	}
+	// After a reset of the figures, the new ones are logged.
+	if n := logSlow(log, store.WriteStats{Slow: 1, Recent: []store.SlowTransaction{slow(99)}}, 42); n != 1 || len(lines()) != 1 {
+		t.Fatalf("after a reset: logged %d", n)
+	}
+}
