@@ -18,18 +18,8 @@ import (
 func twoSites(t testing.TB, mods ...func(*queue.Config)) (*queuetest.Env, string) {
 	t.Helper()
 	e := queuetest.New(t, append([]func(*queue.Config){func(c *queue.Config) { c.LeaseTTL = time.Hour }}, mods...)...)
-	ctx := context.Background()
-	tok, err := e.Q.AddSite(ctx, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Tokens["agent-b"] = tok.Token
 	const bPilot = "b-pilot-token-0123456789abcdef0123456789"
-	w, err := e.Client("agent-b").AgentRegister(ctx, api.AgentRegistration{PilotToken: bPilot})
-	if err != nil || w.Site != "b" {
-		t.Fatalf("register: %+v %v", w, err)
-	}
-	e.Tokens["pilot-b"] = bPilot
+	e.AddSite(t, "b", bPilot)
 	return e, bPilot
 }
 

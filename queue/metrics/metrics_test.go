@@ -241,16 +241,7 @@ func scrape(t *testing.T, h http.Handler, token string) (int, string) {
 func TestARealQueueWithTwoSitesScrapedThroughItsAuthentication(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = time.Hour })
 	ctx := context.Background()
-	tok, err := e.Q.AddSite(ctx, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Tokens["agent-b"] = tok.Token
-	const bPilot = "b-pilot-token-0123456789abcdef0123456789"
-	if _, err := e.Client("agent-b").AgentRegister(ctx, api.AgentRegistration{PilotToken: bPilot}); err != nil {
-		t.Fatal(err)
-	}
-	e.Tokens["pilot-b"] = bPilot
+	e.AddSite(t, "b", "b-pilot-token-0123456789abcdef0123456789")
 	if _, err := e.Client("agent-b").AgentRound(ctx, api.AgentRound{Held: 3, Idle: 5}); err != nil {
 		t.Fatal(err)
 	}

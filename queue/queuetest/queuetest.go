@@ -304,3 +304,21 @@ func (e *Env) Handed(t testing.TB, n, pull int, spec api.JobSpec) (api.Job, []pi
 
 // Ptr returns a pointer to v (optional fields of specs and settings).
 func Ptr[T any](v T) *T { return &v }
+
+// AddSite adds site name to the queue, as its admin would, and registers
+// its agent with pilot token pilotToken, as the agent would over HTTP:
+// Tokens then hold "agent-NAME" (the agent token) and "pilot-NAME".
+func (e *Env) AddSite(t testing.TB, name, pilotToken string) {
+	t.Helper()
+	ctx := context.Background()
+	tok, err := e.Q.AddSite(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Tokens["agent-"+name] = tok.Token
+	w, err := e.Client("agent-"+name).AgentRegister(ctx, api.AgentRegistration{PilotToken: pilotToken})
+	if err != nil || w.Site != name {
+		t.Fatalf("register site %s: %+v %v", name, w, err)
+	}
+	e.Tokens["pilot-"+name] = pilotToken
+}
