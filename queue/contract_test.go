@@ -53,16 +53,7 @@ func TestQueueOverHTTPKeepsThePilotContract(t *testing.T) {
 func TestAnotherSitesPoolKeepsThePilotContract(t *testing.T) {
 	contract.Run(t, func(t *testing.T) contract.Harness {
 		return harness(t, func(e *queuetest.Env) pilotproto.Queue {
-			tok, err := e.Q.AddSite(t.Context(), "b")
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.Tokens["agent-b"] = tok.Token
-			const pilot = "b-pilot-token-0123456789abcdef0123456789"
-			if _, err := e.Client("agent-b").AgentRegister(t.Context(), api.AgentRegistration{PilotToken: pilot}); err != nil {
-				t.Fatal(err)
-			}
-			e.Tokens["pilot-b"] = pilot
+			e.AddSite(t, "b", "b-pilot-token-0123456789abcdef0123456789")
 			return e.Client("pilot-b")
 		})
 	})
