@@ -104,7 +104,7 @@ func Handler(cfg Config, apiHandler http.Handler) (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, api.PathStatus, http.StatusFound)
 	})
-	mux.Handle("GET "+api.PathMetrics, qmetrics.Handler(cfg.Metrics.Registry, cfg.Queue, cfg.MetricsAnonymous))
+	mux.Handle(api.PathMetrics, qmetrics.Handler(cfg.Metrics.Registry, cfg.Queue, cfg.MetricsAnonymous))
 	mux.HandleFunc("GET "+api.PathHarvest, s.admin(s.getHarvest))
 	mux.HandleFunc("PUT "+api.PathHarvest, s.admin(s.putHarvest))
 	mux.HandleFunc("POST "+api.PathDrain, s.admin(s.postDrain))

@@ -144,7 +144,7 @@ func runQueueServe(c *cli.Context) error {
 // queueServeHandler is the /v1 API with the queue's metrics beside it.
 func queueServeHandler(q *queue.Queue, srv *httpapi.Server, metricsAnonymous bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET "+api.PathMetrics, qmetrics.Handler(qmetrics.NewRegistry(q), srv, metricsAnonymous))
+	mux.Handle(api.PathMetrics, qmetrics.Handler(qmetrics.NewRegistry(q), srv, metricsAnonymous))
 	mux.Handle("/", srv.Handler())
 	return mux
 }

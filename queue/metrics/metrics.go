@@ -58,12 +58,20 @@ type Authenticator interface {
 // Handler serves reg at /metrics. Users and admins may scrape it (the
 // figures name users; pilots and remote agents may not); anonymous serves
 // it to anybody, for a Prometheus that cannot send a bearer token.
+//
+// Mount it for every method: another than GET or HEAD gets the API's 405.
 func Handler(reg *prometheus.Registry, auth Authenticator, anonymous bool) http.Handler {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
-	if anonymous {
-		return h
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			auth.WriteError(w, fmt.Errorf("%w: %s %s", api.ErrMethod, r.Method, r.URL.Path))
+			return
+		}
+		if anonymous {
+			h.ServeHTTP(w, r)
+			return
+		}
 		_, role, err := auth.Authenticate(r)
 		if err != nil {
 			auth.WriteError(w, err)

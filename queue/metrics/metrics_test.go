@@ -273,7 +273,7 @@ func TestARealQueueWithTwoSitesScrapedThroughItsAuthentication(t *testing.T) {
 
 	srv := httpapi.New(e.Q, httpapi.DefaultConfig())
 	mux := http.NewServeMux()
-	mux.Handle("GET "+api.PathMetrics, metrics.Handler(metrics.NewRegistry(e.Q), srv, false))
+	mux.Handle(api.PathMetrics, metrics.Handler(metrics.NewRegistry(e.Q), srv, false))
 	mux.Handle("/", srv.Handler())
 	for who, status := range map[string]int{"": http.StatusUnauthorized, "nobody-token": http.StatusUnauthorized,
 		"pilot-b": http.StatusForbidden, "agent-b": http.StatusForbidden, "pilot": http.StatusForbidden} {
@@ -318,9 +318,17 @@ func TestARealQueueWithTwoSitesScrapedThroughItsAuthentication(t *testing.T) {
 			t.Errorf("scrape as %s: no process or Go runtime figures", who)
 		}
 	}
+	// Anything but GET (or HEAD) is the API's 405, even for an admin.
+	req, _ := http.NewRequest("POST", "/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+e.Tokens["admin"])
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, req)
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" || !strings.Contains(rec.Body.String(), `"code"`) {
+		t.Errorf("POST /metrics: %d %q, want 405 with Allow and a JSON error", rec.Code, rec.Body.String())
+	}
 	// Anonymous: for anybody, the same figures.
 	anon := http.NewServeMux()
-	anon.Handle("GET "+api.PathMetrics, metrics.Handler(metrics.NewRegistry(e.Q), srv, true))
+	anon.Handle(api.PathMetrics, metrics.Handler(metrics.NewRegistry(e.Q), srv, true))
 	if got, body := scrape(t, anon, ""); got != http.StatusOK || !strings.Contains(body, `harvest_site_alive{site="b"} 1`) {
 		t.Errorf("anonymous scrape: %d", got)
 	}
