@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
@@ -55,8 +56,10 @@ type normalized struct {
 // validateSpec checks everything that needs no file system access.
 func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 	n := normalized{name: s.Name, batchSize: s.BatchSize, price: 1, cores: 1, maxAttempts: q.cfg.DefaultMaxAttempts, timeoutS: s.TimeoutS, expiry: q.cfg.DefaultExpiry}
-	if len(s.Name) > 200 || strings.ContainsAny(s.Name, "\x00\n") {
-		return n, invalid("name must be at most 200 characters on one line")
+	if len(s.Name) > 200 || strings.IndexFunc(s.Name, unicode.IsControl) >= 0 {
+		// Control characters too: names are printed to other users'
+		// terminals (harvest jobs for admins), where an escape sequence acts.
+		return n, invalid("name must be at most 200 characters on one line, without control characters")
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return n, invalid("command must be a non-empty argv (the program first)")

@@ -202,3 +202,24 @@ func jobBody(dataset string, mod func(m map[string]any)) string {
 	b, _ := json.Marshal(m)
 	return string(b)
 }
+
+// A job's name is printed to other people's terminals (an admin's
+// harvest jobs): one with a control character is refused, with why, and
+// no job is made.
+func TestAJobNameWithAControlCharacterIsRefused(t *testing.T) {
+	e := queuetest.New(t)
+	ctx := context.Background()
+	ds := e.Dataset("named", 2)
+	for _, name := range []string{"ok\x1b]0;pwned\x07", "clear\x1b[2J", "c1\u0085", "tab\there", "line\nbreak", strings.Repeat("n", 201)} {
+		_, err := e.Q.Submit(ctx, "alice", api.JobSpec{Name: name, Dataset: ds, Command: []string{"p"}, BatchSize: 1})
+		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "control characters") {
+			t.Errorf("name %q: %v, want invalid, naming the rule", name, err)
+		}
+	}
+	if n := e.Count(`SELECT count(*) FROM jobs`); n != 0 {
+		t.Fatalf("%d jobs stored after refused names", n)
+	}
+	if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Name: "genomes 2026 — ünïcødé", Dataset: ds, Command: []string{"p"}, BatchSize: 1}); err != nil {
+		t.Fatalf("a printable name: %v", err)
+	}
+}
