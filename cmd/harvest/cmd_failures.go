@@ -115,36 +115,6 @@ func lastLine(s string) string {
 	return s
 }
 
-// control reports the characters a terminal may act on: C0, DEL, C1.
-func control(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
-
-// printable is a task's stderr made safe for a terminal: its lines and
-// tabs kept, any other control character (an escape sequence's start, a
-// bell) shown as '?'.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if control(r) && r != '\n' && r != '\t' {
-			return '?'
-		}
-		return r
-	}, s)
-}
-
-// oneLine makes s fit one table cell: control characters as spaces, at
-// most n characters (an ellipsis ends a cut one).
-func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if control(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
 func dash(s string) string {
 	if s == "" {
 		return "-"

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -83,5 +85,34 @@ func TestFailuresCommandShowsWhyATaskFailed(t *testing.T) {
 	}
 	if _, errOut, code := run(t, append([]string{"failures", "99"}, conn...)...); code != 1 || !strings.Contains(errOut, "job 99") {
 		t.Errorf("an unknown job: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// What users wrote reaches other people's terminals as text: a dataset
+// directory and a command with escape sequences are shown by status and
+// jobs without a single control byte.
+func TestStatusAndJobsSendNoControlCharactersToTheTerminal(t *testing.T) {
+	q := startCLIQueue(t)
+	conn := []string{"--queue", q.url, "--token", q.token}
+	ds := filepath.Join(q.data, "ds\x1b[2J\x1b]0;pwned\x07")
+	if err := os.MkdirAll(filepath.Join(ds, "e0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, append([]string{"submit", ds, "--name", "plain"}, append(conn, "--", "prog", "\x1b[31m{input}")...)...)
+	if code != 0 {
+		t.Fatalf("submit: exit %d %q %q", code, out, errOut)
+	}
+	for _, args := range [][]string{{"status", "1"}, {"jobs"}, {"status"}} {
+		out, errOut, code := run(t, append(args, conn...)...)
+		if code != 0 || strings.IndexFunc(out+errOut, func(r rune) bool { return unicode.IsControl(r) && r != '\n' }) >= 0 {
+			t.Errorf("%v: exit %d, control bytes in %q", args, code, out)
+		}
+	}
+	out, _, _ = run(t, append([]string{"status", "1"}, conn...)...)
+	if !strings.Contains(out, "ds [2J ]0;pwned") || !strings.Contains(out, "prog  [31m{input}") {
+		t.Errorf("status does not show the path and command as text: %q", out)
+	}
+	if _, errOut, code := run(t, append([]string{"submit", ds, "--name", "x\x1b[2J"}, append(conn, "--", "prog")...)...); code != 1 || !strings.Contains(errOut, "control characters") {
+		t.Errorf("a name with an escape: exit %d, stderr %q; want the queue's refusal", code, errOut)
 	}
 }

@@ -150,7 +150,7 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 	if c.Bool("json") && !c.Bool("wait") {
 		return printJSON(c.App.Writer, j)
 	}
-	fmt.Fprintf(c.App.Writer, "job %d submitted: %d tasks, output in %s\n", j.ID, j.Tasks.Total, j.OutputDir)
+	fmt.Fprintf(c.App.Writer, "job %d submitted: %d tasks, output in %s\n", j.ID, j.Tasks.Total, oneLine(j.OutputDir, 0))
 	if !c.Bool("wait") {
 		return nil
 	}
@@ -329,7 +329,7 @@ func printJob(w io.Writer, j api.Job) {
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	row("job", j.ID)
 	if j.Name != "" {
-		row("name", j.Name)
+		row("name", oneLine(j.Name, 0))
 	}
 	row("owner", j.Owner)
 	row("state", j.State)
@@ -349,9 +349,9 @@ func printJob(w io.Writer, j api.Job) {
 	if failedAttempts(j) > 0 {
 		row("failures", fmt.Sprintf("%d failed attempts: harvest failures %d", failedAttempts(j), j.ID))
 	}
-	row("dataset", j.Dataset)
-	row("output", j.OutputDir)
-	row("command", strings.Join(j.Command, " "))
+	row("dataset", oneLine(j.Dataset, 0))
+	row("output", oneLine(j.OutputDir, 0))
+	row("command", oneLine(strings.Join(j.Command, " "), 0))
 	row("batch size", j.BatchSize)
 	row("price", j.Price)
 	row("cores", j.Cores)
@@ -437,7 +437,7 @@ func listJobs(c *cli.Context, cl *client.Client, activeOnly bool) error {
 	fmt.Fprintln(tw, "JOB\tOWNER\tSTATE\tTOTAL\tWAITING\tRUNNING\tDONE\tFAILED\tSUBMITTED\tNAME")
 	for _, j := range jobs {
 		t := j.Tasks
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", j.ID, j.Owner, j.State, t.Total, t.Waiting, t.Running, t.Done, t.Failed, unixTime(j.SubmittedAt), j.Name)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", j.ID, j.Owner, j.State, t.Total, t.Waiting, t.Running, t.Done, t.Failed, unixTime(j.SubmittedAt), oneLine(j.Name, 60))
 	}
 	return tw.Flush()
 }
