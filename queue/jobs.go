@@ -37,14 +37,9 @@ func (q *Queue) Job(ctx context.Context, caller string, admin bool, id int64) (a
 // result-backed entry names its log file under the job's output
 // directory, as the worker writes it.
 func (q *Queue) Failures(ctx context.Context, caller string, admin bool, id, cursor int64, limit int) (api.FailureList, error) {
-	if limit <= 0 {
-		limit = api.DefaultPageLim
-	}
-	if limit > api.MaxPageLimit {
-		return api.FailureList{}, invalid("limit %d exceeds %d", limit, api.MaxPageLimit)
-	}
-	if cursor < 0 {
-		return api.FailureList{}, invalid("cursor must not be negative")
+	limit, err := pageLimit(limit, cursor)
+	if err != nil {
+		return api.FailureList{}, err
 	}
 	j, err := q.st.Job(ctx, id)
 	if err != nil {
@@ -57,11 +52,8 @@ func (q *Queue) Failures(ctx context.Context, caller string, admin bool, id, cur
 	if err != nil {
 		return api.FailureList{}, err
 	}
-	out := api.FailureList{Failures: fs}
-	if len(fs) > limit {
-		out.Failures = fs[:limit]
-		out.NextCursor = fs[limit-1].TaskID
-	}
+	out := api.FailureList{}
+	out.Failures, out.NextCursor = page(fs, limit, func(f api.Failure) int64 { return f.TaskID })
 	for i, f := range out.Failures {
 		if f.Attempt > 0 {
 			out.Failures[i].Log = pilotproto.LogPath(j.OutputDir, f.TaskID, f.Attempt, "err")
@@ -80,14 +72,9 @@ type ListFilter struct {
 
 // ListJobs returns a page of jobs, newest first.
 func (q *Queue) ListJobs(ctx context.Context, f ListFilter) (api.JobList, error) {
-	if f.Limit <= 0 {
-		f.Limit = api.DefaultPageLim
-	}
-	if f.Limit > api.MaxPageLimit {
-		return api.JobList{}, invalid("limit %d exceeds %d", f.Limit, api.MaxPageLimit)
-	}
-	if f.Cursor < 0 {
-		return api.JobList{}, invalid("cursor must not be negative")
+	var err error
+	if f.Limit, err = pageLimit(f.Limit, f.Cursor); err != nil {
+		return api.JobList{}, err
 	}
 	if f.State != "" && !knownJobState(f.State) {
 		return api.JobList{}, invalid("unknown job state %q", f.State)
@@ -100,12 +87,34 @@ func (q *Queue) ListJobs(ctx context.Context, f ListFilter) (api.JobList, error)
 	if err != nil {
 		return api.JobList{}, err
 	}
-	out := api.JobList{Jobs: jobs}
-	if len(out.Jobs) > f.Limit {
-		out.Jobs = out.Jobs[:f.Limit]
-		out.NextCursor = out.Jobs[f.Limit-1].ID
-	}
+	out := api.JobList{}
+	out.Jobs, out.NextCursor = page(jobs, f.Limit, func(j api.Job) int64 { return j.ID })
 	return out, nil
+}
+
+// pageLimit checks a page's limit (0: the default) and cursor, and
+// returns the limit to use. The store is asked for limit+1 rows: page
+// tells from the extra one whether another page follows.
+func pageLimit(limit int, cursor int64) (int, error) {
+	if limit <= 0 {
+		limit = api.DefaultPageLim
+	}
+	if limit > api.MaxPageLimit {
+		return 0, invalid("limit %d exceeds %d", limit, api.MaxPageLimit)
+	}
+	if cursor < 0 {
+		return 0, invalid("cursor must not be negative")
+	}
+	return limit, nil
+}
+
+// page cuts up to limit+1 rows read to limit, with the cursor of the next
+// page (the last row's id) if there was one more, else 0.
+func page[T any](rows []T, limit int, id func(T) int64) ([]T, int64) {
+	if len(rows) <= limit {
+		return rows, 0
+	}
+	return rows[:limit], id(rows[limit-1])
 }
 
 func knownJobState(s string) bool {

@@ -444,11 +444,11 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 
 // Failures reads up to limit tasks of job with ids above cursor that
 // failed at least once (tries > 0), in id order, each with its last
-// failed or timed-out result that counted, or, if its last failure was an
-// expiry (no result came; its row's last error says so: only the
-// attempts that count write it), Status expired from its row. It folds first: the results live
-// in the overlay until then. The scan walks the job's tasks by the
-// job's index on the reader, outside the write lock.
+// failed or timed-out result that counted, or, if its last failure was
+// an expiry (no result came; its row's last error says so: only the
+// attempts that count write it), Status expired from its row. It folds
+// first: the results live in the overlay until then. The scan walks the
+// job's tasks by the job's index on the reader, outside the write lock.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	if err := s.settle(ctx); err != nil {
 		return nil, err

@@ -581,8 +581,9 @@ func (s *Store) foldLocked(ctx context.Context) error {
 }
 
 // foldNext writes the next rows of the plan that are still dirty (up to
-// n, and about chunkBytes) in one transaction, with their current values, and marks them clean:
-// they leave the overlay, but for WAITING tasks (the waiting lists). The
+// n, and chunkBytes past the first) in one transaction, with their
+// current values, and marks them clean: they leave the overlay, but for
+// WAITING tasks (the waiting lists). The
 // transaction that ends the plan also deletes the journal entries older
 // than every row still dirty. s.hot is held.
 func (s *Store) foldNext(ctx context.Context, p *foldPlan, n int) error {
