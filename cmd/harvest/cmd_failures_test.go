@@ -112,7 +112,7 @@ func TestStatusAndJobsSendNoControlCharactersToTheTerminal(t *testing.T) {
 	if !strings.Contains(out, "ds [2J ]0;pwned") || !strings.Contains(out, "prog  [31m{input}") {
 		t.Errorf("status does not show the path and command as text: %q", out)
 	}
-	if _, errOut, code := run(t, append([]string{"submit", ds, "--name", "x\x1b[2J"}, append(conn, "--", "prog")...)...); code != 1 || !strings.Contains(errOut, "control characters") {
-		t.Errorf("a name with an escape: exit %d, stderr %q; want the queue's refusal", code, errOut)
+	if _, errOut, code := run(t, append([]string{"submit", ds, "--name", "x\x1b[2J"}, append(conn, "--", "prog")...)...); code != 1 || !strings.Contains(errOut, "control characters") || strings.Contains(errOut, "--idempotency-key") {
+		t.Errorf("a name with an escape: exit %d, stderr %q; want the queue's refusal, without a retry hint (a retry is refused too)", code, errOut)
 	}
 }

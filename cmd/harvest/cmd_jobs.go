@@ -145,6 +145,9 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 	}})
 	stored.done()
 	if err != nil {
+		if api.StatusOf(api.CodeOf(err)) < 500 { // the queue refused it: a retry would be refused too
+			return err
+		}
 		return fmt.Errorf("%w (to retry without risking a second job: --idempotency-key %s)", err, key)
 	}
 	if c.Bool("json") && !c.Bool("wait") {
