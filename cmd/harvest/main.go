@@ -49,6 +49,7 @@ func newApp() *cli.App {
 			withAdminOps(adminCommand()),
 			explainCommand(),
 			tokenCommand(),
+			docsCommand(), // hidden: man pages and completion, for scripts/package.sh
 		},
 	}
 }
