@@ -105,6 +105,27 @@ step "benchmarks (figures only)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) (figures scale with it)"
 # --- end of the benchmark step ---
 
+step "packages: build, install, check"
+# scripts/package.sh builds the .deb and the .rpm; the .deb is installed
+# here (dpkg -i), its harvest runs, its units pass systemd-analyze verify
+# (no running systemd needed), the .rpm's file list is checked; then the
+# package is removed again (the harvest user and /etc/harvest stay).
+scripts/package.sh dist >/tmp/harvest-package.log
+deb=$(grep '\.deb$' /tmp/harvest-package.log) rpm=$(grep '\.rpm$' /tmp/harvest-package.log)
+built=$(sed -n 's/^building harvest \(.*\)$/\1/p' /tmp/harvest-package.log)
+dpkg -i "$deb" >/dev/null
+installed=$(/usr/bin/harvest version)
+echo "$installed"
+case $installed in "harvest $built "*) ;; *) echo "installed: $installed; built: $built" >&2; exit 1 ;; esac
+systemd-analyze verify /usr/lib/systemd/system/harvest-agent.service /usr/lib/systemd/system/harvest-queue.service
+debfiles=$(dpkg-deb -c "$deb" | awk '{print substr($6, 2)}') rpmfiles=$(rpm -qlp "$rpm")
+for f in /usr/bin/harvest /etc/harvest/agent.yaml /usr/lib/systemd/system/harvest-agent.service \
+  /usr/lib/systemd/system/harvest-queue.service /usr/share/man/man1/harvest-agent.1.gz /usr/share/bash-completion/completions/harvest; do
+  grep -qx "$f" <<<"$debfiles" || { echo "the .deb lacks $f" >&2; exit 1; }
+  grep -qx "$f" <<<"$rpmfiles" || { echo "the .rpm lacks $f" >&2; exit 1; }
+done
+dpkg -r harvest >/dev/null
+
 step "short fuzz runs"
 # 5,000 executions per target (about 3 minutes for all): a smoke run that
 # keeps CI short; `scripts/fuzz.sh 200000x` searches deeper.

@@ -13,11 +13,7 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print the version of harvest",
 		Action: func(c *cli.Context) error {
-			v := version.Version
-			if version.Commit != "" {
-				v += " (" + version.Commit + ")"
-			}
-			fmt.Fprintf(c.App.Writer, "harvest %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(c.App.Writer, "harvest %s %s %s/%s\n", version.String(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}

@@ -114,7 +114,7 @@ func TestTheExampleConfigLoadsWithTheRealFlagSet(t *testing.T) {
 		{"poll", cfg.PollInterval, 10 * time.Second},
 		{"margin", cfg.Policy.Margin, int64(120)},
 		{"mini-time", cfg.Policy.MiniTime, int64(60)},
-		{"pilot command", strings.Join(cfg.PilotCommand, " "), "/usr/local/bin/harvest pilot"},
+		{"pilot command", strings.Join(cfg.PilotCommand, " "), "/usr/bin/harvest pilot"},
 		{"adapter", c.String("adapter"), "slurm"},
 		{"adapter options", strings.Join(c.StringSlice("adapter-opt"), ","), "partition=batch"},
 		{"allowed roots", strings.Join(c.StringSlice("allowed-root"), ","), "/shared/data"},
@@ -146,7 +146,7 @@ func TestTheSystemdUnitStartsTheAgentWithTheConfigFile(t *testing.T) {
 	}
 	unit := string(b)
 	for _, want := range []string{
-		"Type=simple", "ExecStart=/usr/local/bin/harvest agent --config /etc/harvest/agent.yaml", "Restart=on-failure",
+		"Type=simple", "ExecStart=/usr/bin/harvest agent --config /etc/harvest/agent.yaml", "Restart=on-failure",
 		"KillSignal=SIGTERM", "StateDirectory=harvest", "RuntimeDirectory=harvest",
 	} {
 		if !strings.Contains(unit, "\n"+want+"\n") {
