@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -42,11 +43,36 @@ type Metrics struct {
 	snapshotFailures             prometheus.Counter
 	backfillDelay                prometheus.Histogram
 	backfillUnseen               prometheus.Counter
+	delayedNow, delayedLongest   prometheus.Gauge
 
 	mu sync.Mutex
 	// released maps a foreign job id to the snapshot time of the round
 	// that released pilots for it, until a snapshot shows it running.
 	releasedFor map[string]int64
+	harm        Harm
+}
+
+// Harm is the delay the harvest imposed on foreign jobs, as the agent
+// observed it: a job counts from the round that released pilots for it
+// (pilots held nodes it could use) to its start. With preemption the
+// batch system gives nodes back by itself and no round releases for it.
+type Harm struct {
+	// Waiting are the jobs pilots were released for that have not started
+	// yet, longest waiting first; Now is the batch system's clock then.
+	Waiting []DelayedJob
+	Now     int64
+	// Started counts the jobs that started after such a release, with
+	// their total and longest delay in seconds; Unobserved those that left
+	// the queue (or waited a day) without being seen running.
+	Started, Unobserved  int
+	TotalDelay, MaxDelay int64
+	MaxDelayJob          string
+}
+
+// DelayedJob is a foreign job waiting for nodes pilots held.
+type DelayedJob struct {
+	ID    string
+	Since int64 // snapshot time of the release round
 }
 
 // NewMetrics registers the agent's metrics. q may be nil (an agent
@@ -90,11 +116,18 @@ func NewMetrics(q qmetrics.Queue) *Metrics {
 			Buckets: []float64{0, 10, 30, 60, 120, 300, 600, 1800, 3600}}),
 		backfillUnseen: prometheus.NewCounter(prometheus.CounterOpts{Name: "harvest_backfill_unobserved_total",
 			Help: "Foreign jobs pilots were released for that left the queue (or waited a day) without being seen running."}),
+		delayedNow: prometheus.NewGauge(prometheus.GaugeOpts{Name: "harvest_foreign_jobs_delayed",
+			Help: "Foreign jobs waiting now for nodes pilots held at the last round: pilots were released for them and they have not started yet."}),
+		delayedLongest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "harvest_foreign_delay_longest_seconds",
+			Help: "The longest of those waits so far, in batch-system seconds since the release round (0: none waits)."}),
 	}
 	for _, c := range []prometheus.Collector{m.nodes, m.pilots, m.foreign, m.minNodes, m.maxNodes, m.paused, m.lastRound, m.maxTime,
 		m.rounds, m.decisions, m.submitted, m.released, m.submitLatency, m.cancelLatency, m.snapshotLatency,
-		m.submitFailures, m.cancelFailures, m.snapshotFailures, m.backfillDelay, m.backfillUnseen} {
+		m.submitFailures, m.cancelFailures, m.snapshotFailures, m.backfillDelay, m.backfillUnseen, m.delayedNow, m.delayedLongest} {
 		f(c)
+	}
+	if q != nil {
+		f(siteYield{q})
 	}
 	// Known label values start at zero so that rate() and alerts work
 	// before the first event.
@@ -198,6 +231,7 @@ func (m *Metrics) trackBackfill(s cluster.Snapshot, d policy.Decision, cancelled
 			}
 		}
 	}
+	defer m.updateWaiting(s.Now)
 	if len(m.releasedFor) == 0 {
 		return
 	}
@@ -212,16 +246,84 @@ func (m *Metrics) trackBackfill(s cluster.Snapshot, d policy.Decision, cancelled
 		switch {
 		case !ok || s.Now-t0 > backfillForget:
 			m.backfillUnseen.Inc()
+			m.harm.Unobserved++
 			delete(m.releasedFor, id)
 		case j.State == cluster.Running:
 			start := s.Now
 			if j.StartTime > 0 && j.StartTime <= s.Now {
 				start = j.StartTime
 			}
-			m.backfillDelay.Observe(float64(max(start-t0, 0)))
+			delay := max(start-t0, 0)
+			m.backfillDelay.Observe(float64(delay))
+			m.harm.Started++
+			m.harm.TotalDelay += delay
+			if delay > m.harm.MaxDelay || m.harm.MaxDelayJob == "" {
+				m.harm.MaxDelay, m.harm.MaxDelayJob = max(delay, m.harm.MaxDelay), id
+			}
 			delete(m.releasedFor, id)
 		}
 	}
+}
+
+// updateWaiting refreshes the live figures of the jobs still waiting.
+// Called with m.mu held.
+func (m *Metrics) updateWaiting(now int64) {
+	m.harm.Now = now
+	m.harm.Waiting = m.harm.Waiting[:0]
+	for id, t0 := range m.releasedFor {
+		m.harm.Waiting = append(m.harm.Waiting, DelayedJob{ID: id, Since: t0})
+	}
+	sort.Slice(m.harm.Waiting, func(i, j int) bool {
+		a, b := m.harm.Waiting[i], m.harm.Waiting[j]
+		return a.Since < b.Since || a.Since == b.Since && a.ID < b.ID
+	})
+	m.delayedNow.Set(float64(len(m.harm.Waiting)))
+	longest := int64(0)
+	if len(m.harm.Waiting) > 0 {
+		longest = max(now-m.harm.Waiting[0].Since, 0)
+	}
+	m.delayedLongest.Set(float64(longest))
+}
+
+// Harm returns the delay figures as of the last round.
+func (m *Metrics) Harm() Harm {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.harm
+	h.Waiting = append([]DelayedJob(nil), m.harm.Waiting...)
+	return h
+}
+
+// siteYield exports every site's yield, useful task time over pilot time,
+// read from the queue at scrape time (the two totals are the queue's
+// harvest_site_useful_seconds_total and harvest_site_pilot_seconds_total).
+type siteYield struct{ q qmetrics.Queue }
+
+var yieldDesc = prometheus.NewDesc("harvest_site_yield",
+	"Useful task time over pilot node time at the site since the queue started (absent while the site has held no pilot).", []string{"site"}, nil)
+
+func (y siteYield) Describe(ch chan<- *prometheus.Desc) { ch <- yieldDesc }
+
+func (y siteYield) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sl, err := y.q.Sites(ctx)
+	if err != nil {
+		return // the queue's own collector counts scrape errors
+	}
+	for _, s := range sl.Sites {
+		if v, ok := Yield(s.UsefulHours, s.PilotHours); ok {
+			ch <- prometheus.MustNewConstMetric(yieldDesc, prometheus.GaugeValue, v, s.Name)
+		}
+	}
+}
+
+// Yield is useful over pilot time; not ok while no pilot time was held.
+func Yield(useful, pilot float64) (float64, bool) {
+	if pilot <= 0 {
+		return 0, false
+	}
+	return useful / pilot, true
 }
 
 // InstrumentAdapter wraps ad so that snapshot calls are timed and their

@@ -176,6 +176,16 @@ func TestBackfillDelayIsTheTimeFromTheReleaseToTheJobsStart(t *testing.T) {
 			if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 0 {
 				t.Fatalf("observed a delay before the job ran")
 			}
+			// Live, while it waits: the dashboard's harm figure.
+			if h := mx.Harm(); len(h.Waiting) != 1 || h.Waiting[0] != (DelayedJob{ID: "j9", Since: t0}) || h.Now != t0+5 || h.Started != 0 {
+				t.Fatalf("harm while j9 waits = %+v", h)
+			}
+			if got := testutil.ToFloat64(mx.delayedNow); got != 1 {
+				t.Errorf("harvest_foreign_jobs_delayed = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(mx.delayedLongest); got != 5 {
+				t.Errorf("harvest_foreign_delay_longest_seconds = %v, want 5", got)
+			}
 			// The batch system starts j9 (the memory cluster cannot).
 			ed.edit = func(s *cluster.Snapshot) {
 				for i := range s.Jobs {
@@ -192,6 +202,12 @@ func TestBackfillDelayIsTheTimeFromTheReleaseToTheJobsStart(t *testing.T) {
 			round(t, r)
 			if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 1 {
 				t.Fatalf("observed %d delays, want 1", n)
+			}
+			if h := mx.Harm(); len(h.Waiting) != 0 || h.Started != 1 || h.TotalDelay != int64(tc.wantDelay) || h.MaxDelay != int64(tc.wantDelay) || h.MaxDelayJob != "j9" {
+				t.Errorf("harm after j9 started = %+v, want 1 started with a %v s delay", h, tc.wantDelay)
+			}
+			if got := testutil.ToFloat64(mx.delayedNow); got != 0 {
+				t.Errorf("harvest_foreign_jobs_delayed = %v after the start, want 0", got)
 			}
 			mfs, _ := mx.Registry.Gather()
 			for _, mf := range mfs {
@@ -219,6 +235,9 @@ func TestAReleasedForJobThatLeavesTheQueueIsCountedAsUnobserved(t *testing.T) {
 	round(t, r)
 	if got := testutil.ToFloat64(mx.backfillUnseen); got != 1 {
 		t.Errorf("unobserved = %v, want 1", got)
+	}
+	if h := mx.Harm(); h.Unobserved != 1 || len(h.Waiting) != 0 || h.Started != 0 {
+		t.Errorf("harm = %+v, want 1 unobserved and nothing waiting", h)
 	}
 	if n := histCount(t, mx, "harvest_backfill_delay_seconds"); n != 0 {
 		t.Errorf("a job that never ran was observed as started")

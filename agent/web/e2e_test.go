@@ -109,6 +109,10 @@ func TestBrowserSeesTheLiveAgent(t *testing.T) {
 		{"the job's task count", `<td class="num">8</td></tr>`},
 		{"the user with priority and quota", `<td>root</td><td class="num">1</td>`},
 		{"the utilisation chart", `<svg id="chart"`},
+		{"the admin's harm figure", `<b id="delayed-now">\d+</b> foreign jobs waiting now for nodes pilots hold`},
+		{"the jobs delayed so far", `<b id="delayed">\d+</b> delayed so far, <b id="total-delay">[0-9hms]+</b> in all`},
+		{"the work lost to give-back", `<b id="lost-work">[0-9hms]+</b> of task time lost to give-back \(\d+ interrupted attempts`},
+		{"the site's yield", `<tr><td>local</td><td class="num">[\d.]+</td><td class="num">[\d.]+</td><td class="num">(\d+%|-)</td>`},
 	}
 	for _, c := range checks {
 		if !regexp.MustCompile(c.re).MatchString(dom) {
@@ -128,7 +132,12 @@ func TestBrowserSeesTheLiveAgent(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if !regexp.MustCompile(`<td>local</td>(<td class="num">[\d.]+</td>){2}<td class="num">-</td>`).MatchString(dom) &&
+		!regexp.MustCompile(`(?m)^harvest_site_yield\{site="local"\} [\d.e+-]+$`).Match(metrics) {
+		t.Errorf("the page shows a yield for site local, /metrics has no harvest_site_yield for it")
+	}
 	for _, re := range []string{`(?m)^harvest_rounds_total [1-9]`, `(?m)^harvest_nodes\{state="total"\} 8$`,
+		`(?m)^harvest_foreign_jobs_delayed \d+$`, `(?m)^harvest_foreign_delay_longest_seconds \d+$`, `(?m)^harvest_lost_task_seconds_total [\d.e+-]+$`,
 		`(?m)^harvest_tasks\{state="waiting",user="root"\} 8$`, `(?m)^harvest_pilots_submitted_total [1-9]`} {
 		if !regexp.MustCompile(re).Match(metrics) {
 			t.Errorf("/metrics lacks /%s/", re)

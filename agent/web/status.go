@@ -42,7 +42,62 @@ type Page struct {
 	Jobs                []JobRow
 	Users               []UserRow
 	Chart               Chart
+	Dashboard           *Dashboard // admins only
 	Errors              []string
+}
+
+// Dashboard is what an admin asks first: did the harvest delay anybody,
+// what work did give-back lose, and what does each site yield.
+type Dashboard struct {
+	DelayedNow    int    // foreign jobs waiting now for nodes pilots held
+	LongestNow    string // the longest of those waits so far
+	LongestNowJob string
+	Delayed       int    // foreign jobs that started after such a wait
+	TotalDelay    string // and their waits added up
+	MaxDelay      string
+	MaxDelayJob   string
+	Unobserved    int
+	LostWork      string // task time lost to pilots that ended under their tasks
+	LostAttempts  int64  // interrupted attempts, all sites
+	Sites         []SiteYield
+}
+
+// SiteYield is one site's yield row.
+type SiteYield struct {
+	Name                     string
+	PilotHours, UsefulHours  string
+	Yield                    string // "83%", or "-" before any pilot time
+	Done, Failed, Interrupts int64
+}
+
+// DashboardInputs are the figures the dashboard is built from.
+type DashboardInputs struct {
+	Harm            agent.Harm
+	LostTaskSeconds float64
+	Sites           []api.Site
+}
+
+// BuildDashboard turns the figures into words. Pure.
+func BuildDashboard(in DashboardInputs) *Dashboard {
+	h := in.Harm
+	d := &Dashboard{DelayedNow: len(h.Waiting), LongestNow: "-", Delayed: h.Started, TotalDelay: human(time.Duration(h.TotalDelay) * time.Second),
+		MaxDelay: "-", Unobserved: h.Unobserved, LostWork: human(time.Duration(in.LostTaskSeconds * float64(time.Second)))}
+	if len(h.Waiting) > 0 {
+		d.LongestNow, d.LongestNowJob = human(time.Duration(max(h.Now-h.Waiting[0].Since, 0))*time.Second), h.Waiting[0].ID
+	}
+	if h.Started > 0 {
+		d.MaxDelay, d.MaxDelayJob = human(time.Duration(h.MaxDelay)*time.Second), h.MaxDelayJob
+	}
+	for _, s := range in.Sites {
+		row := SiteYield{Name: s.Name, PilotHours: fmt.Sprintf("%.2f", s.PilotHours), UsefulHours: fmt.Sprintf("%.2f", s.UsefulHours),
+			Yield: "-", Done: s.Done, Failed: s.Failed, Interrupts: s.Interrupted}
+		if y, ok := agent.Yield(s.UsefulHours, s.PilotHours); ok {
+			row.Yield = fmt.Sprintf("%.0f%%", 100*y)
+		}
+		d.LostAttempts += s.Interrupted
+		d.Sites = append(d.Sites, row)
+	}
+	return d
 }
 
 // DecisionView is the current decision in words.
@@ -365,6 +420,20 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	in.Samples = s.cfg.History.Since(end - int64(s.cfg.ChartWindow/time.Second) - 3600)
 	p := BuildPage(in)
+	if role == api.RoleAdmin {
+		di := DashboardInputs{Harm: s.cfg.Metrics.Harm()}
+		if st, err := s.cfg.Queue.Stats(r.Context()); err != nil {
+			p.Errors = append(p.Errors, "work lost: "+err.Error())
+		} else {
+			di.LostTaskSeconds = st.LostTaskSeconds
+		}
+		if sl, err := s.cfg.Queue.Sites(r.Context()); err != nil {
+			p.Errors = append(p.Errors, "sites: "+err.Error())
+		} else {
+			di.Sites = sl.Sites
+		}
+		p.Dashboard = BuildDashboard(di)
+	}
 	if in.Round != nil {
 		// A simulated clock may run ahead of the wall clock: no "ago" then.
 		if ago := s.cfg.Now().Sub(time.Unix(in.Round.Snapshot.Now, 0)); ago >= 0 {

@@ -33,6 +33,10 @@ type Queue interface {
 	Users(ctx context.Context) ([]api.User, error)
 	ListJobs(ctx context.Context, f queue.ListFilter) (api.JobList, error)
 	PilotStatus() map[string]pilotproto.PilotStatus
+	// For the admin's dashboard: each site's yield, and the work lost to
+	// give-back.
+	Sites(ctx context.Context) (api.SiteList, error)
+	Stats(ctx context.Context) (queue.Stats, error)
 	CreateToken(ctx context.Context, name, role string) (api.Token, error)
 	RevokeTokens(ctx context.Context, user, role string) (int, error)
 }

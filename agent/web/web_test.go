@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,15 @@ func (f *fakeQueue) ListJobs(_ context.Context, lf queue.ListFilter) (api.JobLis
 }
 func (f *fakeQueue) PilotStatus() map[string]pilotproto.PilotStatus {
 	return map[string]pilotproto.PilotStatus{"p2": {PilotID: "p2", Busy: true, Deadline: 1_000_900, Confinement: "yes (Landlock ABI 7)"}}
+}
+func (f *fakeQueue) Sites(context.Context) (api.SiteList, error) {
+	return api.SiteList{Sites: []api.Site{
+		{Name: "local", PilotHours: 4, UsefulHours: 3.4, Done: 120, Failed: 2, Interrupted: 5},
+		{Name: "b", PilotHours: 0},
+	}}, nil
+}
+func (f *fakeQueue) Stats(context.Context) (queue.Stats, error) {
+	return queue.Stats{LostTaskSeconds: 95}, nil
 }
 func (f *fakeQueue) CreateToken(_ context.Context, name, role string) (api.Token, error) {
 	if name == "" {
@@ -179,13 +189,17 @@ func TestTheStatusPageShowsWhatTheAgentSees(t *testing.T) {
 				// Whether a pilot's tasks run confined, as its worker said (issue 13).
 				"<th>Tasks confined</th>", "<td>yes (Landlock ABI 7)</td>",
 				"<td>p3</td><td class=\"queued\">queued</td>",
-				"genomes", "25%", "frames", "over quota", "10.400", `<svg id="chart" role="img" aria-label="node utilisation over time" style="background:#fff;border:1px solid #ccc" xmlns="http://www.w3.org/2000/svg" width="720" height="160"`, `<path fill="#8a9bb0" d="M`},
+				"genomes", "25%", "frames", "over quota", "10.400",
+				// The admin's dashboard: harm, work lost, yield per site.
+				`<b id="delayed-now">0</b> foreign jobs waiting now`, `<b id="lost-work">1m35s</b> of task time lost to give-back (5 interrupted attempts`,
+				`<tr><td>local</td><td class="num">4.00</td><td class="num">3.40</td><td class="num">85%</td><td class="num">120</td>`,
+				`<tr><td>b</td><td class="num">0.00</td><td class="num">0.00</td><td class="num">-</td>`, `<svg id="chart" role="img" aria-label="node utilisation over time" style="background:#fff;border:1px solid #ccc" xmlns="http://www.w3.org/2000/svg" width="720" height="160"`, `<path fill="#8a9bb0" d="M`},
 		},
 		{
 			name:  "a user sees only their own jobs, as in the API",
 			token: "alice-tok",
 			want:  []string{"signed in as <b>alice</b> (user)", "genomes", "Harvest jobs (yours)"},
-			not:   []string{"frames"},
+			not:   []string{"frames", `id="harm"`, `id="yield"`},
 		},
 	}
 	for _, tc := range tests {
@@ -206,6 +220,22 @@ func TestTheStatusPageShowsWhatTheAgentSees(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestTheDashboardShowsTheJobsWaitingForPilotsNodes(t *testing.T) {
+	d := BuildDashboard(DashboardInputs{
+		Harm: agent.Harm{Now: 1000, Waiting: []agent.DelayedJob{{ID: "42", Since: 880}, {ID: "43", Since: 990}},
+			Started: 3, TotalDelay: 75, MaxDelay: 61, MaxDelayJob: "17", Unobserved: 1},
+		LostTaskSeconds: 7200,
+	})
+	want := Dashboard{DelayedNow: 2, LongestNow: "2m00s", LongestNowJob: "42", Delayed: 3, TotalDelay: "1m15s", MaxDelay: "1m01s", MaxDelayJob: "17",
+		Unobserved: 1, LostWork: "2h00m"}
+	if !reflect.DeepEqual(*d, want) {
+		t.Errorf("dashboard = %+v\nwant        %+v", *d, want)
+	}
+	if d := BuildDashboard(DashboardInputs{}); d.DelayedNow != 0 || d.LongestNow != "-" || d.MaxDelay != "-" || d.LostWork != "0s" {
+		t.Errorf("an agent that delayed nobody shows %+v", *d)
 	}
 }
 
