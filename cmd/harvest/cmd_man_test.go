@@ -13,39 +13,39 @@ import (
 )
 
 var (
-	builtOnce sync.Once
-	builtPath string
-	builtErr  error
+	docsBuiltOnce sync.Once
+	docsBuiltPath string
+	docsBuiltErr  error
 )
 
-// harvestBinary builds the harvest binary once per test process, for tests
+// builtHarvestForDocs builds the harvest binary once per test process, for tests
 // that run it as a shell would (completion, the docs' runnable blocks).
-func harvestBinary(t *testing.T) string {
+func builtHarvestForDocs(t *testing.T) string {
 	t.Helper()
-	builtOnce.Do(func() {
+	docsBuiltOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "harvest-bin-")
 		if err != nil {
-			builtErr = err
+			docsBuiltErr = err
 			return
 		}
-		builtPath = filepath.Join(dir, "harvest")
-		out, err := exec.Command("go", "build", "-o", builtPath, ".").CombinedOutput()
+		docsBuiltPath = filepath.Join(dir, "harvest")
+		out, err := exec.Command("go", "build", "-o", docsBuiltPath, ".").CombinedOutput()
 		if err != nil {
-			builtErr = &buildError{out: string(out), err: err}
+			docsBuiltErr = &docsBuildError{out: string(out), err: err}
 		}
 	})
-	if builtErr != nil {
-		t.Fatalf("go build: %v", builtErr)
+	if docsBuiltErr != nil {
+		t.Fatalf("go build: %v", docsBuiltErr)
 	}
-	return builtPath
+	return docsBuiltPath
 }
 
-type buildError struct {
+type docsBuildError struct {
 	out string
 	err error
 }
 
-func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
+func (e *docsBuildError) Error() string { return e.err.Error() + ": " + e.out }
 
 // commandPaths lists "harvest-a-b" for every visible command.
 func commandPaths(prefix string, cmds []*cli.Command) []string {
@@ -111,7 +111,7 @@ func TestBashCompletionAsksTheBinary(t *testing.T) {
 	if err != nil {
 		t.Skip("no bash")
 	}
-	bin := harvestBinary(t)
+	bin := builtHarvestForDocs(t)
 	dir := t.TempDir()
 	if _, err := writeDocs(newApp(), dir); err != nil {
 		t.Fatal(err)

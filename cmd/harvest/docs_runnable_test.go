@@ -136,7 +136,7 @@ func TestTheDocsRunnableBlocksRun(t *testing.T) {
 	if len(blocks) < 2 {
 		t.Fatalf("found %d runnable blocks in the docs, want at least 2", len(blocks))
 	}
-	bin := harvestBinary(t)
+	bin := builtHarvestForDocs(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestTheDocsRunnableBlocksRun(t *testing.T) {
 }
 
 func TestARunnableBlockWithAWrongCommandFails(t *testing.T) {
-	bin := harvestBinary(t)
+	bin := builtHarvestForDocs(t)
 	doc := "text\n\n" + runnableMarker + "\n```sh\nharvest version\nharvest submit --no-such-flag ds -- prog {input}\n```\n"
 	blocks, err := runnableBlocks("wrong.md", doc)
 	if err != nil || len(blocks) != 1 || blocks[0].line != 4 {
