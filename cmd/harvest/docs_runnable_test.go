@@ -131,10 +131,10 @@ func TestTheDocsRunnableBlocksRun(t *testing.T) {
 		}
 		blocks = append(blocks, bs...)
 	}
-	// The README's try-it and first-agent blocks at least: a marker lost
+	// The README's try-it and first-agent blocks and the admin guide's dry run at least: a marker lost
 	// in an edit is noticed.
-	if len(blocks) < 2 {
-		t.Fatalf("found %d runnable blocks in the docs, want at least 2", len(blocks))
+	if len(blocks) < 3 {
+		t.Fatalf("found %d runnable blocks in the docs, want at least 3", len(blocks))
 	}
 	bin := builtHarvestForDocs(t)
 	root, err := filepath.Abs("../..")
