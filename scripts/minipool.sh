@@ -21,13 +21,13 @@
 # that account, jobs of other users (runuser -u alice -- condor_submit) as
 # those users. A job's files must be readable by the account it runs as.
 #
-# Several pools can run side by side with distinct LAB and COLLECTOR_PORT
-# (the second one: LAB=$LAB-b COLLECTOR_PORT=+100). Clients need the
+# Several pools can run side by side with distinct POOL_LAB and COLLECTOR_PORT
+# (the second one: POOL_LAB=$POOL_LAB-b COLLECTOR_PORT=+100). Clients need the
 # pool's CONDOR_CONFIG, its bin/ in PATH and its lib/ in LD_LIBRARY_PATH
 # (minipool.sh env prints them).
 #
 # Tunables (environment):
-#   LAB=/var/tmp/harvest-condor   the pool's directory (release, config, local state)
+#   POOL_LAB=/var/tmp/harvest-condor   the pool's directory (release, config, local state)
 #   NODES=4               execute nodes, one startd each (also the first arg of start)
 #   CPUS=1                CPUs of each node
 #   MEM=1000              memory of each node (MB)
@@ -41,7 +41,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-LAB=${LAB:-/var/tmp/harvest-condor}
+LAB=${POOL_LAB:-/var/tmp/harvest-condor}
 NODES=${NODES:-4}
 CPUS=${CPUS:-1}
 MEM=${MEM:-1000}
