@@ -269,7 +269,7 @@ func (r *e2e) startAgent() {
 		"--pilot-command", pilot, "--pilot-workdir", filepath.Join(r.work, "pilots"),
 		"--pilot-output", filepath.Join(r.work, "pilots", "pilot-$(Cluster).out"),
 		"--dump-snapshots", filepath.Join(r.work, "dumps"), "--log-level", "info")
-	r.agent.Env = os.Environ() // the pool's (condortest.Require set it)
+	r.agent.Env = os.Environ()                                             // the pool's (condortest.Require set it)
 	r.agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // not left behind by a killed test
 	r.agent.Stdout, r.agent.Stderr = f, f
 	if err := r.agent.Start(); err != nil {
