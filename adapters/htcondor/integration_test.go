@@ -1,7 +1,6 @@
 package htcondor_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -23,10 +22,11 @@ import (
 
 const poolNodes = 4
 
+// realAdapter is the adapter as a root agent runs it on the pool:
+// pilots submitted as the harvest account.
 func realAdapter(t *testing.T, mod func(*htcondor.Config)) *htcondor.Adapter {
 	t.Helper()
 	cfg := htcondor.DefaultConfig()
-	cfg.CommandTimeout = 10 * time.Second
 	cfg.SubmitUser = condortest.Submitter
 	if mod != nil {
 		mod(&cfg)
@@ -36,65 +36,6 @@ func realAdapter(t *testing.T, mod func(*htcondor.Config)) *htcondor.Adapter {
 		t.Fatal(err)
 	}
 	return a
-}
-
-func bg(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func realSnap(t *testing.T, a adapters.Adapter) cluster.Snapshot {
-	t.Helper()
-	s, err := a.Snapshot(bg(t))
-	if err != nil {
-		t.Fatalf("Snapshot: %v", err)
-	}
-	if err := s.Validate(); err != nil {
-		t.Fatalf("snapshot does not validate: %v", err)
-	}
-	return s
-}
-
-func jobOf(s cluster.Snapshot, id string) (cluster.Job, bool) {
-	for _, j := range s.Jobs {
-		if j.ID == id {
-			return j, true
-		}
-	}
-	return cluster.Job{}, false
-}
-
-func waitState(t *testing.T, a adapters.Adapter, what string, d time.Duration, cond func(cluster.Snapshot) bool) cluster.Snapshot {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		s := realSnap(t, a)
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last snapshot: %+v", d, what, s)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-}
-
-func running(id string) func(cluster.Snapshot) bool {
-	return func(s cluster.Snapshot) bool {
-		j, ok := jobOf(s, id)
-		return ok && j.State == cluster.Running
-	}
-}
-
-func cancelAllPilots(t *testing.T, a adapters.Adapter) {
-	t.Helper()
-	for _, p := range realSnap(t, a).Pilots() {
-		if err := a.Cancel(bg(t), adapters.PilotID(p.ID)); err != nil {
-			t.Errorf("cancel pilot %s: %v", p.ID, err)
-		}
-	}
-	waitState(t, a, "no pilots left", 30*time.Second, func(s cluster.Snapshot) bool { return len(s.Pilots()) == 0 })
 }
 
 var sleeper = []string{"/bin/sleep", "600"}
@@ -114,7 +55,7 @@ func TestRealHTCondor(t *testing.T) {
 				// A collector and schedd address where nothing listens.
 				return wrap(t, realAdapter(t, func(c *htcondor.Config) { c.Pool = "127.0.0.1:9"; c.CommandTimeout = 5 * time.Second }))
 			},
-			Cleanup: func(t *testing.T, a adapters.Adapter) { cancelAllPilots(t, a) },
+			Cleanup: func(t *testing.T, a adapters.Adapter) { adaptertest.CancelPilots(t, a, 30*time.Second) },
 		}
 	}
 	t.Run("the conformance suite passes in process", func(t *testing.T) {
@@ -129,7 +70,7 @@ func TestRealHTCondor(t *testing.T) {
 	p.RemoveAll(t)
 
 	a := realAdapter(t, nil)
-	info, err := a.Info(bg(t))
+	info, err := a.Info(t.Context())
 	if err != nil || info.Version != "25.14.0" {
 		t.Fatalf("Info = %+v, %v; want version 25.14.0 of the build", info, err)
 	}
@@ -138,17 +79,23 @@ func TestRealHTCondor(t *testing.T) {
 	// The scene: bob's B runs on one node, two pilots on two others, one
 	// node is idle.
 	B := p.Submit(t, "bob", "sleep 300", "batch_name = bob-analysis")
-	waitState(t, a, "bob's job running", 30*time.Second, running(B))
+	adaptertest.WaitSnap(t, a, "bob's job running", 30*time.Second, adaptertest.Running(B))
 	var pilots []adapters.PilotID
 	for i := 0; i < 2; i++ {
-		id, err := a.Submit(bg(t), adapters.PilotSpec{TimeLimit: 10 * 60, Command: sleeper})
+		id, err := a.Submit(t.Context(), adapters.PilotSpec{TimeLimit: 10 * 60, Command: sleeper})
 		if err != nil {
 			t.Fatalf("Submit: %v", err)
 		}
 		pilots = append(pilots, id)
 	}
-	s := waitState(t, a, "both pilots running", 30*time.Second, func(s cluster.Snapshot) bool {
-		return running(string(pilots[0]))(s) && running(string(pilots[1]))(s)
+	// Running with its machine named: the schedd sets JobStatus a moment
+	// before RemoteHost.
+	placed := func(s cluster.Snapshot, id adapters.PilotID) bool {
+		j, ok := adaptertest.Find(s, string(id))
+		return ok && j.State == cluster.Running && j.NodeList != ""
+	}
+	s := adaptertest.WaitSnap(t, a, "both pilots running on their nodes", 30*time.Second, func(s cluster.Snapshot) bool {
+		return placed(s, pilots[0]) && placed(s, pilots[1])
 	})
 	t.Run("a snapshot shows the nodes, the foreign job and the pilots as the pool runs them", func(t *testing.T) {
 		if s.TotalNodes != poolNodes || s.IdleNodes != 1 || s.DrainedNodes != 0 {
@@ -161,12 +108,12 @@ func TestRealHTCondor(t *testing.T) {
 				t.Errorf("node %+v, want one CPU and the name nX.<pool>", n)
 			}
 		}
-		b, ok := jobOf(s, B)
+		b, ok := adaptertest.Find(s, B)
 		if !ok || b.User != "bob" || b.Pilot || b.Name != "bob-analysis" || b.Nodes != 1 || !names[b.NodeList] || b.StartTime <= 0 || b.RunTime < 0 || b.RunTime > 120 || !b.TimeLimit.IsUnlimited() {
 			t.Errorf("bob's job = %+v, want running, unlimited, on one of the nodes %v", b, names)
 		}
 		for _, id := range pilots {
-			j, _ := jobOf(s, string(id))
+			j, _ := adaptertest.Find(s, string(id))
 			if !j.Pilot || j.User != condortest.Submitter || j.Name != "harvest-pilot" || j.TimeLimit != 600 || !names[j.NodeList] || j.NodeList == b.NodeList {
 				t.Errorf("pilot = %+v, want a running 10-minute pilot of %s on its own node", j, condortest.Submitter)
 			}
@@ -197,35 +144,35 @@ func TestRealHTCondor(t *testing.T) {
 		// alice's two jobs: one takes the idle node, one waits.
 		A1 := p.Submit(t, "alice", "sleep 300")
 		A2 := p.Submit(t, "alice", "sleep 300")
-		s := waitState(t, a, "one of alice's jobs running, the other idle", 30*time.Second, func(s cluster.Snapshot) bool {
-			j1, ok1 := jobOf(s, A1)
-			j2, ok2 := jobOf(s, A2)
+		s := adaptertest.WaitSnap(t, a, "one of alice's jobs running, the other idle", 30*time.Second, func(s cluster.Snapshot) bool {
+			j1, ok1 := adaptertest.Find(s, A1)
+			j2, ok2 := adaptertest.Find(s, A2)
 			return ok1 && ok2 && (j1.State == cluster.Running) != (j2.State == cluster.Running)
 		})
 		waiting := A2
-		if j, _ := jobOf(s, A2); j.State == cluster.Running {
+		if j, _ := adaptertest.Find(s, A2); j.State == cluster.Running {
 			waiting = A1
 		}
-		w, _ := jobOf(s, waiting)
+		w, _ := adaptertest.Find(s, waiting)
 		if w.State != cluster.Pending || w.User != "alice" || w.Pilot || s.IdleNodes != 0 {
 			t.Fatalf("alice's waiting job = %+v, idle nodes %d; want pending with no idle node", w, s.IdleNodes)
 		}
 		t0 := time.Now()
-		if err := a.Cancel(bg(t), pilots[0]); err != nil {
+		if err := a.Cancel(t.Context(), pilots[0]); err != nil {
 			t.Fatalf("Cancel: %v", err)
 		}
-		waitState(t, a, "alice's waiting job running on the released node", 60*time.Second, running(waiting))
+		adaptertest.WaitSnap(t, a, "alice's waiting job running on the released node", 60*time.Second, adaptertest.Running(waiting))
 		t.Logf("FIGURES: pilot released (condor_rm) -> the owner's waiting job running: %v (negotiator cycle 2 s, polled every 300 ms)", time.Since(t0).Round(100*time.Millisecond))
 	})
 
 	t.Run("a foreign job is never cancelled, even one named like the tag", func(t *testing.T) {
 		fake := p.Submit(t, "carol", "sleep 300", "batch_name = harvest-pilot")
-		s := realSnap(t, a)
-		if j, ok := jobOf(s, fake); !ok || j.Pilot {
+		s := adaptertest.Snap(t, a)
+		if j, ok := adaptertest.Find(s, fake); !ok || j.Pilot {
 			t.Errorf("carol's job named harvest-pilot = %+v (listed %v), want a foreign job", j, ok)
 		}
 		for _, id := range []string{B, fake} {
-			if err := a.Cancel(bg(t), adapters.PilotID(id)); !errors.Is(err, adapters.ErrNotPilot) {
+			if err := a.Cancel(t.Context(), adapters.PilotID(id)); !errors.Is(err, adapters.ErrNotPilot) {
 				t.Errorf("Cancel(%s) = %v, want ErrNotPilot", id, err)
 			}
 			if st := p.Attr(t, id, "JobStatus"); st != "1" && st != "2" {
@@ -235,11 +182,11 @@ func TestRealHTCondor(t *testing.T) {
 	})
 
 	t.Run("pilots are found again by their tag after the adapter is recreated", func(t *testing.T) {
-		s := realSnap(t, realAdapter(t, nil))
+		s := adaptertest.Snap(t, realAdapter(t, nil))
 		if got := s.Pilots(); len(got) != 1 || got[0].ID != string(pilots[1]) {
 			t.Errorf("pilots %+v, want only %s", got, pilots[1])
 		}
-		if got := realSnap(t, realAdapter(t, func(c *htcondor.Config) { c.Tag = "another-pool" })).Pilots(); len(got) != 0 {
+		if got := adaptertest.Snap(t, realAdapter(t, func(c *htcondor.Config) { c.Tag = "another-pool" })).Pilots(); len(got) != 0 {
 			t.Errorf("an adapter with another tag claims %+v", got)
 		}
 	})
@@ -248,7 +195,7 @@ func TestRealHTCondor(t *testing.T) {
 	t.Run("a pilot gets its id and lifetime, and the schedd removes it at its lifetime", func(t *testing.T) {
 		envFile := filepath.Join(p.Shared, "pilot-env")
 		os.Remove(envFile)
-		id, err := a.Submit(bg(t), adapters.PilotSpec{
+		id, err := a.Submit(t.Context(), adapters.PilotSpec{
 			TimeLimit: 8,
 			Command:   []string{"/bin/sh", "-c", "env > " + envFile + ".tmp && mv " + envFile + ".tmp " + envFile + "; exec sleep 600"},
 			Env:       map[string]string{"HARVEST_TEST": "a,b c 'q'"},
@@ -266,8 +213,8 @@ func TestRealHTCondor(t *testing.T) {
 		// periodic_remove: 8 s after the start, checked every
 		// PERIODIC_EXPR_INTERVAL (5 s in the pool).
 		t0 := time.Now()
-		waitState(t, a, "the pilot removed by the schedd", 60*time.Second, func(s cluster.Snapshot) bool {
-			_, ok := jobOf(s, string(id))
+		adaptertest.WaitSnap(t, a, "the pilot removed by the schedd", 60*time.Second, func(s cluster.Snapshot) bool {
+			_, ok := adaptertest.Find(s, string(id))
 			return !ok
 		})
 		t.Logf("FIGURES: an 8 s pilot left the queue %v after its environment was written", time.Since(t0).Round(100*time.Millisecond))

@@ -83,3 +83,43 @@ func TestAMachineTheScheddRunsAJobOnIsNotIdleWhateverTheCollectorStillSays(t *te
 		t.Errorf("idle nodes %d, n3 %+v; want 1 idle and n3 allocated (pilot 9.0 runs there)", s.IdleNodes, s.Nodes[2])
 	}
 }
+
+// For a moment after the start, the schedd lists a job as running before
+// its ad names the machine (RemoteHost unset): it still takes a machine.
+func TestARunningJobOnNoNamedMachineStillTakesOne(t *testing.T) {
+	slots, jobs := realPool(t, FormatJSON)
+	var stale []SlotAd
+	for _, sl := range slots {
+		if sl.Machine == "n3.harvest-condor" {
+			if sl.Dynamic {
+				continue
+			}
+			sl.CPUs, sl.MemoryMB = sl.TotalSlotCPUs, sl.TotalSlotMemMB
+		}
+		stale = append(stale, sl)
+	}
+	for i := range jobs {
+		if jobs[i].ID() == "9.0" {
+			jobs[i].RemoteHost, jobs[i].CurrentStart = "", 0
+		}
+	}
+	s, err := BuildSnapshot(stale, jobs, View{Tag: "harvest-pilot", Now: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.IdleNodes != 1 {
+		t.Errorf("idle nodes %d, want 1 (pilot 9.0 runs on some machine): %+v", s.IdleNodes, s.Nodes)
+	}
+	// A scheduler-universe job (DAGMan) never has a RemoteHost: no machine.
+	var idle []SlotAd
+	for _, sl := range slots {
+		if !sl.Dynamic {
+			sl.CPUs, sl.MemoryMB = sl.TotalSlotCPUs, sl.TotalSlotMemMB
+			idle = append(idle, sl)
+		}
+	}
+	jobs = []JobAd{{Cluster: 99, Owner: "bob", Status: statusRunning, Universe: universeScheduler, Limit: cluster.Unlimited}}
+	if s, err := BuildSnapshot(idle, jobs, View{Tag: "harvest-pilot", Now: 1}); err != nil || s.IdleNodes != 4 {
+		t.Errorf("idle nodes %d (%v) with only DAGMan running, want 4", s.IdleNodes, err)
+	}
+}
