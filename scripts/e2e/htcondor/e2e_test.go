@@ -34,8 +34,10 @@ const (
 	poll      = 2 * time.Second
 	// slack is what a foreign job may wait beyond one poll for harvest:
 	// the pilot's removal (condor_rm, the starter's SIGTERM), the slot's
-	// next ad and a negotiation cycle (2 s intervals in the pool).
-	slack = 10 * time.Second
+	// next ad and a negotiation cycle (2 s intervals in the pool), with
+	// room for a loaded CI machine. Without the give-back the owners'
+	// jobs would wait for the harvest job's end, a minute or more.
+	slack = 20 * time.Second
 	// harvester is the user whose dataset is harvested.
 	harvester = "carol"
 	ledger    = ".ledger"
