@@ -42,8 +42,14 @@ func TestOneJobRunsOnSLURMAndHTCondorBehindOneQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// HTCondor's pilots run as the submitter account; SLURM's as root.
-	p.Run(t, "", "chown", condortest.Submitter, filepath.Join(r.work, "condor", "shared"), filepath.Join(r.work, "condor", "pilots"))
+	// HTCondor's pilots run as the submitter account; SLURM's, submitted
+	// by root, switch to it (runuser), so both sites' tasks write the
+	// job's output directory (its ledger, its logs) as one account.
+	var own []string
+	for _, d := range []string{"slurm/shared", "slurm/pilots", "condor/shared", "condor/pilots"} {
+		own = append(own, filepath.Join(r.work, d))
+	}
+	p.Run(t, "", "chown", append([]string{condortest.Submitter}, own...)...)
 	r.installHarvest()
 
 	const n = 40
@@ -62,13 +68,14 @@ func TestOneJobRunsOnSLURMAndHTCondorBehindOneQueue(t *testing.T) {
 	p.Run(t, "", "chmod", "2770", out)
 
 	pilot := fmt.Sprintf("%s pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s", r.harvest)
-	common := []string{"--poll", poll.String(), "--margin", "30s", "--mini-time", "10s", "--pilot-command", pilot, "--log-level", "info"}
+	common := []string{"--poll", poll.String(), "--margin", "30s", "--mini-time", "10s", "--log-level", "info"}
 	socket := filepath.Join(r.work, "q.sock")
 	slurmLog := filepath.Join(r.work, "slurm", "agent.log")
 	hosting := append([]string{"agent", "--site", "slurm", "--adapter", "slurm", "--adapter-opt", "slurm_conf=" + c.Conf,
 		"--state-dir", filepath.Join(r.work, "slurm", "state"), "--shared-dir", filepath.Join(r.work, "slurm", "shared"),
 		"--pilot-output", filepath.Join(r.work, "slurm", "pilots", "pilot-%j.out"),
-		"--listen", "127.0.0.1:0", "--socket", socket, "--allowed-root", filepath.Join(r.work, "data"), "--lease-ttl", "8s"}, common...)
+		"--listen", "127.0.0.1:0", "--socket", socket, "--allowed-root", filepath.Join(r.work, "data"), "--lease-ttl", "8s",
+		"--pilot-command", "runuser -u " + condortest.Submitter + " -- " + pilot}, common...)
 	stopA := startLogged(t, r.harvest, hosting, slurmLog, "SLURM_CONF="+c.Conf)
 	defer stopA()
 	var url string
@@ -91,7 +98,7 @@ func TestOneJobRunsOnSLURMAndHTCondorBehindOneQueue(t *testing.T) {
 		"--queue", url, "--agent-token-file", tf,
 		"--state-dir", filepath.Join(r.work, "condor", "state"), "--shared-dir", filepath.Join(r.work, "condor", "shared"),
 		"--pilot-workdir", filepath.Join(r.work, "condor", "pilots"),
-		"--pilot-output", filepath.Join(r.work, "condor", "pilots", "pilot-$(Cluster).out")}, common...)
+		"--pilot-output", filepath.Join(r.work, "condor", "pilots", "pilot-$(Cluster).out"), "--pilot-command", pilot}, common...)
 	stopB := startLogged(t, r.harvest, remote, filepath.Join(r.work, "condor", "agent.log"))
 	defer stopB()
 
