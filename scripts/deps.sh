@@ -2,6 +2,8 @@
 # Installs the Debian packages harvest's tests and demo need (idempotent).
 set -euo pipefail
 PKGS="munge slurmctld slurmd slurm-client gcc libc6-dev sqlite3 ca-certificates chromium jq rpm"
+# the runtime libraries of the HTCondor build in ../shared/htcondor (scripts/minipool.sh)
+PKGS="$PKGS libssl3 libsqlite3-0 libuuid1 libpcre2-8-0 libgomp1 libstdc++6"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -52,7 +52,7 @@ step "starting the SLURM mini-cluster"
 # running.
 LAB=${LAB:-/var/tmp/harvest-slurm}
 cluster_b() { LAB=$LAB-b CTLD_PORT=$((${CTLD_PORT:-6817} + 100)) PORT_BASE=$((${PORT_BASE:-17000} + 100)) LINK_ETC=0 "$@"; }
-ran_a=0 ran_b=0
+ran_a=0 ran_b=0 ran_pool=0
 LAB=$LAB scripts/minicluster.sh status >/dev/null 2>&1 && ran_a=1
 cluster_b scripts/minicluster.sh status >/dev/null 2>&1 && ran_b=1
 stop_clusters() {
@@ -60,10 +60,19 @@ stop_clusters() {
   step "stopping the mini-clusters this run started"
   [ "$ran_b" = 1 ] || cluster_b scripts/minicluster.sh stop >/dev/null 2>&1 || echo "could not stop $LAB-b" >&2
   [ "$ran_a" = 1 ] || LAB=$LAB scripts/minicluster.sh stop >/dev/null 2>&1 || echo "could not stop $LAB" >&2
+  [ "$ran_pool" = 1 ] || scripts/minipool.sh stop >/dev/null 2>&1 || echo "could not stop the HTCondor pool" >&2
 }
 trap stop_clusters EXIT
 scripts/minicluster.sh users >/dev/null
 LAB=$LAB scripts/minicluster.sh start 8
+
+step "starting the HTCondor personal pool"
+# scripts/minipool.sh: HTCondor 25.14 from ../shared/htcondor, 4 startds
+# as 4 nodes (/var/tmp/harvest-condor, collector port 19618), up in about
+# 10 s; stopped at exit like the clusters. The real-HTCondor tests
+# (HARVEST_HTCONDOR_TESTS=1: the adapter's, the e2e harvest) take turns on it.
+scripts/minipool.sh status >/dev/null 2>&1 && ran_pool=1
+scripts/minipool.sh start 4
 
 step "all tests, real SLURM included"
 # Packages that use a mini-cluster hold its lock (internal/slurmtest); with
@@ -72,7 +81,7 @@ step "all tests, real SLURM included"
 # real-SLURM tests run at once. -p 4: those packages mostly wait on the
 # clusters' real time, and with go test's default of one package per core
 # a two-cluster test waiting for both locks would hold one of the 2 slots.
-HARVEST_SLURM_LABS=2 HARVEST_REQUIRE_BROWSER=1 HARVEST_SLURM_TESTS=1 go test -p 4 -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
+HARVEST_HTCONDOR_TESTS=1 HARVEST_SLURM_LABS=2 HARVEST_REQUIRE_BROWSER=1 HARVEST_SLURM_TESTS=1 go test -p 4 -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
 status=${PIPESTATUS[0]}
 passed=$(grep -c '^ok ' /tmp/harvest-test.log || true)
 failed=$(grep -c '^FAIL[[:space:]]' /tmp/harvest-test.log || true)

@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -41,6 +44,9 @@ var _ adapters.Adapter = (*Adapter)(nil)
 func New(cfg Config) (*Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.SubmitUser != "" && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("htcondor config: submit user %q: only an agent running as root can submit as another account (leave it empty to submit as %s)", cfg.SubmitUser, currentUser())
 	}
 	return &Adapter{cfg: cfg, Now: time.Now, Log: slog.Default()}, nil
 }
@@ -242,6 +248,17 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 	if a.cfg.BinDir != "" {
 		path = filepath.Join(a.cfg.BinDir, name)
 	}
+	if name == "condor_submit" && a.cfg.SubmitUser != "" {
+		// runuser keeps the environment (CONDOR_CONFIG) and passes the
+		// command's exit status through.
+		if a.cfg.BinDir == "" {
+			if p, err := exec.LookPath(name); err == nil {
+				path = p
+			}
+		}
+		args = append([]string{"-u", a.cfg.SubmitUser, "--", path}, args...)
+		path = "runuser"
+	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CommandTimeout)
 	defer cancel()
 	res, err := command.Run(cctx, command.Spec{Path: path, Args: args, Stdin: stdin, WaitDelay: 2 * time.Second})
@@ -282,6 +299,13 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, command.Excerpt(msg, errorExcerpt))
 	}
 	return nil, &commandFailed{cmd: name, code: ee.Code, output: command.Excerpt(msg, errorExcerpt)}
+}
+
+func currentUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return fmt.Sprintf("uid %d", os.Geteuid())
 }
 
 // errorExcerpt is how much of a command's output an error quotes, on one

@@ -61,6 +61,11 @@ type Config struct {
 	OutputDir string
 	// Format is the output format asked of condor_q and condor_status.
 	Format Format
+	// SubmitUser is the account condor_submit runs as (through runuser)
+	// when the agent runs as root: HTCondor refuses jobs owned by root or
+	// by its own daemon account, so a root agent needs an ordinary
+	// submitter account. Empty = submit as the agent's own user.
+	SubmitUser string
 	// LimitAttributes are job attributes that hold a lifetime limit in
 	// seconds at this site (e.g. "MaxRuntime"), read as foreign jobs'
 	// time limits besides AllowedJobDuration and periodic_remove.
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 var (
 	tagRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	hostRE     = regexp.MustCompile(`^[A-Za-z0-9._:@\[\]-]+$`)
+	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 	reservedRE = regexp.MustCompile(`(?i)^\s*(queue\b|\+?(my\.)?harvest(pilot|lifetime)\s*=)`)
 )
 
@@ -136,6 +142,9 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.OutputDir, "\r\n$") {
 		bad("output dir %q holds a line break or '$'", c.OutputDir)
 	}
+	if c.SubmitUser != "" && !userRE.MatchString(c.SubmitUser) {
+		bad("submit user %q is not an account name", c.SubmitUser)
+	}
 	if c.Format != FormatJSON && c.Format != FormatLong {
 		bad("format %q: want %q or %q", c.Format, FormatJSON, FormatLong)
 	}
@@ -154,6 +163,7 @@ func (c Config) Validate() error {
 var optionKeys = []string{
 	"tag", "pool", "schedd", "timeout", "bin_dir", "slot_cpus", "slot_memory_mb",
 	"max_lifetime", "lifetime", "submit_lines", "output_dir", "format", "limit_attributes",
+	"submit_user",
 }
 
 // ConfigFromOptions maps the string options a plugin receives onto a
@@ -210,6 +220,7 @@ func ConfigFromOptions(o map[string]string) (Config, error) {
 		}
 	}
 	str("output_dir", &c.OutputDir)
+	str("submit_user", &c.SubmitUser)
 	if v, ok := o["format"]; ok {
 		c.Format = Format(strings.TrimSpace(v))
 	}

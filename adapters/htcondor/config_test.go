@@ -22,6 +22,7 @@ func TestOptionsMapOntoTheConfig(t *testing.T) {
 		"output_dir":       "/scratch/harvest",
 		"format":           "long",
 		"limit_attributes": "MaxRuntime, JobMaxWallTime",
+		"submit_user":      "harvest",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +33,7 @@ func TestOptionsMapOntoTheConfig(t *testing.T) {
 		MaxLifetime: 12 * time.Hour, Lifetime: LifetimeAllowedJobDuration,
 		ExtraSubmit: []string{"accounting_group = group_harvest", `+ProjectName = "harvest"`},
 		OutputDir:   "/scratch/harvest", Format: FormatLong, LimitAttributes: []string{"MaxRuntime", "JobMaxWallTime"},
+		SubmitUser: "harvest",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -69,6 +71,7 @@ func TestBadOptionsAreRefusedWithAClearError(t *testing.T) {
 		{"an unknown format", map[string]string{"format": "xml"}, "format"},
 		{"a bad limit attribute", map[string]string{"limit_attributes": "Max Runtime"}, "limit attribute"},
 		{"a pool name with blanks", map[string]string{"pool": "a b"}, "pool"},
+		{"a submit user that is no account name", map[string]string{"submit_user": "-u root"}, "submit user"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,6 +95,33 @@ func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, erro
 		}
 	}
 	sort.Strings(names)
+	// The collector's slot ads lag the schedd by up to UPDATE_INTERVAL: a
+	// job the schedd already lists as running may sit on a slot still
+	// advertised as Unclaimed, and for a moment a running job's ad may
+	// not name its RemoteHost yet (both seen on a real 25.14 pool). The
+	// schedd's word wins: a machine a running job is on is not idle, and
+	// a running job on no named machine takes one idle machine.
+	unplaced := 0
+	for _, j := range jobs {
+		switch j.Universe {
+		case universeScheduler, universeLocal, universeGrid:
+			continue // runs elsewhere than on the pool's machines
+		}
+		switch j.Status {
+		case statusRunning, statusTransfer, statusSuspended:
+			if m := byName[hostOf(j.RemoteHost)]; m != nil {
+				m.claimed = true
+			} else if j.RemoteHost == "" {
+				unplaced++
+			}
+		}
+	}
+	for _, n := range names {
+		if m := byName[n]; unplaced > 0 && !m.claimed && m.unclaimed && !m.drained && !m.owner {
+			m.claimed = true
+			unplaced--
+		}
+	}
 
 	// now is the schedd's clock, the one JobCurrentStartDate is on; the
 	// agent's only when no ad says (every ad of one answer carries the
@@ -225,9 +252,13 @@ func toJob(j JobAd, state cluster.JobState, v View, now int64) cluster.Job {
 		if j.CurrentStart > 0 && now > j.CurrentStart {
 			out.RunTime = now - j.CurrentStart
 		}
-		// slot1_1@host, or slot1@glidein_1@host on a glidein: the host is
-		// after the last @.
-		out.NodeList = j.RemoteHost[strings.LastIndex(j.RemoteHost, "@")+1:]
+		out.NodeList = hostOf(j.RemoteHost)
 	}
 	return out
+}
+
+// hostOf is the machine of a RemoteHost: slot1_1@host, or
+// slot1@glidein_1@host on a glidein (the host is after the last @).
+func hostOf(remoteHost string) string {
+	return remoteHost[strings.LastIndex(remoteHost, "@")+1:]
 }
