@@ -2,10 +2,15 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
@@ -163,5 +168,81 @@ func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
 		if open[k] != "ok" {
 			t.Errorf("unconfined probe %s: %s: the probe cannot tell", k, open[k])
 		}
+	}
+}
+
+// TestConfiningTasksLeavesTheWorkerFree: each confined task is started
+// from a worker thread confined for it; none of that confinement may reach
+// the rest of the worker (its checkpoint and state are outside every
+// task's rules). After many confined tasks at once, every goroutine of
+// the worker still writes where the tasks cannot, and each task is in a
+// domain of its own: it cannot signal a sibling task of the same job.
+func TestConfiningTasksLeavesTheWorkerFree(t *testing.T) {
+	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
+		t.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(root, 0o755)
+	os.MkdirAll(state, 0o755)
+	r := worker.DefaultExecRunner()
+	r.Roots, r.Jail = []string{root}, &confine.Launcher{Mode: confine.ModeRequire}
+	defer r.Close()
+	out := filepath.Join(root, "out")
+	// A long task of the job whose pid the others try to signal.
+	pidFile := filepath.Join(out, "sibling.pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	sibling := make(chan worker.Outcome, 1)
+	go func() {
+		sibling <- r.Run(ctx, pilotproto.Task{ID: 1000, Attempt: 1, JobID: 7, OutputDir: out, Output: filepath.Join(out, "s"),
+			Command: []string{"sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 60`, "sh", pidFile}})
+	}()
+	defer func() {
+		cancel()
+		<-sibling
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(pidFile); err == nil {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the long task did not start")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file the task writes, with a bound
+	}
+	var wg sync.WaitGroup
+	outcomes := make([]worker.Outcome, 40)
+	for i := range outcomes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outcomes[i] = r.Run(context.Background(), pilotproto.Task{ID: int64(i + 1), Attempt: 1, JobID: 7, OutputDir: out,
+				Output: filepath.Join(out, strconv.Itoa(i)), Env: []string{"STATE=" + state, "PIDFILE=" + pidFile},
+				Command: []string{"sh", "-c", `if kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then echo signalled > "$1"; fi; ! echo x > "$STATE/t$$"`, "sh", "{output}"}})
+		}()
+	}
+	wg.Wait()
+	for i, o := range outcomes {
+		if o.Status != pilotproto.StatusDone {
+			t.Fatalf("task %d: %s %d %q: it wrote outside its rules", i+1, o.Status, o.ExitCode, o.ErrorTail)
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, strconv.Itoa(i))); len(b) > 0 {
+			t.Fatalf("task %d signalled its sibling task", i+1)
+		}
+	}
+	var werr atomic.Value
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := os.WriteFile(filepath.Join(state, fmt.Sprintf("w%d", i)), []byte("x"), 0o600); err != nil {
+				werr.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := werr.Load(); err != nil {
+		t.Fatalf("the worker lost access to its own files: %v", err)
 	}
 }

@@ -41,11 +41,11 @@ type Config struct {
 	Exec      bool          // run each task as a real process (sleep/true) instead of in the worker
 	// Confine is the workers' confinement of real tasks (--exec), as a
 	// pilot's --confine: auto confines with Landlock where the kernel can.
-	Confine string
-	Users     int           // users competing, one job each (the in-memory feed: jobs interleaved)
-	InMemory  bool          // an in-memory feed instead of the real queue: the master and workers alone
-	Binary    string        // the harvest binary to start workers with
-	Dir       string        // scratch directory (checkpoint, task logs)
+	Confine  string
+	Users    int    // users competing, one job each (the in-memory feed: jobs interleaved)
+	InMemory bool   // an in-memory feed instead of the real queue: the master and workers alone
+	Binary   string // the harvest binary to start workers with
+	Dir      string // scratch directory (checkpoint, task logs)
 	// WorkerProcs is each worker process's GOMAXPROCS. 0: the machine's
 	// cores shared out among the workers (at least 1 each), as if each
 	// had its node: on a 2-core machine 4 Go runtimes of 2 threads each
