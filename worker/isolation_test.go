@@ -171,12 +171,12 @@ func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
 	}
 }
 
-// TestConfiningTasksLeavesTheWorkerFree: each confined task is started
-// from a worker thread confined for it; none of that confinement may reach
-// the rest of the worker (its checkpoint and state are outside every
-// task's rules). After many confined tasks at once, every goroutine of
-// the worker still writes where the tasks cannot, and each task is in a
-// domain of its own: it cannot signal a sibling task of the same job.
+// TestConfiningTasksLeavesTheWorkerFree: the tasks of a job are started
+// by the job's runner, confined once; none of that confinement may reach
+// the worker (its checkpoint and state are outside every task's rules).
+// After many confined tasks at once, every goroutine of the worker still
+// writes where the tasks cannot, and each task is in a domain of its own:
+// it cannot signal a sibling task of the same job.
 func TestConfiningTasksLeavesTheWorkerFree(t *testing.T) {
 	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
 		t.Skipf("this kernel has no Landlock: %v", sup.Err)
@@ -186,8 +186,12 @@ func TestConfiningTasksLeavesTheWorkerFree(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	os.MkdirAll(root, 0o755)
 	os.MkdirAll(state, 0o755)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := worker.DefaultExecRunner()
-	r.Roots, r.Jail = []string{root}, &confine.Launcher{Mode: confine.ModeRequire}
+	r.Roots, r.Jail = []string{root}, &confine.Launcher{Exe: exe, Mode: confine.ModeRequire}
 	defer r.Close()
 	out := filepath.Join(root, "out")
 	// A long task of the job whose pid the others try to signal.
@@ -198,13 +202,22 @@ func TestConfiningTasksLeavesTheWorkerFree(t *testing.T) {
 		sibling <- r.Run(ctx, pilotproto.Task{ID: 1000, Attempt: 1, JobID: 7, OutputDir: out, Output: filepath.Join(out, "s"),
 			Command: []string{"sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 60`, "sh", pidFile}})
 	}()
+	ended := false
 	defer func() {
 		cancel()
-		<-sibling
+		if !ended {
+			<-sibling
+		}
 	}()
 	for i := 0; ; i++ {
 		if _, err := os.Stat(pidFile); err == nil {
 			break
+		}
+		select {
+		case o := <-sibling:
+			ended = true
+			t.Fatalf("the long task ended: %+v", o)
+		default:
 		}
 		if i > 500 {
 			t.Fatal("the long task did not start")

@@ -213,11 +213,60 @@ func (r *ExecRunner) prepareIn(job *jobFiles, t pilotproto.Task) (*prepared, err
 	return p, nil
 }
 
-// command builds the task's process.
-func (r *ExecRunner) command(t pilotproto.Task, argv []string, p *prepared) (*exec.Cmd, error) {
+// proc is a started task.
+type proc interface {
+	done() <-chan struct{}
+	signal(syscall.Signal)
+	// result once done: the wait status, or why it is unknown.
+	result() (syscall.WaitStatus, error)
+}
+
+// cmdProc is an unconfined task, the worker's own child.
+type cmdProc struct {
+	cmd *exec.Cmd
+	end chan struct{}
+}
+
+func (c *cmdProc) done() <-chan struct{} { return c.end }
+
+func (c *cmdProc) signal(sig syscall.Signal) { _ = syscall.Kill(-c.cmd.Process.Pid, sig) }
+
+func (c *cmdProc) result() (syscall.WaitStatus, error) {
+	ws, _ := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws, nil
+}
+
+// runnerProc is a confined task, started by its job's runner.
+type runnerProc struct{ t *confine.Task }
+
+func (c runnerProc) done() <-chan struct{}               { return c.t.Done() }
+func (c runnerProc) signal(sig syscall.Signal)           { c.t.Signal(sig) }
+func (c runnerProc) result() (syscall.WaitStatus, error) { return c.t.Wait() }
+
+// start starts the task: through its job's runner when confined, else as
+// the worker's own child. The error carries the exit code a shell would
+// give (127: not found).
+func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc, int, error) {
 	prog, err := confine.LookPath(argv[0], r.Path)
 	if err != nil {
-		return nil, err
+		code := -1
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return nil, code, err
+	}
+	env := r.Env(t, p.tmp)
+	if run := p.job.runner; run != nil {
+		task, err := run.Start(prog, argv, env, r.jobs.devNull, p.stdout, p.stderr)
+		if err != nil {
+			code := -1
+			var se *confine.StartError
+			if errors.As(err, &se) {
+				code = se.Code
+			}
+			return nil, code, err
+		}
+		return runnerProc{task}, 0, nil
 	}
 	cmd := exec.Command(prog, argv[1:]...)
 	cmd.Args[0] = argv[0]
@@ -229,7 +278,20 @@ func (r *ExecRunner) command(t pilotproto.Task, argv []string, p *prepared) (*ex
 		// descriptors: this is the directory the job's files opened.
 		cmd.Dir = safefs.FDPath(p.job.outDir)
 	}
-	return cmd, nil
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.jobs.devNull, p.stdout, p.stderr
+	cmd.Env = env
+	// Own process group so kill reaches the children; SIGKILL if the
+	// worker itself dies (kill -9), so no orphan keeps writing.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, -1, err
+	}
+	c := &cmdProc{cmd: cmd, end: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(c.end)
+	}()
+	return c, 0, nil
 }
 
 // Run implements Runner.
@@ -246,35 +308,15 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 	if err != nil {
 		return fail(-1, err)
 	}
-	defer r.jobs.release(p.job, false)
+	defer func() {
+		// A runner that ended (a task killed it) is not handed out again.
+		r.jobs.release(p.job, p.job.runner != nil && p.job.runner.Ended())
+	}()
 	defer p.close()
-	cmd, err := r.command(t, argv, p)
+	pr, code, err := r.start(t, argv, p)
 	if err != nil {
-		code := -1
-		if errors.Is(err, os.ErrNotExist) {
-			code = 127
-		}
 		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.jobs.devNull, p.stdout, p.stderr
-	cmd.Env = r.Env(t, p.tmp)
-	// Own process group so kill reaches the children; SIGKILL if the
-	// worker itself dies (kill -9), so no orphan keeps writing.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// The thread that starts a confined task is kept until the task has
-	// ended (its parent-death signal follows that thread).
-	released := make(chan struct{})
-	defer close(released)
-	if err := p.job.rules.Start(cmd.Start, released); err != nil {
-		code := -1
-		if errors.Is(err, os.ErrPermission) {
-			code = confine.ExitCannotRun
-		}
-		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
 	var timeout <-chan time.Time
 	if t.TimeoutS > 0 {
 		tm := time.NewTimer(time.Duration(t.TimeoutS) * time.Second)
@@ -282,29 +324,36 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		timeout = tm.C
 	}
 	timedOut := false
-	var waitErr error
 	select {
-	case waitErr = <-done:
+	case <-pr.done():
 	case <-ctx.Done():
-		waitErr = r.kill(cmd, done)
+		r.kill(pr)
 	case <-timeout:
 		timedOut = true
-		waitErr = r.kill(cmd, done)
+		r.kill(pr)
 	}
-	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	ws, werr := pr.result()
+	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: -1}
+	switch {
+	case werr != nil:
+	case ws.Exited():
+		o.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
 		o.Signal = ws.Signal()
 	}
 	switch {
 	case timedOut:
 		o.Status = pilotproto.StatusTimeout
-	case waitErr == nil:
+	case werr == nil && ws.Exited() && ws.ExitStatus() == 0:
 		o.Status = pilotproto.StatusDone
 	default:
 		o.Status = pilotproto.StatusFailed
 	}
 	if o.Status != pilotproto.StatusDone {
 		o.ErrorTail = tail(p.stderr, r.TailBytes)
+		if werr != nil {
+			o.ErrorTail += "\n[harvest] " + werr.Error()
+		}
 		if timedOut {
 			o.ErrorTail += fmt.Sprintf("\n[harvest] killed after the task timeout of %ds", t.TimeoutS)
 		}
@@ -312,19 +361,20 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 	return o
 }
 
-// kill sends SIGTERM to the task's process group, SIGKILL after the grace.
-func (r *ExecRunner) kill(cmd *exec.Cmd, done <-chan error) error {
-	pgid := cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+// kill sends SIGTERM to the task's process group, SIGKILL after the grace
+// or, once the task ended, to what is left of the group.
+func (r *ExecRunner) kill(pr proc) {
+	pr.signal(syscall.SIGTERM)
 	t := time.NewTimer(r.KillGrace)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // stragglers in the group
-		return err
+	case <-pr.done():
+		if _, ok := pr.(*cmdProc); ok {
+			pr.signal(syscall.SIGKILL) // stragglers in the group (the runner does it itself)
+		}
 	case <-t.C:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return <-done
+		pr.signal(syscall.SIGKILL)
+		<-pr.done()
 	}
 }
 

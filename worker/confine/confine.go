@@ -135,6 +135,13 @@ const (
 // it confines itself and execs the task, and never returns then. It does
 // nothing for any other command line.
 func Main() {
+	if len(os.Args) == 3 && os.Args[1] == RunnerArg {
+		code, err := serveRunner(os.Args[2])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "harvest: task runner: %v\n", err)
+		}
+		os.Exit(code)
+	}
 	if len(os.Args) < 4 || os.Args[1] != Arg {
 		return
 	}
