@@ -26,14 +26,10 @@ type jobFiles struct {
 	logs    *os.File // OUTDIR/.harvest/logs; nil: FallbackLog
 	input   *os.File // the input the rules name (no roots set); else nil
 	tmpRoot string
-	// free are temporary directories tasks left empty, for the next tasks
-	// (making and removing a directory costs journal writes on disk file
-	// systems: 0.3 ms of CPU on the benchmark machine's ext4).
-	free   []string
-	runner *confine.Runner // the job's confined task runner; nil: tasks are not confined
-	refs   int             // tasks using it
-	idle   time.Time       // since when refs is 0
-	stale  bool            // no longer handed out
+	runner  *confine.Runner // the job's confined task runner; nil: tasks are not confined
+	refs    int             // tasks using it
+	idle    time.Time       // since when refs is 0
+	stale   bool            // no longer handed out
 }
 
 // jobCache holds the jobFiles of the jobs whose tasks ran lately.

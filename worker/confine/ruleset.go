@@ -43,14 +43,6 @@ func scopeRuleset() (*Ruleset, error) {
 	return &Ruleset{fd: fd}, nil
 }
 
-// Close releases the ruleset (tasks already started keep their domain).
-func (rs *Ruleset) Close() {
-	if rs.fd >= 0 {
-		unix.Close(rs.fd)
-		rs.fd = -1
-	}
-}
-
 // Start runs start on a thread of its own confined by rs and, if it
 // succeeded, then after on the same thread, which then ends (it is never
 // reused: it stays confined). start must start the task's process (fork

@@ -36,6 +36,7 @@ type Runner struct {
 	pending map[int64]*Task
 	err     error // why the runner ended; nil while it runs
 	ended   chan struct{}
+	buf     [4096]byte // an event (read by one goroutine at a time)
 }
 
 // A Task is a task a Runner started.
@@ -123,7 +124,7 @@ func StartRunner(l *Launcher, p Policy, files []*os.File) (*Runner, error) {
 }
 
 func (r *Runner) receive(ev *event) error {
-	buf := make([]byte, 4096)
+	buf := r.buf[:]
 	n, _, _, _, err := r.conn.ReadMsgUnix(buf, nil)
 	if err != nil {
 		return err
