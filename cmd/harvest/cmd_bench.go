@@ -157,8 +157,12 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	if r.Queue == "memory" {
 		path = fmt.Sprintf("in-memory feed (%d jobs interleaved) -> master -> workers (no queue)", r.Users)
 	}
-	fmt.Fprintf(out, "%s\n%d tasks (%s each) on %d workers x %d slots (GOMAXPROCS %d each), batch size %d: makespan %.3f s\n",
-		path, r.Tasks, taskKind(cfg), r.Workers, r.Slots, r.WorkerProcs, cfg.BatchSize, r.MakespanS)
+	kind := taskKind(cfg) + " each"
+	if cfg.Exec {
+		kind += ", confinement " + cfg.Confine
+	}
+	fmt.Fprintf(out, "%s\n%d tasks (%s) on %d workers x %d slots (GOMAXPROCS %d each), batch size %d: makespan %.3f s\n",
+		path, r.Tasks, kind, r.Workers, r.Slots, r.WorkerProcs, cfg.BatchSize, r.MakespanS)
 	fmt.Fprintf(out, "throughput %.0f tasks/s, overhead %.4f ms per task\n", r.TasksPerS, r.OverheadMS)
 	if r.Efficiency > 0 {
 		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
@@ -201,9 +205,9 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 func taskKind(cfg bench.Config) string {
 	switch {
 	case cfg.Exec && cfg.TaskTime == 0:
-		return "exec true, confine " + cfg.Confine
+		return "exec true"
 	case cfg.Exec:
-		return "exec sleep " + cfg.TaskTime.String() + ", confine " + cfg.Confine
+		return "exec sleep " + cfg.TaskTime.String()
 	case cfg.TaskTime == 0:
 		return "no-op"
 	}
