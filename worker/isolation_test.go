@@ -2,10 +2,16 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
@@ -163,5 +169,179 @@ func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
 		if open[k] != "ok" {
 			t.Errorf("unconfined probe %s: %s: the probe cannot tell", k, open[k])
 		}
+	}
+}
+
+// TestConfiningTasksLeavesTheWorkerFree: the tasks of a job are started
+// by the job's runner, confined once; none of that confinement may reach
+// the worker (its checkpoint and state are outside every task's rules).
+// After many confined tasks at once, every goroutine of the worker still
+// writes where the tasks cannot, and each task is in a domain of its own:
+// it cannot signal a sibling task of the same job.
+func TestConfiningTasksLeavesTheWorkerFree(t *testing.T) {
+	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
+		t.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(root, 0o755)
+	os.MkdirAll(state, 0o755)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := worker.DefaultExecRunner()
+	r.Roots, r.Jail = []string{root}, &confine.Launcher{Exe: exe, Mode: confine.ModeRequire}
+	defer r.Close()
+	out := filepath.Join(root, "out")
+	// A long task of the job whose pid the others try to signal.
+	pidFile := filepath.Join(out, "sibling.pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	sibling := make(chan worker.Outcome, 1)
+	go func() {
+		sibling <- r.Run(ctx, pilotproto.Task{ID: 1000, Attempt: 1, JobID: 7, OutputDir: out, Output: filepath.Join(out, "s"),
+			Command: []string{"sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 60`, "sh", pidFile}})
+	}()
+	ended := false
+	defer func() {
+		cancel()
+		if !ended {
+			<-sibling
+		}
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(pidFile); err == nil {
+			break
+		}
+		select {
+		case o := <-sibling:
+			ended = true
+			t.Fatalf("the long task ended: %+v", o)
+		default:
+		}
+		if i > 500 {
+			t.Fatal("the long task did not start")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file the task writes, with a bound
+	}
+	var wg sync.WaitGroup
+	outcomes := make([]worker.Outcome, 40)
+	for i := range outcomes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outcomes[i] = r.Run(context.Background(), pilotproto.Task{ID: int64(i + 1), Attempt: 1, JobID: 7, OutputDir: out,
+				Output: filepath.Join(out, strconv.Itoa(i)), Env: []string{"STATE=" + state, "PIDFILE=" + pidFile},
+				Command: []string{"sh", "-c", `if kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then echo signalled > "$1"; fi; ! echo x > "$STATE/t$$"`, "sh", "{output}"}})
+		}()
+	}
+	wg.Wait()
+	for i, o := range outcomes {
+		if o.Status != pilotproto.StatusDone {
+			t.Fatalf("task %d: %s %d %q: it wrote outside its rules", i+1, o.Status, o.ExitCode, o.ErrorTail)
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, strconv.Itoa(i))); len(b) > 0 {
+			t.Fatalf("task %d signalled its sibling task", i+1)
+		}
+	}
+	var werr atomic.Value
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := os.WriteFile(filepath.Join(state, fmt.Sprintf("w%d", i)), []byte("x"), 0o600); err != nil {
+				werr.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := werr.Load(); err != nil {
+		t.Fatalf("the worker lost access to its own files: %v", err)
+	}
+}
+
+// runnerPids lists this process's children that are task runners.
+func runnerPids(t *testing.T) []int {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	var pids []int
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(s)
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.Contains(string(cmd), confine.RunnerArg) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestARunnerThatDiesFailsItsTasksAndIsReplaced: if a job's runner dies
+// (a task of the job killed it), the tasks it ran fail saying so, they do
+// not outlive it, and the job's next task gets a new runner.
+func TestARunnerThatDiesFailsItsTasksAndIsReplaced(t *testing.T) {
+	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
+		t.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := worker.DefaultExecRunner()
+	r.Roots, r.Jail = []string{dir}, &confine.Launcher{Exe: exe, Mode: confine.ModeRequire}
+	defer r.Close()
+	out := filepath.Join(dir, "out")
+	pidFile := filepath.Join(out, "task.pid")
+	others := map[int]bool{} // other tests' runners
+	for _, pid := range runnerPids(t) {
+		others[pid] = true
+	}
+	res := make(chan worker.Outcome, 1)
+	go func() {
+		res <- r.Run(context.Background(), pilotproto.Task{ID: 1, Attempt: 1, JobID: 3, OutputDir: out, Output: filepath.Join(out, "1"),
+			Command: []string{"sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 60`, "sh", pidFile}})
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(pidFile); err == nil {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the task did not start")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file the task writes, with a bound
+	}
+	b, _ := os.ReadFile(pidFile)
+	taskPid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	var runners []int
+	for _, pid := range runnerPids(t) {
+		if !others[pid] {
+			runners = append(runners, pid)
+		}
+	}
+	if len(runners) != 1 {
+		t.Fatalf("runners %v, want one", runners)
+	}
+	syscall.Kill(runners[0], syscall.SIGKILL)
+	select {
+	case o := <-res:
+		if o.Status != pilotproto.StatusFailed || !strings.Contains(o.ErrorTail, "task runner ended") {
+			t.Fatalf("the task of the dead runner: %s %q", o.Status, o.ErrorTail)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task of the dead runner was not reported")
+	}
+	for i := 0; syscall.Kill(taskPid, 0) == nil && !zombie(taskPid); i++ {
+		if i > 500 {
+			t.Fatal("the task outlived its runner")
+		}
+		time.Sleep(10 * time.Millisecond) // the kernel's SIGKILL, with a bound
+	}
+	o := r.Run(context.Background(), pilotproto.Task{ID: 2, Attempt: 1, JobID: 3, OutputDir: out, Output: filepath.Join(out, "2"),
+		Command: []string{"true"}})
+	if o.Status != pilotproto.StatusDone {
+		t.Fatalf("the job's next task: %s %q", o.Status, o.ErrorTail)
 	}
 }

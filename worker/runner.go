@@ -65,10 +65,16 @@ func Substitute(argv []string, t pilotproto.Task) []string {
 //   - its output directory is created and opened, and its logs created,
 //     without following any symbolic link (a link planted after submission
 //     is refused), and its input must resolve inside Roots;
-//   - with a Launcher, it runs confined (package confine): it reads the
+//   - with a Jail, it runs confined (package confine): it reads the
 //     system directories, Roots, Read and its input, and writes only its
 //     output directory (the one opened above, by descriptor) and its
-//     temporary directory.
+//     job's temporary directories on this worker (its own among them).
+//
+// What the tasks of a job share is made once, when the first of them
+// starts (jobfiles.go): the opened output and log directories, the
+// directory of the temporary directories, the Landlock ruleset. Each task
+// is then one fork and exec from a worker thread confined for it alone
+// (confine.Ruleset.Start): no launcher process per task.
 type ExecRunner struct {
 	KillGrace   time.Duration // SIGTERM to SIGKILL
 	TailBytes   int           // size of the error tail
@@ -82,7 +88,9 @@ type ExecRunner struct {
 	// directory (its input's parent).
 	Roots []string
 	Read  []string          // more directories confined tasks may read (site software)
-	Jail  *confine.Launcher // nil: tasks are not confined
+	Jail  *confine.Launcher // nil: tasks are not confined; else its Mode says how
+
+	jobs jobCache // what the tasks of a job share (jobfiles.go)
 }
 
 // DefaultPath is the tasks' PATH unless the runner sets another.
@@ -114,13 +122,13 @@ func (r *ExecRunner) Env(t pilotproto.Task, tmp string) []string {
 
 // prepared is what a task runs with; close releases it.
 type prepared struct {
-	outDir, input  *os.File // O_PATH handles (nil: none)
+	job            *jobFiles
 	stdout, stderr *os.File
 	tmp            string
 }
 
 func (p *prepared) close() {
-	for _, f := range []*os.File{p.outDir, p.input, p.stdout, p.stderr} {
+	for _, f := range []*os.File{p.stdout, p.stderr} {
 		if f != nil {
 			f.Close()
 		}
@@ -131,9 +139,44 @@ func (p *prepared) close() {
 }
 
 // prepare opens what the task writes and reads, refusing links that would
-// lead it elsewhere.
+// lead it elsewhere: the job's files once (jobFiles), the task's own here.
 func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
-	p := &prepared{}
+	if t.Input != "" {
+		// Checked per task: the job's files hold the input only when no
+		// roots are set.
+		roots := r.Roots
+		if len(roots) == 0 {
+			roots = []string{filepath.Dir(t.Input)}
+		}
+		in, err := safefs.OpenIn(t.Input, roots)
+		if err != nil {
+			return nil, fmt.Errorf("input: %w", err)
+		}
+		in.Close()
+	}
+	job, err := r.jobs.acquire(r, t)
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.prepareIn(job, t)
+	if err != nil && job.outDir != nil {
+		// The job's directory may have been removed or replaced since it
+		// was opened: once more with it opened afresh.
+		r.jobs.release(job, true)
+		if job, err = r.jobs.acquire(r, t); err != nil {
+			return nil, err
+		}
+		p, err = r.prepareIn(job, t)
+	}
+	if err != nil {
+		r.jobs.release(job, false)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (r *ExecRunner) prepareIn(job *jobFiles, t pilotproto.Task) (*prepared, error) {
+	p := &prepared{job: job}
 	ok := false
 	defer func() {
 		if !ok {
@@ -141,32 +184,21 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 		}
 	}()
 	var err error
-	if t.OutputDir != "" {
-		if p.outDir, err = safefs.MkdirAll(t.OutputDir, 0o755); err != nil {
-			return nil, fmt.Errorf("output directory: %w", err)
-		}
-		logs, err := safefs.MkdirBeneath(p.outDir, pilotproto.LogDir, 0o755)
-		if err != nil {
-			return nil, fmt.Errorf("log directory: %w", err)
-		}
-		defer logs.Close()
-		if p.stdout, err = safefs.CreateBeneath(logs, pilotproto.LogName(t.ID, t.Attempt, "out"), 0o644); err != nil {
+	if job.logs != nil {
+		if p.stdout, err = safefs.CreateBeneath(job.logs, pilotproto.LogName(t.ID, t.Attempt, "out"), 0o644); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
-		if p.stderr, err = safefs.CreateBeneath(logs, pilotproto.LogName(t.ID, t.Attempt, "err"), 0o644); err != nil {
+		if p.stderr, err = safefs.CreateBeneath(job.logs, pilotproto.LogName(t.ID, t.Attempt, "err"), 0o644); err != nil {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
 		if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
 			// The output's own parent, when it is deeper (best effort:
 			// the command may create it itself).
-			if d, err := safefs.MkdirBeneath(p.outDir, rel, 0o755); err == nil {
+			if d, err := safefs.MkdirBeneath(job.outDir, rel, 0o755); err == nil {
 				d.Close()
 			}
 		}
 	} else {
-		if err := os.MkdirAll(r.FallbackLog, 0o700); err != nil {
-			return nil, fmt.Errorf("log directory: %w", err)
-		}
 		if p.stdout, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "out"))); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
@@ -174,67 +206,92 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
 	}
-	if t.Input != "" {
-		roots := r.Roots
-		if len(roots) == 0 {
-			roots = []string{filepath.Dir(t.Input)}
-		}
-		if p.input, err = safefs.OpenIn(t.Input, roots); err != nil {
-			return nil, fmt.Errorf("input: %w", err)
-		}
-	}
-	if p.tmp, err = os.MkdirTemp(r.TempRoot, fmt.Sprintf("harvest-task-%d.%d-", t.ID, t.Attempt)); err != nil {
+	if p.tmp, err = os.MkdirTemp(job.tmpRoot, "task-"+strconv.FormatInt(t.ID, 10)+"."+strconv.Itoa(t.Attempt)+"-"); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	ok = true
 	return p, nil
 }
 
-// command builds the task's process: through the launcher when confined.
-func (r *ExecRunner) command(t pilotproto.Task, argv []string, p *prepared) (*exec.Cmd, error) {
-	if r.Jail == nil {
-		prog, err := confine.LookPath(argv[0], r.Path)
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(prog, argv[1:]...)
-		cmd.Args[0] = argv[0]
-		switch {
-		case t.WorkDir != "":
-			cmd.Dir = t.WorkDir
-		case p.outDir != nil:
-			// The child changes directory before it closes the worker's
-			// descriptors: this is the directory opened above.
-			cmd.Dir = safefs.FDPath(p.outDir)
-		}
-		return cmd, nil
-	}
-	// The launcher inherits the handles as descriptors 3, 4...
-	var files []*os.File
-	inherit := func(f *os.File) string {
-		files = append(files, f)
-		return fmt.Sprintf("/proc/self/fd/%d", 2+len(files))
-	}
-	pol := confine.Policy{Path: r.Path, Write: []string{p.tmp}}
-	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
-	if p.outDir != nil {
-		pol.Dir = inherit(p.outDir)
-		pol.Write = append(pol.Write, pol.Dir)
-	}
-	if p.input != nil {
-		pol.Read = append(pol.Read, inherit(p.input))
-	}
-	if t.WorkDir != "" {
-		pol.Dir = t.WorkDir
-		pol.Read = append(pol.Read, t.WorkDir)
-	}
-	args, err := r.Jail.Args(pol, argv)
+// proc is a started task.
+type proc interface {
+	done() <-chan struct{}
+	signal(syscall.Signal)
+	// result once done: the wait status, or why it is unknown.
+	result() (syscall.WaitStatus, error)
+}
+
+// cmdProc is an unconfined task, the worker's own child.
+type cmdProc struct {
+	cmd *exec.Cmd
+	end chan struct{}
+}
+
+func (c *cmdProc) done() <-chan struct{} { return c.end }
+
+func (c *cmdProc) signal(sig syscall.Signal) { _ = syscall.Kill(-c.cmd.Process.Pid, sig) }
+
+func (c *cmdProc) result() (syscall.WaitStatus, error) {
+	ws, _ := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws, nil
+}
+
+// runnerProc is a confined task, started by its job's runner.
+type runnerProc struct{ t *confine.Task }
+
+func (c runnerProc) done() <-chan struct{}               { return c.t.Done() }
+func (c runnerProc) signal(sig syscall.Signal)           { c.t.Signal(sig) }
+func (c runnerProc) result() (syscall.WaitStatus, error) { return c.t.Wait() }
+
+// start starts the task: through its job's runner when confined, else as
+// the worker's own child. The error carries the exit code a shell would
+// give (127: not found).
+func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc, int, error) {
+	prog, err := confine.LookPath(argv[0], r.Path)
 	if err != nil {
-		return nil, err
+		code := -1
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return nil, code, err
 	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.ExtraFiles = files
-	return cmd, nil
+	env := r.Env(t, p.tmp)
+	if run := p.job.runner; run != nil {
+		task, err := run.Start(prog, argv, env, r.jobs.devNull, p.stdout, p.stderr)
+		if err != nil {
+			code := -1
+			var se *confine.StartError
+			if errors.As(err, &se) {
+				code = se.Code
+			}
+			return nil, code, err
+		}
+		return runnerProc{task}, 0, nil
+	}
+	cmd := exec.Command(prog, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	switch {
+	case t.WorkDir != "":
+		cmd.Dir = t.WorkDir
+	case p.job.outDir != nil:
+		// The child changes directory before it closes the worker's
+		// descriptors: this is the directory the job's files opened.
+		cmd.Dir = safefs.FDPath(p.job.outDir)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.jobs.devNull, p.stdout, p.stderr
+	cmd.Env = env
+	// Own process group so kill reaches the children; SIGKILL if the
+	// worker itself dies (kill -9), so no orphan keeps writing.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, -1, err
+	}
+	c := &cmdProc{cmd: cmd, end: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(c.end)
+	}()
+	return c, 0, nil
 }
 
 // Run implements Runner.
@@ -251,26 +308,15 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 	if err != nil {
 		return fail(-1, err)
 	}
+	defer func() {
+		// A runner that ended (a task killed it) is not handed out again.
+		r.jobs.release(p.job, p.job.runner != nil && p.job.runner.Ended())
+	}()
 	defer p.close()
-	cmd, err := r.command(t, argv, p)
+	pr, code, err := r.start(t, argv, p)
 	if err != nil {
-		code := -1
-		if errors.Is(err, os.ErrNotExist) {
-			code = 127
-		}
 		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
 	}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	cmd.Env = r.Env(t, p.tmp)
-	// Own process group so kill reaches the children; SIGKILL if the
-	// worker itself dies (kill -9), so no orphan keeps writing.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fail(-1, fmt.Errorf("start %s: %w", argv[0], err))
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
 	var timeout <-chan time.Time
 	if t.TimeoutS > 0 {
 		tm := time.NewTimer(time.Duration(t.TimeoutS) * time.Second)
@@ -278,29 +324,36 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		timeout = tm.C
 	}
 	timedOut := false
-	var waitErr error
 	select {
-	case waitErr = <-done:
+	case <-pr.done():
 	case <-ctx.Done():
-		waitErr = r.kill(cmd, done)
+		r.kill(pr)
 	case <-timeout:
 		timedOut = true
-		waitErr = r.kill(cmd, done)
+		r.kill(pr)
 	}
-	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	ws, werr := pr.result()
+	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: -1}
+	switch {
+	case werr != nil:
+	case ws.Exited():
+		o.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
 		o.Signal = ws.Signal()
 	}
 	switch {
 	case timedOut:
 		o.Status = pilotproto.StatusTimeout
-	case waitErr == nil:
+	case werr == nil && ws.Exited() && ws.ExitStatus() == 0:
 		o.Status = pilotproto.StatusDone
 	default:
 		o.Status = pilotproto.StatusFailed
 	}
 	if o.Status != pilotproto.StatusDone {
 		o.ErrorTail = tail(p.stderr, r.TailBytes)
+		if werr != nil {
+			o.ErrorTail += "\n[harvest] " + werr.Error()
+		}
 		if timedOut {
 			o.ErrorTail += fmt.Sprintf("\n[harvest] killed after the task timeout of %ds", t.TimeoutS)
 		}
@@ -308,19 +361,20 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 	return o
 }
 
-// kill sends SIGTERM to the task's process group, SIGKILL after the grace.
-func (r *ExecRunner) kill(cmd *exec.Cmd, done <-chan error) error {
-	pgid := cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+// kill sends SIGTERM to the task's process group, SIGKILL after the grace
+// or, once the task ended, to what is left of the group.
+func (r *ExecRunner) kill(pr proc) {
+	pr.signal(syscall.SIGTERM)
 	t := time.NewTimer(r.KillGrace)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // stragglers in the group
-		return err
+	case <-pr.done():
+		if _, ok := pr.(*cmdProc); ok {
+			pr.signal(syscall.SIGKILL) // stragglers in the group (the runner does it itself)
+		}
 	case <-t.C:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return <-done
+		pr.signal(syscall.SIGKILL)
+		<-pr.done()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"sync"
@@ -611,6 +612,9 @@ func (w *Worker) shutdown() {
 	}
 	if c != nil {
 		w.flush(ctx, c, true)
+	}
+	if cl, ok := w.cfg.Runner.(io.Closer); ok {
+		cl.Close()
 	}
 }
 

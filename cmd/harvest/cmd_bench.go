@@ -52,7 +52,8 @@ func benchCommand() *cli.Command {
 				&cli.StringFlag{Name: "trace", Usage: "write a Go execution trace of this process (queue and master) to `FILE` (go tool trace); each write transaction is a region \"write\""},
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
 				&cli.IntFlag{Name: "batch-size", Value: 100, Usage: "the job's batch size"},
-				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process"},
+				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process, and the same program in plain loops (the fork/exec floor)"},
+				&cli.StringFlag{Name: "confine", Value: "auto", Usage: "with --exec: the workers confine tasks as a pilot does: auto (Landlock where the kernel has it), require, off"},
 				&cli.StringFlag{Name: "shape", Usage: "thesis: 150 tasks on 1, 2, 4, 8 workers"},
 				&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			},
@@ -75,7 +76,7 @@ func runBench(c *cli.Context) error {
 	cfg.Workers, cfg.Slots, cfg.Tasks = c.Int("workers"), c.Int("slots"), c.Int("tasks")
 	cfg.WorkerProcs = c.Int("worker-gomaxprocs")
 	cfg.TaskTime, cfg.BatchSize, cfg.Exec = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec")
-	cfg.Users, cfg.InMemory = c.Int("users"), c.Bool("in-memory")
+	cfg.Users, cfg.InMemory, cfg.Confine = c.Int("users"), c.Bool("in-memory"), c.String("confine")
 	cfg.Binary, cfg.Dir = bin, dir
 	if !cfg.InMemory {
 		hostQueueProcs() // this process hosts the queue, as the agent does
@@ -156,13 +157,23 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	if r.Queue == "memory" {
 		path = fmt.Sprintf("in-memory feed (%d jobs interleaved) -> master -> workers (no queue)", r.Users)
 	}
-	fmt.Fprintf(out, "%s\n%d tasks (%s each) on %d workers x %d slots (GOMAXPROCS %d each), batch size %d: makespan %.3f s\n",
-		path, r.Tasks, taskKind(cfg), r.Workers, r.Slots, r.WorkerProcs, cfg.BatchSize, r.MakespanS)
+	kind := taskKind(cfg) + " each"
+	if cfg.Exec {
+		kind += ", confinement " + cfg.Confine
+	}
+	fmt.Fprintf(out, "%s\n%d tasks (%s) on %d workers x %d slots (GOMAXPROCS %d each), batch size %d: makespan %.3f s\n",
+		path, r.Tasks, kind, r.Workers, r.Slots, r.WorkerProcs, cfg.BatchSize, r.MakespanS)
 	fmt.Fprintf(out, "throughput %.0f tasks/s, overhead %.4f ms per task\n", r.TasksPerS, r.OverheadMS)
 	if r.Efficiency > 0 {
 		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
 	}
 	fmt.Fprintf(out, "CPU per task: %.1f us in this process (queue + master), %.1f us in the workers\n", r.ProcessCPUUS, r.WorkersCPUUS)
+	if f := r.Floor; f != nil {
+		fmt.Fprintf(out, "fork/exec floor: the same program %d times in %d plain shell loops at once: %.0f tasks/s, %.1f us of CPU per task\n",
+			f.Tasks, f.Procs, f.TasksPerS, f.CPUUS)
+		fmt.Fprintf(out, "harvest against the floor: %.2fx its tasks/s, %.2fx its CPU per task (%.1f us: queue + master + workers + tasks)\n",
+			r.RateRatio, r.CPURatio, r.ProcessCPUUS+r.WorkersCPUUS)
+	}
 	fmt.Fprintf(out, "the machine during the run: %.0f%% busy, %.1f%% stolen by the hypervisor (/proc/stat; stolen time lengthens every figure here)\n", r.MachineBusyPct, r.StealPct)
 	fmt.Fprintf(out, "Go scheduler latency in this process (GOMAXPROCS %d; goroutines runnable, waiting to run): p99 %.3f ms, p99.9 %.3f ms, longest up to %.1f ms\n", r.Procs, r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS)
 	if b := r.Breakdown; b != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -140,6 +141,29 @@ func dirList(vals []string) []string {
 	return out
 }
 
+// workerExecRunner is the bench worker's runner of real tasks, confined
+// under mode as a pilot's are.
+func workerExecRunner(mode string, roots []string) (*worker.ExecRunner, error) {
+	m, err := confine.ParseMode(mode)
+	if err != nil {
+		return nil, fmt.Errorf("--confine: %w", err)
+	}
+	r := worker.DefaultExecRunner()
+	for _, d := range roots {
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return nil, fmt.Errorf("--task-roots: %w", err)
+		}
+		r.Roots = append(r.Roots, real)
+	}
+	if m != confine.ModeOff {
+		if r.Jail, err = confine.Self(m); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
 // squeueEnd asks SLURM for the job's end time in Unix seconds.
 func squeueEnd(jobID string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -164,6 +188,8 @@ func workerCommand() *cli.Command {
 			&cli.IntFlag{Name: "slots", Value: 1, Usage: "tasks at once"},
 			&cli.DurationFlag{Name: "task-time", Usage: "run every task as an in-process sleep of this long (0: no-op) instead of its command"},
 			&cli.BoolFlag{Name: "exec", Usage: "run each task's real command (the bench sends sleep/true)"},
+			&cli.StringFlag{Name: "confine", Value: string(confine.ModeOff), Usage: "with --exec: confine tasks with Landlock as a pilot does: auto, require, off"},
+			&cli.StringSliceFlag{Name: "task-roots", Usage: "with --exec: the queue's allowed roots (`DIR`s, separated by commas or colons): inputs must lie in them, confined tasks may read them"},
 			&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"HARVEST_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles to `DIR`/ID.cpu.pprof and ID.allocs.pprof when the worker stops"},
 		},
@@ -178,7 +204,11 @@ func workerCommand() *cli.Command {
 			cfg.PilotID, cfg.Slots, cfg.Token, cfg.Logger = cfg.ID, c.Int("slots"), os.Getenv("HARVEST_PILOT_TOKEN"), log
 			switch {
 			case c.Bool("exec"):
-				cfg.Runner = worker.DefaultExecRunner()
+				r, err := workerExecRunner(c.String("confine"), dirList(c.StringSlice("task-roots")))
+				if err != nil {
+					return cli.Exit(fmt.Sprintf("harvest worker: %v", err), 2)
+				}
+				cfg.Runner = r
 			case c.Duration("task-time") > 0:
 				cfg.Runner = worker.SleepRunner{D: c.Duration("task-time")}
 			default:

@@ -28,6 +28,7 @@ import (
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
 // Config of one run.
@@ -38,10 +39,13 @@ type Config struct {
 	TaskTime  time.Duration // each task's run time (0: no-op)
 	BatchSize int           // the job's batch size
 	Exec      bool          // run each task as a real process (sleep/true) instead of in the worker
-	Users     int           // users competing, one job each (the in-memory feed: jobs interleaved)
-	InMemory  bool          // an in-memory feed instead of the real queue: the master and workers alone
-	Binary    string        // the harvest binary to start workers with
-	Dir       string        // scratch directory (checkpoint, task logs)
+	// Confine is the workers' confinement of real tasks (--exec), as a
+	// pilot's --confine: auto confines with Landlock where the kernel can.
+	Confine  string
+	Users    int    // users competing, one job each (the in-memory feed: jobs interleaved)
+	InMemory bool   // an in-memory feed instead of the real queue: the master and workers alone
+	Binary   string // the harvest binary to start workers with
+	Dir      string // scratch directory (checkpoint, task logs)
 	// WorkerProcs is each worker process's GOMAXPROCS. 0: the machine's
 	// cores shared out among the workers (at least 1 each), as if each
 	// had its node: on a 2-core machine 4 Go runtimes of 2 threads each
@@ -57,7 +61,7 @@ type Config struct {
 // DefaultConfig is the dispatch benchmark: the real queue with 1,000
 // users, 4 workers x 4 slots, 50,000 no-op tasks in batches of 100.
 func DefaultConfig() Config {
-	return Config{Workers: 4, Slots: 4, Tasks: 50000, BatchSize: 100, Users: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return Config{Workers: 4, Slots: 4, Tasks: 50000, BatchSize: 100, Users: 1000, Confine: "auto", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // Validate reports the first problem.
@@ -71,10 +75,17 @@ func (c Config) Validate() error {
 		return errors.New("bench: task time must not be negative")
 	case c.WorkerProcs < 0:
 		return errors.New("bench: worker GOMAXPROCS must not be negative (0: the cores shared out)")
+	case c.Exec && !validConfine(c.Confine):
+		return fmt.Errorf("bench: confine %q: want auto, require or off", c.Confine)
 	case c.Binary == "" || c.Dir == "":
 		return errors.New("bench: binary and scratch directory must be set")
 	}
 	return nil
+}
+
+func validConfine(m string) bool {
+	_, err := confine.ParseMode(m)
+	return err == nil
 }
 
 // Result of one run. Makespan runs from the moment the master may pull
@@ -112,6 +123,13 @@ type Result struct {
 	ProcessCPUUS float64    `json:"process_cpu_us_per_task"`
 	WorkersCPUUS float64    `json:"workers_cpu_us_per_task"`
 	Breakdown    *Breakdown `json:"breakdown,omitempty"`
+	// With Exec: the same program in plain loops, one per worker, run
+	// after the dispatch (the machine's fork/exec floor), and harvest's
+	// figures against it: tasks/s (harvest / floor) and CPU per task,
+	// all of harvest's processes and the tasks (harvest / floor).
+	Floor     *Floor  `json:"floor,omitempty"`
+	RateRatio float64 `json:"rate_vs_floor,omitempty"`
+	CPURatio  float64 `json:"cpu_vs_floor,omitempty"`
 }
 
 // Run performs one measurement.
@@ -184,7 +202,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	procs, err := startWorkers(cfg, url, pilotToken)
+	roots := cfg.Dir
+	if rq != nil {
+		roots = rq.data
+	}
+	procs, err := startWorkers(cfg, url, pilotToken, roots)
 	defer stopWorkers(procs)
 	if err != nil {
 		return Result{}, err
@@ -223,6 +245,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
 	r.Users = cfg.Users
+	if cfg.Exec {
+		f, err := RunFloor(ctx, taskArgv(cfg), cfg.Workers, cfg.Tasks)
+		if err != nil {
+			return r, err
+		}
+		r.Floor, r.RateRatio, r.CPURatio = &f, r.TasksPerS/f.TasksPerS, (r.ProcessCPUUS+r.WorkersCPUUS)/f.CPUUS
+	}
 	if rq == nil {
 		r.Queue = "memory"
 		return r, nil
@@ -252,10 +281,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // feedTasks are the in-memory feed's tasks.
 func feedTasks(cfg Config) []pilotproto.Task {
 	tasks := make([]pilotproto.Task, cfg.Tasks)
-	argv := []string{"true"}
-	if cfg.TaskTime > 0 {
-		argv = []string{"sleep", strconv.FormatFloat(cfg.TaskTime.Seconds(), 'f', 3, 64)}
-	}
+	argv := taskArgv(cfg)
 	out := filepath.Join(cfg.Dir, "out")
 	for i := range tasks {
 		// Jobs interleaved, as the fair-share order of Users users with one
@@ -264,6 +290,14 @@ func feedTasks(cfg Config) []pilotproto.Task {
 			OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize}
 	}
 	return tasks
+}
+
+// taskArgv is the command of every task: true, or sleep TaskTime.
+func taskArgv(cfg Config) []string {
+	if cfg.TaskTime > 0 {
+		return []string{"sleep", strconv.FormatFloat(cfg.TaskTime.Seconds(), 'f', 3, 64)}
+	}
+	return []string{"true"}
 }
 
 func summarize(cfg Config, makespan time.Duration) Result {
@@ -280,13 +314,13 @@ func summarize(cfg Config, makespan time.Duration) Result {
 	return r
 }
 
-func startWorkers(cfg Config, url, token string) ([]*exec.Cmd, error) {
+func startWorkers(cfg Config, url, token, roots string) ([]*exec.Cmd, error) {
 	var procs []*exec.Cmd
 	for i := 0; i < cfg.Workers; i++ {
 		args := []string{"worker", "--master", url, "--id", fmt.Sprintf("worker-%d", i),
 			"--slots", strconv.Itoa(cfg.Slots), "--task-time", cfg.TaskTime.String()}
 		if cfg.Exec {
-			args = append(args, "--exec")
+			args = append(args, "--exec", "--confine", cfg.Confine, "--task-roots", roots)
 		}
 		if cfg.ProfileDir != "" {
 			args = append(args, "--profile-dir", cfg.ProfileDir)

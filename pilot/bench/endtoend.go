@@ -105,6 +105,7 @@ type realQueue struct {
 	pilot *client.Client
 	timer *timing
 	jobs  int
+	data  string // the allowed root: datasets and outputs
 }
 
 const pilotToken = "bench-token"
@@ -147,11 +148,8 @@ func openRealQueue(ctx context.Context, cfg Config) (*realQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &realQueue{q: q, timer: newTiming()}
-	argv := []string{"true"}
-	if cfg.TaskTime > 0 {
-		argv = []string{"sleep", fmt.Sprintf("%.3f", cfg.TaskTime.Seconds())}
-	}
+	r := &realQueue{q: q, timer: newTiming(), data: data}
+	argv := taskArgv(cfg)
 	for u := 0; u < cfg.Users; u++ {
 		n := per
 		if u < extra {

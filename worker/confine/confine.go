@@ -6,12 +6,14 @@
 // account can reach (harvest's state directory and checkpoint, other
 // users' outputs, the pilot's home) is out of its reach.
 //
-// Landlock restricts the calling process and what it executes, so the
-// worker starts each task through its own binary: `harvest
-// __harvest-confine POLICY ARGV...` restricts itself and then execs the
-// task. Main must run first thing in main (and in TestMain of tests that
-// confine). Where the kernel lacks Landlock the task runs unconfined
-// (ModeAuto: best effort, and Probe says so) or not at all (ModeRequire).
+// Landlock restricts the calling thread and what it starts. The worker
+// makes a job's Ruleset once and starts each of its tasks from a thread of
+// its own confined with it (Ruleset.Start): the task runs in a Landlock
+// domain of its own, at the cost of one fork and exec. `harvest
+// __harvest-confine POLICY ARGV...` (Main, first thing in main) confines a
+// command run by hand the same way. Where the kernel lacks Landlock the
+// task runs unconfined (ModeAuto: best effort, and Probe says so) or not
+// at all (ModeRequire).
 package confine
 
 import (
@@ -105,9 +107,12 @@ func (s Support) Describe(m Mode) string {
 // Confined reports whether tasks run confined under mode m.
 func (s Support) Confined(m Mode) bool { return m != ModeOff && s.ABI > 0 }
 
-// Launcher starts tasks through the confining entry point of Exe.
+// Launcher says how tasks are confined: the worker confines them in
+// process under Mode (Ruleset); Exe is a binary whose main calls Main,
+// for a confined command run by hand (`harvest __harvest-confine POLICY
+// ARGV...`).
 type Launcher struct {
-	Exe  string // a binary whose main calls Main (harvest itself)
+	Exe  string
 	Mode Mode
 }
 
@@ -120,16 +125,6 @@ func Self(m Mode) (*Launcher, error) {
 	return &Launcher{Exe: exe, Mode: m}, nil
 }
 
-// Args returns the argv that runs argv under p.
-func (l *Launcher) Args(p Policy, argv []string) ([]string, error) {
-	p.Mode = l.Mode
-	spec, err := json.Marshal(p)
-	if err != nil {
-		return nil, err
-	}
-	return append([]string{l.Exe, Arg, string(spec)}, argv...), nil
-}
-
 // Exit codes of the launcher when the task cannot start (as a shell's).
 const (
 	ExitCannotRun = 126
@@ -140,6 +135,13 @@ const (
 // it confines itself and execs the task, and never returns then. It does
 // nothing for any other command line.
 func Main() {
+	if len(os.Args) == 3 && os.Args[1] == RunnerArg {
+		code, err := serveRunner(os.Args[2])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "harvest: task runner: %v\n", err)
+		}
+		os.Exit(code)
+	}
 	if len(os.Args) < 4 || os.Args[1] != Arg {
 		return
 	}

@@ -1,0 +1,210 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/worker/confine"
+)
+
+// jobFiles is what the tasks of one job on this worker share, made when
+// its first task starts instead of once per task: the output directory
+// and its log directory opened without following links, a private
+// directory (0700) holding the tasks' temporary directories, and, when
+// tasks are confined, the job's task runner (confine.Runner), confined
+// once with the job's policy. Each task still gets its own log files, its
+// own temporary directory and its own Landlock domain.
+type jobFiles struct {
+	key     string
+	outDir  *os.File // O_PATH; nil: the job has no output directory
+	logs    *os.File // OUTDIR/.harvest/logs; nil: FallbackLog
+	input   *os.File // the input the rules name (no roots set); else nil
+	tmpRoot string
+	runner  *confine.Runner // the job's confined task runner; nil: tasks are not confined
+	refs    int             // tasks using it
+	idle    time.Time       // since when refs is 0
+	stale   bool            // no longer handed out
+}
+
+// jobCache holds the jobFiles of the jobs whose tasks ran lately.
+type jobCache struct {
+	mu      sync.Mutex
+	m       map[string]*jobFiles
+	devNull *os.File // every task's stdin
+}
+
+// A job's files are kept this long after its last task ended, and at most
+// maxIdleJobs of them (a worker fed by many users' jobs at once).
+const (
+	jobIdle     = 10 * time.Second
+	maxIdleJobs = 32
+)
+
+// jobKey tells apart what gives tasks different files or rules.
+func (r *ExecRunner) jobKey(t pilotproto.Task) string {
+	k := strconv.FormatInt(t.JobID, 10) + "\x00" + t.OutputDir + "\x00" + t.WorkDir
+	if r.Jail != nil && len(r.Roots) == 0 && t.Input != "" {
+		k += "\x00" + t.Input // the rules name the input itself
+	}
+	return k
+}
+
+// acquire returns t's job files, made if need be; release gives them back.
+func (c *jobCache) acquire(r *ExecRunner, t pilotproto.Task) (*jobFiles, error) {
+	key := r.jobKey(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.devNull == nil {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, err
+		}
+		c.devNull = f
+	}
+	if c.m == nil {
+		c.m = map[string]*jobFiles{}
+	}
+	if j := c.m[key]; j != nil {
+		j.refs++
+		return j, nil
+	}
+	j, err := r.openJob(key, t)
+	if err != nil {
+		return nil, err
+	}
+	j.refs = 1
+	c.m[key] = j
+	c.evict(time.Now())
+	return j, nil
+}
+
+// release ends a task's use of j; stale: j is not to be handed out again.
+func (c *jobCache) release(j *jobFiles, stale bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j.refs--
+	if stale && !j.stale {
+		j.stale = true
+		if c.m[j.key] == j {
+			delete(c.m, j.key)
+		}
+	}
+	now := time.Now()
+	j.idle = now
+	if j.stale && j.refs == 0 {
+		j.close()
+	}
+	c.evict(now)
+}
+
+// evict closes the job files idle too long, or beyond maxIdleJobs.
+func (c *jobCache) evict(now time.Time) {
+	idle := 0
+	for _, j := range c.m {
+		if j.refs == 0 {
+			idle++
+		}
+	}
+	for k, j := range c.m {
+		if j.refs == 0 && (now.Sub(j.idle) > jobIdle || idle > maxIdleJobs) {
+			delete(c.m, k)
+			j.close()
+			idle--
+		}
+	}
+}
+
+// closeAll releases every job's files (tasks still running keep theirs
+// until they end).
+func (c *jobCache) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, j := range c.m {
+		delete(c.m, k)
+		j.stale = true
+		if j.refs == 0 {
+			j.close()
+		}
+	}
+}
+
+func (j *jobFiles) close() {
+	for _, f := range []*os.File{j.outDir, j.logs, j.input} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if j.runner != nil {
+		j.runner.Close()
+	}
+	if j.tmpRoot != "" {
+		os.RemoveAll(j.tmpRoot)
+	}
+}
+
+// openJob makes the files and rules the tasks of t's job share.
+func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
+	j := &jobFiles{key: key}
+	ok := false
+	defer func() {
+		if !ok {
+			j.close()
+		}
+	}()
+	var err error
+	if t.OutputDir != "" {
+		if j.outDir, err = safefs.MkdirAll(t.OutputDir, 0o755); err != nil {
+			return nil, fmt.Errorf("output directory: %w", err)
+		}
+		if j.logs, err = safefs.MkdirBeneath(j.outDir, pilotproto.LogDir, 0o755); err != nil {
+			return nil, fmt.Errorf("log directory: %w", err)
+		}
+	} else if err := os.MkdirAll(r.FallbackLog, 0o700); err != nil {
+		return nil, fmt.Errorf("log directory: %w", err)
+	}
+	if j.tmpRoot, err = os.MkdirTemp(r.TempRoot, "harvest-job-"+strconv.FormatInt(t.JobID, 10)+"-"); err != nil {
+		return nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	if r.Jail == nil || r.Jail.Mode == confine.ModeOff || (r.Jail.Mode == confine.ModeAuto && !confine.Probe().Confined(confine.ModeAuto)) {
+		ok = true
+		return j, nil
+	}
+	// The job's runner: confined once with the job's policy.
+	var files []*os.File
+	pol := confine.Policy{Path: r.Path, Write: []string{j.tmpRoot}}
+	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
+	if j.outDir != nil {
+		files = append(files, j.outDir)
+		pol.Dir = confine.RunnerFile(len(files) - 1)
+		pol.Write = append(pol.Write, pol.Dir)
+	}
+	if len(r.Roots) == 0 && t.Input != "" {
+		if j.input, err = safefs.OpenIn(t.Input, []string{filepath.Dir(t.Input)}); err != nil {
+			return nil, fmt.Errorf("input: %w", err)
+		}
+		files = append(files, j.input)
+		pol.Read = append(pol.Read, confine.RunnerFile(len(files)-1))
+	}
+	if t.WorkDir != "" {
+		pol.Dir = t.WorkDir
+		pol.Read = append(pol.Read, t.WorkDir)
+	}
+	if j.runner, err = confine.StartRunner(r.Jail, pol, files); err != nil {
+		return nil, err
+	}
+	ok = true
+	return j, nil
+}
+
+// Close releases what the runner keeps for the jobs whose tasks it ran
+// lately (open directories, task runners, the jobs' temporary directories).
+func (r *ExecRunner) Close() error {
+	r.jobs.closeAll()
+	return nil
+}
