@@ -11,6 +11,8 @@ import (
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/internal/statelock"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/urfave/cli/v2"
@@ -175,6 +177,16 @@ func runAgent(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// One agent per state directory (its queue, control file and tokens),
+	// taken before anything is opened or submitted.
+	if err := safefs.PrivateDir(c.String("state-dir")); err != nil {
+		return cli.Exit("harvest agent: --state-dir: "+err.Error(), 1)
+	}
+	lock, err := statelock.Acquire(c.String("state-dir"))
+	if err != nil {
+		return cli.Exit("harvest agent: "+err.Error(), 1)
+	}
+	defer lock.Release()
 
 	ad, closeAdapter, err := openAdapter(c, log)
 	if err != nil {

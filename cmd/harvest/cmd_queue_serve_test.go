@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/urfave/cli/v2"
 )
 
 // `harvest queue serve`, run as the CLI runs it, serves the queue's
@@ -93,5 +96,76 @@ func TestQueueServeServesItsMetricsOnTheSocket(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("queue serve did not stop within 30 s of its context ending")
+	}
+}
+
+// A second queue (or an agent) on a state directory a running queue holds
+// is refused before it opens anything, and the refusal names the holder's
+// pid (issue 35 item 2). The first keeps serving.
+func TestSecondQueueOnTheSameStateDirIsRefused(t *testing.T) {
+	dir, err := os.MkdirTemp("", "hql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "q.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		app := newApp()
+		app.Writer, app.ErrWriter = io.Discard, io.Discard
+		done <- app.RunContext(ctx, []string{"harvest", "queue", "serve", "--db", filepath.Join(dir, "queue.db"), "--socket", sock,
+			"--allowed-root", dir, "--pilot-token", "pt", "--log-level", "error"})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	healthy := func() bool {
+		resp, err := hc.Get("http://queue/v1/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !healthy() {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("queue serve ended before it answered: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("queue serve did not answer on its socket within 30 s")
+		}
+	}
+
+	wantPid := fmt.Sprintf("pid %d", os.Getpid())
+	for _, argv := range [][]string{
+		{"harvest", "queue", "serve", "--db", filepath.Join(dir, "queue.db"), "--socket", filepath.Join(dir, "q2.sock"),
+			"--allowed-root", dir, "--pilot-token", "pt", "--log-level", "error"},
+		{"harvest", "agent", "--state-dir", dir, "--socket", filepath.Join(os.TempDir(), "hql-agent.sock"), "--listen", "",
+			"--allowed-root", dir, "--adapter", "sim", "--log-level", "error"},
+	} {
+		app := newApp()
+		app.Writer, app.ErrWriter = io.Discard, io.Discard
+		app.ExitErrHandler = func(*cli.Context, error) {} // the test reads the exit, not os.Exit
+		var ec cli.ExitCoder
+		// Refused at once; one that starts anyway serves until this ends.
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := app.RunContext(rctx, argv)
+		rcancel()
+		if !errors.As(err, &ec) || ec.ExitCode() != 1 || !strings.Contains(err.Error(), wantPid) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("%s on a held state directory: %v, want exit 1 naming %s and %s", strings.Join(argv[:3], " "), err, dir, wantPid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "q2.sock")); err == nil {
+		t.Error("the refused queue opened its socket")
+	}
+	if !healthy() {
+		t.Error("the first queue stopped answering after the refusals")
 	}
 }
