@@ -104,6 +104,8 @@ type Reconciler struct {
 	dumpSeq       int
 	// OnRound, if set, is called after every round that got a snapshot.
 	OnRound func(RoundResult)
+	// Health, if set, learns whether the batch system answers.
+	Health *Health
 }
 
 // NewReconciler returns a reconciler; cfg must be valid.
@@ -138,6 +140,10 @@ func (r *Reconciler) Last() (RoundResult, bool) {
 // Such a round changes nothing: never cancel because a snapshot failed.
 var ErrNoSnapshot = errors.New("no snapshot")
 
+// ErrBatchSystem marks a round's failure as the batch system's (no
+// snapshot, or one that makes no sense), as opposed to the queue's.
+var ErrBatchSystem = errors.New("batch system")
+
 // Round runs one round. An error wrapping ErrNoSnapshot means nothing was
 // done; other action errors are in the result.
 func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
@@ -145,10 +151,10 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	snap, err := r.ad.Snapshot(sctx)
 	cancel()
 	if err != nil {
-		return RoundResult{}, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
+		return RoundResult{}, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	if err := snap.Validate(); err != nil {
-		return RoundResult{}, fmt.Errorf("%w: adapter returned %w", ErrNoSnapshot, err)
+		return RoundResult{}, fmt.Errorf("%w: %w: adapter returned %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	r.ledger.Observe(snap)
 	dem, err := r.src.Demand(ctx, seen(snap, r.ledger))

@@ -336,6 +336,9 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in := Inputs{User: name, Role: role, Adapter: s.cfg.Adapter, GiveBack: s.cfg.GiveBack, Now: s.cfg.Now(), Control: s.cfg.Control.State(), Window: s.cfg.ChartWindow}
+	if since, why, down := s.cfg.Metrics.Health.Unreachable(); down {
+		in.Errors = append(in.Errors, fmt.Sprintf("batch system unreachable since %s: %s", since.UTC().Format("2006-01-02 15:04:05 UTC"), why))
+	}
 	if res, ok := s.cfg.Rounds.Last(); ok {
 		in.Round = &res
 	}

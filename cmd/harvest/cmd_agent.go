@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -193,11 +196,51 @@ func runAgent(c *cli.Context) error {
 		return cli.Exit("harvest agent: "+err.Error(), 1)
 	}
 	defer closeAdapter()
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	info, err := ad.Info(ictx)
-	cancel()
+
+	// The hosted queue starts first, before the batch system is asked
+	// anything: users submit and look at their jobs while slurmctld is
+	// down, and the status page says since when it is.
+	queueDone := make(chan error, 1)
+	var hq *hostedQueue
+	var q *queue.Queue
+	shared := c.String("shared-dir")
+	if shared == "" {
+		shared = c.String("state-dir")
+	}
+	if c.String("queue") == "" && !c.Bool("no-queue") {
+		h, err := openQueue(c, log)
+		if err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
+		}
+		defer h.close()
+		if err := h.seedNodeLimits(ctx, c); err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
+		}
+		hq, q = h, h.q
+	}
+	ops, err := newAgentOps(c, q, log)
 	if err != nil {
-		return cli.Exit("harvest agent: adapter info: "+err.Error(), 1)
+		return cli.Exit("harvest agent: "+err.Error(), 2)
+	}
+	var sw swapHandler
+	if hq != nil {
+		handler, err := ops.handler(c, hq, noRounds{}, c.String("adapter"), "not known until the batch system answers", log)
+		if err != nil {
+			return cli.Exit("harvest agent: "+err.Error(), 1)
+		}
+		sw.set(handler)
+		go func() {
+			queueDone <- hq.serveWith(ctx, &sw)
+			stop() // without the queue pilots cannot work
+		}()
+		log.Info("queue started", "advertise", hq.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
+		if hq.advertise == "" {
+			log.Warn("the queue has no TCP listener (--listen): pilots on compute nodes cannot reach it")
+		}
+	}
+	info, err := agent.WaitForAdapter(ctx, ad, cfg, ops.metrics.Health, log)
+	if err != nil {
+		return agentStopped(ctx, queueDone, log)
 	}
 	if info.TimeGranularity > 0 {
 		cfg.Policy.Granularity = info.TimeGranularity
@@ -218,12 +261,6 @@ func runAgent(c *cli.Context) error {
 	if n := c.Int("backlog"); n >= 0 {
 		src = agent.StaticDemand{Info: agent.DemandInfo{Demand: &cluster.Demand{PendingTasks: n, SlotsPerNode: 1}}}
 	}
-	queueDone := make(chan error, 1)
-	var hq *hostedQueue
-	shared := c.String("shared-dir")
-	if shared == "" {
-		shared = c.String("state-dir")
-	}
 	switch {
 	case c.String("queue") != "":
 		rq, err := openRemoteQueue(ctx, c, info)
@@ -238,21 +275,13 @@ func runAgent(c *cli.Context) error {
 		}
 		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, rq.site, admin)
 		log.Info("using a remote queue", "queue", c.String("queue"), "site", rq.site, "pilot_queue", rq.pilotURL)
-	case !c.Bool("no-queue"):
-		h, err := openQueue(c, log)
-		if err != nil {
-			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
-		}
-		defer h.close()
-		if err := h.seedNodeLimits(ctx, c); err != nil {
-			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
-		}
-		site := h.q.LocalSite()
+	case hq != nil:
+		site := hq.q.LocalSite()
 		src = agent.SiteDemand{
 			Round: func(ctx context.Context, r api.AgentRound) (api.AgentPlan, error) {
-				return h.q.AgentRound(ctx, site, r)
+				return hq.q.AgentRound(ctx, site, r)
 			},
-			End: func(_ context.Context, e api.PilotEnd) error { return h.q.Pool(site).PullIn(e.Pilot, e.End) },
+			End: func(_ context.Context, e api.PilotEnd) error { return hq.q.Pool(site).PullIn(e.Pilot, e.End) },
 		}
 		// Tasks read the allowed roots, and their inputs must resolve there
 		// (the admin's --pilot-env may say otherwise).
@@ -260,30 +289,18 @@ func runAgent(c *cli.Context) error {
 		for k, v := range cfg.PilotEnv {
 			admin[k] = v
 		}
-		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, site, admin)
-		hq = h
-		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
-		if h.advertise == "" {
-			log.Warn("the queue has no TCP listener (--listen): pilots on compute nodes cannot reach it")
-		}
-	}
-	var q *queue.Queue
-	if hq != nil {
-		q = hq.q
-	}
-	ops, err := newAgentOps(c, q, log)
-	if err != nil {
-		return cli.Exit("harvest agent: "+err.Error(), 2)
+		cfg.PilotEnv = pilotEnv(hq.advertise, hq.token, shared, site, admin)
 	}
 	ad = ops.metrics.InstrumentAdapter(ad)
 	r := agent.NewReconciler(ad, ops.ctl.Demand(src), cfg, log)
 	r.OnRound = ops.hook
+	r.Health = ops.metrics.Health
 	if hq != nil {
 		handler, err := ops.handler(c, hq, r, info.Name, gb.Describe, log)
 		if err != nil {
 			return cli.Exit("harvest agent: "+err.Error(), 1)
 		}
-		go func() { queueDone <- hq.serveWith(ctx, handler) }()
+		sw.set(handler)
 	}
 	log.Info("agent started", "adapter", info.Name, "version", info.Version, "tag", info.Tag,
 		"poll", cfg.PollInterval, "min_nodes", cfg.Policy.MinNodes, "max_nodes", cfg.Policy.MaxNodes,
@@ -304,3 +321,33 @@ func runAgent(c *cli.Context) error {
 	log.Info("agent stopped", "reason", context.Cause(ctx))
 	return err
 }
+
+// agentStopped ends an agent stopped before the batch system answered: by
+// a signal (exit 0), or because its queue stopped (its error).
+func agentStopped(ctx context.Context, queueDone chan error, log *slog.Logger) error {
+	log.Info("agent stopped before the batch system answered", "reason", context.Cause(ctx))
+	select {
+	case err := <-queueDone:
+		if err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
+		}
+	default:
+	}
+	return nil
+}
+
+// swapHandler serves the agent's endpoints: the queue alone with an empty
+// status page while the batch system has not answered yet, then
+// everything.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// noRounds is the status page's round source before the reconciler exists.
+type noRounds struct{}
+
+func (noRounds) Last() (agent.RoundResult, bool) { return agent.RoundResult{}, false }
