@@ -229,8 +229,8 @@ func (q *Queue) SetSite(ctx context.Context, name string, s api.SiteSettings) (a
 		cur.Paused = *s.Paused
 	}
 	switch {
-	case cur.MinNodes < 0 || cur.MaxNodes < 0:
-		return api.Site{}, invalid("min_nodes and max_nodes must not be negative")
+	case cur.MinNodes < 0 || cur.MaxNodes < 0 || cur.MinNodes > api.MaxNodes || cur.MaxNodes > api.MaxNodes:
+		return api.Site{}, invalid("min_nodes and max_nodes must not be negative nor exceed %d", api.MaxNodes)
 	case cur.MaxNodes > 0 && cur.MinNodes > cur.MaxNodes:
 		return api.Site{}, invalid("min_nodes %d exceeds max_nodes %d", cur.MinNodes, cur.MaxNodes)
 	}

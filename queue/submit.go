@@ -101,8 +101,9 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		}
 		n.maxAttempts = *s.MaxAttempts
 	}
-	if s.TimeoutS < 0 {
-		return n, invalid("timeout_s must not be negative, got %d", s.TimeoutS)
+	if s.TimeoutS < 0 || s.TimeoutS > api.MaxTimeoutS {
+		// 1e10 s overflowed time.Duration in the worker: every task killed at once.
+		return n, invalid("timeout_s must be 0 (none) up to %d (a year), got %d", api.MaxTimeoutS, s.TimeoutS)
 	}
 	if s.ExpiryS < 0 || s.ExpiryS > 365*24*3600 {
 		return n, invalid("expiry_s must be 0 (default) up to a year, got %d", s.ExpiryS)

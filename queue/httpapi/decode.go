@@ -56,6 +56,13 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	return nil
 }
 
+// DecodeStrict is decode for the other endpoints served beside the API
+// (the agent's /v1/admin/harvest, drain and tokens/rotate): the same
+// refusals, so no endpoint is laxer than the API.
+func DecodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	return decode(w, r, limit, v)
+}
+
 // decodeBulk reads the pilots' large, frequent reports (results,
 // heartbeats) without the strict pass: they come from harvest's own code
 // with the pilot token, and the pass would double their parsing cost.
