@@ -301,6 +301,10 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		t0 := time.Now()
 		id, err := r.ad.Submit(sctx, spec)
+		// A timeout is the agent's own deadline passing (or the adapter's
+		// saying so); other unknown outcomes (a lost reply, a killed
+		// sbatch) say nothing about a slow batch system.
+		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
 		cancel()
 		res.SubmitLatency = append(res.SubmitLatency, time.Since(t0))
 		switch {
@@ -309,13 +313,17 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 			res.Submitted = append(res.Submitted, id)
 			r.setSubmitTimeout(r.cfg.SubmitTimeout)
 			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
-		case errors.Is(err, adapters.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded):
+		case timedOut || errors.Is(err, adapters.ErrOutcomeUnknown):
 			// The pilot may exist: count it as held until a snapshot tells.
 			r.ledger.Unknown(spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
 			res.SubmitTimedOut = true
-			next := timeout + r.cfg.SubmitTimeoutStep
-			r.setSubmitTimeout(next)
-			r.log.Warn("submit timed out; ending the round", "timeout", timeout, "next_timeout", next, "error", err)
+			if timedOut {
+				next := timeout + r.cfg.SubmitTimeoutStep
+				r.setSubmitTimeout(next)
+				r.log.Warn("submit timed out; ending the round", "timeout", timeout, "next_timeout", next, "error", err)
+			} else {
+				r.log.Warn("submit outcome unknown (the pilot may exist; the next snapshot tells); ending the round", "error", err)
+			}
 			res.Errors = append(res.Errors, err)
 			return
 		default:

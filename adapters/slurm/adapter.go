@@ -581,6 +581,9 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, command.ErrLeftover) && res.exit == 0:
+		// scancel exited 0; a process it left held its output (killed).
+		return nil
 	case errors.Is(err, context.DeadlineExceeded):
 		// Cancel is idempotent, so retrying is safe.
 		return fmt.Errorf("scancel %s: no answer within %s: %w", sid, a.cfg.Timeout, adapters.ErrOutcomeUnknown)

@@ -145,3 +145,17 @@ func TestATimeoutKillsTheCommandsChildren(t *testing.T) {
 	}
 	waitExited(t, filepath.Join(dir, "child"), 5*time.Second)
 }
+
+// Issue 35 item 10: an scancel that exits 0 but leaves a child holding its
+// output (a site's wrapper) has cancelled: it was reported as a failed
+// cancel. The child is killed.
+func TestCancelWhenScancelLeavesAChildHoldingItsOutput(t *testing.T) {
+	a, dir := fakeBin(t, map[string]string{
+		"squeue":  `echo '42|root|RUNNING|harvest-pilot'`,
+		"scancel": `sleep 60 & echo $! > $DIR/child; exit 0`,
+	}, nil)
+	if err := a.Cancel(context.Background(), "42"); err != nil {
+		t.Errorf("scancel exited 0 with a leftover child: %v, want a successful cancel", err)
+	}
+	waitExited(t, filepath.Join(dir, "child"), 5*time.Second)
+}

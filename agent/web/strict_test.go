@@ -39,3 +39,17 @@ func TestTheAgentsEndpointsDecodeStrictly(t *testing.T) {
 		})
 	}
 }
+
+// Issue 35 item 10: /status told an agent token it was "not the pilot
+// token". It names the token it was given.
+func TestTheStatusPageNamesTheTokenItRefuses(t *testing.T) {
+	h, q, _ := newServer(t, testRound())
+	q.tokens["agent-tok"] = "site-b/agent"
+	for tok, want := range map[string]string{"agent-tok": "an agent token", "pilot-tok": "the pilot token"} {
+		resp := do(h, "GET", "/status", tok, "")
+		body := text(resp)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, want) {
+			t.Errorf("/status with %s: %d, want 403 saying %q:\n%s", tok, resp.StatusCode, want, body)
+		}
+	}
+}

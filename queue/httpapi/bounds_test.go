@@ -63,3 +63,31 @@ func TestAStreamedSubmissionOfAnEmptyDatasetAnswersItsStatus(t *testing.T) {
 		t.Errorf("streamed submit of a good dataset: %d %s %s, want 200 and the job line", code, ct, body)
 	}
 }
+
+// Issue 35 item 10: job names held U+202E, U+2028 and U+200B (printed raw
+// by harvest jobs), the 200 limit counted bytes, and bytes that are not
+// UTF-8 in a command or name became U+FFFD silently.
+func TestNamesAndArgumentsMustBePrintableUTF8(t *testing.T) {
+	e := queuetest.New(t)
+	ds := e.Dataset("d", 2)
+	before := e.Snapshot(t)
+	for _, tc := range []struct{ name, body string }{
+		{"a right-to-left override", jobBody(ds, func(m map[string]any) { m["name"] = "invoice\u202Etxt.exe" })},
+		{"a line separator", jobBody(ds, func(m map[string]any) { m["name"] = "one\u2028two" })},
+		{"a zero-width space", jobBody(ds, func(m map[string]any) { m["name"] = "ad\u200Bmin" })},
+		{"201 characters", jobBody(ds, func(m map[string]any) { m["name"] = strings.Repeat("é", 201) })},
+		{"a name that is not UTF-8", `{"dataset":"` + ds + `","command":["/bin/prog"],"batch_size":1,"name":"caf` + "\xe9" + `"}`},
+		{"an argument that is not UTF-8", `{"dataset":"` + ds + `","command":["/bin/prog","` + "\xff\xfe" + `"],"batch_size":1}`},
+	} {
+		if code, msg := e.Raw("POST", api.PathJobs, "alice", tc.body); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.name, code, msg)
+		}
+	}
+	if after := e.Snapshot(t); after != before {
+		t.Errorf("a refused submission changed the database:\n%s", after)
+	}
+	// The limit is in characters: 200 two-byte ones are a good name.
+	if code, msg := e.Raw("POST", api.PathJobs, "alice", jobBody(ds, func(m map[string]any) { m["name"] = strings.Repeat("é", 200) })); code != http.StatusCreated {
+		t.Errorf("a name of 200 characters (400 bytes): %d %s, want 201", code, msg)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -40,6 +41,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return invalid("empty body: a JSON object is required")
+	}
+	if !utf8.Valid(body) {
+		// encoding/json would put U+FFFD in place of the bad bytes, and a
+		// command or name would silently differ from what was sent.
+		return invalid("the body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := strict(dec, reflect.TypeOf(v).Elem(), "body"); err != nil {
