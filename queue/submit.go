@@ -60,7 +60,7 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		// Control, format and separator characters too: names are printed
 		// to other users' terminals (harvest jobs for admins), where an
 		// escape sequence acts and U+202E reverses what follows.
-		return n, invalid("name must be valid UTF-8, at most 200 characters on one line, without control, format or line/paragraph separator characters (U+202E, U+200B, U+2028...)")
+		return n, invalid("name must be valid UTF-8, at most 200 characters on one line, without control characters, format characters or line/paragraph separators (U+202E, U+200B, U+2028...)")
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return n, invalid("command must be a non-empty argv (the program first)")
