@@ -53,6 +53,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", Value: def.DryRun, EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", Value: def.DumpDir, EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "dump-keep", Value: def.DumpKeep, EnvVars: []string{"HARVEST_DUMP_KEEP"}, Usage: "keep at most this many dumped snapshots"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-submit-per-round", Value: def.MaxSubmitPerRound, EnvVars: []string{"HARVEST_MAX_SUBMIT_PER_ROUND"}, Usage: "most pilots submitted in one round; the rest follow in the next rounds (0 = no bound)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "submit-timeout", Value: def.SubmitTimeout, EnvVars: []string{"HARVEST_SUBMIT_TIMEOUT"}, Usage: "first submit timeout; grows by this much after each timeout, resets on success"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-command", Value: strings.Join(def.PilotCommand, " "), EnvVars: []string{"HARVEST_PILOT_COMMAND"}, Usage: "command every pilot job runs (split on spaces, no shell)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "pilot-env", EnvVars: []string{"HARVEST_PILOT_ENV"}, Usage: "`KEY=VALUE` added to the pilots' environment (repeatable)"}),
@@ -133,6 +134,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.DryRun = c.Bool("dry-run")
 	cfg.DumpDir = c.String("dump-snapshots")
 	cfg.DumpKeep = c.Int("dump-keep")
+	cfg.MaxSubmitPerRound = c.Int("max-submit-per-round")
 	cfg.SubmitTimeout = c.Duration("submit-timeout")
 	cfg.SubmitTimeoutStep = c.Duration("submit-timeout")
 	cfg.PilotCommand = strings.Fields(c.String("pilot-command"))
