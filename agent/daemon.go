@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/harvest-hpc/harvest/adapters"
 )
 
 // Run runs rounds every PollInterval until ctx is done. While the batch
@@ -25,6 +28,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, ErrNoSnapshot):
+			if errors.Is(err, ErrBatchSystem) && r.Health != nil {
+				r.Health.Fail(err)
+			}
 			wait = bo.NextBackOff()
 			if !failing {
 				r.log.Error("cannot see the cluster; holding still and retrying", "error", err, "retry_in", wait)
@@ -35,6 +41,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case err != nil:
 			r.log.Error("round failed", "error", err)
 		default:
+			if r.Health != nil {
+				r.Health.OK()
+			}
 			if failing {
 				r.log.Info("cluster visible again")
 			}
@@ -49,4 +58,41 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// WaitForAdapter asks the adapter for its Info until it answers, backing
+// off like the rounds do (from cfg.PollInterval up to cfg.MaxBackoff), and
+// reports every failure to health. The agent starts its queue before this,
+// so users can submit and look at their jobs while slurmctld is down or
+// answers garbage. It returns an error only when ctx ends.
+func WaitForAdapter(ctx context.Context, ad adapters.Adapter, cfg Config, health *Health, log *slog.Logger) (adapters.Info, error) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = cfg.PollInterval
+	bo.MaxInterval = cfg.MaxBackoff
+	bo.MaxElapsedTime = 0
+	bo.Reset()
+	return waitForAdapter(ctx, ad, cfg.SnapshotTimeout, bo, health, log)
+}
+
+func waitForAdapter(ctx context.Context, ad adapters.Adapter, timeout time.Duration, bo backoff.BackOff, health *Health, log *slog.Logger) (adapters.Info, error) {
+	var info adapters.Info
+	op := func() error {
+		ictx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var err error
+		info, err = ad.Info(ictx)
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(ctx.Err())
+		}
+		return err
+	}
+	notify := func(err error, wait time.Duration) {
+		health.Fail(err)
+		log.Error("batch system unreachable; the queue is up, retrying the adapter", "error", err, "retry_in", wait)
+	}
+	if err := backoff.RetryNotify(op, backoff.WithContext(bo, ctx), notify); err != nil {
+		return info, err
+	}
+	health.OK()
+	return info, nil
 }

@@ -45,6 +45,10 @@ type Metrics struct {
 	backfillUnseen               prometheus.Counter
 	delayedNow, delayedLongest   prometheus.Gauge
 
+	// Health is whether the batch system answers (the reconciler and the
+	// agent's start report to it; /status shows it).
+	Health *Health
+
 	mu sync.Mutex
 	// released maps a foreign job id to the snapshot time of the round
 	// that released pilots for it, until a snapshot shows it running.
@@ -129,6 +133,24 @@ func NewMetrics(q qmetrics.Queue) *Metrics {
 	if q != nil {
 		f(siteYield{q})
 	}
+	m.Health = NewHealth()
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "harvest_batch_system_up",
+		Help: "1 while the batch system answers the adapter, 0 since a call failed (at start or in a round) until one succeeds."},
+		func() float64 {
+			if _, _, down := m.Health.Unreachable(); down {
+				return 0
+			}
+			return 1
+		}))
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "harvest_batch_system_unreachable_since_timestamp_seconds",
+		Help: "Wall-clock time since which the batch system has not answered (0 while it answers)."},
+		func() float64 {
+			since, _, down := m.Health.Unreachable()
+			if !down {
+				return 0
+			}
+			return float64(since.UnixNano()) / 1e9
+		}))
 	// Known label values start at zero so that rate() and alerts work
 	// before the first event.
 	for _, k := range []string{"timeout", "error"} {

@@ -101,9 +101,13 @@ type Reconciler struct {
 	mu            sync.Mutex
 	submitTimeout time.Duration
 	last          *RoundResult
-	dumpSeq       int
+	// refNodes is the node count of the first snapshot (see plausible).
+	refNodes int
+	dumpSeq  int
 	// OnRound, if set, is called after every round that got a snapshot.
 	OnRound func(RoundResult)
+	// Health, if set, learns whether the batch system answers.
+	Health *Health
 }
 
 // NewReconciler returns a reconciler; cfg must be valid.
@@ -138,6 +142,40 @@ func (r *Reconciler) Last() (RoundResult, bool) {
 // Such a round changes nothing: never cancel because a snapshot failed.
 var ErrNoSnapshot = errors.New("no snapshot")
 
+// ErrImplausible marks a snapshot that contradicts the cluster the agent
+// saw first by orders of magnitude: nothing is done on it.
+var ErrImplausible = errors.New("snapshot too large to be true")
+
+// plausibleFactor is how many times the first snapshot's node count (plus
+// plausibleSlack) a later one may show before it is refused.
+const (
+	plausibleFactor = 10
+	plausibleSlack  = 100
+)
+
+// plausible refuses a snapshot whose node count is orders of magnitude
+// above the first one this agent decided on (a parser fooled by garbage,
+// a wrong cluster): 3.3 M idle nodes once made it decide on 2,650,000
+// pilots. The first snapshot sets the reference; a cluster that really
+// grew that much needs an agent restart, which the error says.
+func (r *Reconciler) plausible(s cluster.Snapshot) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refNodes == 0 {
+		r.refNodes = max(s.TotalNodes, 1)
+		return nil
+	}
+	if limit := r.refNodes*plausibleFactor + plausibleSlack; s.TotalNodes > limit {
+		return fmt.Errorf("%w: %d nodes, but the cluster had %d when the agent started (at most %d believed); nothing done (restart the agent if the cluster really grew)",
+			ErrImplausible, s.TotalNodes, r.refNodes, limit)
+	}
+	return nil
+}
+
+// ErrBatchSystem marks a round's failure as the batch system's (no
+// snapshot, or one that makes no sense), as opposed to the queue's.
+var ErrBatchSystem = errors.New("batch system")
+
 // Round runs one round. An error wrapping ErrNoSnapshot means nothing was
 // done; other action errors are in the result.
 func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
@@ -145,10 +183,13 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	snap, err := r.ad.Snapshot(sctx)
 	cancel()
 	if err != nil {
-		return RoundResult{}, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
+		return RoundResult{}, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	if err := snap.Validate(); err != nil {
-		return RoundResult{}, fmt.Errorf("%w: adapter returned %w", ErrNoSnapshot, err)
+		return RoundResult{}, fmt.Errorf("%w: %w: adapter returned %w", ErrNoSnapshot, ErrBatchSystem, err)
+	}
+	if err := r.plausible(snap); err != nil {
+		return RoundResult{}, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	r.ledger.Observe(snap)
 	dem, err := r.src.Demand(ctx, seen(snap, r.ledger))
@@ -288,13 +329,24 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		WorkDir:      r.cfg.PilotWorkDir,
 		Output:       r.cfg.PilotOutput,
 	}
-	for i := 0; i < dec.Submit.Count; i++ {
+	n := dec.Submit.Count
+	if max := r.cfg.MaxSubmitPerRound; max > 0 && n > max {
+		// The rest come in the next rounds, if the snapshots still want
+		// them: a decision for 2,650,000 pilots is not carried out at once.
+		r.log.Warn("submitting fewer pilots than decided this round (--max-submit-per-round)", "decided", n, "submitting", max)
+		n = max
+	}
+	for i := 0; i < n; i++ {
 		// The first go to the floor, the rest to the preemptible tier.
 		spec.Preemptible = i >= dec.Submit.Count-dec.Submit.Preemptible
 		timeout := r.SubmitTimeout()
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		t0 := time.Now()
 		id, err := r.ad.Submit(sctx, spec)
+		// A timeout is the agent's own deadline passing (or the adapter's
+		// saying so); other unknown outcomes (a lost reply, a killed
+		// sbatch) say nothing about a slow batch system.
+		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
 		cancel()
 		res.SubmitLatency = append(res.SubmitLatency, time.Since(t0))
 		switch {
@@ -303,13 +355,17 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 			res.Submitted = append(res.Submitted, id)
 			r.setSubmitTimeout(r.cfg.SubmitTimeout)
 			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
-		case errors.Is(err, adapters.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded):
+		case timedOut || errors.Is(err, adapters.ErrOutcomeUnknown):
 			// The pilot may exist: count it as held until a snapshot tells.
 			r.ledger.Unknown(spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
 			res.SubmitTimedOut = true
-			next := timeout + r.cfg.SubmitTimeoutStep
-			r.setSubmitTimeout(next)
-			r.log.Warn("submit timed out; ending the round", "timeout", timeout, "next_timeout", next, "error", err)
+			if timedOut {
+				next := timeout + r.cfg.SubmitTimeoutStep
+				r.setSubmitTimeout(next)
+				r.log.Warn("submit timed out; ending the round", "timeout", timeout, "next_timeout", next, "error", err)
+			} else {
+				r.log.Warn("submit outcome unknown (the pilot may exist; the next snapshot tells); ending the round", "error", err)
+			}
 			res.Errors = append(res.Errors, err)
 			return
 		default:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/siteshare"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
@@ -110,10 +111,9 @@ func (q *Queue) plan(ctx context.Context) (map[string]siteshare.SitePlan, map[st
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	pending, _, err := q.st.Demand(ctx)
-	if err != nil {
-		return nil, nil, 0, err
-	}
+	q.mu.Lock()
+	pending := q.deliverableLocked()
+	q.mu.Unlock()
 	held, err := q.st.Outstanding(ctx)
 	if err != nil {
 		return nil, nil, 0, err
@@ -131,6 +131,33 @@ func (q *Queue) plan(ctx context.Context) (map[string]siteshare.SitePlan, map[st
 		out[p.Name] = p
 	}
 	return out, sets, global, nil
+}
+
+// deliverableLocked is the demand the agents size pilots by: the waiting
+// tasks a pull would hand out now, not every waiting task (issue 35 item
+// 9). A user over a quota (CPU time, cost, cores) gets none; below it, a
+// pull gives the user tasks, in hand-out order, while their running cores
+// are under max_cores, so that many count. One user's million-task
+// dataset under a 20-core quota asks for 20 cores of pilots, not the
+// cluster.
+func (q *Queue) deliverableLocked() int {
+	total := 0
+	for _, u := range q.users {
+		if len(u.ready) == 0 || fairshare.OverQuota(u.limits, u.usage()) {
+			continue
+		}
+		running := u.running
+		for _, j := range u.ready {
+			if running >= u.limits.MaxParallelJobs {
+				break
+			}
+			cores := max(j.Cores, 1)
+			n := min(j.Waiting, (u.limits.MaxParallelJobs-running+cores-1)/cores)
+			total += n
+			running += n * cores
+		}
+	}
+	return total
 }
 
 // AgentRound records what a site's agent saw this round and returns the
@@ -229,8 +256,8 @@ func (q *Queue) SetSite(ctx context.Context, name string, s api.SiteSettings) (a
 		cur.Paused = *s.Paused
 	}
 	switch {
-	case cur.MinNodes < 0 || cur.MaxNodes < 0:
-		return api.Site{}, invalid("min_nodes and max_nodes must not be negative")
+	case cur.MinNodes < 0 || cur.MaxNodes < 0 || cur.MinNodes > api.MaxNodes || cur.MaxNodes > api.MaxNodes:
+		return api.Site{}, invalid("min_nodes and max_nodes must not be negative nor exceed %d", api.MaxNodes)
 	case cur.MaxNodes > 0 && cur.MinNodes > cur.MaxNodes:
 		return api.Site{}, invalid("min_nodes %d exceeds max_nodes %d", cur.MinNodes, cur.MaxNodes)
 	}

@@ -172,6 +172,10 @@ func TestAPoolHoldsItsAllowanceWhileAnotherSiteIsLive(t *testing.T) {
 func TestAgentsSeeTheirSitesShare(t *testing.T) {
 	e, _ := twoSites(t)
 	ctx := context.Background()
+	// All 40 tasks can be handed out (the demand stops at a user's quota).
+	if _, err := e.Q.SetUser(ctx, "alice", api.UserSettings{MaxCores: queuetest.Ptr(100)}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("ds", 40), Command: []string{"p"}, BatchSize: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -91,13 +91,13 @@ func (q *Queue) SetNodes(ctx context.Context, s api.NodesSettings) (api.Nodes, e
 		cur.MaxNodes = *s.MaxNodes
 	}
 	if s.GlobalMaxNodes != nil {
-		if *s.GlobalMaxNodes < 0 {
-			return cur, invalid("global_max_nodes must not be negative")
+		if *s.GlobalMaxNodes < 0 || *s.GlobalMaxNodes > api.MaxNodes {
+			return cur, invalid("global_max_nodes must not be negative nor exceed %d", api.MaxNodes)
 		}
 	}
 	switch {
-	case cur.MinNodes < 0 || cur.MaxNodes < 0:
-		return cur, invalid("min_nodes and max_nodes must not be negative")
+	case cur.MinNodes < 0 || cur.MaxNodes < 0 || cur.MinNodes > api.MaxNodes || cur.MaxNodes > api.MaxNodes:
+		return cur, invalid("min_nodes and max_nodes must not be negative nor exceed %d", api.MaxNodes)
 	case cur.MaxNodes > 0 && cur.MinNodes > cur.MaxNodes:
 		return cur, invalid("min_nodes %d exceeds max_nodes %d", cur.MinNodes, cur.MaxNodes)
 	}
@@ -187,8 +187,8 @@ func (q *Queue) PullInPilot(id string, end int64) error {
 // by then. A later end than one already recorded changes nothing.
 func (p Pool) PullIn(id string, end int64) error {
 	q := p.q
-	if id == "" || len(id) > 256 || end <= 0 {
-		return invalid("pilot id (at most 256 bytes) and a positive end are required")
+	if id == "" || len(id) > 256 || end <= 0 || end > api.MaxUnixTime {
+		return invalid("pilot id (at most 256 bytes) and an end in 1..%d (Unix seconds) are required", int64(api.MaxUnixTime))
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()

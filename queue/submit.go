@@ -56,10 +56,11 @@ type normalized struct {
 // validateSpec checks everything that needs no file system access.
 func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 	n := normalized{name: s.Name, batchSize: s.BatchSize, price: 1, cores: 1, maxAttempts: q.cfg.DefaultMaxAttempts, timeoutS: s.TimeoutS, expiry: q.cfg.DefaultExpiry}
-	if len(s.Name) > 200 || strings.IndexFunc(s.Name, unicode.IsControl) >= 0 {
-		// Control characters too: names are printed to other users'
-		// terminals (harvest jobs for admins), where an escape sequence acts.
-		return n, invalid("name must be at most 200 characters on one line, without control characters")
+	if !utf8.ValidString(s.Name) || utf8.RuneCountInString(s.Name) > 200 || strings.IndexFunc(s.Name, unprintable) >= 0 {
+		// Control, format and separator characters too: names are printed
+		// to other users' terminals (harvest jobs for admins), where an
+		// escape sequence acts and U+202E reverses what follows.
+		return n, invalid("name must be valid UTF-8, at most 200 characters on one line, without control characters, format characters or line/paragraph separators (U+202E, U+200B, U+2028...)")
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return n, invalid("command must be a non-empty argv (the program first)")
@@ -70,6 +71,9 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 	for i, a := range s.Command {
 		if strings.IndexByte(a, 0) >= 0 {
 			return n, invalid("command argument %d contains a NUL byte", i)
+		}
+		if !utf8.ValidString(a) {
+			return n, invalid("command argument %d is not valid UTF-8", i)
 		}
 		for _, ph := range placeholderRE.FindAllString(a, -1) {
 			if !placeholders[ph] {
@@ -101,8 +105,9 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		}
 		n.maxAttempts = *s.MaxAttempts
 	}
-	if s.TimeoutS < 0 {
-		return n, invalid("timeout_s must not be negative, got %d", s.TimeoutS)
+	if s.TimeoutS < 0 || s.TimeoutS > api.MaxTimeoutS {
+		// 1e10 s overflowed time.Duration in the worker: every task killed at once.
+		return n, invalid("timeout_s must be 0 (none) up to %d (a year), got %d", api.MaxTimeoutS, s.TimeoutS)
 	}
 	if s.ExpiryS < 0 || s.ExpiryS > 365*24*3600 {
 		return n, invalid("expiry_s must be 0 (default) up to a year, got %d", s.ExpiryS)
@@ -111,6 +116,13 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		n.expiry = time.Duration(s.ExpiryS) * time.Second
 	}
 	return n, nil
+}
+
+// unprintable is what a job name may not hold: control characters,
+// format characters (bidirectional overrides, zero-width spaces) and the
+// line and paragraph separators.
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 // resolveInRoots resolves p (which must exist) and checks that it lies in

@@ -186,8 +186,10 @@ func TestAStreamedSubmissionReportsAnUnusableDatasetAndStoresNothing(t *testing.
 	for sc.Scan() {
 		json.Unmarshal(sc.Bytes(), &last)
 	}
-	if resp.StatusCode != 200 || last.Code != api.CodeInvalid || !strings.Contains(last.Error, "no entries") {
-		t.Fatalf("status %d, last event %+v: want an invalid error line", resp.StatusCode, last)
+	// Known before the first entry: answered with its status, as a plain
+	// submit is (issue 35 item 8), in the API's error document.
+	if resp.StatusCode != 400 || last.Code != api.CodeInvalid || !strings.Contains(last.Error, "no entries") {
+		t.Fatalf("status %d, answer %+v: want 400 and the invalid error", resp.StatusCode, last)
 	}
 	if after := e.Snapshot(t); after != before {
 		t.Fatalf("a refused submission changed stored state:\n%s\n%s", before, after)

@@ -6,6 +6,7 @@
 package slurm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -212,7 +213,10 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	var jobs []cluster.Job
 	_, err = a.queryParse(ctx, squeue,
 		[]string{"-a", "-h", "-r", "-p", parts, "-t", squeueStates, "-o", squeueFormat},
-		func(r io.Reader) (err error) { jobs, err = ReadSqueue(r, now, all); return err },
+		func(r io.Reader) (err error) {
+			jobs, err = ReadSqueue(lineLimit(r, a.cfg.MaxJobs, "squeue", "jobs", "max_jobs"), now, all)
+			return err
+		},
 		"SLURM_TIME_FORMAT=%s")
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: %w", err)
@@ -248,7 +252,10 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		counts NodeCounts
 	)
 	_, err = a.queryParse(ctx, a.cfg.binary("sinfo", a.cfg.Sinfo), []string{"-h", "-N", "-p", part.Name, "-o", sinfoFormat},
-		func(r io.Reader) (err error) { nodes, counts, err = ReadSinfo(r); return err })
+		func(r io.Reader) (err error) {
+			nodes, counts, err = ReadSinfo(lineLimit(r, a.cfg.MaxNodes, "sinfo", "nodes", "max_nodes"))
+			return err
+		})
 	if err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("slurm snapshot: partition %s: %w", part.Name, err)
 	}
@@ -490,19 +497,59 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
-	res, err := a.run(cctx, name, args, a.environ(), []byte(script), nil)
+	// Only the head of the answer is kept: `sbatch --parsable` prints one
+	// short line, and a 50 MB answer once took the agent to 1.26 GB.
+	var head answerHead
+	res, err := a.run(cctx, name, args, a.environ(), []byte(script), head.read)
 	if err != nil {
 		if err := a.sbatchFailure(err, res); err != nil {
 			return "", err
 		}
 	}
-	id, err := ParseSbatch(res.stdout)
+	out := head.buf.Bytes()
+	if len(res.stdout) > 0 {
+		out = res.stdout // a runner that returned the output whole
+	}
+	var id string
+	if head.total > int64(head.buf.Len()) {
+		err = parseErr("sbatch --parsable printed %d bytes, want one short line", head.total)
+	} else {
+		id, err = ParseSbatch(out)
+	}
 	if err != nil {
 		// sbatch exited 0, so the job most likely exists: the next
 		// snapshot finds it by its tag.
 		return "", fmt.Errorf("sbatch succeeded but: %w: %w", err, adapters.ErrOutcomeUnknown)
 	}
 	return adapters.PilotID(id), nil
+}
+
+// answerHeadMax is how much of a short answer (sbatch's) is kept.
+const answerHeadMax = 4 << 10
+
+// answerHead keeps the first answerHeadMax bytes of an answer and counts
+// the rest, reading it to the end (the command is not stopped: sbatch may
+// have submitted).
+type answerHead struct {
+	buf   bytes.Buffer
+	total int64
+}
+
+func (h *answerHead) read(r io.Reader) error {
+	var chunk [32 << 10]byte
+	for {
+		n, err := r.Read(chunk[:])
+		h.total += int64(n)
+		if room := answerHeadMax - h.buf.Len(); room > 0 {
+			h.buf.Write(chunk[:min(n, room)])
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // sbatchFailure classifies a failed sbatch. Only the failures where
@@ -580,6 +627,9 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 		[]string{"--name=" + a.cfg.Tag, "--user=" + a.user, sid}, a.environ(), nil, nil)
 	switch {
 	case err == nil:
+		return nil
+	case errors.Is(err, command.ErrLeftover) && res.exit == 0:
+		// scancel exited 0; a process it left held its output (killed).
 		return nil
 	case errors.Is(err, context.DeadlineExceeded):
 		// Cancel is idempotent, so retrying is safe.

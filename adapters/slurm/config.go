@@ -50,6 +50,14 @@ type Config struct {
 	// MiB: about 800,000 squeue lines (ten times the 100,000 jobs the
 	// benchmark parses in under a second).
 	MaxOutput int64
+	// MaxJobs and MaxNodes bound what a snapshot keeps: a job list or a
+	// node list longer than this fails the snapshot (as output past
+	// MaxOutput does) while it is read, so the agent's memory stays
+	// bounded by these counts, not by what a broken or foreign squeue or
+	// sinfo prints. Defaults 300,000 jobs (30 times SLURM's default
+	// MaxJobCount) and 100,000 nodes (ten times the largest clusters);
+	// about 160 MB of snapshot at both.
+	MaxJobs, MaxNodes int
 	// BinDir holds squeue, sinfo, scontrol, sbatch and scancel; empty =
 	// found on PATH. The individual paths below override it.
 	BinDir                                   string
@@ -74,6 +82,8 @@ func DefaultConfig() Config {
 		Exclusive: true,
 		Timeout:   10 * time.Second,
 		MaxOutput: 64 << 20,
+		MaxJobs:   300_000,
+		MaxNodes:  100_000,
 	}
 }
 
@@ -147,7 +157,7 @@ func (c Config) binary(name, override string) string {
 
 // NewFromOptions builds an adapter from a plugin's string options. Keys:
 // tag, partition, preempt_partition, account, qos, timeout (Go duration, "10s"),
-// max_output_mb (whole MiB), sbatch_args
+// max_output_mb (whole MiB), max_jobs, max_nodes, sbatch_args
 // (space-separated), export, exclusive (true/false), output_dir, bin_dir,
 // slurm_conf, user. Unknown keys are an error, so a typo is not ignored.
 func NewFromOptions(opts map[string]string) (*Adapter, error) {
@@ -186,6 +196,16 @@ func ConfigFromOptions(opts map[string]string) (Config, error) {
 				return cfg, fmt.Errorf("%w: max_output_mb %q must be a whole number of MiB from 1 to 1048576", ErrConfig, v)
 			}
 			cfg.MaxOutput = n << 20
+		case "max_jobs", "max_nodes":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 100_000_000 {
+				return cfg, fmt.Errorf("%w: %s %q must be a whole number from 1 to 100000000", ErrConfig, k, v)
+			}
+			if k == "max_jobs" {
+				cfg.MaxJobs = n
+			} else {
+				cfg.MaxNodes = n
+			}
 		case "sbatch_args":
 			cfg.SbatchArgs = strings.Fields(v)
 		case "export":

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -140,4 +141,30 @@ func (a *Adapter) queryParse(ctx context.Context, name string, args []string, pa
 	default:
 		return nil, fmt.Errorf("%s: %v: %w", cmdline, err, adapters.ErrUnreachable)
 	}
+}
+
+// lineLimit passes r on until it has given more than max lines, then
+// fails with an ErrParse that names the option to raise: the parser stops,
+// the command is killed, and what was kept is bounded by max (a 64 MiB
+// answer is 3.3 million sinfo lines).
+func lineLimit(r io.Reader, max int, cmd, what, option string) io.Reader {
+	if max <= 0 {
+		return r
+	}
+	return &lineLimiter{r: r, left: max, cmd: cmd, what: what, option: option, max: max}
+}
+
+type lineLimiter struct {
+	r                 io.Reader
+	left, max         int
+	cmd, what, option string
+}
+
+func (l *lineLimiter) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	l.left -= bytes.Count(p[:n], []byte{'\n'})
+	if l.left < 0 {
+		return 0, parseErr("%s listed more than %d %s, more than any real cluster this agent was set up for; raise the adapter's %s if the cluster is that large", l.cmd, l.max, l.what, l.option)
+	}
+	return n, err
 }

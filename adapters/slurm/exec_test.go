@@ -145,3 +145,46 @@ func TestATimeoutKillsTheCommandsChildren(t *testing.T) {
 	}
 	waitExited(t, filepath.Join(dir, "child"), 5*time.Second)
 }
+
+// Issue 35 item 10: an scancel that exits 0 but leaves a child holding its
+// output (a site's wrapper) has cancelled: it was reported as a failed
+// cancel. The child is killed.
+func TestCancelWhenScancelLeavesAChildHoldingItsOutput(t *testing.T) {
+	a, dir := fakeBin(t, map[string]string{
+		"squeue":  `echo '42|root|RUNNING|harvest-pilot'`,
+		"scancel": `sleep 60 & echo $! > $DIR/child; exit 0`,
+	}, nil)
+	if err := a.Cancel(context.Background(), "42"); err != nil {
+		t.Errorf("scancel exited 0 with a leftover child: %v, want a successful cancel", err)
+	}
+	waitExited(t, filepath.Join(dir, "child"), 5*time.Second)
+}
+
+// Issue 35 item 6: a huge sbatch answer is not kept whole (a 50 MB one
+// took the agent to 1.26 GB): its head is, and the outcome is unknown.
+func TestAHugeSbatchAnswerIsAnUnknownOutcome(t *testing.T) {
+	a, _ := fakeBin(t, map[string]string{
+		"sbatch": `cat >/dev/null; head -c 3000000 /dev/zero | tr '\0' '7'; echo`,
+	}, nil)
+	_, err := a.Submit(context.Background(), submitSpec())
+	if !errors.Is(err, adapters.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "printed 3000001 bytes") {
+		t.Errorf("err = %v, want an unknown outcome saying how much sbatch printed", err)
+	}
+}
+
+// Issue 35 item 6: a job or node list longer than MaxJobs or MaxNodes
+// fails the snapshot while it is read, naming the option to raise.
+func TestListsPastTheirBoundFailTheSnapshot(t *testing.T) {
+	a := bigCluster(t, func(c *Config) { c.MaxJobs = bigJobs - 1 })
+	if _, err := a.Snapshot(context.Background()); !errors.Is(err, ErrParse) || !strings.Contains(err.Error(), "max_jobs") {
+		t.Errorf("%d jobs with max_jobs %d: %v", bigJobs, bigJobs-1, err)
+	}
+	a = bigCluster(t, func(c *Config) { c.MaxNodes = bigNodes - 1 })
+	if _, err := a.Snapshot(context.Background()); !errors.Is(err, ErrParse) || !strings.Contains(err.Error(), "max_nodes") {
+		t.Errorf("%d nodes with max_nodes %d: %v", bigNodes, bigNodes-1, err)
+	}
+	a = bigCluster(t, func(c *Config) { c.MaxJobs, c.MaxNodes = bigJobs, bigNodes })
+	if _, err := a.Snapshot(context.Background()); err != nil {
+		t.Errorf("at the bounds: %v", err)
+	}
+}

@@ -387,10 +387,14 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if role != api.RoleUser && role != api.RoleAdmin {
-		s.denied(w, http.StatusForbidden, "The status page needs a user or admin token, not the pilot token.")
+		// Say which token it is: an agent's token is not the pilot token.
+		s.denied(w, http.StatusForbidden, fmt.Sprintf("The status page needs a user or admin token; this is %s.", roleToken(role)))
 		return
 	}
 	in := Inputs{User: name, Role: role, Adapter: s.cfg.Adapter, GiveBack: s.cfg.GiveBack, Now: s.cfg.Now(), Control: s.cfg.Control.State(), Window: s.cfg.ChartWindow}
+	if since, why, down := s.cfg.Metrics.Health.Unreachable(); down {
+		in.Errors = append(in.Errors, fmt.Sprintf("batch system unreachable since %s: %s", since.UTC().Format("2006-01-02 15:04:05 UTC"), why))
+	}
 	if res, ok := s.cfg.Rounds.Last(); ok {
 		in.Round = &res
 	}
@@ -456,4 +460,15 @@ func (s *server) denied(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "<!doctype html><title>harvest: sign in</title><h1>harvest status</h1><p>%s</p>\n", template.HTMLEscapeString(msg))
+}
+
+// roleToken names a token by its role, for a refusal.
+func roleToken(role string) string {
+	switch role {
+	case api.RolePilot:
+		return "the pilot token"
+	case api.RoleAgent:
+		return "an agent token (a site's agent uses it for the queue)"
+	}
+	return fmt.Sprintf("a token of role %q", role)
 }

@@ -10,16 +10,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/httpapi"
 	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 )
 
@@ -219,19 +218,10 @@ func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, user string
 	return api.TokenRotation{Token: tok, Revoked: n}, nil
 }
 
+// decode is the queue API's strict decoder (duplicate keys, key case,
+// trailing data, the exact content type).
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("%w: Content-Type must be application/json, got %q", api.ErrInvalid, ct)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: empty body: a JSON object is required", api.ErrInvalid)
-		}
-		return fmt.Errorf("%w: malformed JSON: %v", api.ErrInvalid, err)
-	}
-	return nil
+	return httpapi.DecodeStrict(w, r, 64<<10, v)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -81,7 +81,7 @@ type webQueue struct {
 
 var _ web.Queue = webQueue{}
 
-func (o *agentOps) handler(c *cli.Context, h *hostedQueue, r *agent.Reconciler, adapterName, giveBack string, log *slog.Logger) (http.Handler, error) {
+func (o *agentOps) handler(c *cli.Context, h *hostedQueue, r web.Rounds, adapterName, giveBack string, log *slog.Logger) (http.Handler, error) {
 	cfg := web.DefaultConfig()
 	cfg.Queue, cfg.Rounds, cfg.Control, cfg.Metrics, cfg.History = webQueue{h.q, h.api}, r, o.ctl, o.metrics, o.hist
 	cfg.MetricsAnonymous = c.Bool("metrics-anonymous")

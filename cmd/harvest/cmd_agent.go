@@ -3,14 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/internal/statelock"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/urfave/cli/v2"
@@ -48,6 +53,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "dry-run", Value: def.DryRun, EnvVars: []string{"HARVEST_DRY_RUN"}, Usage: "log decisions without submitting or cancelling anything"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", Value: def.DumpDir, EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "dump-keep", Value: def.DumpKeep, EnvVars: []string{"HARVEST_DUMP_KEEP"}, Usage: "keep at most this many dumped snapshots"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-submit-per-round", Value: def.MaxSubmitPerRound, EnvVars: []string{"HARVEST_MAX_SUBMIT_PER_ROUND"}, Usage: "most pilots submitted in one round; the rest follow in the next rounds (0 = no bound)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "submit-timeout", Value: def.SubmitTimeout, EnvVars: []string{"HARVEST_SUBMIT_TIMEOUT"}, Usage: "first submit timeout; grows by this much after each timeout, resets on success"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-command", Value: strings.Join(def.PilotCommand, " "), EnvVars: []string{"HARVEST_PILOT_COMMAND"}, Usage: "command every pilot job runs (split on spaces, no shell)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "pilot-env", EnvVars: []string{"HARVEST_PILOT_ENV"}, Usage: "`KEY=VALUE` added to the pilots' environment (repeatable)"}),
@@ -128,6 +134,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.DryRun = c.Bool("dry-run")
 	cfg.DumpDir = c.String("dump-snapshots")
 	cfg.DumpKeep = c.Int("dump-keep")
+	cfg.MaxSubmitPerRound = c.Int("max-submit-per-round")
 	cfg.SubmitTimeout = c.Duration("submit-timeout")
 	cfg.SubmitTimeoutStep = c.Duration("submit-timeout")
 	cfg.PilotCommand = strings.Fields(c.String("pilot-command"))
@@ -175,17 +182,67 @@ func runAgent(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// One agent per state directory (its queue, control file and tokens),
+	// taken before anything is opened or submitted.
+	if err := safefs.PrivateDir(c.String("state-dir")); err != nil {
+		return cli.Exit("harvest agent: --state-dir: "+err.Error(), 1)
+	}
+	lock, err := statelock.Acquire(c.String("state-dir"))
+	if err != nil {
+		return cli.Exit("harvest agent: "+err.Error(), 1)
+	}
+	defer lock.Release()
 
 	ad, closeAdapter, err := openAdapter(c, log)
 	if err != nil {
 		return cli.Exit("harvest agent: "+err.Error(), 1)
 	}
 	defer closeAdapter()
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	info, err := ad.Info(ictx)
-	cancel()
+
+	// The hosted queue starts first, before the batch system is asked
+	// anything: users submit and look at their jobs while slurmctld is
+	// down, and the status page says since when it is.
+	queueDone := make(chan error, 1)
+	var hq *hostedQueue
+	var q *queue.Queue
+	shared := c.String("shared-dir")
+	if shared == "" {
+		shared = c.String("state-dir")
+	}
+	if c.String("queue") == "" && !c.Bool("no-queue") {
+		h, err := openQueue(c, log)
+		if err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
+		}
+		defer h.close()
+		if err := h.seedNodeLimits(ctx, c); err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
+		}
+		hq, q = h, h.q
+	}
+	ops, err := newAgentOps(c, q, log)
 	if err != nil {
-		return cli.Exit("harvest agent: adapter info: "+err.Error(), 1)
+		return cli.Exit("harvest agent: "+err.Error(), 2)
+	}
+	var sw swapHandler
+	if hq != nil {
+		handler, err := ops.handler(c, hq, noRounds{}, c.String("adapter"), "not known until the batch system answers", log)
+		if err != nil {
+			return cli.Exit("harvest agent: "+err.Error(), 1)
+		}
+		sw.set(handler)
+		go func() {
+			queueDone <- hq.serveWith(ctx, &sw)
+			stop() // without the queue pilots cannot work
+		}()
+		log.Info("queue started", "advertise", hq.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
+		if hq.advertise == "" {
+			log.Warn("the queue has no TCP listener (--listen): pilots on compute nodes cannot reach it")
+		}
+	}
+	info, err := agent.WaitForAdapter(ctx, ad, cfg, ops.metrics.Health, log)
+	if err != nil {
+		return agentStopped(ctx, queueDone, log)
 	}
 	if info.TimeGranularity > 0 {
 		cfg.Policy.Granularity = info.TimeGranularity
@@ -206,12 +263,6 @@ func runAgent(c *cli.Context) error {
 	if n := c.Int("backlog"); n >= 0 {
 		src = agent.StaticDemand{Info: agent.DemandInfo{Demand: &cluster.Demand{PendingTasks: n, SlotsPerNode: 1}}}
 	}
-	queueDone := make(chan error, 1)
-	var hq *hostedQueue
-	shared := c.String("shared-dir")
-	if shared == "" {
-		shared = c.String("state-dir")
-	}
 	switch {
 	case c.String("queue") != "":
 		rq, err := openRemoteQueue(ctx, c, info)
@@ -226,21 +277,13 @@ func runAgent(c *cli.Context) error {
 		}
 		cfg.PilotEnv = pilotEnv(rq.pilotURL, rq.pilotToken, shared, rq.site, admin)
 		log.Info("using a remote queue", "queue", c.String("queue"), "site", rq.site, "pilot_queue", rq.pilotURL)
-	case !c.Bool("no-queue"):
-		h, err := openQueue(c, log)
-		if err != nil {
-			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
-		}
-		defer h.close()
-		if err := h.seedNodeLimits(ctx, c); err != nil {
-			return cli.Exit("harvest agent: queue: "+err.Error(), 2)
-		}
-		site := h.q.LocalSite()
+	case hq != nil:
+		site := hq.q.LocalSite()
 		src = agent.SiteDemand{
 			Round: func(ctx context.Context, r api.AgentRound) (api.AgentPlan, error) {
-				return h.q.AgentRound(ctx, site, r)
+				return hq.q.AgentRound(ctx, site, r)
 			},
-			End: func(_ context.Context, e api.PilotEnd) error { return h.q.Pool(site).PullIn(e.Pilot, e.End) },
+			End: func(_ context.Context, e api.PilotEnd) error { return hq.q.Pool(site).PullIn(e.Pilot, e.End) },
 		}
 		// Tasks read the allowed roots, and their inputs must resolve there
 		// (the admin's --pilot-env may say otherwise).
@@ -248,30 +291,18 @@ func runAgent(c *cli.Context) error {
 		for k, v := range cfg.PilotEnv {
 			admin[k] = v
 		}
-		cfg.PilotEnv = pilotEnv(h.advertise, h.token, shared, site, admin)
-		hq = h
-		log.Info("queue started", "advertise", h.advertise, "socket", c.String("socket"), "state_dir", c.String("state-dir"))
-		if h.advertise == "" {
-			log.Warn("the queue has no TCP listener (--listen): pilots on compute nodes cannot reach it")
-		}
-	}
-	var q *queue.Queue
-	if hq != nil {
-		q = hq.q
-	}
-	ops, err := newAgentOps(c, q, log)
-	if err != nil {
-		return cli.Exit("harvest agent: "+err.Error(), 2)
+		cfg.PilotEnv = pilotEnv(hq.advertise, hq.token, shared, site, admin)
 	}
 	ad = ops.metrics.InstrumentAdapter(ad)
 	r := agent.NewReconciler(ad, ops.ctl.Demand(src), cfg, log)
 	r.OnRound = ops.hook
+	r.Health = ops.metrics.Health
 	if hq != nil {
 		handler, err := ops.handler(c, hq, r, info.Name, gb.Describe, log)
 		if err != nil {
 			return cli.Exit("harvest agent: "+err.Error(), 1)
 		}
-		go func() { queueDone <- hq.serveWith(ctx, handler) }()
+		sw.set(handler)
 	}
 	log.Info("agent started", "adapter", info.Name, "version", info.Version, "tag", info.Tag,
 		"poll", cfg.PollInterval, "min_nodes", cfg.Policy.MinNodes, "max_nodes", cfg.Policy.MaxNodes,
@@ -292,3 +323,33 @@ func runAgent(c *cli.Context) error {
 	log.Info("agent stopped", "reason", context.Cause(ctx))
 	return err
 }
+
+// agentStopped ends an agent stopped before the batch system answered: by
+// a signal (exit 0), or because its queue stopped (its error).
+func agentStopped(ctx context.Context, queueDone chan error, log *slog.Logger) error {
+	log.Info("agent stopped before the batch system answered", "reason", context.Cause(ctx))
+	select {
+	case err := <-queueDone:
+		if err != nil {
+			return cli.Exit("harvest agent: queue: "+err.Error(), 1)
+		}
+	default:
+	}
+	return nil
+}
+
+// swapHandler serves the agent's endpoints: the queue alone with an empty
+// status page while the batch system has not answered yet, then
+// everything.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// noRounds is the status page's round source before the reconciler exists.
+type noRounds struct{}
+
+func (noRounds) Last() (agent.RoundResult, bool) { return agent.RoundResult{}, false }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -116,6 +117,16 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 	abs, err := filepath.Abs(pos[0])
 	if err != nil {
 		return cli.Exit("harvest submit: "+err.Error(), 2)
+	}
+	// JSON would carry bad bytes as U+FFFD: the job would run another command.
+	for i, x := range append([]string{c.String("name")}, argv...) {
+		if !utf8.ValidString(x) {
+			what := fmt.Sprintf("command argument %d", i-1)
+			if i == 0 {
+				what = "--name"
+			}
+			return cli.Exit(fmt.Sprintf("harvest submit: %s %q is not valid UTF-8", what, x), 2)
+		}
 	}
 	price, cores, attempts := c.Float64("price"), c.Int("cores"), c.Int("max-attempts")
 	spec := api.JobSpec{Dataset: abs, Command: argv, Name: c.String("name"), BatchSize: c.Int("batch-size"),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/harvest-hpc/harvest/internal/statelock"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -126,6 +127,13 @@ func runQueueServe(c *cli.Context) error {
 	cfg := queueConfigFromFlags(c)
 	cfg.Logger = log
 	log.Debug("Go processors", "gomaxprocs", hostQueueProcs())
+	// One queue per database directory: a second would hand out the same
+	// tasks twice (the lock goes with the process, however it ends).
+	lock, err := statelock.Acquire(filepath.Dir(cfg.DBPath))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 1)
+	}
+	defer lock.Release()
 	q, err := queue.Open(cfg)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 2)

@@ -182,6 +182,14 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 	g.started(cmd.Process.Pid)
 	runErr := cmd.Wait()
 	refused := g.exited() // the output was refused before the command ended
+	leftover := errors.Is(runErr, exec.ErrWaitDelay)
+	if leftover {
+		// Exited, but a process it started kept the pipes open: kill it,
+		// whatever else happened (a stop of the agent too: ctx ending
+		// after the command exited kills nothing by itself). The group is
+		// still held by that process, so its id is not reused.
+		g.killLeftover()
+	}
 	var parseErr error
 	if pw != nil {
 		pw.Close()
@@ -203,11 +211,7 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 		return res, fmt.Errorf("%s: killed when %w", s.Path, ctx.Err())
 	case res.Signal != 0 || res.ExitCode > 0:
 		return res, &ExitError{Code: res.ExitCode, Signal: res.Signal, Stderr: string(res.Stderr)}
-	case errors.Is(runErr, exec.ErrWaitDelay):
-		// Exited by itself, but a process it started kept the pipes open:
-		// kill it (the group is still held by that process, so its id is
-		// not reused).
-		g.killLeftover()
+	case leftover:
 		if parseErr != nil {
 			return res, parseErr
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -232,4 +233,38 @@ func TestExcerpt(t *testing.T) {
 			t.Errorf("Excerpt(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
+}
+
+// Issue 35 item 10: stopping the agent (ctx ends) after the command
+// exited while its child still holds the output left the child running:
+// ctx ending after the exit kills nothing, and the leftover case was not
+// reached. The group is killed then too.
+func TestAStopAfterTheCommandExitedKillsTheChildHoldingItsOutput(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := sh(`sleep 60 & echo $! > ` + pidFile + `; echo $$; exit 0`)
+	s.WaitDelay = 2 * time.Second
+	s.Stdout = func(r io.Reader) error {
+		line, err := bufio.NewReader(r).ReadString('\n')
+		shell, perr := strconv.Atoi(strings.TrimSpace(line))
+		if err != nil || perr != nil {
+			return errors.New("no shell pid")
+		}
+		// Stop only once the shell has exited and been reaped.
+		waitGone(t, shell, 5*time.Second)
+		for deadline := time.Now().Add(5 * time.Second); syscall.Kill(shell, 0) == nil; {
+			if time.Now().After(deadline) {
+				return errors.New("the shell was not reaped")
+			}
+			runtime.Gosched()
+		}
+		cancel() // the agent stops while the child holds the pipe
+		return nil
+	}
+	_, err := Run(ctx, s)
+	if err == nil {
+		t.Error("Run after a stop with a leftover child: no error")
+	}
+	waitGone(t, childPid(t, pidFile), 5*time.Second)
 }

@@ -17,6 +17,14 @@ const (
 	DefaultPageLim = 100
 )
 
+// Bounds of the durations and counts the API takes (issue 35 item 8): a
+// figure past them would overflow time.Duration or mean nothing real.
+const (
+	MaxTimeoutS = 365 * 24 * 3600 // a task's timeout_s: a year
+	MaxNodes    = 1_000_000       // min_nodes, max_nodes, global_max_nodes
+	MaxUnixTime = 253402300799    // 9999-12-31T23:59:59Z, the latest end a pilot may be given
+)
+
 // Roles.
 const (
 	RoleUser  = "user"

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -41,6 +42,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return invalid("empty body: a JSON object is required")
 	}
+	if !utf8.Valid(body) {
+		// encoding/json would put U+FFFD in place of the bad bytes, and a
+		// command or name would silently differ from what was sent.
+		return invalid("the body is not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := strict(dec, reflect.TypeOf(v).Elem(), "body"); err != nil {
 		return invalid("malformed JSON: %v", err)
@@ -54,6 +60,13 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 		return invalid("malformed JSON: %v", err)
 	}
 	return nil
+}
+
+// DecodeStrict is decode for the other endpoints served beside the API
+// (the agent's /v1/admin/harvest, drain and tokens/rotate): the same
+// refusals, so no endpoint is laxer than the API.
+func DecodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	return decode(w, r, limit, v)
 }
 
 // decodeBulk reads the pilots' large, frequent reports (results,

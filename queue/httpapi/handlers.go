@@ -40,8 +40,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request, id queue.Iden
 		return nil, 0, err
 	}
 	if acceptsNDJSON(r) {
-		s.streamSubmission(w, r, sub)
-		return nil, 0, nil
+		return nil, 0, s.streamSubmission(w, r, sub)
 	}
 	select {
 	case <-sub.Done():
@@ -59,10 +58,38 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request, id queue.Iden
 // progressEvery is how often a streamed submission reports progress.
 const progressEvery = 250 * time.Millisecond
 
+// streamHold is how long a streamed submission waits for its dataset's
+// first entry before it answers 200 and streams anyway.
+const streamHold = 10 * time.Second
+
 // streamSubmission writes one api.SubmitEvent per line: progress until the
 // submission ends, then the job or the error. Each line extends the
 // connection's write deadline, so a long submission is not cut.
-func (s *Server) streamSubmission(w http.ResponseWriter, r *http.Request, sub *queue.Submission) {
+//
+// Nothing is written before the dataset's first entry is listed (for at
+// most streamHold): an error known by then (an empty dataset, one that is
+// not a directory) is returned, to be answered with its status as without
+// streaming, not 200 and an error line.
+func (s *Server) streamSubmission(w http.ResponseWriter, r *http.Request, sub *queue.Submission) error {
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	hold := time.NewTimer(streamHold)
+	defer hold.Stop()
+wait:
+	for sub.Progress().Entries == 0 {
+		select {
+		case <-sub.Done():
+			if _, err := sub.Result(); err != nil {
+				return err
+			}
+			break wait
+		case <-tick.C:
+		case <-hold.C:
+			break wait
+		case <-r.Context().Done():
+			return nil // the client left; the submission goes on
+		}
+	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", api.ContentTypeNDJSON)
 	if sub.Replayed() {
@@ -77,8 +104,6 @@ func (s *Server) streamSubmission(w http.ResponseWriter, r *http.Request, sub *q
 		}
 		return rc.Flush() == nil
 	}
-	tick := time.NewTicker(progressEvery)
-	defer tick.Stop()
 	for {
 		select {
 		case <-sub.Done():
@@ -91,17 +116,17 @@ func (s *Server) streamSubmission(w http.ResponseWriter, r *http.Request, sub *q
 					msg = "internal error (see the agent's log)"
 				}
 				send(api.SubmitEvent{Error: msg, Code: code})
-				return
+				return nil
 			}
 			send(api.SubmitEvent{Job: &j, Replayed: sub.Replayed()})
-			return
+			return nil
 		case <-tick.C:
 			p := sub.Progress()
 			if !send(api.SubmitEvent{Progress: &p}) {
-				return // the client left; the submission goes on
+				return nil // the client left; the submission goes on
 			}
 		case <-r.Context().Done():
-			return
+			return nil
 		}
 	}
 }

@@ -25,7 +25,7 @@ func (s *Server) ServeHandler(ctx context.Context, h http.Handler, listeners ...
 		return errors.New("queue: serve: no listener")
 	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           bodyDeadline(h, s.cfg.BodyReadTimeout),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
@@ -50,6 +50,18 @@ func (s *Server) ServeHandler(ctx context.Context, h http.Handler, listeners ...
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// bodyDeadline gives a request with a declared body base plus one second
+// per MiB to send it (issue 35 item 8).
+func bodyDeadline(h http.Handler, base time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > 0 {
+			d := base + time.Duration(r.ContentLength)*time.Second/(1<<20)
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // ListenUnix listens on a Unix socket at path (replacing a stale one),

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
@@ -22,11 +23,16 @@ import (
 type Config struct {
 	MaxBodyBytes      int64 // user/admin request bodies
 	MaxPilotBodyBytes int64 // pilot request bodies (results batches, heartbeats)
+	// BodyReadTimeout bounds the reading of a request body with a
+	// Content-Length, plus one second per MiB declared: a body shorter
+	// than its Content-Length gives its connection up then, not at the
+	// server's 2-minute read timeout.
+	BodyReadTimeout time.Duration
 }
 
 // DefaultConfig returns the documented limits (1 MiB, 16 MiB).
 func DefaultConfig() Config {
-	return Config{MaxBodyBytes: 1 << 20, MaxPilotBodyBytes: 16 << 20}
+	return Config{MaxBodyBytes: 1 << 20, MaxPilotBodyBytes: 16 << 20, BodyReadTimeout: 10 * time.Second}
 }
 
 // Validate checks the configuration.
@@ -53,6 +59,9 @@ func New(q *queue.Queue, cfg Config) *Server {
 	}
 	if cfg.MaxPilotBodyBytes < 1024 {
 		cfg.MaxPilotBodyBytes = def.MaxPilotBodyBytes
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = def.BodyReadTimeout
 	}
 	return &Server{q: q, cfg: cfg, log: q.Logger()}
 }
