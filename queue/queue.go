@@ -157,6 +157,10 @@ func Open(cfg Config) (*Queue, error) {
 		st.Close()
 		return nil, err
 	}
+	if err := q.finishKills(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if err := q.Reconcile(ctx); err != nil {
 		st.Close()
 		return nil, err

@@ -110,7 +110,10 @@ func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) 
 	if _, err := s.ApplyResults(ctx, "local", 1, t0, done); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.KillTasks(ctx, job, []string{api.TaskWaiting, api.TaskAssigned, api.TaskRunning, api.TaskZombie}, t0, 2); err != nil {
+	if _, err := s.CancelJob(ctx, job, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.KillTasks(ctx, job, t0, 2); err != nil {
 		t.Fatal(err)
 	}
 	states := func(id int64) string {
