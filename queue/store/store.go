@@ -199,6 +199,35 @@ func migrate(db *sql.DB) error {
 		return fmt.Errorf("list migrations: %w", err)
 	}
 	sort.Strings(names)
+	// A database that a newer harvest migrated further is refused: this
+	// binary would not know its tables' meaning, and would write them
+	// wrong.
+	known := map[string]bool{}
+	for _, n := range names {
+		known[n] = true
+	}
+	applied, err := db.Query(`SELECT name FROM schema_migrations ORDER BY name`)
+	if err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	var unknown []string
+	for applied.Next() {
+		var n string
+		if err := applied.Scan(&n); err != nil {
+			applied.Close()
+			return fmt.Errorf("read schema_migrations: %w", err)
+		}
+		if !known[n] {
+			unknown = append(unknown, n)
+		}
+	}
+	applied.Close()
+	if err := applied.Err(); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("the queue database was written by a newer harvest (schema %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", strings.Join(unknown, ", "), names[len(names)-1])
+	}
 	for _, name := range names {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
