@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -51,23 +49,7 @@ func TestAnAdminsReadLosesNoAcknowledgedJob(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	const entries = 100
-	dir := t.TempDir()
-	ds := filepath.Join(dir, "data", "set")
-	for i := 0; i < entries; i++ {
-		if err := os.MkdirAll(filepath.Join(ds, fmt.Sprintf("entry-with-a-long-name-%04d", i)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755)
-	q, err := queue.Open(childConfig(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Close()
+	dir, ds, tok := childSetup(t, "entry-with-a-long-name-", entries, map[string]string{"alice": api.RoleUser})
 	dbPath := filepath.Join(dir, "queue.db")
 	size := func() int64 {
 		fi, err := os.Stat(dbPath)
@@ -80,7 +62,7 @@ func TestAnAdminsReadLosesNoAcknowledgedJob(t *testing.T) {
 	ctx := context.Background()
 	ch := startChild(t, dir, 0)
 	defer func() { ch.kill9() }()
-	alice := clientFor(t, ch.url, tok.Token)
+	alice := clientFor(t, ch.url, tok["alice"])
 	size0 := size()
 	var acked []int64
 	after := -1 // submissions acknowledged since the database file grew
@@ -106,7 +88,7 @@ func TestAnAdminsReadLosesNoAcknowledgedJob(t *testing.T) {
 	}
 	ch.kill9()
 	ch = startChild(t, dir, 1)
-	alice = clientFor(t, ch.url, tok.Token)
+	alice = clientFor(t, ch.url, tok["alice"])
 	for _, id := range acked {
 		j, err := alice.Job(ctx, id)
 		if err != nil {

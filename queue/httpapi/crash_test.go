@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
-	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
@@ -49,32 +48,16 @@ func TestKill9AtRandomPointsKeepsTheQueueWhole(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	const kills = 6
-	dir := t.TempDir()
-	small := filepath.Join(dir, "data", "small")
+	dir, small, toks := childSetup(t, "s", 20, map[string]string{"alice": api.RoleUser, "bob": api.RoleUser, "root": api.RoleAdmin})
 	big := filepath.Join(dir, "data", "big")
-	for i := 0; i < 20; i++ {
-		os.MkdirAll(filepath.Join(small, fmt.Sprintf("s%02d", i)), 0o755)
+	if err := os.MkdirAll(big, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	os.MkdirAll(big, 0o755)
 	for i := 0; i < 100_000; i++ {
 		if err := os.WriteFile(filepath.Join(big, fmt.Sprintf("b%06d", i)), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755)
-	q, err := queue.Open(childConfig(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	toks := map[string]string{}
-	for _, u := range []struct{ name, role string }{{"alice", api.RoleUser}, {"bob", api.RoleUser}, {"root", api.RoleAdmin}} {
-		tok, err := q.CreateToken(context.Background(), u.name, u.role)
-		if err != nil {
-			t.Fatal(err)
-		}
-		toks[u.name] = tok.Token
-	}
-	q.Close()
 	dbPath := filepath.Join(dir, "queue.db")
 	led := &crashLedger{jobs: map[int64]int{}, cancelled: map[int64]bool{}, done: map[int64]int64{}, ranAfter: map[int64]time.Time{}}
 	epoch := int64(0)

@@ -70,27 +70,14 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	const tasks = 600
-	dir := t.TempDir()
-	ds := filepath.Join(dir, "data", "set")
-	for i := 0; i < tasks; i++ {
-		os.MkdirAll(filepath.Join(ds, fmt.Sprintf("t%04d", i)), 0o755)
-	}
-	os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755)
-	q, err := queue.Open(childConfig(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Close()
+	dir, ds, toks := childSetup(t, "t", tasks, map[string]string{"alice": api.RoleUser})
+	tok := toks["alice"]
 
 	ctx := context.Background()
 	n := 0
 	ch := startChild(t, dir, n)
 	defer func() { ch.kill9() }()
-	alice := clientFor(t, ch.url, tok.Token)
+	alice := clientFor(t, ch.url, tok)
 	job, err := alice.Submit(ctx, api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +95,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		n++
 		ch = startChild(t, dir, n)
 		pilot = clientFor(t, ch.url, queuetest.PilotToken)
-		alice = clientFor(t, ch.url, tok.Token)
+		alice = clientFor(t, ch.url, tok)
 		l, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m1", Epoch: epoch})
 		if err != nil || !l.Granted || l.Epoch != epoch {
 			t.Fatalf("renewing the lease after restart: %+v %v", l, err)
@@ -188,7 +175,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	ch.kill9()
 
-	q, err = queue.Open(childConfig(dir))
+	q, err := queue.Open(childConfig(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
