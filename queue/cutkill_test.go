@@ -2,10 +2,12 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
@@ -23,6 +25,19 @@ func stopAt(q *queue.Queue, op string) <-chan struct{} {
 		}
 	})
 	return stopped
+}
+
+// cutCancel submits a job of n entries, hands out pull of them and
+// cancels it, the cancel cut after the job is KILLED and before its
+// tasks are.
+func cutCancel(t *testing.T, e *queuetest.Env, n, pull int) api.Job {
+	t.Helper()
+	j, _, _ := e.Handed(t, n, pull, api.JobSpec{})
+	stopped := stopAt(e.Q, "cancel-kill")
+	go e.Q.Cancel(context.Background(), "alice", false, j.ID)
+	<-stopped
+	queue.SetBeforeWrite(e.Q, nil)
+	return j
 }
 
 // reopen closes the queue (committing nothing the stopped goroutine would
@@ -48,10 +63,7 @@ func reopen(t *testing.T, e *queuetest.Env) *queue.Queue {
 func TestACancelCutByACrashIsFinishedAtOpen(t *testing.T) {
 	e := queuetest.New(t)
 	ctx := context.Background()
-	j, _, _ := e.Handed(t, 30, 4, api.JobSpec{})
-	stopped := stopAt(e.Q, "cancel-kill")
-	go e.Q.Cancel(ctx, "alice", false, j.ID)
-	<-stopped
+	j := cutCancel(t, e, 30, 4)
 	// The crash point: the job is KILLED, its tasks are not.
 	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state IN ('WAITING', 'ASSIGNED', 'RUNNING')`, j.ID); n != 30 {
 		t.Fatalf("at the crash point %d tasks are live, want 30 (the test would not test the recovery)", n)
@@ -74,17 +86,28 @@ func TestACancelCutByACrashIsFinishedAtOpen(t *testing.T) {
 func TestARepeatedCancelFinishesTheKillAndSucceeds(t *testing.T) {
 	e := queuetest.New(t)
 	ctx := context.Background()
-	j, _, _ := e.Handed(t, 10, 2, api.JobSpec{})
-	stopped := stopAt(e.Q, "cancel-kill")
-	go e.Q.Cancel(ctx, "alice", false, j.ID)
-	<-stopped
-	queue.SetBeforeWrite(e.Q, nil)
+	j := cutCancel(t, e, 10, 2)
 	got, err := e.Q.Cancel(ctx, "alice", false, j.ID)
 	if err != nil || got.State != api.JobKilled {
 		t.Fatalf("the client's retry of its cancel: %s, %v; want the KILLED job", got.State, err)
 	}
 	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state != 'KILLED'`, j.ID); n != 0 {
 		t.Fatalf("after the repeated cancel %d tasks are not KILLED", n)
+	}
+	// A job that ended DONE cannot be cancelled.
+	d, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("one", 1), Command: []string{"p"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1})
+	if err != nil || len(p.Tasks) != 1 || p.Tasks[0].JobID != d.ID {
+		t.Fatalf("pull: %+v %v", p, err)
+	}
+	if _, err := e.Q.Results(ctx, pilotproto.ResultsRequest{Epoch: 1, Results: []pilotproto.Result{{TaskID: p.Tasks[0].ID, Attempt: 1, Status: pilotproto.StatusDone}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Q.Cancel(ctx, "alice", false, d.ID); !errors.Is(err, api.ErrConflict) || got.State != api.JobDone {
+		t.Fatalf("cancel of a DONE job: %s, %v; want a conflict", got.State, err)
 	}
 }
 
