@@ -47,8 +47,7 @@ type Breakdown struct {
 	SlowTx       int64            `json:"slow_transactions"`              // longer than store.SlowTx (5 ms)
 	SlowTxIn     map[string]int64 `json:"slow_transactions_in,omitempty"` // per store method
 	P99TxMS      float64          `json:"p99_tx_ms"`                      // to store.HistBucket
-	// The WAL file's size at the end of the run (SQLite checkpoints it
-	// every 1,000 pages).
+	// The WAL file's size at the end of the run.
 	WALMB float64 `json:"wal_mb"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).

@@ -127,7 +127,7 @@ func NewCollector(q Queue) prometheus.Collector {
 		writeTx:    d("harvest_queue_write_transaction_seconds", "Time each write transaction of the queue's SQLite writer held the write lock (every request that writes waits for it), since the queue opened.", nil, nil),
 		slowWrites: d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
 		slowBy:     d("harvest_queue_write_transactions_slow_by_method_total", "The write transactions over 5 ms by the queue's store method that ran them.", []string{"method"}, nil),
-		walBytes:   d("harvest_queue_wal_bytes", "Size of the queue database's WAL file (SQLite checkpoints it every 1,000 pages and truncates it past 64 MiB).", nil, nil),
+		walBytes:   d("harvest_queue_wal_bytes", "Size of the queue database's WAL file (checkpointed every second from a connection of its own, emptied past 64 MiB).", nil, nil),
 		site: siteDescs{
 			alive:         d("harvest_site_alive", "1 if the site's agent or master called the queue within the silence timeout (harvest admin sites).", site, nil),
 			agentAt:       d("harvest_site_agent_last_round_timestamp_seconds", "Wall-clock time of the site's agent's last round with the queue (absent: none since the queue started).", site, nil),

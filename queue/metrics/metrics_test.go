@@ -108,7 +108,7 @@ harvest_queue_write_transactions_slow_total 2
 # TYPE harvest_queue_write_transactions_slow_by_method_total counter
 harvest_queue_write_transactions_slow_by_method_total{method="Pull"} 1
 harvest_queue_write_transactions_slow_by_method_total{method="Results"} 1
-# HELP harvest_queue_wal_bytes Size of the queue database's WAL file (SQLite checkpoints it every 1,000 pages and truncates it past 64 MiB).
+# HELP harvest_queue_wal_bytes Size of the queue database's WAL file (checkpointed every second from a connection of its own, emptied past 64 MiB).
 # TYPE harvest_queue_wal_bytes gauge
 harvest_queue_wal_bytes 9.437184e+06
 `

@@ -299,6 +299,7 @@ func (s *Store) kill() {
 	for _, st := range s.stmts {
 		st.Close()
 	}
+	s.ck.Close()
 	s.r.Close()
 	s.w.Close()
 }

@@ -46,8 +46,12 @@ const busyTimeout = 5 * time.Second
 
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
-	w *sql.DB // the one writer connection: SQLite's single writer as a Go-level queue
-	r *sql.DB // readers (WAL lets them read while the writer writes)
+	w  *sql.DB // the one writer connection: SQLite's single writer as a Go-level queue
+	r  *sql.DB // readers (WAL lets them read while the writer writes)
+	ck *sql.DB // checkpoints (wal.go)
+	// truncateAt is the WAL file's size past which Checkpoint empties it
+	// (walSizeLimit; tests lower it).
+	truncateAt int64
 
 	stats struct {
 		mu sync.Mutex
@@ -117,11 +121,10 @@ func Open(path string) (*Store, error) {
 	// 100,000-entry submission took half the time of 4 KiB pages; pulls
 	// were within the noise). The page size can only be chosen before the
 	// first table and before WAL mode; an existing database keeps its own.
-	// The WAL is SQLite's to manage: a checkpoint when it reaches
-	// walAutocheckpoint pages (run by the committing writer), and a WAL
-	// file larger than walSizeLimit is truncated when it starts over.
+	// The writer does not checkpoint: Checkpoint does, from a connection
+	// of its own (wal.go).
 	for _, p := range []string{"PRAGMA page_size = 1024", "PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
-		fmt.Sprintf("PRAGMA wal_autocheckpoint = %d", walAutocheckpoint),
+		"PRAGMA wal_autocheckpoint = 0",
 		fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit)} {
 		if _, err := w.Exec(p); err != nil {
 			w.Close()
@@ -141,7 +144,14 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	st := &Store{w: w, r: r, path: path, ov: newOverlay(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
+	ck, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout="+strconv.FormatInt(busyTimeout.Milliseconds(), 10))
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	st := &Store{w: w, r: r, ck: ck, truncateAt: walSizeLimit, path: path, ov: newOverlay(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
 	st.bg, st.stopBg = context.WithCancel(context.Background())
 	if err := st.prepare(); err != nil {
 		close(st.folderDone)
@@ -185,8 +195,8 @@ func (s *Store) close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	_, cerr := s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	return errors.Join(ferr, cerr, s.r.Close(), s.w.Close())
+	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	return errors.Join(ferr, cerr, s.ck.Close(), s.r.Close(), s.w.Close())
 }
 
 // migrate applies the embedded migrations in name order, each once.
