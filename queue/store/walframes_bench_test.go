@@ -14,7 +14,7 @@ import (
 // over since the last TRUNCATE).
 func walFrames(b *testing.B, s *Store, mode string) int64 {
 	var busy, log, done int64
-	if err := s.w.QueryRow("PRAGMA wal_checkpoint(" + mode + ")").Scan(&busy, &log, &done); err != nil || busy != 0 {
+	if err := s.w.QueryRow("PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &log, &done); err != nil || busy != 0 {
 		b.Fatalf("checkpoint %s: busy %d, %v", mode, busy, err)
 	}
 	return log
