@@ -65,7 +65,6 @@ func BenchmarkPull100Pullers(b *testing.B) {
 	ws := e.Q.WriteStats(false)
 	b.ReportMetric(float64(pulled.Load())/el.Seconds(), "tasks/s")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
-	b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 	if pulled.Load() == 0 {
 		b.Fatal("nothing pulled")
@@ -208,7 +207,6 @@ func BenchmarkPullAcrossUsers(b *testing.B) {
 			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/pull")
 			b.ReportMetric(float64(longest.Microseconds())/1000, "max-ms/pull")
 			b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
-			b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 			b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 			b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
 		})
@@ -331,7 +329,6 @@ func dispatchCycle(b *testing.B, e *queuetest.Env, pools ...queue.Pool) {
 	b.ReportMetric(float64(ws.Total.Microseconds())/float64(b.N), "lock-us/task")
 	b.ReportMetric(float64(ws.Transactions)/float64(b.N)*100, "tx/100-tasks")
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
-	b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 	b.ReportMetric(float64(ws.Total.Microseconds())/1000/float64(max(ws.Transactions, 1)), "mean-tx-ms")
 	b.ReportMetric(100*float64(ws.Slow)/float64(max(ws.Transactions, 1)), "slow-tx-%")
 }

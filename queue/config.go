@@ -50,17 +50,12 @@ type Config struct {
 	SweepInterval      time.Duration // zombie/expiry/purge sweep period
 	FlushInterval      time.Duration // usage flush period
 	ReconcileInterval  time.Duration // usage reconciliation from the task table
-	CheckpointInterval time.Duration // WAL checkpoints (outside the write lock)
+	CheckpointInterval time.Duration // WAL checkpoints, from a connection of their own (store.Checkpoint)
+	SlowLogInterval    time.Duration // how often slow write transactions are logged
 	UsageWindow        time.Duration // the sliding window of CPU time and cost (24 h)
 
 	InsertChunk int // at most this many tasks per transaction of a long write (a submission, a kill, a drop); each is sized to ~1 ms of write lock (store.chunkSizer)
 	WriteChunk  int // rows per write transaction elsewhere
-
-	// RealtimeWriter runs the SQLite writer thread under SCHED_FIFO 1
-	// while it holds the write lock, when the process may (see
-	// store.SetLockCeiling): the kernel then cannot preempt the thread
-	// every request waits for.
-	RealtimeWriter bool
 
 	DefaultLimits       fairshare.Limits
 	DefaultSlotsPerNode int
@@ -97,10 +92,10 @@ func DefaultConfig() Config {
 		FlushInterval:       5 * time.Second,
 		ReconcileInterval:   5 * time.Minute,
 		CheckpointInterval:  time.Second,
+		SlowLogInterval:     time.Second,
 		UsageWindow:         24 * time.Hour,
 		InsertChunk:         1000,
 		WriteChunk:          100,
-		RealtimeWriter:      true,
 		DefaultLimits:       fairshare.DefaultLimits(),
 		DefaultSlotsPerNode: 1,
 		LocalSite:           api.LocalSite,
@@ -153,8 +148,8 @@ func (c Config) Validate() error {
 		"zombie timeout": c.ZombieTimeout, "cancel notice": c.CancelNotice,
 		"recommendation TTL": c.RecommendationTTL, "sweep interval": c.SweepInterval,
 		"flush interval": c.FlushInterval, "reconcile interval": c.ReconcileInterval,
-		"checkpoint interval": c.CheckpointInterval,
-		"usage window":        c.UsageWindow,
+		"checkpoint interval": c.CheckpointInterval, "slow log interval": c.SlowLogInterval,
+		"usage window": c.UsageWindow,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)

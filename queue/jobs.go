@@ -127,19 +127,22 @@ func knownJobState(s string) bool {
 
 // Cancel kills a job: its waiting tasks will never run and its running
 // tasks are stopped by the master, which learns it at its next exchange.
-// Cancelling a final job is a conflict and changes nothing.
+// Cancelling a KILLED job again succeeds and changes nothing (a client's
+// retry of a cancel that took effect; it finishes a kill of the tasks
+// that a crash cut); cancelling another final job is a conflict and
+// changes nothing.
 func (q *Queue) Cancel(ctx context.Context, caller string, admin bool, id int64) (api.Job, error) {
 	j, err := q.Job(ctx, caller, admin, id)
 	if err != nil {
 		return j, err
 	}
-	if api.JobFinal(j.State) {
+	if api.JobFinal(j.State) && j.State != api.JobKilled {
 		return j, fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, j.State)
 	}
 	now := q.now()
 	q.mu.Lock()
 	c, err := q.st.CancelJob(ctx, id, now)
-	if err == nil {
+	if err == nil && !c.Already {
 		q.addRunningLocked(map[string]int{c.Owner: -c.Active * c.Cores})
 		q.dropJobLocked(id)
 	}
@@ -148,12 +151,33 @@ func (q *Queue) Cancel(ctx context.Context, caller string, admin bool, id int64)
 		return j, err
 	}
 	// The job is KILLED already (pulls skip it, results and sweeps leave
-	// its tasks alone); its tasks follow in short writes.
-	if err := q.st.KillTasks(ctx, id, []string{api.TaskWaiting, api.TaskAssigned, api.TaskRunning, api.TaskZombie}, now, q.cfg.InsertChunk); err != nil {
+	// its tasks alone); its tasks follow in short writes, and a crash
+	// among them is finished at the next Open (finishKills).
+	q.hook("cancel-kill")
+	if err := q.st.KillTasks(ctx, id, now, q.cfg.InsertChunk); err != nil {
 		return j, err
 	}
-	q.log.Info("job cancelled", "job", id, "by", caller, "running_tasks", c.Active)
+	if !c.Already {
+		q.log.Info("job cancelled", "job", id, "by", caller, "running_tasks", c.Active)
+	}
 	return q.Job(ctx, caller, admin, id)
+}
+
+// finishKills kills the tasks that a cancel or an expiry recorded and a
+// crash kept it from killing (store.PendingKills): at Open, before the
+// usage is reconciled from the tasks.
+func (q *Queue) finishKills(ctx context.Context) error {
+	ids, err := q.st.PendingKills(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := q.st.KillTasks(ctx, id, q.now(), q.cfg.InsertChunk); err != nil {
+			return err
+		}
+		q.log.Warn("finished the kill of a cancelled or expired job's tasks that a stop had cut", "job", id)
+	}
+	return nil
 }
 
 // cancelledSince lists jobs cancelled in the last CancelNotice, which the

@@ -145,11 +145,6 @@ func Open(cfg Config) (*Queue, error) {
 	// A running task's heartbeat reaches the journal every tenth of the
 	// zombie timeout (30 s by default), not at every renewal (TTL/3).
 	st.SetHeartbeatJournal(cfg.ZombieTimeout / 10)
-	if ceil := st.SetLockCeiling(cfg.RealtimeWriter); cfg.RealtimeWriter && st.LockCeilingOn() {
-		log.Info("the queue's writer runs real-time while it holds the write lock", "ceiling", ceil)
-	} else if cfg.RealtimeWriter {
-		log.Warn("the queue's writer runs at normal priority: a preempted writer stalls every request", "ceiling", ceil)
-	}
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
@@ -162,6 +157,10 @@ func Open(cfg Config) (*Queue, error) {
 		st.Close()
 		return nil, err
 	}
+	if err := q.finishKills(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if err := q.Reconcile(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -171,16 +170,15 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
-	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.CheckpointTick)
-	q.loop(bg, cfg.CheckpointInterval, "slow log", q.logSlowWrites)
+	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.Checkpoint)
+	q.loop(bg, cfg.SlowLogInterval, "slow log", q.logSlowWrites)
 	return q, nil
 }
 
 // logSlowWrites logs, once each, the write transactions that held the lock
 // over 5 ms since the last call: the admin who sees
 // harvest_queue_write_transactions_slow_total move finds in the log which
-// request made the others wait, when, and whether its own work, the head
-// node or the hypervisor made it slow.
+// request made the others wait, and when.
 func (q *Queue) logSlowWrites(context.Context) error {
 	q.slowLogged = logSlow(q.log, q.st.WriteStats(false), q.slowLogged)
 	return nil
@@ -200,9 +198,8 @@ func logSlow(log *slog.Logger, ws store.WriteStats, logged int64) int64 {
 		log.Warn("slow write transactions not logged one by one", "count", unseen)
 	}
 	for _, t := range ws.Recent[len(ws.Recent)-int(min(n, int64(len(ws.Recent)))):] {
-		log.Warn("slow write transaction", "in", strings.TrimPrefix(t.In, "store.(*Store)."), "cause", t.Cause,
-			"lock_ms", float64(t.Lock.Microseconds())/1000, "cpu_ms", float64(t.CPU.Microseconds())/1000,
-			"faults", t.Faults, "preempted", t.Preempted, "slept", t.Slept, "at", t.At.UTC().Format(time.RFC3339Nano))
+		log.Warn("slow write transaction", "in", strings.TrimPrefix(t.In, "store.(*Store)."),
+			"lock_ms", float64(t.Lock.Microseconds())/1000, "at", t.At.UTC().Format(time.RFC3339Nano))
 	}
 	return ws.Slow
 }
@@ -255,11 +252,6 @@ func (q *Queue) logWriteLock() {
 	attrs := []any{"transactions", ws.Transactions, "lock_seconds", ws.Total.Seconds(),
 		"longest_ms", float64(ws.Longest.Microseconds()) / 1000, "longest_in", ws.LongestIn,
 		"over_5ms", ws.Slow}
-	if ws.Slow > 0 {
-		for _, c := range []string{store.CauseOwnWork, store.CausePreempted, store.CauseSlept, store.CauseStretched} {
-			attrs = append(attrs, "over_5ms_"+c, ws.SlowOf(c))
-		}
-	}
 	q.log.Info("write lock at close", attrs...)
 }
 
@@ -277,11 +269,7 @@ func (q *Queue) Logger() *slog.Logger { return q.log }
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (q *Queue) WriteStats(reset bool) store.WriteStats { return q.st.WriteStats(reset) }
 
-// LockCeiling says whether the writer runs real-time while it holds the
-// write lock (Config.RealtimeWriter), and if not why.
-func (q *Queue) LockCeiling() string { return q.st.LockCeiling() }
-
-// WALStats reports the database's WAL as of the last checkpoint.
+// WALStats reports the database's WAL.
 func (q *Queue) WALStats() store.WALStats { return q.st.WALStats() }
 
 func (q *Queue) now() time.Time { return q.cfg.Now() }

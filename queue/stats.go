@@ -6,7 +6,6 @@ import (
 	"github.com/harvest-hpc/harvest/cluster"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Demand returns the whole backlog: pending = WAITING tasks (requeued ones
@@ -137,17 +136,16 @@ type Stats struct {
 	// come as interrupted results.
 	LostTaskSeconds float64
 	// The SQLite write lock since the queue opened: transactions, the
-	// time they held it, those over store.SlowTx (5 ms) and those by cause
-	// and store method (store.WriteStats.SlowBy), and whether the writer
-	// runs real-time while it holds it (Config.RealtimeWriter).
+	// time they held it (and their distribution in buckets of
+	// store.HistBucket), those over store.SlowTx (5 ms) and those by
+	// store method (store.WriteStats.SlowBy).
 	WriteTransactions int64
 	WriteLockSeconds  float64
+	WriteHist         []int64
 	SlowWrites        int64
-	SlowWritesBy      map[store.SlowKey]int64
-	WriterRealtime    bool
-	// The WAL: its frames' bytes at the last checkpoint, and the
-	// checkpoints that started it over (store.WALStats).
-	WALBytes, WALRestarts int64
+	SlowWritesBy      map[string]int64
+	// The WAL file's size now.
+	WALBytes int64
 }
 
 // Stats reads the figures the agent's metrics export. Three short reads.
@@ -170,9 +168,8 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	q.mu.Unlock()
 	ws := q.st.WriteStats(false)
 	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites, st.SlowWritesBy = ws.Transactions, ws.Total.Seconds(), ws.Slow, ws.SlowBy
-	st.WriterRealtime = q.st.LockCeilingOn()
-	wal := q.st.WALStats()
-	st.WALBytes, st.WALRestarts = wal.Bytes, wal.Restarts
+	st.WriteHist = ws.Hist[:]
+	st.WALBytes = q.st.WALStats().Bytes
 	return st, nil
 }
 

@@ -136,7 +136,8 @@ func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 			continue
 		}
 		q.log.Warn("job waited past its expiry", "job", id)
-		if err := q.st.KillTasks(ctx, id, []string{api.TaskWaiting}, now, q.cfg.InsertChunk); err != nil {
+		q.hook("expiry-kill")
+		if err := q.st.KillTasks(ctx, id, now, q.cfg.InsertChunk); err != nil {
 			return fmt.Errorf("expire tasks of job %d: %w", id, err)
 		}
 	}

@@ -180,18 +180,9 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		per := func(ms float64) float64 { return ms * 1000 / float64(r.Tasks) }
 		fmt.Fprintf(out, "queue handlers per task: pull %.1f us (%d calls), results %.1f us (%d calls), heartbeat %.1f us (%d calls)\n",
 			per(b.PullMS), b.PullCalls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
-		fmt.Fprintf(out, "write lock priority ceiling: %s\n", b.LockCeiling)
-		fmt.Fprintf(out, "WAL at the last of %d checkpoints (%d more could not run a round): %.1f MiB of frames, the file allocated to %.1f MiB; started over (past 128 MiB) %d times; the database file synced %d times by the checkpointer, %.0f ms in all (without the write lock)\n",
-			b.Checkpoints, b.CheckpointsBusy, b.WALMB, b.WALAllocatedMB, b.WALRestarts, b.DBSyncs, b.DBSyncMS)
+		fmt.Fprintf(out, "WAL file at the end: %.1f MiB (checkpointed every second from a connection of its own)\n", b.WALMB)
 		fmt.Fprintf(out, "SQLite write lock: %.1f us per task, %d transactions (%d over 5 ms), mean %.2f ms, p99 %.2f ms, longest %.1f ms (%s)\n",
 			per(b.WriteLockMS), b.Transactions, b.SlowTx, b.WriteLockMS/float64(max(b.Transactions, 1)), b.P99TxMS, b.LongestTxMS, b.LongestTxIn)
-		fmt.Fprintf(out, "the same transactions' own work (writer thread's CPU clock): %.1f us per task, longest %.1f ms (%s, %d page faults), %d over 5 ms; %d page faults in all\n",
-			per(b.WriteLockCPUMS), b.LongestTxCPUMS, b.LongestTxCPUIn, b.LongestTxCPUFaults, b.SlowTxCPU, b.TxFaults)
-		fmt.Fprintf(out, "SQLite page cache: %d walks of a whole cache at commit avoided\n", b.PageCacheWalksAvoided)
-		if b.SlowTx > 0 {
-			fmt.Fprintf(out, "of the %d over 5 ms: %d preempted by the kernel, %d slept (waited for the Go scheduler or the disk), %d with own work over 5 ms, %d stretched by the hypervisor (own work under 5 ms, never off the core in this machine's view: `harvest bench host` measures how often the machine does that)\n",
-				b.SlowTx, b.SlowTxPreempted, b.SlowTxSlept, b.SlowTxOwnWork, b.SlowTxStretched)
-		}
 		if len(b.SlowTxIn) > 0 {
 			var parts []string
 			for _, m := range slices.Sorted(maps.Keys(b.SlowTxIn)) {

@@ -31,7 +31,6 @@ func benchHostCommand() *cli.Command {
 			&cli.DurationFlag{Name: "work", Value: d.Work, Usage: "each computation's length (the write transactions' mean)"},
 			&cli.DurationFlag{Name: "pause", Value: d.Pause, Usage: "sleep between computations"},
 			&cli.DurationFlag{Name: "threshold", Value: d.Threshold, Usage: "a computation longer than this is slow"},
-			&cli.BoolFlag{Name: "no-realtime", Usage: "run the computations under the thread's own policy, not SCHED_FIFO 1"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: runBenchHost,
@@ -40,7 +39,7 @@ func benchHostCommand() *cli.Command {
 
 func runBenchHost(c *cli.Context) error {
 	cfg := bench.HostConfig{Duration: c.Duration("duration"), Work: c.Duration("work"), Pause: c.Duration("pause"),
-		Threshold: c.Duration("threshold"), RealTime: !c.Bool("no-realtime")}
+		Threshold: c.Duration("threshold")}
 	errw := c.App.ErrWriter
 	if errw == nil {
 		errw = os.Stderr

@@ -60,10 +60,6 @@ type writeLockLine struct {
 	LongestMS    float64 `json:"longest_ms"`
 	LongestIn    string  `json:"longest_in"`
 	Over5ms      int64   `json:"over_5ms"`
-	OwnWork      int64   `json:"over_5ms_own_work"`
-	Preempted    int64   `json:"over_5ms_preempted"`
-	Slept        int64   `json:"over_5ms_slept"`
-	Stretched    int64   `json:"over_5ms_stretched"`
 }
 
 func runBenchSubmit(c *cli.Context) error {
@@ -167,12 +163,8 @@ func runBenchSubmit(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "submitted %d entries through harvest submit in %.2f s (dataset created in %.1f s, not counted)\n", n, r.SubmitS, r.CreateS)
 	fmt.Fprintf(c.App.Writer, "peak memory: queue process %.0f MB, CLI %.0f MB\n", r.QueuePeakMB, r.CLIPeakMB)
 	w := r.WriteLock
-	fmt.Fprintf(c.App.Writer, "queue write transactions (every pull and result waits behind them): %d, %.2f s in all, longest %.2f ms (%s), %d over 5 ms",
+	fmt.Fprintf(c.App.Writer, "queue write transactions (every pull and result waits behind them): %d, %.2f s in all, longest %.2f ms (%s), %d over 5 ms\n",
 		w.Transactions, w.LockSeconds, w.LongestMS, strings.TrimPrefix(w.LongestIn, "store.(*Store)."), w.Over5ms)
-	if w.Over5ms > 0 {
-		fmt.Fprintf(c.App.Writer, " (own work %d, preempted %d, slept %d, stretched by the hypervisor %d)", w.OwnWork, w.Preempted, w.Slept, w.Stretched)
-	}
-	fmt.Fprintln(c.App.Writer)
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
 	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // queueCommand runs the queue on its own (tests, development, or a site
@@ -44,8 +45,37 @@ func queueCommand() *cli.Command {
 				&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 			),
 			Action: runQueueServe,
+		}, {
+			Name:      "backup",
+			Usage:     "copy the queue database consistently, while the queue runs or not",
+			ArgsUsage: "DEST",
+			Description: "Writes a consistent copy of the queue's SQLite database to DEST (a new file) through SQLite\n" +
+				"(VACUUM INTO: the database as of one commit), checks the copy's integrity and prints its jobs.\n" +
+				"The running queue is not stopped nor held up. Never copy queue.db with cp or rsync: its WAL\n" +
+				"holds the latest commits. To restore, stop the agent, move the copy in place of queue.db\n" +
+				"(remove queue.db-wal and queue.db-shm) and start it. See docs/operations.md.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "db", Value: def.DBPath, EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's SQLite database `FILE` (the agent's: STATE_DIR/queue.db)"},
+			},
+			Action: runQueueBackup,
 		}},
 	}
+}
+
+func runQueueBackup(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit("harvest queue backup: name one DEST file (see --help)", 2)
+	}
+	// The copy holds every job and command: the owner's only from its
+	// creation (SQLite creates it with the process's umask).
+	syscall.Umask(0o077)
+	dest := c.Args().First()
+	jobs, err := store.Backup(c.Context, c.String("db"), dest)
+	if err != nil {
+		return cli.Exit("harvest queue "+err.Error(), 1)
+	}
+	fmt.Fprintf(c.App.Writer, "backed up %s to %s: %d jobs, integrity ok\n", c.String("db"), dest, jobs)
+	return nil
 }
 
 // queueServeFlags are the flags that configure a queue; the agent may
@@ -63,7 +93,7 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 		&cli.StringFlag{Name: "site", Value: api.LocalSite, EnvVars: []string{"HARVEST_SITE"}, Usage: "`NAME` of the site whose pilots use --pilot-token"},
 		&cli.StringSliceFlag{Name: "admin", Usage: "`USER` who is admin on the Unix socket besides root (repeatable)"},
 		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
-		&cli.BoolFlag{Name: "realtime-writer", Value: def.RealtimeWriter, EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "run the SQLite writer thread under SCHED_FIFO 1 while it holds the write lock, so that a busy head node cannot preempt the thread every request waits for (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, e.g. systemd LimitRTPRIO=1; without either it runs at normal priority and logs why)"},
+		&cli.BoolFlag{Name: "realtime-writer", EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "ignored: the queue no longer runs any thread real-time (kept so that existing configurations start)", Hidden: true},
 		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"},
 		&cli.DurationFlag{Name: "retention", Value: def.Retention, Usage: "final jobs are purged after this"},
@@ -92,7 +122,6 @@ func queueSharedConfig(c *cli.Context) queue.Config {
 	cfg.ZombieTimeout = c.Duration("zombie-timeout")
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.LocalSite = c.String("site")
-	cfg.RealtimeWriter = c.Bool("realtime-writer")
 	return cfg
 }
 

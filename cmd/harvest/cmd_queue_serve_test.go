@@ -101,7 +101,7 @@ func TestQueueServeServesItsMetricsOnTheSocket(t *testing.T) {
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET /metrics on the socket: %d %v %s", code, err, body)
 	}
-	for _, series := range []string{"\nharvest_queue_write_transactions_total ", "\nharvest_site_alive{site=\"local\"} ", "\nprocess_resident_memory_bytes "} {
+	for _, series := range []string{"\nharvest_queue_write_transaction_seconds_count ", "\nharvest_site_alive{site=\"local\"} ", "\nprocess_resident_memory_bytes "} {
 		if !strings.Contains(body, series) {
 			t.Errorf("/metrics has no %q", strings.TrimSpace(series))
 		}

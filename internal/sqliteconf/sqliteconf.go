@@ -9,9 +9,6 @@
 // for as long as the kernel kept a preempted reader off its core while it
 // held that mutex (a perf trace of `harvest bench dispatch` found 130
 // such waits in 5 s, half of the writer's sleeps with the lock held).
-//
-// It also wraps SQLite's page cache so that a commit does not walk the
-// whole cache for nothing (pcache.go).
 package sqliteconf
 
 /*
@@ -40,10 +37,6 @@ var Err error
 func init() {
 	if rc := C.memstatusOff(); rc != 0 {
 		Err = sqliteError{"SQLITE_CONFIG_MEMSTATUS", int(rc)}
-		return
-	}
-	if rc := installPCache(); rc != 0 {
-		Err = sqliteError{"SQLITE_CONFIG_PCACHE2", int(rc)}
 	}
 }
 

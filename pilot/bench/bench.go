@@ -24,10 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/harvest-hpc/harvest/internal/sqliteconf"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
-	"github.com/harvest-hpc/harvest/queue/store"
 	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
@@ -218,7 +216,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	machine0, haveMachine := readCPUTimes()
-	_, walks0 := sqliteconf.Truncates()
 	cpu0, sched0, begin := cpu(syscall.RUSAGE_SELF), readSchedLatency(), time.Now()
 	reported0 := m.Stats().Reported
 	start()
@@ -234,7 +231,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	procCPU := cpu(syscall.RUSAGE_SELF) - cpu0
 	machine1, haveMachine1 := readCPUTimes()
 	schedQ, schedMost := schedQuantiles(sched0, readSchedLatency(), 0.99, 0.999)
-	_, walks1 := sqliteconf.Truncates()
 	stopWorkers(procs)
 	procs = nil
 	r := summarize(cfg, makespan)
@@ -261,19 +257,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r, err
 	}
 	ws := rq.q.WriteStats(false)
-	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowPerMethod(),
-		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, LongestTxCPUMS: float64(ws.LongestCPU.Microseconds()) / 1000, LongestTxCPUIn: ws.LongestCPUIn, SlowTxCPU: ws.SlowCPU,
-		TxFaults: ws.Faults, LongestTxCPUFaults: ws.LongestCPUFaults,
-		SlowTxPreempted: ws.SlowOf(store.CausePreempted), SlowTxSlept: ws.SlowOf(store.CauseSlept), SlowTxOwnWork: ws.SlowOf(store.CauseOwnWork), SlowTxStretched: ws.SlowOf(store.CauseStretched), LockCeiling: rq.q.LockCeiling(),
-		Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6,
-		WriteLockCPUMS: float64(ws.CPU.Microseconds()) / 1000, PageCacheWalksAvoided: walks1 - walks0}
+	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowBy,
+		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
 	b.HeartbeatCalls, b.HeartbeatMS = rq.timer.get(pilotproto.PathHeartbeat)
-	wal := rq.q.WALStats()
-	b.WALMB, b.WALAllocatedMB, b.WALRestarts, b.Checkpoints = float64(wal.Bytes)/(1<<20), float64(wal.Allocated)/(1<<20), wal.Restarts, wal.Checkpoints
-	b.DBSyncs, b.DBSyncMS = wal.DBSyncs, float64(wal.DBSyncTime.Microseconds())/1000
-	b.CheckpointsBusy = wal.Busy
+	b.WALMB = float64(rq.q.WALStats().Bytes) / (1 << 20)
 	r.Breakdown = b
 	return r, nil
 }

@@ -68,29 +68,15 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 				if _, ok := b["wal_mb"].(float64); !ok {
 					t.Fatalf("no wal_mb in the breakdown: %s", out)
 				}
-				// The transactions' own work is part of their lock time.
-				if c, _ := b["write_lock_cpu_ms"].(float64); c <= 0 || c > b["write_lock_ms"].(float64) {
-					t.Fatalf("write_lock_cpu_ms %v, want in (0, write_lock_ms %v]: %s", b["write_lock_cpu_ms"], b["write_lock_ms"], out)
-				}
-				// Every slow transaction has one cause.
+				// The slow transactions are counted per store method.
 				sum := 0.0
-				for _, k := range []string{"slow_transactions_preempted", "slow_transactions_slept", "slow_transactions_own_work", "slow_transactions_stretched"} {
-					v, ok := b[k].(float64)
-					if !ok {
-						t.Fatalf("no %s in the breakdown: %s", k, out)
+				if in, ok := b["slow_transactions_in"].(map[string]any); ok {
+					for _, v := range in {
+						sum += v.(float64)
 					}
-					sum += v
 				}
 				if sum != b["slow_transactions"].(float64) {
-					t.Fatalf("the slow transactions' causes add up to %v of %v: %s", sum, b["slow_transactions"], out)
-				}
-				for _, k := range []string{"db_syncs", "db_sync_ms", "checkpoints_busy", "tx_page_faults", "longest_tx_cpu_page_faults"} {
-					if _, ok := b[k].(float64); !ok {
-						t.Fatalf("no %s in the breakdown: %s", k, out)
-					}
-				}
-				if _, ok := b["page_cache_walks_avoided"].(float64); !ok {
-					t.Fatalf("no page_cache_walks_avoided in the breakdown: %s", out)
+					t.Fatalf("the slow transactions per method add up to %v of %v: %s", sum, b["slow_transactions"], out)
 				}
 				// --trace wrote a Go execution trace (its header names the Go
 				// version), with the write transactions as regions.

@@ -47,51 +47,8 @@ type Breakdown struct {
 	SlowTx       int64            `json:"slow_transactions"`              // longer than store.SlowTx (5 ms)
 	SlowTxIn     map[string]int64 `json:"slow_transactions_in,omitempty"` // per store method
 	P99TxMS      float64          `json:"p99_tx_ms"`                      // to store.HistBucket
-	// The same transactions on the writer thread's CPU clock: their own
-	// work, without the time the thread was descheduled holding the lock.
-	LongestTxCPUMS float64 `json:"longest_tx_cpu_ms"`
-	LongestTxCPUIn string  `json:"longest_tx_cpu_in"`
-	SlowTxCPU      int64   `json:"slow_transactions_cpu"` // whose own work took longer than 5 ms
-	// Page faults the writer thread took inside the transactions, and in
-	// the one with the longest own work.
-	TxFaults           int64 `json:"tx_page_faults"`
-	LongestTxCPUFaults int64 `json:"longest_tx_cpu_page_faults"`
-	// Of the slow transactions, those whose writer thread the kernel
-	// preempted, and those it only slept in (waiting for a processor of
-	// the Go scheduler after a cgo call, or for the disk).
-	SlowTxPreempted int64 `json:"slow_transactions_preempted"`
-	SlowTxSlept     int64 `json:"slow_transactions_slept"`
-	// Of the rest: own work over 5 ms, and the others, stretched by the
-	// hypervisor (store.CauseStretched; harvest bench host).
-	SlowTxOwnWork   int64 `json:"slow_transactions_own_work"`
-	SlowTxStretched int64 `json:"slow_transactions_stretched"`
-	// LockCeiling is the write lock's priority ceiling: on ("SCHED_FIFO 1
-	// from BEGIN to COMMIT") or off and why.
-	LockCeiling string `json:"lock_ceiling"`
-	// The WAL at the queue's last checkpoint (one a second), and the
-	// checkpoints that started it over (past 128 MiB; their lock time is
-	// in the figures above, as store.(*Store).restartWAL).
+	// The WAL file's size at the end of the run.
 	WALMB float64 `json:"wal_mb"`
-	// WALAllocatedMB is how far the queue last allocated the WAL file
-	// ahead of its frames (0: it never needed to).
-	WALAllocatedMB float64 `json:"wal_allocated_mb"`
-	WALRestarts    int64   `json:"wal_restarts"`
-	Checkpoints    int64   `json:"checkpoints"`
-	// CheckpointsBusy: checkpoints none of whose rounds could run (WALStats.Busy).
-	CheckpointsBusy int64 `json:"checkpoints_busy"`
-	// The checkpointer's syncs of the database file (outside the write
-	// lock), and their time.
-	DBSyncs  int64   `json:"db_syncs"`
-	DBSyncMS float64 `json:"db_sync_ms"`
-	// WriteLockCPUMS is the write transactions' own work (the writer
-	// thread's CPU clock), summed: unlike WriteLockMS, it does not grow
-	// with time the hypervisor stole.
-	WriteLockCPUMS float64 `json:"write_lock_cpu_ms"`
-	// PageCacheWalksAvoided counts the commits (of this process's SQLite
-	// connections: the queue's and the master's checkpoint) at which
-	// SQLite's page cache would have walked its whole hash table for
-	// nothing (internal/sqliteconf).
-	PageCacheWalksAvoided int64 `json:"page_cache_walks_avoided"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the
 	// worker processes (their HTTP to the master, their bookkeeping).
 	ProcessCPUS float64 `json:"process_cpu_s"`

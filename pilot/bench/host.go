@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/quantile"
-	"github.com/harvest-hpc/harvest/internal/thread"
 	"github.com/harvest-hpc/harvest/queue/store"
+	"golang.org/x/sys/unix"
 )
 
 // The host probe: what the machine alone does to a write transaction.
@@ -17,8 +17,8 @@ import (
 // and aim to stay under it. On a virtual machine the hypervisor can take
 // the vCPU away in the middle of any of them, for longer than that, and
 // no software in the guest can prevent it. The probe measures that floor
-// the way the writer meets it: a thread locked to its goroutine runs, at
-// the write lock's priority ceiling (SCHED_FIFO 1), a computation as long
+// the way the writer meets it: a thread locked to its goroutine runs a
+// computation as long
 // as a transaction's own work, then sleeps as the writer does between
 // transactions. The computation touches no memory, takes no lock and
 // makes no system call, so whatever stretches it past its calibrated
@@ -39,10 +39,6 @@ type HostConfig struct {
 	Work      time.Duration // each computation's length, calibrated on this CPU
 	Pause     time.Duration // the sleep between computations
 	Threshold time.Duration // a computation longer than this is slow
-	// RealTime runs each computation under SCHED_FIFO 1, as the queue's
-	// writer runs its transactions (falls back to the thread's own
-	// policy when the kernel refuses, and says so).
-	RealTime bool
 	// Progress, if set, is called about once a second with the time
 	// probed so far.
 	Progress func(done time.Duration)
@@ -53,7 +49,7 @@ type HostConfig struct {
 // held about a third of the time; a pause of 1 ms after each 0.5 ms
 // computation keeps the probe's thread busy about as much.
 func DefaultHostConfig() HostConfig {
-	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: store.SlowTx, RealTime: true}
+	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: store.SlowTx}
 }
 
 // HostReport is what the probe measured.
@@ -86,7 +82,7 @@ type HostReport struct {
 // hostSample is one computation: its wall time, and the thread's use.
 type hostSample struct {
 	wall time.Duration
-	use  thread.Use
+	use  threadUse
 }
 
 // summarizeHost turns the samples into the report's figures.
@@ -168,40 +164,16 @@ func ProbeHost(cfg HostConfig) (HostReport, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	rounds := calibrate(cfg.Work)
-	rt, priority := false, "the thread's own policy (SCHED_OTHER)"
-	if cfg.RealTime {
-		switch p, err := thread.Policy(); {
-		case err != nil || p != 0:
-			priority = fmt.Sprintf("the thread's own policy (%d): not SCHED_OTHER, left alone", p)
-		case thread.SetFIFO(store.CeilingPriority) != nil:
-			priority = "SCHED_OTHER: SCHED_FIFO refused (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)"
-		default:
-			if err := thread.SetOther(); err != nil {
-				// This thread stays real-time: it ends with the goroutine.
-				runtime.LockOSThread()
-				return HostReport{}, fmt.Errorf("host probe: could not return to SCHED_OTHER: %w", err)
-			}
-			rt, priority = true, fmt.Sprintf("SCHED_FIFO %d (the write lock's priority ceiling)", store.CeilingPriority)
-		}
-	}
+	priority := "the thread's own policy"
 	machine0, ok0 := readCPUTimes()
 	start := time.Now()
 	lastProgress := start
 	samples := make([]hostSample, 0, int(cfg.Duration/(cfg.Work+cfg.Pause))+1)
 	for time.Since(start) < cfg.Duration {
-		if rt && thread.SetFIFO(store.CeilingPriority) != nil {
-			rt, priority = false, "SCHED_OTHER after SCHED_FIFO was refused mid-run"
-		}
-		u0, t0 := thread.Usage(), time.Now()
+		u0, t0 := threadUsage(), time.Now()
 		spin(rounds)
 		wall := time.Since(t0)
-		u := thread.Usage().Since(u0)
-		if rt {
-			if err := thread.SetOther(); err != nil {
-				runtime.LockOSThread()
-				return HostReport{}, fmt.Errorf("host probe: could not return to SCHED_OTHER: %w", err)
-			}
-		}
+		u := threadUsage().since(u0)
 		samples = append(samples, hostSample{wall: wall, use: u})
 		if cfg.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
@@ -219,4 +191,32 @@ func ProbeHost(cfg HostConfig) (HostReport, error) {
 		r.BusyPct, r.StealPct = shares(machine0, machine1)
 	}
 	return r, nil
+}
+
+// threadUse is what the calling thread did over an interval: its CPU
+// time, how often it left its core involuntarily (preempted) and
+// voluntarily (it slept), and its page faults.
+type threadUse struct {
+	CPU                      time.Duration
+	Preempted, Slept, Faults int64
+}
+
+// threadUsage is the calling thread's use so far (its goroutine locked to
+// it). The CPU time is the thread's CPU clock: getrusage's is adjusted
+// from ticks and can stand still for a millisecond.
+func threadUsage() threadUse {
+	var u threadUse
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) == nil {
+		u.CPU = time.Duration(ts.Nano())
+	}
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
+		u.Preempted, u.Slept, u.Faults = ru.Nivcsw, ru.Nvcsw, ru.Minflt+ru.Majflt
+	}
+	return u
+}
+
+func (u threadUse) since(u0 threadUse) threadUse {
+	return threadUse{CPU: u.CPU - u0.CPU, Preempted: u.Preempted - u0.Preempted, Slept: u.Slept - u0.Slept, Faults: u.Faults - u0.Faults}
 }

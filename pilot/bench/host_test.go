@@ -3,24 +3,22 @@ package bench
 import (
 	"testing"
 	"time"
-
-	"github.com/harvest-hpc/harvest/internal/thread"
 )
 
 func TestSummarizeHostCountsTheStretchedComputations(t *testing.T) {
 	const work = 500 * time.Microsecond
 	var samples []hostSample
 	for range 996 {
-		samples = append(samples, hostSample{wall: work, use: thread.Use{CPU: work}})
+		samples = append(samples, hostSample{wall: work, use: threadUse{CPU: work}})
 	}
 	// Four stretched: by the hypervisor (the CPU clock did not count the
 	// lost time), by the hypervisor with the time charged to the thread,
 	// by a preemption inside the guest, and one just under the threshold.
 	samples = append(samples,
-		hostSample{wall: 12 * time.Millisecond, use: thread.Use{CPU: work}},
-		hostSample{wall: 7 * time.Millisecond, use: thread.Use{CPU: 6 * time.Millisecond}},
-		hostSample{wall: 9 * time.Millisecond, use: thread.Use{CPU: work, Preempted: 1}},
-		hostSample{wall: 5 * time.Millisecond, use: thread.Use{CPU: work}},
+		hostSample{wall: 12 * time.Millisecond, use: threadUse{CPU: work}},
+		hostSample{wall: 7 * time.Millisecond, use: threadUse{CPU: 6 * time.Millisecond}},
+		hostSample{wall: 9 * time.Millisecond, use: threadUse{CPU: work, Preempted: 1}},
+		hostSample{wall: 5 * time.Millisecond, use: threadUse{CPU: work}},
 	)
 	r := summarizeHost(samples, 5*time.Millisecond)
 	if r.Computations != 1000 || r.Slow != 3 || r.SlowPreempted != 1 || r.SlowCharged != 1 {
@@ -39,7 +37,7 @@ func TestSummarizeHostCountsTheStretchedComputations(t *testing.T) {
 }
 
 func TestProbeHostRunsCalibratedComputations(t *testing.T) {
-	cfg := HostConfig{Duration: 300 * time.Millisecond, Work: 200 * time.Microsecond, Pause: time.Millisecond, Threshold: 5 * time.Millisecond, RealTime: true}
+	cfg := HostConfig{Duration: 300 * time.Millisecond, Work: 200 * time.Microsecond, Pause: time.Millisecond, Threshold: 5 * time.Millisecond}
 	r, err := ProbeHost(cfg)
 	if err != nil {
 		t.Fatal(err)

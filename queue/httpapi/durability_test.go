@@ -70,27 +70,14 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	const tasks = 600
-	dir := t.TempDir()
-	ds := filepath.Join(dir, "data", "set")
-	for i := 0; i < tasks; i++ {
-		os.MkdirAll(filepath.Join(ds, fmt.Sprintf("t%04d", i)), 0o755)
-	}
-	os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755)
-	q, err := queue.Open(childConfig(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := q.CreateToken(context.Background(), "alice", api.RoleUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Close()
+	dir, ds, toks := childSetup(t, "t", tasks, map[string]string{"alice": api.RoleUser})
+	tok := toks["alice"]
 
 	ctx := context.Background()
 	n := 0
 	ch := startChild(t, dir, n)
 	defer func() { ch.kill9() }()
-	alice := clientFor(t, ch.url, tok.Token)
+	alice := clientFor(t, ch.url, tok)
 	job, err := alice.Submit(ctx, api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +95,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		n++
 		ch = startChild(t, dir, n)
 		pilot = clientFor(t, ch.url, queuetest.PilotToken)
-		alice = clientFor(t, ch.url, tok.Token)
+		alice = clientFor(t, ch.url, tok)
 		l, err := pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m1", Epoch: epoch})
 		if err != nil || !l.Granted || l.Epoch != epoch {
 			t.Fatalf("renewing the lease after restart: %+v %v", l, err)
@@ -117,10 +104,29 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	var held []pilotproto.Task // pulled, not yet acknowledged
 	killAt := map[int]time.Duration{3: 0, 6: time.Millisecond, 9: 2 * time.Millisecond, 12: 500 * time.Microsecond}
 	deadline := time.Now().Add(90 * time.Second)
+	// A kill in flight: its victim and when it has landed. The round that
+	// scheduled it waits for it at its end and restarts the victim if no
+	// failed request did: every scheduled kill is one restart, whenever
+	// it lands (it once landed after the job had finished, and the test
+	// counted 3 restarts of 4).
+	var victim *child
+	var landed chan struct{}
+	settleKill := func() {
+		if landed == nil {
+			return
+		}
+		<-landed
+		if ch == victim {
+			restart()
+		}
+		landed, victim = nil, nil
+	}
 	for round := 0; time.Now().Before(deadline); round++ {
+		settleKill()
 		if d, ok := killAt[round]; ok {
 			// Kill while requests are in flight.
-			go func(c *child) { time.Sleep(d); c.cmd.Process.Kill() }(ch)
+			victim, landed = ch, make(chan struct{})
+			go func(c *child, done chan struct{}) { time.Sleep(d); c.cmd.Process.Kill(); close(done) }(ch, landed)
 		}
 		p, err := pilot.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: 40})
 		if err != nil {
@@ -156,7 +162,8 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		}
 		held = held[:0]
 	}
-	if n < len(killAt) {
+	settleKill()
+	if n != len(killAt) {
 		t.Fatalf("the queue was restarted %d times, want %d", n, len(killAt))
 	}
 	j, err := alice.Job(ctx, job.ID)
@@ -168,7 +175,7 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	ch.kill9()
 
-	q, err = queue.Open(childConfig(dir))
+	q, err := queue.Open(childConfig(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,3 +92,35 @@ func childWhoami() error {
 	}
 	return json.NewEncoder(os.Stdout).Encode(w)
 }
+
+// childSetup prepares a state directory for queue processes under test:
+// a dataset of entries sub-directories (named by name, a number and the
+// index) under the allowed root, the outputs root, and a token for each
+// user (name: role), made through a queue opened and closed here.
+func childSetup(t *testing.T, name string, entries int, users map[string]string) (dir, ds string, tokens map[string]string) {
+	t.Helper()
+	dir = t.TempDir()
+	ds = filepath.Join(dir, "data", "set")
+	for i := 0; i < entries; i++ {
+		if err := os.MkdirAll(filepath.Join(ds, fmt.Sprintf("%s%04d", name, i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.Open(childConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	tokens = map[string]string{}
+	for u, role := range users {
+		tok, err := q.CreateToken(context.Background(), u, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[u] = tok.Token
+	}
+	return dir, ds, tokens
+}

@@ -90,7 +90,7 @@ type collector struct {
 	q Queue
 
 	tasks, requeued, lost, priority, running, maxCores, cpu, cost, epoch, alive, failovers, errs *prometheus.Desc
-	writes, lockTime, slowWrites, stretched, slowBy, realtime, walBytes, walRestarts             *prometheus.Desc
+	writeTx, slowWrites, slowBy, walBytes                                                        *prometheus.Desc
 	site                                                                                         siteDescs
 
 	mu         sync.Mutex
@@ -110,28 +110,24 @@ func NewCollector(q Queue) prometheus.Collector {
 	d := prometheus.NewDesc
 	site := []string{"site"}
 	return &collector{
-		q:           q,
-		lastEpoch:   -1,
-		tasks:       d("harvest_tasks", "Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).", []string{"user", "state"}, nil),
-		requeued:    d("harvest_tasks_requeued", "Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.", nil, nil),
-		lost:        d("harvest_lost_task_seconds_total", "Run time of the task attempts interrupted since the queue started: work lost to pilots that ended under their tasks (cancelled, preempted, at their limit).", nil, nil),
-		priority:    d("harvest_user_computed_priority", "The user's fair-share computedPriority (-1 = over quota, gets no tasks).", []string{"user"}, nil),
-		running:     d("harvest_user_running_cores", "Cores the user's tasks run on now.", []string{"user"}, nil),
-		maxCores:    d("harvest_user_max_cores", "The user's quota of cores running at once.", []string{"user"}, nil),
-		cpu:         d("harvest_user_cpu_seconds_24h", "CPU seconds the user used in the last 24 h.", []string{"user"}, nil),
-		cost:        d("harvest_user_cost_24h", "Cost (cores x seconds x price) the user used in the last 24 h.", []string{"user"}, nil),
-		epoch:       d("harvest_master_epoch", "Epoch of the master lease of the site that hosts the queue (each new master increments it; other sites: harvest_site_master_epoch).", nil, nil),
-		alive:       d("harvest_master_alive", "1 if a master of the site that hosts the queue holds an unexpired lease.", nil, nil),
-		failovers:   d("harvest_master_failovers_total", "Master changes of the site that hosts the queue seen by this process (epoch increments after the first master it saw).", nil, nil),
-		errs:        d("harvest_queue_scrape_errors_total", "Scrapes that could not read the queue.", nil, nil),
-		writes:      d("harvest_queue_write_transactions_total", "Write transactions the queue's SQLite writer committed since the queue opened.", nil, nil),
-		lockTime:    d("harvest_queue_write_lock_seconds_total", "Time the writer held SQLite's write lock (every request that writes waits for it).", nil, nil),
-		slowWrites:  d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
-		stretched:   d("harvest_queue_write_transactions_stretched_total", "Of the write transactions over 5 ms, those the hypervisor stretched: their own work (the writer thread's CPU clock) under 5 ms, the thread never preempted nor asleep in them. On a VM that steals CPU time (measured by harvest bench host) their rate follows the stolen share; the others are the queue's.", nil, nil),
-		slowBy:      d("harvest_queue_write_transactions_slow_causes_total", "The write transactions over 5 ms by cause and by the queue's store method that ran them. cause: preempted (another thread took the writer's core), slept (the writer waited: for a processor of the Go scheduler after a call into SQLite, for a disk read), own_work (its own work on the writer thread's CPU clock over 5 ms), stretched (none of these: the hypervisor's).", []string{"cause", "method"}, nil),
-		realtime:    d("harvest_queue_writer_realtime", "1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the queue's log).", nil, nil),
-		walBytes:    d("harvest_queue_wal_bytes", "Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).", nil, nil),
-		walRestarts: d("harvest_queue_wal_restarts_total", "Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).", nil, nil),
+		q:          q,
+		lastEpoch:  -1,
+		tasks:      d("harvest_tasks", "Tasks of the jobs still stored, by owner and state (waiting = the user's queue depth).", []string{"user", "state"}, nil),
+		requeued:   d("harvest_tasks_requeued", "Hand-outs beyond a task's first (retries and requeues), over the tasks still stored.", nil, nil),
+		lost:       d("harvest_lost_task_seconds_total", "Run time of the task attempts interrupted since the queue started: work lost to pilots that ended under their tasks (cancelled, preempted, at their limit).", nil, nil),
+		priority:   d("harvest_user_computed_priority", "The user's fair-share computedPriority (-1 = over quota, gets no tasks).", []string{"user"}, nil),
+		running:    d("harvest_user_running_cores", "Cores the user's tasks run on now.", []string{"user"}, nil),
+		maxCores:   d("harvest_user_max_cores", "The user's quota of cores running at once.", []string{"user"}, nil),
+		cpu:        d("harvest_user_cpu_seconds_24h", "CPU seconds the user used in the last 24 h.", []string{"user"}, nil),
+		cost:       d("harvest_user_cost_24h", "Cost (cores x seconds x price) the user used in the last 24 h.", []string{"user"}, nil),
+		epoch:      d("harvest_master_epoch", "Epoch of the master lease of the site that hosts the queue (each new master increments it; other sites: harvest_site_master_epoch).", nil, nil),
+		alive:      d("harvest_master_alive", "1 if a master of the site that hosts the queue holds an unexpired lease.", nil, nil),
+		failovers:  d("harvest_master_failovers_total", "Master changes of the site that hosts the queue seen by this process (epoch increments after the first master it saw).", nil, nil),
+		errs:       d("harvest_queue_scrape_errors_total", "Scrapes that could not read the queue.", nil, nil),
+		writeTx:    d("harvest_queue_write_transaction_seconds", "Time each write transaction of the queue's SQLite writer held the write lock (every request that writes waits for it), since the queue opened.", nil, nil),
+		slowWrites: d("harvest_queue_write_transactions_slow_total", "Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).", nil, nil),
+		slowBy:     d("harvest_queue_write_transactions_slow_by_method_total", "The write transactions over 5 ms by the queue's store method that ran them.", []string{"method"}, nil),
+		walBytes:   d("harvest_queue_wal_bytes", "Size of the queue database's WAL file (checkpointed every second from a connection of its own, emptied past 64 MiB).", nil, nil),
 		site: siteDescs{
 			alive:         d("harvest_site_alive", "1 if the site's agent or master called the queue within the silence timeout (harvest admin sites).", site, nil),
 			agentAt:       d("harvest_site_agent_last_round_timestamp_seconds", "Wall-clock time of the site's agent's last round with the queue (absent: none since the queue started).", site, nil),
@@ -155,7 +151,7 @@ func NewCollector(q Queue) prometheus.Collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	s := c.site
 	for _, d := range []*prometheus.Desc{c.tasks, c.requeued, c.lost, c.priority, c.running, c.maxCores, c.cpu, c.cost, c.epoch, c.alive, c.failovers, c.errs,
-		c.writes, c.lockTime, c.slowWrites, c.stretched, c.slowBy, c.realtime, c.walBytes, c.walRestarts,
+		c.writeTx, c.slowWrites, c.slowBy, c.walBytes,
 		s.alive, s.agentAt, s.masterAt, s.masterAlive, s.epoch, s.weight, s.share, s.running, s.allowance, s.nodes, s.maxNodes, s.paused,
 		s.pilotSeconds, s.usefulSeconds, s.outcomes} {
 		ch <- d
@@ -215,20 +211,33 @@ func (c *collector) collectStats(ch chan<- prometheus.Metric, st queue.Stats) {
 	counter(ch, c.lost, st.LostTaskSeconds)
 	gauge(ch, c.epoch, float64(st.Epoch))
 	gauge(ch, c.alive, b2f(st.MasterAlive))
-	counter(ch, c.writes, float64(st.WriteTransactions))
-	counter(ch, c.lockTime, st.WriteLockSeconds)
+	ch <- prometheus.MustNewConstHistogram(c.writeTx, uint64(st.WriteTransactions), st.WriteLockSeconds, writeBuckets(st.WriteHist))
 	counter(ch, c.slowWrites, float64(st.SlowWrites))
-	var stretched int64
-	for k, n := range st.SlowWritesBy {
-		counter(ch, c.slowBy, float64(n), k.Cause, strings.TrimPrefix(k.In, "store.(*Store)."))
-		if k.Cause == store.CauseStretched {
-			stretched += n
-		}
+	for m, n := range st.SlowWritesBy {
+		counter(ch, c.slowBy, float64(n), strings.TrimPrefix(m, "store.(*Store)."))
 	}
-	counter(ch, c.stretched, float64(stretched))
-	gauge(ch, c.realtime, b2f(st.WriterRealtime))
 	gauge(ch, c.walBytes, float64(st.WALBytes))
-	counter(ch, c.walRestarts, float64(st.WALRestarts))
+}
+
+// writeBounds are the histogram's upper bounds, in seconds.
+var writeBounds = []float64{0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05}
+
+// writeBuckets turns the store's fine histogram (buckets of
+// store.HistBucket, the last open-ended) into Prometheus's cumulative
+// counts at writeBounds.
+func writeBuckets(hist []int64) map[float64]uint64 {
+	out := make(map[float64]uint64, len(writeBounds))
+	for _, b := range writeBounds {
+		var n uint64
+		for i, c := range hist {
+			// bucket i holds [i, i+1) x HistBucket; the last one is open
+			if i < len(hist)-1 && float64(i+1)*store.HistBucket.Seconds() <= b+1e-12 {
+				n += uint64(c)
+			}
+		}
+		out[b] = n
+	}
+	return out
 }
 
 func (c *collector) collectSites(ch chan<- prometheus.Metric, l api.SiteList) {

@@ -50,9 +50,11 @@ func TestQueueMetricsAreReadAtScrapeTime(t *testing.T) {
 			return queue.Stats{
 				ByUser:   map[string]queue.TaskStats{"alice": {Waiting: 12, Running: 4, Done: 30, Failed: 1}},
 				Requeued: 5, Epoch: epoch, MasterAlive: true,
-				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2, WriterRealtime: true,
-				SlowWritesBy: map[store.SlowKey]int64{{Cause: store.CauseStretched, In: "store.(*Store).Results"}: 1, {Cause: store.CauseSlept, In: "store.(*Store).Pull"}: 1},
-				WALBytes:     9 << 20, WALRestarts: 4,
+				WriteTransactions: 1200, WriteLockSeconds: 0.75, SlowWrites: 2,
+				// 1000 under 0.25 ms, 150 in 0.5-0.75 ms, 48 in 2-2.25 ms, 2 over 50 ms
+				WriteHist:    histOf(map[int]int64{0: 1000, 2: 150, 8: 48, 199: 2}),
+				SlowWritesBy: map[string]int64{"store.(*Store).Results": 1, "store.(*Store).Pull": 1},
+				WALBytes:     9 << 20,
 			}, nil
 		},
 		sites: noSites,
@@ -86,33 +88,31 @@ harvest_tasks{state="waiting",user="alice"} 12
 		t.Error(err)
 	}
 	writes := `
-# HELP harvest_queue_write_lock_seconds_total Time the writer held SQLite's write lock (every request that writes waits for it).
-# TYPE harvest_queue_write_lock_seconds_total counter
-harvest_queue_write_lock_seconds_total 0.75
+# HELP harvest_queue_write_transaction_seconds Time each write transaction of the queue's SQLite writer held the write lock (every request that writes waits for it), since the queue opened.
+# TYPE harvest_queue_write_transaction_seconds histogram
+harvest_queue_write_transaction_seconds_bucket{le="0.00025"} 1000
+harvest_queue_write_transaction_seconds_bucket{le="0.0005"} 1000
+harvest_queue_write_transaction_seconds_bucket{le="0.001"} 1150
+harvest_queue_write_transaction_seconds_bucket{le="0.002"} 1150
+harvest_queue_write_transaction_seconds_bucket{le="0.005"} 1198
+harvest_queue_write_transaction_seconds_bucket{le="0.01"} 1198
+harvest_queue_write_transaction_seconds_bucket{le="0.025"} 1198
+harvest_queue_write_transaction_seconds_bucket{le="0.05"} 1198
+harvest_queue_write_transaction_seconds_bucket{le="+Inf"} 1200
+harvest_queue_write_transaction_seconds_sum 0.75
+harvest_queue_write_transaction_seconds_count 1200
 # HELP harvest_queue_write_transactions_slow_total Write transactions that held the lock over 5 ms (a request waiting behind one waits that long).
 # TYPE harvest_queue_write_transactions_slow_total counter
 harvest_queue_write_transactions_slow_total 2
-# HELP harvest_queue_write_transactions_stretched_total Of the write transactions over 5 ms, those the hypervisor stretched: their own work (the writer thread's CPU clock) under 5 ms, the thread never preempted nor asleep in them. On a VM that steals CPU time (measured by harvest bench host) their rate follows the stolen share; the others are the queue's.
-# TYPE harvest_queue_write_transactions_stretched_total counter
-harvest_queue_write_transactions_stretched_total 1
-# HELP harvest_queue_write_transactions_slow_causes_total The write transactions over 5 ms by cause and by the queue's store method that ran them. cause: preempted (another thread took the writer's core), slept (the writer waited: for a processor of the Go scheduler after a call into SQLite, for a disk read), own_work (its own work on the writer thread's CPU clock over 5 ms), stretched (none of these: the hypervisor's).
-# TYPE harvest_queue_write_transactions_slow_causes_total counter
-harvest_queue_write_transactions_slow_causes_total{cause="slept",method="Pull"} 1
-harvest_queue_write_transactions_slow_causes_total{cause="stretched",method="Results"} 1
-# HELP harvest_queue_write_transactions_total Write transactions the queue's SQLite writer committed since the queue opened.
-# TYPE harvest_queue_write_transactions_total counter
-harvest_queue_write_transactions_total 1200
-# HELP harvest_queue_writer_realtime 1 if the writer runs under SCHED_FIFO while it holds the write lock (realtime-writer; 0: off or not permitted, see the queue's log).
-# TYPE harvest_queue_writer_realtime gauge
-harvest_queue_writer_realtime 1
-# HELP harvest_queue_wal_bytes Bytes of frames in the queue database's WAL at the last checkpoint (started over at 128 MiB).
+# HELP harvest_queue_write_transactions_slow_by_method_total The write transactions over 5 ms by the queue's store method that ran them.
+# TYPE harvest_queue_write_transactions_slow_by_method_total counter
+harvest_queue_write_transactions_slow_by_method_total{method="Pull"} 1
+harvest_queue_write_transactions_slow_by_method_total{method="Results"} 1
+# HELP harvest_queue_wal_bytes Size of the queue database's WAL file (checkpointed every second from a connection of its own, emptied past 64 MiB).
 # TYPE harvest_queue_wal_bytes gauge
 harvest_queue_wal_bytes 9.437184e+06
-# HELP harvest_queue_wal_restarts_total Checkpoints that started a WAL over 128 MiB over (each held the write lock for a copy and two fsyncs).
-# TYPE harvest_queue_wal_restarts_total counter
-harvest_queue_wal_restarts_total 4
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(writes), "harvest_queue_write_lock_seconds_total", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_stretched_total", "harvest_queue_write_transactions_slow_causes_total", "harvest_queue_write_transactions_total", "harvest_queue_writer_realtime", "harvest_queue_wal_bytes", "harvest_queue_wal_restarts_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(writes), "harvest_queue_write_transaction_seconds", "harvest_queue_write_transactions_slow_total", "harvest_queue_write_transactions_slow_by_method_total", "harvest_queue_wal_bytes"); err != nil {
 		t.Error(err)
 	}
 
@@ -208,8 +208,8 @@ harvest_site_tasks_total{outcome="interrupted",site="b"} 0
 		t.Error(err)
 	}
 	// Every series the collector describes is served, and only those.
-	if n := testutil.CollectAndCount(metrics.NewCollector(q)); n != 47 {
-		t.Errorf("%d series, want 47 (2 counters, 11 queue figures, 18 series of a and 16 of b, which has no timestamps)", n)
+	if n := testutil.CollectAndCount(metrics.NewCollector(q)); n != 43 {
+		t.Errorf("%d series, want 43 (2 counters, 7 queue figures, 18 series of a and 16 of b, which has no timestamps)", n)
 	}
 }
 
@@ -311,7 +311,7 @@ func TestARealQueueWithTwoSitesScrapedThroughItsAuthentication(t *testing.T) {
 				t.Errorf("scrape as %s: no line %q", who, line)
 			}
 		}
-		if strings.Contains(body, "\nharvest_queue_write_transactions_total 0\n") || !strings.Contains(body, "\nharvest_queue_write_transactions_total ") {
+		if strings.Contains(body, "\nharvest_queue_write_transaction_seconds_count 0\n") || !strings.Contains(body, "\nharvest_queue_write_transaction_seconds_count ") {
 			t.Errorf("scrape as %s: the submission's and the results' write transactions are not counted", who)
 		}
 		if !strings.Contains(body, "\nprocess_resident_memory_bytes ") || !strings.Contains(body, "\ngo_goroutines ") {
@@ -332,4 +332,13 @@ func TestARealQueueWithTwoSitesScrapedThroughItsAuthentication(t *testing.T) {
 	if got, body := scrape(t, anon, ""); got != http.StatusOK || !strings.Contains(body, `harvest_site_alive{site="b"} 1`) {
 		t.Errorf("anonymous scrape: %d", got)
 	}
+}
+
+// histOf is a store.WriteStats histogram with the given buckets' counts.
+func histOf(c map[int]int64) []int64 {
+	var h store.WriteStats
+	for i, n := range c {
+		h.Hist[i] = n
+	}
+	return h.Hist[:]
 }

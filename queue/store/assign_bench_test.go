@@ -55,7 +55,6 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 	}
 	ws := s.WriteStats(false)
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
-	b.ReportMetric(float64(ws.LongestCPU.Microseconds())/1000, "longest-tx-cpu-ms")
 }
 
 // BenchmarkFailedResultsWithLongTails is a pool's round with failing

@@ -280,12 +280,21 @@ func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64,
 // Cancelled is what cancelling a job took away from its owner.
 type Cancelled struct {
 	Owner         string
-	Active, Cores int // tasks that were active, cores per task
+	Active, Cores int  // tasks that were active, cores per task
+	Already       bool // the job was KILLED before: nothing taken now
 }
 
+// The task states a cancel and an expiry kill (jobs.kill_states).
+const (
+	cancelKills = "WAITING,ASSIGNED,RUNNING,ZOMBIE"
+	expiryKills = "WAITING"
+)
+
 // CancelJob marks a live job KILLED (its counters: every waiting and
-// active task killed) in one transaction; api.ErrConflict when the job is
-// final already. Its tasks follow with KillTasks.
+// active task killed) and records that its tasks are to be killed, in one
+// transaction. A job KILLED already is Already (a repeated cancel: its
+// tasks' kill may still be pending); another final job is
+// api.ErrConflict. Its tasks follow with KillTasks.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
 	err := s.cold(ctx, func(tx *sql.Tx) error {
@@ -293,26 +302,49 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM jobs WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
 		}
+		if state == api.JobKilled {
+			c.Active, c.Already = 0, true
+			return nil
+		}
 		if api.JobFinal(state) {
 			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
 		}
-		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?,
-			n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0 WHERE id = ?`, ms(now), ms(now), id)
+		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?, kill_states = ?,
+			n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0 WHERE id = ?`, ms(now), ms(now), cancelKills, id)
 		return err
 	})
 	if err != nil {
 		return c, fmt.Errorf("cancel job %d: %w", id, err)
 	}
-	s.noteCancelled(id, ms(now))
+	if !c.Already {
+		s.noteCancelled(id, ms(now))
+	}
 	return c, nil
 }
 
-// KillTasks marks the tasks of a KILLED or ERROR_EW job that are still in
-// one of states KILLED, in transactions of at most chunk tasks sized to
-// hold the write lock about chunkBudget each. Its counters were set when
-// the job was; results and sweeps leave the tasks of a job that is not
-// live alone in the meantime (rules.JobLive).
-func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now time.Time, chunk int) error {
+// KillTasks kills the tasks of a KILLED or ERROR_EW job that its cancel
+// or expiry recorded (jobs.kill_states), in transactions of at most chunk
+// tasks sized to hold the write lock about chunkBudget each; the last one
+// clears the record. Nothing is pending: nothing to do. Its counters were
+// set when the job was; results and sweeps leave the tasks of a job that
+// is not live alone in the meantime (rules.JobLive). A crash in between
+// leaves the record, and the queue finishes it at Open (PendingKills).
+func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
+	var pending string
+	if err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending); err != nil {
+		return fmt.Errorf("kill tasks of job %d: %w", id, err)
+	}
+	if pending == "" {
+		return nil
+	}
+	states := strings.Split(pending, ",")
+	for _, st := range states {
+		switch st {
+		case api.TaskWaiting, api.TaskAssigned, api.TaskRunning, api.TaskZombie:
+		default:
+			return fmt.Errorf("kill tasks of job %d: unknown state %q recorded", id, st)
+		}
+	}
 	in := "'" + strings.Join(states, "', '") + "'"
 	// The job's tasks are walked once in id order (the job index), a
 	// chunk at a time from where the last chunk stopped: tasks already
@@ -324,7 +356,11 @@ func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now ti
 		k := z.size()
 		d, err := s.coldTimed(ctx, func(tx *sql.Tx) error {
 			if err := tx.QueryRowContext(inline(ctx), `SELECT max(id) FROM (SELECT id FROM tasks WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3)`,
-				id, after, k).Scan(&last); err != nil || !last.Valid {
+				id, after, k).Scan(&last); err != nil {
+				return err
+			}
+			if !last.Valid { // every task walked: the kill is done
+				_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
 				return err
 			}
 			_, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = 'KILLED', finished_at = ?1
@@ -340,6 +376,19 @@ func (s *Store) KillTasks(ctx context.Context, id int64, states []string, now ti
 		z.took(k, d)
 		after = last.Int64
 	}
+}
+
+// PendingKills lists the jobs whose cancel or expiry has tasks still to
+// kill (a crash cut it), by id.
+func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list pending kills: %w", err)
+	}
+	return out, nil
 }
 
 // CancelledSince lists the jobs cancelled after since, by id. It is asked

@@ -593,7 +593,7 @@ func TestJobReadsRacingTheOverlaysDropsSeeTheLatestValues(t *testing.T) {
 	// Nor at the end: a TRUNCATE checkpoint waits for every reader to
 	// leave the WAL, and gives up (busy) on one pinned to a snapshot.
 	var busy, log, done int
-	if err := s.ck.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
+	if err := s.w.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
 		t.Fatalf("checkpoint: busy %d (log %d, checkpointed %d) %v", busy, log, done, err)
 	}
 }

@@ -33,27 +33,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/harvest-hpc/harvest/internal/thread"
-	sqlite3 "github.com/mattn/go-sqlite3"
-
 	"github.com/harvest-hpc/harvest/queue/rules"
 
-	"github.com/harvest-hpc/harvest/internal/safefs"
 	_ "github.com/harvest-hpc/harvest/internal/sqliteconf" // SQLite without its global allocation mutex
 )
-
-// The writer's driver turns off automatic checkpoints: a checkpoint run
-// by a committing writer would count against its write lock (tens of ms).
-// The queue checkpoints from a connection of its own instead (PASSIVE,
-// which does not take the write lock).
-func init() {
-	sql.Register("sqlite3_harvest_writer", &sqlite3.SQLiteDriver{
-		ConnectHook: func(c *sqlite3.SQLiteConn) error {
-			_, err := c.Exec("PRAGMA wal_autocheckpoint = 0", nil)
-			return err
-		},
-	})
-}
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -65,7 +48,10 @@ const busyTimeout = 5 * time.Second
 type Store struct {
 	w  *sql.DB // the one writer connection: SQLite's single writer as a Go-level queue
 	r  *sql.DB // readers (WAL lets them read while the writer writes)
-	ck *sql.DB // checkpoints only
+	ck *sql.DB // checkpoints (wal.go)
+	// truncateAt is the WAL file's size past which Checkpoint empties it
+	// (walSizeLimit; tests lower it).
+	truncateAt int64
 
 	stats struct {
 		mu sync.Mutex
@@ -75,25 +61,10 @@ type Store struct {
 	// afterSettle, when set (tests only), runs in a cold write between its
 	// settle and s.hot: where the hot path and the folder may run.
 	afterSettle func()
-	ceil        *ceiling // the write lock's priority ceiling (ceiling.go)
-	// pageSize is the database's page size (a WAL frame's payload).
-	pageSize int64
-	path     string
+	path        string
 
 	closeOnce sync.Once
 	closeErr  error
-	wal       struct {
-		mu     sync.Mutex
-		s      WALStats
-		synced [2]int64 // the WAL's frames and copied frames at the last syncDB
-		high   int64    // the most bytes of frames the WAL held at a checkpoint (allocateWAL)
-		// skip and gap pace CheckpointTick: ticks still to pass over, and
-		// ticks since the last checkpoint that ran.
-		skip, gap int
-		// passive runs one PASSIVE round on ck (a test replaces it to
-		// see rounds that cannot run).
-		passive func(ctx context.Context) (busy, frames, copied int64, err error)
-	}
 
 	// hot serialises the hot path, the folds and the cold writes, and
 	// guards ov (overlay.go).
@@ -118,17 +89,13 @@ func Open(path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
-	// Every job and command is in here: the owner's only (issue 13 item 8).
-	if err := safefs.PrivateFile(path); err != nil {
-		return nil, fmt.Errorf("database %s: %w", path, err)
-	}
 	q := url.Values{}
 	q.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
 	q.Set("_synchronous", "NORMAL") // WAL + NORMAL survives a process kill; see docs/queue.md
 	q.Set("_txlock", "immediate")
 	q.Set("_foreign_keys", "off")
 	q.Set("_cache_size", "-32768") // KiB: the writer's page cache (SQLite's default is 2 MiB)
-	w, err := sql.Open("sqlite3_harvest_writer", "file:"+path+"?"+q.Encode())
+	w, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -139,13 +106,25 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	// Every job and command is in here: the owner's only (issue 13 item 8).
+	// SQLite created the file (the queue never opens it itself: a close of
+	// another descriptor of the file would drop SQLite's POSIX locks, see
+	// docs/operations.md); its WAL and shared-memory files take the
+	// database file's mode.
+	if err := private(path); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("database %s: %w", path, err)
+	}
 	// A new database gets 1 KiB pages: every dirty page is written whole
 	// to the WAL at commit, and a pull or a batch of results touches rows
 	// of many jobs, one page each (on the shared 2-core machine a
 	// 100,000-entry submission took half the time of 4 KiB pages; pulls
 	// were within the noise). The page size can only be chosen before the
 	// first table and before WAL mode; an existing database keeps its own.
+	// The writer does not checkpoint: Checkpoint does, from a connection
+	// of its own (wal.go).
 	for _, p := range []string{"PRAGMA page_size = 1024", "PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
+		"PRAGMA wal_autocheckpoint = 0",
 		fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit)} {
 		if _, err := w.Exec(p); err != nil {
 			w.Close()
@@ -165,17 +144,14 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	cq := url.Values{}
-	cq.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
-	ck, err := sql.Open("sqlite3", "file:"+path+"?"+cq.Encode())
+	ck, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout="+strconv.FormatInt(busyTimeout.Milliseconds(), 10))
 	if err != nil {
 		w.Close()
 		r.Close()
 		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
 	}
 	ck.SetMaxOpenConns(1)
-	st := &Store{w: w, r: r, ck: ck, ov: newOverlay(), ceil: newCeiling(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
-	st.wal.passive = st.passiveRound
+	st := &Store{w: w, r: r, ck: ck, truncateAt: walSizeLimit, path: path, ov: newOverlay(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
 	st.bg, st.stopBg = context.WithCancel(context.Background())
 	if err := st.prepare(); err != nil {
 		close(st.folderDone)
@@ -197,13 +173,6 @@ func Open(path string) (*Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	st.path = path
-	if err := w.QueryRow("PRAGMA page_size").Scan(&st.pageSize); err != nil || st.pageSize <= 0 {
-		close(st.folderDone)
-		st.Close()
-		return nil, fmt.Errorf("open %s: page size %d: %v", path, st.pageSize, err)
-	}
-	st.ceil.enable(true)
 	go st.folder()
 	return st, nil
 }
@@ -240,6 +209,35 @@ func migrate(db *sql.DB) error {
 		return fmt.Errorf("list migrations: %w", err)
 	}
 	sort.Strings(names)
+	// A database that a newer harvest migrated further is refused: this
+	// binary would not know its tables' meaning, and would write them
+	// wrong.
+	known := map[string]bool{}
+	for _, n := range names {
+		known[n] = true
+	}
+	applied, err := db.Query(`SELECT name FROM schema_migrations ORDER BY name`)
+	if err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	var unknown []string
+	for applied.Next() {
+		var n string
+		if err := applied.Scan(&n); err != nil {
+			applied.Close()
+			return fmt.Errorf("read schema_migrations: %w", err)
+		}
+		if !known[n] {
+			unknown = append(unknown, n)
+		}
+	}
+	applied.Close()
+	if err := applied.Err(); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("the queue database was written by a newer harvest (schema %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", strings.Join(unknown, ", "), names[len(names)-1])
+	}
 	for _, name := range names {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
@@ -271,46 +269,23 @@ func migrate(db *sql.DB) error {
 	return nil
 }
 
-// WriteStats measures how long the queue holds SQLite's write lock.
+// WriteStats measures how long the queue holds SQLite's write lock: the
+// transactions' count, time and distribution (exported as a Prometheus
+// histogram by queue/metrics), and the slow ones by store method.
 type WriteStats struct {
 	Transactions int64
 	Total        time.Duration
 	Longest      time.Duration
 	LongestIn    string // the store method that ran the longest transaction
 	Slow         int64  // transactions longer than SlowTx
-	// The same transactions on the writer thread's CPU clock: what the
-	// transactions' own work took, without the time the thread held the
-	// lock descheduled (on a machine with more runnable threads than
-	// cores a transaction of 0.5 ms of work can hold the lock for 10).
-	CPU          time.Duration
-	LongestCPU   time.Duration
-	LongestCPUIn string
-	SlowCPU      int64 // transactions whose own work took longer than SlowTx
-	// Page faults the writer thread took inside the transactions (minor:
-	// a page mapped without I/O, which on a VM whose host takes back the
-	// guest's free memory can cost the host a fault of its own, counted
-	// as the guest's work), and those of the transaction with the
-	// longest own work.
-	Faults, LongestCPUFaults int64
-	// SlowBy counts the slow transactions (lock time over SlowTx) by
-	// cause and store method (nil until one is slow); SlowOf and
-	// SlowPerMethod sum it one way or the other. The causes, told apart in
-	// this order: own work over SlowTx (whatever else happened in it);
-	// else the writer thread preempted at least once (another thread took
-	// its core); else it only slept (it waited: for a processor of the Go
-	// scheduler after a cgo call, for a disk); else stretched by the
-	// hypervisor, its own work under SlowTx and its thread never off its
-	// core as far as this machine's kernel knows (harvest bench host
-	// measures how often the machine does that to a computation of no
-	// I/O, no lock and no memory). Own work comes first because a
-	// transaction that slept 0.1 ms in 42 ms of its own work is slow by
-	// its work, not its sleep.
-	SlowBy map[SlowKey]int64
+	// SlowBy counts the slow transactions by store method (nil until one
+	// is slow).
+	SlowBy map[string]int64
 	// Hist counts the transactions by lock time in buckets of HistBucket
 	// (the last one: everything longer).
 	Hist [histBuckets]int64
 	// Recent are the last RecentSlow slow transactions, oldest first:
-	// which one, when and why, for the queue's log.
+	// which one, when and how long, for the queue's log.
 	Recent []SlowTransaction
 }
 
@@ -318,53 +293,12 @@ type WriteStats struct {
 const RecentSlow = 32
 
 // SlowTransaction is one write transaction that held the lock over
-// SlowTx: when it committed, the store method that ran it, its cause (as
-// in WriteStats.SlowBy), the lock time, its own work on the writer
-// thread's clock, and the thread's page faults, preemptions and sleeps
-// in it.
+// SlowTx: when it committed, the store method that ran it, the lock time.
 type SlowTransaction struct {
-	At                       time.Time
-	In, Cause                string
-	Lock, CPU                time.Duration
-	Faults, Preempted, Slept int64
+	At   time.Time
+	In   string
+	Lock time.Duration
 }
-
-// SlowKey is a cause of slow transactions and the store method that ran
-// them.
-type SlowKey struct{ Cause, In string }
-
-// SlowOf counts the slow transactions of one cause.
-func (w WriteStats) SlowOf(cause string) int64 {
-	var n int64
-	for k, c := range w.SlowBy {
-		if k.Cause == cause {
-			n += c
-		}
-	}
-	return n
-}
-
-// SlowPerMethod counts the slow transactions per store method (nil when
-// none was slow).
-func (w WriteStats) SlowPerMethod() map[string]int64 {
-	if w.SlowBy == nil {
-		return nil
-	}
-	m := map[string]int64{}
-	for k, c := range w.SlowBy {
-		m[k.In] += c
-	}
-	return m
-}
-
-// The causes of a slow transaction, as WriteStats.SlowBy tells them
-// apart.
-const (
-	CausePreempted = "preempted"
-	CauseSlept     = "slept"
-	CauseOwnWork   = "own_work"
-	CauseStretched = "stretched"
-)
 
 // SlowTx is the write transaction the queue aims to stay under (issue 17):
 // WriteStats counts the longer ones, to tell a tail from an outlier.
@@ -412,48 +346,26 @@ func (s *Store) WriteStats(reset bool) WriteStats {
 	return st
 }
 
-// addStat records a transaction that held the lock for d, of which u on
-// the writer thread.
-func (s *Store) addStat(d time.Duration, u thread.Use) {
-	cpu := u.CPU
+// addStat records a transaction that held the lock for d.
+func (s *Store) addStat(d time.Duration) {
 	s.stats.mu.Lock()
 	defer s.stats.mu.Unlock()
 	st := &s.stats.s
 	st.Transactions++
 	st.Total += d
-	st.CPU += cpu
-	st.Faults += u.Faults
-	if cpu > st.LongestCPU {
-		st.LongestCPU, st.LongestCPUIn, st.LongestCPUFaults = cpu, writer(), u.Faults
-	}
-	if cpu > SlowTx {
-		st.SlowCPU++
-	}
 	st.Hist[min(int(d/HistBucket), histBuckets-1)]++
 	var in string
 	if d > SlowTx {
 		st.Slow++
-		var cause string
-		switch {
-		case cpu > SlowTx:
-			cause = CauseOwnWork
-		case u.Preempted > 0:
-			cause = CausePreempted
-		case u.Slept > 0:
-			cause = CauseSlept
-		default:
-			cause = CauseStretched
-		}
 		in = writer()
 		if st.SlowBy == nil {
-			st.SlowBy = map[SlowKey]int64{}
+			st.SlowBy = map[string]int64{}
 		}
-		st.SlowBy[SlowKey{cause, in}]++
+		st.SlowBy[in]++
 		if len(st.Recent) == RecentSlow {
 			st.Recent = append(st.Recent[:0], st.Recent[1:]...)
 		}
-		st.Recent = append(st.Recent, SlowTransaction{At: time.Now(), In: in, Cause: cause, Lock: d, CPU: cpu,
-			Faults: u.Faults, Preempted: u.Preempted, Slept: u.Slept})
+		st.Recent = append(st.Recent, SlowTransaction{At: time.Now(), In: in, Lock: d})
 	}
 	if d > st.Longest {
 		if in == "" {
@@ -477,7 +389,7 @@ func writer() string {
 			name = name[:i]
 		}
 		switch name {
-		case "store.(*Store).write", "store.(*Store).writeTimed", "store.(*Store).cold", "store.(*Store).coldTimed", "store.(*Store).fenced", "store.(*Store).transact", "store.(*Store).writeUnbounded", "store.(*Store).holding":
+		case "store.(*Store).write", "store.(*Store).writeTimed", "store.(*Store).cold", "store.(*Store).coldTimed", "store.(*Store).fenced", "store.(*Store).transact", "store.(*Store).writeUnbounded":
 		default:
 			return name
 		}
@@ -487,69 +399,45 @@ func writer() string {
 	}
 }
 
-// write runs fn in one IMMEDIATE transaction on the writer connection,
-// under the lock's priority ceiling (ceiling.go), and records how long
-// the write lock was held (BEGIN to COMMIT). fn must be bounded: a batch,
-// a chunk of rows.
+// write runs fn in one IMMEDIATE transaction on the writer connection and
+// records how long the write lock was held (BEGIN to COMMIT). fn must be
+// bounded: a batch, a chunk of rows.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	_, err := s.transact(ctx, true, fn)
+	_, err := s.transact(ctx, fn)
 	return err
 }
 
 // writeTimed is write that also returns how long the transaction held
 // the write lock: a long write sizes its next chunk by it (chunkSizer).
 func (s *Store) writeTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
-	return s.transact(ctx, true, fn)
+	return s.transact(ctx, fn)
 }
 
-// writeUnbounded is write without the priority ceiling, for a transaction
-// whose size nobody bounds (the journal's replay at Open).
+// writeUnbounded is write for a transaction whose size nobody bounds (the
+// journal's replay at Open).
 func (s *Store) writeUnbounded(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	_, err := s.transact(ctx, false, fn)
+	_, err := s.transact(ctx, fn)
 	return err
 }
 
-func (s *Store) transact(ctx context.Context, ceiling bool, fn func(tx *sql.Tx) error) (time.Duration, error) {
-	// On one thread from BEGIN to COMMIT, so that its CPU clock is the
-	// transaction's (the SQLite calls are cgo calls, made on the calling
-	// goroutine's thread) and the ceiling is that thread's.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
 	tx, err := s.w.BeginTx(inline(ctx), nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
-	// BEGIN IMMEDIATE has taken the lock: pool waits are not lock time
-	return s.holding(ctx, ceiling, func() error {
-		if err := fn(tx); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
-	})
-}
-
-// holding runs fn, which holds SQLite's write lock from its start to its
-// end, on the caller's locked thread: under the priority ceiling (with
-// ceiling), as a region "write" of a Go trace (harvest bench --trace),
-// and, when it succeeds, counted in WriteStats with its wall and thread
-// CPU time. It returns the lock time. Every holder of the write lock goes
-// through it: transactions and the WAL's RESTART (wal.go).
-func (s *Store) holding(ctx context.Context, ceiling bool, fn func() error) (time.Duration, error) {
-	if ceiling && s.ceil.raise() {
-		defer s.ceil.lower() // before the caller's UnlockOSThread
-	}
+	// BEGIN IMMEDIATE has taken the lock: pool waits are not lock time.
+	// A region "write" of a Go trace (harvest bench --trace).
 	defer trace.StartRegion(ctx, "write").End()
-	start, u0 := time.Now(), thread.Usage()
-	if err := fn(); err != nil {
+	start := time.Now()
+	if err := fn(tx); err != nil {
+		tx.Rollback()
 		return 0, err
 	}
-	u := thread.Usage().Since(u0) // read first: the lock time contains it
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
 	d := time.Since(start)
-	s.addStat(d, u)
+	s.addStat(d)
 	return d, nil
 }
 

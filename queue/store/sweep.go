@@ -144,7 +144,7 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 			return err
 		}
 		ok = true
-		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, n_killed = n_killed + n_waiting, n_waiting = 0 WHERE id = ?`, ms(now), id)
+		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, kill_states = ?, n_killed = n_killed + n_waiting, n_waiting = 0 WHERE id = ?`, ms(now), expiryKills, id)
 		return err
 	})
 	if err != nil {
