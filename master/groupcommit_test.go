@@ -40,6 +40,7 @@ func TestGroupedCommitsStoreResultsBeforeTheWorkersHearOfThem(t *testing.T) {
 	cfg := fastMasterConfig(t.TempDir(), "p1", 1)
 	cfg.HeartbeatInterval = time.Hour // no capacity ops between the results
 	cfg.CommitDelay = 200 * time.Millisecond
+	cfg.WorkerTimeout = time.Minute // the workers here never beat: not lost while the lock is held
 	m, err := master.New(cfg, f)
 	if err != nil {
 		t.Fatal(err)
