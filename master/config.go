@@ -66,16 +66,21 @@ func DefaultConfig() Config {
 		// 1 ms groups the ops of about 8 no-op tasks per transaction in
 		// `harvest bench dispatch --in-memory` (1,000 jobs; 0: about 2),
 		// and is nothing beside a real task's run time.
-		CommitDelay:        time.Millisecond,
-		PullWait:           20 * time.Second,
-		Prefetch:           2,
-		MinBuffer:          64,
-		MaxBuffer:          20000,
-		MaxPull:            2000,
-		IdlePoll:           time.Second,
-		RetryInterval:      time.Second,
-		HeartbeatInterval:  10 * time.Second,
-		LeaseRenewInterval: 10 * time.Second,
+		CommitDelay:       time.Millisecond,
+		PullWait:          20 * time.Second,
+		Prefetch:          2,
+		MinBuffer:         64,
+		MaxBuffer:         20000,
+		MaxPull:           2000,
+		IdlePoll:          time.Second,
+		RetryInterval:     time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		// One renewal a second (a write at the queue, one per site): with
+		// the queue's 4 s TTL a kill -9 of the master's pilot leaves at
+		// most 4 s of lease, and the master, which stops writing its
+		// checkpoint 3 s after a renewal's request (holdFor), survives two
+		// lost renewals.
+		LeaseRenewInterval: time.Second,
 		WorkerTimeout:      60 * time.Second,
 		ReconnectGrace:     30 * time.Second,
 		SafetyMargin:       60 * time.Second,
