@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages harvest's tests and demo need (idempotent).
 set -euo pipefail
-PKGS="munge slurmctld slurmd slurm-client gcc libc6-dev sqlite3 ca-certificates chromium jq"
+PKGS="munge slurmctld slurmd slurm-client gcc libc6-dev sqlite3 ca-certificates chromium jq bindfs fuse3"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
