@@ -37,18 +37,19 @@ import (
 )
 
 var (
-	nodes    = flag.Int("nodes", 8, "nodes of the mini-cluster")
-	tasks    = flag.Int("tasks", 300, "tasks (dataset entries) per harvest user")
-	taskTime = flag.Duration("task-time", 300*time.Millisecond, "run time of one task")
-	batch    = flag.Int("batch-size", 5, "tasks per batch")
-	poll     = flag.Duration("poll", 2*time.Second, "agent poll interval")
-	slack    = flag.Duration("slack", 5*time.Second, "allowed delay of a foreign job beyond one poll interval")
-	timeout  = flag.Duration("timeout", 7*time.Minute, "give up after this long")
-	bin      = flag.String("harvest", "", "harvest binary (default: build it)")
-	port     = flag.Int("port", 0, "queue TCP port on 127.0.0.1 (0: any free port, read back from the agent's log)")
-	keep     = flag.Bool("keep", false, "keep the work directory")
-	kills    = flag.Int("master-kills", 3, "times the master's pilot is killed with SIGKILL after the release (each once the previous kill's successor runs tasks)")
-	maxPause = flag.Duration("max-pause", 5*time.Second, "longest pause in task completions allowed after each kill -9 of the master")
+	nodes     = flag.Int("nodes", 8, "nodes of the mini-cluster")
+	tasks     = flag.Int("tasks", 300, "tasks (dataset entries) per harvest user")
+	taskTime  = flag.Duration("task-time", 300*time.Millisecond, "run time of one task")
+	batch     = flag.Int("batch-size", 5, "tasks per batch")
+	poll      = flag.Duration("poll", 2*time.Second, "agent poll interval")
+	slack     = flag.Duration("slack", 5*time.Second, "allowed delay of a foreign job beyond one poll interval")
+	timeout   = flag.Duration("timeout", 7*time.Minute, "give up after this long")
+	bin       = flag.String("harvest", "", "harvest binary (default: build it)")
+	port      = flag.Int("port", 0, "queue TCP port on 127.0.0.1 (0: any free port, read back from the agent's log)")
+	keep      = flag.Bool("keep", false, "keep the work directory")
+	kills     = flag.Int("master-kills", 3, "times the master's pilot is killed with SIGKILL after the release (each once the previous kill's successor runs tasks)")
+	fuseState = flag.Bool("fuse-state", false, "put the pilots' shared state directory (the checkpoint) on a bindfs (FUSE) mount without lock forwarding, as a cluster file system without shared locks")
+	maxPause  = flag.Duration("max-pause", 5*time.Second, "longest pause in task completions allowed after each kill -9 of the master")
 )
 
 // lab is the mini-cluster's directory ($LAB, as scripts/minicluster.sh reads it).
@@ -66,6 +67,7 @@ type run struct {
 	ledgers             map[string]string // user -> ledger of completed runs
 	start               time.Time
 	problems            []string
+	fuse                string // the state directory's FUSE mount, unmounted at the end
 }
 
 func main() {
@@ -143,6 +145,15 @@ func (r *run) main() error {
 	}
 	os.Chmod(r.work, 0o755)
 	os.Chmod(filepath.Join(r.work, "foreign"), 0o1777)
+	if *fuseState {
+		back := filepath.Join(r.work, "state-back")
+		os.MkdirAll(back, 0o755)
+		if out, err := sh("bindfs", back, filepath.Join(r.work, "state")); err != nil {
+			return fmt.Errorf("bindfs (scripts/deps.sh installs it): %v: %s", err, out)
+		}
+		r.fuse = filepath.Join(r.work, "state")
+		logf("pilots' state directory on a bindfs (FUSE) mount without lock forwarding: %s", r.fuse)
+	}
 	r.harvest = *bin
 	if r.harvest == "" {
 		r.harvest = filepath.Join(r.work, "harvest")
@@ -546,6 +557,11 @@ func (r *run) cleanup(failed bool) {
 	}
 	if failed && r.agentLog != "" {
 		fmt.Printf("\nagent log (last 60 lines):\n%s\n", tail(readFile(r.agentLog), 60))
+	}
+	if r.fuse != "" {
+		if out, err := sh("umount", r.fuse); err != nil {
+			fmt.Printf("umount %s: %v %s\n", r.fuse, err, out)
+		}
 	}
 	if r.work != "" {
 		if *keep || failed {
