@@ -130,9 +130,9 @@ type Checkpoint struct {
 
 // Restored says where a checkpoint's content came from.
 type Restored struct {
-	From       string   // the previous epoch's file it was copied from ("": started empty)
-	RolledBack bool     // that file had a hot journal (its master died inside a commit): rolled back first
-	Removed    []string // superseded files removed
+	From    string   // the previous epoch's file it was copied from ("": started empty)
+	Journal bool     // a non-empty journal lay beside that file: SQLite opened it read-write first, to roll the journal back if it is hot (its master died inside a commit; a journal its master only invalidated, as locking_mode EXCLUSIVE leaves it, is left alone)
+	Removed []string // superseded files removed
 }
 
 // OpenCheckpoint opens epoch's checkpoint in dir. If it does not exist it
@@ -158,7 +158,7 @@ func OpenCheckpoint(dir string, epoch int64, journal string) (*Checkpoint, Resto
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && prev > 0 {
 		info.From = filepath.Join(dir, FileName(prev))
-		if info.RolledBack, err = copyEpoch(info.From, path); err != nil {
+		if info.Journal, err = copyEpoch(info.From, path); err != nil {
 			return nil, info, err
 		}
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {

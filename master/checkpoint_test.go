@@ -140,7 +140,7 @@ func TestAHotJournalOfTheDeadMasterIsRolledBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer two.Close()
-	if !info.RolledBack {
+	if !info.Journal {
 		t.Fatalf("restore %+v: the hot journal was not rolled back", info)
 	}
 	rows, _, err := two.Load()

@@ -85,7 +85,7 @@ func New(cfg Config, q Queue) (*Master, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "master", "epoch", cfg.Epoch)
-	log.Info("checkpoint opened", "file", cp.Path(), "from", restored.From, "rolled_back", restored.RolledBack,
+	log.Info("checkpoint opened", "file", cp.Path(), "from", restored.From, "journal", restored.Journal,
 		"removed", restored.Removed, "tasks", len(rows))
 	cc := cfg.core()
 	cc.Logger = log
