@@ -323,7 +323,11 @@ func (m *Master) startCalls(rd core.Ready, ctx context.Context, wg *sync.WaitGro
 			if err == nil && !r.Release && l.Granted && l.Epoch == m.cfg.Epoch {
 				// The queue renewed the lease no earlier than we asked:
 				// it runs at least until sent + TTL.
-				if ttl := time.Duration(l.TTLMS) * time.Millisecond; ttl > 0 {
+				ttl := time.Duration(l.TTLMS) * time.Millisecond
+				if ttl == 0 { // a queue that says seconds only
+					ttl = time.Duration(l.TTLSecond) * time.Second
+				}
+				if ttl > 0 {
 					m.cp.HoldUntil(sent.Add(holdFor(ttl)))
 				}
 			}
