@@ -226,3 +226,28 @@ func TestEstimatesAndCapacityCarryOverToTheNextEpoch(t *testing.T) {
 		t.Fatalf("capacity state read back %+v %v", got, err)
 	}
 }
+
+// TestAPartitionedMasterStopsWritingBeforeItsLeaseCanBeGranted: a master
+// cut off from the queue (its host partitioned) keeps serving its
+// workers, but ends with ErrLeaseLost within the hold (3/4 of the TTL
+// after its last renewal's request), before the queue can grant the
+// lease to a successor that would read its file.
+func TestAPartitionedMasterStopsWritingBeforeItsLeaseCanBeGranted(t *testing.T) {
+	const ttl = time.Second
+	e := startQueue(t, withTTL(ttl))
+	e.submit(t, 50, 5, nil)
+	rm := startMaster(t, watch(e.Q), t.TempDir(), "pA", nil, nil)
+	waitFor(t, rm.m, "a renewal", 5*time.Second, func(s master.Stats) bool { return s.Pending > 0 })
+	cut := time.Now()
+	rm.q.cut.Store(true)
+	select {
+	case err := <-rm.done:
+		rm.done <- err
+		if !errors.Is(err, master.ErrLeaseLost) {
+			t.Fatalf("the partitioned master ended with %v, want ErrLeaseLost", err)
+		}
+		t.Logf("stopped %s after the cut (hold: 3/4 of the %s TTL after the last renewal's request)", time.Since(cut).Round(time.Millisecond), ttl)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the partitioned master still runs 10 s after the cut")
+	}
+}
