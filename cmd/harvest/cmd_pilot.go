@@ -103,7 +103,9 @@ func runPilot(c *cli.Context) error {
 	cfg.Site = c.String("site")
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
-	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")
+	// The lease is renewed every second whatever the heartbeat (master
+	// default): a failover's pause is bounded by the lease TTL.
+	cfg.Master.HeartbeatInterval = 2 * c.Duration("heartbeat")
 	cfg.Master.JournalMode = c.String("checkpoint-journal")
 	if f := c.Float64("capacity-factor"); f == 0 {
 		cfg.Master.Capacity = nil
