@@ -239,7 +239,7 @@ func copyEpoch(src, dst string) (rolledBack bool, err error) {
 	os.Remove(tmp) // an earlier try's, never renamed: nobody else writes our epoch's names
 	if _, err := db.Exec(`VACUUM INTO ?`, tmp); err != nil {
 		os.Remove(tmp)
-		return rolledBack, fmt.Errorf("checkpoint: copy %s: %w", src, err)
+		return rolledBack, fmt.Errorf("checkpoint: copy %s: %w (if the file is damaged, move it away: the next master starts empty and the queue requeues its tasks)", src, err)
 	}
 	// The pilots' account only: the checkpoint holds every task's command.
 	if err := os.Chmod(tmp, 0o600); err != nil {
