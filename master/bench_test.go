@@ -3,7 +3,6 @@ package master_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -73,18 +72,15 @@ func benchMasterCore(b *testing.B, jobs int64) {
 // one task's life), without the master around it: commits of 16 tasks'
 // ops each, as the bench's group commits carry them (16 tasks added, the
 // 16 added before assigned, the 16 before those finished, the 16 before
-// those deleted), with the compactions they trigger (once a second or every
-// 1,024 commits); b.N counts tasks. Its tasks look like the queue's: owner, paths, command.
+// those deleted), each folded and written in its own transaction
+// (rollback journal, synchronous FULL); b.N counts tasks. Its tasks look like the queue's: owner, paths, command.
 // `go test -run X -bench CheckpointCommit -benchmem ./master/`
 func BenchmarkCheckpointCommit(b *testing.B) {
-	cp, err := master.OpenCheckpoint(filepath.Join(b.TempDir(), "cp.db"), "WAL")
+	cp, _, err := master.OpenCheckpoint(b.TempDir(), 1, master.DefaultJournal)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cp.Close()
-	if err := cp.Claim(1); err != nil {
-		b.Fatal(err)
-	}
 	const group = 16
 	task := func(id int64) *pilotproto.Task {
 		return &pilotproto.Task{ID: id, JobID: id%1000 + 1, Owner: "user42", Attempt: 1, Name: fmt.Sprintf("entry-%d", id),

@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,20 +20,34 @@ import (
 	_ "github.com/mattn/go-sqlite3"                        // SQLite driver (cgo)
 
 	"github.com/harvest-hpc/harvest/capacity"
-	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
-// migrations[i] brings the checkpoint from schema version i to i+1
-// (PRAGMA user_version). Append only: a pilot of an older harvest refuses
-// a checkpoint whose version it does not know.
+// The checkpoint is one SQLite file per master epoch in the pilots'
+// shared state directory, master-<epoch>.db: the master of epoch N is the
+// only process that ever writes master-N.db. A new master, once the queue
+// has granted it the lease (so the previous master's lease is over and
+// that master has stopped writing, see Checkpoint.HoldUntil), reads the
+// newest older file read-only and without locks (SQLite's immutable URI
+// flag), copies it into its own file (VACUUM INTO a temporary name, then
+// an atomic rename), and removes the superseded files. Nothing relies on
+// file locks or shared memory between hosts (network file systems do not
+// keep them coherent; Lustre with localflock does not share them at all),
+// and a deposed master that is still running writes to its own file,
+// never to its successor's. The journal is a rollback journal (TRUNCATE
+// or DELETE), never WAL: WAL's index is shared memory, one host only.
+
+// migrations[i] brings a checkpoint file from schema version i to i+1
+// (PRAGMA user_version). Append only: a master refuses a file whose
+// version it does not know. (The per-epoch files started again at 1; the
+// single master.db of older harvests is not read, see docs/pilot.md.)
 var migrations = []string{
-	// 1: the tasks the master holds. Checkpoints of harvest before
-	// versioning have exactly this layout with user_version 0, so this
-	// migration (IF NOT EXISTS) adopts them unchanged.
-	`CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
-	CREATE TABLE IF NOT EXISTS tasks (
+	// 1: the tasks the master holds, the learnt task durations (a new
+	// master shrinks batches to its workers' deadlines from its first
+	// hand-out), the capacity rule's state (JSON of capacity.State).
+	`CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+	CREATE TABLE tasks (
 		seq     INTEGER PRIMARY KEY AUTOINCREMENT,
 		task_id INTEGER NOT NULL,
 		attempt INTEGER NOT NULL,
@@ -38,48 +57,16 @@ var migrations = []string{
 		batch   INTEGER NOT NULL DEFAULT 0,
 		result  TEXT NOT NULL DEFAULT '',
 		UNIQUE (task_id, attempt)
-	);`,
-	// 2: the learnt task durations, so a new master shrinks batches to
-	// its workers' deadlines from its first hand-out. (A pilot of
-	// version 1 opening this file ignores the table.)
-	`CREATE TABLE IF NOT EXISTS estimates (
+	);
+	CREATE TABLE estimates (
 		job_id INTEGER PRIMARY KEY,
 		n      INTEGER NOT NULL,
 		mean   REAL NOT NULL,
 		dev    REAL NOT NULL
-	);`,
-	// 3: the capacity rule's state (JSON of capacity.State), so a new
-	// master resumes its search instead of growing the pool again from
-	// the start. (Older pilots ignore the table.)
-	`CREATE TABLE IF NOT EXISTS capacity (
+	);
+	CREATE TABLE capacity (
 		id    INTEGER PRIMARY KEY CHECK (id = 1),
 		state TEXT NOT NULL
-	);`,
-	// 4: the log. A commit appends what its ops leave behind (the arrays
-	// of the set-based statements) as one row, and the tables are brought
-	// up to date about once a second from the ops in memory (compact): a
-	// task pulled, run and reported within that second never touches the
-	// tasks table. A master that opens the checkpoint applies the rows
-	// left in the log, in order, first. (A pilot of version 3 would not
-	// read the log: it refuses version 4.)
-	`CREATE TABLE IF NOT EXISTS log (
-		seq INTEGER PRIMARY KEY AUTOINCREMENT,
-		d   TEXT NOT NULL DEFAULT '',
-		i   TEXT NOT NULL DEFAULT '',
-		u   TEXT NOT NULL DEFAULT '',
-		e   TEXT NOT NULL DEFAULT '',
-		c   TEXT NOT NULL DEFAULT ''
-	);`,
-	// 5: the oplog, which replaces the log: a commit appends its ops as
-	// they came, in a binary encoding (see appendOps), instead of folding
-	// them into the statements' arrays first; the fold is left to the
-	// once-a-second compaction. No AUTOINCREMENT: the log is emptied at
-	// every compaction, and a new row's seq is still above the others'.
-	// A log left by a master of version 4 is applied first. (A pilot of
-	// version 4 would not read the oplog: it refuses version 5.)
-	`CREATE TABLE IF NOT EXISTS oplog (
-		seq INTEGER PRIMARY KEY,
-		ops BLOB NOT NULL
 	);`,
 }
 
@@ -89,65 +76,254 @@ var SchemaVersion = len(migrations)
 // ErrCheckpointVersion: the checkpoint was written by a newer harvest.
 var ErrCheckpointVersion = errors.New("checkpoint schema is newer than this harvest")
 
-// Checkpoint is the master's state on the shared file system. Every write
-// goes through Commit, which takes SQLite's write lock and checks that the
-// stored epoch is still ours before writing anything (fencing): a deposed
-// master cannot overwrite its successor's state.
+// ErrLeaseLost: the master's lease may have run out (no renewal answered
+// in time): it writes nothing more, a successor may be reading its file.
+var ErrLeaseLost = errors.New("master lease not renewed in time: the checkpoint is no longer written")
+
+// Journal modes the checkpoint accepts (rollback journals: no shared
+// memory, no WAL index, nothing but the files).
+var journalModes = []string{"TRUNCATE", "DELETE"}
+
+// DefaultJournal is the checkpoint's journal mode unless configured.
+const DefaultJournal = "TRUNCATE"
+
+// CheckJournal refuses a journal mode the shared directory cannot hold.
+func CheckJournal(mode string) error {
+	if strings.EqualFold(mode, "WAL") {
+		return fmt.Errorf("checkpoint journal WAL is refused: WAL keeps its index in shared memory, which only works with every process on one host, and the checkpoint lives on the pilots' shared file system (NFS, Lustre, GPFS, BeeGFS); use TRUNCATE (default) or DELETE")
+	}
+	if !slices.Contains(journalModes, mode) {
+		return fmt.Errorf("checkpoint journal %q: want TRUNCATE or DELETE", mode)
+	}
+	return nil
+}
+
+// FileName is the checkpoint file of a master epoch.
+func FileName(epoch int64) string { return fmt.Sprintf("master-%d.db", epoch) }
+
+var (
+	fileRE = regexp.MustCompile(`^master-([0-9]{1,18})\.db$`)
+	tmpRE  = regexp.MustCompile(`^master-([0-9]{1,18})\.db\.tmp$`)
+)
+
+// Checkpoint is one master epoch's state file. Every write goes through
+// Commit, and none is made once the lease may be over (HoldUntil).
 type Checkpoint struct {
 	db    *sql.DB
+	path  string
+	file  os.FileInfo // path when opened: a successor removes it (fenced)
 	epoch int64
 
-	epochQ, del, insert, update, estimate, capacity, logAdd *sql.Stmt
-	commits                                                 atomic.Int64 // Commit calls (for tests)
+	del, insert, update, estimate, capacity *sql.Stmt
+	commits                                 atomic.Int64                  // Commit calls (for tests)
+	gate                                    atomic.Pointer[chan struct{}] // tests: a commit waits for it to close
 
-	// pending are the ops committed to the log since the tables were last
-	// brought up to date (compact), as Commit got them (not copied: a
-	// second's ops are tens of megabytes); since is when that was.
-	pending [][]core.Op
-	logRows int
-	since   time.Time
-	row     []byte // the last log row's buffer, reused
-	// stored are the rows of the tasks table (known once claimed, nil
-	// before): a compaction deletes only those, not every task that came
-	// and went within the second.
+	mu   sync.Mutex
+	hold time.Time // no write after this (zero: no deadline known)
+
+	// stored are the rows of the tasks table: a fold deletes only those,
+	// not every task that came and went within one commit.
 	stored map[pilotproto.TaskRef]struct{}
-	// scratch is the compaction's fold memory, reused every second.
+	// scratch is the fold's memory, reused by every commit.
 	scratch foldScratch
 }
 
-// The tables are brought up to date from the log every compactEvery, or
-// after compactRows commits: a task's ops within that time cost one log
-// row's share, not a row of its own written and rewritten.
-const (
-	compactEvery = time.Second
-	compactRows  = 1024
-)
+// Restored says where a checkpoint's content came from.
+type Restored struct {
+	From    string   // the previous epoch's file it was copied from ("": started empty)
+	Journal bool     // a non-empty journal lay beside that file: SQLite opened it read-write first, to roll the journal back if it is hot (its master died inside a commit; a journal its master only invalidated, as locking_mode EXCLUSIVE leaves it, is left alone)
+	Removed []string // superseded files removed
+}
 
-// OpenCheckpoint opens (creating or migrating if needed) the checkpoint at
-// path. journal is the SQLite journal mode ("WAL" normally).
-func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
-	// The pilots' account only: the checkpoint holds every task's command.
-	if err := safefs.PrivateFile(path); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+// OpenCheckpoint opens epoch's checkpoint in dir. If it does not exist it
+// is made from the newest older epoch's file (read-only, immutable: no
+// lock taken), or empty; older epochs' files are then removed. A file of
+// a newer epoch in dir means a newer master exists: ErrFenced. Call it
+// only once the queue has granted epoch's lease.
+func OpenCheckpoint(dir string, epoch int64, journal string) (*Checkpoint, Restored, error) {
+	var info Restored
+	if err := CheckJournal(journal); err != nil {
+		return nil, info, err
 	}
-	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_busy_timeout=10000&_journal_mode=%s&_synchronous=NORMAL", path, journal)
+	if epoch <= 0 {
+		return nil, info, fmt.Errorf("checkpoint: epoch %d", epoch)
+	}
+	path := filepath.Join(dir, FileName(epoch))
+	prev, newer, err := epochs(dir, epoch)
+	if err != nil {
+		return nil, info, err
+	}
+	if newer > 0 {
+		return nil, info, fmt.Errorf("checkpoint %s exists, we have epoch %d: %w", FileName(newer), epoch, ErrFenced)
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && prev > 0 {
+		info.From = filepath.Join(dir, FileName(prev))
+		if info.Journal, err = copyEpoch(info.From, path); err != nil {
+			return nil, info, err
+		}
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, info, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	c, err := open(path, epoch, journal)
+	if err != nil {
+		return nil, info, err
+	}
+	// Ours is written (and synced, by the claim's commit): the older
+	// files are superseded.
+	info.Removed = removeOlder(dir, epoch)
+	return c, info, nil
+}
+
+// epochs finds the newest checkpoint file older than epoch and the newest
+// newer than it (0: none).
+func epochs(dir string, epoch int64) (prev, newer int64, err error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("checkpoint directory: %w", err)
+	}
+	for _, e := range ents {
+		m := fileRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case n < epoch:
+			prev = max(prev, n)
+		case n > epoch:
+			newer = max(newer, n)
+		}
+	}
+	return prev, newer, nil
+}
+
+// uri makes a SQLite URI of a file path and parameters.
+func uri(path, params string) string {
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return "file:" + r.Replace(path) + "?" + params
+}
+
+// copyEpoch copies the previous epoch's file src into dst: read-only and
+// immutable (no lock, no journal looked at), VACUUM INTO a temporary
+// name, renamed into place (atomic). A hot journal beside src (its master
+// died inside a commit) is rolled back first: immutable would ignore it
+// and read half a transaction.
+func copyEpoch(src, dst string) (rolledBack bool, err error) {
+	if fi, err := os.Stat(src + "-journal"); err == nil && fi.Size() > 0 {
+		// Its master's lease is over: nobody writes src any more. Open
+		// it read-write without locks so SQLite plays the journal back.
+		db, err := sql.Open("sqlite3", uri(src, "mode=rw&nolock=1"))
+		if err != nil {
+			return false, fmt.Errorf("checkpoint %s: roll back its journal: %w", src, err)
+		}
+		var n int
+		err = db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n)
+		db.Close()
+		if err != nil {
+			return false, fmt.Errorf("checkpoint %s: roll back its journal: %w", src, err)
+		}
+		rolledBack = true
+	}
+	db, err := sql.Open("sqlite3", uri(src, "mode=ro&immutable=1"))
+	if err != nil {
+		return rolledBack, fmt.Errorf("checkpoint %s: %w", src, err)
+	}
+	defer db.Close()
+	if err := checkVersion(db); err != nil {
+		return rolledBack, fmt.Errorf("checkpoint %s: %w", src, err)
+	}
+	tmp := dst + ".tmp"
+	os.Remove(tmp) // an earlier try's, never renamed: nobody else writes our epoch's names
+	if _, err := db.Exec(`VACUUM INTO ?`, tmp); err != nil {
+		os.Remove(tmp)
+		return rolledBack, fmt.Errorf("checkpoint: copy %s: %w (if the file is damaged, move it away: the next master starts empty and the queue requeues its tasks)", src, err)
+	}
+	// The pilots' account only: the checkpoint holds every task's command.
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return rolledBack, fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return rolledBack, fmt.Errorf("checkpoint: %w", err)
+	}
+	return rolledBack, syncDir(filepath.Dir(dst))
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("checkpoint directory: sync: %w", err)
+	}
+	return nil
+}
+
+// removeOlder removes the checkpoint files of epochs before epoch (and
+// their journals and temporary copies). A deposed master still running
+// writes to its unlinked file: it never reaches ours.
+func removeOlder(dir string, epoch int64) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var gone []string
+	for _, e := range ents {
+		name := e.Name()
+		base := strings.TrimSuffix(name, "-journal")
+		m := fileRE.FindStringSubmatch(base)
+		if m == nil {
+			m = tmpRE.FindStringSubmatch(name)
+		}
+		if m == nil {
+			continue
+		}
+		if n, err := strconv.ParseInt(m[1], 10, 64); err == nil && n < epoch {
+			if os.Remove(filepath.Join(dir, name)) == nil {
+				gone = append(gone, name)
+			}
+		}
+	}
+	return gone
+}
+
+// open opens (creating if needed) the checkpoint file of our epoch.
+func open(path string, epoch int64, journal string) (*Checkpoint, error) {
+	// One writer, ever: locking_mode EXCLUSIVE takes SQLite's lock once
+	// and keeps it (no lock traffic per commit); synchronous FULL: a
+	// commit is on the server's disk before the master acts on it.
+	dsn := uri(path, fmt.Sprintf("_txlock=immediate&_busy_timeout=10000&_journal_mode=%s&_synchronous=FULL&_locking_mode=EXCLUSIVE", journal))
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	// One connection: the master serialises its writes anyway, and a
-	// single connection keeps prepared statements and the lock simple.
+	// One connection: the master serialises its writes anyway.
 	db.SetMaxOpenConns(1)
-	if err := migrate(db); err != nil {
+	fail := func(err error) (*Checkpoint, error) {
 		db.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	c := &Checkpoint{db: db}
+	if err := migrate(db, epoch); err != nil {
+		return fail(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return fail(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fail(err)
+	}
+	c := &Checkpoint{db: db, path: path, file: fi, epoch: epoch}
 	stmts := []struct {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&c.epochQ, `SELECT v FROM meta WHERE k = 'epoch'`},
 		{&c.del, `DELETE FROM tasks WHERE seq IN (SELECT t.seq FROM jsonb_each(?) AS d
 			JOIN tasks AS t ON t.task_id = d.value->>0 AND t.attempt = d.value->>1)`},
 		{&c.insert, `INSERT INTO tasks (task_id, attempt, body, state, worker, batch, result)
@@ -160,20 +336,37 @@ func OpenCheckpoint(path, journal string) (*Checkpoint, error) {
 		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
-		{&c.logAdd, `INSERT INTO oplog (ops) SELECT ? WHERE (SELECT v FROM meta WHERE k = 'epoch') = ?`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("checkpoint %s: prepare: %w", path, err)
+			return fail(fmt.Errorf("prepare: %w", err))
 		}
+	}
+	if err := c.loadStored(); err != nil {
+		return fail(err)
 	}
 	return c, nil
 }
 
-// migrate brings the schema to SchemaVersion in one transaction, or
-// refuses a version it does not know.
-func migrate(db *sql.DB) error {
+// checkVersion refuses a file of a schema this harvest does not know.
+func checkVersion(db *sql.DB) error {
+	var v int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: version %d, this harvest knows up to %d; run the newer harvest in every pilot (or move the file away to start empty)",
+			ErrCheckpointVersion, v, SchemaVersion)
+	}
+	return nil
+}
+
+// migrate brings the schema to SchemaVersion and records the file's
+// epoch, in one transaction.
+func migrate(db *sql.DB, epoch int64) error {
+	if err := checkVersion(db); err != nil {
+		return err
+	}
 	tx, err := db.Begin()
 	if err != nil {
 		return fmt.Errorf("schema: %w", err)
@@ -183,13 +376,6 @@ func migrate(db *sql.DB) error {
 	if err := tx.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
 		return fmt.Errorf("schema version: %w", err)
 	}
-	if v > SchemaVersion {
-		return fmt.Errorf("%w: version %d, this harvest knows up to %d; run the newer harvest in every pilot (or move the file away to start empty)",
-			ErrCheckpointVersion, v, SchemaVersion)
-	}
-	if v == SchemaVersion {
-		return nil
-	}
 	for i := v; i < SchemaVersion; i++ {
 		if _, err := tx.Exec(migrations[i]); err != nil {
 			return fmt.Errorf("schema migration %d -> %d: %w", i, i+1, err)
@@ -198,71 +384,71 @@ func migrate(db *sql.DB) error {
 	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, SchemaVersion)); err != nil {
 		return fmt.Errorf("schema version: %w", err)
 	}
+	if _, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('epoch', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, epoch); err != nil {
+		return fmt.Errorf("epoch: %w", err)
+	}
 	return tx.Commit()
 }
 
-// Close brings the tables up to date (a master that still holds the
-// checkpoint) and closes the database.
-func (c *Checkpoint) Close() error {
-	var err error
-	if len(c.pending) > 0 {
-		err = c.compact()
+// Path is the checkpoint's file.
+func (c *Checkpoint) Path() string { return c.path }
+
+// Close closes the database.
+func (c *Checkpoint) Close() error { return c.db.Close() }
+
+// HoldUntil sets when the lease may run out at the latest, as this master
+// knows it (a renewal's answer: the time the renewal was sent plus the
+// TTL, less a margin). Commit writes nothing after it: by then the queue
+// may have granted the lease to a successor, which reads our file.
+func (c *Checkpoint) HoldUntil(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.hold) {
+		c.hold = t
 	}
-	if errors.Is(err, ErrFenced) {
-		err = nil // a newer master holds it: its log, not ours
-	}
-	return errors.Join(err, c.db.Close())
 }
 
-// Claim makes epoch the owner of the checkpoint. A stored epoch newer than
-// epoch means a newer master took over: ErrFenced.
-func (c *Checkpoint) Claim(epoch int64) error {
-	tx, err := c.db.Begin()
+// fence fails once a successor has superseded our file (removed it after
+// copying it into its own): a master that lived on past its lease learns
+// it is deposed at its next commit (its writes went to its own file,
+// never to the successor's, which is what makes this late check safe).
+func (c *Checkpoint) fence() error {
+	fi, err := os.Stat(c.path)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && !os.SameFile(fi, c.file)) {
+		return fmt.Errorf("checkpoint %s was superseded by a newer master's: %w", filepath.Base(c.path), ErrFenced)
+	}
 	if err != nil {
-		return fmt.Errorf("checkpoint claim: %w", err)
+		return fmt.Errorf("checkpoint: %w", err)
 	}
-	defer tx.Rollback()
-	var stored int64
-	err = tx.QueryRow(`SELECT v FROM meta WHERE k = 'epoch'`).Scan(&stored)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("checkpoint claim: %w", err)
+	return nil
+}
+
+func (c *Checkpoint) held() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hold.IsZero() && !time.Now().Before(c.hold) {
+		return fmt.Errorf("%w (held until %s)", ErrLeaseLost, c.hold.Format(time.RFC3339Nano))
 	}
-	if stored > epoch {
-		return fmt.Errorf("checkpoint holds epoch %d, we have %d: %w", stored, epoch, ErrFenced)
-	}
-	if _, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('epoch', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, epoch); err != nil {
-		return fmt.Errorf("checkpoint claim: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("checkpoint claim: %w", err)
-	}
-	c.epoch = epoch
-	// What the last master left in the log goes into the tables now,
-	// before any op of ours is logged after it.
-	c.pending, c.stored = c.pending[:0], nil
-	if err := c.compact(); err != nil {
-		return err
-	}
-	return c.loadStored()
+	return nil
 }
 
 // loadStored reads which rows the tasks table holds.
 func (c *Checkpoint) loadStored() error {
 	rows, err := c.db.Query(`SELECT task_id, attempt FROM tasks`)
 	if err != nil {
-		return fmt.Errorf("checkpoint claim: %w", err)
+		return err
 	}
 	defer rows.Close()
 	stored := map[pilotproto.TaskRef]struct{}{}
 	for rows.Next() {
 		var k pilotproto.TaskRef
 		if err := rows.Scan(&k.TaskID, &k.Attempt); err != nil {
-			return fmt.Errorf("checkpoint claim: %w", err)
+			return err
 		}
 		stored[k] = struct{}{}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("checkpoint claim: %w", err)
+		return err
 	}
 	c.stored = stored
 	return nil
@@ -271,9 +457,6 @@ func (c *Checkpoint) loadStored() error {
 // Load returns every stored task in the order the master received them,
 // and the learnt task durations by job.
 func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
-	if err := c.compact(); err != nil {
-		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
-	}
 	rows, err := c.db.Query(`SELECT body, state, worker, batch, result FROM tasks ORDER BY seq`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
@@ -320,9 +503,6 @@ func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
 
 // LoadCapacity returns the capacity rule's stored state, nil if none.
 func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
-	if err := c.compact(); err != nil {
-		return nil, fmt.Errorf("checkpoint load: capacity: %w", err)
-	}
 	var body string
 	err := c.db.QueryRow(`SELECT state FROM capacity WHERE id = 1`).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -338,189 +518,47 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 	return &st, nil
 }
 
-// Commit stores ops in one write transaction, after checking that the
-// checkpoint still belongs to our epoch. Nothing is written when it fails.
-//
-// The ops are appended to the oplog as one row, as they came (see
-// appendOps): a commit costs a few sequential pages whatever the number
-// of tasks it moves, and no fold. About once a second compact brings the
-// tables up to date from all the ops since, folded together.
-//
-// The ops may come in several slices (a group of Readies), in order. The
-// checkpoint keeps them until its next compaction: the caller must not
-// change them.
+// Commit stores ops in one transaction: folded per task (a task added,
+// handed out and finished within one group is one row written), applied
+// with one set-based statement per kind of change. Nothing is written
+// once the lease may be over (ErrLeaseLost), nor when it fails. The ops
+// may come in several slices (a group of Readies), in order.
 func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 	c.commits.Add(1)
-	row, err := appendOps(c.row[:0], ops)
-	c.row = row // the buffer is reused by the next commit
+	if g := c.gate.Load(); g != nil {
+		<-*g
+	}
+	if err := c.held(); err != nil {
+		return err
+	}
+	if err := c.fence(); err != nil {
+		return err
+	}
+	f, err := c.scratch.fold(c.stored, ops...)
 	if err != nil {
 		return err
+	}
+	if f.empty() {
+		return nil // fence checks only: the file is ours alone
 	}
 	tx, err := c.db.Begin()
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer tx.Rollback()
-	logged := len(row) > 1 // more than the format byte: not only fence checks
-	if logged {
-		// The insert checks the epoch itself (one statement, not two):
-		// no row written means the checkpoint is not ours.
-		res, err := tx.Stmt(c.logAdd).Exec(row, c.epoch)
-		if err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			if err := c.fence(tx, false); err != nil {
-				return err
-			}
-			return fmt.Errorf("checkpoint: the log row was not written (%d rows, %v)", n, err)
-		}
-	} else if err := c.fence(tx, false); err != nil {
+	if err := c.apply(tx, f); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
-	c.pending = append(c.pending, ops...)
-	if logged {
-		c.logRows++
+	for _, k := range f.gone {
+		delete(c.stored, k)
 	}
-	if c.logRows >= compactRows || time.Since(c.since) >= compactEvery {
-		return c.compact()
-	}
-	return nil
-}
-
-// fence checks, inside tx, that the checkpoint still holds our epoch
-// (with unclaimed, a checkpoint nobody has claimed passes too: one that is
-// only read).
-func (c *Checkpoint) fence(tx *sql.Tx, unclaimed bool) error {
-	var stored int64
-	err := tx.Stmt(c.epochQ).QueryRow().Scan(&stored)
-	if errors.Is(err, sql.ErrNoRows) && unclaimed && c.epoch == 0 {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: epoch: %w", err)
-	}
-	if stored != c.epoch {
-		return fmt.Errorf("checkpoint holds epoch %d, we have %d: %w", stored, c.epoch, ErrFenced)
+	for _, k := range f.wrote {
+		c.stored[k] = struct{}{}
 	}
 	return nil
-}
-
-// compact brings the tables up to date in one fenced transaction: the
-// ops of this master's commits since the last compaction, folded
-// together, or, when this master has none in memory (it has just opened
-// the checkpoint), what the last master left in the logs (replay). The
-// log is emptied in the same transaction.
-func (c *Checkpoint) compact() error {
-	tx, err := c.db.Begin()
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	defer tx.Rollback()
-	if err := c.fence(tx, true); err != nil {
-		return err
-	}
-	var f folded
-	if len(c.pending) > 0 {
-		if f, err = c.scratch.fold(c.stored, c.pending...); err != nil {
-			return err
-		}
-		if err := c.apply(tx, f); err != nil {
-			return err
-		}
-	} else if err := c.replay(tx); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(`DELETE FROM oplog`); err != nil {
-		return fmt.Errorf("checkpoint: empty the log: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("checkpoint: commit: %w", err)
-	}
-	if c.stored != nil { // the rows are what the fold wrote, now that it is written
-		for _, k := range f.gone {
-			delete(c.stored, k)
-		}
-		for _, k := range f.wrote {
-			c.stored[k] = struct{}{}
-		}
-	}
-	c.pending, c.logRows, c.since = c.pending[:0], 0, time.Now()
-	return nil
-}
-
-// replay applies, inside tx and in order, what the last master left: the
-// rows of schema 4's log (each the arrays of the set-based statements, as
-// a master of that schema folded its commits), then the oplog's ops,
-// folded together as compact folds a master's ops in memory.
-func (c *Checkpoint) replay(tx *sql.Tx) error {
-	rows, err := tx.Query(`SELECT d, i, u, e, c FROM log ORDER BY seq`)
-	if err != nil {
-		return fmt.Errorf("checkpoint: read the log: %w", err)
-	}
-	var old []folded
-	for rows.Next() {
-		var d, i, u, e, cp string
-		if err := rows.Scan(&d, &i, &u, &e, &cp); err != nil {
-			rows.Close()
-			return fmt.Errorf("checkpoint: read the log: %w", err)
-		}
-		old = append(old, folded{deletes: nilIfEmpty(d), inserts: nilIfEmpty(i), updates: nilIfEmpty(u), estimates: nilIfEmpty(e), capacity: nilIfEmpty(cp)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("checkpoint: read the log: %w", err)
-	}
-	for _, f := range old {
-		if err := c.apply(tx, f); err != nil {
-			return err
-		}
-	}
-	if len(old) > 0 {
-		if _, err := tx.Exec(`DELETE FROM log`); err != nil {
-			return fmt.Errorf("checkpoint: empty the log: %w", err)
-		}
-	}
-	rows, err = tx.Query(`SELECT seq, ops FROM oplog ORDER BY seq`)
-	if err != nil {
-		return fmt.Errorf("checkpoint: read the log: %w", err)
-	}
-	defer rows.Close()
-	var batches [][]core.Op
-	for rows.Next() {
-		var seq int64
-		var row []byte
-		if err := rows.Scan(&seq, &row); err != nil {
-			return fmt.Errorf("checkpoint: read the log: %w", err)
-		}
-		ops, err := decodeOps(row)
-		if err != nil {
-			return fmt.Errorf("checkpoint: log row %d: %w (the file is damaged: move it away to start empty; the queue requeues its tasks)", seq, err)
-		}
-		batches = append(batches, ops)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("checkpoint: read the log: %w", err)
-	}
-	if len(batches) == 0 {
-		return nil
-	}
-	var scratch foldScratch
-	f, err := scratch.fold(nil, batches...)
-	if err != nil {
-		return err
-	}
-	return c.apply(tx, f)
-}
-
-func nilIfEmpty(s string) []byte {
-	if s == "" {
-		return nil
-	}
-	return []byte(s)
 }
 
 // apply writes what a fold left behind with the set-based statements:
@@ -552,6 +590,10 @@ type folded struct {
 
 	// With the stored rows known: the rows deleted and the rows written.
 	gone, wrote []pilotproto.TaskRef
+}
+
+func (f *folded) empty() bool {
+	return f.deletes == nil && f.inserts == nil && f.updates == nil && f.estimates == nil && f.capacity == nil
 }
 
 // foldScratch is fold's memory, kept for the next fold.

@@ -1,10 +1,16 @@
 package master_test
 
 import (
+	"bufio"
 	"database/sql"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master"
@@ -12,114 +18,208 @@ import (
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
-func TestOlderMasterIsFencedOutOfTheCheckpoint(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cp.db")
-	old, err := master.OpenCheckpoint(path, "WAL")
+func addOp(id int64) core.Op {
+	return core.Op{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: id, Attempt: 1}, Task: &pilotproto.Task{ID: id, JobID: 7, Attempt: 1, BatchSize: 2}}
+}
+
+// TestEachEpochWritesItsOwnFile: epoch 2 copies epoch 1's file into its
+// own and removes 1's; epoch 1, still running, is fenced at its next
+// commit, and nothing of it reaches epoch 2's file.
+func TestEachEpochWritesItsOwnFile(t *testing.T) {
+	dir := t.TempDir()
+	one, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close()
-	if err := old.Claim(1); err != nil {
+	defer one.Close()
+	if err := one.Commit([]core.Op{addOp(1), addOp(2)}); err != nil {
 		t.Fatal(err)
 	}
-	newer, err := master.OpenCheckpoint(path, "WAL")
+	two, info, err := master.OpenCheckpoint(dir, 2, master.DefaultJournal)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer newer.Close()
-	if err := newer.Claim(2); err != nil {
-		t.Fatal(err)
+	defer two.Close()
+	if info.From != filepath.Join(dir, "master-1.db") || len(info.Removed) == 0 {
+		t.Fatalf("restored %+v, want from master-1.db and it removed", info)
 	}
-	err = old.Commit([]core.Op{{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: 1, Attempt: 1}, Task: &pilotproto.Task{ID: 1, Attempt: 1}}})
-	if !errors.Is(err, master.ErrFenced) {
-		t.Fatalf("write of epoch 1 after epoch 2 claimed: got %v, want ErrFenced", err)
+	if _, err := os.Stat(filepath.Join(dir, "master-1.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the superseded file is still there: %v", err)
 	}
-	if err := old.Commit([]core.Op{{Kind: core.OpFenceCheck}}); !errors.Is(err, master.ErrFenced) {
-		t.Fatalf("fence check of epoch 1 after 2: got %v, want ErrFenced", err)
+	// The deposed master goes on (a partitioned host): its next commit
+	// finds its file superseded and writes nothing.
+	if err := one.Commit([]core.Op{addOp(3)}); !errors.Is(err, master.ErrFenced) {
+		t.Fatalf("commit of the deposed epoch 1: %v, want ErrFenced", err)
 	}
-	if err := old.Claim(1); !errors.Is(err, master.ErrFenced) {
-		t.Fatalf("claim of epoch 1 after 2: got %v, want ErrFenced", err)
+	rows, _, err := two.Load()
+	if err != nil || len(rows) != 2 || rows[0].Task.ID != 1 || rows[1].Task.ID != 2 {
+		t.Fatalf("epoch 2 holds %+v %v, want tasks 1 and 2 only", rows, err)
 	}
-	rows, _, err := newer.Load()
-	if err != nil || len(rows) != 0 {
-		t.Fatalf("the fenced write left rows: %v %v", rows, err)
+	// A master of an older epoch that starts late finds a newer file.
+	if _, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal); !errors.Is(err, master.ErrFenced) {
+		t.Fatalf("open of epoch 1 after 2: %v, want ErrFenced", err)
 	}
 }
 
-// v1 is the checkpoint layout of harvest before the schema was versioned
-// (user_version 0), with one task of each state.
-const v1 = `
-CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
-CREATE TABLE tasks (
-	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-	task_id INTEGER NOT NULL,
-	attempt INTEGER NOT NULL,
-	body    TEXT NOT NULL,
-	state   TEXT NOT NULL,
-	worker  TEXT NOT NULL DEFAULT '',
-	batch   INTEGER NOT NULL DEFAULT 0,
-	result  TEXT NOT NULL DEFAULT '',
-	UNIQUE (task_id, attempt)
-);
-INSERT INTO meta VALUES ('epoch', 3);
-INSERT INTO tasks (task_id, attempt, body, state) VALUES (1, 1, '{"id":1,"job_id":7,"attempt":1,"batch_size":2}', 'pending');
-INSERT INTO tasks (task_id, attempt, body, state, worker, batch) VALUES (2, 1, '{"id":2,"job_id":7,"attempt":1,"batch_size":2}', 'assigned', 'w1', 4);
-INSERT INTO tasks (task_id, attempt, body, state, result) VALUES (3, 1, '{"id":3,"job_id":7,"attempt":1}', 'final', '{"task_id":3,"attempt":1,"status":"done"}');
-`
+// TestAMasterStopsWritingWhenItsLeaseMayBeOver: after HoldUntil's time
+// nothing is written.
+func TestAMasterStopsWritingWhenItsLeaseMayBeOver(t *testing.T) {
+	dir := t.TempDir()
+	c, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.HoldUntil(time.Now().Add(time.Hour))
+	if err := c.Commit([]core.Op{addOp(1)}); err != nil {
+		t.Fatal(err)
+	}
+	c2, _, err := master.OpenCheckpoint(t.TempDir(), 1, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.HoldUntil(time.Now().Add(-time.Millisecond))
+	if err := c2.Commit([]core.Op{addOp(1)}); !errors.Is(err, master.ErrLeaseLost) {
+		t.Fatalf("commit after the hold: %v, want ErrLeaseLost", err)
+	}
+	if rows, _, _ := c2.Load(); len(rows) != 0 {
+		t.Fatalf("written after the hold: %+v", rows)
+	}
+}
 
-func rawDB(t *testing.T, path, script string) {
-	t.Helper()
+// TestWALIsRefused: the shared directory takes a rollback journal only.
+func TestWALIsRefused(t *testing.T) {
+	_, _, err := master.OpenCheckpoint(t.TempDir(), 1, "WAL")
+	if err == nil || !strings.Contains(err.Error(), "shared memory") {
+		t.Fatalf("WAL: %v, want a refusal that says why", err)
+	}
+}
+
+// TestAHotJournalOfTheDeadMasterIsRolledBack: a master killed inside a
+// commit leaves a hot journal; its successor reads the file as it was
+// before that commit, not half of it (immutable alone would ignore the
+// journal). The killed writer is a child process, killed with SIGKILL
+// while its transaction has spilled pages into the file.
+func TestAHotJournalOfTheDeadMasterIsRolledBack(t *testing.T) {
+	if path := os.Getenv("HARVEST_TEST_HOT_JOURNAL"); path != "" {
+		halfCommit(path) // the child: never returns
+	}
+	dir := t.TempDir()
+	one, _, err := master.OpenCheckpoint(dir, 1, "DELETE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Commit([]core.Op{addOp(1)}); err != nil {
+		t.Fatal(err)
+	}
+	one.Close()
+	path := filepath.Join(dir, "master-1.db")
+	child := exec.Command(os.Args[0], "-test.run=^TestAHotJournalOfTheDeadMasterIsRolledBack$")
+	child.Env = append(os.Environ(), "HARVEST_TEST_HOT_JOURNAL="+path)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "spilled\n" {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatalf("the writer did not get inside its commit: %q %v", line, err)
+	}
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+	if fi, err := os.Stat(path + "-journal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("no hot journal after the kill: %v", err)
+	}
+	two, info, err := master.OpenCheckpoint(dir, 2, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	if !info.Journal {
+		t.Fatalf("restore %+v: the hot journal was not rolled back", info)
+	}
+	rows, _, err := two.Load()
+	if err != nil || len(rows) != 1 || rows[0].Task.ID != 1 {
+		t.Fatalf("epoch 2 holds %d rows %v, want task 1 only", len(rows), err)
+	}
+}
+
+// halfCommit writes a transaction too large for a one-page cache (SQLite
+// spills its pages into the file before the commit, the journal holding
+// the pages before), says so, and waits to be killed.
+func halfCommit(path string) {
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=DELETE&_cache_size=1")
+	if err != nil {
+		panic(err)
+	}
+	db.SetMaxOpenConns(1)
+	tx, err := db.Begin()
+	if err != nil {
+		panic(err)
+	}
+	big := strings.Repeat("x", 4000)
+	for i := 0; i < 500; i++ {
+		if _, err := tx.Exec(`INSERT INTO tasks (task_id, attempt, body, state) VALUES (?, 1, ?, 'pending')`, 100+i, `{"id":1000,"name":"`+big+`"}`); err != nil {
+			panic(err)
+		}
+	}
+	os.Stdout.WriteString("spilled\n")
+	select {}
+}
+
+// v99 is a checkpoint file of a newer harvest.
+const v99 = `CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL); PRAGMA user_version = 99;`
+
+func TestACheckpointOfANewerHarvestIsRefusedAndLeftAlone(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "master-1.db")
 	db, err := sql.Open("sqlite3", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	if _, err := db.Exec(script); err != nil {
+	if _, err := db.Exec(v99); err != nil {
 		t.Fatal(err)
+	}
+	db.Close()
+	if _, _, err := master.OpenCheckpoint(dir, 2, master.DefaultJournal); !errors.Is(err, master.ErrCheckpointVersion) {
+		t.Fatalf("open after a version-99 checkpoint: got %v, want ErrCheckpointVersion", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the refused checkpoint is gone: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "master-2.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file for epoch 2 was made from a refused one: %v", err)
 	}
 }
 
-func TestACheckpointOfTheUnversionedLayoutIsMigratedAndRestored(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "master.db")
-	rawDB(t, path, v1)
-	c, err := master.OpenCheckpoint(path, "WAL")
-	if err != nil {
-		t.Fatalf("open a version-1 checkpoint: %v", err)
-	}
-	defer c.Close()
-	if err := c.Claim(4); err != nil {
-		t.Fatal(err)
-	}
-	rows, est, err := c.Load()
+func TestEstimatesAndCapacityCarryOverToTheNextEpoch(t *testing.T) {
+	dir := t.TempDir()
+	c, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 || rows[0].State != core.StatePending || rows[1].State != core.StateAssigned ||
-		rows[1].Worker != "w1" || rows[1].Batch != 4 || rows[2].Result == nil || rows[2].Result.Status != "done" {
-		t.Fatalf("restored rows %+v", rows)
-	}
-	if len(est) != 0 {
-		t.Fatalf("estimates out of nowhere: %v", est)
-	}
-	// Version 2 stores what a master learns.
 	e := core.Estimator{}
 	e.Observe(3e9)
-	if err := c.Commit([]core.Op{{Kind: core.OpEstimate, Job: 7, Est: e}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, est, _ := c.Load(); est[7] != e {
-		t.Fatalf("estimate stored %+v, read back %+v", e, est[7])
-	}
-	// Version 3 stores the capacity rule's search, so a new master resumes it.
-	if st, err := c.LoadCapacity(); st != nil || err != nil {
-		t.Fatalf("a capacity state out of nowhere: %+v %v", st, err)
-	}
 	ctl := capacity.New(capacity.DefaultConfig())
 	ctl.Step([]capacity.Sample{{Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10},
 		{Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10}})
 	st := ctl.State()
-	if err := c.Commit([]core.Op{{Kind: core.OpCapacity, Capacity: &st}}); err != nil {
+	if err := c.Commit([]core.Op{{Kind: core.OpEstimate, Job: 7, Est: e}, {Kind: core.OpCapacity, Capacity: &st}}); err != nil {
 		t.Fatal(err)
+	}
+	c.Close()
+	c, _, err = master.OpenCheckpoint(dir, 5, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, est, _ := c.Load(); est[7] != e {
+		t.Fatalf("estimate stored %+v, read back %+v", e, est[7])
 	}
 	got, err := c.LoadCapacity()
 	if err != nil || got == nil || got.Good != 4 || got.Phase != capacity.Grow || got.Baseline[1] != 10 {
@@ -127,21 +227,27 @@ func TestACheckpointOfTheUnversionedLayoutIsMigratedAndRestored(t *testing.T) {
 	}
 }
 
-func TestACheckpointOfANewerHarvestIsRefusedAndLeftAlone(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "master.db")
-	rawDB(t, path, v1+"PRAGMA user_version = 99;")
-	if _, err := master.OpenCheckpoint(path, "WAL"); !errors.Is(err, master.ErrCheckpointVersion) {
-		t.Fatalf("open a version-99 checkpoint: got %v, want ErrCheckpointVersion", err)
-	}
-	db, err := sql.Open("sqlite3", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var v, n int
-	db.QueryRow(`PRAGMA user_version`).Scan(&v)
-	db.QueryRow(`SELECT count(*) FROM tasks`).Scan(&n)
-	if v != 99 || n != 3 {
-		t.Fatalf("the refused checkpoint changed: version %d, %d tasks", v, n)
+// TestAPartitionedMasterStopsWritingBeforeItsLeaseCanBeGranted: a master
+// cut off from the queue (its host partitioned) keeps serving its
+// workers, but ends with ErrLeaseLost within the hold (3/4 of the TTL
+// after its last renewal's request), before the queue can grant the
+// lease to a successor that would read its file.
+func TestAPartitionedMasterStopsWritingBeforeItsLeaseCanBeGranted(t *testing.T) {
+	const ttl = time.Second
+	e := startQueue(t, withTTL(ttl))
+	e.submit(t, 50, 5, nil)
+	rm := startMaster(t, watch(e.Q), t.TempDir(), "pA", nil, nil)
+	waitFor(t, rm.m, "a renewal", 5*time.Second, func(s master.Stats) bool { return s.Pending > 0 })
+	cut := time.Now()
+	rm.q.cut.Store(true)
+	select {
+	case err := <-rm.done:
+		rm.done <- err
+		if !errors.Is(err, master.ErrLeaseLost) {
+			t.Fatalf("the partitioned master ended with %v, want ErrLeaseLost", err)
+		}
+		t.Logf("stopped %s after the cut (hold: 3/4 of the %s TTL after the last renewal's request)", time.Since(cut).Round(time.Millisecond), ttl)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the partitioned master still runs 10 s after the cut")
 	}
 }

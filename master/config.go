@@ -13,16 +13,21 @@ import (
 
 // Config of a master. Only cmd/ maps flags and environment onto it.
 type Config struct {
-	PilotID        string // batch system id of the pilot running this master
-	Address        string // URL published with the lease ("http://host:port")
-	Epoch          int64  // lease epoch this master was granted
-	CheckpointPath string // SQLite file on the shared state directory
-	JournalMode    string // SQLite journal mode: WAL (default) or DELETE
-	Token          string // pilot token workers must present
+	PilotID       string // batch system id of the pilot running this master
+	Address       string // URL published with the lease ("http://host:port")
+	Epoch         int64  // lease epoch this master was granted
+	CheckpointDir string // the shared state directory: master-<epoch>.db
+	JournalMode   string // SQLite rollback journal mode: TRUNCATE (default) or DELETE; WAL is refused
+	// LeaseSince is when the lease request that granted Epoch was sent:
+	// the lease runs at least until LeaseSince + LeaseTTL, and the
+	// master stops writing before that unless it renewed (zero: until
+	// the first renewal, no deadline).
+	LeaseSince time.Time
+	Token      string // pilot token workers must present
 	// CommitDelay is how long the master may hold the checkpoint ops of
 	// a request to commit them with those of the requests that follow
-	// (group commit): a transaction's fixed cost (the write lock, the WAL
-	// pages and their write) is paid once for all of them. The replies
+	// (group commit): a transaction's fixed cost (the journal, its sync and
+	// the pages' write) is paid once for all of them. The replies
 	// wait for the commit, so this is latency added to a worker's round
 	// trip; 0: commit at once (a commit in flight still groups what comes
 	// meanwhile).
@@ -54,23 +59,28 @@ type Config struct {
 }
 
 // DefaultConfig returns production defaults; PilotID, Address, Epoch,
-// CheckpointPath and Token must be set.
+// CheckpointDir and Token must be set.
 func DefaultConfig() Config {
 	return Config{
-		JournalMode: "WAL",
+		JournalMode: DefaultJournal,
 		// 1 ms groups the ops of about 8 no-op tasks per transaction in
 		// `harvest bench dispatch --in-memory` (1,000 jobs; 0: about 2),
 		// and is nothing beside a real task's run time.
-		CommitDelay:        time.Millisecond,
-		PullWait:           20 * time.Second,
-		Prefetch:           2,
-		MinBuffer:          64,
-		MaxBuffer:          20000,
-		MaxPull:            2000,
-		IdlePoll:           time.Second,
-		RetryInterval:      time.Second,
-		HeartbeatInterval:  10 * time.Second,
-		LeaseRenewInterval: 10 * time.Second,
+		CommitDelay:       time.Millisecond,
+		PullWait:          20 * time.Second,
+		Prefetch:          2,
+		MinBuffer:         64,
+		MaxBuffer:         20000,
+		MaxPull:           2000,
+		IdlePoll:          time.Second,
+		RetryInterval:     time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		// One renewal a second (a write at the queue, one per site): with
+		// the queue's 4 s TTL a kill -9 of the master's pilot leaves at
+		// most 4 s of lease, and the master, which stops writing its
+		// checkpoint 3 s after a renewal's request (holdFor), survives two
+		// lost renewals.
+		LeaseRenewInterval: time.Second,
 		WorkerTimeout:      60 * time.Second,
 		ReconnectGrace:     30 * time.Second,
 		SafetyMargin:       60 * time.Second,
@@ -104,10 +114,10 @@ func (c Config) Validate() error {
 		return bad("pilot id is empty")
 	case c.Epoch <= 0:
 		return bad("epoch %d: a master needs a granted lease", c.Epoch)
-	case c.CheckpointPath == "":
-		return bad("checkpoint path is empty")
-	case c.JournalMode != "WAL" && c.JournalMode != "DELETE":
-		return bad("journal mode %q: want WAL or DELETE", c.JournalMode)
+	case c.CheckpointDir == "":
+		return bad("checkpoint directory is empty")
+	case CheckJournal(c.JournalMode) != nil:
+		return bad("%v", CheckJournal(c.JournalMode))
 	case c.Token == "":
 		return bad("pilot token is empty")
 	case c.Prefetch < 1 || c.MinBuffer < 1 || c.MaxBuffer < c.MinBuffer || c.MaxPull < 1 || c.ReportBatch < 1:

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,7 +39,7 @@ func quietLogger() *slog.Logger {
 func fastMasterConfig(dir, pilot string, epoch int64) master.Config {
 	c := master.DefaultConfig()
 	c.PilotID, c.Epoch, c.Token = pilot, epoch, token
-	c.CheckpointPath = filepath.Join(dir, "master.db")
+	c.CheckpointDir = dir
 	c.PullWait = 200 * time.Millisecond
 	c.IdlePoll = 20 * time.Millisecond
 	c.RetryInterval = 50 * time.Millisecond

@@ -67,13 +67,12 @@ func New(cfg Config, q Queue) (*Master, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cp, err := OpenCheckpoint(cfg.CheckpointPath, cfg.JournalMode)
+	cp, restored, err := OpenCheckpoint(cfg.CheckpointDir, cfg.Epoch, cfg.JournalMode)
 	if err != nil {
 		return nil, err
 	}
-	if err := cp.Claim(cfg.Epoch); err != nil {
-		cp.Close()
-		return nil, err
+	if cfg.LeaseTTL > 0 && !cfg.LeaseSince.IsZero() {
+		cp.HoldUntil(cfg.LeaseSince.Add(holdFor(cfg.LeaseTTL)))
 	}
 	rows, est, err := cp.Load()
 	if err != nil {
@@ -86,6 +85,8 @@ func New(cfg Config, q Queue) (*Master, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "master", "epoch", cfg.Epoch)
+	log.Info("checkpoint opened", "file", cp.Path(), "from", restored.From, "journal", restored.Journal,
+		"removed", restored.Removed, "tasks", len(rows))
 	cc := cfg.core()
 	cc.Logger = log
 	m := &Master{
@@ -316,9 +317,31 @@ func (m *Master) startCalls(rd core.Ready, ctx context.Context, wg *sync.WaitGro
 		})
 	}
 	if r := rd.Lease; r != nil {
-		call(func() core.Event { l, err := m.q.Lease(ctx, *r); return core.Leased{Lease: l, Err: err} })
+		call(func() core.Event {
+			sent := time.Now()
+			l, err := m.q.Lease(ctx, *r)
+			if err == nil && !r.Release && l.Granted && l.Epoch == m.cfg.Epoch {
+				// The queue renewed the lease no earlier than we asked:
+				// it runs at least until sent + TTL.
+				ttl := time.Duration(l.TTLMS) * time.Millisecond
+				if ttl == 0 { // a queue that says seconds only
+					ttl = time.Duration(l.TTLSecond) * time.Second
+				}
+				if ttl > 0 {
+					m.cp.HoldUntil(sent.Add(holdFor(ttl)))
+				}
+			}
+			return core.Leased{Lease: l, Err: err}
+		})
 	}
 }
+
+// holdFor is how long after a lease request the master keeps writing its
+// checkpoint: the TTL less a quarter, so that a commit begun just before
+// is on disk before the queue can grant the lease to a successor (which
+// then reads the file), whatever the two hosts' clocks say (only
+// durations are compared, each on its own clock).
+func holdFor(ttl time.Duration) time.Duration { return ttl - ttl/4 }
 
 // publish makes s the counters Stats and WaitFor see.
 func (m *Master) publish(s Stats) {

@@ -37,7 +37,7 @@ type Config struct {
 	LeaseRetry time.Duration // wait between lease questions while no master is known
 	LeasePoll  time.Duration // wait between lease questions once a dead master's lease has run out
 
-	Master master.Config // PilotID, Address, Epoch, CheckpointPath, Token are filled in
+	Master master.Config // PilotID, Address, Epoch, CheckpointDir, LeaseSince, Token are filled in
 	Worker worker.Config // ID, PilotID, Slots, Deadline, Token are filled in
 
 	Logger *slog.Logger
@@ -92,7 +92,7 @@ func (c Config) Validate() error {
 	// The master and worker settings are checked now, with the fields the
 	// pilot fills in later, so a bad setting fails at start, not at election.
 	m := c.Master
-	m.PilotID, m.Epoch, m.CheckpointPath, m.Token = c.PilotID, 1, "checkpoint", c.Token
+	m.PilotID, m.Epoch, m.CheckpointDir, m.Token = c.PilotID, 1, c.StateDir, c.Token
 	if m.Logger == nil {
 		m.Logger = c.Logger
 	}

@@ -29,7 +29,7 @@ func TestAPilotsTasksCannotReadTheCheckpointNorWriteOutsideTheirOutput(t *testin
 	r := startQueue(t)
 	other := filepath.Join(r.outputs, "bob", "job-1")
 	os.MkdirAll(other, 0o755)
-	checkpoint := filepath.Join(r.state, "master.db")
+	checkpoint := filepath.Join(r.state, "master-1.db") // the first master's epoch
 	// A function body in ( ) rather than { }: the queue reads {...} as a placeholder.
 	script := `
 try() ( what=$1; shift; if "$@" >/dev/null 2>&1; then echo "$what ok"; else echo "$what denied"; fi )

@@ -113,6 +113,7 @@ func TestConfigValidate(t *testing.T) {
 		{"a missing state directory is refused", func(c *pilot.Config) { c.StateDir = dir + "/nope" }},
 		{"zero slots are refused", func(c *pilot.Config) { c.Slots = 0 }},
 		{"an unknown journal mode is refused at start, not at election", func(c *pilot.Config) { c.Master.JournalMode = "MEMORY" }},
+		{"WAL on the shared state directory is refused at start", func(c *pilot.Config) { c.Master.JournalMode = "WAL" }},
 		{"a worker timeout shorter than the long-poll is refused", func(c *pilot.Config) { c.Master.WorkerTimeout = time.Second }},
 	}
 	for _, tc := range cases {

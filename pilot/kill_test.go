@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -145,4 +146,73 @@ func TestKillDashNineOfTheMasterResumesDispatchWithinTheLeaseTTL(t *testing.T) {
 		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
 	}
 	t.Logf("tasks run again (their first run died with the master's pilot): %d", outputsOnce(t, got.OutputDir, n))
+}
+
+// TestAKilledWorkersTasksRunAgainUnderANewAttempt is issue 35 item 4:
+// kill -9 of a worker's pilot mid-batch. The master finds the worker
+// lost and its tasks go back to the queue; a task that runs again gets a
+// new attempt number (the logs and HARVEST_ATTEMPT name the run), never
+// the one its first run had, and the job still ends done with every task
+// once.
+func TestAKilledWorkersTasksRunAgainUnderANewAttempt(t *testing.T) {
+	bin := buildHarvest(t)
+	r := startQueue(t)
+	const n = 40
+	// Each run appends its task and attempt to runs.log beside the
+	// outputs as it starts (a killed run's output is not kept): a line
+	// twice is two runs under one attempt number.
+	j := r.submit(t, n, 2, `echo "$3 $HARVEST_ATTEMPT $HARVEST_PILOT_ID" >> "$(dirname "$2")/runs.log"; sleep 1; echo "$3" > "$2"`)
+	procs := map[string]*exec.Cmd{}
+	procs["501"] = startPilotProcess(t, bin, r, "501")
+	r.waitMaster(t, "501")
+	for _, id := range []string{"502", "503"} {
+		procs[id] = startPilotProcess(t, bin, r, id)
+	}
+	// Kill 502 as soon as it has started a task (of 1 s): mid-batch.
+	log := filepath.Join(j.OutputDir, "runs.log")
+	started := func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), " 502\n")
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.After(30 * time.Second); !started(); {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("pilot 502 never started a task")
+		}
+	}
+	procs["502"].Process.Signal(syscall.SIGKILL)
+	got := r.waitJob(t, j.ID, 60*time.Second)
+	if got.State != api.JobDone || got.Tasks.Done != n {
+		t.Fatalf("job ended %s with %+v", got.State, got.Tasks)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]int{} // task -> runs
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if seen[f[0]+" "+f[1]] {
+			t.Errorf("task %s ran twice under attempt %s", f[0], f[1])
+		}
+		seen[f[0]+" "+f[1]] = true
+		runs[f[0]]++
+	}
+	again := 0
+	for _, k := range runs {
+		if k > 1 {
+			again++
+		}
+	}
+	if len(runs) != n {
+		t.Errorf("%d tasks ran, want %d", len(runs), n)
+	}
+	if again == 0 {
+		t.Fatal("no task ran twice: the kill did not cut a batch, the test proves nothing")
+	}
+	t.Logf("%d tasks ran again after the kill, each under a new attempt", again)
 }

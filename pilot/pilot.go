@@ -30,9 +30,6 @@ import (
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
-// CheckpointFile is the checkpoint's name inside the state directory.
-const CheckpointFile = "master.db"
-
 // Pilot is one pilot process.
 type Pilot struct {
 	cfg Config
@@ -181,12 +178,13 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		if running {
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
+		asked := time.Now()
 		l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url})
 		if err != nil {
 			return worker.Endpoint{}, fmt.Errorf("lease: %w", err)
 		}
 		if l.Granted {
-			if err := p.becomeMaster(ctx, l); err != nil {
+			if err := p.becomeMaster(ctx, l, asked); err != nil {
 				return worker.Endpoint{}, err
 			}
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
@@ -232,12 +230,12 @@ func refuses(ctx context.Context, masterURL string) bool {
 // becomeMaster starts the master for a granted lease; if it cannot start
 // (a checkpoint it cannot open), it gives the lease up at once so another
 // pilot can try.
-func (p *Pilot) becomeMaster(ctx context.Context, l pilotproto.Lease) error {
+func (p *Pilot) becomeMaster(ctx context.Context, l pilotproto.Lease, asked time.Time) error {
 	ready := make(chan struct{})
 	p.mu.Lock()
 	p.starting = ready
 	p.mu.Unlock()
-	err := p.startMaster(l)
+	err := p.startMaster(l, asked)
 	p.mu.Lock()
 	p.starting = nil
 	p.mu.Unlock()
@@ -251,7 +249,9 @@ func (p *Pilot) becomeMaster(ctx context.Context, l pilotproto.Lease) error {
 	return nil
 }
 
-func (p *Pilot) startMaster(l pilotproto.Lease) error {
+// startMaster runs the master of the lease l, asked for at asked (the
+// lease runs at least TTL from then).
+func (p *Pilot) startMaster(l pilotproto.Lease, asked time.Time) error {
 	epoch := l.Epoch
 	mc := p.cfg.Master
 	mc.PilotID, mc.Address, mc.Epoch, mc.Token = p.cfg.PilotID, p.url, epoch, p.cfg.Token
@@ -259,7 +259,7 @@ func (p *Pilot) startMaster(l pilotproto.Lease) error {
 	if mc.LeaseTTL == 0 {
 		mc.LeaseTTL = time.Duration(l.TTLSecond) * time.Second
 	}
-	mc.CheckpointPath = filepath.Join(p.cfg.StateDir, CheckpointFile)
+	mc.CheckpointDir, mc.LeaseSince = p.cfg.StateDir, asked
 	if mc.Logger == nil {
 		mc.Logger = p.cfg.Logger
 	}
@@ -272,7 +272,7 @@ func (p *Pilot) startMaster(l pilotproto.Lease) error {
 	p.mu.Lock()
 	p.m, p.mh, p.mcancel, p.mdone = m, m.Handler(), cancel, done
 	p.mu.Unlock()
-	p.log.Info("became master", "epoch", epoch, "checkpoint", mc.CheckpointPath)
+	p.log.Info("became master", "epoch", epoch, "checkpoint", filepath.Join(mc.CheckpointDir, master.FileName(epoch)))
 	go func() {
 		defer close(done)
 		err := m.Run(ctx)

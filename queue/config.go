@@ -83,7 +83,7 @@ func DefaultConfig() Config {
 		DefaultExpiry:       7 * 24 * time.Hour,
 		Retention:           5 * 24 * time.Hour,
 		MaxTasksPerJob:      1_000_000,
-		LeaseTTL:            8 * time.Second, // short: a killed master is replaced within it; fencing makes that safe, the master renews every TTL/3
+		LeaseTTL:            4 * time.Second, // short: a killed master is replaced within it (completions resume within 5 s); fencing makes that safe, the master renews every second
 		ZombieTimeout:       5 * time.Minute,
 		CancelNotice:        10 * time.Minute,
 		RecommendationTTL:   2 * time.Minute,

@@ -81,7 +81,7 @@ step "all tests, real SLURM included"
 # real-SLURM tests run at once. -p 4: those packages mostly wait on the
 # clusters' real time, and with go test's default of one package per core
 # a two-cluster test waiting for both locks would hold one of the 2 slots.
-HARVEST_HTCONDOR_TESTS=1 HARVEST_SLURM_LABS=2 HARVEST_REQUIRE_BROWSER=1 HARVEST_SLURM_TESTS=1 go test -p 4 -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
+HARVEST_HTCONDOR_TESTS=1 HARVEST_SLURM_LABS=2 HARVEST_REQUIRE_BROWSER=1 HARVEST_REQUIRE_FUSE=1 HARVEST_SLURM_TESTS=1 go test -p 4 -timeout 20m ./... 2>&1 | tee /tmp/harvest-test.log
 status=${PIPESTATUS[0]}
 passed=$(grep -c '^ok ' /tmp/harvest-test.log || true)
 failed=$(grep -c '^FAIL[[:space:]]' /tmp/harvest-test.log || true)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/capacity"
 
+	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilot"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/worker"
@@ -49,7 +50,7 @@ func pilotCommand() *cli.Command {
 			&cli.DurationFlag{Name: "master-grace", EnvVars: []string{"HARVEST_MASTER_GRACE"}, Value: 30 * time.Second, Usage: "a worker whose master does not answer for this long goes back to the lease"},
 			&cli.DurationFlag{Name: "worker-timeout", EnvVars: []string{"HARVEST_WORKER_TIMEOUT"}, Value: time.Minute, Usage: "the master requeues the batches of a worker silent for this long"},
 			&cli.DurationFlag{Name: "reconnect-grace", EnvVars: []string{"HARVEST_RECONNECT_GRACE"}, Value: 30 * time.Second, Usage: "a new master keeps the batches of workers that come back within this"},
-			&cli.StringFlag{Name: "checkpoint-journal", EnvVars: []string{"HARVEST_CHECKPOINT_JOURNAL"}, Value: "WAL", Usage: "SQLite journal mode of the checkpoint: WAL, or DELETE for file systems without shared-memory locking"},
+			&cli.StringFlag{Name: "checkpoint-journal", EnvVars: []string{"HARVEST_CHECKPOINT_JOURNAL"}, Value: master.DefaultJournal, Usage: "SQLite rollback journal of the checkpoint on the shared state directory: TRUNCATE or DELETE (WAL is refused: it needs shared memory on one host)"},
 			&cli.DurationFlag{Name: "heartbeat", EnvVars: []string{"HARVEST_HEARTBEAT"}, Value: 5 * time.Second, Usage: "worker heartbeat period (the master's queue heartbeat is twice this)"},
 			&cli.Float64Flag{Name: "capacity-factor", EnvVars: []string{"HARVEST_CAPACITY_FACTOR"}, Value: capacity.DefaultConfig().Factor, Usage: "the master stops growing its pool where a job's tasks take more than this x their fastest (0: no cap)"},
 			&cli.IntFlag{Name: "capacity-hold", EnvVars: []string{"HARVEST_CAPACITY_HOLD"}, Value: capacity.DefaultConfig().HoldRounds, Usage: "queue heartbeats the size found is held before a larger one is tried again"},
@@ -103,7 +104,9 @@ func runPilot(c *cli.Context) error {
 	cfg.Site = c.String("site")
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
-	cfg.Master.HeartbeatInterval, cfg.Master.LeaseRenewInterval = 2*c.Duration("heartbeat"), 2*c.Duration("heartbeat")
+	// The lease is renewed every second whatever the heartbeat (master
+	// default): a failover's pause is bounded by the lease TTL.
+	cfg.Master.HeartbeatInterval = 2 * c.Duration("heartbeat")
 	cfg.Master.JournalMode = c.String("checkpoint-journal")
 	if f := c.Float64("capacity-factor"); f == 0 {
 		cfg.Master.Capacity = nil

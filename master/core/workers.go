@@ -179,10 +179,11 @@ func (c *Core) results(now time.Time, e Results) {
 			// the queue counts its run time as lost work.
 			c.do(Op{Kind: OpFinish, Ref: k, Result: r}, now)
 		case r.Status == pilotproto.StatusInterrupted:
-			// The worker's pilot is ending: run it elsewhere now, not an
-			// attempt; its run time so far is lost work.
-			c.do(Op{Kind: OpRequeue, Ref: k}, now)
-			c.lostMS += max(0, r.DurationMS)
+			// The worker's pilot is ending. The task ran: its next run is
+			// another execution and gets its own attempt number from the
+			// queue (interrupted is not charged; the queue counts its run
+			// time as lost work), never this attempt again.
+			c.do(Op{Kind: OpFinish, Ref: k, Result: r}, now)
 		default:
 			c.do(Op{Kind: OpFinish, Ref: k, Result: r}, now)
 		}
@@ -317,11 +318,15 @@ func (c *Core) expire(now time.Time) {
 	}
 	slices.Sort(gone)
 	for _, id := range gone {
+		// The worker may have started any of its tasks before it went
+		// (a killed pilot): they go back to the queue as interrupted, so
+		// a second run gets a new attempt number (not charged), never the
+		// same one (its logs and HARVEST_ATTEMPT would be the first's).
 		lost := sortedRefs(c.workers[id].out)
 		for _, k := range lost {
-			c.do(Op{Kind: OpRequeue, Ref: k}, now)
+			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(c.tasks[k].t, pilotproto.StatusInterrupted, now)}, now)
 		}
-		c.log.Warn("worker lost; its tasks are requeued", "worker", id, "tasks", len(lost))
+		c.log.Warn("worker lost; its tasks go back to the queue as interrupted", "worker", id, "tasks", len(lost))
 		delete(c.workers, id)
 		c.sizeKnown = false
 	}

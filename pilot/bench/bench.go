@@ -182,7 +182,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		mc.Epoch = l.Epoch
 	}
-	mc.CheckpointPath = filepath.Join(cfg.Dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano()))
+	mc.CheckpointDir = filepath.Join(cfg.Dir, fmt.Sprintf("bench-%d", time.Now().UnixNano()))
+	if err := os.Mkdir(mc.CheckpointDir, 0o700); err != nil {
+		ln.Close()
+		return Result{}, fmt.Errorf("bench: %w", err)
+	}
 	mc.IdlePoll = 5 * time.Millisecond
 	mc.MinBuffer = max(4*cfg.BatchSize, 256)
 	mc.SafetyMargin = 0
