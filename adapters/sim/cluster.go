@@ -209,8 +209,9 @@ type Cluster struct {
 	byID   map[string]*job
 	// usage per user, for the multifactor priority (priority.go)
 	usage   map[string]*usage
-	pending []*job // priority order; may hold jobs no longer pending
-	running []*job // in id order
+	users   []*usage // usage's values in the order users appeared
+	pending []*job   // priority order; may hold jobs no longer pending
+	running []*job   // in id order
 	used    int
 	// schedAt is the time of the scheduling pass already queued, or -1.
 	schedAt int64
