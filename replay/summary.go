@@ -15,8 +15,8 @@ import (
 func WriteSummary(w io.Writer, rep Report) error {
 	bw := bufio.NewWriter(w)
 	p := rep.Plan
-	fmt.Fprintf(bw, "window [%d, %d) of the trace: %d jobs on %d nodes (traced machine: %d), scale %g, offered load %.2f; measured over %d s\n",
-		p.From, p.To, p.Jobs, p.Nodes, p.TraceNodes, p.Scale, p.OfferedLoad, p.SpanS)
+	fmt.Fprintf(bw, "window [%d, %d) of the trace: %d jobs on %d nodes (traced machine: %d processors, from %s), scale %g, offered load %.2f; measured over %d s\n",
+		p.From, p.To, p.Jobs, p.Nodes, p.TraceNodes, p.TraceNodesFrom, p.Scale, p.OfferedLoad, p.SpanS)
 	for _, k := range slices.Sorted(maps.Keys(p.Skipped)) {
 		fmt.Fprintf(bw, "skipped: %d %s\n", p.Skipped[k], k)
 	}

@@ -39,7 +39,7 @@ func simCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "workload", Usage: "workload `FILE` (.txt thesis format, .swf or .swf.gz)", Required: true},
 			&cli.StringFlag{Name: "format", Usage: "thesis or swf (default: from the file name)"},
-			&cli.IntFlag{Name: "nodes", Usage: "cluster size in nodes", Required: true},
+			&cli.IntFlag{Name: "nodes", Usage: "cluster size in nodes (default for SWF: the header's MaxNodes, else MaxProcs)"},
 			&cli.StringFlag{Name: "mode", Usage: "baseline, harvest or fixed", Value: "harvest"},
 			&cli.StringFlag{Name: "give-back", Usage: "`MODES`: polling, preemption, preemption-sizing, a comma-separated list, or all", Value: "polling"},
 			&cli.DurationFlag{Name: "grace", Usage: "in the preemption modes, how long a preempted pilot keeps its node"},
@@ -78,9 +78,20 @@ func simCommand() *cli.Command {
 }
 
 func runSim(c *cli.Context) error {
+	errw := c.App.ErrWriter
+	if errw == nil {
+		errw = os.Stderr
+	}
+	quiet := c.Bool("quiet") || c.Bool("json")
+	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	cfg := sim.DefaultConfig()
 	cfg.Mode = sim.Mode(c.String("mode"))
-	cfg.Nodes = c.Int("nodes")
+	if cfg.Nodes, err = simNodes(c, w, errw, quiet); err != nil {
+		return err
+	}
 	cfg.FixedLimit = cluster.Seconds(int64(c.Duration("fixed-limit") / time.Second))
 	cfg.From, cfg.To = c.Int64("from"), c.Int64("to")
 	cfg.HarvestBacklog = c.Int64("harvest-backlog")
@@ -136,15 +147,6 @@ func runSim(c *cli.Context) error {
 	if len(gbs) > 1 && (cfg.Mode != sim.Harvest || c.String("jobs-csv") != "" || c.String("plot") != "" || c.String("decisions") != "") {
 		return cli.Exit("several give-back modes run in harvest mode only, without --jobs-csv, --plot or --decisions", 2)
 	}
-	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
-	errw := c.App.ErrWriter
-	if errw == nil {
-		errw = os.Stderr
-	}
-	quiet := c.Bool("quiet") || c.Bool("json")
 	if !quiet {
 		fmt.Fprintf(errw, "sim: %s: %s\n", c.String("workload"), w.Summary())
 		cfg.Progress = errw
@@ -186,6 +188,30 @@ func runSim(c *cli.Context) error {
 		return enc.Encode(res)
 	}
 	return sim.WriteSummary(out, res)
+}
+
+// simNodes is --nodes, or for SWF the machine's size by its header (said
+// on errw unless quiet); the header's unreadable lines are said too.
+func simNodes(c *cli.Context, w sim.Workload, errw io.Writer, quiet bool) (int, error) {
+	if !quiet {
+		for _, p := range w.Header.Problems {
+			fmt.Fprintf(errw, "sim: SWF header line not understood, ignored: %s\n", p)
+		}
+	}
+	if c.IsSet("nodes") {
+		return c.Int("nodes"), nil
+	}
+	if w.Format != "swf" {
+		return 0, cli.Exit("--nodes is required for the thesis format (its files do not say the cluster's size)", 2)
+	}
+	n, from := w.Header.Nodes()
+	if n == 0 {
+		return 0, cli.Exit(fmt.Sprintf("--nodes not given and %s: give --nodes", from), 2)
+	}
+	if !quiet {
+		fmt.Fprintf(errw, "sim: %d nodes, from %s\n", n, from)
+	}
+	return n, nil
 }
 
 // giveBacks parses --give-back: one mode, a comma-separated list, or all.
