@@ -240,9 +240,21 @@ type Cluster struct {
 	// changes counts every change a snapshot or the busy pilots could
 	// show (see Changes).
 	changes int64
-	// busy is Demand's map of busy pilots as of change busyAt.
-	busy   map[string]bool
-	busyAt int64
+	// busy is the running pilots with a task, by id (Demand).
+	busy map[string]bool
+	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
+	snapJobs  []cluster.Job
+	reuseSnap bool
+}
+
+// ReuseSnapshots makes every Snapshot reuse the previous one's job list:
+// a snapshot is then valid only until the next call. A replay whose agent
+// reads each snapshot within its round (sim.Run) saves allocating and
+// collecting a list as long as the cluster's jobs at every round.
+func (c *Cluster) ReuseSnapshots() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reuseSnap = true
 }
 
 // New returns an empty cluster at virtual time 0.
@@ -250,7 +262,7 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}}
+	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}}
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -682,7 +694,12 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		IdleNodes:  c.cfg.Nodes - c.used,
 		Partition:  "sim",
 		MaxTime:    c.maxTime(),
-		Jobs:       make([]cluster.Job, 0, len(c.running)+len(c.pending)),
+	}
+	if c.reuseSnap {
+		s.Jobs = c.snapJobs[:0]
+		defer func() { c.snapJobs = s.Jobs }()
+	} else {
+		s.Jobs = make([]cluster.Job, 0, len(c.running)+len(c.pending))
 	}
 	for _, j := range c.running {
 		cj := c.view(j)

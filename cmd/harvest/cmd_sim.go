@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +65,10 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the recommendation keep pilots a waiting job could use, as the admin's floor does (the original system's rule)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
 			&cli.IntFlag{Name: "procs-per-node", Usage: "processors per node: a job of P processors (SWF) takes ceil(P / `N`) nodes", Value: 1},
+			&cli.IntFlag{Name: "generate", Usage: "replace the workload by `N` jobs drawn from it for a machine of --nodes x --procs-per-node (sizes, run times, limits, users and arrival gaps of the trace, sizes scaled to keep its offered load; see docs/sim.md)"},
+			&cli.IntFlag{Name: "generate-days", Usage: "with --generate: the days the jobs arrive over", Value: 30},
+			&cli.Uint64Flag{Name: "seed", Usage: "with --generate: the draw's seed (same seed, same workload)", Value: 1},
+			&cli.StringFlag{Name: "profile", Usage: "write CPU and allocation profiles of the run to `DIR` (sim.cpu.pprof, sim.allocs.pprof)"},
 			&cli.BoolFlag{Name: "warm", Usage: "start with the jobs the trace shows running or queued at --from (SWF recorded waits)"},
 			&cli.StringFlag{Name: "priority", Usage: "queue order: fifo, or multifactor (SLURM's age, job size and fair share)", Value: "fifo"},
 			&cli.StringFlag{Name: "priority-weights", Usage: "multifactor weights and times, e.g. `age=1000,size=1000,fairshare=1000,max-age=7d,half-life=7d` (these are the defaults)"},
@@ -92,6 +97,32 @@ func runSim(c *cli.Context) error {
 	if cfg.Nodes, err = simNodes(c, w, errw, quiet); err != nil {
 		return err
 	}
+	if n := c.Int("generate"); n > 0 {
+		gc := sim.GenerateConfig{Nodes: cfg.Nodes, ProcsPerNode: c.Int("procs-per-node"), Jobs: n, Span: int64(c.Int("generate-days")) * 86400, Seed: c.Uint64("seed")}
+		if w, err = sim.Generate(w, gc); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		if !quiet {
+			fmt.Fprintf(errw, "sim: %s\n", w.Header.Get("Note"))
+		}
+	}
+	defer reportResources(errw, quiet)
+	if os.Getenv("GOGC") == "" {
+		// A replay allocates per round what it drops at the next: the
+		// collector's default (100) spends a third of a large run's CPU;
+		// 400 spends a fifth of it for a heap four times the live one
+		// (still far below the jobs' own memory; GOGC overrides).
+		debug.SetGCPercent(400)
+	}
+	stopProfiles, err := startProfiles(c.String("profile"), "sim")
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			fmt.Fprintf(errw, "sim: %v\n", err)
+		}
+	}()
 	cfg.FixedLimit = cluster.Seconds(int64(c.Duration("fixed-limit") / time.Second))
 	cfg.From, cfg.To = c.Int64("from"), c.Int64("to")
 	cfg.HarvestBacklog = c.Int64("harvest-backlog")
@@ -188,6 +219,18 @@ func runSim(c *cli.Context) error {
 		return enc.Encode(res)
 	}
 	return sim.WriteSummary(out, res)
+}
+
+// reportResources says on errw (unless quiet) the CPU time and the peak
+// resident memory of the process so far: what a run cost, kept out of the
+// output so that stays byte-identical.
+func reportResources(errw io.Writer, quiet bool) {
+	if quiet {
+		return
+	}
+	if cpu, rss, ok := processUsage(); ok {
+		fmt.Fprintf(errw, "sim: %.2f s of CPU (user + system), peak RSS %.0f MB\n", cpu.Seconds(), float64(rss)/1e6)
+	}
 }
 
 // simNodes is --nodes, or for SWF the machine's size by its header (said
