@@ -205,8 +205,12 @@ type Cluster struct {
 	now    int64
 	events eventHeap
 	evSeq  int64
-	jobs   []*job
-	byID   map[string]*job
+	// jobs are every job by seq; a finished pilot's entry is nil and its
+	// record is in done (see retire): a month of a large machine starts
+	// a million pilots, and memory should grow with the jobs and nodes.
+	jobs []*job
+	done []donePilot
+	byID map[string]*job
 	// usage per user, for the multifactor priority (priority.go)
 	usage   map[string]*usage
 	users   []*usage // usage's values in the order users appeared
@@ -627,6 +631,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	if c.onEvent != nil {
 		c.onEvent(j.rec)
 	}
+	c.retire(j)
 	c.feedIdle()
 	c.dirty()
 }
@@ -651,13 +656,55 @@ func (c *Cluster) Samples() []Sample {
 	return append([]Sample(nil), c.samples...)
 }
 
+// donePilot is what a finished pilot's Record holds beyond what every
+// pilot's has (its id, name, user and label follow from its seq).
+type donePilot struct {
+	limit                 cluster.Limit
+	submit, start, end    int64
+	nodes                 int32
+	killed, cancelled     bool
+	preempted, shrunk, ok bool
+}
+
+// retire drops a finished pilot's job, keeping its record compact in
+// c.done. Events still queued for it hold the job and see it done.
+func (c *Cluster) retire(j *job) {
+	n := strconv.FormatInt(j.seq+1, 10)
+	if !j.pilot || j.rec.ID != "pilot-"+n {
+		return // an id made unique with a suffix: kept whole
+	}
+	if len(c.done) < len(c.jobs) {
+		c.done = slices.Grow(c.done, len(c.jobs)-len(c.done))[:len(c.jobs)]
+	}
+	r := &j.rec
+	c.done[j.seq] = donePilot{limit: r.Limit, submit: r.Submit, start: r.Start, end: r.End, nodes: int32(r.Nodes),
+		killed: r.Killed, cancelled: r.Cancelled, preempted: r.Preempted, shrunk: r.Shrunk, ok: true}
+	c.jobs[j.seq] = nil
+	delete(c.byID, r.ID)
+}
+
+// record returns the record of the job with seq i.
+func (c *Cluster) record(i int) Record {
+	if j := c.jobs[i]; j != nil {
+		return j.rec
+	}
+	d := c.done[i]
+	n := strconv.Itoa(i + 1)
+	run := int64(d.limit)
+	if d.limit.IsUnlimited() {
+		run = never
+	}
+	return Record{ID: "pilot-" + n, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Limit: d.limit,
+		Submit: d.submit, Run: run, Start: d.start, End: d.end, Killed: d.killed, Cancelled: d.cancelled, Preempted: d.preempted, Shrunk: d.shrunk}
+}
+
 // Records returns every job's record, in id order (a copy).
 func (c *Cluster) Records() []Record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Record, len(c.jobs))
-	for i, j := range c.jobs {
-		out[i] = j.rec
+	for i := range c.jobs {
+		out[i] = c.record(i)
 	}
 	for _, j := range c.charged {
 		out[j.seq].Blocked += min(c.now, j.chargeUntil) - j.chargeFrom
@@ -802,6 +849,7 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 	case stPending:
 		j.state = stDone
 		j.rec.Cancelled = true
+		c.retire(j)
 		c.changes++
 		c.dirty()
 	case stRunning:

@@ -107,12 +107,14 @@ func runSim(c *cli.Context) error {
 		}
 	}
 	defer reportResources(errw, quiet)
-	if os.Getenv("GOGC") == "" {
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		// A replay allocates per round what it drops at the next: the
-		// collector's default (100) spends a third of a large run's CPU;
-		// 400 spends a fifth of it for a heap four times the live one
-		// (still far below the jobs' own memory; GOGC overrides).
+		// collector's default (100) spends a third of a large run's CPU.
+		// 400 halves that, and the soft limit keeps the heap from
+		// growing to four times the live one on large runs (GOGC or
+		// GOMEMLIMIT override both).
 		debug.SetGCPercent(400)
+		debug.SetMemoryLimit(simMemoryLimit)
 	}
 	stopProfiles, err := startProfiles(c.String("profile"), "sim")
 	if err != nil {
@@ -220,6 +222,11 @@ func runSim(c *cli.Context) error {
 	}
 	return sim.WriteSummary(out, res)
 }
+
+// simMemoryLimit is the heap size past which the collector runs more
+// often than GOGC 400 says (runtime/debug.SetMemoryLimit): 400 MiB, below
+// the 500 MB a month of a 5,000-node machine may take (docs/sim.md).
+const simMemoryLimit = 400 << 20
 
 // reportResources says on errw (unless quiet) the CPU time and the peak
 // resident memory of the process so far: what a run cost, kept out of the
