@@ -216,11 +216,17 @@ type Cluster struct {
 	users   []*usage // usage's values in the order users appeared
 	pending []*job   // priority order; may hold jobs no longer pending
 	running []*job   // in id order
-	used    int
+	// byEnd is the running jobs by their end judged by their limits (then
+	// id): the plan reads the releases in order without sorting them at
+	// every pass.
+	byEnd []*job
+	used  int
+	// preemptibleFree counts the nodes of running preemptible pilots not
+	// yet being preempted (see free).
+	preemptibleFree int
 	// schedAt is the time of the scheduling pass already queued, or -1.
 	schedAt int64
 	prof    profile
-	ends    []release // buildProfile's scratch
 	// Pilot harm (harm.go): the profile without pilots and the jobs with
 	// an open charge.
 	cfProf  profile
@@ -475,12 +481,6 @@ func (c *Cluster) dirty() {
 	c.push(event{t: c.schedAt, kind: evSched})
 }
 
-// release is nodes coming back at time t.
-type release struct {
-	t     int64
-	nodes int
-}
-
 // buildProfile fills c.prof with the free nodes over time, judged by the
 // running jobs' time limits.
 func (c *Cluster) buildProfile() *profile {
@@ -491,22 +491,38 @@ func (c *Cluster) buildProfile() *profile {
 // fillProfile fills p with the free nodes over time judged by the running
 // jobs' limits; without pilots, as if no pilot ran (see harm).
 func (c *Cluster) fillProfile(p *profile, withPilots bool) {
-	c.ends = c.ends[:0]
-	free := c.cfg.Nodes - c.used
-	for _, r := range c.running {
-		if r.pilot && !withPilots || r.preemptible && !r.preempting {
-			// The plan of the jobs above the preemptible tier ignores its
-			// pilots: their nodes are free at once (see free).
-			free += r.nodes
-			continue
+	skip := func(r *job) bool {
+		// The plan of the jobs above the preemptible tier ignores its
+		// pilots: their nodes are free at once (see free).
+		return r.pilot && !withPilots || r.preemptible && !r.preempting
+	}
+	free := c.cfg.Nodes - c.used + c.preemptibleFree
+	if !withPilots {
+		free = c.cfg.Nodes - c.used
+		for _, r := range c.byEnd {
+			if skip(r) {
+				free += r.nodes
+			}
 		}
-		c.ends = append(c.ends, release{r.endByLimit(), r.nodes})
 	}
-	slices.SortFunc(c.ends, func(a, b release) int { return cmp.Compare(a.t, b.t) })
 	p.reset(c.now, free)
-	for _, e := range c.ends {
-		p.release(max(e.t, c.now), e.nodes)
+	for _, r := range c.byEnd {
+		if !skip(r) {
+			p.release(max(r.endByLimit(), c.now), r.nodes)
+		}
 	}
+}
+
+// endIndex is where running job j is, or goes, in c.byEnd.
+func (c *Cluster) endIndex(j *job) int {
+	e := j.endByLimit()
+	i, _ := slices.BinarySearchFunc(c.byEnd, j, func(r, j *job) int {
+		if c := cmp.Compare(r.endByLimit(), e); c != 0 {
+			return c
+		}
+		return cmp.Compare(r.seq, j.seq)
+	})
+	return i
 }
 
 // schedule is one pass of the scheduler: jobs start in priority order while
@@ -581,6 +597,10 @@ func (c *Cluster) startAt(j *job, at int64) {
 	j.rec.Start = at
 	i := c.runningIndex(j)
 	c.running = slices.Insert(c.running, i, j)
+	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
+	if j.preemptible {
+		c.preemptibleFree += j.nodes
+	}
 	c.used += j.nodes
 	c.hold(j.rec.User, j.nodes)
 	j.endGen++
@@ -614,6 +634,11 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	j.rec.Killed = killed && !cancelled && !j.rec.Preempted
 	j.rec.Cancelled = cancelled
 	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
+	k := c.endIndex(j)
+	c.byEnd = slices.Delete(c.byEnd, k, k+1)
+	if j.preemptible && !j.preempting {
+		c.preemptibleFree -= j.nodes
+	}
 	c.used -= j.nodes
 	c.hold(j.rec.User, -j.nodes)
 	if j.pilot {
