@@ -28,8 +28,8 @@ type MapConfig struct {
 	// From and To bound the window in trace seconds: jobs submitted in
 	// [From, To) are replayed.
 	From, To int64
-	// Nodes is the cluster's size; TraceNodes the traced machine's (0 =
-	// the SWF header's MaxNodes).
+	// Nodes is the cluster's size; TraceNodes the traced machine's, in
+	// processors (0 = from the SWF header, see TraceNodes).
 	Nodes, TraceNodes int
 	// Scale divides every time: 60 maps trace hours to minutes.
 	Scale float64
@@ -77,6 +77,33 @@ type Plan struct {
 	Scaled sim.Workload
 	// SpanS is the window's length in replay seconds.
 	SpanS int64
+	// TraceNodes is the traced machine's size the mapping used, and
+	// TraceNodesFrom where it comes from.
+	TraceNodes     int
+	TraceNodesFrom string
+}
+
+// TraceNodes is the traced machine's size in processors, the unit of the
+// trace's job sizes: given (> 0) wins; else the SWF header's MaxProcs, or
+// its MaxNodes (one processor a node); with neither, the widest job of
+// the whole trace, said so. It returns where the figure comes from.
+func TraceNodes(w sim.Workload, given int) (int, string) {
+	h := w.Header
+	switch {
+	case given > 0:
+		return given, "--trace-nodes"
+	case h.MaxProcs > 0:
+		return h.MaxProcs, "the SWF header's MaxProcs"
+	case h.MaxNodes > 0:
+		return h.MaxNodes, "the SWF header's MaxNodes"
+	case w.MaxNodes > 0:
+		return w.MaxNodes, "the workload's machine size"
+	}
+	widest := 0
+	for _, j := range w.Jobs {
+		widest = max(widest, j.Nodes)
+	}
+	return widest, "the widest job: the SWF header gives neither MaxNodes nor MaxProcs (set --trace-nodes to override)"
 }
 
 // Map maps the window of w onto the cluster:
@@ -94,14 +121,12 @@ func Map(w sim.Workload, c MapConfig) (Plan, error) {
 	if err := c.Validate(); err != nil {
 		return Plan{}, err
 	}
-	traceNodes := c.TraceNodes
-	if traceNodes == 0 {
-		traceNodes = w.MaxNodes
-	}
+	traceNodes, from := TraceNodes(w, c.TraceNodes)
 	if traceNodes <= 0 {
 		return Plan{}, fmt.Errorf("%w: the workload does not say how many nodes the traced machine had (MaxNodes); give --trace-nodes", ErrInvalidConfig)
 	}
-	p := Plan{Skipped: map[string]int{}, Scaled: sim.Workload{Format: "swf", MaxNodes: c.Nodes}, SpanS: scaled(c.To-c.From, c.Scale)}
+	p := Plan{Skipped: map[string]int{}, Scaled: sim.Workload{Format: "swf", MaxNodes: c.Nodes}, SpanS: scaled(c.To-c.From, c.Scale),
+		TraceNodes: traceNodes, TraceNodesFrom: from}
 	users := map[string]string{}
 	for _, j := range w.Jobs {
 		if j.Submit < c.From || j.Submit >= c.To {

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -57,7 +58,30 @@ func TestMapScalesNodesTimesAndLimits(t *testing.T) {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
-	if _, err := Map(sim.Workload{Jobs: w.Jobs}, MapConfig{From: 1000, To: 4600, Nodes: 16, Scale: 60, Users: []string{"a"}}); err == nil {
-		t.Error("a workload without MaxNodes and no --trace-nodes was accepted")
+	// Without a header the widest job stands for the machine, and the
+	// plan says so.
+	widest := 0
+	for _, j := range w.Jobs {
+		widest = max(widest, j.Nodes)
+	}
+	p, err = Map(sim.Workload{Jobs: w.Jobs}, MapConfig{From: 1000, To: 4600, Nodes: 16, Scale: 60, Users: []string{"a"}})
+	if err != nil || p.TraceNodes != widest || !strings.Contains(p.TraceNodesFrom, "neither MaxNodes nor MaxProcs") {
+		t.Errorf("no header: trace nodes %d from %q, err %v; want the widest job's %d and a message", p.TraceNodes, p.TraceNodesFrom, err, widest)
+	}
+}
+
+func TestTraceNodesPrefersProcessorsThenNodesOfTheHeader(t *testing.T) {
+	for _, tc := range []struct {
+		h     sim.Header
+		given int
+		want  int
+	}{
+		{sim.Header{MaxNodes: 128, MaxProcs: 1024}, 0, 1024},
+		{sim.Header{MaxNodes: 338}, 0, 338},
+		{sim.Header{MaxNodes: 338, MaxProcs: 338}, 16, 16},
+	} {
+		if n, from := TraceNodes(sim.Workload{Header: tc.h}, tc.given); n != tc.want {
+			t.Errorf("%+v, --trace-nodes %d: %d (%s), want %d", tc.h, tc.given, n, from, tc.want)
+		}
 	}
 }

@@ -33,9 +33,12 @@ type Report struct {
 		OfferedLoad float64        `json:"offered_load"`
 		Nodes       int            `json:"nodes"`
 		TraceNodes  int            `json:"trace_nodes"`
-		Scale       float64        `json:"scale"`
-		From        int64          `json:"from_s"`
-		To          int64          `json:"to_s"`
+		// TraceNodesFrom says where TraceNodes comes from (the header,
+		// --trace-nodes, or the widest job when the header is silent).
+		TraceNodesFrom string  `json:"trace_nodes_from"`
+		Scale          float64 `json:"scale"`
+		From           int64   `json:"from_s"`
+		To             int64   `json:"to_s"`
 		// SpanS is the measured span in replay seconds: the window, or
 		// longer if foreign jobs were still running at its end.
 		SpanS int64 `json:"span_s"`
@@ -70,11 +73,8 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 		return rep, err
 	}
 	rep.Plan.Jobs, rep.Plan.Skipped, rep.Plan.OfferedLoad = len(p.Jobs), p.Skipped, p.OfferedLoad(cfg.Map.Nodes)
-	rep.Plan.Nodes, rep.Plan.TraceNodes, rep.Plan.Scale = cfg.Map.Nodes, cfg.Map.TraceNodes, cfg.Map.Scale
+	rep.Plan.Nodes, rep.Plan.TraceNodes, rep.Plan.TraceNodesFrom, rep.Plan.Scale = cfg.Map.Nodes, p.TraceNodes, p.TraceNodesFrom, cfg.Map.Scale
 	rep.Plan.From, rep.Plan.To = cfg.Map.From, cfg.Map.To
-	if rep.Plan.TraceNodes == 0 {
-		rep.Plan.TraceNodes = w.MaxNodes
-	}
 	var outs []Outcome
 	for _, k := range cfg.Runs {
 		if why := skip(k); why != "" {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/harvest-hpc/harvest/sim"
 )
@@ -13,13 +15,13 @@ import (
 func WriteSummary(w io.Writer, rep Report) error {
 	bw := bufio.NewWriter(w)
 	p := rep.Plan
-	fmt.Fprintf(bw, "window [%d, %d) of the trace: %d jobs on %d nodes (traced machine: %d), scale %g, offered load %.2f; measured over %d s\n",
-		p.From, p.To, p.Jobs, p.Nodes, p.TraceNodes, p.Scale, p.OfferedLoad, p.SpanS)
-	for k, n := range p.Skipped {
-		fmt.Fprintf(bw, "skipped: %d %s\n", n, k)
+	fmt.Fprintf(bw, "window [%d, %d) of the trace: %d jobs on %d nodes (traced machine: %d processors, from %s), scale %g, offered load %.2f; measured over %d s\n",
+		p.From, p.To, p.Jobs, p.Nodes, p.TraceNodes, p.TraceNodesFrom, p.Scale, p.OfferedLoad, p.SpanS)
+	for _, k := range slices.Sorted(maps.Keys(p.Skipped)) {
+		fmt.Fprintf(bw, "skipped: %d %s\n", p.Skipped[k], k)
 	}
-	for k, why := range rep.Skipped {
-		fmt.Fprintf(bw, "run %s skipped: %s\n", k, why)
+	for _, k := range slices.Sorted(maps.Keys(rep.Skipped)) {
+		fmt.Fprintf(bw, "run %s skipped: %s\n", k, rep.Skipped[k])
 	}
 	fmt.Fprintln(bw)
 	fmt.Fprintf(bw, "%-12s %7s %7s %13s %8s %9s %8s %6s %6s %7s %7s | %-18s | %s\n",

@@ -1,6 +1,11 @@
 package sim
 
-import simcluster "github.com/harvest-hpc/harvest/adapters/sim"
+import (
+	"maps"
+	"slices"
+
+	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
+)
 
 // The figures the scheduling literature compares schedules by (Klusáček
 // and Rudová 2011, "Performance and fairness for users in parallel job
@@ -70,8 +75,12 @@ func (t *tally) slowdown() Slowdown {
 // out: their NUWT is undefined) and F.
 func (t *tally) users() Users {
 	u := Users{NUWT: map[string]float64{}}
+	// Summed in user order: a float sum depends on its order, and the
+	// output must not depend on a map's.
 	var sum float64
-	for user, work := range t.work {
+	users := slices.Sorted(maps.Keys(t.work))
+	for _, user := range users {
+		work := t.work[user]
 		if work <= 0 {
 			continue
 		}
@@ -84,8 +93,10 @@ func (t *tally) users() Users {
 		return u
 	}
 	u.MeanNUWT = sum / float64(u.Count)
-	for _, n := range u.NUWT {
-		u.Fairness += (u.MeanNUWT - n) * (u.MeanNUWT - n)
+	for _, user := range users {
+		if n, ok := u.NUWT[user]; ok {
+			u.Fairness += (u.MeanNUWT - n) * (u.MeanNUWT - n)
+		}
 	}
 	return u
 }

@@ -337,6 +337,9 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			c.WatchTasks()
 			dem.capa = &capRule{ctl: capacity.New(*cfg.Capacity), jobs: map[string]int64{}}
 		}
+		// The agent reads each snapshot within its round (the decision
+		// keeps ids, not jobs): one job list serves every round.
+		c.ReuseSnapshots()
 		rec := agent.NewReconciler(c, dem, acfg, cfg.Log)
 		q := quiet{until: from}
 		step = func(ctx context.Context, t int64) error {

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"testing"
 
+	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
@@ -250,4 +251,55 @@ func TestPilotHarmIsBoundedByTheReactionTimeAndZeroInBaseline(t *testing.T) {
 		t.Fatalf("fixed 1 h pilots: %+v, harvest: %+v; fixed pilots that are never released should block far more", f, h)
 	}
 	t.Logf("harvest %+v, fixed %+v", harv.Foreign.Blocked, fixed.Foreign.Blocked)
+}
+
+// manyUsers spreads busyWorkload's jobs over 40 users, so that per-user
+// sums (NUWT, F, the multifactor's fair share) have many terms: summed
+// in a map's order, their last digits differ from run to run.
+func manyUsers(w Workload) Workload {
+	for i := range w.Jobs {
+		w.Jobs[i].User = fmt.Sprint("u", (i*7)%40)
+	}
+	return w
+}
+
+func TestPerUserFiguresAndFairShareAreByteIdenticalAcrossRuns(t *testing.T) {
+	w := manyUsers(busyWorkload(9, 400))
+	for _, mode := range []Mode{Baseline, Harvest} {
+		t.Run(string(mode), func(t *testing.T) {
+			mod := func(c *Config) {
+				c.Nodes, c.HarvestBacklog = 32, 1_000_000_000
+				m := simcluster.DefaultMultifactor()
+				c.Cluster.Multifactor = &m
+			}
+			var first []byte
+			// Go randomises map order per range: a few runs make a
+			// difference certain if any sum depends on it.
+			for i := range 4 {
+				res := runMode(t, w, mode, mod)
+				var b bytes.Buffer
+				if err := json.NewEncoder(&b).Encode(res); err != nil {
+					t.Fatal(err)
+				}
+				if err := WriteSummary(&b, res); err != nil {
+					t.Fatal(err)
+				}
+				if err := WriteJobsCSV(&b, res); err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 {
+					first = b.Bytes()
+					continue
+				}
+				if !bytes.Equal(first, b.Bytes()) {
+					a, c := first, b.Bytes()
+					k := 0
+					for k < min(len(a), len(c)) && a[k] == c[k] {
+						k++
+					}
+					t.Fatalf("run %d differs from run 0 at byte %d: %q vs %q", i, k, a[max(k-40, 0):min(k+40, len(a))], c[max(k-40, 0):min(k+40, len(c))])
+				}
+			}
+		})
+	}
 }

@@ -52,8 +52,11 @@ type Workload struct {
 	Skipped map[string]int
 	// Adjusted counts jobs kept with a repaired field, by reason.
 	Adjusted map[string]int
-	// MaxNodes is the machine size from an SWF header (0 = unknown).
+	// MaxNodes is the machine size from an SWF header (0 = unknown; see
+	// Header.Nodes).
 	MaxNodes int
+	// Header is the SWF header (empty for other formats).
+	Header Header
 }
 
 // Summary says in one line what was read and what was skipped.
@@ -222,19 +225,17 @@ func ReadSWF(r io.Reader) (Workload, error) {
 	w := Workload{Format: "swf"}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	field := -1 // the header field a continuation line extends
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" {
 			continue
 		}
-		if strings.HasPrefix(line, ";") {
-			if k, v, ok := strings.Cut(strings.TrimPrefix(line, ";"), ":"); ok && strings.TrimSpace(k) == "MaxNodes" {
-				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
-					w.MaxNodes = n
-				}
-			}
+		if c, ok := strings.CutPrefix(line, ";"); ok {
+			field = w.Header.line(c, field)
 			continue
 		}
+		field = -1
 		f := strings.Fields(line)
 		if len(f) != 18 {
 			w.skip("lines without 18 fields")
@@ -284,6 +285,7 @@ func ReadSWF(r io.Reader) (Workload, error) {
 	if len(w.Jobs) == 0 {
 		return Workload{}, fmt.Errorf("%w: no usable jobs (%s)", ErrBadWorkload, w.Summary())
 	}
+	w.MaxNodes, _ = w.Header.Nodes()
 	w.sortJobs()
 	return w, nil
 }

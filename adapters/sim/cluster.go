@@ -205,17 +205,28 @@ type Cluster struct {
 	now    int64
 	events eventHeap
 	evSeq  int64
-	jobs   []*job
-	byID   map[string]*job
+	// jobs are every job by seq; a finished pilot's entry is nil and its
+	// record is in done (see retire): a month of a large machine starts
+	// a million pilots, and memory should grow with the jobs and nodes.
+	jobs []*job
+	done []donePilot
+	byID map[string]*job
 	// usage per user, for the multifactor priority (priority.go)
 	usage   map[string]*usage
-	pending []*job // priority order; may hold jobs no longer pending
-	running []*job // in id order
-	used    int
+	users   []*usage // usage's values in the order users appeared
+	pending []*job   // priority order; may hold jobs no longer pending
+	running []*job   // in id order
+	// byEnd is the running jobs by their end judged by their limits (then
+	// id): the plan reads the releases in order without sorting them at
+	// every pass.
+	byEnd []*job
+	used  int
+	// preemptibleFree counts the nodes of running preemptible pilots not
+	// yet being preempted (see free).
+	preemptibleFree int
 	// schedAt is the time of the scheduling pass already queued, or -1.
 	schedAt int64
 	prof    profile
-	ends    []release // buildProfile's scratch
 	// Pilot harm (harm.go): the profile without pilots and the jobs with
 	// an open charge.
 	cfProf  profile
@@ -239,9 +250,21 @@ type Cluster struct {
 	// changes counts every change a snapshot or the busy pilots could
 	// show (see Changes).
 	changes int64
-	// busy is Demand's map of busy pilots as of change busyAt.
-	busy   map[string]bool
-	busyAt int64
+	// busy is the running pilots with a task, by id (Demand).
+	busy map[string]bool
+	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
+	snapJobs  []cluster.Job
+	reuseSnap bool
+}
+
+// ReuseSnapshots makes every Snapshot reuse the previous one's job list:
+// a snapshot is then valid only until the next call. A replay whose agent
+// reads each snapshot within its round (sim.Run) saves allocating and
+// collecting a list as long as the cluster's jobs at every round.
+func (c *Cluster) ReuseSnapshots() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reuseSnap = true
 }
 
 // New returns an empty cluster at virtual time 0.
@@ -249,7 +272,7 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}}
+	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}}
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -458,12 +481,6 @@ func (c *Cluster) dirty() {
 	c.push(event{t: c.schedAt, kind: evSched})
 }
 
-// release is nodes coming back at time t.
-type release struct {
-	t     int64
-	nodes int
-}
-
 // buildProfile fills c.prof with the free nodes over time, judged by the
 // running jobs' time limits.
 func (c *Cluster) buildProfile() *profile {
@@ -474,22 +491,38 @@ func (c *Cluster) buildProfile() *profile {
 // fillProfile fills p with the free nodes over time judged by the running
 // jobs' limits; without pilots, as if no pilot ran (see harm).
 func (c *Cluster) fillProfile(p *profile, withPilots bool) {
-	c.ends = c.ends[:0]
-	free := c.cfg.Nodes - c.used
-	for _, r := range c.running {
-		if r.pilot && !withPilots || r.preemptible && !r.preempting {
-			// The plan of the jobs above the preemptible tier ignores its
-			// pilots: their nodes are free at once (see free).
-			free += r.nodes
-			continue
+	skip := func(r *job) bool {
+		// The plan of the jobs above the preemptible tier ignores its
+		// pilots: their nodes are free at once (see free).
+		return r.pilot && !withPilots || r.preemptible && !r.preempting
+	}
+	free := c.cfg.Nodes - c.used + c.preemptibleFree
+	if !withPilots {
+		free = c.cfg.Nodes - c.used
+		for _, r := range c.byEnd {
+			if skip(r) {
+				free += r.nodes
+			}
 		}
-		c.ends = append(c.ends, release{r.endByLimit(), r.nodes})
 	}
-	slices.SortFunc(c.ends, func(a, b release) int { return cmp.Compare(a.t, b.t) })
 	p.reset(c.now, free)
-	for _, e := range c.ends {
-		p.release(max(e.t, c.now), e.nodes)
+	for _, r := range c.byEnd {
+		if !skip(r) {
+			p.release(max(r.endByLimit(), c.now), r.nodes)
+		}
 	}
+}
+
+// endIndex is where running job j is, or goes, in c.byEnd.
+func (c *Cluster) endIndex(j *job) int {
+	e := j.endByLimit()
+	i, _ := slices.BinarySearchFunc(c.byEnd, j, func(r, j *job) int {
+		if c := cmp.Compare(r.endByLimit(), e); c != 0 {
+			return c
+		}
+		return cmp.Compare(r.seq, j.seq)
+	})
+	return i
 }
 
 // schedule is one pass of the scheduler: jobs start in priority order while
@@ -564,6 +597,10 @@ func (c *Cluster) startAt(j *job, at int64) {
 	j.rec.Start = at
 	i := c.runningIndex(j)
 	c.running = slices.Insert(c.running, i, j)
+	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
+	if j.preemptible {
+		c.preemptibleFree += j.nodes
+	}
 	c.used += j.nodes
 	c.hold(j.rec.User, j.nodes)
 	j.endGen++
@@ -597,6 +634,11 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	j.rec.Killed = killed && !cancelled && !j.rec.Preempted
 	j.rec.Cancelled = cancelled
 	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
+	k := c.endIndex(j)
+	c.byEnd = slices.Delete(c.byEnd, k, k+1)
+	if j.preemptible && !j.preempting {
+		c.preemptibleFree -= j.nodes
+	}
 	c.used -= j.nodes
 	c.hold(j.rec.User, -j.nodes)
 	if j.pilot {
@@ -614,6 +656,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	if c.onEvent != nil {
 		c.onEvent(j.rec)
 	}
+	c.retire(j)
 	c.feedIdle()
 	c.dirty()
 }
@@ -638,13 +681,55 @@ func (c *Cluster) Samples() []Sample {
 	return append([]Sample(nil), c.samples...)
 }
 
+// donePilot is what a finished pilot's Record holds beyond what every
+// pilot's has (its id, name, user and label follow from its seq).
+type donePilot struct {
+	limit                 cluster.Limit
+	submit, start, end    int64
+	nodes                 int32
+	killed, cancelled     bool
+	preempted, shrunk, ok bool
+}
+
+// retire drops a finished pilot's job, keeping its record compact in
+// c.done. Events still queued for it hold the job and see it done.
+func (c *Cluster) retire(j *job) {
+	n := strconv.FormatInt(j.seq+1, 10)
+	if !j.pilot || j.rec.ID != "pilot-"+n {
+		return // an id made unique with a suffix: kept whole
+	}
+	if len(c.done) < len(c.jobs) {
+		c.done = slices.Grow(c.done, len(c.jobs)-len(c.done))[:len(c.jobs)]
+	}
+	r := &j.rec
+	c.done[j.seq] = donePilot{limit: r.Limit, submit: r.Submit, start: r.Start, end: r.End, nodes: int32(r.Nodes),
+		killed: r.Killed, cancelled: r.Cancelled, preempted: r.Preempted, shrunk: r.Shrunk, ok: true}
+	c.jobs[j.seq] = nil
+	delete(c.byID, r.ID)
+}
+
+// record returns the record of the job with seq i.
+func (c *Cluster) record(i int) Record {
+	if j := c.jobs[i]; j != nil {
+		return j.rec
+	}
+	d := c.done[i]
+	n := strconv.Itoa(i + 1)
+	run := int64(d.limit)
+	if d.limit.IsUnlimited() {
+		run = never
+	}
+	return Record{ID: "pilot-" + n, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Limit: d.limit,
+		Submit: d.submit, Run: run, Start: d.start, End: d.end, Killed: d.killed, Cancelled: d.cancelled, Preempted: d.preempted, Shrunk: d.shrunk}
+}
+
 // Records returns every job's record, in id order (a copy).
 func (c *Cluster) Records() []Record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Record, len(c.jobs))
-	for i, j := range c.jobs {
-		out[i] = j.rec
+	for i := range c.jobs {
+		out[i] = c.record(i)
 	}
 	for _, j := range c.charged {
 		out[j.seq].Blocked += min(c.now, j.chargeUntil) - j.chargeFrom
@@ -681,7 +766,12 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		IdleNodes:  c.cfg.Nodes - c.used,
 		Partition:  "sim",
 		MaxTime:    c.maxTime(),
-		Jobs:       make([]cluster.Job, 0, len(c.running)+len(c.pending)),
+	}
+	if c.reuseSnap {
+		s.Jobs = c.snapJobs[:0]
+		defer func() { c.snapJobs = s.Jobs }()
+	} else {
+		s.Jobs = make([]cluster.Job, 0, len(c.running)+len(c.pending))
 	}
 	for _, j := range c.running {
 		cj := c.view(j)
@@ -784,6 +874,7 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 	case stPending:
 		j.state = stDone
 		j.rec.Cancelled = true
+		c.retire(j)
 		c.changes++
 		c.dirty()
 	case stRunning:

@@ -418,3 +418,79 @@ func TestTasksSlowDownPastTheContention(t *testing.T) {
 		t.Fatal("a negative contention was accepted")
 	}
 }
+
+func TestFinishedPilotsKeepTheirWholeRecord(t *testing.T) {
+	// Finished pilots are kept compact (retire); their records must read
+	// back as they were when they ended: killed, cancelled (running and
+	// pending), preempted, shrunk, unlimited.
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Preemption = 3, true
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atEnd := map[string]Record{}
+	c.OnStartEnd(func(r Record) {
+		if r.End >= 0 {
+			atEnd[r.ID] = r
+		}
+	})
+	submit := func(l cluster.Limit, preemptible bool) string {
+		id, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: l, Preemptible: preemptible, Command: []string{"harvest", "pilot"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(id)
+	}
+	killed := submit(120, false)
+	cancelled := submit(cluster.Unlimited, false)
+	shrunk := submit(600, false)
+	_ = c.AdvanceTo(10)
+	pending := submit(60, false) // no node left: cancelled while pending
+	if err := c.Cancel(ctx, adapters.PilotID(cancelled)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(ctx, adapters.PilotID(pending)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Shrink(ctx, adapters.PilotID(shrunk), 300); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.AdvanceTo(200)
+	preempted := submit(3600, true)
+	_ = c.AdvanceTo(210)
+	if _, err := c.AddJob(JobSpec{Name: "f", Nodes: 3, TimeLimit: 100, RunTime: 50, Submit: 210}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.AdvanceTo(1000)
+	recs := c.Records()
+	byID := map[string]Record{}
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	pendingRec := byID[pending]
+	if !pendingRec.Cancelled || pendingRec.Start != -1 || pendingRec.Limit != 60 || pendingRec.User != "harvest" || pendingRec.Label != "pilot" {
+		t.Errorf("pilot cancelled while pending: %+v", pendingRec)
+	}
+	for _, id := range []string{killed, cancelled, shrunk, preempted} {
+		if byID[id] != atEnd[id] {
+			t.Errorf("pilot %s: record %+v, at its end %+v", id, byID[id], atEnd[id])
+		}
+	}
+	if r := byID[killed]; !r.Killed || r.End != 120 {
+		t.Errorf("killed %+v", r)
+	}
+	if r := byID[cancelled]; !r.Cancelled || !r.Limit.IsUnlimited() {
+		t.Errorf("cancelled %+v", r)
+	}
+	if r := byID[shrunk]; !r.Shrunk || r.End != 300 {
+		t.Errorf("shrunk %+v", r)
+	}
+	if r := byID[preempted]; !r.Preempted {
+		t.Errorf("preempted %+v", r)
+	}
+	if c.jobs[0] != nil || len(c.byID) != 1 {
+		t.Errorf("finished pilots are still held whole: jobs[0] %v, %d ids", c.jobs[0], len(c.byID))
+	}
+}

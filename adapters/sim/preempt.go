@@ -15,18 +15,9 @@ func (c *Cluster) free() int {
 }
 
 // preemptibleNodes counts the nodes of running preemptible pilots that are
-// not being preempted yet.
+// not being preempted yet (kept as they start, are preempted and end).
 func (c *Cluster) preemptibleNodes() int {
-	if !c.cfg.Preemption {
-		return 0
-	}
-	n := 0
-	for _, r := range c.running {
-		if r.preemptible && !r.preempting {
-			n += r.nodes
-		}
-	}
-	return n
+	return c.preemptibleFree
 }
 
 // preemptFor preempts, newest first, as many preemptible pilots as job j
@@ -79,6 +70,7 @@ func (c *Cluster) preempt(v *job) {
 		return
 	}
 	v.preempting = true
+	c.preemptibleFree -= v.nodes
 	c.endAt(v, c.now+c.cfg.GraceTime)
 }
 
@@ -87,7 +79,10 @@ func (c *Cluster) endAt(j *job, t int64) {
 	if t >= j.endByLimit() {
 		return
 	}
+	k := c.endIndex(j)
+	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	j.limit = t - j.rec.Start
+	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
 	j.endGen++
 	c.push(event{t: t, kind: evEnd, j: j, gen: j.endGen})
 	if j.task != nil && j.taskFrom+j.taskLen > t {

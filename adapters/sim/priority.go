@@ -62,6 +62,7 @@ func (c *Cluster) userUsage(user string) *usage {
 	if u == nil {
 		u = &usage{at: c.now}
 		c.usage[user] = u
+		c.users = append(c.users, u)
 	}
 	return u
 }
@@ -83,8 +84,11 @@ func (c *Cluster) reprioritise() {
 	if m == nil {
 		return
 	}
+	// Summed in the order users appeared (deterministic), not the map's:
+	// a float sum's last digits depend on its order, and the queue order
+	// on them.
 	var total float64
-	for _, u := range c.usage {
+	for _, u := range c.users {
 		u.charge(c.now, m.HalfLife)
 		total += u.used
 	}

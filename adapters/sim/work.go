@@ -114,6 +114,7 @@ func (c *Cluster) pull(j *job) {
 		c.runningTasks++
 		run := stretched(l, c.runningTasks, c.cfg.Contention)
 		j.task, j.taskLen, j.taskRun, j.taskSize, j.taskFrom = w, l, run, int(c.idlePilots+c.busyPilots), c.now
+		c.busy[j.rec.ID] = true
 		j.taskGen++
 		c.idlePilots--
 		c.busyPilots++
@@ -179,6 +180,7 @@ func (c *Cluster) taskDone(j *job) {
 	c.idlePilots++
 	c.pull(j)
 	if j.task == nil {
+		delete(c.busy, j.rec.ID)
 		c.changes++ // the pilot went idle
 	}
 	c.sample()
@@ -196,6 +198,7 @@ func (c *Cluster) requeue(j *job) {
 	c.runningTasks--
 	c.pendingTasks++
 	j.task = nil
+	delete(c.busy, j.rec.ID)
 }
 
 // feedIdle hands pending tasks to idle running pilots, oldest first.
@@ -218,20 +221,13 @@ func (c *Cluster) feedIdle() {
 }
 
 // Demand is the harvest backlog as the queue would report it (one task
-// slot per node), and which pilots are running a task. The map is shared
-// until the next change (see Changes): callers must not modify it.
+// slot per node), and which pilots are running a task. The map is kept up
+// to date as tasks start and end (no walk of the pilots per call): it is
+// the cluster's own, valid until time next moves or the cluster next
+// changes; callers must not modify it.
 func (c *Cluster) Demand() (cluster.Demand, map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy == nil || c.busyAt != c.changes {
-		c.busy = make(map[string]bool, c.busyPilots)
-		for _, r := range c.running {
-			if r.pilot && r.task != nil {
-				c.busy[r.rec.ID] = true
-			}
-		}
-		c.busyAt = c.changes
-	}
 	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}, c.busy
 }
 

@@ -99,8 +99,12 @@ func runReplay(c *cli.Context) error {
 		SimLatency:      int64(c.Duration("sim-latency") / time.Second),
 		SimReservations: c.Int64("sim-reservations"),
 	}
-	if _, err := replay.Map(w, cfg.Map); err != nil {
+	plan, err := replay.Map(w, cfg.Map)
+	if err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if !c.Bool("quiet") {
+		fmt.Fprintf(errw, "replay: the traced machine has %d processors, from %s\n", plan.TraceNodes, plan.TraceNodesFrom)
 	}
 	if os.Geteuid() != 0 {
 		return cli.Exit("harvest replay submits jobs as the cluster's users: run it as root", 2)

@@ -25,7 +25,6 @@ func TestReplayCommandRefusesClearly(t *testing.T) {
 		{"unknown run", []string{"--from", "0", "--to", "1000", "--runs", "baseline,harvest"}, `"harvest" is not baseline, polling or preemption`},
 		{"empty window", []string{"--from", "1000", "--to", "1000"}, "is not a window"},
 		{"no job in the window", []string{"--from", "200", "--to", "300"}, "no job of the trace is submitted in [200, 300)"},
-		{"no machine size", []string{"--from", "0", "--to", "1000", "--trace-nodes", "0"}, "give --trace-nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, msg, code := runHarvest(t, "", append(append([]string{}, base...), tc.args...)...)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ func simCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "workload", Usage: "workload `FILE` (.txt thesis format, .swf or .swf.gz)", Required: true},
 			&cli.StringFlag{Name: "format", Usage: "thesis or swf (default: from the file name)"},
-			&cli.IntFlag{Name: "nodes", Usage: "cluster size in nodes", Required: true},
+			&cli.IntFlag{Name: "nodes", Usage: "cluster size in nodes (default for SWF: the header's MaxNodes, else MaxProcs)"},
 			&cli.StringFlag{Name: "mode", Usage: "baseline, harvest or fixed", Value: "harvest"},
 			&cli.StringFlag{Name: "give-back", Usage: "`MODES`: polling, preemption, preemption-sizing, a comma-separated list, or all", Value: "polling"},
 			&cli.DurationFlag{Name: "grace", Usage: "in the preemption modes, how long a preempted pilot keeps its node"},
@@ -64,6 +65,10 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the recommendation keep pilots a waiting job could use, as the admin's floor does (the original system's rule)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
 			&cli.IntFlag{Name: "procs-per-node", Usage: "processors per node: a job of P processors (SWF) takes ceil(P / `N`) nodes", Value: 1},
+			&cli.IntFlag{Name: "generate", Usage: "replace the workload by `N` jobs drawn from it for a machine of --nodes x --procs-per-node (sizes, run times, limits, users and arrival gaps of the trace, sizes scaled to keep its offered load; see docs/sim.md)"},
+			&cli.IntFlag{Name: "generate-days", Usage: "with --generate: the days the jobs arrive over", Value: 30},
+			&cli.Uint64Flag{Name: "seed", Usage: "with --generate: the draw's seed (same seed, same workload)", Value: 1},
+			&cli.StringFlag{Name: "profile", Usage: "write CPU and allocation profiles of the run to `DIR` (sim.cpu.pprof, sim.allocs.pprof)"},
 			&cli.BoolFlag{Name: "warm", Usage: "start with the jobs the trace shows running or queued at --from (SWF recorded waits)"},
 			&cli.StringFlag{Name: "priority", Usage: "queue order: fifo, or multifactor (SLURM's age, job size and fair share)", Value: "fifo"},
 			&cli.StringFlag{Name: "priority-weights", Usage: "multifactor weights and times, e.g. `age=1000,size=1000,fairshare=1000,max-age=7d,half-life=7d` (these are the defaults)"},
@@ -78,9 +83,48 @@ func simCommand() *cli.Command {
 }
 
 func runSim(c *cli.Context) error {
+	errw := c.App.ErrWriter
+	if errw == nil {
+		errw = os.Stderr
+	}
+	quiet := c.Bool("quiet") || c.Bool("json")
+	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	cfg := sim.DefaultConfig()
 	cfg.Mode = sim.Mode(c.String("mode"))
-	cfg.Nodes = c.Int("nodes")
+	if cfg.Nodes, err = simNodes(c, w, errw, quiet); err != nil {
+		return err
+	}
+	if n := c.Int("generate"); n > 0 {
+		gc := sim.GenerateConfig{Nodes: cfg.Nodes, ProcsPerNode: c.Int("procs-per-node"), Jobs: n, Span: int64(c.Int("generate-days")) * 86400, Seed: c.Uint64("seed")}
+		if w, err = sim.Generate(w, gc); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		if !quiet {
+			fmt.Fprintf(errw, "sim: %s\n", w.Header.Get("Note"))
+		}
+	}
+	defer reportResources(errw, quiet)
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		// A replay allocates per round what it drops at the next: the
+		// collector's default (100) spends a third of a large run's CPU.
+		// 400 halves that, and the soft limit keeps the heap from
+		// growing to four times the live one on large runs (GOGC or
+		// GOMEMLIMIT override both).
+		debug.SetGCPercent(400)
+		debug.SetMemoryLimit(simMemoryLimit)
+	}
+	stopProfiles, err := startProfiles(c.String("profile"), "sim")
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			fmt.Fprintf(errw, "sim: %v\n", err)
+		}
+	}()
 	cfg.FixedLimit = cluster.Seconds(int64(c.Duration("fixed-limit") / time.Second))
 	cfg.From, cfg.To = c.Int64("from"), c.Int64("to")
 	cfg.HarvestBacklog = c.Int64("harvest-backlog")
@@ -136,15 +180,6 @@ func runSim(c *cli.Context) error {
 	if len(gbs) > 1 && (cfg.Mode != sim.Harvest || c.String("jobs-csv") != "" || c.String("plot") != "" || c.String("decisions") != "") {
 		return cli.Exit("several give-back modes run in harvest mode only, without --jobs-csv, --plot or --decisions", 2)
 	}
-	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
-	errw := c.App.ErrWriter
-	if errw == nil {
-		errw = os.Stderr
-	}
-	quiet := c.Bool("quiet") || c.Bool("json")
 	if !quiet {
 		fmt.Fprintf(errw, "sim: %s: %s\n", c.String("workload"), w.Summary())
 		cfg.Progress = errw
@@ -186,6 +221,47 @@ func runSim(c *cli.Context) error {
 		return enc.Encode(res)
 	}
 	return sim.WriteSummary(out, res)
+}
+
+// simMemoryLimit is the heap size past which the collector runs more
+// often than GOGC 400 says (runtime/debug.SetMemoryLimit): 400 MiB, below
+// the 500 MB a month of a 5,000-node machine may take (docs/sim.md).
+const simMemoryLimit = 400 << 20
+
+// reportResources says on errw (unless quiet) the CPU time and the peak
+// resident memory of the process so far: what a run cost, kept out of the
+// output so that stays byte-identical.
+func reportResources(errw io.Writer, quiet bool) {
+	if quiet {
+		return
+	}
+	if cpu, rss, ok := processUsage(); ok {
+		fmt.Fprintf(errw, "sim: %.2f s of CPU (user + system), peak RSS %.0f MB\n", cpu.Seconds(), float64(rss)/1e6)
+	}
+}
+
+// simNodes is --nodes, or for SWF the machine's size by its header (said
+// on errw unless quiet); the header's unreadable lines are said too.
+func simNodes(c *cli.Context, w sim.Workload, errw io.Writer, quiet bool) (int, error) {
+	if !quiet {
+		for _, p := range w.Header.Problems {
+			fmt.Fprintf(errw, "sim: SWF header line not understood, ignored: %s\n", p)
+		}
+	}
+	if c.IsSet("nodes") {
+		return c.Int("nodes"), nil
+	}
+	if w.Format != "swf" {
+		return 0, cli.Exit("--nodes is required for the thesis format (its files do not say the cluster's size)", 2)
+	}
+	n, from := w.Header.Nodes()
+	if n == 0 {
+		return 0, cli.Exit(fmt.Sprintf("--nodes not given and %s: give --nodes", from), 2)
+	}
+	if !quiet {
+		fmt.Fprintf(errw, "sim: %d nodes, from %s\n", n, from)
+	}
+	return n, nil
 }
 
 // giveBacks parses --give-back: one mode, a comma-separated list, or all.

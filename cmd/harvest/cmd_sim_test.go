@@ -21,6 +21,20 @@ func TestSimCommand(t *testing.T) {
 	if err := os.WriteFile(wl, []byte(simThesis), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	noHeader := filepath.Join(dir, "h.swf")
+	if err := os.WriteFile(noHeader, []byte("1 0 0 100 2 -1 -1 2 200 -1 1 1 1 -1 -1 -1 -1 -1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("an SWF header gives the cluster's size when --nodes is not given", func(t *testing.T) {
+		hdr := filepath.Join(dir, "hdr.swf")
+		if err := os.WriteFile(hdr, []byte("; MaxNodes: 6 (a note)\n; MaxProcs: 6\n1 0 0 100 2 -1 -1 2 200 -1 1 1 1 -1 -1 -1 -1 -1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, errMsg, code := runHarvest(t, "", "sim", "--workload", hdr, "--mode", "baseline")
+		if code != 0 || !strings.Contains(out, "6 nodes") {
+			t.Errorf("exit %d, stderr %q, stdout %q", code, errMsg, out)
+		}
+	})
 	t.Run("baseline --json prints the contract's shape with the measured figures", func(t *testing.T) {
 		out, errMsg, code := runHarvest(t, "", "sim", "--workload", wl, "--nodes", "4", "--mode", "baseline", "--to", "1000", "--json")
 		if code != 0 {
@@ -92,6 +106,8 @@ func TestSimCommand(t *testing.T) {
 		{"a missing workload file is refused", "no such file", []string{"--workload", filepath.Join(dir, "nope.txt"), "--nodes", "4"}},
 		{"a file whose format cannot be told is refused", "--format", []string{"--workload", filepath.Join(dir, "w.dat"), "--nodes", "4"}},
 		{"an empty window is refused", "window", []string{"--workload", wl, "--nodes", "4", "--from", "100", "--to", "50"}},
+		{"a thesis list without --nodes is refused", "--nodes is required", []string{"--workload", wl}},
+		{"an SWF file without a header and without --nodes is refused", "neither MaxNodes nor MaxProcs", []string{"--workload", noHeader}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errMsg, code := runHarvest(t, "", append([]string{"sim"}, tc.args...)...)
