@@ -1,0 +1,297 @@
+package policy
+
+import (
+	"math"
+	"slices"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// The queue walk: the pending foreign jobs in the batch system's order,
+// each given the earliest start the free nodes over time allow, as a
+// backfill scheduler does (SLURM's sched/backfill: a job starts now if it
+// fits for its whole limit around the reservations of the jobs before it;
+// a job that cannot start now gets a reservation at its earliest start, up
+// to Config.Reservations jobs). The walk runs twice:
+//
+//   - the ideal view: the pilots above the floor gone (released when
+//     polling, preempted in the preemption modes), which is what the
+//     cluster would do without harvesting: every job it starts now must
+//     start now;
+//   - the batch system's view: the pilots there, each holding its node
+//     until its limit, which is what the batch system does. A job the
+//     ideal view starts and this one does not is held back by pilots, on
+//     its nodes or only in the plan (a pilot with a long limit pushes a
+//     reservation later, and the scheduler then keeps nodes for another
+//     job instead).
+//
+// One round releases the fewest pilots, in release order, that make the
+// batch system's view start every job the ideal view starts: a burst of N
+// jobs gets its nodes in one round, not in N.
+
+// never is a start or an end that does not come.
+const never = int64(math.MaxInt64)
+
+// plan is the free nodes over time, a step function: free[i] nodes from
+// times[i] (seconds from now) to times[i+1]. times[0] is 0.
+type plan struct {
+	times []int64
+	free  []int
+}
+
+func newPlan(free int, ends []freeing) plan {
+	p := plan{times: []int64{0}, free: []int{free}}
+	slices.SortFunc(ends, func(a, b freeing) int { return compareLimit(a.after, b.after) })
+	for _, e := range ends {
+		if e.after.IsUnlimited() {
+			break
+		}
+		t := max(int64(e.after), 0)
+		i := p.split(t)
+		for k := i; k < len(p.times); k++ {
+			p.free[k] += e.nodes
+		}
+	}
+	return p
+}
+
+// split makes t a breakpoint and returns its index.
+func (p *plan) split(t int64) int {
+	i, found := slices.BinarySearch(p.times, t)
+	if found {
+		return i
+	}
+	p.times = slices.Insert(p.times, i, t)
+	p.free = slices.Insert(p.free, i, p.free[i-1])
+	return i
+}
+
+func addTime(t int64, d cluster.Limit) int64 {
+	if d.IsUnlimited() || t == never {
+		return never
+	}
+	return t + int64(d)
+}
+
+// earliest is the first time n nodes are free for d.
+func (p *plan) earliest(n int, d cluster.Limit) int64 {
+	for i := range p.times {
+		if p.free[i] < n {
+			continue
+		}
+		end := addTime(p.times[i], d)
+		ok := true
+		for k := i + 1; k < len(p.times) && p.times[k] < end; k++ {
+			if p.free[k] < n {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return p.times[i]
+		}
+	}
+	return never
+}
+
+// reserve takes n nodes on [s, s+d).
+func (p *plan) reserve(s int64, d cluster.Limit, n int) {
+	i := p.split(s)
+	j := len(p.times)
+	if end := addTime(s, d); end != never {
+		j = p.split(end)
+	}
+	for k := i; k < j; k++ {
+		p.free[k] -= n
+	}
+}
+
+// firstShort is the first time fewer than n nodes are free (never if
+// none): how long n new pilots may hold nodes without delaying anybody.
+func (p *plan) firstShort(n int) int64 {
+	for i := range p.times {
+		if p.free[i] < n {
+			return p.times[i]
+		}
+	}
+	return never
+}
+
+// walked is the outcome of one walk.
+type walked struct {
+	plan plan
+	// starts are the indices (in the snapshot's jobs) of the pending
+	// foreign jobs that start now, in order; nodes is their total.
+	starts []int
+	nodes  int
+	// topAt is J_top's start in the walk (never if it has none).
+	topAt int64
+}
+
+// walkQueue places the pending foreign jobs, in the snapshot's order, in
+// plan p.
+func (v *view) walkQueue(p plan) walked {
+	w := walked{plan: p, topAt: never}
+	reserved := 0
+	for i := range v.s.Jobs {
+		j := &v.s.Jobs[i]
+		if j.Pilot || j.State != cluster.Pending {
+			continue
+		}
+		canReserve := v.cfg.Reservations == 0 || reserved < v.cfg.Reservations
+		if j.Nodes > w.plan.free[0] && !canReserve {
+			continue
+		}
+		s := w.plan.earliest(j.Nodes, j.TimeLimit)
+		if i == v.top {
+			w.topAt = s
+		}
+		switch {
+		case s == 0:
+			w.plan.reserve(0, j.TimeLimit, j.Nodes)
+			w.starts = append(w.starts, i)
+			w.nodes += j.Nodes
+		case s != never && canReserve:
+			w.plan.reserve(s, j.TimeLimit, j.Nodes)
+			reserved++
+		}
+	}
+	return w
+}
+
+// planFor builds the free nodes over time with the pilots as a view sees
+// them. ideal: the pilots above the floor are gone (their running nodes
+// free now, their queued and ledger pilots take nothing). Otherwise the
+// pilots in gone are released and the rest hold their nodes until their
+// limits, queued and ledger ones taking idle nodes first. Running
+// preemptible pilots count as free in preemption mode in either view (the
+// batch system preempts them for any job above their tier), and queued
+// ones never compete for a node.
+func (v *view) planFor(ideal bool, gone map[string]bool) plan {
+	s := v.s
+	free := s.IdleNodes
+	var ends []freeing
+	take := func(n int, after cluster.Limit) {
+		n = min(n, free)
+		if n > 0 {
+			free -= n
+			ends = append(ends, freeing{after: after, nodes: n})
+		}
+	}
+	floor := map[string]bool{}
+	for _, p := range v.hold.floor {
+		floor[p.ID] = true
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if !j.Pilot {
+			if j.State == cluster.Running {
+				ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
+			}
+			continue
+		}
+		tier := v.cfg.Preemption && j.Preemptible
+		present := !gone[j.ID] && !tier && (!ideal || floor[j.ID])
+		switch {
+		case j.State == cluster.Running && present:
+			ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
+		case j.State == cluster.Running:
+			free += j.Nodes
+		case present:
+			take(j.Nodes, j.TimeLimit)
+		}
+	}
+	ledger := v.hold.floorLedger
+	if !ideal {
+		ledger = int(^uint(0) >> 1)
+	}
+	for _, u := range v.in.Upcoming {
+		if ledger <= 0 {
+			break
+		}
+		if v.cfg.Preemption && u.Preemptible {
+			continue
+		}
+		after := u.TimeLimit
+		if !after.IsUnlimited() {
+			after = cluster.Limit(max(0, int64(after)-max(0, s.Now-u.SubmittedAt)))
+		}
+		n := min(u.Count, ledger)
+		ledger -= n
+		take(n, after)
+	}
+	return newPlan(free, ends)
+}
+
+// overdue reads a running job past its limit as ending in a second, not
+// now: its nodes are not idle yet.
+func overdue(r cluster.Limit) cluster.Limit {
+	if r == 0 {
+		return 1
+	}
+	return r
+}
+
+// startsAll reports whether every job of want is among got's starts.
+func startsAll(got walked, want []int) bool {
+	k := 0
+	for _, i := range got.starts {
+		if k < len(want) && want[k] == i {
+			k++
+		}
+	}
+	return k == len(want)
+}
+
+// releaseFor returns the pilots to cancel so that the batch system starts
+// every job the ideal walk starts: the shortest prefix of the releasable
+// pilots (above Keep, ours to release) in release order, found by
+// bisection (more pilots gone never starts fewer jobs now), or all of them
+// when even that is not enough (enough false). None, and batchStarts,
+// when the batch system starts them without a release.
+func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool) {
+	if len(ideal.starts) == 0 || startsAll(v.walkQueue(v.planFor(false, nil)), ideal.starts) {
+		return nil, true, true
+	}
+	cands := v.releasable()
+	gone := func(k int) map[string]bool {
+		m := make(map[string]bool, k)
+		for _, p := range cands[:k] {
+			m[p.ID] = true
+		}
+		return m
+	}
+	lo, hi := 1, len(cands)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if startsAll(v.walkQueue(v.planFor(false, gone(mid))), ideal.starts) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	ids = make([]string, 0, hi)
+	for _, p := range cands[:hi] {
+		ids = append(ids, p.ID)
+	}
+	enough = hi > 0 && (hi < len(cands) || startsAll(v.walkQueue(v.planFor(false, gone(hi))), ideal.starts))
+	return ids, false, enough
+}
+
+// releasable returns the visible pilots we may release for a waiting job,
+// in release order: all but the floor, and in preemption mode only those
+// outside the preemptible tier.
+func (v *view) releasable() []cluster.Job {
+	floor := map[string]bool{}
+	for _, p := range v.hold.floor {
+		floor[p.ID] = true
+	}
+	var out []cluster.Job
+	for _, p := range v.s.Jobs {
+		if p.Pilot && !floor[p.ID] && !(v.cfg.Preemption && p.Preemptible) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, compareRelease)
+	return out
+}
