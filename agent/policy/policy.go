@@ -258,7 +258,7 @@ func (v *view) decide(d Decision) Decision {
 // the cluster would start now without the pilots above the floor gets its
 // nodes in this round.
 func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decision {
-	ideal := v.walkQueue(v.planFor(true, nil))
+	ideal := v.ideal()
 	ids, batchStarts, enough := v.releaseFor(ideal)
 	topStarts := len(ideal.starts) > 0 && ideal.starts[0] == v.top
 
@@ -321,15 +321,19 @@ func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decisio
 
 // holeLimit is how long new pilots on the idle nodes may run without
 // delaying any job of the ideal walk: until the free nodes of its plan
-// (reservations taken) drop below the pilots' count. The batch system's
-// own expected start of J_top (mt, with Config.UseExpectedStart) bounds it
-// when earlier than the walk's.
+// (reservations taken) drop below the pilots' count; and no longer than
+// the batch system's own plan lets them start now (a pilot that does not
+// fit it would only wait in the queue). The batch system's expected start
+// of J_top (mt, with Config.UseExpectedStart) bounds it when earlier than
+// the walk's.
 func (v *view) holeLimit(ideal walked, mt cluster.Limit) cluster.Limit {
 	n := v.idle
 	if room, _, _ := v.room(); room < n {
 		n = room
 	}
-	t := ideal.plan.firstShort(max(n, 1))
+	n = max(n, 1)
+	b := v.batch(nil)
+	t := min(ideal.plan.firstShort(n), b.plan.firstShort(n))
 	l := cluster.Unlimited
 	if t != never {
 		l = cluster.Limit(t)

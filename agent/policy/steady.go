@@ -72,11 +72,10 @@ func Steady(in Input, cfg Config) int64 {
 		}
 	}
 	g := max(cfg.Granularity, 1)
-	for _, ideal := range []bool{true, false} {
-		w := v.walkQueue(v.planFor(ideal, nil))
-		if hl := v.holeLimit(w, v.maxTime(tj)); ideal && !hl.IsUnlimited() && int64(hl)-cfg.Margin >= g {
-			bound(int64(hl) - cfg.Margin - g)
-		}
+	if hl := v.holeLimit(v.ideal(), v.maxTime(tj)); !hl.IsUnlimited() && int64(hl)-cfg.Margin >= g {
+		bound(int64(hl) - cfg.Margin - g)
+	}
+	for _, w := range []walked{v.ideal(), v.batch(nil)} {
 		for _, t := range w.plan.times {
 			if t <= 0 || t == never {
 				continue

@@ -29,6 +29,12 @@ import (
 // batch system's view start every job the ideal view starts: a burst of N
 // jobs gets its nodes in one round, not in N.
 
+// walkDepth bounds the pending jobs one walk places, as SLURM's
+// bf_max_job_test bounds its backfill pass (500 by default; the test
+// cluster sets 1000): jobs deeper in the queue get no reservation there
+// either, and a 10,000-job queue stays a sub-second round.
+const walkDepth = 1000
+
 // never is a start or an end that does not come.
 const never = int64(math.MaxInt64)
 
@@ -129,14 +135,22 @@ type walked struct {
 }
 
 // walkQueue places the pending foreign jobs, in the snapshot's order, in
-// plan p.
-func (v *view) walkQueue(p plan) walked {
+// plan p. With queued, the queued pilots not in gone are placed too, in
+// their places in the order (they are pending jobs to the batch system:
+// one that does not fit its plan stays queued and takes no node).
+func (v *view) walkQueue(p plan, queued bool, gone map[string]bool) walked {
 	w := walked{plan: p, topAt: never}
-	reserved := 0
+	reserved, placed := 0, 0
 	for i := range v.s.Jobs {
 		j := &v.s.Jobs[i]
-		if j.Pilot || j.State != cluster.Pending {
+		if j.State != cluster.Pending {
 			continue
+		}
+		if j.Pilot && (!queued || gone[j.ID] || v.cfg.Preemption && j.Preemptible) {
+			continue
+		}
+		if placed++; placed > walkDepth {
+			break
 		}
 		canReserve := v.cfg.Reservations == 0 || reserved < v.cfg.Reservations
 		if j.Nodes > w.plan.free[0] && !canReserve {
@@ -149,8 +163,10 @@ func (v *view) walkQueue(p plan) walked {
 		switch {
 		case s == 0:
 			w.plan.reserve(0, j.TimeLimit, j.Nodes)
-			w.starts = append(w.starts, i)
-			w.nodes += j.Nodes
+			if !j.Pilot {
+				w.starts = append(w.starts, i)
+				w.nodes += j.Nodes
+			}
 		case s != never && canReserve:
 			w.plan.reserve(s, j.TimeLimit, j.Nodes)
 			reserved++
@@ -159,11 +175,22 @@ func (v *view) walkQueue(p plan) walked {
 	return w
 }
 
+// batch is the batch system's walk with the pilots in gone released.
+func (v *view) batch(gone map[string]bool) walked {
+	return v.walkQueue(v.planFor(false, gone), true, gone)
+}
+
+// ideal is the walk with the pilots above the floor gone.
+func (v *view) ideal() walked {
+	return v.walkQueue(v.planFor(true, nil), false, nil)
+}
+
 // planFor builds the free nodes over time with the pilots as a view sees
 // them. ideal: the pilots above the floor are gone (their running nodes
-// free now, their queued and ledger pilots take nothing). Otherwise the
-// pilots in gone are released and the rest hold their nodes until their
-// limits, queued and ledger ones taking idle nodes first. Running
+// free now, their queued and ledger pilots take nothing; queued and ledger
+// floor pilots take idle nodes first). Otherwise the pilots in gone are
+// released and the rest hold their nodes until their limits, ledger ones
+// taking idle nodes first (queued ones are placed by the walk). Running
 // preemptible pilots count as free in preemption mode in either view (the
 // batch system preempts them for any job above their tier), and queued
 // ones never compete for a node.
@@ -197,7 +224,7 @@ func (v *view) planFor(ideal bool, gone map[string]bool) plan {
 			ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
 		case j.State == cluster.Running:
 			free += j.Nodes
-		case present:
+		case present && ideal:
 			take(j.Nodes, j.TimeLimit)
 		}
 	}
@@ -250,7 +277,7 @@ func startsAll(got walked, want []int) bool {
 // when even that is not enough (enough false). None, and batchStarts,
 // when the batch system starts them without a release.
 func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool) {
-	if len(ideal.starts) == 0 || startsAll(v.walkQueue(v.planFor(false, nil)), ideal.starts) {
+	if len(ideal.starts) == 0 || startsAll(v.batch(nil), ideal.starts) {
 		return nil, true, true
 	}
 	cands := v.releasable()
@@ -264,7 +291,7 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool)
 	lo, hi := 1, len(cands)
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if startsAll(v.walkQueue(v.planFor(false, gone(mid))), ideal.starts) {
+		if startsAll(v.batch(gone(mid)), ideal.starts) {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -274,7 +301,7 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool)
 	for _, p := range cands[:hi] {
 		ids = append(ids, p.ID)
 	}
-	enough = hi > 0 && (hi < len(cands) || startsAll(v.walkQueue(v.planFor(false, gone(hi))), ideal.starts))
+	enough = hi > 0 && (hi < len(cands) || startsAll(v.batch(gone(hi)), ideal.starts))
 	return ids, false, enough
 }
 
