@@ -259,20 +259,31 @@ func (v *view) decide(d Decision) Decision {
 // nodes in this round.
 func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decision {
 	ideal := v.ideal()
-	ids, batchStarts, enough := v.releaseFor(ideal)
+	ids, batchStarts, enough, plan := v.releaseFor(ideal)
 	topStarts := len(ideal.starts) > 0 && ideal.starts[0] == v.top
 
-	// Cases 3 and 5: release for every job that can start now.
+	// Cases 3 and 5: release for every job that can start now, and the
+	// pilots whose limits would let the batch system start a job that
+	// would delay J_top.
 	if len(ids) > 0 {
-		d.Release, d.Case = ids, CaseReleaseForBackfill
-		if topStarts {
-			d.Case = CaseReleaseForTopJob
+		if !batchStarts {
+			d.Release, d.Case = ids, CaseReleaseForBackfill
+			if topStarts {
+				d.Case = CaseReleaseForTopJob
+			}
+			d.Reason = fmt.Sprintf("%s %s now (%s, %d idle) if pilots above the minimum of %d make way: releasing %s%s",
+				v.jobsPhrase(ideal.starts), canStart(len(ideal.starts)), nodesWord(ideal.nodes), v.idleF, v.keep, pilotsWord(len(ids)), v.preemptClause())
+			if !enough {
+				d.Reason += " (not enough yet: the other pilots are at the minimum or not visible yet)"
+			}
+			if plan > 0 {
+				d.Reason += fmt.Sprintf(", %d of them for their limits, which push job %s's start later in the batch system's plan", plan, top.ID)
+			}
+			return d
 		}
-		d.Reason = fmt.Sprintf("%s %s now (%s, %d idle) if pilots above the minimum of %d make way: releasing %s%s",
-			v.jobsPhrase(ideal.starts), canStart(len(ideal.starts)), nodesWord(ideal.nodes), v.idleF, v.keep, pilotsWord(len(ids)), v.preemptClause())
-		if !enough {
-			d.Reason += " (not enough yet: the other pilots are at the minimum or not visible yet)"
-		}
+		d.Release, d.Case = ids, CaseReleaseForPlan
+		d.Reason = fmt.Sprintf("pilots holding nodes past when job %s can start %s make the batch system plan it later, so it would backfill jobs that delay it: releasing the %s with the longest limits",
+			top.ID, inTime(mt), pilotsWord(len(ids)))
 		return d
 	}
 

@@ -270,39 +270,116 @@ func startsAll(got walked, want []int) bool {
 	return k == len(want)
 }
 
-// releaseFor returns the pilots to cancel so that the batch system starts
-// every job the ideal walk starts: the shortest prefix of the releasable
-// pilots (above Keep, ours to release) in release order, found by
-// bisection (more pilots gone never starts fewer jobs now), or all of them
-// when even that is not enough (enough false). None, and batchStarts,
-// when the batch system starts them without a release.
-func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool) {
-	if len(ideal.starts) == 0 || startsAll(v.batch(nil), ideal.starts) {
-		return nil, true, true
+// releaseFor returns the pilots to cancel so that the batch system does
+// now what the ideal walk does.
+//
+// First, so that it starts every job the ideal walk starts: the shortest
+// prefix of the releasable pilots (above Keep, ours to release) in release
+// order, found by bisection (more pilots gone never starts fewer jobs
+// now), or all of them when even that is not enough (enough false).
+//
+// Then, so that it plans J_top no later and starts no job the ideal walk
+// does not: pilots whose long limits push J_top's reservation later let
+// the batch system backfill jobs that then delay J_top for their whole
+// limits (on KTH-SP2, 48-84-node jobs started up to 18 h late that way,
+// never "blocked" by a pilot: a 60 h job took the nodes of pilots that
+// ended a minute before the next round). The pilots with the longest
+// remaining limits go first, as few as make the plans agree; none if no
+// release can. Their nodes are refilled with pilots sized to the plan.
+//
+// plan counts the pilots released for the second reason. batchStarts:
+// the batch system starts the ideal walk's jobs without a release.
+func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool, plan int) {
+	b := v.batch(nil)
+	batchStarts, enough = startsAll(b, ideal.starts), true
+	// With Config.Shrink the pilots' ends are pulled in instead (see
+	// withShrink): only the starts matter here.
+	planned := v.cfg.Shrink || agrees(b, ideal)
+	if batchStarts && planned {
+		return nil, true, true, 0
 	}
 	cands := v.releasable()
-	gone := func(k int) map[string]bool {
-		m := make(map[string]bool, k)
-		for _, p := range cands[:k] {
-			m[p.ID] = true
-		}
-		return m
+	gone := map[string]bool{}
+	if !batchStarts {
+		k, ok := shortest(len(cands), func(k int) bool {
+			return startsAll(v.batch(with(gone, cands[:k])), ideal.starts)
+		})
+		gone, enough = with(gone, cands[:k]), ok
 	}
-	lo, hi := 1, len(cands)
+	if enough && !planned {
+		var rest []cluster.Job
+		for _, p := range cands {
+			if !gone[p.ID] {
+				rest = append(rest, p)
+			}
+		}
+		slices.SortStableFunc(rest, func(a, b cluster.Job) int { return -compareLimit(a.Remaining(), b.Remaining()) })
+		agree := func(k int) bool {
+			w := v.batch(with(gone, rest[:k]))
+			return startsAll(w, ideal.starts) && agrees(w, ideal)
+		}
+		if !agree(0) {
+			if k, ok := shortest(len(rest), agree); ok {
+				gone, plan = with(gone, rest[:k]), k
+			}
+		}
+	}
+	for _, p := range cands {
+		if gone[p.ID] {
+			ids = append(ids, p.ID)
+		}
+	}
+	return ids, batchStarts, enough, plan
+}
+
+// shortest returns the smallest k in [1, n] with ok(k), by bisection (ok
+// is taken to be monotone), and whether ok(n) holds at all.
+func shortest(n int, ok func(int) bool) (int, bool) {
+	if n == 0 || !ok(n) {
+		return n, false
+	}
+	lo, hi := 1, n
 	for lo < hi {
-		mid := (lo + hi) / 2
-		if startsAll(v.batch(gone(mid)), ideal.starts) {
+		if mid := (lo + hi) / 2; ok(mid) {
 			hi = mid
 		} else {
 			lo = mid + 1
 		}
 	}
-	ids = make([]string, 0, hi)
-	for _, p := range cands[:hi] {
-		ids = append(ids, p.ID)
+	return hi, true
+}
+
+// with returns gone plus the pilots of more, as a new set.
+func with(gone map[string]bool, more []cluster.Job) map[string]bool {
+	m := make(map[string]bool, len(gone)+len(more))
+	for id := range gone {
+		m[id] = true
 	}
-	enough = hi > 0 && (hi < len(cands) || startsAll(v.batch(gone(hi)), ideal.starts))
-	return ids, false, enough
+	for _, p := range more {
+		m[p.ID] = true
+	}
+	return m
+}
+
+// agrees reports whether the batch system's walk w plans as the ideal one
+// where it matters: J_top starts no later, and every foreign job w starts
+// now is one the ideal walk starts. A later J_top in the batch system's
+// plan lets it backfill jobs now (or the moment a pilot ends, before the
+// next round) that delay J_top for their whole limits.
+func agrees(w, ideal walked) bool {
+	if w.topAt > ideal.topAt {
+		return false
+	}
+	in := make(map[int]bool, len(ideal.starts))
+	for _, i := range ideal.starts {
+		in[i] = true
+	}
+	for _, i := range w.starts {
+		if !in[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // releasable returns the visible pilots we may release for a waiting job,
