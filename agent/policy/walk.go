@@ -132,6 +132,9 @@ type walked struct {
 	nodes  int
 	// topAt is J_top's start in the walk (never if it has none).
 	topAt int64
+	// at maps the foreign jobs placed (index in the snapshot's jobs) to
+	// their starts, now or reserved.
+	at map[int]int64
 }
 
 // walkQueue places the pending foreign jobs, in the snapshot's order, in
@@ -139,7 +142,7 @@ type walked struct {
 // their places in the order (they are pending jobs to the batch system:
 // one that does not fit its plan stays queued and takes no node).
 func (v *view) walkQueue(p plan, queued bool, gone map[string]bool) walked {
-	w := walked{plan: p, topAt: never}
+	w := walked{plan: p, topAt: never, at: map[int]int64{}}
 	reserved, placed := 0, 0
 	for i := range v.s.Jobs {
 		j := &v.s.Jobs[i]
@@ -159,6 +162,9 @@ func (v *view) walkQueue(p plan, queued bool, gone map[string]bool) walked {
 		s := w.plan.earliest(j.Nodes, j.TimeLimit)
 		if i == v.top {
 			w.topAt = s
+		}
+		if !j.Pilot && (s == 0 || s != never && canReserve) {
+			w.at[i] = s
 		}
 		switch {
 		case s == 0:
@@ -278,10 +284,9 @@ func startsAll(got walked, want []int) bool {
 // order, found by bisection (more pilots gone never starts fewer jobs
 // now), or all of them when even that is not enough (enough false).
 //
-// Then, so that it plans J_top no later and starts no job the ideal walk
-// does not: pilots whose long limits push J_top's reservation later let
-// the batch system backfill jobs that then delay J_top for their whole
-// limits (on KTH-SP2, 48-84-node jobs started up to 18 h late that way,
+// Then, so that it plans no job earlier than the ideal walk: pilots whose
+// long limits push J_top's reservation later let the batch system
+// backfill jobs that then delay J_top for their whole limits (on KTH-SP2, 48-84-node jobs started up to 18 h late that way,
 // never "blocked" by a pilot: a 60 h job took the nodes of pilots that
 // ended a minute before the next round). The pilots with the longest
 // remaining limits go first, as few as make the plans agree; none if no
@@ -294,7 +299,7 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool,
 	batchStarts, enough = startsAll(b, ideal.starts), true
 	// With Config.Shrink the pilots' ends are pulled in instead (see
 	// withShrink): only the starts matter here.
-	planned := v.cfg.Shrink || agrees(b, ideal)
+	planned := v.cfg.Shrink || v.agrees(b, ideal)
 	if batchStarts && planned {
 		return nil, true, true, 0
 	}
@@ -316,7 +321,7 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool,
 		slices.SortStableFunc(rest, func(a, b cluster.Job) int { return -compareLimit(a.Remaining(), b.Remaining()) })
 		agree := func(k int) bool {
 			w := v.batch(with(gone, rest[:k]))
-			return startsAll(w, ideal.starts) && agrees(w, ideal)
+			return startsAll(w, ideal.starts) && v.agrees(w, ideal)
 		}
 		if !agree(0) {
 			if k, ok := shortest(len(rest), agree); ok {
@@ -361,21 +366,18 @@ func with(gone map[string]bool, more []cluster.Job) map[string]bool {
 	return m
 }
 
-// agrees reports whether the batch system's walk w plans as the ideal one
-// where it matters: J_top starts no later, and every foreign job w starts
-// now is one the ideal walk starts. A later J_top in the batch system's
-// plan lets it backfill jobs now (or the moment a pilot ends, before the
-// next round) that delay J_top for their whole limits.
-func agrees(w, ideal walked) bool {
-	if w.topAt > ideal.topAt {
+// agrees reports whether the batch system's walk w plans J_top no later
+// than the ideal one while other jobs wait behind it, and no foreign job
+// earlier. Pilots only take nodes, so a job gets an earlier start with
+// them only because they pushed a reservation ahead of it later; and with
+// J_top planned later, any job behind it may start the moment a pilot or a
+// job ends (before the next round) and delay J_top for its whole limit.
+func (v *view) agrees(w, ideal walked) bool {
+	if w.topAt > ideal.topAt && v.behindTop() {
 		return false
 	}
-	in := make(map[int]bool, len(ideal.starts))
-	for _, i := range ideal.starts {
-		in[i] = true
-	}
-	for _, i := range w.starts {
-		if !in[i] {
+	for i, t := range w.at {
+		if it, ok := ideal.at[i]; !ok || t < it {
 			return false
 		}
 	}
@@ -398,4 +400,14 @@ func (v *view) releasable() []cluster.Job {
 	}
 	slices.SortFunc(out, compareRelease)
 	return out
+}
+
+// behindTop reports whether a pending foreign job waits behind J_top.
+func (v *view) behindTop() bool {
+	for i := v.top + 1; i < len(v.s.Jobs); i++ {
+		if j := &v.s.Jobs[i]; !j.Pilot && j.State == cluster.Pending {
+			return true
+		}
+	}
+	return false
 }
