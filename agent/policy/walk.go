@@ -79,22 +79,24 @@ func addTime(t int64, d cluster.Limit) int64 {
 	return t + int64(d)
 }
 
-// earliest is the first time n nodes are free for d.
+// earliest is the first time n nodes are free for d: one pass over the
+// steps, following the current run of steps with n free.
 func (p *plan) earliest(n int, d cluster.Limit) int64 {
+	start := -1
 	for i := range p.times {
 		if p.free[i] < n {
+			start = -1
 			continue
 		}
-		end := addTime(p.times[i], d)
-		ok := true
-		for k := i + 1; k < len(p.times) && p.times[k] < end; k++ {
-			if p.free[k] < n {
-				ok = false
-				break
-			}
+		if start < 0 {
+			start = i
 		}
-		if ok {
-			return p.times[i]
+		end := never
+		if i+1 < len(p.times) {
+			end = p.times[i+1]
+		}
+		if end == never || addTime(p.times[start], d) <= end {
+			return p.times[start]
 		}
 	}
 	return never
