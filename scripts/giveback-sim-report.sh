@@ -35,9 +35,8 @@ for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850 2,5,8" "SDSC-SP2-1998-4.2-cl
         --harvest-backlog 1000000000 --task-seconds 300 --give-back $run >"$TMP/r.json"
       grace=$([ "$run" = all ] && echo "" || echo ", 30 s grace")
       jq -r --arg t "$t" --arg k "$days" --arg g "$grace" '
-        .baseline as $b | ((1 - $b.utilization) * $b.nodes * $b.span_s) as $idle |
+        .baseline as $b | .control.delays.total_s as $c | ((1 - $b.utilization) * $b.nodes * $b.span_s) as $idle |
         .modes[] | .result as $r | .delays as $d | $r.foreign.blocked_by_pilots as $bl |
-        .control.delays.total_s as $c |
         "| \($t) | \($k) | \(.give_back)\($g) | \($r.harvest.pilots) | \($r.harvest.node_seconds/$idle*1000|round/10)% / \($r.harvest.useful_node_seconds/$idle*1000|round/10)% | \($r.harvest.lost_task_seconds/3600|round) | \($b.foreign.mean_wait_s|round) -> \($r.foreign.mean_wait_s|round) | \($d.later) / \($d.later_than_2s) / \($d.later_than_70s) of \($d.jobs) | \($d.max_s) | \($d.total_s/3600*10|round/10) (\($c/3600*10|round/10)) | \(if $c > 0 then "\($d.total_s/$c*100|round/100)x" else "-" end) | \($bl.jobs) / \($bl.sum_s/3600*10|round/10) / \($bl.max_s) |"' "$TMP/r.json"
     done
   done
