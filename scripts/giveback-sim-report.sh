@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Prints docs/sim.md's give-back table: the same one-month windows of the
-# KTH-SP2 and SDSC-SP2 traces as scripts/sim-report.sh, each run without
+# KTH-SP2 and SDSC-SP2 traces as scripts/sim-report.sh, and the CTC-SP2
+# month of the polling-harm measurements (days 60-90), each run without
 # harvesting (baseline) and with harvesting in every give-back mode
 # (`harvest sim --give-back all`: polling, preemption, preemption-sizing;
 # no grace), then in both preemption modes with a 30 s grace. Delays are job by
-# job against the baseline of the same window.
+# job against the baseline of the same window; "late vs control" divides a
+# mode's late job-hours by the control's (the same baseline with the
+# scheduler 1 s slower: what any small perturbation costs).
 # Usage: scripts/giveback-sim-report.sh [WORKLOADS_DIR]   (default ../shared/workloads)
 # Prints a markdown table on stdout; progress on stderr. About a minute.
 set -euo pipefail
@@ -15,14 +18,14 @@ trap 'rm -rf "$TMP"' EXIT
 BIN=$TMP/harvest
 go build -o "$BIN" ./cmd/harvest
 
-echo "| trace | window (days from trace start) | give-back | pilots started | harvested: held / useful (% of baseline idle) | lost task-h | foreign mean wait (s): baseline -> mode | started later / > 2 s / > 70 s later than baseline | max delay (s) | delay, all jobs (job-h) | blocked by pilots: jobs / hours |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| trace | window (days from trace start) | give-back | pilots started | harvested: held / useful (% of baseline idle) | lost task-h | foreign mean wait (s): baseline -> mode | started later / > 2 s / > 70 s later than baseline | max delay (s) | late job-h (control) | late vs control | blocked by pilots: jobs / hours / max s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 month=2592000
-for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850" "SDSC-SP2-1998-4.2-cln.swf.gz 128 566129"; do
+for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850 2,5,8" "SDSC-SP2-1998-4.2-cln.swf.gz 128 566129 2,5,8" "CTC-SP2-1996-3.1-cln.swf.gz 338 0 2"; do
   set -- $spec
   f=$W/$1 nodes=$2 start=$3
   t=${1%%-cln*}
-  for k in 2 5 8; do
+  for k in ${4//,/ }; do
     from=$((start + k * month)) to=$((start + (k + 1) * month))
     days="$((k * 30))-$(((k + 1) * 30))"
     for run in "all" "preemption,preemption-sizing --grace 30s"; do
@@ -32,9 +35,9 @@ for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850" "SDSC-SP2-1998-4.2-cln.swf.
         --harvest-backlog 1000000000 --task-seconds 300 --give-back $run >"$TMP/r.json"
       grace=$([ "$run" = all ] && echo "" || echo ", 30 s grace")
       jq -r --arg t "$t" --arg k "$days" --arg g "$grace" '
-        .baseline as $b | ((1 - $b.utilization) * $b.nodes * $b.span_s) as $idle |
+        .baseline as $b | .control.delays.total_s as $c | ((1 - $b.utilization) * $b.nodes * $b.span_s) as $idle |
         .modes[] | .result as $r | .delays as $d | $r.foreign.blocked_by_pilots as $bl |
-        "| \($t) | \($k) | \(.give_back)\($g) | \($r.harvest.pilots) | \($r.harvest.node_seconds/$idle*1000|round/10)% / \($r.harvest.useful_node_seconds/$idle*1000|round/10)% | \($r.harvest.lost_task_seconds/3600|round) | \($b.foreign.mean_wait_s|round) -> \($r.foreign.mean_wait_s|round) | \($d.later) / \($d.later_than_2s) / \($d.later_than_70s) of \($d.jobs) | \($d.max_s) | \($d.total_s/3600*10|round/10) | \($bl.jobs) / \($bl.sum_s/3600*10|round/10) |"' "$TMP/r.json"
+        "| \($t) | \($k) | \(.give_back)\($g) | \($r.harvest.pilots) | \($r.harvest.node_seconds/$idle*1000|round/10)% / \($r.harvest.useful_node_seconds/$idle*1000|round/10)% | \($r.harvest.lost_task_seconds/3600|round) | \($b.foreign.mean_wait_s|round) -> \($r.foreign.mean_wait_s|round) | \($d.later) / \($d.later_than_2s) / \($d.later_than_70s) of \($d.jobs) | \($d.max_s) | \($d.total_s/3600*10|round/10) (\($c/3600*10|round/10)) | \(if $c > 0 then "\($d.total_s/$c*100|round/100)x" else "-" end) | \($bl.jobs) / \($bl.sum_s/3600*10|round/10) / \($bl.max_s) |"' "$TMP/r.json"
     done
   done
 done

@@ -76,23 +76,36 @@ type ModeResult struct {
 }
 
 // WriteModes writes the give-back modes side by side, measured against the
-// baseline: the harvest's figures and the delays of the foreign jobs.
-func WriteModes(w io.Writer, base Result, modes []ModeResult) error {
+// baseline: the harvest's figures and the delays of the foreign jobs. The
+// control (the baseline with a slower scheduler) comes first: its late
+// job-hours are what any small perturbation costs, and "vs control" is
+// each mode's late job-hours over the control's.
+func WriteModes(w io.Writer, base Result, control ModeResult, modes []ModeResult) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "%d nodes, span %s; baseline: %d foreign jobs started, mean wait %.0f s\n",
 		base.Nodes, human(base.SpanS), base.Foreign.Started, base.Foreign.MeanWaitS)
 	// later...total late: starts against the baseline, job by job;
 	// blocked: the simulator's own harm measure (time a job waited while
 	// it could have run had the pilots been absent).
-	fmt.Fprintf(bw, "%-18s %7s %9s %9s %9s %9s %7s %7s %7s %9s %9s %8s %8s\n",
-		"give-back", "pilots", "held", "useful", "lost", "wait", "later", ">2s", ">70s", "max late", "tot late", "blocked", "blocked")
-	fmt.Fprintf(bw, "%-18s %7s %9s %9s %9s %9s %7s %7s %7s %9s %9s %8s %8s\n",
-		"", "", "(node-h)", "(node-h)", "(task-h)", "(mean s)", "(jobs)", "(jobs)", "(jobs)", "(s)", "(job-h)", "(jobs)", "(job-h)")
-	for _, m := range modes {
+	fmt.Fprintf(bw, "%-18s %7s %9s %9s %9s %9s %7s %7s %7s %9s %9s %8s %8s %8s %8s\n",
+		"give-back", "pilots", "held", "useful", "lost", "wait", "later", ">2s", ">70s", "max late", "tot late", "vs", "blocked", "blocked", "blocked")
+	fmt.Fprintf(bw, "%-18s %7s %9s %9s %9s %9s %7s %7s %7s %9s %9s %8s %8s %8s %8s\n",
+		"", "", "(node-h)", "(node-h)", "(task-h)", "(mean s)", "(jobs)", "(jobs)", "(jobs)", "(s)", "(job-h)", "control", "(jobs)", "(job-h)", "(max s)")
+	for _, m := range append([]ModeResult{control}, modes...) {
 		h, d, b := m.Result.Harvest, m.Delays, m.Result.Foreign.Blocked
-		fmt.Fprintf(bw, "%-18s %7d %9.0f %9.0f %9.1f %9.0f %7d %7d %7d %9d %9.1f %8d %8.1f\n",
+		fmt.Fprintf(bw, "%-18s %7d %9.0f %9.0f %9.1f %9.0f %7d %7d %7d %9d %9.1f %8s %8d %8.1f %8d\n",
 			m.GiveBack, h.Pilots, float64(h.NodeSeconds)/3600, float64(h.UsefulNodeSeconds)/3600, float64(h.LostTaskSeconds)/3600,
-			m.Result.Foreign.MeanWaitS, d.Later, d.LaterThan2S, d.LaterThan70S, d.MaxS, float64(d.TotalS)/3600, b.Jobs, float64(b.SumS)/3600)
+			m.Result.Foreign.MeanWaitS, d.Later, d.LaterThan2S, d.LaterThan70S, d.MaxS, float64(d.TotalS)/3600,
+			VsControl(d, control.Delays), b.Jobs, float64(b.SumS)/3600, b.MaxS)
 	}
 	return bw.Flush()
+}
+
+// VsControl writes late job-hours as a multiple of the control's: "1.19x"
+// ("-" when the control has none).
+func VsControl(d, control Delays) string {
+	if control.TotalS == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", float64(d.TotalS)/float64(control.TotalS))
 }

@@ -319,6 +319,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		acfg.Policy.HarvestWhileIdle = cfg.HarvestWhileIdle
 		acfg.Policy.Granularity = cc.Granularity
 		acfg.Policy.Preemption = cc.Preemption
+		acfg.Policy.Reservations = cc.Reservations // the walk plans as the scheduler does
 		if cfg.GiveBack == PreemptionSizing {
 			// The smallest useful pilot runs one task.
 			g := cc.Granularity

@@ -71,6 +71,12 @@ type Config struct {
 	// down to it to fit its own plan (SLURM's --time-min, where backfill
 	// honours it). 0: off.
 	MinPilotLimit cluster.Limit `json:"min_pilot_limit_s,omitempty"`
+	// Reservations is how many pending jobs that cannot start now get a
+	// reservation in the batch system's backfill plan, in priority order:
+	// 0 = every one (SLURM's sched/backfill, up to bf_max_job_test), 1 =
+	// EASY backfill (the top job only). The queue walk plans as the batch
+	// system does.
+	Reservations int `json:"reservations,omitempty"`
 }
 
 // DefaultConfig returns the settings of DESIGN.md: no floor, no cap,
@@ -109,6 +115,8 @@ func (c Config) Validate() error {
 		return bad("max pilot limit must be positive or unlimited, got %d", int64(c.MaxPilotLimit))
 	case c.ShrinkMargin < 0:
 		return bad("shrink margin %ds is negative", c.ShrinkMargin)
+	case c.Reservations < 0:
+		return bad("reservations %d is negative (0 means every pending job)", c.Reservations)
 	case c.MinPilotLimit < 0:
 		return bad("min pilot limit %ds is negative (0 means off)", int64(c.MinPilotLimit))
 	}

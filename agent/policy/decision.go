@@ -147,6 +147,10 @@ const (
 	// CaseReleaseForBackfill (5): a pending job fits in the hole if some
 	// pilots above MiniNode make room; release them.
 	CaseReleaseForBackfill Case = "release-for-backfill"
+	// CaseReleaseForPlan (3 and 5): pilots whose limits reach past the
+	// time their nodes are needed make the batch system plan a reserved
+	// job later, and so start a job now that would delay it; release them.
+	CaseReleaseForPlan Case = "release-for-plan"
 	// CaseFillHole (6): no foreign job can use the hole; fill it with
 	// pilots ending margin before the top job can start.
 	CaseFillHole Case = "fill-hole"

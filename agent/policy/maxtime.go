@@ -210,23 +210,3 @@ func (v *view) runningHolders(out []freeing) []freeing {
 	}
 	return out
 }
-
-// extraAt is EASY backfill's "extra nodes": how many nodes are free at
-// time mt (the top job's start) beyond the nodes the top job needs, with
-// the pilots above the floor gone. A job longer than mt that fits in them
-// delays nobody, so the batch system backfills it and pilots should not
-// stand in its way. Unlimited mt: every node is extra (the top job never
-// starts).
-func (v *view) extraAt(mt cluster.Limit, topNodes int) int {
-	if mt.IsUnlimited() {
-		return v.s.TotalNodes
-	}
-	entries, taken := v.hold.claims(v.s, v.in.Upcoming, v.cfg.Preemption, nil)
-	free := v.s.IdleNodes - taken + v.hold.freeNow
-	for _, e := range v.runningHolders(entries) {
-		if compareLimit(e.after, mt) <= 0 {
-			free += e.nodes
-		}
-	}
-	return max(0, free-topNodes)
-}

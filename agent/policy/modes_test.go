@@ -61,8 +61,11 @@ func TestDecideGiveBackModes(t *testing.T) {
 				[]cluster.Job{running("R", 53, 2*hour, 0)},
 				pilots("p", 46, 20*hour, 0),
 				[]cluster.Job{pending("top", 54, hour), pending("long", 2, 18*hour)})...),
+			// The batch system plans with the other pilots held to their
+			// limits: at the top job's start 1 node would be left beside it
+			// after one release, 2 after two.
 			wantCase:    CaseReleaseForBackfill,
-			wantRelease: []string{"p45"},
+			wantRelease: []string{"p45", "p44"},
 			wantMaxTime: 2 * hour,
 		},
 		{
@@ -89,7 +92,7 @@ func TestDecideGiveBackModes(t *testing.T) {
 				[]cluster.Job{pending("top", 3, hour)})...),
 			config:     func(c *Config) { c.Preemption = true },
 			wantCase:   CaseSchedulerPreempts,
-			wantReason: "the batch system preempts that many of the 4 preemptible pilots",
+			wantReason: "the batch system starts it by preempting up to that many of the 4 preemptible pilots",
 		},
 		{
 			name: "Polling: the same round releases two pilots",

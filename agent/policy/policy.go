@@ -12,6 +12,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/harvest-hpc/harvest/cluster"
@@ -253,35 +254,66 @@ func (v *view) decide(d Decision) Decision {
 }
 
 // decideTop is the round from case 2 on, J_top pending and mt its start.
+// Cases 3 and 5 are one walk of the pending queue (see walk.go): every job
+// the cluster would start now without the pilots above the floor gets its
+// nodes in this round.
 func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decision {
-	// Case 2, unless releasing pilots above Keep (or the batch system
-	// preempting pilots) lets J_top, or a job that would backfill, start
-	// now: pilots kept only for the recommendation never hold nodes a
-	// waiting job could use.
-	spare := v.spare
-	need := top.Nodes - v.idleF
-	if v.held < v.miniNode && !(need > 0 && need <= v.schedFree+spare) && !v.backfillWantsPilots(mt, spare) {
-		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
-			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
-		return v.submit(d, CaseBelowMinNodes, mt, v.cfg.Margin, why)
+	ideal := v.ideal()
+	ids, batchStarts, enough, plan := v.releaseFor(ideal)
+	topStarts := len(ideal.starts) > 0 && ideal.starts[0] == v.top
+
+	// Cases 3 and 5: release for every job that can start now, and the
+	// pilots whose limits would let the batch system start a job that
+	// would delay J_top.
+	if len(ids) > 0 {
+		if !batchStarts {
+			d.Release, d.Case = ids, CaseReleaseForBackfill
+			if topStarts {
+				d.Case = CaseReleaseForTopJob
+			}
+			d.Reason = fmt.Sprintf("%s %s now (%s, %d idle) if pilots above the minimum of %d make way: releasing %s%s",
+				v.jobsPhrase(ideal.starts), canStart(len(ideal.starts)), nodesWord(ideal.nodes), v.idleF, v.keep, pilotsWord(len(ids)), v.preemptClause())
+			if !enough {
+				d.Reason += " (not enough yet: the other pilots are at the minimum or not visible yet)"
+			}
+			if plan > 0 {
+				d.Reason += fmt.Sprintf(", %d of them for their limits, which push job %s's start later in the batch system's plan", plan, top.ID)
+			}
+			return d
+		}
+		d.Release, d.Case = ids, CaseReleaseForPlan
+		d.Reason = fmt.Sprintf("pilots holding nodes past when job %s can start %s make the batch system plan it later, so it would backfill jobs that delay it: releasing the %s with the longest limits",
+			top.ID, inTime(mt), pilotsWord(len(ids)))
+		return d
 	}
 
-	// Case 3.
-	switch {
-	case need <= 0:
-		d.Case = CaseTopJobFits
-		d.Reason = fmt.Sprintf("job %s needs %s and %d are idle: the batch system starts it", top.ID, nodesWord(top.Nodes), v.idleF)
-		return d
-	case need <= v.schedFree:
-		d.Case = CaseSchedulerPreempts
-		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle: the batch system preempts that many of the %d preemptible pilots",
-			top.ID, nodesWord(need), v.idleF, v.schedFree)
-		return d
-	case need <= v.schedFree+spare:
-		own := need - v.schedFree
-		d.Release, d.Case = v.pickRelease(own, true, v.cfg.Preemption), CaseReleaseForTopJob
-		d.Reason = fmt.Sprintf("job %s needs %s more than the %d idle and pilots hold %d above the minimum of %d: releasing %s so it starts now%s%s",
-			top.ID, nodesWord(need), v.idleF, spare, v.keep, pilotsWord(len(d.Release)), v.preemptClause(), v.shortfall(d.Release, own))
+	// Case 2: fewer pilots than MiniNode and nobody to release for.
+	if v.held < v.miniNode {
+		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
+			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
+		return v.submit(d, CaseBelowMinNodes, v.holeLimit(ideal, mt), v.cfg.Margin, why)
+	}
+
+	if len(ideal.starts) > 0 && batchStarts {
+		who, n := v.jobsPhrase(ideal.starts), len(ideal.starts)
+		switch {
+		case ideal.nodes > v.idleF && v.schedFree > 0:
+			d.Case = CaseSchedulerPreempts
+			how := "starts " + themWord(n) + " by preempting"
+			if !topStarts {
+				how = "backfills " + themWord(n) + " by preempting"
+			}
+			d.Reason = fmt.Sprintf("%s %s %s, %s more than the %d idle: the batch system %s up to that many of the %d preemptible pilots",
+				who, needsWord(n), nodesWord(ideal.nodes), nodesWord(ideal.nodes-v.idleF), v.idleF, how, v.schedFree)
+		case topStarts:
+			d.Case = CaseTopJobFits
+			d.Reason = fmt.Sprintf("%s %s %s and %d are idle: the batch system starts %s",
+				who, needsWord(n), nodesWord(ideal.nodes), v.idleF, themWord(n))
+		default:
+			d.Case = CaseBackfillWillStart
+			d.Reason = fmt.Sprintf("%s %s %s and %d are idle before job %s can start %s: the batch system backfills %s",
+				who, needsWord(n), nodesWord(ideal.nodes), v.idleF, top.ID, inTime(mt), themWord(n))
+		}
 		return d
 	}
 
@@ -293,58 +325,75 @@ func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decisio
 		return d
 	}
 
-	// Case 5: jobs that would backfill: those that end before J_top can
-	// start, and (EASY) longer ones that fit in the nodes J_top will not need.
-	extra := v.extraAt(mt, top.Nodes)
-	for i := v.top; i < len(v.s.Jobs); i++ {
-		j := &v.s.Jobs[i]
-		if !v.wouldBackfill(j, mt, extra) {
-			continue
-		}
-		need := j.Nodes - v.idleF
-		switch {
-		case need <= 0:
-			d.Case = CaseBackfillWillStart
-			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and fits in the %d idle nodes: the batch system backfills it",
-				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), v.idleF)
-			return d
-		case need <= v.schedFree:
-			d.Case = CaseSchedulerPreempts
-			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s and needs %s more than the %d idle: the batch system backfills it by preempting that many of the %d preemptible pilots",
-				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idleF, v.schedFree)
-			return d
-		case need <= v.schedFree+spare:
-			own := need - v.schedFree
-			d.Release, d.Case = v.pickRelease(own, true, v.cfg.Preemption), CaseReleaseForBackfill
-			d.Reason = fmt.Sprintf("job %s (%s, %s) ends before job %s can start %s but needs %s more than the %d idle: releasing %s (%d held, minimum %d)%s%s",
-				j.ID, nodesWord(j.Nodes), fmtLimit(j.TimeLimit), top.ID, inTime(mt), nodesWord(need), v.idleF,
-				pilotsWord(len(d.Release)), v.held, v.keep, v.preemptClause(), v.shortfall(d.Release, own))
-			return d
-		}
-	}
-
 	// Case 6.
 	why := fmt.Sprintf("no pending job fits in the hole before job %s can start %s", top.ID, inTime(mt))
-	return v.submit(d, CaseFillHole, mt, v.cfg.Margin, why)
+	return v.submit(d, CaseFillHole, v.holeLimit(ideal, mt), v.cfg.Margin, why)
 }
 
-// backfillWantsPilots reports whether case 5 would release (or the batch
-// system preempt) pilots for a pending job that ends before maxTime.
-func (v *view) backfillWantsPilots(mt cluster.Limit, spare int) bool {
-	extra := v.extraAt(mt, v.s.Jobs[v.top].Nodes)
-	for i := v.top; i < len(v.s.Jobs); i++ {
-		j := &v.s.Jobs[i]
-		if !v.wouldBackfill(j, mt, extra) {
-			continue
-		}
-		if j.Nodes <= v.idleF {
-			return false // case 5 would stop here: the batch system starts it
-		}
-		if j.Nodes-v.idleF <= v.schedFree+spare {
-			return true
-		}
+// holeLimit is how long new pilots on the idle nodes may run without
+// delaying any job of the ideal walk: until the free nodes of its plan
+// (reservations taken) drop below the pilots' count; and no longer than
+// the batch system's own plan lets them start now (a pilot that does not
+// fit it would only wait in the queue). The batch system's expected start
+// of J_top (mt, with Config.UseExpectedStart) bounds it when earlier than
+// the walk's.
+func (v *view) holeLimit(ideal walked, mt cluster.Limit) cluster.Limit {
+	n := v.idle
+	if room, _, _ := v.room(); room < n {
+		n = room
 	}
-	return false
+	n = max(n, 1)
+	b := v.batch(nil)
+	t := min(ideal.plan.firstShort(n), b.plan.firstShort(n))
+	l := cluster.Unlimited
+	if t != never {
+		l = cluster.Limit(t)
+	}
+	if v.cfg.UseExpectedStart && !mt.IsUnlimited() && (ideal.topAt == never || int64(mt) < ideal.topAt) {
+		l = l.Min(mt)
+	}
+	return l
+}
+
+// jobsPhrase names the jobs of a walk: "job 3", "jobs 3 and 4",
+// "jobs 3, 4, 5 and 2 more".
+func (v *view) jobsPhrase(idx []int) string {
+	const shown = 3
+	var names []string
+	for k, i := range idx {
+		if k == shown {
+			break
+		}
+		names = append(names, v.s.Jobs[i].ID)
+	}
+	switch {
+	case len(idx) == 1:
+		return "job " + names[0]
+	case len(idx) <= shown:
+		return "jobs " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	return fmt.Sprintf("jobs %s and %d more", strings.Join(names, ", "), len(idx)-shown)
+}
+
+func canStart(n int) string {
+	if n == 1 {
+		return "can start"
+	}
+	return "can all start"
+}
+
+func needsWord(n int) string {
+	if n == 1 {
+		return "needs"
+	}
+	return "need"
+}
+
+func themWord(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 // preemptClause adds, in preemption mode, that the batch system preempts
@@ -354,16 +403,6 @@ func (v *view) preemptClause() string {
 		return ""
 	}
 	return fmt.Sprintf(" (the batch system preempts up to %d preemptible ones)", v.schedFree)
-}
-
-// wouldBackfill reports whether the batch system would start pending
-// foreign job j now if the nodes were there: it ends before J_top starts
-// (mt), or it fits in the extra nodes J_top will not need (EASY backfill).
-func (v *view) wouldBackfill(j *cluster.Job, mt cluster.Limit, extra int) bool {
-	if j.Pilot || j.State != cluster.Pending || j == &v.s.Jobs[v.top] {
-		return false
-	}
-	return compareLimit(j.TimeLimit, mt) < 0 || j.Nodes <= extra
 }
 
 // submit fills the idle nodes with pilots of limit base - margin (base
@@ -515,25 +554,6 @@ func (v *view) pickRelease(nodes int, busyToo, ownOnly bool) []string {
 		nodes -= p.Nodes
 	}
 	return ids
-}
-
-// shortfall explains a release that cannot free enough nodes this round
-// (the rest are on the ledger, not yet visible to cancel).
-func (v *view) shortfall(ids []string, need int) string {
-	release := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		release[id] = true
-	}
-	freed := 0
-	for i := range v.s.Jobs {
-		if p := &v.s.Jobs[i]; p.Pilot && release[p.ID] {
-			freed += p.Nodes
-		}
-	}
-	if freed >= need {
-		return ""
-	}
-	return fmt.Sprintf(" (only %d can be cancelled now: the others are not visible yet)", freed)
 }
 
 // endingSoon returns the running job (foreign or pilot) that ends soonest

@@ -117,8 +117,10 @@ func TestDecide(t *testing.T) {
 				return s
 			}(),
 			recommended: 12,
+			// Without pilots both job 3 (10 nodes) and job 4 (6) start now:
+			// one round releases for both.
 			wantCase:    CaseReleaseForTopJob,
-			wantRelease: []string{"p20", "p19", "p18", "p17", "p16"},
+			wantRelease: []string{"p20", "p19", "p18", "p17", "p16", "p15", "p14", "p13", "p12", "p11", "p10"},
 			wantReason:  "above the minimum of 0",
 		},
 		{
@@ -197,7 +199,7 @@ func TestDecide(t *testing.T) {
 			// I = 2 - 1 queued = 1, need = 4, R = 6, spare = 4.
 			wantCase:    CaseReleaseForTopJob,
 			wantRelease: []string{"106", "102", "105", "104"},
-			wantReason:  "job 2 needs 4 nodes more than the 1 idle",
+			wantReason:  "job 2 can start now (5 nodes, 1 idle)",
 		},
 		{
 			name:       "A top job that fits the idle nodes is left to the batch system",
@@ -212,9 +214,10 @@ func TestDecide(t *testing.T) {
 				s.MinNodes = 2
 				return s
 			}(),
-			// maxTime = 60 min, nothing backfills: fill the 2 idle nodes.
+			// maxTime = 60 min, and then job 1's 6 nodes are enough for job
+			// 2: the 2 idle nodes are never needed, the pilots get no limit.
 			wantCase:   CaseFillHole,
-			wantSubmit: submit(2, 58*minute),
+			wantSubmit: submit(2, unlimited),
 		},
 
 		// Case 4.
@@ -239,9 +242,10 @@ func TestDecide(t *testing.T) {
 		{
 			name: "A job ending just after miniTime does not stop the hole from being filled",
 			snap: snap(10, 2, running("1", 4, 60*minute, 58*minute+59), running("2", 4, 60*minute, 0), pending("3", 8, 60*minute)),
-			// need 6: job 1 frees 4 at 61 s, job 2 frees 4 at 60 min.
+			// need 6: job 1 frees 4 at 61 s, job 2 frees 4 at 60 min, and job
+			// 3 then has its 8 nodes without the 2 idle ones.
 			wantCase:   CaseFillHole,
-			wantSubmit: submit(2, 58*minute),
+			wantSubmit: submit(2, unlimited),
 		},
 
 		// Case 5.
@@ -249,14 +253,14 @@ func TestDecide(t *testing.T) {
 			name:       "A pending job that fits the hole and the idle nodes is left to backfill",
 			snap:       snap(10, 3, running("1", 7, 30*minute, 0), pending("2", 10, 60*minute), pending("3", 3, 10*minute)),
 			wantCase:   CaseBackfillWillStart,
-			wantReason: "job 3 (3 nodes, 10m0s) ends before job 2 can start in 30m0s",
+			wantReason: "job 3 needs 3 nodes and 3 are idle before job 2 can start in 30m0s",
 		},
 		{
-			name: "A pending job exactly as long as maxTime is not a backfill candidate",
+			name: "A pending job exactly as long as maxTime backfills: it ends when the top job starts",
 			snap: snap(10, 3, running("1", 7, 30*minute, 0), pending("2", 10, 60*minute), pending("3", 3, 30*minute)),
-			// maxTime 30 min, TL 30 min is not < maxTime.
-			wantCase:   CaseFillHole,
-			wantSubmit: submit(3, 28*minute),
+			// maxTime 30 min, TL 30 min: SLURM's backfill (and the
+			// simulator's) starts a job whose end meets a reservation.
+			wantCase: CaseBackfillWillStart,
 		},
 		{
 			name:       "When unlimited jobs hold the nodes the top job needs, any limited job may backfill",
@@ -290,9 +294,11 @@ func TestDecide(t *testing.T) {
 			name: "A job longer than the hole that does not fit in the extra nodes waits behind pilots",
 			snap: snap(10, 2, running("1", 4, 10*minute, 0), pilot("p1", 9*minute, 0), pilot("p2", 9*minute, 0),
 				pilot("p3", 9*minute, 0), running("9", 1, unlimited, 0), pending("2", 6, 60*minute), pending("4", 5, 120*minute)),
-			// 5 nodes > the 3 extra: it would delay the top job, so the hole is filled instead.
+			// 5 nodes > the 3 extra: it would delay the top job, so it gets a
+			// reservation after it; the 2 idle nodes are needed by neither
+			// (9 free after 10 min: 6 for job 2, then 5 for job 4).
 			wantCase:   CaseFillHole,
-			wantSubmit: submit(2, 8*minute),
+			wantSubmit: submit(2, unlimited),
 		},
 		{
 			name: "Pilots are released for a backfill job only above the minimum",
@@ -427,7 +433,7 @@ func TestDecide(t *testing.T) {
 			upcoming:    []Upcoming{{Count: 4, TimeLimit: 58 * minute, SubmittedAt: now}},
 			wantCase:    CaseReleaseForTopJob,
 			wantRelease: []string{"p1"},
-			wantReason:  "only 1 can be cancelled now",
+			wantReason:  "not enough yet",
 		},
 		{
 			name: "Ledger pilots free their nodes in the maxTime walk when their limit ends",

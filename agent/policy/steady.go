@@ -60,7 +60,34 @@ func Steady(in Input, cfg Config) int64 {
 	if cfg.UseExpectedStart && tj.ExpectedStart > 0 && tj.ExpectedStart >= s.Now {
 		bound(tj.ExpectedStart - s.Now)
 	}
-	mt := newView(&in, cfg).maxTime(tj)
+	v := newView(&in, cfg)
+	// The queue walk (walk.go): a pending job's fit flips when a step of
+	// the free nodes over time crosses its end (the step minus its limit),
+	// a step reaching now, and a hole's limit when a step crosses the
+	// margin plus one granularity step.
+	var limits []int64
+	for i := top; i < len(s.Jobs); i++ {
+		if j := &s.Jobs[i]; !j.Pilot && j.State == cluster.Pending && !j.TimeLimit.IsUnlimited() {
+			limits = append(limits, int64(j.TimeLimit))
+		}
+	}
+	g := max(cfg.Granularity, 1)
+	if hl := v.holeLimit(v.ideal(), v.maxTime(tj)); !hl.IsUnlimited() && int64(hl)-cfg.Margin >= g {
+		bound(int64(hl) - cfg.Margin - g)
+	}
+	for _, w := range []walked{v.ideal(), v.batch(nil)} {
+		for _, t := range w.plan.times {
+			if t <= 0 || t == never {
+				continue
+			}
+			for _, l := range limits {
+				if l < t {
+					bound(t - l)
+				}
+			}
+		}
+	}
+	mt := v.maxTime(tj)
 	if mt.IsUnlimited() {
 		return steady
 	}

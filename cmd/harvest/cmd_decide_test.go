@@ -83,9 +83,9 @@ func TestDecideCommand(t *testing.T) {
 			wantCase: "fill-hole",
 		},
 		{
-			name:     "--min-nodes 0 overrides a non-zero min_nodes too, so job 3 gets 5 pilots' nodes at once",
+			name:     "--min-nodes 0 overrides a non-zero min_nodes too, so jobs 3 and 4 get 11 pilots' nodes at once",
 			args:     []string{"decide", "--snapshot", worked("worked-example-release.json"), "--min-nodes", "0"},
-			wantJSON: `{"submit":null,"release":["p20","p19","p18","p17","p16"]}`,
+			wantJSON: `{"submit":null,"release":["p20","p19","p18","p17","p16","p15","p14","p13","p12","p11","p10"]}`,
 			wantCase: "release-for-top-job",
 		},
 		{

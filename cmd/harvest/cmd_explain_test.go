@@ -54,7 +54,7 @@ func TestExplainShowsEachRoundsCaseFiguresAndReason(t *testing.T) {
 			name: "the last rounds in the order they ran, with the figures",
 			args: []string{"--last", "3"}, wantLines: 4,
 			want: []string{"TIME (UTC)", "CASE", "IDLE", "HELD", "TOP JOB", "MAX TIME", "REASON",
-				"no-pending-job", "submit 4 (limit unlimited)", "release-for-top-job", "release 2", "job j42 needs"},
+				"no-pending-job", "submit 4 (limit unlimited)", "release-for-top-job", "release 2", "job j42 can start now"},
 		},
 		{
 			name: "--last 1 shows only the newest round",

@@ -94,7 +94,7 @@ func TestSimCommand(t *testing.T) {
 		// The 4-node job (line 1 of the workload) can start at 500 when
 		// the 2-node job ends, if the two pilots go.
 		d, err := os.ReadFile(dec)
-		if err != nil || !strings.Contains(string(d), "500\trelease-for-top-job\tjob 1 needs") {
+		if err != nil || !strings.Contains(string(d), "500\trelease-for-top-job\tjob 1 can start now") {
 			t.Errorf("decisions (%v):\n%s", err, d)
 		}
 	})

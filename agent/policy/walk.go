@@ -1,0 +1,415 @@
+package policy
+
+import (
+	"math"
+	"slices"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// The queue walk: the pending foreign jobs in the batch system's order,
+// each given the earliest start the free nodes over time allow, as a
+// backfill scheduler does (SLURM's sched/backfill: a job starts now if it
+// fits for its whole limit around the reservations of the jobs before it;
+// a job that cannot start now gets a reservation at its earliest start, up
+// to Config.Reservations jobs). The walk runs twice:
+//
+//   - the ideal view: the pilots above the floor gone (released when
+//     polling, preempted in the preemption modes), which is what the
+//     cluster would do without harvesting: every job it starts now must
+//     start now;
+//   - the batch system's view: the pilots there, each holding its node
+//     until its limit, which is what the batch system does. A job the
+//     ideal view starts and this one does not is held back by pilots, on
+//     its nodes or only in the plan (a pilot with a long limit pushes a
+//     reservation later, and the scheduler then keeps nodes for another
+//     job instead).
+//
+// One round releases the fewest pilots, in release order, that make the
+// batch system's view start every job the ideal view starts: a burst of N
+// jobs gets its nodes in one round, not in N.
+
+// walkDepth bounds the pending jobs one walk places, as SLURM's
+// bf_max_job_test bounds its backfill pass (500 by default; the test
+// cluster sets 1000): jobs deeper in the queue get no reservation there
+// either, and a 10,000-job queue stays a sub-second round.
+const walkDepth = 1000
+
+// never is a start or an end that does not come.
+const never = int64(math.MaxInt64)
+
+// plan is the free nodes over time, a step function: free[i] nodes from
+// times[i] (seconds from now) to times[i+1]. times[0] is 0.
+type plan struct {
+	times []int64
+	free  []int
+}
+
+func newPlan(free int, ends []freeing) plan {
+	p := plan{times: []int64{0}, free: []int{free}}
+	slices.SortFunc(ends, func(a, b freeing) int { return compareLimit(a.after, b.after) })
+	for _, e := range ends {
+		if e.after.IsUnlimited() {
+			break
+		}
+		t := max(int64(e.after), 0)
+		i := p.split(t)
+		for k := i; k < len(p.times); k++ {
+			p.free[k] += e.nodes
+		}
+	}
+	return p
+}
+
+// split makes t a breakpoint and returns its index.
+func (p *plan) split(t int64) int {
+	i, found := slices.BinarySearch(p.times, t)
+	if found {
+		return i
+	}
+	p.times = slices.Insert(p.times, i, t)
+	p.free = slices.Insert(p.free, i, p.free[i-1])
+	return i
+}
+
+func addTime(t int64, d cluster.Limit) int64 {
+	if d.IsUnlimited() || t == never {
+		return never
+	}
+	return t + int64(d)
+}
+
+// earliest is the first time n nodes are free for d: one pass over the
+// steps, following the current run of steps with n free.
+func (p *plan) earliest(n int, d cluster.Limit) int64 {
+	start := -1
+	for i := range p.times {
+		if p.free[i] < n {
+			start = -1
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+		end := never
+		if i+1 < len(p.times) {
+			end = p.times[i+1]
+		}
+		if end == never || addTime(p.times[start], d) <= end {
+			return p.times[start]
+		}
+	}
+	return never
+}
+
+// reserve takes n nodes on [s, s+d).
+func (p *plan) reserve(s int64, d cluster.Limit, n int) {
+	i := p.split(s)
+	j := len(p.times)
+	if end := addTime(s, d); end != never {
+		j = p.split(end)
+	}
+	for k := i; k < j; k++ {
+		p.free[k] -= n
+	}
+}
+
+// firstShort is the first time fewer than n nodes are free (never if
+// none): how long n new pilots may hold nodes without delaying anybody.
+func (p *plan) firstShort(n int) int64 {
+	for i := range p.times {
+		if p.free[i] < n {
+			return p.times[i]
+		}
+	}
+	return never
+}
+
+// walked is the outcome of one walk.
+type walked struct {
+	plan plan
+	// starts are the indices (in the snapshot's jobs) of the pending
+	// foreign jobs that start now, in order; nodes is their total.
+	starts []int
+	nodes  int
+	// topAt is J_top's start in the walk (never if it has none).
+	topAt int64
+	// at maps the foreign jobs placed (index in the snapshot's jobs) to
+	// their starts, now or reserved.
+	at map[int]int64
+}
+
+// walkQueue places the pending foreign jobs, in the snapshot's order, in
+// plan p. With queued, the queued pilots not in gone are placed too, in
+// their places in the order (they are pending jobs to the batch system:
+// one that does not fit its plan stays queued and takes no node).
+func (v *view) walkQueue(p plan, queued bool, gone map[string]bool) walked {
+	w := walked{plan: p, topAt: never, at: map[int]int64{}}
+	reserved, placed := 0, 0
+	for i := range v.s.Jobs {
+		j := &v.s.Jobs[i]
+		if j.State != cluster.Pending {
+			continue
+		}
+		if j.Pilot && (!queued || gone[j.ID] || v.cfg.Preemption && j.Preemptible) {
+			continue
+		}
+		if placed++; placed > walkDepth {
+			break
+		}
+		canReserve := v.cfg.Reservations == 0 || reserved < v.cfg.Reservations
+		if j.Nodes > w.plan.free[0] && !canReserve {
+			continue
+		}
+		s := w.plan.earliest(j.Nodes, j.TimeLimit)
+		if i == v.top {
+			w.topAt = s
+		}
+		if !j.Pilot && (s == 0 || s != never && canReserve) {
+			w.at[i] = s
+		}
+		switch {
+		case s == 0:
+			w.plan.reserve(0, j.TimeLimit, j.Nodes)
+			if !j.Pilot {
+				w.starts = append(w.starts, i)
+				w.nodes += j.Nodes
+			}
+		case s != never && canReserve:
+			w.plan.reserve(s, j.TimeLimit, j.Nodes)
+			reserved++
+		}
+	}
+	return w
+}
+
+// batch is the batch system's walk with the pilots in gone released.
+func (v *view) batch(gone map[string]bool) walked {
+	return v.walkQueue(v.planFor(false, gone), true, gone)
+}
+
+// ideal is the walk with the pilots above the floor gone.
+func (v *view) ideal() walked {
+	return v.walkQueue(v.planFor(true, nil), false, nil)
+}
+
+// planFor builds the free nodes over time with the pilots as a view sees
+// them. ideal: the pilots above the floor are gone (their running nodes
+// free now, their queued and ledger pilots take nothing; queued and ledger
+// floor pilots take idle nodes first). Otherwise the pilots in gone are
+// released and the rest hold their nodes until their limits, ledger ones
+// taking idle nodes first (queued ones are placed by the walk). Running
+// preemptible pilots count as free in preemption mode in either view (the
+// batch system preempts them for any job above their tier), and queued
+// ones never compete for a node.
+func (v *view) planFor(ideal bool, gone map[string]bool) plan {
+	s := v.s
+	free := s.IdleNodes
+	var ends []freeing
+	take := func(n int, after cluster.Limit) {
+		n = min(n, free)
+		if n > 0 {
+			free -= n
+			ends = append(ends, freeing{after: after, nodes: n})
+		}
+	}
+	floor := map[string]bool{}
+	for _, p := range v.hold.floor {
+		floor[p.ID] = true
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if !j.Pilot {
+			if j.State == cluster.Running {
+				ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
+			}
+			continue
+		}
+		tier := v.cfg.Preemption && j.Preemptible
+		present := !gone[j.ID] && !tier && (!ideal || floor[j.ID])
+		switch {
+		case j.State == cluster.Running && present:
+			ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
+		case j.State == cluster.Running:
+			free += j.Nodes
+		case present && ideal:
+			take(j.Nodes, j.TimeLimit)
+		}
+	}
+	ledger := v.hold.floorLedger
+	if !ideal {
+		ledger = int(^uint(0) >> 1)
+	}
+	for _, u := range v.in.Upcoming {
+		if ledger <= 0 {
+			break
+		}
+		if v.cfg.Preemption && u.Preemptible {
+			continue
+		}
+		after := u.TimeLimit
+		if !after.IsUnlimited() {
+			after = cluster.Limit(max(0, int64(after)-max(0, s.Now-u.SubmittedAt)))
+		}
+		n := min(u.Count, ledger)
+		ledger -= n
+		take(n, after)
+	}
+	return newPlan(free, ends)
+}
+
+// overdue reads a running job past its limit as ending in a second, not
+// now: its nodes are not idle yet.
+func overdue(r cluster.Limit) cluster.Limit {
+	if r == 0 {
+		return 1
+	}
+	return r
+}
+
+// startsAll reports whether every job of want is among got's starts.
+func startsAll(got walked, want []int) bool {
+	k := 0
+	for _, i := range got.starts {
+		if k < len(want) && want[k] == i {
+			k++
+		}
+	}
+	return k == len(want)
+}
+
+// releaseFor returns the pilots to cancel so that the batch system does
+// now what the ideal walk does.
+//
+// First, so that it starts every job the ideal walk starts: the shortest
+// prefix of the releasable pilots (above Keep, ours to release) in release
+// order, found by bisection (more pilots gone never starts fewer jobs
+// now), or all of them when even that is not enough (enough false).
+//
+// Then, so that it plans no job earlier than the ideal walk: pilots whose
+// long limits push J_top's reservation later let the batch system
+// backfill jobs that then delay J_top for their whole limits (on KTH-SP2, 48-84-node jobs started up to 18 h late that way,
+// never "blocked" by a pilot: a 60 h job took the nodes of pilots that
+// ended a minute before the next round). The pilots with the longest
+// remaining limits go first, as few as make the plans agree; none if no
+// release can. Their nodes are refilled with pilots sized to the plan.
+//
+// plan counts the pilots released for the second reason. batchStarts:
+// the batch system starts the ideal walk's jobs without a release.
+func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool, plan int) {
+	b := v.batch(nil)
+	batchStarts, enough = startsAll(b, ideal.starts), true
+	// With Config.Shrink the pilots' ends are pulled in instead (see
+	// withShrink): only the starts matter here.
+	planned := v.cfg.Shrink || v.agrees(b, ideal)
+	if batchStarts && planned {
+		return nil, true, true, 0
+	}
+	cands := v.releasable()
+	gone := map[string]bool{}
+	if !batchStarts {
+		k, ok := shortest(len(cands), func(k int) bool {
+			return startsAll(v.batch(with(gone, cands[:k])), ideal.starts)
+		})
+		gone, enough = with(gone, cands[:k]), ok
+	}
+	if enough && !planned {
+		var rest []cluster.Job
+		for _, p := range cands {
+			if !gone[p.ID] {
+				rest = append(rest, p)
+			}
+		}
+		slices.SortStableFunc(rest, func(a, b cluster.Job) int { return -compareLimit(a.Remaining(), b.Remaining()) })
+		agree := func(k int) bool {
+			w := v.batch(with(gone, rest[:k]))
+			return startsAll(w, ideal.starts) && v.agrees(w, ideal)
+		}
+		if !agree(0) {
+			if k, ok := shortest(len(rest), agree); ok {
+				gone, plan = with(gone, rest[:k]), k
+			}
+		}
+	}
+	for _, p := range cands {
+		if gone[p.ID] {
+			ids = append(ids, p.ID)
+		}
+	}
+	return ids, batchStarts, enough, plan
+}
+
+// shortest returns the smallest k in [1, n] with ok(k), by bisection (ok
+// is taken to be monotone), and whether ok(n) holds at all.
+func shortest(n int, ok func(int) bool) (int, bool) {
+	if n == 0 || !ok(n) {
+		return n, false
+	}
+	lo, hi := 1, n
+	for lo < hi {
+		if mid := (lo + hi) / 2; ok(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return hi, true
+}
+
+// with returns gone plus the pilots of more, as a new set.
+func with(gone map[string]bool, more []cluster.Job) map[string]bool {
+	m := make(map[string]bool, len(gone)+len(more))
+	for id := range gone {
+		m[id] = true
+	}
+	for _, p := range more {
+		m[p.ID] = true
+	}
+	return m
+}
+
+// agrees reports whether the batch system's walk w plans J_top no later
+// than the ideal one while other jobs wait behind it, and no foreign job
+// earlier. Pilots only take nodes, so a job gets an earlier start with
+// them only because they pushed a reservation ahead of it later; and with
+// J_top planned later, any job behind it may start the moment a pilot or a
+// job ends (before the next round) and delay J_top for its whole limit.
+func (v *view) agrees(w, ideal walked) bool {
+	if w.topAt > ideal.topAt && v.behindTop() {
+		return false
+	}
+	for i, t := range w.at {
+		if it, ok := ideal.at[i]; !ok || t < it {
+			return false
+		}
+	}
+	return true
+}
+
+// releasable returns the visible pilots we may release for a waiting job,
+// in release order: all but the floor, and in preemption mode only those
+// outside the preemptible tier.
+func (v *view) releasable() []cluster.Job {
+	floor := map[string]bool{}
+	for _, p := range v.hold.floor {
+		floor[p.ID] = true
+	}
+	var out []cluster.Job
+	for _, p := range v.s.Jobs {
+		if p.Pilot && !floor[p.ID] && !(v.cfg.Preemption && p.Preemptible) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, compareRelease)
+	return out
+}
+
+// behindTop reports whether a pending foreign job waits behind J_top.
+func (v *view) behindTop() bool {
+	for i := v.top + 1; i < len(v.s.Jobs); i++ {
+		if j := &v.s.Jobs[i]; !j.Pilot && j.State == cluster.Pending {
+			return true
+		}
+	}
+	return false
+}
