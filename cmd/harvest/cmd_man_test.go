@@ -91,6 +91,9 @@ func TestEveryCommandHasAManPageListingItsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range agentFlags() {
+		if vf, ok := f.(cli.VisibleFlag); ok && !vf.IsVisible() {
+			continue // hidden (kept so old configurations start): no page lists it
+		}
 		if !strings.Contains(string(page), "--"+f.Names()[0]) {
 			t.Errorf("harvest-agent.1 does not document --%s", f.Names()[0])
 		}
