@@ -345,3 +345,72 @@ func TestARunnerThatDiesFailsItsTasksAndIsReplaced(t *testing.T) {
 		t.Fatalf("the job's next task: %s %q", o.Status, o.ErrorTail)
 	}
 }
+
+// TestARunnerOutlivesTheBatchSystemsStopSignal: scancel's SIGTERM reaches
+// the job's runner as well as the worker; the runner keeps running (the
+// worker, not a dead runner, decides that its tasks were interrupted and
+// charges no attempt), its task too, and it runs the job's next task.
+func TestARunnerOutlivesTheBatchSystemsStopSignal(t *testing.T) {
+	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
+		t.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := worker.DefaultExecRunner()
+	r.Roots, r.Jail = []string{dir}, &confine.Launcher{Exe: exe, Mode: confine.ModeRequire}
+	defer r.Close()
+	out := filepath.Join(dir, "out")
+	pidFile := filepath.Join(out, "task.pid")
+	others := map[int]bool{}
+	for _, pid := range runnerPids(t) {
+		others[pid] = true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan worker.Outcome, 1)
+	go func() {
+		res <- r.Run(ctx, pilotproto.Task{ID: 1, Attempt: 1, JobID: 3, OutputDir: out, Output: filepath.Join(out, "1"),
+			Command: []string{"sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 60`, "sh", pidFile}})
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(pidFile); err == nil {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the task did not start")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file the task writes, with a bound
+	}
+	b, _ := os.ReadFile(pidFile)
+	taskPid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	var runners []int
+	for _, pid := range runnerPids(t) {
+		if !others[pid] {
+			runners = append(runners, pid)
+		}
+	}
+	if len(runners) != 1 {
+		t.Fatalf("runners %v, want one", runners)
+	}
+	syscall.Kill(runners[0], syscall.SIGTERM)
+	o := r.Run(context.Background(), pilotproto.Task{ID: 2, Attempt: 1, JobID: 3, OutputDir: out, Output: filepath.Join(out, "2"),
+		Command: []string{"true"}})
+	if o.Status != pilotproto.StatusDone {
+		t.Fatalf("the job's next task after SIGTERM: %s %q", o.Status, o.ErrorTail)
+	}
+	if syscall.Kill(runners[0], 0) != nil || zombie(runners[0]) {
+		t.Fatal("the runner died of the stop signal")
+	}
+	if syscall.Kill(taskPid, 0) != nil || zombie(taskPid) {
+		t.Fatal("the running task died with its runner")
+	}
+	select {
+	case o := <-res:
+		t.Fatalf("the running task ended: %s %q", o.Status, o.ErrorTail)
+	default:
+	}
+	cancel()
+	<-res
+}

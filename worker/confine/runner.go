@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sync"
 	"syscall"
 
@@ -311,6 +312,19 @@ func serveRunner(spec string) (int, error) {
 	// thread's is an ancestor of the task's).
 	var mu sync.Mutex
 	running := map[int64]chan syscall.Signal{}
+	// The batch system's stop signal (scancel's SIGTERM, ...) reaches every
+	// process of the pilot, this runner too. The runner must outlive it:
+	// the worker decides whether its tasks were interrupted (no attempt
+	// charged), and a runner dead first would report them failed. Caught,
+	// not ignored: a caught signal is reset to its default at exec, so the
+	// tasks still stop on it. The worker ends the runner by closing the
+	// socket, or its death by Pdeathsig.
+	stops := make(chan os.Signal, 8)
+	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGXCPU)
+	go func() {
+		for range stops {
+		}
+	}()
 	send(event{Ready: true})
 	buf, oob := make([]byte, maxPacket), make([]byte, unix.CmsgSpace(3*4))
 	for {
