@@ -17,6 +17,7 @@ import (
 // beyond it are released as surplus, no task charged for it.
 func TestAgentPilotsNeverExceedWhatAQuotaCappedUserCanRunOnRealSLURM(t *testing.T) {
 	c := slurmtest.Require(t, 8)
+	began := time.Now() // the cluster's time, not the wait for its lock
 	bin := sharedHarvest(t, c)
 	s := newGBRun(t, c)
 	agent := s.startAgent(bin, nil)
@@ -53,6 +54,8 @@ func TestAgentPilotsNeverExceedWhatAQuotaCappedUserCanRunOnRealSLURM(t *testing.
 		return rounds() >= r0+5
 	})
 
+	quiet := rounds() - r0
+
 	// The quota rises: the pilots follow it.
 	quota(8)
 	slurmtest.WaitFor(t, "8 pilots running carol's tasks", 60*time.Second, func() bool {
@@ -70,8 +73,8 @@ func TestAgentPilotsNeverExceedWhatAQuotaCappedUserCanRunOnRealSLURM(t *testing.
 	if f := s.failedTasks(bin); f != 0 {
 		t.Errorf("%d of carol's tasks failed: a busy pilot was released as surplus (max_attempts 1)", f)
 	}
-	t.Logf("quota 4: at most 4 pilots over %.0f rounds; quota 8: 8 pilots; quota 2: %.0f surplus pilots released",
-		rounds()-r0, s.metric("harvest_pilots_released_total", "")-released)
+	t.Logf("quota 4: at most 4 pilots, %.0f rounds after they filled it; quota 8: 8 pilots; quota 2: %.0f surplus pilots released; %v on the cluster",
+		quiet, s.metric("harvest_pilots_released_total", "")-released, time.Since(began).Round(time.Second))
 }
 
 // decisions is the agent's log lines about its decisions.
