@@ -86,17 +86,7 @@ type gbRun struct {
 
 func TestRealSLURMGiveBackModes(t *testing.T) {
 	c := slurmtest.RequireWith(t, 8, slurmtest.Options{Preempt: true})
-	c.Script(t, "users", "alice", "bob", "carol")
-	// The harvest submit of a test user must reach the binary.
-	bin := filepath.Join(c.Lab, "shared", fmt.Sprintf("giveback-bin-%d", os.Getpid()), "harvest")
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
-	if err := os.Rename(buildHarvest(t, c.Root), bin); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(bin, 0o755)
+	bin := sharedHarvest(t, c)
 	scenarios := []gbScenario{
 		{
 			// A hole: r1 (3 nodes) and r2 (2 nodes) run, big (6 nodes)
@@ -230,6 +220,41 @@ func TestRealSLURMGiveBackModes(t *testing.T) {
 	}
 }
 
+// sharedHarvest creates the test users and builds the harvest binary
+// where they can run it: the harvest submit of a test user must reach it.
+func sharedHarvest(t *testing.T, c *slurmtest.Cluster) string {
+	t.Helper()
+	c.Script(t, "users", "alice", "bob", "carol")
+	bin := filepath.Join(c.Lab, "shared", fmt.Sprintf("giveback-bin-%d", os.Getpid()), "harvest")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	if err := os.Rename(buildHarvest(t, c.Root), bin); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(bin, 0o755)
+	return bin
+}
+
+// newGBRun cancels every job on the cluster and makes the run's shared
+// work directory.
+func newGBRun(t *testing.T, c *slurmtest.Cluster) *gbRun {
+	t.Helper()
+	c.CancelAll(t)
+	dir := filepath.Join(c.Lab, "shared", fmt.Sprintf("giveback-%d", time.Now().UnixNano()))
+	for _, d := range []string{"", "agent", "state", "pilots", "data"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(dir, 0o1777)
+	if os.Getenv("HARVEST_GIVEBACK_KEEP") == "" {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	return &gbRun{t: t, c: c, dir: dir, log: openCtldLog(t, c), flag: filepath.Join(dir, "release")}
+}
+
 // gbResult is what one run measured.
 type gbResult struct {
 	latency   time.Duration // the measured job's reference to start
@@ -244,18 +269,8 @@ type gbResult struct {
 // read its end from SLURM when it started.
 func gbOnce(t *testing.T, c *slurmtest.Cluster, bin string, sc gbScenario, m gbMode) gbResult {
 	t.Helper()
-	c.CancelAll(t)
-	dir := filepath.Join(c.Lab, "shared", fmt.Sprintf("giveback-%d", time.Now().UnixNano()))
-	for _, d := range []string{"", "agent", "state", "pilots", "data"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.Chmod(dir, 0o1777)
-	if os.Getenv("HARVEST_GIVEBACK_KEEP") == "" {
-		t.Cleanup(func() { os.RemoveAll(dir) })
-	}
-	s := &gbRun{t: t, c: c, dir: dir, log: openCtldLog(t, c), flag: filepath.Join(dir, "release"), shrink: slices.Contains(m.flags, "--shrink")}
+	s := newGBRun(t, c)
+	s.shrink = slices.Contains(m.flags, "--shrink")
 	pilots := sc.setup(s)
 
 	var agent *exec.Cmd
