@@ -68,6 +68,13 @@ var migrations = []string{
 		id    INTEGER PRIMARY KEY CHECK (id = 1),
 		state TEXT NOT NULL
 	);`,
+	// 2: where each worker's pilot listens: a new master probes the
+	// workers that hold batches and do not come back, and requeues at
+	// once the batches of those whose pilot is gone.
+	`CREATE TABLE workers (
+		id      TEXT PRIMARY KEY,
+		address TEXT NOT NULL
+	);`,
 }
 
 // SchemaVersion is the checkpoint schema this harvest writes.
@@ -114,9 +121,9 @@ type Checkpoint struct {
 	file  os.FileInfo // path when opened: a successor removes it (fenced)
 	epoch int64
 
-	del, insert, update, estimate, capacity *sql.Stmt
-	commits                                 atomic.Int64                  // Commit calls (for tests)
-	gate                                    atomic.Pointer[chan struct{}] // tests: a commit waits for it to close
+	del, insert, update, estimate, capacity, worker *sql.Stmt
+	commits                                         atomic.Int64                  // Commit calls (for tests)
+	gate                                            atomic.Pointer[chan struct{}] // tests: a commit waits for it to close
 
 	mu   sync.Mutex
 	hold time.Time // no write after this (zero: no deadline known)
@@ -336,6 +343,8 @@ func open(path string, epoch int64, journal string) (*Checkpoint, error) {
 		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
 			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
 		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
+		{&c.worker, `INSERT INTO workers (id, address) SELECT value->>0, value->>1 FROM jsonb_each(?) WHERE true
+			ON CONFLICT (id) DO UPDATE SET address = excluded.address`},
 	}
 	for _, s := range stmts {
 		if *s.dst, err = db.Prepare(s.sql); err != nil {
@@ -386,6 +395,11 @@ func migrate(db *sql.DB, epoch int64) error {
 	}
 	if _, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('epoch', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, epoch); err != nil {
 		return fmt.Errorf("epoch: %w", err)
+	}
+	// Only the addresses of workers holding batches matter to a new
+	// master; the others register again and are stored again.
+	if _, err := tx.Exec(`DELETE FROM workers WHERE id NOT IN (SELECT worker FROM tasks WHERE state = 'assigned')`); err != nil {
+		return fmt.Errorf("workers: %w", err)
 	}
 	return tx.Commit()
 }
@@ -457,7 +471,8 @@ func (c *Checkpoint) loadStored() error {
 // Load returns every stored task in the order the master received them,
 // and the learnt task durations by job.
 func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
-	rows, err := c.db.Query(`SELECT body, state, worker, batch, result FROM tasks ORDER BY seq`)
+	rows, err := c.db.Query(`SELECT t.body, t.state, t.worker, t.batch, t.result, coalesce(w.address, '')
+		FROM tasks AS t LEFT JOIN workers AS w ON t.state = 'assigned' AND w.id = t.worker ORDER BY t.seq`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
 	}
@@ -466,7 +481,7 @@ func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
 	for rows.Next() {
 		var body, result, state string
 		var r core.Row
-		if err := rows.Scan(&body, &state, &r.Worker, &r.Batch, &result); err != nil {
+		if err := rows.Scan(&body, &state, &r.Worker, &r.Batch, &result, &r.Address); err != nil {
 			return nil, nil, fmt.Errorf("checkpoint load: %w", err)
 		}
 		r.State = core.State(state)
@@ -567,7 +582,7 @@ func (c *Checkpoint) apply(tx *sql.Tx, f folded) error {
 	for _, w := range []struct {
 		stmt *sql.Stmt
 		arg  []byte
-	}{{c.del, f.deletes}, {c.insert, f.inserts}, {c.update, f.updates}, {c.estimate, f.estimates}, {c.capacity, f.capacity}} {
+	}{{c.del, f.deletes}, {c.insert, f.inserts}, {c.update, f.updates}, {c.estimate, f.estimates}, {c.capacity, f.capacity}, {c.worker, f.workers}} {
 		if w.arg == nil {
 			continue
 		}
@@ -587,13 +602,14 @@ type folded struct {
 	updates   []byte // [[task_id, attempt, state, worker|null, batch|null, result|null], ...]
 	estimates []byte // [[job, n, mean, dev], ...]
 	capacity  []byte // the last capacity state
+	workers   []byte // [[worker, address], ...]: the last address of each
 
 	// With the stored rows known: the rows deleted and the rows written.
 	gone, wrote []pilotproto.TaskRef
 }
 
 func (f *folded) empty() bool {
-	return f.deletes == nil && f.inserts == nil && f.updates == nil && f.estimates == nil && f.capacity == nil
+	return f.deletes == nil && f.inserts == nil && f.updates == nil && f.estimates == nil && f.capacity == nil && f.workers == nil
 }
 
 // foldScratch is fold's memory, kept for the next fold.
@@ -647,6 +663,8 @@ func (s *foldScratch) fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]
 	est := map[int64]core.Estimator{}
 	var jobs []int64
 	var capState *capacity.State
+	addr := map[string]string{}
+	var workers []string
 	for _, ops := range batches {
 		for i := range ops {
 			o := &ops[i]
@@ -685,6 +703,11 @@ func (s *foldScratch) fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]
 				est[o.Job] = o.Est
 			case core.OpCapacity:
 				capState = o.Capacity
+			case core.OpWorker:
+				if _, ok := addr[o.Worker]; !ok {
+					workers = append(workers, o.Worker)
+				}
+				addr[o.Worker] = o.Address
 			case core.OpFenceCheck:
 			default:
 				return f, fmt.Errorf("checkpoint: unknown op %d", o.Kind)
@@ -774,7 +797,15 @@ func (s *foldScratch) fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]
 		}
 		f.capacity = b
 	}
-	f.deletes, f.inserts, f.updates, f.estimates = del.bytes(), ins.bytes(), upd.bytes(), es.bytes()
+	var ws jsonRows
+	for _, w := range workers {
+		b := ws.next()
+		b = appendJSONString(b, w)
+		b = append(b, ',')
+		b = appendJSONString(b, addr[w])
+		ws.b = append(b, ']')
+	}
+	f.deletes, f.inserts, f.updates, f.estimates, f.workers = del.bytes(), ins.bytes(), upd.bytes(), es.bytes(), ws.bytes()
 	return f, nil
 }
 

@@ -142,6 +142,7 @@ func (m *Master) Run(ctx context.Context) error {
 	wake.Stop()
 	defer wake.Stop()
 	m.core.Step(m.cfg.Now(), core.Tick{})
+	m.probeRestored(calls, &wg)
 	for {
 		acc.add(m.core.Ready(), m.core.Stats())
 		if inflight == nil && !acc.empty() {
@@ -195,6 +196,27 @@ func (m *Master) Run(ctx context.Context) error {
 				"timeout", m.cfg.ShutdownTimeout, "unreported", m.core.Stats().Unreported)
 			return nil
 		}
+	}
+}
+
+// probeRestored asks, for each restored worker that holds batches, whether
+// its pilot still runs: the batches of a worker whose pilot is gone (the
+// previous master's own side worker after a kill -9, a pilot that ended
+// while no master could take its hand-back) go back to the queue at once
+// instead of after the reconnect grace.
+func (m *Master) probeRestored(ctx context.Context, wg *sync.WaitGroup) {
+	for id, addr := range m.core.Restored() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !NothingListens(ctx, addr) {
+				return
+			}
+			select {
+			case m.in <- input{ev: core.PilotGone{Worker: id}}:
+			case <-m.done:
+			}
+		}()
 	}
 }
 

@@ -2,6 +2,7 @@ package master_test
 
 import (
 	"context"
+	"net"
 	"reflect"
 	"sort"
 	"testing"
@@ -115,4 +116,93 @@ func tasks(job int64, n, batch int) []pilotproto.Task {
 		out[i] = pilotproto.Task{ID: job*100000 + int64(i) + 1, JobID: job, Attempt: 1, Command: []string{"true"}, BatchSize: batch}
 	}
 	return out
+}
+
+// TestNewMasterRequeuesAtOnceTheBatchesOfAPilotThatIsGone: a new master
+// probes where the restored workers' pilots listen. The batch of a worker
+// whose pilot's process is gone (nothing listens: the killed master's own
+// side worker) goes back to the queue as interrupted at once; the batch
+// of a worker whose pilot still listens waits for it, here for a reconnect
+// grace of a minute. Without the probe both wait the minute.
+func TestNewMasterRequeuesAtOnceTheBatchesOfAPilotThatIsGone(t *testing.T) {
+	dir := t.TempDir()
+	six := tasks(1, 6, 3)
+	pulled := false
+	f := &FakeQueue{PullFunc: func(pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+		if pulled {
+			return pilotproto.PullResponse{}, nil
+		}
+		pulled = true
+		return pilotproto.PullResponse{Tasks: six}, nil
+	}}
+	alive, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alive.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + dead.Addr().String()
+	dead.Close() // the pilot's process is gone: its port refuses connections
+
+	a, err := master.New(fastMasterConfig(dir, "pA", 1), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, astop := context.WithCancel(context.Background())
+	defer astop()
+	go a.Run(actx)
+	for _, w := range []workerproto.RegisterRequest{
+		{WorkerID: "gone", PilotID: "pA", Slots: 3, Capacity: 3, Address: deadURL},
+		{WorkerID: "slow", PilotID: "pS", Slots: 3, Capacity: 3, Address: "http://" + alive.Addr().String()},
+	} {
+		if _, err := a.Register(context.Background(), w); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := a.Pull(context.Background(), workerproto.PullRequest{WorkerID: w.WorkerID, Free: 3, WaitMS: 2000})
+		if err != nil || len(resp.Batches) != 1 {
+			t.Fatalf("%s should get one batch of 3: %+v %v", w.WorkerID, resp, err)
+		}
+	}
+
+	// A is killed; B restores its checkpoint with a minute of grace.
+	reported := make(chan pilotproto.ResultsRequest, 10)
+	cfg := fastMasterConfig(dir, "pB", 2)
+	cfg.ReconnectGrace = time.Minute
+	b, err := master.New(cfg, &FakeQueue{ResultsFunc: func(r pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
+		reported <- r
+		return pilotproto.ResultsResponse{Applied: len(r.Results)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bstop := context.WithCancel(context.Background())
+	defer bstop()
+	go b.Run(bctx)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.WaitFor(ctx, func(s master.Stats) bool { return s.Assigned == 3 && s.Unreported+s.Reported == 3 }); err != nil {
+		t.Fatalf("the gone pilot's batch is still in flight: %v", err)
+	}
+	select {
+	case r := <-reported:
+		for _, res := range r.Results {
+			if res.Status != pilotproto.StatusInterrupted || res.TaskID > six[2].ID {
+				t.Errorf("reported %+v, want the gone worker's tasks 1-3 as interrupted", res)
+			}
+		}
+	case <-ctx.Done():
+		t.Fatal("nothing reported to the queue")
+	}
+	// The slow worker comes back and keeps its batch.
+	resp, err := b.Register(context.Background(), workerproto.RegisterRequest{WorkerID: "slow", PilotID: "pS", Slots: 3, Capacity: 3,
+		Held: []pilotproto.TaskRef{{TaskID: six[3].ID, Attempt: 1}, {TaskID: six[4].ID, Attempt: 1}, {TaskID: six[5].ID, Attempt: 1}}})
+	if err != nil || len(resp.Drop) != 0 {
+		t.Fatalf("the slow worker's registration: %+v %v, want its batch kept", resp, err)
+	}
+	if st := b.Stats(); st.Assigned != 3 {
+		t.Errorf("%+v, want the slow worker's 3 tasks in flight", st)
+	}
 }

@@ -14,12 +14,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
@@ -40,7 +38,7 @@ type Pilot struct {
 	mu       sync.Mutex
 	m        *master.Master
 	mh       http.Handler
-	starting chan struct{} // closed when a master being started is up (or failed)
+	starting chan struct{} // closed when a lease request in flight is settled (and the master it won is up, or failed)
 	mcancel  context.CancelFunc
 	mdone    chan struct{}
 }
@@ -82,7 +80,7 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 		stop.at(t.Add(-cfg.StopBefore))
 	}
 	wc.ID = cfg.PilotID + "-" + randomHex(4)
-	wc.PilotID, wc.Slots, wc.Deadline, wc.Token = cfg.PilotID, cfg.Slots, cfg.Deadline, cfg.Token
+	wc.PilotID, wc.Slots, wc.Deadline, wc.Token, wc.Address = cfg.PilotID, cfg.Slots, cfg.Deadline, cfg.Token, p.url
 	if wc.Runner == nil {
 		if wc.Runner, wc.Confinement, err = p.taskRunner(); err != nil {
 			return err
@@ -140,9 +138,9 @@ func (p *Pilot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, starting := p.mh, p.starting
 	p.mu.Unlock()
 	if h == nil && starting != nil {
-		// We just won the lease and the master is opening its checkpoint:
-		// workers that learnt our address wait a moment instead of
-		// bouncing back to the lease.
+		// Our lease request is on its way, or we just won the lease and
+		// the master is opening its checkpoint: workers that learnt our
+		// address wait a moment instead of bouncing back to the lease.
 		t := time.NewTimer(10 * time.Second)
 		select {
 		case <-starting:
@@ -178,18 +176,14 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		if running {
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
-		asked := time.Now()
-		l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url})
+		l, err := p.askLease(ctx)
 		if err != nil {
-			return worker.Endpoint{}, fmt.Errorf("lease: %w", err)
+			return worker.Endpoint{}, err
 		}
 		if l.Granted {
-			if err := p.becomeMaster(ctx, l, asked); err != nil {
-				return worker.Endpoint{}, err
-			}
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
-		if l.Address != "" && l.Holder != p.cfg.PilotID && !refuses(ctx, l.Address) {
+		if l.Address != "" && l.Holder != p.cfg.PilotID && !master.NothingListens(ctx, l.Address) {
 			return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, nil
 		}
 		// The holder is dead, or is our own former master: nobody renews
@@ -210,43 +204,39 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 	}
 }
 
-// refuses reports whether nothing listens at a master's URL (connection
-// refused: the process is gone). Any other outcome, a timeout included,
-// leaves the verdict to the worker's master grace.
-func refuses(ctx context.Context, masterURL string) bool {
-	u, err := url.Parse(masterURL)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	d := net.Dialer{Timeout: 2 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", u.Host)
-	if err != nil {
-		return errors.Is(err, syscall.ECONNREFUSED)
-	}
-	c.Close()
-	return false
-}
-
-// becomeMaster starts the master for a granted lease; if it cannot start
-// (a checkpoint it cannot open), it gives the lease up at once so another
+// askLease asks the queue for the lease and, if granted, starts the
+// master. Workers that reach this pilot meanwhile wait for the outcome
+// (ServeHTTP): once the queue granted the lease, others learn this
+// pilot's address before its answer arrives here, and would otherwise be
+// told "not the master" and back off. If the master cannot start (a
+// checkpoint it cannot open), the lease is given up at once so another
 // pilot can try.
-func (p *Pilot) becomeMaster(ctx context.Context, l pilotproto.Lease, asked time.Time) error {
+func (p *Pilot) askLease(ctx context.Context) (pilotproto.Lease, error) {
 	ready := make(chan struct{})
 	p.mu.Lock()
 	p.starting = ready
 	p.mu.Unlock()
-	err := p.startMaster(l, asked)
-	p.mu.Lock()
-	p.starting = nil
-	p.mu.Unlock()
-	close(ready)
+	defer func() {
+		p.mu.Lock()
+		p.starting = nil
+		p.mu.Unlock()
+		close(ready)
+	}()
+	asked := time.Now()
+	l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url})
 	if err != nil {
+		return l, fmt.Errorf("lease: %w", err)
+	}
+	if !l.Granted {
+		return l, nil
+	}
+	if err := p.startMaster(l, asked); err != nil {
 		if _, rerr := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url, Epoch: l.Epoch, Release: true}); rerr != nil {
 			p.log.Warn("could not give the lease up after a failed start", "epoch", l.Epoch, "error", rerr)
 		}
-		return err
+		return l, err
 	}
-	return nil
+	return l, nil
 }
 
 // startMaster runs the master of the lease l, asked for at asked (the

@@ -15,6 +15,10 @@ type Config struct {
 	Prefetch int       // tasks held beyond Slots, so the next one is already here (-1: automatic, see autoPrefetch)
 	Deadline time.Time // the pilot's end (zero: none)
 	Token    string    // pilot token
+	// Address is the URL the worker's pilot listens at, sent with its
+	// registration: a new master that finds nothing listening there knows
+	// the worker is gone ("": the master waits for its reconnect grace).
+	Address string
 
 	PullWait          time.Duration // long-poll length asked of the master
 	HeartbeatInterval time.Duration

@@ -260,7 +260,7 @@ func (s *session) register(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		req := workerproto.RegisterRequest{WorkerID: w.cfg.ID, PilotID: w.cfg.PilotID, Slots: w.slots, Capacity: w.capacity(),
-			Confinement: w.cfg.Confinement}
+			Confinement: w.cfg.Confinement, Address: w.cfg.Address}
 		if !w.cfg.Deadline.IsZero() {
 			req.Deadline = w.cfg.Deadline.UnixMilli()
 		}

@@ -48,9 +48,14 @@ type RegisterRequest struct {
 	Deadline int64  `json:"deadline_ms,omitempty"`
 	// Confinement says how the worker isolates its tasks (shown on the
 	// agent's status page).
-	Confinement string               `json:"confinement,omitempty"`
-	Held        []pilotproto.TaskRef `json:"held,omitempty"`
-	Finished    []pilotproto.TaskRef `json:"finished,omitempty"`
+	Confinement string `json:"confinement,omitempty"`
+	// Address is the URL the worker's pilot listens at. A new master
+	// that finds nothing listening there (connection refused) knows the
+	// pilot's process is gone and requeues the worker's batches at once,
+	// instead of after the reconnect grace.
+	Address  string               `json:"address,omitempty"`
+	Held     []pilotproto.TaskRef `json:"held,omitempty"`
+	Finished []pilotproto.TaskRef `json:"finished,omitempty"`
 }
 
 // RegisterResponse lists held tasks the master does not (or no longer)

@@ -92,6 +92,7 @@ type task struct {
 
 type worker struct {
 	id, pilot       string
+	address         string // where its pilot listens ("" unknown)
 	slots, capacity int
 	deadline        time.Time // zero: none
 	newDeadline     bool      // pulled in: the next heartbeat tells the worker
@@ -207,7 +208,7 @@ func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *
 		case StateAssigned:
 			w := c.workers[r.Worker]
 			if w == nil {
-				w = &worker{id: r.Worker, lastSeen: now, out: map[ref]struct{}{}}
+				w = &worker{id: r.Worker, address: r.Address, lastSeen: now, out: map[ref]struct{}{}}
 				c.workers[r.Worker] = w
 			}
 			w.out[k] = struct{}{}
@@ -252,6 +253,8 @@ func (c *Core) Step(now time.Time, ev Event) {
 		c.heartbeat(now, e)
 	case Gone:
 		c.gone(now, e.Req)
+	case PilotGone:
+		c.pilotGone(now, e.Worker)
 	case Pulled:
 		c.pulled(now, e)
 	case Reported:
@@ -390,7 +393,7 @@ func (c *Core) do(o Op, now time.Time) {
 		c.ops, c.opsStart = next, 0
 	}
 	c.ops = append(c.ops, o)
-	if o.Kind == OpEstimate || o.Kind == OpFenceCheck || o.Kind == OpCapacity {
+	if o.Kind == OpEstimate || o.Kind == OpFenceCheck || o.Kind == OpCapacity || o.Kind == OpWorker {
 		return
 	}
 	t := c.tasks[o.Ref]

@@ -42,6 +42,12 @@ type (
 	Gone struct{ Req ReqID }
 )
 
+// PilotGone: nothing listens at a restored worker's address (connection
+// refused): its pilot's process is gone (kill -9, crash, the end of its
+// job), so the worker will not come back. The driver probes the
+// addresses Restored lists.
+type PilotGone struct{ Worker string }
+
 // Answers of the queue calls of an earlier Ready.
 type (
 	// Pulled answers Ready.Pull.
@@ -87,6 +93,7 @@ func (Pull) event()         {}
 func (Results) event()      {}
 func (Heartbeat) event()    {}
 func (Gone) event()         {}
+func (PilotGone) event()    {}
 func (Pulled) event()       {}
 func (Reported) event()     {}
 func (Beaten) event()       {}
@@ -145,6 +152,7 @@ const (
 	OpEstimate                 // Job's task duration estimate is Est
 	OpFenceCheck               // write nothing, but fail if a newer master owns the checkpoint
 	OpCapacity                 // the capacity rule's state is Capacity
+	OpWorker                   // Worker's pilot listens at Address
 )
 
 // Op is one checkpoint change.
@@ -160,6 +168,7 @@ type Op struct {
 	// Capacity is the capacity rule's state (OpCapacity): a new master
 	// resumes the search where this one was.
 	Capacity *capacity.State
+	Address  string // OpWorker
 }
 
 // Row is one task as the checkpoint stores it (what New restores).
@@ -169,6 +178,9 @@ type Row struct {
 	Worker string             // StateAssigned
 	Batch  int64              // StateAssigned
 	Result *pilotproto.Result // StateFinal
+	// Address is where Worker's pilot listened (StateAssigned; "" if
+	// the checkpoint does not know).
+	Address string
 }
 
 // State of a task held by the master.

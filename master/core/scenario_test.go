@@ -153,15 +153,17 @@ func newScenario() *scenario {
 //	                         worker-timeout reconnect-grace safety-margin report-batch hand-back-wait, and the
 //	                         capacity rule: capacity-factor capacity-samples capacity-hold capacity-initial
 //	new                      a core restored from the rows below (pending|assigned|final REF job=J
-//	                         [batch-size=N] [worker=W batch=B] [status=S]; estimate job=J n=N mean=S dev=S),
-//	                         then the driver's first Tick
+//	                         [batch-size=N] [worker=W batch=B [address=URL]] [status=S]; estimate job=J n=N
+//	                         mean=S dev=S), then the driver's first Tick; prints the workers to probe
+//	                         (Restored)
 //	advance D                the clock moves on (no event)
 //	tick [D]                 the clock moves on by D, then Tick
-//	register W slots=N [capacity=N] [pilot=P] [deadline=+D] [held=REFS] [finished=REFS]
+//	register W slots=N [capacity=N] [pilot=P] [address=URL] [deadline=+D] [held=REFS] [finished=REFS]
 //	pull W [free=N] [wait=D]
 //	results W REF:STATUS[:DURATION] ... [leaving]
 //	heartbeat W [held=REFS] [partial]
 //	gone #N                  request N's worker hung up
+//	pilot-gone W             nothing listens at W's pilot address (the driver's probe)
 //	pulled [cancelled=JOBS] [err=E]   the queue's answer to the pull; tasks below:
 //	                         job=J tasks=A-B [batch-size=N] [attempt=N] [timeout=D]
 //	reported [err=E]         the queue's answer to the report
@@ -186,6 +188,15 @@ func (s *scenario) do(b block) (string, error) {
 		}
 		s.c = core.New(s.cfg, rows, est, s.now)
 		ev = core.Tick{}
+		if probe := s.c.Restored(); len(probe) > 0 {
+			ids := make([]string, 0, len(probe))
+			for id, addr := range probe {
+				ids = append(ids, id+" at "+addr)
+			}
+			slices.Sort(ids)
+			s.c.Step(s.now, ev)
+			return "probe " + strings.Join(ids, ", ") + "\n" + s.format(s.c.Ready()), nil
+		}
 	case "advance":
 		d, err := duration(pos, 0)
 		if err != nil {
@@ -284,7 +295,7 @@ func (s *scenario) event(b block, kv map[string]string, pos []string) (core.Even
 	}
 	switch b.cmd {
 	case "register":
-		r := workerproto.RegisterRequest{WorkerID: worker, PilotID: kv["pilot"]}
+		r := workerproto.RegisterRequest{WorkerID: worker, PilotID: kv["pilot"], Address: kv["address"]}
 		var err error
 		if r.Slots, err = strconv.Atoi(kv["slots"]); err != nil {
 			return nil, fmt.Errorf("slots: %w", err)
@@ -362,6 +373,8 @@ func (s *scenario) event(b block, kv map[string]string, pos []string) (core.Even
 			return nil, fmt.Errorf("gone #N: %w", err)
 		}
 		return core.Gone{Req: core.ReqID(n)}, nil
+	case "pilot-gone":
+		return core.PilotGone{Worker: worker}, nil
 	case "pulled":
 		if err := queueErr(kv["err"]); err != nil {
 			return core.Pulled{Err: err}, nil
@@ -572,7 +585,7 @@ func parseRows(lines []string) ([]core.Row, map[int64]core.Estimator, error) {
 		if v, ok := kv["batch-size"]; ok {
 			r.Task.BatchSize, _ = strconv.Atoi(v)
 		}
-		r.Worker = kv["worker"]
+		r.Worker, r.Address = kv["worker"], kv["address"]
 		r.Batch, _ = strconv.ParseInt(kv["batch"], 10, 64)
 		if st, ok := kv["status"]; ok {
 			r.Result = &pilotproto.Result{TaskID: k.TaskID, Attempt: k.Attempt, Status: st}
@@ -649,6 +662,8 @@ func (s *scenario) format(rd core.Ready) string {
 			text = fmt.Sprintf("op estimate job %d: %s after %d results", o.Job, d.Round(time.Millisecond), o.Est.N)
 		case core.OpFenceCheck:
 			text = "op fence-check"
+		case core.OpWorker:
+			text = fmt.Sprintf("op worker %s at %s", o.Worker, o.Address)
 		case core.OpCapacity:
 			text = fmt.Sprintf("op capacity %s (good %d, bad %d)", o.Capacity.Phase, o.Capacity.Good, o.Capacity.Bad)
 		}

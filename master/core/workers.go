@@ -20,6 +20,12 @@ func (c *Core) register(now time.Time, e Register) {
 	req := e.RegisterRequest
 	w := c.worker(req.WorkerID, now)
 	w.pilot, w.slots, w.capacity, w.lastSeen, w.confinement = req.PilotID, req.Slots, req.Capacity, now, req.Confinement
+	if req.Address != w.address || (req.Address != "" && !w.registered) {
+		// Stored before any batch is handed to it: a successor probes it
+		// if the worker does not come back.
+		w.address = req.Address
+		c.do(Op{Kind: OpWorker, Worker: w.id, Address: w.address}, now)
+	}
 	c.sizeKnown = false
 	w.deadline = time.Time{}
 	if req.Deadline > 0 {
@@ -281,6 +287,31 @@ func (c *Core) heartbeat(now time.Time, e Heartbeat) {
 	w.kill = nil
 }
 
+// Restored lists the workers restored from the checkpoint that have not
+// registered again and whose pilot's address is known, by worker: the
+// driver probes each address and reports the dead ones with PilotGone.
+func (c *Core) Restored() map[string]string {
+	out := map[string]string{}
+	for id, w := range c.workers {
+		if !w.registered && w.address != "" && len(w.out) > 0 {
+			out[id] = w.address
+		}
+	}
+	return out
+}
+
+// pilotGone requeues at once the batches of a restored worker whose
+// pilot's process is gone, instead of after the reconnect grace: that
+// worker cannot come back. A worker that registered meanwhile is alive.
+func (c *Core) pilotGone(now time.Time, id string) {
+	w := c.workers[id]
+	if c.phase != running || w == nil || w.registered {
+		return
+	}
+	c.log.Info("nothing listens at a restored worker's pilot: its process is gone", "worker", id, "address", w.address)
+	c.lose(now, id)
+}
+
 // silence is how long a worker may stay silent before its tasks are
 // requeued.
 func (c *Core) silence(w *worker) time.Duration {
@@ -318,16 +349,20 @@ func (c *Core) expire(now time.Time) {
 	}
 	slices.Sort(gone)
 	for _, id := range gone {
-		// The worker may have started any of its tasks before it went
-		// (a killed pilot): they go back to the queue as interrupted, so
-		// a second run gets a new attempt number (not charged), never the
-		// same one (its logs and HARVEST_ATTEMPT would be the first's).
-		lost := sortedRefs(c.workers[id].out)
-		for _, k := range lost {
-			c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(c.tasks[k].t, pilotproto.StatusInterrupted, now)}, now)
-		}
-		c.log.Warn("worker lost; its tasks go back to the queue as interrupted", "worker", id, "tasks", len(lost))
-		delete(c.workers, id)
-		c.sizeKnown = false
+		c.lose(now, id)
 	}
+}
+
+// lose forgets a worker that is gone. It may have started any of its
+// tasks before it went (a killed pilot): they go back to the queue as
+// interrupted, so a second run gets a new attempt number (not charged),
+// never the same one (its logs and HARVEST_ATTEMPT would be the first's).
+func (c *Core) lose(now time.Time, id string) {
+	lost := sortedRefs(c.workers[id].out)
+	for _, k := range lost {
+		c.do(Op{Kind: OpFinish, Ref: k, Result: c.resultFor(c.tasks[k].t, pilotproto.StatusInterrupted, now)}, now)
+	}
+	c.log.Warn("worker lost; its tasks go back to the queue as interrupted", "worker", id, "tasks", len(lost))
+	delete(c.workers, id)
+	c.sizeKnown = false
 }
