@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -86,8 +85,8 @@ func (c Config) Validate() error {
 			return bad("confinement required, but tasks cannot be confined here: %s", s.Describe(c.Confine))
 		}
 	}
-	if st, err := os.Stat(c.StateDir); err != nil || !st.IsDir() {
-		return bad("state directory %s is not a directory", c.StateDir)
+	if err := master.CheckStateDir(c.StateDir); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	// The master and worker settings are checked now, with the fields the
 	// pilot fills in later, so a bad setting fails at start, not at election.

@@ -3,9 +3,12 @@ package pilot_test
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilot"
 )
 
@@ -104,6 +107,13 @@ func TestConfigValidate(t *testing.T) {
 	if err := good().Validate(); err != nil {
 		t.Fatalf("a complete config is refused: %v", err)
 	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("the state directory's check left %v behind", left)
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		mod  func(*pilot.Config)
@@ -111,6 +121,10 @@ func TestConfigValidate(t *testing.T) {
 		{"a pilot without id is refused", func(c *pilot.Config) { c.PilotID = "" }},
 		{"a pilot without token is refused", func(c *pilot.Config) { c.Token = "" }},
 		{"a missing state directory is refused", func(c *pilot.Config) { c.StateDir = dir + "/nope" }},
+		{"a state directory that is a file is refused", func(c *pilot.Config) { c.StateDir = file }},
+		// Nothing can be created in /proc, root or not: a directory that
+		// cannot hold the checkpoint is refused at start, not at election.
+		{"a state directory that cannot hold files is refused", func(c *pilot.Config) { c.StateDir = "/proc" }},
 		{"zero slots are refused", func(c *pilot.Config) { c.Slots = 0 }},
 		{"an unknown journal mode is refused at start, not at election", func(c *pilot.Config) { c.Master.JournalMode = "MEMORY" }},
 		{"WAL on the shared state directory is refused at start", func(c *pilot.Config) { c.Master.JournalMode = "WAL" }},
@@ -124,6 +138,12 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("got %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+	c := good()
+	c.StateDir = "/proc"
+	if err := c.Validate(); !errors.Is(err, master.ErrStateDir) || !strings.Contains(err.Error(), "create a file") ||
+		!strings.Contains(err.Error(), "docs/pilot.md") {
+		t.Errorf("the refusal of /proc says %q: want the state directory named, the step that failed and where to read more", err)
 	}
 }
 

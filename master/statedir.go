@@ -1,0 +1,72 @@
+package master
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// ErrStateDir: the state directory cannot hold the checkpoint.
+var ErrStateDir = errors.New("the state directory cannot hold the master checkpoint")
+
+// CheckStateDir makes sure dir offers what the checkpoint does at each
+// failover (docs/pilot.md, "What the shared state directory must offer"):
+// this account creates a file, writes and fsyncs it, renames it within the
+// directory, syncs the directory, reads the file back and removes it. A
+// pilot checks it at start, so a directory that cannot work is refused
+// then, with the failing step named, not at its first election (where the
+// master could not start and the pool would have no master).
+func CheckStateDir(dir string) error {
+	bad := func(step string, err error) error {
+		return fmt.Errorf("%w: %s: %s: %v (the pilots' account must create, fsync, rename, read and remove files there: see docs/pilot.md)",
+			ErrStateDir, dir, step, err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return bad("stat", err)
+	}
+	if !st.IsDir() {
+		return bad("stat", errors.New("not a directory"))
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	tmp := filepath.Join(dir, ".harvest-probe-"+hex.EncodeToString(b)+".tmp")
+	final := tmp[:len(tmp)-len(".tmp")]
+	want := []byte("harvest state directory probe\n")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return bad("create a file", err)
+	}
+	defer os.Remove(tmp)
+	_, err = f.Write(want)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return bad("write and fsync a file", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return bad("rename a file", err)
+	}
+	defer os.Remove(final)
+	if err := syncDir(dir); err != nil {
+		return bad("sync the directory", err)
+	}
+	got, err := os.ReadFile(final)
+	if err != nil {
+		return bad("read a file back", err)
+	}
+	if string(got) != string(want) {
+		return bad("read a file back", fmt.Errorf("read %q, wrote %q", got, want))
+	}
+	if err := os.Remove(final); err != nil {
+		return bad("remove a file", err)
+	}
+	return nil
+}
