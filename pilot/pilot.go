@@ -189,6 +189,11 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		// The holder is dead, or is our own former master: nobody renews
 		// its lease. Ask again when it runs out, then every LeasePoll.
 		expires := time.Unix(l.ExpiresAt, 0)
+		if l.LeftMS > 0 {
+			// Measured from our receipt of the answer: no earlier than the
+			// queue's expiry, whatever the clocks say.
+			expires = time.Now().Add(time.Duration(l.LeftMS) * time.Millisecond)
+		}
 		if waitedFor != l.Epoch {
 			waitedFor = l.Epoch
 			p.log.Info("master unreachable; waiting for its lease to run out", "holder", l.Holder, "epoch", l.Epoch, "expires", expires)

@@ -50,6 +50,12 @@ type Lease struct {
 	// TTLMS is the TTL in milliseconds (a TTL under a second reads 0 in
 	// TTLSecond); the master renews from it. 0 from an older queue.
 	TTLMS int64 `json:"ttl_ms,omitempty"`
+	// LeftMS is how long the lease still runs, in milliseconds, as the
+	// queue saw it when it answered: a pilot waiting for a dead master's
+	// lease asks again when it runs out (a duration, so the two hosts'
+	// clocks need not agree; ExpiresAt, whole seconds, made pilots ask up
+	// to a second early and poll). 0 from an older queue.
+	LeftMS int64 `json:"left_ms,omitempty"`
 }
 
 // PullRequest asks for up to Max waiting tasks in fair-share order. The

@@ -38,7 +38,8 @@ func (p Pool) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotprot
 	if req.Epoch < 0 {
 		return pilotproto.Lease{}, invalid("epoch must not be negative")
 	}
-	prev, d, err := q.st.DecideLease(ctx, p.site, req, q.now(), q.cfg.LeaseTTL)
+	now := q.now()
+	prev, d, err := q.st.DecideLease(ctx, p.site, req, now, q.cfg.LeaseTTL)
 	if err != nil {
 		return pilotproto.Lease{}, err
 	}
@@ -49,12 +50,13 @@ func (p Pool) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotprot
 		q.log.Info("new master", "site", p.site, "pilot", d.Next.Holder, "epoch", d.Next.Epoch, "address", d.Next.Address)
 	}
 	q.seen(p.site)
-	return q.leaseView(d.Next, d.Granted), nil
+	return q.leaseView(d.Next, d.Granted, now), nil
 }
 
-func (q *Queue) leaseView(l rules.Lease, granted bool) pilotproto.Lease {
+func (q *Queue) leaseView(l rules.Lease, granted bool, now time.Time) pilotproto.Lease {
 	return pilotproto.Lease{Granted: granted, Epoch: l.Epoch, Holder: l.Holder, Address: l.Address,
-		ExpiresAt: l.Expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second), TTLMS: q.cfg.LeaseTTL.Milliseconds()}
+		ExpiresAt: l.Expires.Unix(), TTLSecond: int64(q.cfg.LeaseTTL / time.Second), TTLMS: q.cfg.LeaseTTL.Milliseconds(),
+		LeftMS: max(0, l.Expires.Sub(now).Milliseconds())}
 }
 
 // MasterAddress returns the local pool's published master address and

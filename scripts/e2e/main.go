@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +72,7 @@ type run struct {
 	start               time.Time
 	problems            []string
 	fuse                string // the state directory's FUSE mount, unmounted at the end
+	requests            *requestLog
 }
 
 func main() {
@@ -257,30 +259,33 @@ func (r *run) main() error {
 				final = false
 			}
 		}
+		// The master's pilot is scancelled and a worker's pilot killed once
+		// a third is done and a worker pilot runs beside the master (the
+		// agent may hold a single pilot a while, making way for foreign
+		// jobs); by two thirds without one, the check fails.
 		if !injected && total > 0 && done >= total/3 {
-			injected = true
-			failover.master = r.currentMaster()
-			if failover.master == "" {
+			m := r.currentMaster()
+			w, pid := r.workerPilot(m)
+			switch {
+			case m == "":
+				injected = true
 				r.fail("no master found in the agent log")
-			} else {
+			case pid == "" && done < total*2/3:
+				// wait for a worker pilot
+			case pid == "":
+				injected = true
+				r.fail("no worker pilot ran beside the master between a third and two thirds of the tasks")
+			default:
+				injected = true
+				failover.master, failover.worker, failover.workPID = m, w, pid
 				failover.killedAt = time.Now()
 				logf("scancel the master's pilot %s (%d/%d tasks done)", failover.master, done, total)
 				if _, err := sh("scancel", failover.master); err != nil {
 					r.fail("scancel master: %v", err)
 				}
-				// A worker pilot may just be starting: look for a while.
-				for i := 0; i < 50 && failover.workPID == ""; i++ {
-					if failover.worker, failover.workPID = r.workerPilot(failover.master); failover.workPID == "" {
-						time.Sleep(200 * time.Millisecond)
-					}
-				}
-				if failover.workPID != "" {
-					logf("kill -9 the worker of pilot %s (pid %s)", failover.worker, failover.workPID)
-					pid, _ := strconv.Atoi(failover.workPID)
-					syscall.Kill(pid, syscall.SIGKILL)
-				} else {
-					r.fail("no worker pilot process found to kill")
-				}
+				logf("kill -9 the worker of pilot %s (pid %s)", failover.worker, failover.workPID)
+				p, _ := strconv.Atoi(failover.workPID)
+				syscall.Kill(p, syscall.SIGKILL)
 			}
 		}
 		if injected && failover.newMasterAt.IsZero() && failover.master != "" {
@@ -454,15 +459,22 @@ func (r *run) main() error {
 		if i+1 < len(hards) {
 			next = hards[i+1].killedAt
 		}
-		stall := dispatchStall(allT, h.killedAt, next)
-		fmt.Printf("  kill -9 #%d of the master's pilot (%s): new master after %s, completions paused %.2f s (longest pause in task completions after the kill)\n",
-			i+1, h.master, newMaster, stall.Seconds())
+		stall, gapFrom, gapTo := dispatchStall(allT, h.killedAt, next)
+		fmt.Printf("  kill -9 #%d of the master's pilot (%s): new master after %s, completions paused %.2f s (longest pause in task completions after the kill: from +%.2f s to +%.2f s)\n",
+			i+1, h.master, newMaster, stall.Seconds(), gapFrom.Sub(h.killedAt).Seconds(), gapTo.Sub(h.killedAt).Seconds())
 		if h.newMasterAt.IsZero() || stall >= *maxPause {
 			r.fail("after kill -9 #%d of the master: new master after %s, completions paused %s; want the pause under %s", i+1, newMaster, stall.Round(10*time.Millisecond), *maxPause)
 		}
 	}
 	if len(hards) < *kills {
 		r.fail("the jobs ended after %d of %d kills -9 of the master (no pause measured for the rest): run more --tasks", len(hards), *kills)
+	}
+	if r.requests != nil && len(allT) > 0 {
+		var kills []time.Time
+		for _, h := range hards {
+			kills = append(kills, h.killedAt)
+		}
+		r.requests.rates(time.Unix(0, int64(allT[0]*1e9)), time.Unix(0, int64(allT[len(allT)-1]*1e9)), kills)
 	}
 	fmt.Printf("  fairness: Jain's index %.3f over completions until the first job finished (%v)\n", jain, x)
 	fmt.Printf("  max delay imposed on a foreign job: %.0f s after the deciding round (poll %v)\n", maxDelay, *poll)
@@ -510,9 +522,25 @@ func (r *run) startAgent() error {
 		return err
 	}
 	pilot := fmt.Sprintf("%s pilot --heartbeat 1s --master-grace 10s --reconnect-grace 10s --worker-timeout 15s", r.harvest)
+	// The pilots reach the queue through a proxy that counts their
+	// requests: the agent listens on a port chosen here and advertises
+	// the proxy.
+	listen := *port
+	if listen == 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		listen = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	if r.requests, err = startRequestLog(fmt.Sprintf("http://127.0.0.1:%d", listen)); err != nil {
+		return err
+	}
 	r.agent = exec.Command(r.harvest, "agent",
 		"--state-dir", filepath.Join(r.work, "agent"), "--shared-dir", filepath.Join(r.work, "state"),
-		"--listen", fmt.Sprintf("127.0.0.1:%d", *port), "--socket", r.socket(), "--allowed-root", filepath.Join(r.work, "data"),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", listen), "--advertise", r.requests.url,
+		"--socket", r.socket(), "--allowed-root", filepath.Join(r.work, "data"),
 		"--poll", poll.String(), "--margin", "30s", "--mini-time", "10s",
 		"--pilot-command", pilot, "--pilot-output", filepath.Join(r.work, "pilots", "pilot-%j.out"),
 		"--dump-snapshots", filepath.Join(r.work, "dumps"), "--log-level", "info")
@@ -554,6 +582,9 @@ func (r *run) stopAgent() {
 
 func (r *run) cleanup(failed bool) {
 	r.stopAgent()
+	if r.requests != nil {
+		r.requests.close()
+	}
 	sh("scancel", "--full", "-u", "root")
 	for _, u := range []string{"alice", "bob", "carol", "dave"} {
 		sh("scancel", "-u", u)
@@ -917,15 +948,16 @@ func (r *run) pilotProcess(jobID string) string {
 }
 
 // dispatchStall is the longest pause in task completions (ledger times,
-// sorted) from the kill until the next 60 s: workers finish what they
-// hold within a second or so, then wait for a new master.
-func dispatchStall(completions []float64, kill, until time.Time) time.Duration {
+// sorted) from the kill until the next 60 s, and when it began and ended:
+// workers finish what they hold within a second or so, then wait for a
+// new master.
+func dispatchStall(completions []float64, kill, until time.Time) (d time.Duration, gapFrom, gapTo time.Time) {
 	from := float64(kill.UnixNano()) / 1e9
 	end := from + 60
 	if !until.IsZero() {
 		end = math.Min(end, float64(until.UnixNano())/1e9)
 	}
-	prev, longest := from, 0.0
+	prev, longest, a, b := from, 0.0, from, from
 	for _, t := range completions {
 		if t < from {
 			continue
@@ -933,10 +965,13 @@ func dispatchStall(completions []float64, kill, until time.Time) time.Duration {
 		if t > end {
 			break
 		}
-		longest = math.Max(longest, t-prev)
+		if t-prev > longest {
+			longest, a, b = t-prev, prev, t
+		}
 		prev = t
 	}
-	return time.Duration(longest * float64(time.Second))
+	at := func(s float64) time.Time { return time.Unix(0, int64(s*1e9)) }
+	return time.Duration(longest * float64(time.Second)), at(a), at(b)
 }
 
 func (r *run) snapshots() []cluster.Snapshot {
