@@ -13,4 +13,6 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh >/dev/null
 # One run at a time per cluster: the real-SLURM tests take the same lock.
 lock=${LAB:-/var/tmp/harvest-slurm}.lock
-exec flock -w 900 "$lock" go run ./scripts/e2e "$@"
+# -o: the lock stays with flock itself, not with what the e2e starts (a
+# daemon that scripts/minicluster.sh restarts would hold it for good).
+exec flock -o -w 900 "$lock" go run ./scripts/e2e "$@"
