@@ -599,8 +599,17 @@ func (r *run) cleanup(failed bool) {
 		fmt.Printf("\nagent log (last 60 lines):\n%s\n", tail(readFile(r.agentLog), 60))
 	}
 	if r.fuse != "" {
-		if out, err := sh("umount", r.fuse); err != nil {
-			fmt.Printf("umount %s: %v %s\n", r.fuse, err, out)
+		// The pilots were just cancelled: their processes may hold the
+		// mount a moment longer.
+		var err error
+		for i := 0; i < 50; i++ {
+			if _, err = sh("umount", r.fuse); err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil {
+			fmt.Printf("umount %s: %v\n", r.fuse, err)
 		}
 	}
 	if r.work != "" {

@@ -37,6 +37,8 @@ func startRequestLog(queue string) (*requestLog, error) {
 	}
 	l := &requestLog{at: map[string][]time.Time{}, url: "http://" + ln.Addr().String()}
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	// A pilot that hangs up (killed, cancelled) is no error of the run.
+	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) }
 	l.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.at[r.URL.Path] = append(l.at[r.URL.Path], time.Now())
