@@ -16,6 +16,7 @@
 package workerproto
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -66,12 +67,55 @@ type PullRequest struct {
 	WorkerID string `json:"worker_id"`
 	Free     int    `json:"free"`
 	WaitMS   int64  `json:"wait_ms"`
+	// Compact asks for the batches in the compact form (PullWire: the
+	// job's fields once per batch); without it a worker older than the
+	// master gets PullResponse's form. The master in process ignores it.
+	Compact bool `json:"compact,omitempty"`
 }
 
-// Batch is a group of tasks of one job handed to one worker.
+// Batch is a group of tasks of one job handed to one worker. It is
+// written with its tasks in full (for a worker older than the master) and
+// read from either form (BatchWire), so a worker reads an older master.
 type Batch struct {
 	ID    int64             `json:"id"`
 	Tasks []pilotproto.Task `json:"tasks"`
+}
+
+// BatchWire is a batch in the compact form: its job's fields once, then
+// the entries (pilotproto.Packed). The full form {"id", "tasks"} is the
+// same thing with the tasks alone.
+type BatchWire struct {
+	ID int64 `json:"id"`
+	pilotproto.Packed
+}
+
+// PullWire is the pull answer in the compact form.
+type PullWire struct {
+	Batches  []BatchWire `json:"batches,omitempty"`
+	KillJobs []int64     `json:"kill_jobs,omitempty"`
+}
+
+// PackPull is resp in the compact form.
+func PackPull(resp PullResponse) PullWire {
+	w := PullWire{Batches: make([]BatchWire, len(resp.Batches)), KillJobs: resp.KillJobs}
+	for i, b := range resp.Batches {
+		w.Batches[i] = BatchWire{ID: b.ID, Packed: pilotproto.Pack(b.Tasks)}
+	}
+	return w
+}
+
+// UnmarshalJSON reads a batch in either form.
+func (b *Batch) UnmarshalJSON(data []byte) error {
+	var w BatchWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	tasks, err := w.Unpack()
+	if err != nil {
+		return fmt.Errorf("batch %d: %w", w.ID, err)
+	}
+	b.ID, b.Tasks = w.ID, tasks
+	return nil
 }
 
 // PullResponse carries batches, and jobs whose tasks must be killed.

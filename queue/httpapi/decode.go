@@ -12,7 +12,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -26,7 +25,7 @@ func invalid(format string, a ...any) error {
 // only without regard to case, duplicate keys, null where the field cannot
 // be null (inside a command argv it became ""), unknown fields, trailing
 // data and bodies over limit. Every request body of the API goes through
-// here except the pilots' bulk reports (decodeBulk).
+// here except the pilots' heartbeats (decodeBulk).
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
@@ -69,26 +68,23 @@ func DecodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 	return decode(w, r, limit, v)
 }
 
-// decodeBulk reads the pilots' large, frequent reports (results,
-// heartbeats) without the strict pass: they come from harvest's own code
-// with the pilot token, and the pass would double their parsing cost.
-// Results go through wirejson's decoder, which leaves everything off its
-// fast path (and so every error) to strictBulk: what is accepted and
-// refused is encoding/json's verdict either way.
+// decodeBulk reads the pilots' heartbeats, which list every task a
+// master holds, without the strict pass (it would double their parsing
+// cost): they come from harvest's own code with the pilot token. Unknown
+// fields and data after the object are still refused.
 func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
 	}
-	buf := wirejson.GetBuffer()
-	defer wirejson.PutBuffer(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
 		}
 		return invalid("reading the body: %v", err)
 	}
-	return wirejson.Decode(buf.Bytes(), v, strictBulk)
+	return strictBulk(body, v)
 }
 
 // strictBulk decodes one JSON object, refusing unknown fields and data
