@@ -62,19 +62,41 @@ func TaskEnv(job, task int64) []string {
 }
 
 // datasetOf is the directory t's input is the entry of, if t has the
-// form the wire carries compactly.
+// form the wire carries compactly: input Join(dataset, name), output
+// Join(OutputDir, name), environment TaskEnv. It checks without
+// allocating (a pull packs every task): a path is its Join if it is
+// dir + "/" + name and already clean.
 func datasetOf(t *Task) (string, bool) {
-	if t.Name == "" || !strings.HasSuffix(t.Input, t.Name) || t.Output != filepath.Join(t.OutputDir, t.Name) {
+	in, name := t.Input, t.Name
+	if name == "" || len(in) <= len(name) || in[len(in)-len(name)-1] != '/' || in[len(in)-len(name):] != name || filepath.Clean(in) != in {
 		return "", false
 	}
-	d := t.Input[:len(t.Input)-len(t.Name)]
-	if len(d) > 1 {
-		d = strings.TrimSuffix(d, "/")
+	d := in[:len(in)-len(name)-1]
+	if d == "" {
+		d = "/"
 	}
-	if filepath.Join(d, t.Name) != t.Input || !slices.Equal(t.Env, TaskEnv(t.JobID, t.ID)) {
+	out := t.Output
+	if !strings.HasPrefix(out, t.OutputDir) || t.OutputDir == "" || filepath.Clean(out) != out {
+		return "", false
+	}
+	rest := out[len(t.OutputDir):]
+	if !strings.HasSuffix(t.OutputDir, "/") {
+		if rest == "" || rest[0] != '/' {
+			return "", false
+		}
+		rest = rest[1:]
+	}
+	if rest != name || len(t.Env) != 2 || !envIs(t.Env[0], "HARVEST_JOB=", t.JobID) || !envIs(t.Env[1], "HARVEST_TASK=", t.ID) {
 		return "", false
 	}
 	return d, true
+}
+
+// envIs reports whether kv is key followed by n in decimal.
+func envIs(kv, key string, n int64) bool {
+	v, ok := strings.CutPrefix(kv, key)
+	var b [20]byte
+	return ok && v == string(strconv.AppendInt(b[:0], n, 10))
 }
 
 func (j *JobTasks) fits(t *Task, dataset string) bool {

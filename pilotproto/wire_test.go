@@ -76,6 +76,42 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	}
 }
 
+// FuzzPackRoundTrip: whatever a task looks like, packing and unpacking
+// it (through JSON) gives it back unchanged, compact or in full.
+func FuzzPackRoundTrip(f *testing.F) {
+	f.Add("/data/a", "/out/a", "e1", "", "", "", 1, true)
+	f.Add("/", "/", "x", "/x", "/x", "", 2, true)
+	f.Add("/data/./a", "/out/a/", "e1", "", "", "w", 1, true)
+	f.Add("/data", "/out", "a/../b", "", "/out/b", "", 1, false)
+	f.Add("", "", ".", "x", "", "", 0, true)
+	f.Fuzz(func(t *testing.T, dataset, outdir, name, input, output, workdir string, attempt int, env bool) {
+		a := queueTask(3, 2, "bob", dataset, outdir, name, attempt)
+		if input != "" {
+			a.Input = input
+		}
+		if output != "" {
+			a.Output = output
+		}
+		a.WorkDir = workdir
+		if !env {
+			a.Env = []string{"HARVEST_JOB=02", "HARVEST_TASK=3"}
+		}
+		b := queueTask(4, 2, "bob", dataset, outdir, name+"2", 1)
+		c := queueTask(5, 1, "alice", "/d", "/o", "n", 1)
+		tasks := []pilotproto.Task{a, c, b}
+		w := wire[pilotproto.PullWire](t, pilotproto.PackPull(pilotproto.PullResponse{Tasks: tasks}))
+		got, err := w.Unpack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// JSON carries strings as UTF-8: compare with what it makes of them.
+		want := wire[[]pilotproto.Task](t, tasks)
+		if !reflect.DeepEqual(got.Tasks, want) {
+			t.Fatalf("round trip changed the tasks:\ngot  %+v\nwant %+v", got.Tasks, want)
+		}
+	})
+}
+
 func TestUnpackRefusesMalformedPulls(t *testing.T) {
 	job := func(ids, names, attempts int) pilotproto.JobTasks {
 		return pilotproto.JobTasks{JobID: 1, IDs: make([]int64, ids), Names: make([]string, names), Attempts: make([]int, attempts)}
