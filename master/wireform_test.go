@@ -16,7 +16,7 @@ import (
 // TestWorkersOfEitherVersionGetTheirForm: in a pool mid-upgrade a worker
 // older than the master pulls without asking for the compact form and
 // gets its batches with every task in full; a newer one gets the job's
-// fields once per batch. Batch reads both.
+// fields once per batch. PullWire reads both.
 func TestWorkersOfEitherVersionGetTheirForm(t *testing.T) {
 	e := startQueue(t)
 	jobs := map[int64]bool{}
@@ -63,8 +63,12 @@ func TestWorkersOfEitherVersionGetTheirForm(t *testing.T) {
 		if full == w.compact || compact != w.compact {
 			t.Fatalf("worker %s (compact %v) got %s", w.id, w.compact, b)
 		}
-		var resp workerproto.PullResponse
-		if err := json.Unmarshal(b, &resp); err != nil || len(resp.Batches) != 1 || len(resp.Batches[0].Tasks) != 3 {
+		var pw workerproto.PullWire
+		if err := json.Unmarshal(b, &pw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := pw.Unpack()
+		if err != nil || len(resp.Batches) != 1 || len(resp.Batches[0].Tasks) != 3 {
 			t.Fatalf("worker %s: %v %+v", w.id, err, resp)
 		}
 		got = append(got, resp.Batches[0].Tasks...)

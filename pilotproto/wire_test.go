@@ -270,17 +270,15 @@ func benchForms() []struct {
 	}
 	wp := workerproto.PullResponse{Batches: []workerproto.Batch{{ID: 9, Tasks: benchTasks(1)}}}
 	out = append(out, form{"WorkerPull", wp, workerproto.PackPull(wp),
-		func(b []byte) error { var p workerproto.PullResponse; return json.Unmarshal(b, &p) },
 		func(b []byte) error {
-			// The old form, read as an older worker read it: no unpacking.
-			var p struct {
-				Batches []struct {
-					ID    int64             `json:"id"`
-					Tasks []pilotproto.Task `json:"tasks"`
-				} `json:"batches"`
+			var w workerproto.PullWire
+			if err := json.Unmarshal(b, &w); err != nil {
+				return err
 			}
-			return json.Unmarshal(b, &p)
-		}, 100})
+			_, err := w.Unpack()
+			return err
+		},
+		func(b []byte) error { var p workerproto.PullResponse; return json.Unmarshal(b, &p) }, 100})
 	rr := pilotproto.ResultsRequest{Epoch: 3, Results: benchResults()}
 	out = append(out, form{"PilotResults", rr, pilotproto.PackResults(rr),
 		func(b []byte) error {

@@ -80,7 +80,14 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 		defer bufs.Put(ans)
 		ans.Reset()
 		_, err := ans.ReadFrom(body)
-		if err == nil {
+		if p, ok := out.(*workerproto.PullResponse); ok && err == nil {
+			// Batches come compact (workerproto.PullWire), or in full
+			// from a master older than the worker: Unpack reads both.
+			var w workerproto.PullWire
+			if err = json.Unmarshal(ans.Bytes(), &w); err == nil {
+				*p, err = w.Unpack()
+			}
+		} else if err == nil {
 			err = json.Unmarshal(ans.Bytes(), out)
 		}
 		if err != nil {

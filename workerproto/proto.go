@@ -16,7 +16,6 @@
 package workerproto
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -73,9 +72,8 @@ type PullRequest struct {
 	Compact bool `json:"compact,omitempty"`
 }
 
-// Batch is a group of tasks of one job handed to one worker. It is
-// written with its tasks in full (for a worker older than the master) and
-// read from either form (BatchWire), so a worker reads an older master.
+// Batch is a group of tasks of one job handed to one worker, written
+// thus for a worker older than the master (PullWire is the compact form).
 type Batch struct {
 	ID    int64             `json:"id"`
 	Tasks []pilotproto.Task `json:"tasks"`
@@ -104,18 +102,22 @@ func PackPull(resp PullResponse) PullWire {
 	return w
 }
 
-// UnmarshalJSON reads a batch in either form.
-func (b *Batch) UnmarshalJSON(data []byte) error {
-	var w BatchWire
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
+// Unpack is the pull answer w carries (a master older than the worker
+// sends every batch's tasks in full: the same thing to Unpack).
+func (w *PullWire) Unpack() (PullResponse, error) {
+	resp := PullResponse{KillJobs: w.KillJobs}
+	if len(w.Batches) > 0 {
+		resp.Batches = make([]Batch, len(w.Batches))
 	}
-	tasks, err := w.Unpack()
-	if err != nil {
-		return fmt.Errorf("batch %d: %w", w.ID, err)
+	for i := range w.Batches {
+		b := &w.Batches[i]
+		tasks, err := b.Unpack()
+		if err != nil {
+			return PullResponse{}, fmt.Errorf("batch %d: %w", b.ID, err)
+		}
+		resp.Batches[i] = Batch{ID: b.ID, Tasks: tasks}
 	}
-	b.ID, b.Tasks = w.ID, tasks
-	return nil
+	return resp, nil
 }
 
 // PullResponse carries batches, and jobs whose tasks must be killed.

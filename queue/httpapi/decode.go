@@ -129,6 +129,9 @@ var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 // into: object keys must match a field's name exactly and appear once,
 // and null may stand only where the type can hold it.
 func strict(dec *json.Decoder, t reflect.Type, where string) error {
+	if scalarList(t) {
+		return strictScalars(dec, where)
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -199,6 +202,52 @@ func strict(dec *json.Decoder, t reflect.Type, where string) error {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
+}
+
+// scalarList reports whether t is a list of numbers, strings or booleans
+// (a pilot's ids, names and attempts: thousands of elements, too many to
+// walk token by token).
+func scalarList(t reflect.Type) bool {
+	if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+		return false
+	}
+	e := t.Elem()
+	if reflect.PointerTo(e).Implements(unmarshaler) {
+		return false
+	}
+	switch e.Kind() {
+	case reflect.Bool, reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// strictScalars reads the next value whole and refuses a null inside it
+// (the list itself may be null): in a list of scalars a bare n outside a
+// string can only start null. Types are left to the decoding pass.
+func strictScalars(dec *json.Decoder, where string) error {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil // null, or not a list: the decoding pass says what is wrong
+	}
+	in, esc := false, false
+	for _, c := range raw {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && c == 'n':
+			return fmt.Errorf("null is not a valid element of %s", where)
+		}
+	}
+	return nil
 }
 
 // jsonFields maps the JSON names of a struct's fields (embedded structs'
