@@ -58,7 +58,12 @@ const MaxResults = 100_000
 
 // TaskEnv is the environment the queue gives a task.
 func TaskEnv(job, task int64) []string {
-	return []string{"HARVEST_JOB=" + strconv.FormatInt(job, 10), "HARVEST_TASK=" + strconv.FormatInt(task, 10)}
+	// One string for both (every task gets one when a pull is unpacked).
+	var b [64]byte
+	e := append(strconv.AppendInt(append(b[:0], "HARVEST_JOB="...), job, 10), "HARVEST_TASK="...)
+	k := len(e) - len("HARVEST_TASK=")
+	v := string(strconv.AppendInt(e, task, 10))
+	return []string{v[:k], v[k:]}
 }
 
 // datasetOf is the directory t's input is the entry of, if t has the
@@ -105,21 +110,45 @@ func (j *JobTasks) fits(t *Task, dataset string) bool {
 		slices.Equal(j.Command, t.Command)
 }
 
-// Pack groups tasks by job.
+// Pack groups tasks by job. The jobs and their arrays are sized first
+// and carved from one allocation each: with many users a pull holds
+// about one task per job.
 func Pack(tasks []Task) Packed {
 	var p Packed
 	at := map[int64]int{}
+	var counts []int
+	for i := range tasks {
+		k, seen := at[tasks[i].JobID]
+		if !seen {
+			k = len(counts)
+			at[tasks[i].JobID] = k
+			counts = append(counts, 0)
+		}
+		counts[k]++
+	}
+	ids, names, attempts := make([]int64, len(tasks)), make([]string, len(tasks)), make([]int, len(tasks))
+	offset := make([]int, len(counts)) // where job k's entries start in the arrays
+	for k := 1; k < len(counts); k++ {
+		offset[k] = offset[k-1] + counts[k-1]
+	}
+	index := make([]int, len(counts)) // job k's place in p.Jobs, -1 before its first fitting task
+	for k := range index {
+		index[k] = -1
+	}
+	p.Jobs = make([]JobTasks, 0, len(counts))
 	order := make([]int, len(tasks))
 	for i := range tasks {
 		t := &tasks[i]
 		d, ok := datasetOf(t)
-		k, seen := at[t.JobID]
-		if ok && !seen {
-			k = len(p.Jobs)
-			at[t.JobID] = k
+		c := at[t.JobID]
+		if ok && index[c] < 0 {
+			index[c] = len(p.Jobs)
+			o, n := offset[c], counts[c]
 			p.Jobs = append(p.Jobs, JobTasks{JobID: t.JobID, Owner: t.Owner, Command: t.Command, Dataset: d,
-				OutputDir: t.OutputDir, WorkDir: t.WorkDir, BatchSize: t.BatchSize, Cores: t.Cores, TimeoutS: t.TimeoutS})
+				OutputDir: t.OutputDir, WorkDir: t.WorkDir, BatchSize: t.BatchSize, Cores: t.Cores, TimeoutS: t.TimeoutS,
+				IDs: ids[o : o : o+n], Names: names[o : o : o+n], Attempts: attempts[o : o : o+n]})
 		}
+		k := index[c]
 		if !ok || !p.Jobs[k].fits(t, d) {
 			order[i] = -1
 			p.Tasks = append(p.Tasks, *t)
@@ -130,6 +159,9 @@ func Pack(tasks []Task) Packed {
 		j.Names = append(j.Names, t.Name)
 		j.Attempts = append(j.Attempts, t.Attempt)
 		order[i] = k
+	}
+	if len(p.Jobs) == 0 {
+		p.Jobs = nil
 	}
 	last := 0
 	for i, k := range order {

@@ -336,3 +336,10 @@ func BenchmarkWire(b *testing.B) {
 		}
 	}
 }
+
+func TestTaskEnv(t *testing.T) {
+	got := pilotproto.TaskEnv(12, 9223372036854775807)
+	if want := []string{"HARVEST_JOB=12", "HARVEST_TASK=9223372036854775807"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("TaskEnv = %q, want %q", got, want)
+	}
+}
