@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
-	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -33,7 +31,11 @@ func (m *Master) Handler() http.Handler {
 			return
 		}
 		resp, err := m.Pull(r.Context(), req)
-		reply(w, resp, err)
+		if err == nil && req.Compact {
+			reply(w, workerproto.PackPull(resp), nil)
+			return
+		}
+		reply(w, resp, err) // a worker older than the master reads this form
 	})
 	mux.HandleFunc("POST "+workerproto.PathResults, func(w http.ResponseWriter, r *http.Request) {
 		var req workerproto.ResultsRequest
@@ -65,15 +67,8 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 		writeErr(w, http.StatusUnauthorized, "missing or wrong pilot token")
 		return false
 	}
-	buf := wirejson.GetBuffer()
-	defer wirejson.PutBuffer(buf)
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
-	if err == nil {
-		// Results go through wirejson's decoder; anything off its fast
-		// path, and every other request, through encoding/json's Decoder.
-		err = wirejson.Decode(buf.Bytes(), v, wirejson.FirstValue)
-	}
-	if err != nil {
+	// Unknown fields are let through: a newer worker may send some.
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(v); err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))
 		return false
 	}
@@ -84,33 +79,18 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 	return true
 }
 
-// replyBufs holds answers being encoded: a master answers every worker's
-// pull and results.
-var replyBufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooled keeps a rare huge answer's buffer out of the pool.
-const maxPooled = 1 << 20
-
 func reply(w http.ResponseWriter, v any, err error) {
 	switch {
 	case err == nil:
-		w.Header().Set("Content-Type", "application/json")
-		bp := replyBufs.Get().(*[]byte)
-		defer func() {
-			if cap(*bp) <= maxPooled {
-				replyBufs.Put(bp)
-			}
-		}()
-		// Pull answers (task batches) are encoded by wirejson, the same
-		// bytes without reflection; the rest by encoding/json.
-		if b, ok := wirejson.Encode((*bp)[:0], v); ok {
-			*bp = b
-			// With its length the answer goes out in one piece, not chunked.
-			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.Write(b)
+		b, err := json.Marshal(v)
+		if err != nil {
+			writeErr(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		json.NewEncoder(w).Encode(v)
+		w.Header().Set("Content-Type", "application/json")
+		// With its length the answer goes out in one piece, not chunked.
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b)
 	case errors.Is(err, ErrUnknownWorker):
 		writeErr(w, http.StatusNotFound, workerproto.ErrUnknownWorker)
 	case errors.Is(err, ErrNotMaster), errors.Is(err, ErrFenced):

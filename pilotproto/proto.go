@@ -63,6 +63,10 @@ type Lease struct {
 type PullRequest struct {
 	Epoch int64 `json:"epoch"`
 	Max   int   `json:"max"`
+	// Compact asks the HTTP API for the answer in the compact form
+	// (PullWire: each job's fields once); without it, a pilot older than
+	// the queue gets PullResponse's form. The queue in process ignores it.
+	Compact bool `json:"compact,omitempty"`
 }
 
 // Task is one task handed to the master.
@@ -102,7 +106,11 @@ const (
 // Result is the outcome of one attempt of one task. Reporting the same
 // (TaskID, Attempt) twice is harmless: the queue applies it once.
 type Result struct {
-	TaskID     int64  `json:"task_id"`
+	TaskID int64 `json:"task_id"`
+	// JobID is the task's job, if the reporter knows it: a plain success
+	// then travels in its job's DoneGroup (ResultsWire). The queue looks
+	// tasks up by TaskID and never trusts it.
+	JobID      int64  `json:"job_id,omitempty"`
 	Attempt    int    `json:"attempt"`
 	Status     string `json:"status"`
 	ExitCode   int    `json:"exit_code"`

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"strconv"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -171,6 +170,6 @@ func taskOf(j store.ReadyJob, t store.TakenTask) pilotproto.Task {
 		ID: t.ID, JobID: j.ID, Owner: j.Owner, Attempt: t.Attempt, Name: t.Name,
 		Input: filepath.Join(j.Dataset, t.Name), Output: filepath.Join(j.OutputDir, t.Name),
 		OutputDir: j.OutputDir, Command: j.Command, BatchSize: j.BatchSize, Cores: j.Cores, TimeoutS: j.TimeoutS,
-		Env: []string{"HARVEST_JOB=" + strconv.FormatInt(j.ID, 10), "HARVEST_TASK=" + strconv.FormatInt(t.ID, 10)},
+		Env: pilotproto.TaskEnv(j.ID, t.ID),
 	}
 }

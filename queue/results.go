@@ -46,8 +46,8 @@ func (q *Queue) ReportResults(ctx context.Context, req pilotproto.ResultsRequest
 func (p Pool) ReportResults(ctx context.Context, req pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
 	q := p.q
 	var resp pilotproto.ResultsResponse
-	if len(req.Results) > 100_000 {
-		return resp, invalid("at most 100000 results per request")
+	if len(req.Results) > pilotproto.MaxResults {
+		return resp, invalid("at most %d results per request", pilotproto.MaxResults)
 	}
 	for i, r := range req.Results {
 		if err := validateResult(i, r); err != nil {

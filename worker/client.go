@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
-	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -65,11 +64,7 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	buf := bufs.Get().(*bytes.Buffer)
 	defer bufs.Put(buf)
 	buf.Reset()
-	// Results (and a stopping worker's last report) are encoded by
-	// wirejson, the bytes encoding/json writes; other requests by it.
-	if b, ok := wirejson.Encode(buf.AvailableBuffer(), in); ok {
-		buf.Write(b)
-	} else if err := json.NewEncoder(buf).Encode(in); err != nil {
+	if err := json.NewEncoder(buf).Encode(in); err != nil {
 		return fmt.Errorf("master %s%s: encode request: %w", c.base, path, err)
 	}
 	resp, err := c.r.R().SetContext(ctx).SetBody(bytes.NewReader(buf.Bytes())).SetDoNotParseResponse(true).
@@ -81,13 +76,19 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	defer body.Close()
 	if resp.IsSuccess() {
 		// Reading to the end also gives the connection back to the pool.
-		ans := wirejson.GetBuffer()
-		defer wirejson.PutBuffer(ans)
+		ans := bufs.Get().(*bytes.Buffer)
+		defer bufs.Put(ans)
+		ans.Reset()
 		_, err := ans.ReadFrom(body)
-		if err == nil {
-			// Task batches are decoded by wirejson; the rest, and
-			// anything off its fast path, by encoding/json's Decoder.
-			err = wirejson.Decode(ans.Bytes(), out, wirejson.FirstValue)
+		if p, ok := out.(*workerproto.PullResponse); ok && err == nil {
+			// Batches come compact (workerproto.PullWire), or in full
+			// from a master older than the worker: Unpack reads both.
+			var w workerproto.PullWire
+			if err = json.Unmarshal(ans.Bytes(), &w); err == nil {
+				*p, err = w.Unpack()
+			}
+		} else if err == nil {
+			err = json.Unmarshal(ans.Bytes(), out)
 		}
 		if err != nil {
 			return fmt.Errorf("master %s%s: answer: %w", c.base, path, err)

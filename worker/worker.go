@@ -303,7 +303,7 @@ func (s *session) pullLoop(ctx context.Context) {
 			continue
 		}
 		var resp workerproto.PullResponse
-		req := workerproto.PullRequest{WorkerID: w.cfg.ID, Free: free, WaitMS: w.cfg.PullWait.Milliseconds()}
+		req := workerproto.PullRequest{WorkerID: w.cfg.ID, Free: free, WaitMS: w.cfg.PullWait.Milliseconds(), Compact: true}
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.PullWait+15*time.Second)
 		sent := time.Now()
 		err := s.c.post(pctx, workerproto.PathPull, req, &resp)

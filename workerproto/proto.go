@@ -71,12 +71,58 @@ type PullRequest struct {
 	WorkerID string `json:"worker_id"`
 	Free     int    `json:"free"`
 	WaitMS   int64  `json:"wait_ms"`
+	// Compact asks for the batches in the compact form (PullWire: the
+	// job's fields once per batch); without it a worker older than the
+	// master gets PullResponse's form. The master in process ignores it.
+	Compact bool `json:"compact,omitempty"`
 }
 
-// Batch is a group of tasks of one job handed to one worker.
+// Batch is a group of tasks of one job handed to one worker, written
+// thus for a worker older than the master (PullWire is the compact form).
 type Batch struct {
 	ID    int64             `json:"id"`
 	Tasks []pilotproto.Task `json:"tasks"`
+}
+
+// BatchWire is a batch in the compact form: its job's fields once, then
+// the entries (pilotproto.Packed). The full form {"id", "tasks"} is the
+// same thing with the tasks alone.
+type BatchWire struct {
+	ID int64 `json:"id"`
+	pilotproto.Packed
+}
+
+// PullWire is the pull answer in the compact form.
+type PullWire struct {
+	Batches  []BatchWire `json:"batches,omitempty"`
+	KillJobs []int64     `json:"kill_jobs,omitempty"`
+}
+
+// PackPull is resp in the compact form.
+func PackPull(resp PullResponse) PullWire {
+	w := PullWire{Batches: make([]BatchWire, len(resp.Batches)), KillJobs: resp.KillJobs}
+	for i, b := range resp.Batches {
+		w.Batches[i] = BatchWire{ID: b.ID, Packed: pilotproto.Pack(b.Tasks)}
+	}
+	return w
+}
+
+// Unpack is the pull answer w carries (a master older than the worker
+// sends every batch's tasks in full: the same thing to Unpack).
+func (w *PullWire) Unpack() (PullResponse, error) {
+	resp := PullResponse{KillJobs: w.KillJobs}
+	if len(w.Batches) > 0 {
+		resp.Batches = make([]Batch, len(w.Batches))
+	}
+	for i := range w.Batches {
+		b := &w.Batches[i]
+		tasks, err := b.Unpack()
+		if err != nil {
+			return PullResponse{}, fmt.Errorf("batch %d: %w", b.ID, err)
+		}
+		resp.Batches[i] = Batch{ID: b.ID, Tasks: tasks}
+	}
+	return resp, nil
 }
 
 // PullResponse carries batches, and jobs whose tasks must be killed.

@@ -101,7 +101,9 @@ func (c *Core) sendReport() {
 		}
 		seen[k] = true
 		refs = append(refs, k)
-		results = append(results, *t.result)
+		r := *t.result
+		r.JobID = t.t.JobID // a plain success travels in its job's group (pilotproto.ResultsWire)
+		results = append(results, r)
 	}
 	c.outbox = c.outbox[i:]
 	if len(results) == 0 {

@@ -8,7 +8,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -21,7 +20,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/go-resty/resty/v2"
 
-	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
@@ -129,23 +127,13 @@ func (e *Error) Unwrap() error { return api.ErrOf(e.Code, e.Status) }
 
 // do performs one call; idempotent calls are retried on transient failures.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any, idempotent bool) error {
-	// A master's results are encoded, and its pull answers decoded, by
-	// wirejson (no reflection, the same bytes); the rest by resty with
-	// encoding/json.
-	if b, ok := wirejson.Encode(nil, body); ok {
-		body = b[:len(b)-1] // resty marshals without the Encoder's newline
-	}
-	fast := wirejson.Decodes(out)
 	op := func() error {
 		req := c.r.R().SetContext(ctx)
 		if body != nil {
 			req.SetHeader("Content-Type", "application/json").SetBody(body)
 		}
-		if out != nil && !fast {
+		if out != nil {
 			req.SetResult(out)
-		}
-		if fast {
-			req.SetDoNotParseResponse(true) // read into a lent buffer below
 		}
 		if query != nil {
 			req.SetQueryParamsFromValues(query)
@@ -156,28 +144,6 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 				return backoff.Permanent(ctx.Err())
 			}
 			return fmt.Errorf("queue %s %s: %w", method, path, err)
-		}
-		if fast {
-			buf := wirejson.GetBuffer()
-			defer wirejson.PutBuffer(buf)
-			raw := resp.RawBody()
-			_, err := buf.ReadFrom(raw)
-			raw.Close()
-			if err != nil {
-				return fmt.Errorf("queue %s %s: reading the answer: %w", method, path, err)
-			}
-			if resp.IsSuccess() {
-				if err := wirejson.Decode(buf.Bytes(), out, json.Unmarshal); err != nil {
-					return fmt.Errorf("queue %s %s: %w", method, path, err)
-				}
-				return nil
-			}
-			e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(buf.String())}
-			var ae api.Error
-			if json.Unmarshal(buf.Bytes(), &ae) == nil && ae.Error != "" {
-				e.Message, e.Code = ae.Error, ae.Code
-			}
-			return retryable(e)
 		}
 		if resp.IsSuccess() {
 			return nil
@@ -310,15 +276,25 @@ func (c *Client) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotp
 
 // Pull asks for tasks (never retried: a lost answer would leave tasks
 // ASSIGNED to nobody until the zombie timeout requeues them).
+// It asks for the compact form (each job's fields once).
 func (c *Client) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
-	var p pilotproto.PullResponse
-	return p, c.do(ctx, http.MethodPost, pilotproto.PathPull, nil, req, &p, false)
+	req.Compact = true
+	var w pilotproto.PullWire
+	if err := c.do(ctx, http.MethodPost, pilotproto.PathPull, nil, req, &w, false); err != nil {
+		return pilotproto.PullResponse{}, err
+	}
+	p, err := w.Unpack()
+	if err != nil {
+		return p, fmt.Errorf("queue %s: the answer: %w", pilotproto.PathPull, err)
+	}
+	return p, nil
 }
 
-// Results reports results (idempotent by task and attempt).
+// Results reports results (idempotent by task and attempt), plain
+// successes compactly (pilotproto.ResultsWire).
 func (c *Client) Results(ctx context.Context, req pilotproto.ResultsRequest) (pilotproto.ResultsResponse, error) {
 	var r pilotproto.ResultsResponse
-	return r, c.do(ctx, http.MethodPost, pilotproto.PathResults, nil, req, &r, true)
+	return r, c.do(ctx, http.MethodPost, pilotproto.PathResults, nil, pilotproto.PackResults(req), &r, true)
 }
 
 // Heartbeat keeps running tasks and the lease alive.

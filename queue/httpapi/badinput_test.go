@@ -158,8 +158,20 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"a lease request without a pilot id is refused", "POST", pilotproto.PathLease, "pilot", `{"address": "http://x"}`, 400, "pilot_id"},
 		{"a negative recommendation is refused", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": -3}`, 400, "negative"},
 		{"an unknown field in a pilot request is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 1, "greedy": true}`, 400, "unknown field"},
-		// Results are read by internal/wirejson's fast path, which leaves
-		// every odd body to encoding/json: the same refusals as before.
+		// Results in either form (a newer pilot's done groups, an older
+		// pilot's full records) go through the strict decoder.
+		{"an unknown field in a done group is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1], "attempts": [1], "duration_ms": 1, "started_at": 1, "bonus": 1}]}`, 400, "unknown field"},
+		{"a duplicate key in a done group is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1], "ids": [2], "attempts": [1], "duration_ms": 1, "started_at": 1}]}`, 400, "duplicate key"},
+		{"a done group with fewer attempts than ids is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1, 2], "attempts": [1], "duration_ms": 1, "started_at": 1}]}`, 400, "as many of each"},
+		{"an empty done group is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [], "attempts": [], "duration_ms": 0, "started_at": 1}]}`, 400, "at least one"},
+		{"a null id in a done group is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1, null], "attempts": [1, 1], "duration_ms": 1, "started_at": 1}]}`, 400, "null is not a valid element of ids"},
+		{"a string id in a done group is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1, "n"], "attempts": [1, 1], "duration_ms": 1, "started_at": 1}]}`, 400, "cannot unmarshal string"},
+		{"null done ids are refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": null, "attempts": [1], "duration_ms": 1, "started_at": 1}]}`, 400, "as many of each"},
+		{"a done group with a negative duration is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1], "attempts": [1], "duration_ms": -1, "started_at": 1}]}`, 400, "negative"},
+		{"a done group without a job is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"ids": [1], "attempts": [1], "duration_ms": 1, "started_at": 1}]}`, 400, "job_id"},
+		{"a done entry with attempt 0 is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [1], "attempts": [0], "duration_ms": 1, "started_at": 1}]}`, 400, "attempt"},
+		{"too many done entries are refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [` + strings.Repeat("1,", pilotproto.MaxResults) + `1], "attempts": [1], "duration_ms": 1, "started_at": 1}]}`, 400, "as many of each"},
+		{"too many results in both forms are refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "done": [{"job_id": 1, "ids": [` + strings.Repeat("1,", pilotproto.MaxResults-1) + `1], "attempts": [` + strings.Repeat("1,", pilotproto.MaxResults-1) + `1], "duration_ms": 1, "started_at": 1}], "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`, 400, "at most 100000 results"},
 		{"an unknown field in a result is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "attempt": 1, "status": "done", "bonus": 1}]}`, 400, "unknown field"},
 		{"data after a results report is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": []} {}`, 400, "data after the object"},
 		{"a malformed results report is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1,]}`, 400, "malformed JSON"},

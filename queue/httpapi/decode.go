@@ -12,7 +12,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -26,7 +25,7 @@ func invalid(format string, a ...any) error {
 // only without regard to case, duplicate keys, null where the field cannot
 // be null (inside a command argv it became ""), unknown fields, trailing
 // data and bodies over limit. Every request body of the API goes through
-// here except the pilots' bulk reports (decodeBulk).
+// here except the pilots' heartbeats (decodeBulk).
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
@@ -69,26 +68,23 @@ func DecodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 	return decode(w, r, limit, v)
 }
 
-// decodeBulk reads the pilots' large, frequent reports (results,
-// heartbeats) without the strict pass: they come from harvest's own code
-// with the pilot token, and the pass would double their parsing cost.
-// Results go through wirejson's decoder, which leaves everything off its
-// fast path (and so every error) to strictBulk: what is accepted and
-// refused is encoding/json's verdict either way.
+// decodeBulk reads the pilots' heartbeats, which list every task a
+// master holds, without the strict pass (it would double their parsing
+// cost): they come from harvest's own code with the pilot token. Unknown
+// fields and data after the object are still refused.
 func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
 	}
-	buf := wirejson.GetBuffer()
-	defer wirejson.PutBuffer(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return fmt.Errorf("%w: the limit is %d bytes", api.ErrTooLarge, limit)
 		}
 		return invalid("reading the body: %v", err)
 	}
-	return wirejson.Decode(buf.Bytes(), v, strictBulk)
+	return strictBulk(body, v)
 }
 
 // strictBulk decodes one JSON object, refusing unknown fields and data
@@ -133,6 +129,9 @@ var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 // into: object keys must match a field's name exactly and appear once,
 // and null may stand only where the type can hold it.
 func strict(dec *json.Decoder, t reflect.Type, where string) error {
+	if scalarList(t) {
+		return strictScalars(dec, where)
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -203,6 +202,52 @@ func strict(dec *json.Decoder, t reflect.Type, where string) error {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
+}
+
+// scalarList reports whether t is a list of numbers, strings or booleans
+// (a pilot's ids, names and attempts: thousands of elements, too many to
+// walk token by token).
+func scalarList(t reflect.Type) bool {
+	if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+		return false
+	}
+	e := t.Elem()
+	if reflect.PointerTo(e).Implements(unmarshaler) {
+		return false
+	}
+	switch e.Kind() {
+	case reflect.Bool, reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// strictScalars reads the next value whole and refuses a null inside it
+// (the list itself may be null): in a list of scalars a bare n outside a
+// string can only start null. Types are left to the decoding pass.
+func strictScalars(dec *json.Decoder, where string) error {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil // null, or not a list: the decoding pass says what is wrong
+	}
+	in, esc := false, false
+	for _, c := range raw {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && c == 'n':
+			return fmt.Errorf("null is not a valid element of %s", where)
+		}
+	}
+	return nil
 }
 
 // jsonFields maps the JSON names of a struct's fields (embedded structs'

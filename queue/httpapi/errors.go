@@ -7,42 +7,15 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 
-	"github.com/harvest-hpc/harvest/internal/wirejson"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
-
-// answerBufs holds answers being encoded: a pilot pulls many times a second.
-var answerBufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooled keeps a rare huge answer's buffer out of the pool.
-const maxPooled = 1 << 20
 
 // writeJSON answers v as JSON. It encodes before it writes the status, so
 // a value that cannot be encoded (a non-finite figure) is a logged 500
 // with an error body, never a 200 with an empty one (issue 13 item 6).
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
-	// Pull answers (task batches) are encoded by wirejson: the bytes
-	// encoding/json writes, without reflection (issue 17).
-	if status == http.StatusOK {
-		bp := answerBufs.Get().(*[]byte)
-		defer func() {
-			if cap(*bp) <= maxPooled {
-				answerBufs.Put(bp)
-			}
-		}()
-		if b, ok := wirejson.Encode((*bp)[:0], v); ok {
-			*bp = b
-			w.Header().Set("Content-Type", "application/json")
-			// With its length the answer goes out in one piece, not chunked.
-			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.WriteHeader(status)
-			w.Write(b)
-			return
-		}
-	}
 	var b bytes.Buffer
 	if err := json.NewEncoder(&b).Encode(v); err != nil {
 		s.log.Error("cannot encode the answer", "error", err, "type", fmt.Sprintf("%T", v))
@@ -51,6 +24,8 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
+	// With its length the answer goes out in one piece, not chunked.
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
 	w.Write(b.Bytes())
 }

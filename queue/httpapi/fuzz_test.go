@@ -21,7 +21,11 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"epoch": 1, "max": 3}`, `{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`,
 		`{"pilot_id": "p", "epoch": 9223372036854775807}`, `{"priority": 1e308}`, `null`, `[]`, `"x"`, `{`, ``,
 		`{"command": ["{{input}}"], "batch_size": 1, "dataset": "/../.."}`,
-		// results off internal/wirejson's fast path (encoding/json decides)
+		// results in the compact form, good and odd
+		`{"epoch": 1, "done": [{"job_id": 1, "pilot": "p", "ids": [1, 2], "attempts": [1, 1], "duration_ms": 7, "started_at": 1}], "results": [{"task_id": 3, "attempt": 1, "status": "failed", "exit_code": 2}]}`,
+		`{"epoch": 1, "done": [{"job_id": 1, "ids": [1, 2], "attempts": [1], "duration_ms": -7, "started_at": 1}]}`,
+		`{"epoch": 1, "max": 3, "compact": true}`,
+		// odd encodings encoding/json decides on
 		`{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "d\u006fne", "pilot": "p\x"}]}`,
 		"{\"epoch\": 1, \"results\": [{\"task_id\": 1, \"attempt\": 1, \"status\": \"done\", \"pilot\": \"\xff\"}]}",
 		`{"epoch": 1, "results": [{"Task_ID": 1, "attempt": 1.0, "status": "done"}]} {}`,

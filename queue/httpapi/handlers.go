@@ -269,13 +269,22 @@ func (s *Server) pilotPull(w http.ResponseWriter, r *http.Request, id queue.Iden
 		return nil, 0, err
 	}
 	p, err := s.q.Pool(id.Site).Pull(r.Context(), req)
-	return p, http.StatusOK, err
+	if err != nil || !req.Compact {
+		return p, http.StatusOK, err // a pilot older than the queue reads this form
+	}
+	return pilotproto.PackPull(p), http.StatusOK, nil
 }
 
 func (s *Server) pilotResults(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
-	var req pilotproto.ResultsRequest
-	if err := decodeBulk(w, r, s.cfg.MaxPilotBodyBytes, &req); err != nil {
+	// Both forms in one: a newer pilot's plain successes in done, the
+	// rest (an older pilot's every result) in results.
+	var wire pilotproto.ResultsWire
+	if err := decode(w, r, s.cfg.MaxPilotBodyBytes, &wire); err != nil {
 		return nil, 0, err
+	}
+	req, err := wire.Unpack()
+	if err != nil {
+		return nil, 0, invalid("%v", err)
 	}
 	p, err := s.q.Pool(id.Site).ReportResults(r.Context(), req)
 	return p, http.StatusOK, err

@@ -1,0 +1,343 @@
+package pilotproto
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The wire forms below carry a batch once (issue 29): a pull answer (and a
+// worker's batch, workerproto) names each job's command, directories and
+// options once and then lists its entries as parallel arrays; a results
+// report lists plain successes as arrays of ids and attempts with their
+// sums, and full records only for the rest. In Go, the master, the queue
+// and the store keep working on []Task and []Result: Pack and Unpack
+// convert at the HTTP layer, losslessly (TestPackUnpackRoundTrip).
+
+// JobTasks is one job's tasks on the wire: the job's fixed fields once,
+// then its entries (IDs[i], Names[i], Attempts[i]). A task's input is
+// Dataset/name, its output OutputDir/name and its environment TaskEnv.
+type JobTasks struct {
+	JobID     int64    `json:"job_id"`
+	Owner     string   `json:"owner"`
+	Command   []string `json:"command"`
+	Dataset   string   `json:"dataset"`
+	OutputDir string   `json:"output_dir"`
+	WorkDir   string   `json:"work_dir,omitempty"`
+	BatchSize int      `json:"batch_size"`
+	Cores     int      `json:"cores"`
+	TimeoutS  int64    `json:"timeout_s,omitempty"`
+	IDs       []int64  `json:"ids"`
+	Names     []string `json:"names"`
+	Attempts  []int    `json:"attempts"`
+}
+
+// Packed is a list of tasks on the wire: the jobs' entries, then Tasks,
+// full records for a task that does not fit its job's form (none from
+// harvest's own queue; an older queue's answer is Tasks alone). Order,
+// when present, restores the original order: one index per task, the
+// job whose next entry comes (len(Jobs): the next of Tasks); without it
+// the jobs' entries come job after job, then Tasks.
+type Packed struct {
+	Jobs  []JobTasks `json:"jobs,omitempty"`
+	Order []int      `json:"order,omitempty"`
+	Tasks []Task     `json:"tasks,omitempty"`
+}
+
+// PullWire is the pull answer for a pilot that asks for the compact form
+// (PullRequest.Compact); an older pilot gets PullResponse as it is.
+type PullWire struct {
+	Packed
+	CancelledJobs []int64 `json:"cancelled_jobs,omitempty"`
+}
+
+// MaxResults bounds the results of one report (after unpacking).
+const MaxResults = 100_000
+
+// TaskEnv is the environment the queue gives a task.
+func TaskEnv(job, task int64) []string {
+	// One string for both (every task gets one when a pull is unpacked).
+	var b [64]byte
+	e := append(strconv.AppendInt(append(b[:0], "HARVEST_JOB="...), job, 10), "HARVEST_TASK="...)
+	k := len(e) - len("HARVEST_TASK=")
+	v := string(strconv.AppendInt(e, task, 10))
+	return []string{v[:k], v[k:]}
+}
+
+// datasetOf is the directory t's input is the entry of, if t has the
+// form the wire carries compactly: input Join(dataset, name), output
+// Join(OutputDir, name), environment TaskEnv. It checks without
+// allocating (a pull packs every task): a path is its Join if it is
+// dir + "/" + name and already clean.
+func datasetOf(t *Task) (string, bool) {
+	in, name := t.Input, t.Name
+	if name == "" || len(in) <= len(name) || in[len(in)-len(name)-1] != '/' || in[len(in)-len(name):] != name || filepath.Clean(in) != in {
+		return "", false
+	}
+	d := in[:len(in)-len(name)-1]
+	if d == "" {
+		d = "/"
+	}
+	out := t.Output
+	if !strings.HasPrefix(out, t.OutputDir) || t.OutputDir == "" || filepath.Clean(out) != out {
+		return "", false
+	}
+	rest := out[len(t.OutputDir):]
+	if !strings.HasSuffix(t.OutputDir, "/") {
+		if rest == "" || rest[0] != '/' {
+			return "", false
+		}
+		rest = rest[1:]
+	}
+	if rest != name || len(t.Env) != 2 || !envIs(t.Env[0], "HARVEST_JOB=", t.JobID) || !envIs(t.Env[1], "HARVEST_TASK=", t.ID) {
+		return "", false
+	}
+	return d, true
+}
+
+// envIs reports whether kv is key followed by n in decimal.
+func envIs(kv, key string, n int64) bool {
+	v, ok := strings.CutPrefix(kv, key)
+	var b [20]byte
+	return ok && v == string(strconv.AppendInt(b[:0], n, 10))
+}
+
+func (j *JobTasks) fits(t *Task, dataset string) bool {
+	return j.JobID == t.JobID && j.Owner == t.Owner && j.Dataset == dataset && j.OutputDir == t.OutputDir &&
+		j.WorkDir == t.WorkDir && j.BatchSize == t.BatchSize && j.Cores == t.Cores && j.TimeoutS == t.TimeoutS &&
+		slices.Equal(j.Command, t.Command)
+}
+
+// Pack groups tasks by job. The jobs and their arrays are sized first
+// and carved from one allocation each: with many users a pull holds
+// about one task per job.
+func Pack(tasks []Task) Packed {
+	var p Packed
+	at := map[int64]int{}
+	var counts []int
+	for i := range tasks {
+		k, seen := at[tasks[i].JobID]
+		if !seen {
+			k = len(counts)
+			at[tasks[i].JobID] = k
+			counts = append(counts, 0)
+		}
+		counts[k]++
+	}
+	ids, names, attempts := make([]int64, len(tasks)), make([]string, len(tasks)), make([]int, len(tasks))
+	offset := make([]int, len(counts)) // where job k's entries start in the arrays
+	for k := 1; k < len(counts); k++ {
+		offset[k] = offset[k-1] + counts[k-1]
+	}
+	index := make([]int, len(counts)) // job k's place in p.Jobs, -1 before its first fitting task
+	for k := range index {
+		index[k] = -1
+	}
+	p.Jobs = make([]JobTasks, 0, len(counts))
+	order := make([]int, len(tasks))
+	for i := range tasks {
+		t := &tasks[i]
+		d, ok := datasetOf(t)
+		c := at[t.JobID]
+		if ok && index[c] < 0 {
+			index[c] = len(p.Jobs)
+			o, n := offset[c], counts[c]
+			p.Jobs = append(p.Jobs, JobTasks{JobID: t.JobID, Owner: t.Owner, Command: t.Command, Dataset: d,
+				OutputDir: t.OutputDir, WorkDir: t.WorkDir, BatchSize: t.BatchSize, Cores: t.Cores, TimeoutS: t.TimeoutS,
+				IDs: ids[o : o : o+n], Names: names[o : o : o+n], Attempts: attempts[o : o : o+n]})
+		}
+		k := index[c]
+		if !ok || !p.Jobs[k].fits(t, d) {
+			order[i] = -1
+			p.Tasks = append(p.Tasks, *t)
+			continue
+		}
+		j := &p.Jobs[k]
+		j.IDs = append(j.IDs, t.ID)
+		j.Names = append(j.Names, t.Name)
+		j.Attempts = append(j.Attempts, t.Attempt)
+		order[i] = k
+	}
+	if len(p.Jobs) == 0 {
+		p.Jobs = nil
+	}
+	last := 0
+	for i, k := range order {
+		if k < 0 {
+			k = len(p.Jobs)
+			order[i] = k
+		}
+		if k < last {
+			p.Order = order // not job after job: say the order
+		}
+		last = k
+	}
+	return p
+}
+
+// Unpack is the tasks of p, in their order. It refuses a malformed p
+// (arrays of unequal lengths, an order that does not match the entries).
+func (p *Packed) Unpack() ([]Task, error) {
+	n := len(p.Tasks)
+	for i := range p.Jobs {
+		j := &p.Jobs[i]
+		if len(j.Names) != len(j.IDs) || len(j.Attempts) != len(j.IDs) {
+			return nil, fmt.Errorf("job %d: %d ids, %d names, %d attempts: want as many of each", j.JobID, len(j.IDs), len(j.Names), len(j.Attempts))
+		}
+		n += len(j.IDs)
+	}
+	if p.Order != nil && len(p.Order) != n {
+		return nil, fmt.Errorf("order has %d entries for %d tasks", len(p.Order), n)
+	}
+	out := make([]Task, 0, n)
+	next := make([]int, len(p.Jobs)+1)
+	cur := 0 // without Order: the job whose entries come now
+	for i := range n {
+		for cur < len(p.Jobs) && next[cur] == len(p.Jobs[cur].IDs) {
+			cur++
+		}
+		k := cur
+		if p.Order != nil {
+			k = p.Order[i]
+		}
+		if k < 0 || k > len(p.Jobs) {
+			return nil, fmt.Errorf("order[%d] = %d: want 0..%d", i, k, len(p.Jobs))
+		}
+		e := next[k]
+		next[k]++
+		if k == len(p.Jobs) {
+			if e >= len(p.Tasks) {
+				return nil, fmt.Errorf("order names more full tasks than the %d listed", len(p.Tasks))
+			}
+			out = append(out, p.Tasks[e])
+			continue
+		}
+		j := &p.Jobs[k]
+		if e >= len(j.IDs) {
+			return nil, fmt.Errorf("order names more entries of job %d than its %d", j.JobID, len(j.IDs))
+		}
+		name := j.Names[e]
+		out = append(out, Task{ID: j.IDs[e], JobID: j.JobID, Owner: j.Owner, Attempt: j.Attempts[e], Name: name,
+			Input: filepath.Join(j.Dataset, name), Output: filepath.Join(j.OutputDir, name), OutputDir: j.OutputDir,
+			WorkDir: j.WorkDir, Command: j.Command, Env: TaskEnv(j.JobID, j.IDs[e]), BatchSize: j.BatchSize,
+			Cores: j.Cores, TimeoutS: j.TimeoutS})
+	}
+	return out, nil
+}
+
+// PackPull is resp in the compact form.
+func PackPull(resp PullResponse) PullWire {
+	return PullWire{Packed: Pack(resp.Tasks), CancelledJobs: resp.CancelledJobs}
+}
+
+// Unpack is the pull answer w carries.
+func (w *PullWire) Unpack() (PullResponse, error) {
+	tasks, err := w.Packed.Unpack()
+	if err != nil {
+		return PullResponse{}, err
+	}
+	if tasks == nil {
+		tasks = []Task{}
+	}
+	return PullResponse{Tasks: tasks, CancelledJobs: w.CancelledJobs}, nil
+}
+
+// DoneGroup lists a job's plain successes (status done, exit code 0, no
+// error tail) reported by one pilot: their ids and attempts, and the sums
+// usage accounting needs (CPU time is the job's cores times the
+// duration). Unpacked, each entry gets an equal share of DurationMS and
+// the group's earliest start.
+type DoneGroup struct {
+	JobID      int64   `json:"job_id"`
+	Pilot      string  `json:"pilot,omitempty"`
+	IDs        []int64 `json:"ids"`
+	Attempts   []int   `json:"attempts"`
+	DurationMS int64   `json:"duration_ms"` // the sum over the entries
+	StartedAt  int64   `json:"started_at"`  // the earliest start, Unix ms
+}
+
+// ResultsWire is a results report on the wire: Done for plain
+// successes, Results (full records) for the rest. A pilot older than
+// the queue sends everything in Results, which is still accepted.
+type ResultsWire struct {
+	Epoch   int64       `json:"epoch"`
+	Done    []DoneGroup `json:"done,omitempty"`
+	Results []Result    `json:"results,omitempty"`
+}
+
+// plain is a result a DoneGroup carries without loss of what the queue
+// keeps of it.
+func plain(r *Result) bool {
+	return r.Status == StatusDone && r.ExitCode == 0 && r.ErrorTail == "" && r.JobID > 0 && r.DurationMS >= 0
+}
+
+// PackResults is req in the compact form.
+func PackResults(req ResultsRequest) ResultsWire {
+	w := ResultsWire{Epoch: req.Epoch}
+	type key struct {
+		job   int64
+		pilot string
+	}
+	at := map[key]int{}
+	for i := range req.Results {
+		r := &req.Results[i]
+		if !plain(r) {
+			w.Results = append(w.Results, *r)
+			continue
+		}
+		k := key{r.JobID, r.Pilot}
+		g, ok := at[k]
+		if !ok {
+			g = len(w.Done)
+			at[k] = g
+			w.Done = append(w.Done, DoneGroup{JobID: r.JobID, Pilot: r.Pilot, StartedAt: r.StartedAt})
+		}
+		d := &w.Done[g]
+		d.IDs = append(d.IDs, r.TaskID)
+		d.Attempts = append(d.Attempts, r.Attempt)
+		d.DurationMS += r.DurationMS
+		d.StartedAt = min(d.StartedAt, r.StartedAt)
+	}
+	return w
+}
+
+// Unpack is the report w carries: the successes first, then the full
+// records. It refuses a malformed w before it allocates for it.
+func (w *ResultsWire) Unpack() (ResultsRequest, error) {
+	n := len(w.Results)
+	for i := range w.Done {
+		d := &w.Done[i]
+		switch {
+		case d.JobID <= 0:
+			return ResultsRequest{}, fmt.Errorf("done[%d]: job_id must be positive", i)
+		case len(d.IDs) == 0 || len(d.Attempts) != len(d.IDs):
+			return ResultsRequest{}, fmt.Errorf("done[%d]: %d ids and %d attempts: want as many of each, at least one", i, len(d.IDs), len(d.Attempts))
+		case d.DurationMS < 0:
+			return ResultsRequest{}, fmt.Errorf("done[%d]: duration_ms must not be negative", i)
+		}
+		n += len(d.IDs)
+		if n > MaxResults {
+			break
+		}
+	}
+	if n > MaxResults {
+		return ResultsRequest{}, fmt.Errorf("at most %d results per request", MaxResults)
+	}
+	out := make([]Result, 0, n)
+	for i := range w.Done {
+		d := &w.Done[i]
+		share, extra := d.DurationMS/int64(len(d.IDs)), d.DurationMS%int64(len(d.IDs))
+		for e, id := range d.IDs {
+			ms := share
+			if int64(e) < extra {
+				ms++
+			}
+			out = append(out, Result{TaskID: id, JobID: d.JobID, Attempt: d.Attempts[e], Status: StatusDone,
+				StartedAt: d.StartedAt, DurationMS: ms, Pilot: d.Pilot})
+		}
+	}
+	out = append(out, w.Results...)
+	return ResultsRequest{Epoch: w.Epoch, Results: out}, nil
+}

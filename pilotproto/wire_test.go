@@ -1,0 +1,345 @@
+package pilotproto_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/workerproto"
+)
+
+// queueTask is a task as the queue hands it out (queue.taskOf).
+func queueTask(id, job int64, owner, dataset, outdir, name string, attempt int) pilotproto.Task {
+	return pilotproto.Task{ID: id, JobID: job, Owner: owner, Attempt: attempt, Name: name,
+		Input: filepath.Join(dataset, name), Output: filepath.Join(outdir, name), OutputDir: outdir,
+		Command: []string{"prog", "{input}", "{output}"}, Env: pilotproto.TaskEnv(job, id),
+		BatchSize: 4, Cores: 2, TimeoutS: 60}
+}
+
+// wire sends v through JSON into a fresh value of type T.
+func wire[T any](t testing.TB, v any) T {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return out
+}
+
+func TestPackUnpackRoundTrip(t *testing.T) {
+	odd := queueTask(9, 3, "carol", "/d3", "/o3", "x", 1)
+	odd.Env = nil // not the queue's environment: travels in full
+	renamed := queueTask(10, 3, "carol", "/d3", "/o3", "y", 1)
+	renamed.Input = "/elsewhere/y"
+	for _, tc := range []struct {
+		name     string
+		tasks    []pilotproto.Task
+		jobs     int
+		ordered  bool // Order is needed
+		leftover int
+	}{
+		{"none", nil, 0, false, 0},
+		{"one job", []pilotproto.Task{queueTask(1, 1, "alice", "/data/a", "/out/a", "e1", 1),
+			queueTask(2, 1, "alice", "/data/a", "/out/a", "e2", 3)}, 1, false, 0},
+		{"users interleaved keep their order", []pilotproto.Task{queueTask(1, 1, "alice", "/data/a", "/out/a", "e1", 1),
+			queueTask(5, 2, "bob", "/", "/out/b", "f1", 1), queueTask(2, 1, "alice", "/data/a", "/out/a", "e2", 2),
+			queueTask(6, 2, "bob", "/", "/out/b", "sub/f2", 1)}, 2, true, 0},
+		{"odd tasks travel in full", []pilotproto.Task{odd, queueTask(1, 1, "alice", "/data/a", "/out/a", "e1", 1), renamed,
+			queueTask(11, 3, "carol", "/d3", "/o3", "z", 1)}, 2, true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pilotproto.Pack(tc.tasks)
+			if len(p.Jobs) != tc.jobs || (p.Order != nil) != tc.ordered || len(p.Tasks) != tc.leftover {
+				t.Fatalf("packed into %d jobs, order %v, %d full tasks: want %d, %v, %d", len(p.Jobs), p.Order, len(p.Tasks), tc.jobs, tc.ordered, tc.leftover)
+			}
+			w := wire[pilotproto.PullWire](t, pilotproto.PullWire{Packed: p, CancelledJobs: []int64{7}})
+			got, err := w.Unpack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.tasks
+			if want == nil {
+				want = []pilotproto.Task{}
+			}
+			if !reflect.DeepEqual(got.Tasks, want) || !reflect.DeepEqual(got.CancelledJobs, []int64{7}) {
+				t.Fatalf("round trip changed the tasks:\ngot  %+v\nwant %+v", got.Tasks, want)
+			}
+		})
+	}
+}
+
+// FuzzPackRoundTrip: whatever a task looks like, packing and unpacking
+// it (through JSON) gives it back unchanged, compact or in full.
+func FuzzPackRoundTrip(f *testing.F) {
+	f.Add("/data/a", "/out/a", "e1", "", "", "", 1, true)
+	f.Add("/", "/", "x", "/x", "/x", "", 2, true)
+	f.Add("/data/./a", "/out/a/", "e1", "", "", "w", 1, true)
+	f.Add("/data", "/out", "a/../b", "", "/out/b", "", 1, false)
+	f.Add("", "", ".", "x", "", "", 0, true)
+	f.Fuzz(func(t *testing.T, dataset, outdir, name, input, output, workdir string, attempt int, env bool) {
+		a := queueTask(3, 2, "bob", dataset, outdir, name, attempt)
+		if input != "" {
+			a.Input = input
+		}
+		if output != "" {
+			a.Output = output
+		}
+		a.WorkDir = workdir
+		if !env {
+			a.Env = []string{"HARVEST_JOB=02", "HARVEST_TASK=3"}
+		}
+		b := queueTask(4, 2, "bob", dataset, outdir, name+"2", 1)
+		c := queueTask(5, 1, "alice", "/d", "/o", "n", 1)
+		tasks := []pilotproto.Task{a, c, b}
+		w := wire[pilotproto.PullWire](t, pilotproto.PackPull(pilotproto.PullResponse{Tasks: tasks}))
+		got, err := w.Unpack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// JSON carries strings as UTF-8: compare with what it makes of them.
+		want := wire[[]pilotproto.Task](t, tasks)
+		if !reflect.DeepEqual(got.Tasks, want) {
+			t.Fatalf("round trip changed the tasks:\ngot  %+v\nwant %+v", got.Tasks, want)
+		}
+	})
+}
+
+func TestUnpackRefusesMalformedPulls(t *testing.T) {
+	job := func(ids, names, attempts int) pilotproto.JobTasks {
+		return pilotproto.JobTasks{JobID: 1, IDs: make([]int64, ids), Names: make([]string, names), Attempts: make([]int, attempts)}
+	}
+	for _, tc := range []struct {
+		name string
+		p    pilotproto.Packed
+		msg  string
+	}{
+		{"fewer names than ids", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(2, 1, 2)}}, "as many of each"},
+		{"fewer attempts than ids", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(2, 2, 1)}}, "as many of each"},
+		{"an order too short", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(2, 2, 2)}, Order: []int{0}}, "order has 1 entries for 2 tasks"},
+		{"an order past the jobs", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(1, 1, 1)}, Order: []int{2}}, "want 0..1"},
+		{"a negative order", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(1, 1, 1)}, Order: []int{-1}}, "want 0..1"},
+		{"an order naming a job twice too often", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(1, 1, 1)}, Tasks: []pilotproto.Task{{ID: 1}}, Order: []int{0, 0}}, "more entries of job 1"},
+		{"an order naming too many full tasks", pilotproto.Packed{Jobs: []pilotproto.JobTasks{job(1, 1, 1)}, Tasks: []pilotproto.Task{{ID: 1}}, Order: []int{1, 1}}, "more full tasks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.p.Unpack(); err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+func TestResultsPackKeepsWhatTheQueueKeeps(t *testing.T) {
+	results := []pilotproto.Result{
+		{TaskID: 1, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 1000, DurationMS: 10, Pilot: "p1"},
+		{TaskID: 2, JobID: 1, Attempt: 2, Status: pilotproto.StatusFailed, ExitCode: 3, StartedAt: 1001, DurationMS: 4, Pilot: "p1", ErrorTail: "boom"},
+		{TaskID: 3, JobID: 2, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 990, DurationMS: 7, Pilot: "p1"},
+		{TaskID: 4, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 995, DurationMS: 3, Pilot: "p1"},
+		{TaskID: 5, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 996, DurationMS: 5, Pilot: "p1"}, // job unknown: in full
+		{TaskID: 6, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 999, DurationMS: 6, Pilot: "p2"},
+		{TaskID: 7, JobID: 1, Attempt: 1, Status: pilotproto.StatusTimeout, StartedAt: 999, DurationMS: 60000, Pilot: "p2"},
+	}
+	w := wire[pilotproto.ResultsWire](t, pilotproto.PackResults(pilotproto.ResultsRequest{Epoch: 4, Results: results}))
+	if len(w.Done) != 3 || len(w.Results) != 3 {
+		t.Fatalf("%d done groups and %d full records, want 3 and 3: %+v", len(w.Done), len(w.Results), w)
+	}
+	got, err := w.Unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Epoch != 4 || len(got.Results) != len(results) {
+		t.Fatalf("epoch %d, %d results", got.Epoch, len(got.Results))
+	}
+	type key struct {
+		job   int64
+		pilot string
+	}
+	sums := func(rs []pilotproto.Result) (map[key]int64, map[key]int64, map[[2]int64]pilotproto.Result) {
+		dur, start, by := map[key]int64{}, map[key]int64{}, map[[2]int64]pilotproto.Result{}
+		for _, r := range rs {
+			k := key{r.JobID, r.Pilot}
+			dur[k] += r.DurationMS
+			if s, ok := start[k]; !ok || r.StartedAt < s {
+				start[k] = r.StartedAt
+			}
+			by[[2]int64{r.TaskID, int64(r.Attempt)}] = r
+		}
+		return dur, start, by
+	}
+	wantDur, _, wantBy := sums(results)
+	gotDur, _, gotBy := sums(got.Results)
+	if !reflect.DeepEqual(gotDur, wantDur) {
+		t.Fatalf("duration sums per job and pilot %v, want %v", gotDur, wantDur)
+	}
+	for k, want := range wantBy {
+		g, ok := gotBy[k]
+		if !ok {
+			t.Fatalf("result %v is missing", k)
+		}
+		if want.Status != pilotproto.StatusDone || want.JobID == 0 {
+			if g != want {
+				t.Fatalf("a result that is not a plain success changed: %+v, want %+v", g, want)
+			}
+			continue
+		}
+		if g.Status != want.Status || g.ExitCode != 0 || g.Pilot != want.Pilot || g.JobID != want.JobID || g.StartedAt > want.StartedAt {
+			t.Fatalf("success %+v came back as %+v", want, g)
+		}
+	}
+	// The shares of a group's sum differ by at most 1 ms.
+	if a, b := gotBy[[2]int64{1, 1}].DurationMS, gotBy[[2]int64{4, 1}].DurationMS; a+b != 13 || a-b > 1 || b-a > 1 {
+		t.Fatalf("job 1's shares %d and %d, want 13 ms shared evenly", a, b)
+	}
+}
+
+func TestResultsUnpackRefusesBeforeAllocating(t *testing.T) {
+	ids := make([]int64, pilotproto.MaxResults)
+	w := pilotproto.ResultsWire{Done: []pilotproto.DoneGroup{
+		{JobID: 1, IDs: ids, Attempts: make([]int, len(ids))}, {JobID: 2, IDs: ids, Attempts: make([]int, len(ids))}}}
+	allocs := testing.AllocsPerRun(1, func() {
+		if _, err := w.Unpack(); err == nil || !strings.Contains(err.Error(), "at most") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	if allocs > 5 {
+		t.Fatalf("%v allocations for a refused report", allocs)
+	}
+}
+
+// benchTasks is one round of `harvest bench dispatch` at batch size 100:
+// a 100-task pull of one job (users 1), or of 100 jobs of one task each
+// (many users competing: each task is its own job).
+func benchTasks(jobs int) []pilotproto.Task {
+	tasks := make([]pilotproto.Task, 100)
+	for i := range tasks {
+		job := int64(4711 + i%jobs)
+		tasks[i] = queueTask(int64(1e6+i), job, fmt.Sprintf("user%04d", job%10000), "/data/set",
+			fmt.Sprintf("/out/job-%d", job), fmt.Sprintf("entry-%06d", i), 1)
+	}
+	return tasks
+}
+
+func benchResults() []pilotproto.Result {
+	rs := make([]pilotproto.Result, 100)
+	for i := range rs {
+		rs[i] = pilotproto.Result{TaskID: int64(1e6 + i), JobID: 4711, Attempt: 1, Status: pilotproto.StatusDone,
+			StartedAt: 1795000000000 + int64(i), DurationMS: 3, Pilot: "1234567"}
+	}
+	return rs
+}
+
+// benchForms are the messages of one dispatch round, in the old form
+// (what a pilot older than the queue sends and reads: tasks and results
+// in full) and the new, each as encoded, decoded and unpacked.
+func benchForms() []struct {
+	name           string
+	old, new       any
+	decode         func([]byte) error
+	decodeOld      func([]byte) error
+	perTaskDivisor int
+} {
+	type form = struct {
+		name           string
+		old, new       any
+		decode         func([]byte) error
+		decodeOld      func([]byte) error
+		perTaskDivisor int
+	}
+	var out []form
+	for _, jobs := range []int{1, 100} {
+		tasks := benchTasks(jobs)
+		pull := pilotproto.PullResponse{Tasks: tasks}
+		out = append(out, form{fmt.Sprintf("PilotPull/jobs=%d", jobs), pull, pilotproto.PackPull(pull),
+			func(b []byte) error {
+				var w pilotproto.PullWire
+				if err := json.Unmarshal(b, &w); err != nil {
+					return err
+				}
+				_, err := w.Unpack()
+				return err
+			},
+			func(b []byte) error { var p pilotproto.PullResponse; return json.Unmarshal(b, &p) }, 100})
+	}
+	wp := workerproto.PullResponse{Batches: []workerproto.Batch{{ID: 9, Tasks: benchTasks(1)}}}
+	out = append(out, form{"WorkerPull", wp, workerproto.PackPull(wp),
+		func(b []byte) error {
+			var w workerproto.PullWire
+			if err := json.Unmarshal(b, &w); err != nil {
+				return err
+			}
+			_, err := w.Unpack()
+			return err
+		},
+		func(b []byte) error { var p workerproto.PullResponse; return json.Unmarshal(b, &p) }, 100})
+	rr := pilotproto.ResultsRequest{Epoch: 3, Results: benchResults()}
+	out = append(out, form{"PilotResults", rr, pilotproto.PackResults(rr),
+		func(b []byte) error {
+			var w pilotproto.ResultsWire
+			if err := json.Unmarshal(b, &w); err != nil {
+				return err
+			}
+			_, err := w.Unpack()
+			return err
+		},
+		func(b []byte) error { var r pilotproto.ResultsRequest; return json.Unmarshal(b, &r) }, 100})
+	return out
+}
+
+// BenchmarkWire: bytes per task on the wire and the CPU to encode and
+// decode one 100-task message with encoding/json, old form against new
+// (the new one's packing and unpacking included).
+func BenchmarkWire(b *testing.B) {
+	for _, f := range benchForms() {
+		for _, side := range []struct {
+			name   string
+			v      any
+			decode func([]byte) error
+		}{{"old", f.old, f.decodeOld}, {"new", f.new, f.decode}} {
+			msg, err := json.Marshal(side.v)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(f.name+"/"+side.name+"/encode", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					v := side.v
+					switch v.(type) { // the packing is part of the new form's cost
+					case pilotproto.PullWire:
+						v = pilotproto.PackPull(pilotproto.PullResponse{Tasks: f.old.(pilotproto.PullResponse).Tasks})
+					case workerproto.PullWire:
+						v = workerproto.PackPull(f.old.(workerproto.PullResponse))
+					case pilotproto.ResultsWire:
+						v = pilotproto.PackResults(f.old.(pilotproto.ResultsRequest))
+					}
+					if _, err := json.Marshal(v); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(msg))/float64(f.perTaskDivisor), "wireB/task")
+			})
+			b.Run(f.name+"/"+side.name+"/decode", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := side.decode(msg); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestTaskEnv(t *testing.T) {
+	got := pilotproto.TaskEnv(12, 9223372036854775807)
+	if want := []string{"HARVEST_JOB=12", "HARVEST_TASK=9223372036854775807"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("TaskEnv = %q, want %q", got, want)
+	}
+}

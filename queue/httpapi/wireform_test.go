@@ -1,0 +1,130 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
+)
+
+// post sends body to a pilot endpoint and returns the status and the
+// answer's top-level keys and bytes.
+func post(t *testing.T, e *queuetest.Env, path, body string) (int, map[string]json.RawMessage, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.URL()+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+e.Tokens["pilot"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	keys := map[string]json.RawMessage{}
+	json.Unmarshal(b, &keys)
+	return resp.StatusCode, keys, b
+}
+
+// TestOlderPilotsKeepTheirForms: during a rolling upgrade a pilot older
+// than the agent pulls without asking for the compact form and reports
+// every result in full; it gets and may send the old forms, and a newer
+// pilot's compact forms mean the same to the queue.
+func TestOlderPilotsKeepTheirForms(t *testing.T) {
+	e := queuetest.New(t)
+	ctx := context.Background()
+	var jobs []api.Job
+	for _, u := range []string{"alice", "bob"} {
+		j, err := e.Q.Submit(ctx, u, api.JobSpec{Dataset: e.Dataset("set-"+u, 3), Command: []string{"prog", "{input}"}, BatchSize: 2, Cores: queuetest.Ptr(2)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The old form: every task in full.
+	code, keys, b := post(t, e, pilotproto.PathPull, fmt.Sprintf(`{"epoch": %d, "max": 2}`, l.Epoch))
+	if _, compact := keys["jobs"]; code != 200 || keys["tasks"] == nil || compact {
+		t.Fatalf("an older pilot's pull: %d %s", code, b)
+	}
+	var old pilotproto.PullResponse
+	if err := json.Unmarshal(b, &old); err != nil || len(old.Tasks) != 2 || old.Tasks[0].Command == nil || old.Tasks[0].Input == "" {
+		t.Fatalf("an older pilot's pull: %v %s", err, b)
+	}
+
+	// The compact form: the two users' jobs once each, in fair-share order.
+	code, keys, b = post(t, e, pilotproto.PathPull, fmt.Sprintf(`{"epoch": %d, "max": 4, "compact": true}`, l.Epoch))
+	if _, full := keys["tasks"]; code != 200 || keys["jobs"] == nil || full {
+		t.Fatalf("a newer pilot's pull: %d %s", code, b)
+	}
+	var w pilotproto.PullWire
+	if err := json.Unmarshal(b, &w); err != nil || len(w.Jobs) != 2 {
+		t.Fatalf("a newer pilot's pull: %v %s", err, b)
+	}
+	compact, err := w.Unpack()
+	if err != nil || len(compact.Tasks) != 4 {
+		t.Fatalf("unpacked %d tasks: %v", len(compact.Tasks), err)
+	}
+	for _, tk := range append(old.Tasks, compact.Tasks...) {
+		j := jobs[slices.IndexFunc(jobs, func(j api.Job) bool { return j.ID == tk.JobID })]
+		if tk.Owner != j.Owner || tk.Input != filepath.Join(j.Dataset, tk.Name) || tk.Output != filepath.Join(j.OutputDir, tk.Name) ||
+			!slices.Equal(tk.Command, j.Command) || !slices.Equal(tk.Env, pilotproto.TaskEnv(j.ID, tk.ID)) || tk.Cores != 2 || tk.BatchSize != 2 {
+			t.Fatalf("task %+v of job %+v", tk, j)
+		}
+	}
+
+	// Results in both forms, and both in one report.
+	by := map[int64][]pilotproto.Task{}
+	for _, tk := range append(old.Tasks, compact.Tasks...) {
+		by[tk.JobID] = append(by[tk.JobID], tk)
+	}
+	a, bb := by[jobs[0].ID], by[jobs[1].ID]
+	reports := []string{
+		// an older pilot: full records
+		fmt.Sprintf(`{"epoch": %d, "results": [{"task_id": %d, "attempt": 1, "status": "done", "exit_code": 0, "started_at": 1, "duration_ms": 4000, "pilot": "p1"}]}`, l.Epoch, a[0].ID),
+		// a newer one: a done group and a failure in full
+		fmt.Sprintf(`{"epoch": %d, "done": [{"job_id": %d, "pilot": "p1", "ids": [%d, %d], "attempts": [1, 1], "duration_ms": 6000, "started_at": 1}], "results": [{"task_id": %d, "attempt": 1, "status": "failed", "exit_code": 3, "started_at": 1, "duration_ms": 1000, "error_tail": "boom"}]}`,
+			l.Epoch, jobs[0].ID, a[1].ID, a[2].ID, bb[0].ID),
+	}
+	want := []pilotproto.ResultsResponse{{Applied: 1}, {Applied: 3}}
+	for i, r := range reports {
+		code, _, b := post(t, e, pilotproto.PathResults, r)
+		var got pilotproto.ResultsResponse
+		if json.Unmarshal(b, &got); code != 200 || got != want[i] {
+			t.Fatalf("report %d: %d %s, want %+v", i, code, b, want[i])
+		}
+	}
+	ja, err := e.Q.Job(ctx, "alice", false, jobs[0].ID)
+	if err != nil || ja.Tasks.Done != 3 {
+		t.Fatalf("alice's job after the reports: %+v %v", ja.Tasks, err)
+	}
+	users, err := e.Q.Users(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Usage: cores x duration, the done group's sum counted whole.
+	for _, u := range users {
+		if wantCPU := map[string]float64{"alice": 2 * 10, "bob": 2 * 1}[u.Name]; math.Abs(u.CPUTime24h-wantCPU) > 1e-9 {
+			t.Fatalf("%s's CPU time %v, want %v", u.Name, u.CPUTime24h, wantCPU)
+		}
+	}
+	// A report repeated in the other form is a duplicate.
+	code, _, b = post(t, e, pilotproto.PathResults, fmt.Sprintf(`{"epoch": %d, "done": [{"job_id": %d, "ids": [%d], "attempts": [1], "duration_ms": 4000, "started_at": 1}]}`, l.Epoch, jobs[0].ID, a[0].ID))
+	var dup pilotproto.ResultsResponse
+	if json.Unmarshal(b, &dup); code != 200 || dup != (pilotproto.ResultsResponse{Duplicates: 1}) {
+		t.Fatalf("a repeated report: %d %s", code, b)
+	}
+}
