@@ -159,6 +159,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 }
 
 func runAgent(c *cli.Context) error {
+	limitDaemonMemory()
 	log := newLogger(c.App.ErrWriter, c.String("log-level"), c.Bool("log-json"))
 	cfg, err := agentConfig(c)
 	if err != nil {

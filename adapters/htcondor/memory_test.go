@@ -1,0 +1,130 @@
+package htcondor
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/adapters/adaptertest"
+)
+
+// jobAdsJSON is condor_q -json output of n jobs (half running), about
+// 330 bytes an ad, as the real schedd prints them.
+func jobAdsJSON(n int) []byte {
+	var q bytes.Buffer
+	q.WriteString("[\n")
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			q.WriteString(",\n")
+		}
+		status, extra := 1, ""
+		if i%2 == 0 {
+			status = 2
+			extra = fmt.Sprintf(`, "JobCurrentStartDate": 1699990000, "RemoteHost": "slot1_1@node%05d"`, i%1000)
+		}
+		fmt.Fprintf(&q, `{"ClusterId": %d, "ProcId": 0, "Owner": "u%d", "JobStatus": %d, "JobUniverse": 5, "RequestCpus": 2, "RequestMemory": 4000, "JobPrio": %d, "QDate": %d, "ServerTime": 1700000000, "PeriodicRemove": false%s}`,
+			1000+i, i%50, status, i%3, 1699900000+i, extra)
+	}
+	q.WriteString("\n]\n")
+	return q.Bytes()
+}
+
+// slotAdsJSON is condor_status -json output of n partitionable slots.
+func slotAdsJSON(n int) []byte {
+	var st bytes.Buffer
+	st.WriteString("[\n")
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			st.WriteString(",\n")
+		}
+		fmt.Fprintf(&st, `{"Name": "slot1@node%05d", "Machine": "node%05d", "SlotType": "Partitionable", "PartitionableSlot": true, "State": "Unclaimed", "Activity": "Idle", "Cpus": 32, "TotalSlotCpus": 32, "Memory": 128000, "TotalSlotMemory": 128000}`, i, i)
+	}
+	st.WriteString("\n]\n")
+	return st.Bytes()
+}
+
+// The answers the issue's class of hole needs: each just under the 64 MiB
+// output cap (about 200,000 job ads, or 300,000 slot ads).
+const (
+	memCapJobs  = 200_000
+	memCapSlots = 300_000
+)
+
+// BenchmarkAgentPeakRSS prints the peak resident memory of the agent
+// process and of its adapter plugin process, on the user's path: `harvest
+// agent` (built from this tree, its queue hosted) starts `harvest adapter
+// serve htcondor` as a hashicorp/go-plugin subprocess, whose fake condor_q
+// and condor_status print answers at the output cap; the snapshot (or the
+// refusal) crosses gRPC into the agent, which decides on it. Both
+// processes are measured while they run (VmHWM), apart from this one.
+// Target: the agent under 300 MB.
+//
+//	go test -run '^$' -bench BenchmarkAgentPeakRSS -benchtime 1x ./adapters/htcondor
+func BenchmarkAgentPeakRSS(b *testing.B) {
+	dir, err := os.MkdirTemp("", "hrss") // short: the agent's socket path is limited
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	harvest, err := adaptertest.BuildHarvest(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	write := func(name string, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	write("q-small.json", jobAdsJSON(1000))
+	write("status-small.json", slotAdsJSON(1000))
+	write("q-cap.json", jobAdsJSON(memCapJobs))
+	write("status-cap.json", slotAdsJSON(memCapSlots))
+	write("garbage.json", append([]byte("["), bytes.Repeat([]byte(`{"a": [[[[[[[[`), 4<<20)...))
+	snapshots := func(m string) bool {
+		return adaptertest.MetricSum(m, "harvest_snapshot_duration_seconds_count") >= 2
+	}
+	for _, c := range []struct{ name, q, status string }{
+		{"condor_q", "q-cap.json", "status-small.json"},
+		{"condor_status", "q-small.json", "status-cap.json"},
+		{"both", "q-cap.json", "status-cap.json"},
+		{"garbage", "garbage.json", "status-small.json"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				run, err := os.MkdirTemp(dir, c.name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bin := filepath.Join(run, "bin")
+				scripts := map[string]string{
+					"condor_q":       `exec cat ` + filepath.Join(dir, c.q),
+					"condor_status":  `exec cat ` + filepath.Join(dir, c.status),
+					"condor_version": `echo '$CondorVersion: 25.14.0 2025-11-20 BuildID: 0 $'; echo '$CondorPlatform: x86_64_Debian12 $'`,
+					"condor_submit":  `cat >/dev/null; exit 1`,
+					"condor_rm":      `exit 0`,
+				}
+				os.MkdirAll(bin, 0o755)
+				for name, body := range scripts {
+					if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+						b.Fatal(err)
+					}
+				}
+				r, err := adaptertest.AgentRun{Harvest: harvest, Dir: run, Until: snapshots,
+					Args: []string{"--adapter", "htcondor", "--adapter-opt", "bin_dir=" + bin, "--adapter-opt", "timeout=60s", "--dry-run"}}.Measure()
+				if err != nil {
+					b.Fatalf("%s: %v", c.name, err)
+				}
+				b.ReportMetric(float64(r.AgentKB)/1024, "agent-peak-RSS-MB")
+				b.ReportMetric(float64(r.PluginKB)/1024, "plugin-peak-RSS-MB")
+				b.Logf("%s: agent %d MB, plugin %d MB; rounds %v, snapshot failures %v", c.name, r.AgentKB>>10, r.PluginKB>>10,
+					adaptertest.MetricSum(r.Metrics, "harvest_rounds_total"),
+					adaptertest.MetricSum(r.Metrics, "harvest_snapshot_failures_total"))
+				if r.AgentKB > 300<<10 {
+					b.Errorf("%s: the agent's peak RSS is %d MB, over the 300 MB target", c.name, r.AgentKB>>10)
+				}
+			}
+		})
+	}
+}
