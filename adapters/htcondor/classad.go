@@ -39,19 +39,12 @@ type ad map[string]any
 // above any real pool or queue.
 const maxAds = 1_000_000
 
-// parseJSONAds reads the -json output of condor_q/condor_status: a JSON
-// array of objects. Empty output is zero ads (condor_q prints nothing at
-// all when no job matches).
-func parseJSONAds(data []byte) ([]ad, error) {
-	var out []ad
-	err := readJSONAds(bytes.NewReader(data), maxAds, func(a ad) error { out = append(out, a); return nil })
-	return out, err
-}
-
-// readJSONAds reads -json output as it comes, one ad at a time, handing
-// each to each: only one ad is held decoded at a time, never the whole
-// answer (up to the output cap) nor all its ads as maps. More than max
-// ads is an error.
+// readJSONAds reads the -json output of condor_q/condor_status, a JSON
+// array of objects, as it comes, one ad at a time, handing each to each:
+// only one ad is held decoded at a time, never the whole answer (up to
+// the output cap) nor all its ads as maps. More than max ads is an error.
+// Empty output is zero ads (condor_q prints nothing at all when no job
+// matches).
 func readJSONAds(r io.Reader, max int, each func(ad) error) error {
 	dec := json.NewDecoder(r)
 	dec.UseNumber()
