@@ -434,7 +434,7 @@ func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision, rc RoundContext
 	// Names sort in the order the rounds ran: batch-system time, then a
 	// sequence number for rounds within the same second.
 	base := filepath.Join(r.cfg.DumpDir, fmt.Sprintf("snapshot-%012d-%06d", s.Now, seq%1_000_000))
-	if err := writeJSON(base+".json", s); err != nil {
+	if err := writeSnapshot(base+".json", s); err != nil {
 		r.log.Warn("dump snapshot failed", "error", err)
 		return
 	}

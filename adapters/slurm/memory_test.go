@@ -193,6 +193,11 @@ func BenchmarkAgentPeakRSS(b *testing.B) {
 		{"limits", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run"}, func(m string) bool {
 			return adaptertest.MetricSum(m, "harvest_rounds_total") >= 2
 		}},
+		// limits-dump: the same, with every snapshot dumped for `harvest
+		// decide` (--dump-snapshots), as an admin debugging the policy runs it.
+		{"limits-dump", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run", "--dump-snapshots", filepath.Join(dir, "dumps")}, func(m string) bool {
+			return adaptertest.MetricSum(m, "harvest_rounds_total") >= 2
+		}},
 		{"sbatch", "squeue-none.txt", "sinfo-idle.txt", []string{"--harvest-while-idle"}, func(m string) bool {
 			return adaptertest.MetricSum(m, "harvest_submit_failures_total") >= 1
 		}},
