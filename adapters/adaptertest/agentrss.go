@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -215,4 +216,68 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// AgentTargetKB is the agent's peak RSS target (issue 35 item 6): 300 MB.
+const AgentTargetKB = 300 << 10
+
+// AgentBench is what an adapter's BenchmarkAgentPeakRSS shares: a short
+// directory (the agent's socket path is limited) holding the harvest
+// binary and the batch system's answers.
+type AgentBench struct{ Dir, Harvest string }
+
+// NewAgentBench builds harvest into a fresh directory, removed at the end.
+func NewAgentBench(b *testing.B) AgentBench {
+	dir, err := os.MkdirTemp("", "hrss")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	harvest, err := BuildHarvest(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return AgentBench{Dir: dir, Harvest: harvest}
+}
+
+// Write writes an answer into the bench's directory and returns its path.
+func (ab AgentBench) Write(b *testing.B, name string, data []byte) string {
+	path := filepath.Join(ab.Dir, name)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// Measure runs the agent once with args and the adapter's commands given
+// as /bin/sh script bodies (put in a directory it passes as the bin_dir
+// adapter option), until until holds; it reports both peak RSS figures
+// and fails b when the agent's is over AgentTargetKB.
+func (ab AgentBench) Measure(b *testing.B, name string, scripts map[string]string, args []string, until func(string) bool, timeout time.Duration) {
+	run, err := os.MkdirTemp(ab.Dir, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bin := filepath.Join(run, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for cmd, body := range scripts {
+		if err := os.WriteFile(filepath.Join(bin, cmd), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r, err := AgentRun{Harvest: ab.Harvest, Dir: run, Until: until, Timeout: timeout,
+		Args: append([]string{"--adapter-opt", "bin_dir=" + bin}, args...)}.Measure()
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	b.ReportMetric(float64(r.AgentKB)/1024, "agent-peak-RSS-MB")
+	b.ReportMetric(float64(r.PluginKB)/1024, "plugin-peak-RSS-MB")
+	b.Logf("%s: agent %d MB, plugin %d MB; rounds %v, snapshot failures %v, submit failures %v", name, r.AgentKB>>10, r.PluginKB>>10,
+		MetricSum(r.Metrics, "harvest_rounds_total"), MetricSum(r.Metrics, "harvest_snapshot_failures_total"),
+		MetricSum(r.Metrics, "harvest_submit_failures_total"))
+	if r.AgentKB > AgentTargetKB {
+		b.Errorf("%s: the agent's peak RSS is %d MB, over the 300 MB target", name, r.AgentKB>>10)
+	}
 }

@@ -3,7 +3,6 @@ package htcondor
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -65,20 +64,8 @@ const (
 //
 //	go test -run '^$' -bench BenchmarkAgentPeakRSS -benchtime 1x ./adapters/htcondor
 func BenchmarkAgentPeakRSS(b *testing.B) {
-	dir, err := os.MkdirTemp("", "hrss") // short: the agent's socket path is limited
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	harvest, err := adaptertest.BuildHarvest(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	write := func(name string, data []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	ab := adaptertest.NewAgentBench(b)
+	write := func(name string, data []byte) { ab.Write(b, name, data) }
 	write("q-small.json", jobAdsJSON(1000))
 	write("status-small.json", slotAdsJSON(1000))
 	write("q-cap.json", jobAdsJSON(memCapJobs))
@@ -112,39 +99,14 @@ func BenchmarkAgentPeakRSS(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				run, err := os.MkdirTemp(dir, c.name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				bin := filepath.Join(run, "bin")
-				scripts := map[string]string{
-					"condor_q":       `exec cat ` + filepath.Join(dir, c.q),
-					"condor_status":  `exec cat ` + filepath.Join(dir, c.status),
+				ab.Measure(b, c.name, map[string]string{
+					"condor_q":       `exec cat ` + filepath.Join(ab.Dir, c.q),
+					"condor_status":  `exec cat ` + filepath.Join(ab.Dir, c.status),
 					"condor_version": `echo '$CondorVersion: 25.14.0 2025-11-20 BuildID: 0 $'; echo '$CondorPlatform: x86_64_Debian12 $'`,
 					"condor_submit":  fmt.Sprintf(`cat >/dev/null; head -c %d /dev/zero | tr '\0' '7'; echo`, 50<<20),
 					"condor_rm":      `exit 0`,
-				}
-				os.MkdirAll(bin, 0o755)
-				for name, body := range scripts {
-					if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-						b.Fatal(err)
-					}
-				}
-				r, err := adaptertest.AgentRun{Harvest: harvest, Dir: run, Until: c.until, Timeout: 10 * time.Minute,
-					Args: append([]string{"--adapter", "htcondor", "--adapter-opt", "bin_dir=" + bin, "--adapter-opt", "timeout=" + timeouts,
-						"--snapshot-timeout", timeouts}, c.args...)}.Measure()
-				if err != nil {
-					b.Fatalf("%s: %v", c.name, err)
-				}
-				b.ReportMetric(float64(r.AgentKB)/1024, "agent-peak-RSS-MB")
-				b.ReportMetric(float64(r.PluginKB)/1024, "plugin-peak-RSS-MB")
-				b.Logf("%s: agent %d MB, plugin %d MB; rounds %v, snapshot failures %v, submit failures %v", c.name, r.AgentKB>>10, r.PluginKB>>10,
-					adaptertest.MetricSum(r.Metrics, "harvest_rounds_total"),
-					adaptertest.MetricSum(r.Metrics, "harvest_snapshot_failures_total"),
-					adaptertest.MetricSum(r.Metrics, "harvest_submit_failures_total"))
-				if r.AgentKB > 300<<10 {
-					b.Errorf("%s: the agent's peak RSS is %d MB, over the 300 MB target", c.name, r.AgentKB>>10)
-				}
+				}, append([]string{"--adapter", "htcondor", "--adapter-opt", "timeout=" + timeouts, "--snapshot-timeout", timeouts}, c.args...),
+					c.until, 10*time.Minute)
 			}
 		})
 	}

@@ -147,21 +147,9 @@ func TestMemoryChild(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkAgentPeakRSS -benchtime 1x ./adapters/slurm
 func BenchmarkAgentPeakRSS(b *testing.B) {
-	dir, err := os.MkdirTemp("", "hrss") // short: the agent's socket path is limited
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	harvest, err := adaptertest.BuildHarvest(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	write := func(name string, data []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	ab := adaptertest.NewAgentBench(b)
 	def := DefaultConfig()
+	write := func(name string, data []byte) { ab.Write(b, name, data) }
 	write("squeue-small.txt", genSqueue(1000))
 	write("squeue-none.txt", nil) // no job waits: the idle nodes are free to take
 	write("sinfo-small.txt", genSinfo(100))
@@ -171,13 +159,11 @@ func BenchmarkAgentPeakRSS(b *testing.B) {
 	write("squeue-limit.txt", genSqueue(def.MaxJobs))
 	write("sinfo-limit.txt", genSinfo(def.MaxNodes))
 	// Garbage: 60 MiB of bytes that are no squeue answer, no newline in them.
-	garbage := bytes.Repeat([]byte("\x00\xff|RUNNING|"), 6<<20)
-	write("squeue-garbage.txt", garbage)
+	write("squeue-garbage.txt", bytes.Repeat([]byte("\x00\xff|RUNNING|"), 6<<20))
 	write("partitions.txt", fixture(b, "scontrol_partitions.txt"))
 	write("config.txt", fixture(b, "preempt_config_off.txt"))
-	snapshots := func(n float64) func(string) bool {
-		return func(m string) bool { return adaptertest.MetricSum(m, "harvest_snapshot_duration_seconds_count") >= n }
-	}
+	snapshots := func(m string) bool { return adaptertest.MetricSum(m, "harvest_snapshot_duration_seconds_count") >= 2 }
+	rounds := func(m string) bool { return adaptertest.MetricSum(m, "harvest_rounds_total") >= 2 }
 	cases := []struct {
 		name, squeue, sinfo string
 		args                []string
@@ -186,18 +172,14 @@ func BenchmarkAgentPeakRSS(b *testing.B) {
 		// The issue's answers, refused past MaxJobs or MaxNodes, or (sbatch)
 		// past the answer's head; limits: the largest snapshot the defaults
 		// accept, MaxJobs jobs on MaxNodes nodes, taken whole, sent across
-		// and decided on.
-		{"squeue", "squeue-big.txt", "sinfo-small.txt", []string{"--dry-run"}, snapshots(2)},
-		{"sinfo", "squeue-small.txt", "sinfo-big.txt", []string{"--dry-run"}, snapshots(2)},
-		{"garbage", "squeue-garbage.txt", "sinfo-small.txt", []string{"--dry-run"}, snapshots(2)},
-		{"limits", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run"}, func(m string) bool {
-			return adaptertest.MetricSum(m, "harvest_rounds_total") >= 2
-		}},
-		// limits-dump: the same, with every snapshot dumped for `harvest
-		// decide` (--dump-snapshots), as an admin debugging the policy runs it.
-		{"limits-dump", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run", "--dump-snapshots", filepath.Join(dir, "dumps")}, func(m string) bool {
-			return adaptertest.MetricSum(m, "harvest_rounds_total") >= 2
-		}},
+		// and decided on; limits-dump: the same, with every snapshot dumped
+		// for `harvest decide` (--dump-snapshots), as an admin debugging the
+		// policy runs it.
+		{"squeue", "squeue-big.txt", "sinfo-small.txt", []string{"--dry-run"}, snapshots},
+		{"sinfo", "squeue-small.txt", "sinfo-big.txt", []string{"--dry-run"}, snapshots},
+		{"garbage", "squeue-garbage.txt", "sinfo-small.txt", []string{"--dry-run"}, snapshots},
+		{"limits", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run"}, rounds},
+		{"limits-dump", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run", "--dump-snapshots", filepath.Join(ab.Dir, "dumps")}, rounds},
 		{"sbatch", "squeue-none.txt", "sinfo-idle.txt", []string{"--harvest-while-idle"}, func(m string) bool {
 			return adaptertest.MetricSum(m, "harvest_submit_failures_total") >= 1
 		}},
@@ -205,39 +187,13 @@ func BenchmarkAgentPeakRSS(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				run, err := os.MkdirTemp(dir, c.name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				bin := filepath.Join(run, "bin")
-				scripts := map[string]string{
-					"squeue":   `case "$*" in *" -n "*) exit 0 ;; esac; exec cat ` + filepath.Join(dir, c.squeue),
-					"sinfo":    `case "$1" in --version) echo "slurm 22.05.8" ;; *) exec cat ` + filepath.Join(dir, c.sinfo) + ` ;; esac`,
-					"scontrol": `case "$*" in *config*) exec cat ` + dir + `/config.txt ;; *) exec cat ` + dir + `/partitions.txt ;; esac`,
+				ab.Measure(b, c.name, map[string]string{
+					"squeue":   `case "$*" in *" -n "*) exit 0 ;; esac; exec cat ` + filepath.Join(ab.Dir, c.squeue),
+					"sinfo":    `case "$1" in --version) echo "slurm 22.05.8" ;; *) exec cat ` + filepath.Join(ab.Dir, c.sinfo) + ` ;; esac`,
+					"scontrol": `case "$*" in *config*) exec cat ` + ab.Dir + `/config.txt ;; *) exec cat ` + ab.Dir + `/partitions.txt ;; esac`,
 					"sbatch":   fmt.Sprintf(`cat >/dev/null; head -c %d /dev/zero | tr '\0' '7'; echo`, memSbatchBytes),
 					"scancel":  `exit 0`,
-				}
-				os.MkdirAll(bin, 0o755)
-				for name, body := range scripts {
-					if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-						b.Fatal(err)
-					}
-				}
-				r, err := adaptertest.AgentRun{Harvest: harvest, Dir: run, Until: c.until,
-					Args: append([]string{"--adapter", "slurm", "--adapter-opt", "bin_dir=" + bin,
-						"--adapter-opt", "partition=batch"}, c.args...)}.Measure()
-				if err != nil {
-					b.Fatalf("%s: %v", c.name, err)
-				}
-				b.ReportMetric(float64(r.AgentKB)/1024, "agent-peak-RSS-MB")
-				b.ReportMetric(float64(r.PluginKB)/1024, "plugin-peak-RSS-MB")
-				b.Logf("%s: agent %d MB, plugin %d MB; rounds %v, snapshot failures %v, submit failures %v", c.name, r.AgentKB>>10, r.PluginKB>>10,
-					adaptertest.MetricSum(r.Metrics, "harvest_rounds_total"),
-					adaptertest.MetricSum(r.Metrics, "harvest_snapshot_failures_total"),
-					adaptertest.MetricSum(r.Metrics, "harvest_submit_failures_total"))
-				if r.AgentKB > 300<<10 {
-					b.Errorf("%s: the agent's peak RSS is %d MB, over the 300 MB target", c.name, r.AgentKB>>10)
-				}
+				}, append([]string{"--adapter", "slurm", "--adapter-opt", "partition=batch"}, c.args...), c.until, 0)
 			}
 		})
 	}
