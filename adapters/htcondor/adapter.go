@@ -115,6 +115,7 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: %w", err)
 	}
 	return BuildSnapshot(slots, jobs, View{
+		Owner:       a.pilotOwner(),
 		Tag:         a.cfg.Tag,
 		Now:         a.Now().Unix(),
 		MaxLifetime: pilotLifetime(cluster.Unlimited, a.cfg.MaxLifetime),
@@ -199,7 +200,8 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("htcondor cancel %s: %w", id, err)
 	}
-	constraint := fmt.Sprintf(`ClusterId == %s && ProcId == %s && %s =?= %q`, m[1], m[2], attrPilot, a.cfg.Tag)
+	owner := a.pilotOwner()
+	constraint := fmt.Sprintf(`ClusterId == %s && ProcId == %s && %s =?= %q && Owner =?= %q`, m[1], m[2], attrPilot, a.cfg.Tag, owner)
 	args := append(a.scheddArgs(), "-constraint", constraint)
 	_, rmErr := a.run(ctx, "condor_rm", args, nil, true)
 	if rmErr == nil {
@@ -211,7 +213,7 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	}
 	// Nothing matched (or condor_rm refused): ask the queue what the job is.
 	// -allusers: a foreign job must be seen to be refused as one.
-	qArgs := append(a.scheddArgs(), "-allusers", "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,"+attrPilot, string(id))
+	qArgs := append(a.scheddArgs(), "-allusers", "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,Owner,"+attrPilot, string(id))
 	out, err := a.run(ctx, "condor_q", qArgs, nil, false)
 	if err != nil {
 		return fmt.Errorf("htcondor cancel %s: %w (after condor_rm: %v)", id, err, rmErr)
@@ -225,7 +227,7 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 			continue
 		}
 		switch {
-		case j.PilotTag != a.cfg.Tag:
+		case j.PilotTag != a.cfg.Tag || j.Owner != owner:
 			return fmt.Errorf("htcondor cancel %s: %w", id, adapters.ErrNotPilot)
 		case j.Status == statusRemoved || j.Status == statusCompleted:
 			return nil // already on its way out
@@ -338,6 +340,14 @@ func (a *Adapter) exec(ctx context.Context, name string, args []string, stdin []
 		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, command.Excerpt(msg, errorExcerpt))
 	}
 	return nil, &commandFailed{cmd: name, code: ee.Code, output: command.Excerpt(msg, errorExcerpt)}
+}
+
+// pilotOwner is the account pilots are submitted as, which owns them.
+func (a *Adapter) pilotOwner() string {
+	if a.cfg.SubmitUser != "" {
+		return a.cfg.SubmitUser
+	}
+	return currentUser()
 }
 
 func currentUser() string {
