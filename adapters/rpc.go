@@ -93,6 +93,7 @@ var serviceDesc = func() grpc.ServiceDesc {
 		HandlerType: (*any)(nil),
 		Metadata:    "harvest/adapter/v1",
 	}
+	d.Streams = []grpc.StreamDesc{{StreamName: "SnapshotParts", Handler: serveSnapshotParts, ServerStreams: true}}
 	for _, name := range []string{"Info", "Snapshot", "Submit", "Cancel", "Shrink"} {
 		m := methods[name]
 		d.Methods = append(d.Methods, grpc.MethodDesc{
@@ -209,11 +210,16 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	return out, err
 }
 
-// Snapshot implements Adapter.
+// Snapshot implements Adapter. The snapshot comes in parts
+// (SnapshotParts); from a plugin built before that method, whole.
 func (c *Client) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
-	var out cluster.Snapshot
-	err := c.call(ctx, "Snapshot", nil, &out)
-	return out, err
+	s, err := c.snapshotParts(ctx)
+	if errors.Is(err, errNoParts) {
+		var out cluster.Snapshot
+		err = c.call(ctx, "Snapshot", nil, &out)
+		return out, err
+	}
+	return s, err
 }
 
 // Submit implements Adapter.

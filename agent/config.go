@@ -84,6 +84,9 @@ func (c Config) Validate() error {
 	if c.CancelTimeout <= 0 || c.SnapshotTimeout <= 0 {
 		errs = append(errs, errors.New("cancel and snapshot timeouts must be positive"))
 	}
+	if c.SnapshotTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("snapshot timeout must be at most 1h, got %v", c.SnapshotTimeout))
+	}
 	if c.LedgerTTL <= 0 {
 		errs = append(errs, fmt.Errorf("ledger TTL must be positive, got %d s", c.LedgerTTL))
 	}

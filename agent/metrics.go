@@ -257,9 +257,11 @@ func (m *Metrics) trackBackfill(s cluster.Snapshot, d policy.Decision, cancelled
 	if len(m.releasedFor) == 0 {
 		return
 	}
-	byID := make(map[string]cluster.Job, len(s.Jobs))
+	// Only the few jobs pilots were released for are looked up: a map of
+	// every job would be some 70 MB more at 300,000 jobs, every round.
+	byID := make(map[string]cluster.Job, len(m.releasedFor))
 	for _, j := range s.Jobs {
-		if !j.Pilot {
+		if _, ok := m.releasedFor[j.ID]; ok && !j.Pilot {
 			byID[j.ID] = j
 		}
 	}

@@ -434,7 +434,7 @@ func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision, rc RoundContext
 	// Names sort in the order the rounds ran: batch-system time, then a
 	// sequence number for rounds within the same second.
 	base := filepath.Join(r.cfg.DumpDir, fmt.Sprintf("snapshot-%012d-%06d", s.Now, seq%1_000_000))
-	if err := writeJSON(base+".json", s); err != nil {
+	if err := writeSnapshot(base+".json", s); err != nil {
 		r.log.Warn("dump snapshot failed", "error", err)
 		return
 	}
@@ -444,7 +444,7 @@ func (r *Reconciler) dump(s cluster.Snapshot, d policy.Decision, rc RoundContext
 	if err := writeJSON(base+".decision.json", d); err != nil {
 		r.log.Warn("dump decision failed", "error", err)
 	}
-	r.pruneDumps()
+	r.pruneDumps(base)
 }
 
 func writeJSON(path string, v any) error {
@@ -459,7 +459,20 @@ func writeJSON(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
-func (r *Reconciler) pruneDumps() {
+func (r *Reconciler) pruneDumps(current string) {
+	// What a crash (or a full disk) cut short is removed first: a
+	// temporary file, or a snapshot whose decision was never written.
+	// The count below goes by decision files and would never reach them,
+	// and a large cluster's snapshot is tens of MB.
+	if all, err := filepath.Glob(filepath.Join(r.cfg.DumpDir, "snapshot-*")); err == nil {
+		for _, f := range all {
+			stem := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(f, ".tmp"), ".json"), ".context")
+			stem = strings.TrimSuffix(stem, ".decision")
+			if _, err := os.Stat(stem + ".decision.json"); strings.HasSuffix(f, ".tmp") || stem != current && os.IsNotExist(err) {
+				os.Remove(f)
+			}
+		}
+	}
 	if r.cfg.DumpKeep <= 0 {
 		return
 	}

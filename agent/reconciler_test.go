@@ -370,3 +370,39 @@ func TestTheQueueHearsThePilotsHeldAndTheIdleNodes(t *testing.T) {
 		t.Fatalf("seen %+v, want %+v", src.seen, want)
 	}
 }
+
+// A dump cut short by a crash (a temporary file, or a snapshot whose
+// decision was never written) is removed at the next dump: the count of
+// --dump-keep goes by decision files and never reached them, and each can
+// be tens of MB.
+func TestADumpCutShortByACrashIsRemovedAtTheNextDump(t *testing.T) {
+	dir := t.TempDir()
+	stale := []string{"snapshot-000000000001-000001.json.tmp", "snapshot-000000000002-000002.json",
+		"snapshot-000000000002-000002.context.json"}
+	kept := []string{"snapshot-000000000003-000003.json", "snapshot-000000000003-000003.context.json",
+		"snapshot-000000000003-000003.decision.json"}
+	for _, f := range append(stale, kept...) {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig()
+	cfg.DumpDir = dir
+	r := NewReconciler(adaptertest.NewMemory(3), nil, cfg, nil)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range stale {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s is left: %v", f, err)
+		}
+	}
+	for _, f := range kept {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("a whole dump was removed: %v", err)
+		}
+	}
+	if now, _ := filepath.Glob(filepath.Join(dir, "snapshot-*.decision.json")); len(now) != 2 {
+		t.Errorf("decision files %v, want the old whole one and this round's", now)
+	}
+}

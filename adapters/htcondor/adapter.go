@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -86,31 +87,55 @@ func (a *Adapter) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	statusArgs := append(a.poolArgs(), format, "-attributes", strings.Join(slotAttributes, ","))
 	qArgs := append(a.scheddArgs(), "-allusers", format, "-attributes", strings.Join(a.jobAttributes(), ","))
 
+	// Each answer is parsed as it is read, one ad at a time, and bounded
+	// (MaxOutput, MaxSlots, MaxJobs): never held whole.
 	var (
 		wg              sync.WaitGroup
-		statusOut, qOut []byte
+		slots           []SlotAd
+		jobs            []JobAd
 		statusErr, qErr error
 	)
 	wg.Add(2)
-	go func() { defer wg.Done(); statusOut, statusErr = a.run(ctx, "condor_status", statusArgs, nil, false) }()
-	go func() { defer wg.Done(); qOut, qErr = a.run(ctx, "condor_q", qArgs, nil, false) }()
+	go func() {
+		defer wg.Done()
+		statusErr = a.query(ctx, "condor_status", statusArgs, func(r io.Reader) (err error) {
+			slots, err = ReadCondorStatus(r, a.cfg.Format, a.cfg.MaxSlots)
+			return tooMany(err, "max_slots")
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		qErr = a.query(ctx, "condor_q", qArgs, func(r io.Reader) (err error) {
+			jobs, err = ReadCondorQ(r, a.cfg.Format, a.cfg.LimitAttributes, a.cfg.MaxJobs)
+			return tooMany(err, "max_jobs")
+		})
+	}()
 	wg.Wait()
 	if err := errors.Join(queryFailed(statusErr), queryFailed(qErr)); err != nil {
 		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: %w", err)
 	}
-	slots, err := ParseCondorStatus(statusOut, a.cfg.Format)
-	if err != nil {
-		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: condor_status: %w", err)
-	}
-	jobs, err := ParseCondorQ(qOut, a.cfg.Format, a.cfg.LimitAttributes)
-	if err != nil {
-		return cluster.Snapshot{}, fmt.Errorf("htcondor snapshot: condor_q: %w", err)
-	}
 	return BuildSnapshot(slots, jobs, View{
+		Owner:       a.pilotOwner(),
 		Tag:         a.cfg.Tag,
 		Now:         a.Now().Unix(),
 		MaxLifetime: pilotLifetime(cluster.Unlimited, a.cfg.MaxLifetime),
 	})
+}
+
+// tooMany names the option that bounds a refused answer's ads.
+func tooMany(err error, option string) error {
+	if err != nil && errors.Is(err, errTooManyAds) {
+		return fmt.Errorf("%w (the %s option)", err, option)
+	}
+	return err
+}
+
+// query runs a read-only condor_* command whose output parse reads as it
+// comes. A parse error (ErrMalformed) stops the command and is returned
+// as it is: the pool answered, with something this adapter cannot trust.
+func (a *Adapter) query(ctx context.Context, name string, args []string, parse func(io.Reader) error) error {
+	_, err := a.exec(ctx, name, args, nil, false, parse)
+	return err
 }
 
 // queryFailed marks a query that exited non-zero as unreachable: the
@@ -138,11 +163,16 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 		return "", fmt.Errorf("htcondor submit: %w", err)
 	}
 	args := append(a.scheddArgs(), "-terse", "-")
-	out, err := a.run(ctx, "condor_submit", args, []byte(desc), true)
-	if err != nil {
+	// Only the head of the answer is kept: -terse prints one short line,
+	// and a 50 MB answer would be held whole otherwise.
+	var head command.Head
+	if _, err := a.exec(ctx, "condor_submit", args, []byte(desc), true, head.Consume); err != nil {
 		return "", fmt.Errorf("htcondor submit: %w", err)
 	}
-	id, err := ParseSubmit(out)
+	id, err := ParseSubmit(head.Bytes())
+	if err == nil && head.Cut() {
+		err = malformed("condor_submit -terse printed %d bytes, want one short line", head.Total())
+	}
 	if err != nil {
 		// condor_submit said yes but not which job: it may well exist.
 		return "", fmt.Errorf("htcondor submit: %w: %w", adapters.ErrOutcomeUnknown, err)
@@ -170,7 +200,8 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("htcondor cancel %s: %w", id, err)
 	}
-	constraint := fmt.Sprintf(`ClusterId == %s && ProcId == %s && %s =?= %q`, m[1], m[2], attrPilot, a.cfg.Tag)
+	owner := a.pilotOwner()
+	constraint := fmt.Sprintf(`ClusterId == %s && ProcId == %s && %s =?= %q && Owner =?= %q`, m[1], m[2], attrPilot, a.cfg.Tag, owner)
 	args := append(a.scheddArgs(), "-constraint", constraint)
 	_, rmErr := a.run(ctx, "condor_rm", args, nil, true)
 	if rmErr == nil {
@@ -182,7 +213,7 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 	}
 	// Nothing matched (or condor_rm refused): ask the queue what the job is.
 	// -allusers: a foreign job must be seen to be refused as one.
-	qArgs := append(a.scheddArgs(), "-allusers", "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,"+attrPilot, string(id))
+	qArgs := append(a.scheddArgs(), "-allusers", "-"+string(a.cfg.Format), "-attributes", "ClusterId,ProcId,JobStatus,Owner,"+attrPilot, string(id))
 	out, err := a.run(ctx, "condor_q", qArgs, nil, false)
 	if err != nil {
 		return fmt.Errorf("htcondor cancel %s: %w (after condor_rm: %v)", id, err, rmErr)
@@ -196,7 +227,7 @@ func (a *Adapter) Cancel(ctx context.Context, id adapters.PilotID) error {
 			continue
 		}
 		switch {
-		case j.PilotTag != a.cfg.Tag:
+		case j.PilotTag != a.cfg.Tag || j.Owner != owner:
 			return fmt.Errorf("htcondor cancel %s: %w", id, adapters.ErrNotPilot)
 		case j.Status == statusRemoved || j.Status == statusCompleted:
 			return nil // already on its way out
@@ -244,6 +275,11 @@ var unreachableRE = regexp.MustCompile(`(?i)couldn't contact the condor_collecto
 // timeout or a signal is ErrOutcomeUnknown; for queries it is
 // ErrUnreachable (nothing happened, try again).
 func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []byte, mutating bool) ([]byte, error) {
+	return a.exec(ctx, name, args, stdin, mutating, nil)
+}
+
+// exec is run, with parse (when not nil) reading the output as it comes.
+func (a *Adapter) exec(ctx context.Context, name string, args []string, stdin []byte, mutating bool, parse func(io.Reader) error) ([]byte, error) {
 	path := name
 	if a.cfg.BinDir != "" {
 		path = filepath.Join(a.cfg.BinDir, name)
@@ -261,9 +297,14 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CommandTimeout)
 	defer cancel()
-	res, err := command.Run(cctx, command.Spec{Path: path, Args: args, Stdin: stdin, WaitDelay: 2 * time.Second})
+	res, err := command.Run(cctx, command.Spec{Path: path, Args: args, Stdin: stdin, Stdout: parse,
+		MaxOutput: a.cfg.MaxOutput, WaitDelay: 2 * time.Second})
 	var ee *command.ExitError
 	switch {
+	case errors.Is(err, ErrMalformed):
+		return nil, fmt.Errorf("%s: %w", name, err)
+	case errors.Is(err, command.ErrOutputTooLarge):
+		return nil, fmt.Errorf("%s: %w: printed more than the %d MiB the max_output_mb option allows", name, adapters.ErrUnreachable, a.cfg.MaxOutput>>20)
 	case err == nil:
 		return res.Stdout, nil
 	case errors.Is(err, command.ErrStart):
@@ -299,6 +340,14 @@ func (a *Adapter) run(ctx context.Context, name string, args []string, stdin []b
 		return nil, fmt.Errorf("%s: %w: %s", name, adapters.ErrUnreachable, command.Excerpt(msg, errorExcerpt))
 	}
 	return nil, &commandFailed{cmd: name, code: ee.Code, output: command.Excerpt(msg, errorExcerpt)}
+}
+
+// pilotOwner is the account pilots are submitted as, which owns them.
+func (a *Adapter) pilotOwner() string {
+	if a.cfg.SubmitUser != "" {
+		return a.cfg.SubmitUser
+	}
+	return currentUser()
 }
 
 func currentUser() string {

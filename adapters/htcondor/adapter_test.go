@@ -184,6 +184,29 @@ func TestAForeignJobIsNeverCancelled(t *testing.T) {
 	}
 }
 
+// Any pool user can give a job the HarvestPilot attribute. A job with the
+// agent's tag that another account owns is foreign: not counted as a
+// pilot (which would stop the harvest, or be released) and never removed.
+func TestAJobWithAForgedPilotTagIsForeign(t *testing.T) {
+	p := newFakePool(t, threeMachines)
+	p.submitForeign("mallory", "executable = /bin/sleep\nrequest_cpus = 1\n+HarvestPilot = \"harvest-pilot\"\nqueue 1\n")
+	p.negotiate()
+	a := p.adapter(nil)
+	s, err := a.Snapshot(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Jobs) != 1 || s.Jobs[0].User != "mallory" || s.Jobs[0].Pilot {
+		t.Fatalf("mallory's job with the pilot tag: %+v, want one foreign job", s.Jobs)
+	}
+	if err := a.Cancel(ctxT(t), adapters.PilotID(s.Jobs[0].ID)); !errors.Is(err, adapters.ErrNotPilot) {
+		t.Fatalf("Cancel(mallory's job) = %v, want ErrNotPilot", err)
+	}
+	if s, err := a.Snapshot(ctxT(t)); err != nil || len(s.Jobs) != 1 || s.Jobs[0].State != cluster.Running {
+		t.Fatalf("mallory's job must still run: %+v %v", s.Jobs, err)
+	}
+}
+
 func TestFailuresMapToTheContractsErrors(t *testing.T) {
 	spec := adapters.PilotSpec{TimeLimit: 600, Command: []string{"/opt/harvest", "pilot"}}
 	cases := []struct {

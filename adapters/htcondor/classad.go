@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -14,6 +15,10 @@ import (
 // ErrMalformed is wrapped by every parse error: the command answered, but
 // not with something this adapter can trust. Callers must not act on it.
 var ErrMalformed = errors.New("malformed HTCondor output")
+
+// errTooManyAds marks an answer refused for holding more ads than the
+// bound (a kind of ErrMalformed).
+var errTooManyAds = fmt.Errorf("%w: too many ads", ErrMalformed)
 
 func malformed(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, a...))
@@ -29,41 +34,53 @@ type expr string
 // string, bool, nil (undefined) or expr.
 type ad map[string]any
 
-// maxAds bounds how many ads one answer may hold, so a runaway or hostile
-// output cannot exhaust memory. Far above any real pool or queue.
+// maxAds bounds how many ads one answer may hold when no smaller bound
+// is given, so a runaway or hostile output cannot exhaust memory. Far
+// above any real pool or queue.
 const maxAds = 1_000_000
 
-// parseJSONAds reads the -json output of condor_q/condor_status: a JSON
-// array of objects. Empty output is zero ads (condor_q prints nothing at
-// all when no job matches).
-func parseJSONAds(data []byte) ([]ad, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
+// readJSONAds reads the -json output of condor_q/condor_status, a JSON
+// array of objects, as it comes, one ad at a time, handing each to each:
+// only one ad is held decoded at a time, never the whole answer (up to
+// the output cap) nor all its ads as maps. More than max ads is an error.
+// Empty output is zero ads (condor_q prints nothing at all when no job
+// matches).
+func readJSONAds(r io.Reader, max int, each func(ad) error) error {
+	dec := json.NewDecoder(r)
 	dec.UseNumber()
-	var raw []map[string]any
-	if err := dec.Decode(&raw); err != nil {
-		return nil, malformed("not a JSON array of ClassAds: %v", err)
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return nil // empty output (or only white space): no ads
 	}
-	if rest := bytes.TrimSpace(data[dec.InputOffset():]); len(rest) > 0 {
-		return nil, malformed("trailing data after the JSON array: %.40q", rest)
+	if err != nil || tok != json.Delim('[') {
+		return malformed("not a JSON array of ClassAds: starts with %v %v", tok, err)
 	}
-	if len(raw) > maxAds {
-		return nil, malformed("%d ads is more than the %d this adapter accepts", len(raw), maxAds)
-	}
-	out := make([]ad, 0, len(raw))
-	for i, obj := range raw {
+	for i := 0; dec.More(); i++ {
+		if i >= max {
+			return fmt.Errorf("%w: more than %d", errTooManyAds, max)
+		}
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			return malformed("not a JSON array of ClassAds: element %d: %v", i, err)
+		}
 		if obj == nil {
-			return nil, malformed("element %d is not a ClassAd object", i)
+			return malformed("element %d is not a ClassAd object", i)
 		}
 		a := make(ad, len(obj))
 		for k, v := range obj {
 			a[strings.ToLower(k)] = jsonValue(v)
 		}
-		out = append(out, a)
+		if err := each(a); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+		return malformed("not a JSON array of ClassAds: unterminated (%v)", err)
+	}
+	if tok, err := dec.Token(); err != io.EOF {
+		return malformed("trailing data after the JSON array: %v %v", tok, err)
+	}
+	return nil
 }
 
 func jsonValue(v any) any {
@@ -95,43 +112,55 @@ func jsonValue(v any) any {
 // its missing attributes would read as 0: it is an error.
 func parseLongAds(data []byte) ([]ad, error) {
 	var out []ad
+	err := readLongAds(bytes.NewReader(data), maxAds, func(a ad) error { out = append(out, a); return nil })
+	return out, err
+}
+
+// readLongAds reads -long output as it comes, handing each ad to each.
+// More than max ads is an error.
+func readLongAds(r io.Reader, max int, each func(ad) error) error {
+	n := 0
 	cur := ad{}
-	flush := func() {
-		if len(cur) > 0 {
-			out = append(out, cur)
-			cur = ad{}
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
 		}
+		if n++; n > max {
+			return fmt.Errorf("%w: more than %d", errTooManyAds, max)
+		}
+		a := cur
+		cur = ad{}
+		return each(a)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	line := 0
 	for sc.Scan() {
 		line++
 		text := strings.TrimRight(sc.Text(), "\r")
 		if strings.TrimSpace(text) == "" {
-			flush()
-			if len(out) > maxAds {
-				return nil, malformed("more than %d ads", maxAds)
+			if err := flush(); err != nil {
+				return err
 			}
 			continue
 		}
 		name, value, ok := strings.Cut(text, " = ")
 		if !ok || !isAttrName(name) {
-			return nil, malformed("line %d is not a ClassAd attribute: %.80q", line, text)
+			return malformed("line %d is not a ClassAd attribute: %.80q", line, text)
 		}
 		v, err := longValue(value)
 		if err != nil {
-			return nil, malformed("line %d (%s): %v", line, name, err)
+			return malformed("line %d (%s): %v", line, name, err)
 		}
 		cur[strings.ToLower(name)] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, malformed("reading long output: %v", err)
+		return malformed("reading long output: %v", err)
 	}
 	if len(cur) > 0 {
-		return nil, malformed("the output was cut off: ad %d (%d attributes read) has no terminating blank line", len(out)+1, len(cur))
+		return malformed("the output was cut off: ad %d (%d attributes read) has no terminating blank line", n+1, len(cur))
 	}
-	return out, nil
+	return nil
 }
 
 func isAttrName(s string) bool {

@@ -70,6 +70,13 @@ type Config struct {
 	// seconds at this site (e.g. "MaxRuntime"), read as foreign jobs'
 	// time limits besides AllowedJobDuration and periodic_remove.
 	LimitAttributes []string
+	// MaxOutput caps what condor_q or condor_status may print, in bytes;
+	// past it the command is killed and the snapshot refused. MaxJobs and
+	// MaxSlots bound the ads kept from their answers, counted while they
+	// are read (one ad at a time): the adapter's memory stays bounded by
+	// these, not by what the pool prints.
+	MaxOutput         int64
+	MaxJobs, MaxSlots int
 }
 
 // DefaultConfig returns the defaults: tag "harvest-pilot", 10 s command
@@ -81,6 +88,9 @@ func DefaultConfig() Config {
 		MaxLifetime:    24 * time.Hour,
 		Lifetime:       LifetimePeriodicRemove,
 		Format:         FormatJSON,
+		MaxOutput:      64 << 20,
+		MaxJobs:        300_000,
+		MaxSlots:       100_000,
 	}
 }
 
@@ -148,6 +158,12 @@ func (c Config) Validate() error {
 	if c.Format != FormatJSON && c.Format != FormatLong {
 		bad("format %q: want %q or %q", c.Format, FormatJSON, FormatLong)
 	}
+	if c.MaxOutput < 1<<20 || c.MaxOutput > 1<<40 {
+		bad("max output must be from 1 MiB to 1 TiB, got %d bytes", c.MaxOutput)
+	}
+	if c.MaxJobs < 1 || c.MaxJobs > 100_000_000 || c.MaxSlots < 1 || c.MaxSlots > 100_000_000 {
+		bad("max jobs and max slots must be from 1 to 100000000, got %d and %d", c.MaxJobs, c.MaxSlots)
+	}
 	for _, a := range c.LimitAttributes {
 		if !isAttrName(a) {
 			bad("limit attribute %q is not a ClassAd attribute name", a)
@@ -163,7 +179,7 @@ func (c Config) Validate() error {
 var optionKeys = []string{
 	"tag", "pool", "schedd", "timeout", "bin_dir", "slot_cpus", "slot_memory_mb",
 	"max_lifetime", "lifetime", "submit_lines", "output_dir", "format", "limit_attributes",
-	"submit_user",
+	"submit_user", "max_output_mb", "max_jobs", "max_slots",
 }
 
 // ConfigFromOptions maps the string options a plugin receives onto a
@@ -209,6 +225,15 @@ func ConfigFromOptions(o map[string]string) (Config, error) {
 	integer("slot_cpus", &c.SlotCPUs)
 	integer("slot_memory_mb", &c.SlotMemoryMB)
 	dur("max_lifetime", &c.MaxLifetime)
+	integer("max_jobs", &c.MaxJobs)
+	integer("max_slots", &c.MaxSlots)
+	if v, ok := o["max_output_mb"]; ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil || n < 1 || n > 1<<20 {
+			errs = append(errs, fmt.Errorf("option max_output_mb %q: want a whole number of MiB from 1 to 1048576", v))
+		} else {
+			c.MaxOutput = n << 20
+		}
+	}
 	if v, ok := o["lifetime"]; ok {
 		c.Lifetime = Lifetime(strings.TrimSpace(v))
 	}

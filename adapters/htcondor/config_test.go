@@ -23,6 +23,9 @@ func TestOptionsMapOntoTheConfig(t *testing.T) {
 		"format":           "long",
 		"limit_attributes": "MaxRuntime, JobMaxWallTime",
 		"submit_user":      "harvest",
+		"max_output_mb":    "16",
+		"max_jobs":         "5000",
+		"max_slots":        "700",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +36,7 @@ func TestOptionsMapOntoTheConfig(t *testing.T) {
 		MaxLifetime: 12 * time.Hour, Lifetime: LifetimeAllowedJobDuration,
 		ExtraSubmit: []string{"accounting_group = group_harvest", `+ProjectName = "harvest"`},
 		OutputDir:   "/scratch/harvest", Format: FormatLong, LimitAttributes: []string{"MaxRuntime", "JobMaxWallTime"},
-		SubmitUser: "harvest",
+		SubmitUser: "harvest", MaxOutput: 16 << 20, MaxJobs: 5000, MaxSlots: 700,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -72,6 +75,8 @@ func TestBadOptionsAreRefusedWithAClearError(t *testing.T) {
 		{"a bad limit attribute", map[string]string{"limit_attributes": "Max Runtime"}, "limit attribute"},
 		{"a pool name with blanks", map[string]string{"pool": "a b"}, "pool"},
 		{"a submit user that is no account name", map[string]string{"submit_user": "-u root"}, "submit user"},
+		{"no output allowed", map[string]string{"max_output_mb": "0"}, "max_output_mb"},
+		{"no job allowed", map[string]string{"max_jobs": "0"}, "max jobs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,9 @@
 package htcondor
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,14 +25,16 @@ const (
 	FormatLong Format = "long"
 )
 
-func parseAds(data []byte, f Format) ([]ad, error) {
+// readAds reads ads in format f as they come, handing each to each; more
+// than max is an error.
+func readAds(r io.Reader, f Format, max int, each func(ad) error) error {
 	switch f {
 	case FormatJSON:
-		return parseJSONAds(data)
+		return readJSONAds(r, max, each)
 	case FormatLong:
-		return parseLongAds(data)
+		return readLongAds(r, max, each)
 	}
-	return nil, fmt.Errorf("unknown output format %q", f)
+	return fmt.Errorf("unknown output format %q", f)
 }
 
 // Job statuses (the JobStatus attribute).
@@ -101,17 +105,23 @@ const (
 // limitAttrs names extra attributes that hold a lifetime limit in seconds
 // at this site (e.g. "MaxRuntime"). Empty output is an empty queue.
 func ParseCondorQ(data []byte, f Format, limitAttrs []string) ([]JobAd, error) {
-	ads, err := parseAds(data, f)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]JobAd, 0, len(ads))
-	for i, a := range ads {
+	return ReadCondorQ(bytes.NewReader(data), f, limitAttrs, maxAds)
+}
+
+// ReadCondorQ is ParseCondorQ on output as it is read: each ad is kept as
+// a JobAd only, and more than max ads is refused while reading.
+func ReadCondorQ(r io.Reader, f Format, limitAttrs []string, max int) ([]JobAd, error) {
+	var out []JobAd
+	err := readAds(r, f, max, func(a ad) error {
 		j, err := jobFromAd(a, limitAttrs)
 		if err != nil {
-			return nil, malformed("job ad %d: %v", i, err)
+			return malformed("job ad %d: %v", len(out), err)
 		}
 		out = append(out, j)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -222,20 +232,26 @@ var slotAttributes = []string{
 // likely a wrong pool name or constraint than a real, empty pool, and an
 // empty picture would make the agent give up every pilot.
 func ParseCondorStatus(data []byte, f Format) ([]SlotAd, error) {
-	ads, err := parseAds(data, f)
+	return ReadCondorStatus(bytes.NewReader(data), f, maxAds)
+}
+
+// ReadCondorStatus is ParseCondorStatus on output as it is read; more
+// than max slot ads is refused while reading.
+func ReadCondorStatus(r io.Reader, f Format, max int) ([]SlotAd, error) {
+	var out []SlotAd
+	err := readAds(r, f, max, func(a ad) error {
+		s, err := slotFromAd(a)
+		if err != nil {
+			return malformed("slot ad %d: %v", len(out), err)
+		}
+		out = append(out, s)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(ads) == 0 {
+	if len(out) == 0 {
 		return nil, malformed("condor_status listed no slots")
-	}
-	out := make([]SlotAd, 0, len(ads))
-	for i, a := range ads {
-		s, err := slotFromAd(a)
-		if err != nil {
-			return nil, malformed("slot ad %d: %v", i, err)
-		}
-		out = append(out, s)
 	}
 	return out, nil
 }

@@ -1,11 +1,13 @@
 package htcondor
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/harvest-hpc/harvest/adapters"
 	"github.com/harvest-hpc/harvest/cluster"
@@ -159,5 +161,49 @@ func TestASubmitKilledBySignalHasAnUnknownOutcome(t *testing.T) {
 	_, err := a.Submit(ctxT(t), adapters.PilotSpec{TimeLimit: 900, Command: []string{"/opt/harvest", "pilot"}})
 	if !errors.Is(err, adapters.ErrOutcomeUnknown) {
 		t.Errorf("err = %v, want ErrOutcomeUnknown", err)
+	}
+}
+
+// Issue 35 item 6 for HTCondor: an answer is read as it comes and
+// bounded. A condor_q that never stops printing ads is refused once it
+// passes max_jobs (the command killed, long before its timeout), and one
+// that prints past max_output_mb is refused at the cap; neither is held
+// whole in memory first.
+func TestAnEndlessAnswerIsRefusedAtItsBoundWhileItIsRead(t *testing.T) {
+	bin := t.TempDir()
+	ad := `{"ClusterId": 1, "ProcId": 0, "Owner": "u", "JobStatus": 1, "JobUniverse": 5, "QDate": 1, "ServerTime": 2},`
+	scripts := map[string]string{
+		"condor_q":       "echo '['; while :; do echo '" + ad + "'; done",
+		"condor_status":  `echo '[{"Name": "slot1@m", "Machine": "m", "State": "Unclaimed", "Activity": "Idle", "Cpus": 4, "Memory": 8000}]'`,
+		"condor_version": `echo '$CondorVersion: 25.14.0 2025-11-20 BuildID: 0 $'`,
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"past max_jobs", func(c *Config) { c.MaxJobs = 1000 }, "max_jobs"},
+		{"past max_output_mb", func(c *Config) { c.MaxJobs, c.MaxOutput = 100_000_000, 1<<20 }, "max_output_mb"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.BinDir, c.CommandTimeout = bin, 5*time.Minute
+			tc.mod(&c)
+			a, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, err = a.Snapshot(ctx)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || ctx.Err() != nil {
+				t.Fatalf("snapshot: %v, want a refusal naming %s before the deadline", err, tc.want)
+			}
+		})
 	}
 }

@@ -19,6 +19,16 @@ type View struct {
 	// is reported as the snapshot's MaxTime, HTCondor's closest analogue
 	// of a partition's MaxTime.
 	MaxLifetime cluster.Limit
+	// Owner is the account pilots are submitted as. Any user can give a
+	// job the HarvestPilot attribute: a job with the tag that another
+	// account owns is foreign (never counted, released or removed as a
+	// pilot). Empty: any owner (captured pools in tests).
+	Owner string
+}
+
+// isPilot reports whether j is one of this agent's pilots.
+func (v View) isPilot(j JobAd) bool {
+	return v.Tag != "" && j.PilotTag == v.Tag && (v.Owner == "" || j.Owner == v.Owner)
 }
 
 // machine is one execute host, summed over its slots.
@@ -184,7 +194,7 @@ func BuildSnapshot(slots []SlotAd, jobs []JobAd, v View) (cluster.Snapshot, erro
 		case universeScheduler, universeLocal, universeGrid:
 			continue // runs elsewhere than on the pool's machines
 		}
-		pilot := v.Tag != "" && j.PilotTag == v.Tag
+		pilot := v.isPilot(j)
 		switch j.Status {
 		case statusRunning, statusTransfer, statusSuspended:
 			running = append(running, j)
@@ -239,7 +249,7 @@ func toJob(j JobAd, state cluster.JobState, v View, now int64) cluster.Job {
 		TimeLimit:  j.Limit,
 		SubmitTime: j.QDate,
 		Priority:   float64(j.Prio),
-		Pilot:      v.Tag != "" && j.PilotTag == v.Tag,
+		Pilot:      v.isPilot(j),
 	}
 	if out.TimeLimit == 0 {
 		out.TimeLimit = cluster.Unlimited // a JobAd built without a limit

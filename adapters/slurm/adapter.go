@@ -6,7 +6,6 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -499,20 +498,20 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	defer cancel()
 	// Only the head of the answer is kept: `sbatch --parsable` prints one
 	// short line, and a 50 MB answer once took the agent to 1.26 GB.
-	var head answerHead
-	res, err := a.run(cctx, name, args, a.environ(), []byte(script), head.read)
+	var head command.Head
+	res, err := a.run(cctx, name, args, a.environ(), []byte(script), head.Consume)
 	if err != nil {
 		if err := a.sbatchFailure(err, res); err != nil {
 			return "", err
 		}
 	}
-	out := head.buf.Bytes()
+	out := head.Bytes()
 	if len(res.stdout) > 0 {
 		out = res.stdout // a runner that returned the output whole
 	}
 	var id string
-	if head.total > int64(head.buf.Len()) {
-		err = parseErr("sbatch --parsable printed %d bytes, want one short line", head.total)
+	if head.Cut() {
+		err = parseErr("sbatch --parsable printed %d bytes, want one short line", head.Total())
 	} else {
 		id, err = ParseSbatch(out)
 	}
@@ -522,34 +521,6 @@ func (a *Adapter) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 		return "", fmt.Errorf("sbatch succeeded but: %w: %w", err, adapters.ErrOutcomeUnknown)
 	}
 	return adapters.PilotID(id), nil
-}
-
-// answerHeadMax is how much of a short answer (sbatch's) is kept.
-const answerHeadMax = 4 << 10
-
-// answerHead keeps the first answerHeadMax bytes of an answer and counts
-// the rest, reading it to the end (the command is not stopped: sbatch may
-// have submitted).
-type answerHead struct {
-	buf   bytes.Buffer
-	total int64
-}
-
-func (h *answerHead) read(r io.Reader) error {
-	var chunk [32 << 10]byte
-	for {
-		n, err := r.Read(chunk[:])
-		h.total += int64(n)
-		if room := answerHeadMax - h.buf.Len(); room > 0 {
-			h.buf.Write(chunk[:min(n, room)])
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // sbatchFailure classifies a failed sbatch. Only the failures where

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/harvest-hpc/harvest/adapters/adaptertest"
 )
 
 // The sizes issue 35 item 6 names: each fits the 64 MiB output cap, and
@@ -131,4 +134,67 @@ func TestMemoryChild(t *testing.T) {
 	_, hwm, _ := strings.Cut(string(status), "VmHWM:")
 	kb := strings.Fields(hwm)[0]
 	fmt.Printf("PEAK_RSS_KB=%s\n", kb)
+}
+
+// BenchmarkAgentPeakRSS prints the peak resident memory of the agent
+// process and of its adapter plugin process, on the user's path: `harvest
+// agent` (built from this tree, its queue hosted) starts `harvest adapter
+// serve slurm` as a hashicorp/go-plugin subprocess, whose fake squeue,
+// sinfo and sbatch print what the 64 MiB cap lets through; the snapshot
+// (or the refusal) crosses gRPC into the agent, which decides on it. Both
+// processes are measured while they run (VmHWM), apart from this one.
+// Target: the agent under 300 MB.
+//
+//	go test -run '^$' -bench BenchmarkAgentPeakRSS -benchtime 1x ./adapters/slurm
+func BenchmarkAgentPeakRSS(b *testing.B) {
+	ab := adaptertest.NewAgentBench(b)
+	def := DefaultConfig()
+	write := func(name string, data []byte) { ab.Write(b, name, data) }
+	write("squeue-small.txt", genSqueue(1000))
+	write("squeue-none.txt", nil) // no job waits: the idle nodes are free to take
+	write("sinfo-small.txt", genSinfo(100))
+	write("sinfo-idle.txt", []byte("n0001|idle|64\nn0002|idle|64\nn0003|idle|64\n"))
+	write("squeue-big.txt", genSqueue(memSqueueLines))
+	write("sinfo-big.txt", genSinfo(memSinfoNodes))
+	write("squeue-limit.txt", genSqueue(def.MaxJobs))
+	write("sinfo-limit.txt", genSinfo(def.MaxNodes))
+	// Garbage: 60 MiB of bytes that are no squeue answer, no newline in them.
+	write("squeue-garbage.txt", bytes.Repeat([]byte("\x00\xff|RUNNING|"), 6<<20))
+	write("partitions.txt", fixture(b, "scontrol_partitions.txt"))
+	write("config.txt", fixture(b, "preempt_config_off.txt"))
+	snapshots := func(m string) bool { return adaptertest.MetricSum(m, "harvest_snapshot_duration_seconds_count") >= 2 }
+	rounds := func(m string) bool { return adaptertest.MetricSum(m, "harvest_rounds_total") >= 2 }
+	cases := []struct {
+		name, squeue, sinfo string
+		args                []string
+		until               func(string) bool
+	}{
+		// The issue's answers, refused past MaxJobs or MaxNodes, or (sbatch)
+		// past the answer's head; limits: the largest snapshot the defaults
+		// accept, MaxJobs jobs on MaxNodes nodes, taken whole, sent across
+		// and decided on; limits-dump: the same, with every snapshot dumped
+		// for `harvest decide` (--dump-snapshots), as an admin debugging the
+		// policy runs it.
+		{"squeue", "squeue-big.txt", "sinfo-small.txt", []string{"--dry-run"}, snapshots},
+		{"sinfo", "squeue-small.txt", "sinfo-big.txt", []string{"--dry-run"}, snapshots},
+		{"garbage", "squeue-garbage.txt", "sinfo-small.txt", []string{"--dry-run"}, snapshots},
+		{"limits", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run"}, rounds},
+		{"limits-dump", "squeue-limit.txt", "sinfo-limit.txt", []string{"--dry-run", "--dump-snapshots", filepath.Join(ab.Dir, "dumps")}, rounds},
+		{"sbatch", "squeue-none.txt", "sinfo-idle.txt", []string{"--harvest-while-idle"}, func(m string) bool {
+			return adaptertest.MetricSum(m, "harvest_submit_failures_total") >= 1
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				ab.Measure(b, c.name, map[string]string{
+					"squeue":   `case "$*" in *" -n "*) exit 0 ;; esac; exec cat ` + filepath.Join(ab.Dir, c.squeue),
+					"sinfo":    `case "$1" in --version) echo "slurm 22.05.8" ;; *) exec cat ` + filepath.Join(ab.Dir, c.sinfo) + ` ;; esac`,
+					"scontrol": `case "$*" in *config*) exec cat ` + ab.Dir + `/config.txt ;; *) exec cat ` + ab.Dir + `/partitions.txt ;; esac`,
+					"sbatch":   fmt.Sprintf(`cat >/dev/null; head -c %d /dev/zero | tr '\0' '7'; echo`, memSbatchBytes),
+					"scancel":  `exit 0`,
+				}, append([]string{"--adapter", "slurm", "--adapter-opt", "partition=batch"}, c.args...), c.until, 0)
+			}
+		})
+	}
 }

@@ -105,6 +105,7 @@ func adapterCommand() *cli.Command {
 					if err != nil {
 						return cli.Exit(err.Error(), 2)
 					}
+					limitDaemonMemory()
 					adapters.Serve(a, hclog.New(&hclog.LoggerOptions{Name: "adapter-" + c.Args().First(), Output: os.Stderr, Level: hclog.Info, JSONFormat: true}))
 					return nil
 				},

@@ -54,6 +54,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "dump-snapshots", Value: def.DumpDir, EnvVars: []string{"HARVEST_DUMP_SNAPSHOTS"}, Usage: "write every snapshot decided on (and its decision) to `DIR`, for `harvest decide`"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "dump-keep", Value: def.DumpKeep, EnvVars: []string{"HARVEST_DUMP_KEEP"}, Usage: "keep at most this many dumped snapshots"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-submit-per-round", Value: def.MaxSubmitPerRound, EnvVars: []string{"HARVEST_MAX_SUBMIT_PER_ROUND"}, Usage: "most pilots submitted in one round; the rest follow in the next rounds (0 = no bound)"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "snapshot-timeout", Value: def.SnapshotTimeout, EnvVars: []string{"HARVEST_SNAPSHOT_TIMEOUT"}, Usage: "most one snapshot may take, the adapter's commands and parsing together (at most 1h; raise it with the adapter's own timeout option on a very large cluster)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "submit-timeout", Value: def.SubmitTimeout, EnvVars: []string{"HARVEST_SUBMIT_TIMEOUT"}, Usage: "first submit timeout; grows by this much after each timeout, resets on success"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "pilot-command", Value: strings.Join(def.PilotCommand, " "), EnvVars: []string{"HARVEST_PILOT_COMMAND"}, Usage: "command every pilot job runs (split on spaces, no shell)"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "pilot-env", EnvVars: []string{"HARVEST_PILOT_ENV"}, Usage: "`KEY=VALUE` added to the pilots' environment (repeatable)"}),
@@ -135,6 +136,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.DumpDir = c.String("dump-snapshots")
 	cfg.DumpKeep = c.Int("dump-keep")
 	cfg.MaxSubmitPerRound = c.Int("max-submit-per-round")
+	cfg.SnapshotTimeout = c.Duration("snapshot-timeout")
 	cfg.SubmitTimeout = c.Duration("submit-timeout")
 	cfg.SubmitTimeoutStep = c.Duration("submit-timeout")
 	cfg.PilotCommand = strings.Fields(c.String("pilot-command"))
@@ -159,6 +161,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 }
 
 func runAgent(c *cli.Context) error {
+	limitDaemonMemory()
 	log := newLogger(c.App.ErrWriter, c.String("log-level"), c.Bool("log-json"))
 	cfg, err := agentConfig(c)
 	if err != nil {

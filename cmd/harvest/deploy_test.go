@@ -162,3 +162,18 @@ func TestTheSystemdUnitStartsTheAgentWithTheConfigFile(t *testing.T) {
 		t.Errorf("state dir %s and socket %s do not match StateDirectory=harvest and RuntimeDirectory=harvest", c.String("state-dir"), c.String("socket"))
 	}
 }
+
+// A large cluster's snapshot may take longer than the default 30 s: the
+// admin can say so (the adapter's own timeout otherwise runs in vain),
+// within a bound.
+func TestTheSnapshotTimeoutIsAFlagWithABound(t *testing.T) {
+	cfg, _, err := parseAgent(t, "--snapshot-timeout", "3m")
+	if err != nil || cfg.SnapshotTimeout != 3*time.Minute {
+		t.Fatalf("--snapshot-timeout 3m: %v, %v", cfg.SnapshotTimeout, err)
+	}
+	for _, bad := range []string{"2h", "0s", "-1s"} {
+		if _, _, err := parseAgent(t, "--snapshot-timeout", bad); err == nil || !strings.Contains(err.Error(), "snapshot timeout") {
+			t.Errorf("--snapshot-timeout %s: %v, want a refusal", bad, err)
+		}
+	}
+}

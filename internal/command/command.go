@@ -343,3 +343,43 @@ func (h *headBuffer) Write(p []byte) (int, error) {
 }
 
 func (h *headBuffer) Bytes() []byte { return h.buf.Bytes() }
+
+// HeadMax is how much of a short answer (sbatch's, condor_submit's) Head
+// keeps.
+const HeadMax = 4 << 10
+
+// Head keeps the first HeadMax bytes of an answer and counts the rest,
+// reading it to the end: a command that submits is not stopped for a
+// long answer (it may have submitted), and a 50 MB answer is not held.
+// Its Consume is a Spec.Stdout.
+type Head struct {
+	buf   bytes.Buffer
+	total int64
+}
+
+// Consume reads r to its end.
+func (h *Head) Consume(r io.Reader) error {
+	var chunk [32 << 10]byte
+	for {
+		n, err := r.Read(chunk[:])
+		h.total += int64(n)
+		if room := HeadMax - h.buf.Len(); room > 0 {
+			h.buf.Write(chunk[:min(n, room)])
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Bytes is the head kept.
+func (h *Head) Bytes() []byte { return h.buf.Bytes() }
+
+// Cut reports whether the answer was longer than the head kept.
+func (h *Head) Cut() bool { return h.total > int64(h.buf.Len()) }
+
+// Total is the answer's length in bytes.
+func (h *Head) Total() int64 { return h.total }
