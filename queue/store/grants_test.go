@@ -57,19 +57,6 @@ func takeIn(t *testing.T, s *Store, pool string, job int64, n int) []TakenTask {
 	return got.Tasks[job]
 }
 
-func names(ts []TakenTask) []string {
-	var out []string
-	for _, t := range ts {
-		out = append(out, t.Name)
-	}
-	return out
-}
-
-func report(t *testing.T, s *Store, status string, ts ...TakenTask) Applied {
-	t.Helper()
-	return reportIn(t, s, "local", status, ts...)
-}
-
 func reportIn(t *testing.T, s *Store, pool, status string, ts ...TakenTask) Applied {
 	t.Helper()
 	var rs []pilotproto.Result

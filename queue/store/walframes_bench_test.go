@@ -48,6 +48,7 @@ func BenchmarkWALFramesPer1000TaskPullAcross1000Users(b *testing.B) {
 		jobs = append(jobs, id)
 	}
 	var pull, res int64
+	var pullT, resT time.Duration
 	n := 0
 	for b.Loop() {
 		if n == len(names) {
@@ -59,7 +60,9 @@ func BenchmarkWALFramesPer1000TaskPullAcross1000Users(b *testing.B) {
 			takes[i] = Take{Job: j, N: 1}
 		}
 		walFrames(b, s, "TRUNCATE")
+		st := time.Now()
 		taken, err := s.Assign(ctx, "local", 1, t0, takes)
+		pullT += time.Since(st)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,7 +77,10 @@ func BenchmarkWALFramesPer1000TaskPullAcross1000Users(b *testing.B) {
 			b.Fatalf("pulled %d tasks, want %d", len(results), len(jobs))
 		}
 		walFrames(b, s, "TRUNCATE")
-		if _, err := s.ApplyResults(ctx, "local", 1, t0, results); err != nil {
+		st = time.Now()
+		_, err = s.ApplyResults(ctx, "local", 1, t0, results)
+		resT += time.Since(st)
+		if err != nil {
 			b.Fatal(err)
 		}
 		res += walFrames(b, s, "PASSIVE")
@@ -82,4 +88,6 @@ func BenchmarkWALFramesPer1000TaskPullAcross1000Users(b *testing.B) {
 	k := float64(n)
 	b.ReportMetric(float64(pull)/k, "pull-frames")
 	b.ReportMetric(float64(res)/k, "results-frames")
+	b.ReportMetric(float64(pullT.Microseconds())/1000/k, "pull-ms")
+	b.ReportMetric(float64(resT.Microseconds())/1000/k, "results-ms")
 }
