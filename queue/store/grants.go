@@ -95,76 +95,170 @@ type batch struct {
 	exceptions map[[2]int64]*exceptionRow
 	order      []*exceptionRow
 	usage      map[string]UsageEvent // per owner, of a batch of results
+	none       map[entryKey]bool     // entries without a grant
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *sql.Tx) *batch {
 	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, grants: map[int64]*grantRow{},
-		byJob: map[[2]int64][]*grantRow{}, exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}}
+		byJob: map[[2]int64][]*grantRow{}, exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, none: map[entryKey]bool{}}
 }
 
-var readJobSQL = hot(`SELECT j.state, j.owner, j.cores, j.price, j.max_attempts, j.started_at, j.finished_at, j.n_total,
+// readJobsRows is how many jobs one statement of readJobsSQL reads: every
+// statement through database/sql and cgo costs tens of microseconds on a
+// loaded machine, more than SQLite's own work for a row, and a pull or a
+// batch of results with many users touches hundreds of jobs. A fixed
+// number of parameters keeps it one prepared statement (unused ones: 0).
+const readJobsRows = 64
+
+var readJobsSQL = hot(`SELECT j.id, j.state, j.owner, j.cores, j.price, j.max_attempts, j.started_at, j.finished_at, j.n_total,
 		c.next_idx, c.n_waiting, c.n_retry, c.n_active, c.n_done, c.n_failed, c.n_killed, c.n_requeued
-	FROM jobs j JOIN counts c ON c.job_id = j.id WHERE j.id = ?`)
+	FROM jobs j JOIN counts c ON c.job_id = j.id WHERE j.id IN (?` + strings.Repeat(", ?", readJobsRows-1) + `)`)
+
+// prefetch reads the rows of the jobs ids that the batch has not read,
+// readJobsRows a statement.
+func (b *batch) prefetch(ids []int64) error {
+	var want []any
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if _, ok := b.jobs[id]; !ok && !seen[id] {
+			seen[id] = true
+			want = append(want, id)
+		}
+	}
+	for len(want) > 0 {
+		part := want[:min(len(want), readJobsRows)]
+		want = want[len(part):]
+		args := append(make([]any, 0, readJobsRows), part...)
+		for len(args) < readJobsRows {
+			args = append(args, 0)
+		}
+		rows, err := b.s.query(b.ctx, b.tx, readJobsSQL, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			j := &jobRow{}
+			if err := rows.Scan(&j.id, &j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished, &j.c.Total,
+				&j.next, &j.c.Waiting, &j.retry, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed, &j.requd); err != nil {
+				rows.Close()
+				return err
+			}
+			j.from = j.state
+			b.jobs[j.id] = j
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range part {
+			if _, ok := b.jobs[id.(int64)]; !ok {
+				b.jobs[id.(int64)] = nil // no such job
+			}
+		}
+	}
+	return nil
+}
 
 // job reads a job's row once per transaction; nil when there is none.
 func (b *batch) job(id int64) (*jobRow, error) {
 	if j, ok := b.jobs[id]; ok {
 		return j, nil
 	}
-	j := &jobRow{id: id}
-	rows, err := b.s.query(b.ctx, b.tx, readJobSQL, id)
-	if err != nil {
+	if err := b.prefetch([]int64{id}); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		b.jobs[id] = nil
-		return nil, rows.Err()
-	}
-	if err := rows.Scan(&j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished, &j.c.Total,
-		&j.next, &j.c.Waiting, &j.retry, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed, &j.requd); err != nil {
-		return nil, err
-	}
-	j.from = j.state
-	b.jobs[id] = j
-	return j, nil
+	return b.jobs[id], nil
 }
 
-var grantSQL = hot(`SELECT id, last_idx, pool, epoch, state, settled, n_open, done, failed, assigned_at, first_idx
-	FROM grants WHERE job_id = ? AND attempt = ? AND first_idx <= ? ORDER BY first_idx DESC LIMIT 1`)
+// grantsSQL reads the grants that hold rowsPer entries (job, attempt,
+// index): for each, the grant of that job and attempt with the greatest
+// first index not above it (the index grants_job; one seek each), if it
+// reaches the entry. An unused slot is (0, 0, 0).
+var grantsSQL = hot(`SELECT id, job_id, attempt, first_idx, last_idx, pool, epoch, state, settled, n_open, done, failed, assigned_at
+	FROM grants WHERE id IN (VALUES ` + strings.TrimSuffix(strings.Repeat(
+	`((SELECT id FROM grants WHERE job_id = ? AND attempt = ? AND first_idx <= ? ORDER BY first_idx DESC LIMIT 1)), `, rowsPer), ", ") + `)`)
+
+// entryKey is an entry handed out as an attempt: (job, attempt, index).
+type entryKey [3]int64
+
+// cached finds the grant of k among those the batch has read.
+func (b *batch) cached(k entryKey) *grantRow {
+	for _, g := range b.byJob[[2]int64{k[0], k[1]}] {
+		if int64(g.first) <= k[2] && k[2] <= int64(g.last) {
+			return g
+		}
+	}
+	return nil
+}
+
+// prefetchGrants reads the grants of keys, rowsPer lookups a statement;
+// keys without a grant are remembered as such.
+func (b *batch) prefetchGrants(keys []entryKey) error {
+	keys = slices.Clone(keys)
+	slices.SortFunc(keys, func(x, y entryKey) int { return slices.Compare(x[:], y[:]) })
+	keys = slices.Compact(keys)
+	for {
+		// One key per (job, attempt) a round: its next grant may cover
+		// the job's following keys.
+		var ask []entryKey
+		var last [2]int64
+		for _, k := range keys {
+			if b.none[k] || b.cached(k) != nil || (len(ask) > 0 && [2]int64{k[0], k[1]} == last) {
+				continue
+			}
+			ask, last = append(ask, k), [2]int64{k[0], k[1]}
+			if len(ask) == rowsPer {
+				break
+			}
+		}
+		if len(ask) == 0 {
+			return nil
+		}
+		args := make([]any, 0, 3*rowsPer)
+		for i := range rowsPer {
+			if i < len(ask) {
+				args = append(args, ask[i][0], ask[i][1], ask[i][2])
+			} else {
+				args = append(args, 0, 0, 0)
+			}
+		}
+		rows, err := b.s.query(b.ctx, b.tx, grantsSQL, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			g := &grantRow{}
+			var settled string
+			if err := rows.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &settled, &g.open, &g.done, &g.failed, &g.assigned); err != nil {
+				rows.Close()
+				return err
+			}
+			if b.grants[g.id] == nil {
+				g.settled = []byte(settled)
+				b.grants[g.id] = g
+				b.byJob[[2]int64{g.job, int64(g.attempt)}] = append(b.byJob[[2]int64{g.job, int64(g.attempt)}], g)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range ask {
+			if b.cached(k) == nil {
+				b.none[k] = true
+			}
+		}
+	}
+}
 
 // grant finds the grant that handed out entry idx of job as attempt; nil
 // when there is none.
 func (b *batch) grant(job int64, attempt, idx int) (*grantRow, error) {
-	k := [2]int64{job, int64(attempt)}
-	for _, g := range b.byJob[k] {
-		if g.first <= idx && idx <= g.last {
-			return g, nil
-		}
-	}
-	rows, err := b.s.query(b.ctx, b.tx, grantSQL, job, attempt, idx)
-	if err != nil {
+	k := entryKey{job, int64(attempt), int64(idx)}
+	if err := b.prefetchGrants([]entryKey{k}); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		return nil, rows.Err()
-	}
-	g := &grantRow{job: job, attempt: attempt}
-	var settled string
-	if err := rows.Scan(&g.id, &g.last, &g.pool, &g.epoch, &g.state, &settled, &g.open, &g.done, &g.failed, &g.assigned, &g.first); err != nil {
-		return nil, err
-	}
-	if g.last < idx {
-		return nil, nil
-	}
-	if c := b.grants[g.id]; c != nil {
-		return c, nil
-	}
-	g.settled = []byte(settled)
-	b.grants[g.id] = g
-	b.byJob[k] = append(b.byJob[k], g)
-	return g, nil
+	return b.cached(k), nil
 }
 
 var readExceptionSQL = hot(`SELECT state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail
@@ -212,11 +306,18 @@ func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 }
 
 var (
-	writeCountsSQL = hot(`UPDATE counts SET next_idx = ?, n_waiting = ?, n_retry = ?, n_active = ?, n_done = ?, n_failed = ?, n_killed = ?, n_requeued = ?
-		WHERE job_id = ?`)
+	// The counter rows of a transaction go rowsPer to a statement, as an
+	// upsert of rows that exist (plain SQL that PostgreSQL runs too).
+	writeCounts = rowsSQL(`INSERT INTO counts (job_id, next_idx, n_waiting, n_retry, n_active, n_done, n_failed, n_killed, n_requeued) VALUES `, 9,
+		` ON CONFLICT (job_id) DO UPDATE SET next_idx = excluded.next_idx, n_waiting = excluded.n_waiting, n_retry = excluded.n_retry,
+		n_active = excluded.n_active, n_done = excluded.n_done, n_failed = excluded.n_failed, n_killed = excluded.n_killed, n_requeued = excluded.n_requeued`)
+	// Grants that exist, likewise (the columns not updated only satisfy
+	// the INSERT's NOT NULL).
+	writeGrants = rowsSQL(`INSERT INTO grants (id, job_id, first_idx, last_idx, attempt, pool, epoch, assigned_at, heartbeat_at, state, settled, n_open, done, failed) VALUES `, 14,
+		` ON CONFLICT (id) DO UPDATE SET state = excluded.state, settled = excluded.settled, n_open = excluded.n_open, done = excluded.done, failed = excluded.failed`)
+	logUsage         = rowsSQL(`INSERT INTO usage_log (at, owner, cpu_s, cost) VALUES `, 4, ``)
+	insertFresh      = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) VALUES `, 12, ``)
 	writeJobStateSQL = hot(`UPDATE jobs SET state = ?, started_at = ?, finished_at = ? WHERE id = ?`)
-	writeGrantSQL    = hot(`UPDATE grants SET state = ?, settled = ?, n_open = ?, done = ?, failed = ? WHERE id = ?`)
-	logUsageSQL      = hot(`INSERT INTO usage_log (at, owner, cpu_s, cost) VALUES (?, ?, ?, ?)`)
 	beatGrantSQL     = hot(`UPDATE grants SET state = 'RUNNING', heartbeat_at = ? WHERE id = ? AND state != 'CLOSED'`)
 	writeExceptSQL   = hot(`INSERT INTO exceptions (job_id, idx, state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -229,6 +330,7 @@ var (
 // flush writes back every row the batch changed and returns the jobs'
 // state changes.
 func (b *batch) flush(now time.Time) ([]JobChange, error) {
+	var grants [][]any
 	for _, g := range b.grants {
 		if !g.dirty {
 			continue
@@ -236,9 +338,10 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 		if g.open == 0 {
 			g.state = grantClosed
 		}
-		if _, err := b.s.exec(b.ctx, b.tx, writeGrantSQL, g.state, string(g.settled), g.open, g.done, g.failed, g.id); err != nil {
-			return nil, fmt.Errorf("update grant %d: %w", g.id, err)
-		}
+		grants = append(grants, []any{g.id, g.job, g.first, g.last, g.attempt, g.pool, g.epoch, g.assigned, g.assigned, g.state, string(g.settled), g.open, g.done, g.failed})
+	}
+	if err := b.execRows(writeGrants, grants); err != nil {
+		return nil, fmt.Errorf("update grants: %w", err)
 	}
 	for _, x := range b.order {
 		if _, err := b.s.exec(b.ctx, b.tx, writeExceptSQL, x.job, x.idx, x.state, x.attempt, x.tries, x.grant, x.queued, x.finished,
@@ -251,19 +354,27 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 		owners = append(owners, o)
 	}
 	slices.Sort(owners)
+	var usage [][]any
 	for _, o := range owners {
 		u := b.usage[o]
-		if _, err := b.s.exec(b.ctx, b.tx, logUsageSQL, ms(now), o, u.CPU, u.Cost); err != nil {
-			return nil, fmt.Errorf("log usage: %w", err)
+		usage = append(usage, []any{ms(now), o, u.CPU, u.Cost})
+	}
+	if err := b.execRows(logUsage, usage); err != nil {
+		return nil, fmt.Errorf("log usage: %w", err)
+	}
+	var counts [][]any
+	for _, j := range b.jobs {
+		if j != nil && j.moved {
+			counts = append(counts, []any{j.id, j.next, j.c.Waiting, j.retry, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed, j.requd})
 		}
+	}
+	if err := b.execRows(writeCounts, counts); err != nil {
+		return nil, fmt.Errorf("update counts: %w", err)
 	}
 	var changes []JobChange
 	for _, j := range b.jobs {
 		if j == nil || !j.moved {
 			continue
-		}
-		if _, err := b.s.exec(b.ctx, b.tx, writeCountsSQL, j.next, j.c.Waiting, j.retry, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed, j.requd, j.id); err != nil {
-			return nil, fmt.Errorf("update counts of job %d: %w", j.id, err)
 		}
 		ch := settleJob(j, now)
 		if ch == nil && !j.startSet {
@@ -320,7 +431,6 @@ type Taken struct {
 var (
 	retriesSQL = hot(`SELECT x.idx, x.attempt, e.name FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx
 		WHERE x.job_id = ? AND x.state = 'WAITING' ORDER BY x.idx LIMIT ?`)
-	namesSQL       = hot(`SELECT idx, name FROM entries WHERE job_id = ? AND idx >= ? AND idx <= ? ORDER BY idx`)
 	insertGrantSQL = hot(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ASSIGNED', ?, ?) RETURNING id`)
 	grantRetrySQL = hot(`UPDATE exceptions SET state = 'GRANTED', attempt = ?, grant_id = ? WHERE job_id = ? AND idx = ?`)
@@ -343,6 +453,85 @@ func (b *batch) insertGrant(job int64, first, last, attempt int, pool string, ep
 	return id, rows.Err()
 }
 
+// rowStatements are a statement of rowsPer rows and one of a single row,
+// both prepared once: a transaction's rows of one kind go rowsPer to a
+// statement, the rest one by one.
+type rowStatements struct{ many, one string }
+
+// rowsPer is how many rows one multi-row statement writes or reads.
+const rowsPer = 32
+
+// rowsSQL registers head VALUES (cols placeholders) x rowsPer, tail and
+// its one-row form with hot.
+func rowsSQL(head string, cols int, tail string) rowStatements {
+	row := "(?" + strings.Repeat(", ?", cols-1) + ")"
+	return rowStatements{
+		many: hot(head + strings.TrimSuffix(strings.Repeat(row+", ", rowsPer), ", ") + tail),
+		one:  hot(head + row + tail),
+	}
+}
+
+// execRows writes rows with st.
+func (b *batch) execRows(st rowStatements, rows [][]any) error {
+	for len(rows) > 0 {
+		q, k := st.one, 1
+		if len(rows) >= rowsPer {
+			q, k = st.many, rowsPer
+		}
+		var args []any
+		for _, r := range rows[:k] {
+			args = append(args, r...)
+		}
+		if _, err := b.s.exec(b.ctx, b.tx, q, args...); err != nil {
+			return err
+		}
+		rows = rows[k:]
+	}
+	return nil
+}
+
+// namesSQL reads the entries of rowsPer ranges (job, first, last); an
+// unused range is (0, 1, 0), empty. SQLite answers each term from the
+// primary key (a multi-index OR).
+var namesSQL = hot(`SELECT job_id, idx, name FROM entries WHERE ` +
+	strings.TrimSuffix(strings.Repeat("(job_id = ? AND idx >= ? AND idx <= ?) OR ", rowsPer), " OR ") + ` ORDER BY job_id, idx`)
+
+// names appends the fresh tasks of ranges to out, each job's in index
+// order after its retries.
+func (b *batch) names(ranges [][3]int64, out map[int64][]TakenTask) error {
+	for len(ranges) > 0 {
+		part := ranges[:min(len(ranges), rowsPer)]
+		ranges = ranges[len(part):]
+		args := make([]any, 0, 3*rowsPer)
+		for i := range rowsPer {
+			if i < len(part) {
+				args = append(args, part[i][0], part[i][1], part[i][2])
+			} else {
+				args = append(args, 0, 1, 0)
+			}
+		}
+		rows, err := b.s.query(b.ctx, b.tx, namesSQL, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var job int64
+			var idx int
+			var name string
+			if err := rows.Scan(&job, &idx, &name); err != nil {
+				rows.Close()
+				return err
+			}
+			out[job] = append(out[job], TakenTask{ID: taskID(job, idx), Name: name, Attempt: 1})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Assign hands out, for each take, the job's waiting entries of lowest
 // index (its retries, then fresh ones) to the pool's lease holder under
 // epoch, in one fenced transaction: a grant of the fresh entries and one
@@ -352,7 +541,16 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
+		ids := make([]int64, len(takes))
+		for i, t := range takes {
+			ids[i] = t.Job
+		}
+		if err := b.prefetch(ids); err != nil {
+			return err
+		}
 		at := ms(now)
+		var fresh [][]any     // the fresh grants' rows
+		var ranges [][3]int64 // and their (job, first, last)
 		for _, t := range takes {
 			j, err := b.job(t.Job)
 			if err != nil {
@@ -362,7 +560,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				out.Gone = append(out.Gone, t.Job)
 				continue
 			}
-			n := t.N
+			n := max(t.N, 0)
 			var got []TakenTask
 			if n > 0 && j.retry > 0 {
 				type retry struct {
@@ -403,39 +601,28 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				n -= len(rs)
 			}
 			if k := min(n, j.c.Total-j.next); k > 0 {
-				if _, err := b.insertGrant(t.Job, j.next, j.next+k-1, 1, pool, epoch, l.Holder, at); err != nil {
-					return err
-				}
-				rows, err := s.query(ctx, tx, namesSQL, t.Job, j.next, j.next+k-1)
-				if err != nil {
-					return err
-				}
-				for rows.Next() {
-					var tt TakenTask
-					var idx int
-					if err := rows.Scan(&idx, &tt.Name); err != nil {
-						rows.Close()
-						return err
-					}
-					tt.ID, tt.Attempt = taskID(t.Job, idx), 1
-					got = append(got, tt)
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
+				fresh = append(fresh, []any{t.Job, j.next, j.next + k - 1, 1, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), k), k})
+				ranges = append(ranges, [3]int64{t.Job, int64(j.next), int64(j.next + k - 1)})
 				j.next += k
+				n -= k
 			}
-			if len(got) == 0 {
-				continue
+			if taken := max(t.N, 0) - n; taken > 0 {
+				j.c.Waiting -= taken
+				j.c.Active += taken
+				j.moved = true
+				if j.started == 0 {
+					j.started, j.startSet = at, true
+				}
 			}
-			j.c.Waiting -= len(got)
-			j.c.Active += len(got)
-			j.moved = true
-			if j.started == 0 {
-				j.started, j.startSet = at, true
+			if len(got) > 0 {
+				out.Tasks[t.Job] = got
 			}
-			out.Tasks[t.Job] = got
+		}
+		if err := b.execRows(insertFresh, fresh); err != nil {
+			return err
+		}
+		if err := b.names(ranges, out.Tasks); err != nil {
+			return err
 		}
 		var err error
 		out.Changes, err = b.flush(now)
@@ -493,6 +680,19 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
+		ids := make([]int64, len(results))
+		keys := make([]entryKey, len(results))
+		for i, r := range results {
+			var idx int
+			ids[i], idx = entryOf(r.TaskID)
+			keys[i] = entryKey{ids[i], int64(r.Attempt), int64(idx)}
+		}
+		if err := b.prefetch(ids); err != nil {
+			return err
+		}
+		if err := b.prefetchGrants(keys); err != nil {
+			return err
+		}
 		for _, r := range results {
 			if err := b.result(&a, pool, r, now); err != nil {
 				return err
@@ -637,6 +837,14 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 			return err
 		}
 		b := s.newBatch(ctx, tx)
+		keys := make([]entryKey, len(refs))
+		for i, r := range refs {
+			job, idx := entryOf(r.TaskID)
+			keys[i] = entryKey{job, int64(r.Attempt), int64(idx)}
+		}
+		if err := b.prefetchGrants(keys); err != nil {
+			return err
+		}
 		var beat []*grantRow
 		for _, r := range refs {
 			job, idx := entryOf(r.TaskID)
