@@ -885,21 +885,21 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 // ActiveTasksBefore lists the pool's active tasks handed out under an
 // epoch older than epoch.
 func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks of older epochs", `SELECT job_id, first_idx, attempt, settled FROM grants INDEXED BY grants_live
+	return s.openEntries(ctx, "find tasks of older epochs", `SELECT job_id, first_idx, attempt, settled FROM grants
 		WHERE state != 'CLOSED' AND pool = ? AND epoch < ?`, pool, epoch)
 }
 
 // ActiveTasksOfEpochBefore lists the pool's active tasks handed out under
 // epoch before t.
 func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks handed out before the open", `SELECT job_id, first_idx, attempt, settled FROM grants INDEXED BY grants_live
+	return s.openEntries(ctx, "find tasks handed out before the open", `SELECT job_id, first_idx, attempt, settled FROM grants
 		WHERE state != 'CLOSED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
 }
 
 // AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
 // heartbeat has listed them) that were handed out before t.
 func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks never acknowledged", `SELECT job_id, first_idx, attempt, settled FROM grants INDEXED BY grants_live
+	return s.openEntries(ctx, "find tasks never acknowledged", `SELECT job_id, first_idx, attempt, settled FROM grants
 		WHERE state != 'CLOSED' AND state = 'ASSIGNED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
 }
 
@@ -932,7 +932,7 @@ func (s *Store) openEntries(ctx context.Context, what, query string, args ...any
 // Outstanding counts the active tasks (handed out, not finished) of each
 // pool: the open entries of its live grants.
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, sum(n_open) FROM grants INDEXED BY grants_live WHERE state != 'CLOSED' GROUP BY pool`)
+	rows, err := s.r.QueryContext(ctx, `SELECT pool, sum(n_open) FROM grants WHERE state != 'CLOSED' GROUP BY pool`)
 	if err != nil {
 		return nil, fmt.Errorf("count outstanding tasks: %w", err)
 	}

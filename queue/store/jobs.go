@@ -440,7 +440,7 @@ func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, e
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()
 	if s.cancelled == nil {
-		rows, err := s.r.QueryContext(ctx, `SELECT id, cancelled_at FROM jobs INDEXED BY jobs_cancelled WHERE cancelled_at > 0`)
+		rows, err := s.r.QueryContext(ctx, `SELECT id, cancelled_at FROM jobs WHERE cancelled_at > 0`)
 		if err != nil {
 			return nil, fmt.Errorf("list cancelled jobs: %w", err)
 		}

@@ -17,7 +17,7 @@ func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int,
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(inline(ctx), `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
-			(SELECT id FROM grants INDEXED BY grants_live WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
+			(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
 		if err != nil {
 			return err
 		}
@@ -50,8 +50,8 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
 		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state
-			FROM grants g INDEXED BY grants_live CROSS JOIN jobs j ON j.id = g.job_id
-			WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ? AND j.state IN ('WAITING', 'RUNNING')`, ms(cut))
+			FROM grants g WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
+			AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		if err != nil {
 			return err
 		}
