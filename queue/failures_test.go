@@ -56,9 +56,9 @@ func TestFailuresSayWhichTasksFailedAndWhy(t *testing.T) {
 	want := []api.Failure{
 		{TaskID: ts[0].ID, Name: ts[0].Name, State: api.TaskDone, Tries: 1, Attempt: 1, Status: "failed", ExitCode: 3, Site: "local", Pilot: "p1",
 			StartedAt: 1_767_268_800_000, DurationMS: 1500, ErrorTail: "reading e00000\nboom: no such file\n", Log: logOf(ts[0], 1)},
-		{TaskID: ts[1].ID, Name: ts[1].Name, State: api.TaskErrorE, Tries: 2, Attempt: 2, Status: "failed", ExitCode: 4, Site: "local", Pilot: "p1",
+		{TaskID: ts[1].ID, Index: 1, Name: ts[1].Name, State: api.TaskErrorE, Tries: 2, Attempt: 2, Status: "failed", ExitCode: 4, Site: "local", Pilot: "p1",
 			StartedAt: 1_767_268_800_000, DurationMS: 1500, ErrorTail: "second try\nstill broken", Log: logOf(ts[1], 2)},
-		{TaskID: ts[3].ID, Name: ts[3].Name, State: api.TaskAssigned, Tries: 1, Status: api.FailureStatusExpired, ErrorTail: "no heartbeat: expired"},
+		{TaskID: ts[3].ID, Index: 3, Name: ts[3].Name, State: api.TaskAssigned, Tries: 1, Status: api.FailureStatusExpired, ErrorTail: "no heartbeat: expired"},
 	}
 	if len(l.Failures) != len(want) || l.NextCursor != 0 {
 		t.Fatalf("%d failures (next %d), want %d: %+v", len(l.Failures), l.NextCursor, len(want), l.Failures)

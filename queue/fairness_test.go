@@ -92,8 +92,12 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 	shares := make([]float64, 0, len(users))
 	for _, u := range users {
 		var wait, work float64
-		e.DB().QueryRow(`SELECT coalesce(sum(t.wait_ms), 0) / 1000.0, coalesce(sum(j.cores * r.duration_ms), 0) / 1000.0
-			FROM tasks t JOIN jobs j ON j.id = t.job_id LEFT JOIN results r ON r.task_id = t.id AND r.applied = 1 WHERE j.owner = ?`, u.name).Scan(&wait, &work)
+		// Every entry's wait is its first grant's hand-out less its job's
+		// submission (nothing fails here: no retries); the work is the
+		// logged usage (cores x run time).
+		e.DB().QueryRow(`SELECT coalesce(sum((g.last_idx - g.first_idx + 1) * (g.assigned_at - j.submitted_at)), 0) / 1000.0
+			FROM grants g JOIN jobs j ON j.id = g.job_id WHERE j.owner = ? AND g.attempt = 1`, u.name).Scan(&wait)
+		e.DB().QueryRow(`SELECT coalesce(sum(cpu_s), 0) FROM usage_log WHERE owner = ?`, u.name).Scan(&work)
 		rep.nuwt[u.name] = fairshare.NUWT(wait, work)
 		shares = append(shares, rep.work[u.name]/u.priority) // share normalised by entitlement
 	}

@@ -17,7 +17,14 @@ import (
 func TestTimeDrivenTransitions(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.ZombieTimeout = time.Minute; c.LeaseTTL = time.Hour })
 	ctx := context.Background()
-	j, tasks, _ := e.Handed(t, 2, 2, api.JobSpec{MaxAttempts: queuetest.Ptr(2)})
+	// Two pulls of one task: two grants, whose liveness a heartbeat
+	// renews apart (a heartbeat keeps a grant alive, not a task).
+	j, tasks, _ := e.Handed(t, 2, 1, api.JobSpec{MaxAttempts: queuetest.Ptr(2)})
+	if p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1}); err != nil || len(p.Tasks) != 1 {
+		t.Fatalf("second pull: %+v %v", p, err)
+	} else {
+		tasks = append(tasks, p.Tasks...)
+	}
 	state := func(id int64) string {
 		var s string
 		e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
@@ -88,8 +95,11 @@ func TestTimeDrivenTransitions(t *testing.T) {
 		if n := e.Count(`SELECT count(*) FROM jobs`); n != 0 {
 			t.Fatalf("%d jobs left after retention", n)
 		}
-		if n := e.Count(`SELECT count(*) FROM tasks`) + e.Count(`SELECT count(*) FROM results`); n != 0 {
-			t.Fatalf("%d task/result rows left after purge", n)
+		if n := e.Count(`SELECT count(*) FROM entries`) + e.Count(`SELECT count(*) FROM grants`) + e.Count(`SELECT count(*) FROM exceptions`) + e.Count(`SELECT count(*) FROM counts`); n != 0 {
+			t.Fatalf("%d entry, grant, exception or counter rows left after purge", n)
+		}
+		if n := e.Count(`SELECT count(*) FROM usage_log`); n != 0 {
+			t.Fatalf("%d usage rows older than the window left after purge", n)
 		}
 	})
 }
@@ -230,7 +240,14 @@ func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
 func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.ZombieTimeout = time.Hour; c.LeaseTTL = 4 * time.Second })
 	ctx := context.Background()
-	j, tasks, epoch := e.Handed(t, 6, 3, api.JobSpec{})
+	// Two pulls: the master got the first (two tasks), never the second
+	// (one task, its own grant: a lost answer loses whole grants).
+	j, tasks, epoch := e.Handed(t, 6, 2, api.JobSpec{})
+	if p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: epoch, Max: 1}); err != nil || len(p.Tasks) != 1 {
+		t.Fatalf("second pull: %+v %v", p, err)
+	} else {
+		tasks = append(tasks, p.Tasks...)
+	}
 	lost := tasks[2] // the master never got this one
 	held := []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: tasks[0].Attempt}, {TaskID: tasks[1].ID, Attempt: tasks[1].Attempt}}
 	state := func(id int64) string {

@@ -60,7 +60,7 @@ func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duratio
 	}
 	rows.Close()
 	cut := e.Clock.Now().Add(-window).UnixMilli()
-	rows, _ = db.Query(`SELECT owner, cpu_s, cost FROM results WHERE received_at > ? ORDER BY received_at`, cut)
+	rows, _ = db.Query(`SELECT owner, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, cut)
 	for rows.Next() {
 		var n string
 		var cpu, cost float64
@@ -69,7 +69,7 @@ func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duratio
 		users[n].usage.Cost24h += cost
 	}
 	rows.Close()
-	rows, _ = db.Query(`SELECT id, owner, cores, n_waiting FROM jobs WHERE state IN ('WAITING', 'RUNNING') AND n_waiting > 0 ORDER BY price DESC, id`)
+	rows, _ = db.Query(`SELECT id, owner, cores, n_waiting FROM jobs JOIN counts ON counts.job_id = jobs.id WHERE state IN ('WAITING', 'RUNNING') AND n_waiting > 0 ORDER BY price DESC, id`)
 	for rows.Next() {
 		var j refJob
 		var owner string

@@ -142,9 +142,6 @@ func Open(cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A running task's heartbeat reaches the journal every tenth of the
-	// zombie timeout (30 s by default), not at every renewal (TTL/3).
-	st.SetHeartbeatJournal(cfg.ZombieTimeout / 10)
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
@@ -254,11 +251,6 @@ func (q *Queue) logWriteLock() {
 		"over_5ms", ws.Slow}
 	q.log.Info("write lock at close", attrs...)
 }
-
-// Settle folds the store's journal into its tables (store/overlay.go):
-// afterwards a reader of the database file sees every change made so far.
-// The queue's own reads settle by themselves.
-func (q *Queue) Settle(ctx context.Context) error { return q.st.Settle(ctx) }
 
 // Closing is closed when Close starts: the API answers ErrClosed from then on.
 func (q *Queue) Closing() <-chan struct{} { return q.closed }

@@ -145,6 +145,9 @@ func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 }
 
 func (q *Queue) purge(ctx context.Context) error {
+	if err := q.st.PruneUsage(ctx, q.now().Add(-q.cfg.UsageWindow)); err != nil {
+		return fmt.Errorf("purge: %w", err)
+	}
 	ids, err := q.st.FinalJobsBefore(ctx, q.now().Add(-q.cfg.Retention))
 	if err != nil {
 		return err

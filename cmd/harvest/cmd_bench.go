@@ -40,6 +40,10 @@ func benchCommand() *cli.Command {
 				"--exec runs each task as a real process (true, or sleep --task-time).\n" +
 				"--shape thesis repeats the original experiment's shape (150 tasks on 1, 2, 4, 8 one-slot\n" +
 				"workers, --task-time per task, batch size 1) and reports efficiency = ideal / measured makespan.\n" +
+				"--compare runs --in-memory first, then the real queue, in this one invocation, and prints the\n" +
+				"ratio of their throughputs. The real queue's report ends with the WAL frames SQLite writes for a\n" +
+				"pull of one task of each of --users jobs and for its results (exact counts from PRAGMA\n" +
+				"wal_checkpoint on a fresh database, the store alone).\n" +
 				"--json prints {\"tasks_per_s\": X, \"overhead_ms\": Y, ...} (a list of rows for --shape thesis).",
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "workers", Value: 4, Usage: "worker processes"},
@@ -48,6 +52,7 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "tasks", Value: 50000, Usage: "tasks"},
 				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing, one job each (the tasks are shared out; --in-memory: jobs interleaved)"},
 				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
+				&cli.BoolFlag{Name: "compare", Usage: "run the in-memory feed with the same settings first, then the real queue, and print the ratio of their throughputs"},
 				&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles of every process to `DIR` (bench.*: queue and master; worker-N.*: the workers; go tool pprof)"},
 				&cli.StringFlag{Name: "trace", Usage: "write a Go execution trace of this process (queue and master) to `FILE` (go tool trace); each write transaction is a region \"write\""},
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
@@ -110,9 +115,31 @@ func runBench(c *cli.Context) error {
 		if err := cfg.Validate(); err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
+		var mem bench.Result
+		if c.Bool("compare") && !cfg.InMemory {
+			m := cfg
+			m.InMemory = true
+			if mem, err = bench.Run(ctx, m); err != nil {
+				return cli.Exit(fmt.Sprintf("harvest bench: in memory: %v", err), 1)
+			}
+			if !c.Bool("json") {
+				printDispatch(out, m, mem)
+				fmt.Fprintln(out)
+			}
+		}
 		r, err := bench.Run(ctx, cfg)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
+		}
+		if mem.TasksPerS > 0 {
+			r.InMemoryTasksPerS, r.RatioToInMemory = mem.TasksPerS, r.TasksPerS/mem.TasksPerS
+		}
+		if !cfg.InMemory {
+			w, err := bench.MeasureWALFrames(ctx, dir, cfg.Users)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("harvest bench: WAL frames: %v", err), 1)
+			}
+			r.WAL = &w
 		}
 		if c.Bool("json") {
 			return json.NewEncoder(out).Encode(r)
@@ -190,6 +217,13 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 			}
 			fmt.Fprintf(out, "transactions over 5 ms by store method: %s\n", strings.Join(parts, ", "))
 		}
+	}
+	if w := r.WAL; w != nil {
+		fmt.Fprintf(out, "WAL frames (exact, from SQLite; the store alone on a fresh database): %d for a pull of one task of each of %d users' jobs, %d for its results\n",
+			w.Pull, w.Users, w.Results)
+	}
+	if r.RatioToInMemory > 0 {
+		fmt.Fprintf(out, "end to end %.0f tasks/s against %.0f tasks/s in memory (same settings, this invocation): %.2fx\n", r.TasksPerS, r.InMemoryTasksPerS, r.RatioToInMemory)
 	}
 }
 

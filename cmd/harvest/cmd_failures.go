@@ -83,13 +83,15 @@ func printFailures(w io.Writer, job int64, fs []api.Failure, tail bool, more int
 		if f.StartedAt > 0 {
 			when = time.UnixMilli(f.StartedAt + f.DurationMS).Local().Format("01-02 15:04:05")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", f.TaskID, oneLine(f.Name, 40), f.State, f.Tries, f.Status, f.ExitCode,
+		// The entry's index within its job: the task id (job << 32 |
+		// index) is a huge number; --json has both.
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", f.Index, oneLine(f.Name, 40), f.State, f.Tries, f.Status, f.ExitCode,
 			dash(f.Site), when, oneLine(lastLine(f.ErrorTail), 60))
 	}
 	tw.Flush()
 	if tail {
 		for _, f := range fs {
-			fmt.Fprintf(w, "\n--- task %d (%s), attempt %d, %s", f.TaskID, oneLine(f.Name, 200), f.Attempt, f.Status)
+			fmt.Fprintf(w, "\n--- task %d (%s), attempt %d, %s", f.Index, oneLine(f.Name, 200), f.Attempt, f.Status)
 			if f.Log != "" {
 				fmt.Fprintf(w, ", log %s", f.Log)
 			}

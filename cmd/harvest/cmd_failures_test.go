@@ -56,6 +56,10 @@ func TestFailuresCommandShowsWhyATaskFailed(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "TASK") {
 		t.Fatalf("failures: want a header and one line, got %q", out)
 	}
+	// The task column is the entry's index within its job (the third).
+	if !strings.HasPrefix(lines[1], "2 ") {
+		t.Errorf("failures line %q: want the entry's index 2 first", lines[1])
+	}
 	for _, f := range []string{failed.Name, "ERROR_E", "failed", " 3 ", "local", "prog: e2: bad input"} {
 		if !strings.Contains(lines[1], f) {
 			t.Errorf("failures line %q: no %q", lines[1], f)

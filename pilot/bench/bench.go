@@ -90,10 +90,18 @@ func validConfine(m string) bool {
 // (tasks in the queue, all workers registered) until the queue has
 // acknowledged every result.
 type Result struct {
-	Queue   string `json:"queue"` // "real" (end to end) or "memory" (master and workers alone)
-	Users   int    `json:"users,omitempty"`
-	Workers int    `json:"workers"`
-	Slots   int    `json:"slots_per_worker"`
+	Queue string `json:"queue"` // "real" (end to end) or "memory" (master and workers alone)
+	// With the in-memory run of the same settings in the same invocation
+	// (harvest bench dispatch --compare): its throughput and this run's
+	// ratio to it.
+	InMemoryTasksPerS float64 `json:"in_memory_tasks_per_s,omitempty"`
+	RatioToInMemory   float64 `json:"ratio_to_in_memory,omitempty"`
+	// WAL is the queue's WAL frames per pull and per its results with
+	// Users users (MeasureWALFrames; real queue only).
+	WAL     *WALFrames `json:"wal_frames,omitempty"`
+	Users   int        `json:"users,omitempty"`
+	Workers int        `json:"workers"`
+	Slots   int        `json:"slots_per_worker"`
 	// WorkerProcs is each worker process's GOMAXPROCS, Procs this
 	// process's (the queue's and the master's).
 	WorkerProcs int     `json:"worker_gomaxprocs"`

@@ -9,6 +9,9 @@ const PathFailuresSuffix = "/failures"
 // DONE_WARN or FAILED, or why it is retrying.
 type Failure struct {
 	TaskID int64 `json:"task_id"`
+	// Index is the entry's place in its job's dataset listing (0-based):
+	// the task id is the job's id and the index, job<<32 | index.
+	Index int `json:"index"`
 	// Name is the task's dataset entry.
 	Name string `json:"name"`
 	// State is the task's state now: WAITING, ASSIGNED, RUNNING or ZOMBIE

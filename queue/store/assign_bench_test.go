@@ -60,7 +60,7 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 // BenchmarkFailedResultsWithLongTails is a pool's round with failing
 // tasks: it hands out 100 tasks (retried ones after the first round),
 // applies their failed results in the chunks the queue makes
-// (ResultsChunk) and folds everything. It reports the longest time one of
+// (ResultsChunk). It reports the longest time one of
 // these write transactions held the lock, and how many held it over 5 ms.
 // The store alone: no HTTP, no queue service above it.
 func BenchmarkFailedResultsWithLongTails(b *testing.B) {
@@ -94,12 +94,6 @@ func BenchmarkFailedResultsWithLongTails(b *testing.B) {
 						b.Fatal(err)
 					}
 					rs = rs[k:]
-				}
-				s.hot.Lock()
-				err = s.foldLocked(ctx)
-				s.hot.Unlock()
-				if err != nil {
-					b.Fatal(err)
 				}
 				ws := s.WriteStats(true)
 				longest, slow = max(longest, ws.Longest), slow+ws.Slow

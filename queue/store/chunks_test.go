@@ -2,13 +2,11 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
@@ -158,44 +156,21 @@ func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
 	}
 }
 
-func TestLastErrorKeepsTheTailsEndAtACharactersStart(t *testing.T) {
-	if got := lastError("short"); got != "short" {
-		t.Errorf("a short tail: %q", got)
-	}
-	// 300 bytes of 3-byte characters: the cut falls inside one.
-	tail := strings.Repeat("雪", 100)
-	got := lastError(tail)
-	if len(got) > lastErrorBytes || !utf8.ValidString(got) || !strings.HasSuffix(tail, got) || len(got) < lastErrorBytes-3 {
-		t.Errorf("the end of %d bytes of CJK: %d bytes, valid %v", len(tail), len(got), utf8.ValidString(got))
-	}
-}
-
 // Failed results with the longest error tails the API takes go through
-// the store in transactions of bounded bytes: each results chunk's journal
-// entry, the hand-out of the retried tasks (their rows keep only the end
-// of the error), each fold transaction and each trim of the journal. The
-// tails are stored whole in the results.
+// the store in transactions of bounded bytes (ResultsChunk: one result
+// each), and the last failure's tail is kept whole in the entry's
+// exception row (harvest failures).
 func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
 	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 200)
 	defer s.Close()
 	ctx := context.Background()
 	const n, tail = 40, 64 << 10
-	entryMax := func() int {
-		var m int
-		if err := s.r.QueryRow(`SELECT coalesce(max(length(t) + length(j) + length(r) + length(p)), 0) FROM journal`).Scan(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
 	for round := range 2 {
 		ts := take(t, s, job, n)
-		if m := entryMax(); m > chunkBytes {
-			t.Fatalf("round %d: a hand-out of %d tasks journaled %d bytes, want at most %d", round, n, m, chunkBytes)
-		}
 		rs := make([]pilotproto.Result, len(ts))
 		for i, tk := range ts {
 			rs[i] = pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusFailed, ExitCode: 1, DurationMS: 10,
-				ErrorTail: fmt.Sprintf("%s%06d", strings.Repeat("e", tail-6), tk.ID)}
+				ErrorTail: fmt.Sprintf("%s%06d", strings.Repeat("e", tail-6), tk.ID&0xffffffff)}
 		}
 		s.WriteStats(true)
 		for len(rs) > 0 {
@@ -208,84 +183,12 @@ func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
 		if ws := s.WriteStats(true); ws.Transactions != n {
 			t.Fatalf("round %d: %d results with %d KiB tails in %d transactions, want one each", round, n, tail>>10, ws.Transactions)
 		}
-		if m := entryMax(); m > chunkBytes+tail+4*rowOverhead+lastErrorBytes {
-			t.Fatalf("round %d: a results chunk journaled %d bytes", round, m)
-		}
-		s.hot.Lock()
-		trims := len(s.ov.stored)
-		err := s.foldLocked(ctx)
-		left := len(s.ov.stored)
-		s.hot.Unlock()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Each fold transaction carries about one result (its tail is
-		// chunkBytes), and each trim deletes at most trimBytes of entries
-		// past the first: n folds and at least n*tail/trimBytes trims.
-		if ws := s.WriteStats(true); ws.Transactions < int64(n+n*tail/trimBytes) || left != 0 || journalRows(t, s) != 0 {
-			t.Fatalf("round %d: the fold of %d results (%d entries) in %d transactions, %d entries left in memory and %d in the table",
-				round, n, trims, ws.Transactions, left, journalRows(t, s))
-		}
 	}
 	var whole, rows int
-	if err := s.r.QueryRow(`SELECT count(*), sum(length(error_tail) = ? AND substr(error_tail, -6) = printf('%06d', task_id)) FROM results`, tail).Scan(&rows, &whole); err != nil {
+	if err := s.r.QueryRow(`SELECT count(*), sum(length(error_tail) = ? AND substr(error_tail, -6) = printf('%06d', idx) AND tries = 2) FROM exceptions`, tail).Scan(&rows, &whole); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 2*n || whole != 2*n {
-		t.Fatalf("%d results stored, %d with their whole tail; want %d", rows, whole, 2*n)
-	}
-	var longest int
-	s.r.QueryRow(`SELECT max(length(last_error)) FROM tasks`).Scan(&longest)
-	if longest != lastErrorBytes {
-		t.Fatalf("the longest error a task's row keeps: %d bytes, want %d", longest, lastErrorBytes)
-	}
-}
-
-// A cold write when the rows of a journal entry were folded but the entry
-// not yet deleted (a reader's or the folder's fold, between its chunks and
-// its trim): the entry goes, in the cold write's transaction at the
-// latest, or the next Open would replay it over the cold write.
-func TestAColdWriteLeavesNoJournalEntryToReplayOverIt(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "q.db")
-	s, job := openWithJob(t, path, 4)
-	ctx := context.Background()
-	// Between the cold write's settle and its taking s.hot: a hand-out (a
-	// journal entry, two tasks ASSIGNED), and a fold of its rows that has
-	// not trimmed yet.
-	s.afterSettle = func() {
-		take(t, s, job, 2)
-		s.hot.Lock()
-		defer s.hot.Unlock()
-		for p := s.planFold(false); !p.empty(); {
-			if err := s.foldNext(ctx, p, foldChunk); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-		if n := journalRows(t, s); n != 1 {
-			t.Errorf("%d journal entries after the fold without its trim, want 1", n)
-		}
-	}
-	if err := s.cold(ctx, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`UPDATE tasks SET state = 'KILLED' WHERE job_id = ?`, job)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if n := journalRows(t, s); n != 0 {
-		t.Fatalf("%d journal entries after the cold write, want none", n)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var killed int
-	s.r.QueryRow(`SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'KILLED'`, job).Scan(&killed)
-	if killed != 4 {
-		t.Fatalf("%d of 4 tasks KILLED after a reopen, want 4: the journal replayed over the cold write", killed)
+	if rows != n || whole != n {
+		t.Fatalf("%d exceptions stored, %d with their whole last tail after two failures; want %d", rows, whole, n)
 	}
 }

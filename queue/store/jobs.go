@@ -50,7 +50,10 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 		if err != nil {
 			return err
 		}
-		id, err = res.LastInsertId()
+		if id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES (?)`, id)
 		return err
 	})
 	if err != nil {
@@ -63,9 +66,6 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 // its id, the digest of that request and its state; ok is false when none
 // exists.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
-	if err = s.settle(ctx); err != nil {
-		return
-	}
 	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = ? AND idem_key = ?`, owner, key).Scan(&id, &hash, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", "", false, nil
@@ -76,19 +76,23 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 	return id, hash, state, true, nil
 }
 
-// InsertTasks inserts WAITING tasks named names for a SUBMITTING job, in
-// transactions of at most chunk tasks sized to hold the write lock about
-// chunkBudget each (chunkSizer); stored, when set, hears how many are
-// stored after each. The names must be valid UTF-8 (the submission checks
-// a dataset's entries): they reach SQLite as one JSON array per chunk.
+// InsertTasks stores names as the entries of a SUBMITTING job, after
+// those stored already, in transactions of at most chunk entries sized to
+// hold the write lock about chunkBudget each (chunkSizer); stored, when
+// set, hears how many are stored after each. Entries are written once and
+// never rewritten.
 func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
 	for _, n := range names {
 		if !utf8.ValidString(n) {
 			return fmt.Errorf("store tasks of job %d: task name %q is not valid UTF-8", job, n)
 		}
 	}
+	var next int
+	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next); err != nil {
+		return fmt.Errorf("store tasks of job %d: %w", job, err)
+	}
 	z := newChunkSizer(chunk)
-	var arg []byte
+	args := make([]any, 0, 3*insertRows)
 	for len(names) > 0 {
 		// The statements run inline (they are not interrupted): a
 		// cancelled submission stops between chunks.
@@ -97,10 +101,23 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		}
 		part := names[:min(len(names), z.size())]
 		names = names[len(part):]
-		arg = appendStrings(arg[:0], part) // outside the lock
 		d, err := s.writeTimed(ctx, func(tx *sql.Tx) error {
-			_, err := s.exec(ctx, tx, insertTasksSQL, job, ms(now), string(arg)) // JSON text, bound as TEXT
-			return err
+			for i := 0; i < len(part); {
+				q, k := insertEntrySQL, 1
+				if len(part)-i >= insertRows {
+					q, k = insertEntriesSQL, insertRows
+				}
+				args = args[:0]
+				for _, n := range part[i : i+k] {
+					args = append(args, job, next, n)
+					next++
+				}
+				if _, err := s.exec(ctx, tx, q, args...); err != nil {
+					return err
+				}
+				i += k
+			}
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("store tasks of job %d: %w", job, err)
@@ -113,29 +130,24 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 	return nil
 }
 
-// insertTasksSQL inserts a chunk of tasks from a JSON array of names: one
-// statement prepared once, where a multi-row VALUES statement was compiled
-// again in every transaction and bound three arguments a row (its lock
-// time per task was 1.5 times this one's).
-var insertTasksSQL = hot(`INSERT INTO tasks (job_id, name, state, queued_at) SELECT ?1, value, 'WAITING', ?2 FROM json_each(?3)`)
+// insertRows is how many entries one prepared INSERT stores: a statement
+// prepared once, where a VALUES list of any length was compiled again in
+// every transaction (and a statement per row cost a cgo call per row).
+const insertRows = 64
 
-// appendStrings appends ss as a JSON array of strings.
-func appendStrings(b []byte, ss []string) []byte {
-	b = append(b, '[')
-	for i, v := range ss {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, v)
-	}
-	return append(b, ']')
-}
+var (
+	insertEntrySQL   = hot(`INSERT INTO entries (job_id, idx, name) VALUES (?, ?, ?)`)
+	insertEntriesSQL = hot(`INSERT INTO entries (job_id, idx, name) VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", insertRows), ", "))
+)
 
 // ActivateJob makes a SUBMITTING job WAITING with its n tasks and output
 // directory: from this commit on it is visible.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ?, n_waiting = ? WHERE id = ?`, api.JobWaiting, outputDir, n, n, id)
+		if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ?`, api.JobWaiting, outputDir, n, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = ? WHERE job_id = ?`, n, id)
 		return err
 	})
 	if err != nil {
@@ -144,38 +156,40 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 	return nil
 }
 
-// DropJob deletes a job, its tasks and their results, in transactions of
-// at most chunk tasks sized to hold the write lock about chunkBudget each.
+// DropJob deletes a job, its entries, grants and exceptions, the entries
+// in transactions of at most chunk sized to hold the write lock about
+// chunkBudget each.
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	z := newChunkSizer(chunk)
+	after := -1
 	for {
-		var n int64
+		var last sql.NullInt64
 		k := z.size()
-		d, err := s.coldTimed(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(inline(ctx), `DELETE FROM results WHERE task_id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, k); err != nil {
+		d, err := s.writeTimed(ctx, func(tx *sql.Tx) error {
+			if err := tx.QueryRowContext(inline(ctx), `SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS c`,
+				id, after, k).Scan(&last); err != nil || !last.Valid {
 				return err
 			}
-			res, err := tx.ExecContext(inline(ctx), `DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE job_id = ? ORDER BY id LIMIT ?)`, id, k)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
+			_, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = ? AND idx <= ?`, id, last.Int64)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("drop job %d: %w", id, err)
 		}
-		if n == 0 {
+		if !last.Valid {
 			break
 		}
-		z.took(int(n), d)
+		z.took(k, d)
+		after = int(last.Int64)
 	}
-	err := s.cold(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(inline(ctx), `DELETE FROM job_pools WHERE job_id = ?`, id); err != nil {
-			return err
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
+			`DELETE FROM counts WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
+			if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
+				return err
+			}
 		}
-		_, err := tx.ExecContext(inline(ctx), `DELETE FROM jobs WHERE id = ?`, id)
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("drop job %d: %w", id, err)
@@ -202,6 +216,9 @@ type JobChange struct {
 const jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
 	submitted_at, started_at, finished_at, expires_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
 
+// jobsCounted is the jobs with their counter rows, for jobColumns.
+const jobsCounted = `jobs JOIN counts ON counts.job_id = jobs.id`
+
 func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 	var j api.Job
 	var cmd string
@@ -220,11 +237,7 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 
 // Job reads one visible job; api.ErrNotFound when there is none.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
-	var j api.Job
-	err := s.readPatched(func() (err error) {
-		j, err = scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
-		return err
-	}, func() bool { return s.patchJob(&j) })
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
@@ -236,42 +249,22 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
-//
-// Counters and states come from the overlay where it holds the job; a
-// listing by state folds first, since the table's state is what it
-// selects on.
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	if state != "" {
-		if err := s.settle(ctx); err != nil {
-			return nil, err
-		}
-	}
-	var out []api.Job
-	read := func() error {
-		rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	out := []api.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("list jobs: %w", err)
 		}
-		defer rows.Close()
-		out = []api.Job{}
-		for rows.Next() {
-			j, err := scanJob(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, j)
-		}
-		return rows.Err()
+		out = append(out, j)
 	}
-	patch := func() bool {
-		all := true
-		for i := range out {
-			all = s.patchJob(&out[i]) && all
-		}
-		return all
-	}
-	if err := s.readPatched(read, patch); err != nil {
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return out, nil
@@ -297,9 +290,9 @@ const (
 // api.ErrConflict. Its tasks follow with KillTasks.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
-	err := s.cold(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		var state string
-		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM jobs WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
 		}
 		if state == api.JobKilled {
@@ -309,8 +302,11 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 		if api.JobFinal(state) {
 			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
 		}
-		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?, kill_states = ?,
-			n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0 WHERE id = ?`, ms(now), ms(now), cancelKills, id)
+		if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?, kill_states = ? WHERE id = ?`,
+			ms(now), ms(now), cancelKills, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = ?`, id)
 		return err
 	})
 	if err != nil {
@@ -323,12 +319,14 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 }
 
 // KillTasks kills the tasks of a KILLED or ERROR_EW job that its cancel
-// or expiry recorded (jobs.kill_states), in transactions of at most chunk
-// tasks sized to hold the write lock about chunkBudget each; the last one
-// clears the record. Nothing is pending: nothing to do. Its counters were
-// set when the job was; results and sweeps leave the tasks of a job that
-// is not live alone in the meantime (rules.JobLive). A crash in between
-// leaves the record, and the queue finishes it at Open (PendingKills).
+// or expiry recorded (jobs.kill_states): its waiting exceptions, and the
+// open entries of its live grants (an exception row each), a grant at a
+// time in transactions of at most chunk entries; the last one clears the
+// record. Its fresh waiting entries need no row: an entry above the job's
+// next index of a killed job is killed. Its counters were set when the
+// job was; results and sweeps leave a job that is not live alone in the
+// meantime (rules.JobLive). A crash in between leaves the record, and the
+// queue finishes it at Open (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	if err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending); err != nil {
@@ -337,53 +335,95 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	if pending == "" {
 		return nil
 	}
-	states := strings.Split(pending, ",")
-	for _, st := range states {
+	active := false
+	for _, st := range strings.Split(pending, ",") {
 		switch st {
-		case api.TaskWaiting, api.TaskAssigned, api.TaskRunning, api.TaskZombie:
+		case api.TaskWaiting:
+		case api.TaskAssigned, api.TaskRunning, api.TaskZombie:
+			active = true
 		default:
 			return fmt.Errorf("kill tasks of job %d: unknown state %q recorded", id, st)
 		}
 	}
-	in := "'" + strings.Join(states, "', '") + "'"
-	// The job's tasks are walked once in id order (the job index), a
-	// chunk at a time from where the last chunk stopped: tasks already
-	// final are passed over once, not at every chunk.
-	z := newChunkSizer(chunk)
-	after := int64(0)
-	for {
-		var last sql.NullInt64
-		k := z.size()
-		d, err := s.coldTimed(ctx, func(tx *sql.Tx) error {
-			if err := tx.QueryRowContext(inline(ctx), `SELECT max(id) FROM (SELECT id FROM tasks WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3)`,
-				id, after, k).Scan(&last); err != nil {
+	for active {
+		var more bool
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			b := s.newBatch(ctx, tx)
+			rows, err := tx.QueryContext(inline(ctx), `SELECT id, first_idx, last_idx, attempt, settled FROM grants WHERE job_id = ? AND state != 'CLOSED' ORDER BY id`, id)
+			if err != nil {
 				return err
 			}
-			if !last.Valid { // every task walked: the kill is done
-				_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
+			n := 0
+			for rows.Next() && n < max(chunk, 1) {
+				g := &grantRow{job: id, state: grantClosed, dirty: true}
+				var settled string
+				if err := rows.Scan(&g.id, &g.first, &g.last, &g.attempt, &settled); err != nil {
+					rows.Close()
+					return err
+				}
+				g.settled = []byte(settled)
+				b.grants[g.id] = g
+				n += len(settled)
+			}
+			more = rows.Next()
+			rows.Close()
+			if err := rows.Err(); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = 'KILLED', finished_at = ?1
-				WHERE job_id = ?2 AND id > ?3 AND id <= ?4 AND state IN (`+in+`)`, ms(now), id, after, last.Int64)
+			for _, g := range b.grants {
+				if err := b.closeGrant(g, func(x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) }); err != nil {
+					return err
+				}
+				if _, err := s.exec(ctx, tx, writeGrantStateSQL, g.state, string(g.settled), g.id); err != nil {
+					return err
+				}
+				g.dirty = false
+			}
+			_, err = b.flush(now)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("kill tasks of job %d: %w", id, err)
 		}
-		if !last.Valid {
-			return nil
-		}
-		z.took(k, d)
-		after = last.Int64
+		active = more
 	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = ? WHERE job_id = ? AND state = 'WAITING'`, ms(now), id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kill tasks of job %d: %w", id, err)
+	}
+	return nil
+}
+
+var writeGrantStateSQL = hot(`UPDATE grants SET state = ?, settled = ?, n_open = 0 WHERE id = ?`)
+
+// closeGrant closes g: each of its open entries becomes an exception row
+// that end fills in, marked closed without a result.
+func (b *batch) closeGrant(g *grantRow, end func(*exceptionRow)) error {
+	for i, c := range g.settled {
+		if c != open {
+			continue
+		}
+		x, err := b.except(g.job, g.first+i, g.attempt)
+		if err != nil {
+			return err
+		}
+		x.attempt, x.grant = g.attempt, g.id
+		end(x)
+		g.settled[i] = settledX
+	}
+	g.open, g.state = 0, grantClosed
+	return nil
 }
 
 // PendingKills lists the jobs whose cancel or expiry has tasks still to
 // kill (a crash cut it), by id.
 func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
 	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list pending kills: %w", err)
@@ -400,7 +440,7 @@ func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, e
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()
 	if s.cancelled == nil {
-		rows, err := s.r.QueryContext(ctx, `SELECT id, cancelled_at FROM jobs INDEXED BY jobs_cancelled WHERE cancelled_at > 0`)
+		rows, err := s.r.QueryContext(ctx, `SELECT id, cancelled_at FROM jobs WHERE cancelled_at > 0`)
 		if err != nil {
 			return nil, fmt.Errorf("list cancelled jobs: %w", err)
 		}
@@ -446,11 +486,8 @@ func (s *Store) noteCancelled(id, at int64) {
 
 // Demand sums the waiting and the active tasks of live jobs.
 func (s *Store) Demand(ctx context.Context) (pending, running int, err error) {
-	if err = s.settle(ctx); err != nil {
-		return 0, 0, err
-	}
 	var p, r sql.NullInt64
-	err = s.r.QueryRowContext(ctx, `SELECT sum(n_waiting), sum(n_active) FROM jobs WHERE state IN ('WAITING', 'RUNNING')`).Scan(&p, &r)
+	err = s.r.QueryRowContext(ctx, `SELECT sum(n_waiting), sum(n_active) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING')`).Scan(&p, &r)
 	if err != nil {
 		return 0, 0, fmt.Errorf("demand: %w", err)
 	}
@@ -465,11 +502,8 @@ type TaskCounts struct {
 // TaskStats counts the tasks of stored jobs per owner, and the hand-outs
 // beyond a task's first.
 func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
-	if err = s.settle(ctx); err != nil {
-		return
-	}
 	byOwner = map[string]TaskCounts{}
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed) FROM jobs GROUP BY owner`)
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
 	if err != nil {
 		return nil, 0, fmt.Errorf("stats: %w", err)
 	}
@@ -477,37 +511,32 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 	for rows.Next() {
 		var owner string
 		var t TaskCounts
-		if err := rows.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed); err != nil {
+		var r int
+		if err := rows.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &r); err != nil {
 			return nil, 0, fmt.Errorf("stats: %w", err)
 		}
 		byOwner[owner] = t
+		requeued += r
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("stats: %w", err)
-	}
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(attempt - 1), 0) FROM tasks WHERE attempt > 1`).Scan(&requeued); err != nil {
 		return nil, 0, fmt.Errorf("stats: %w", err)
 	}
 	return byOwner, requeued, nil
 }
 
-// Failures reads up to limit tasks of job with ids above cursor that
-// failed at least once (tries > 0), in id order, each with its last
-// failed or timed-out result that counted, or, if its last failure was
-// an expiry (no result came; its row's last error says so: only the
-// attempts that count write it), Status expired from its row. It folds
-// first: the results live in the overlay until then. The scan walks the
-// job's tasks by the job's index on the reader, outside the write lock.
+// Failures reads up to limit entries of job with task ids above cursor
+// that failed at least once (tries > 0), in index order, each with its
+// last failed, timed-out or expired attempt: the job's exception rows, on
+// a reader.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
+	after := int64(-1)
+	if cursor >= taskID(job, 0) {
+		after = cursor - taskID(job, 0)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT t.id, t.name, t.state, t.tries, t.last_error,
-			coalesce(r.attempt, 0), coalesce(r.status, ''), coalesce(r.exit_code, t.exit_code), coalesce(r.pool, ''), coalesce(r.pilot, ''),
-			coalesce(r.started_at, 0), coalesce(r.duration_ms, 0), coalesce(r.error_tail, '')
-		FROM tasks t LEFT JOIN results r ON r.task_id = t.id AND r.attempt =
-			(SELECT max(x.attempt) FROM results x WHERE x.task_id = t.id AND x.status IN ('failed', 'timeout') AND x.applied = 1)
-		WHERE t.job_id = ? AND t.id > ? AND t.tries > 0 ORDER BY t.id LIMIT ?`, job, cursor, limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
+			x.tries, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail
+		FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx LEFT JOIN grants g ON g.id = x.grant_id AND x.state = 'GRANTED'
+		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read job %d's failures: %w", job, err)
 	}
@@ -515,18 +544,51 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 	out := []api.Failure{}
 	for rows.Next() {
 		var f api.Failure
-		var lastErr string
-		if err := rows.Scan(&f.TaskID, &f.Name, &f.State, &f.Tries, &lastErr, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot,
+		var idx int
+		if err := rows.Scan(&idx, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot,
 			&f.StartedAt, &f.DurationMS, &f.ErrorTail); err != nil {
 			return nil, fmt.Errorf("read job %d's failures: %w", job, err)
 		}
-		if f.Status == "" || lastErr == expiredError { // its last failure was an expiry
-			f.Attempt, f.Status, f.ExitCode, f.Site, f.Pilot, f.StartedAt, f.DurationMS, f.ErrorTail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, lastErr
-		}
+		f.TaskID, f.Index = taskID(job, idx), idx
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read job %d's failures: %w", job, err)
 	}
 	return out, nil
+}
+
+// ReadyJob is a live job (WAITING or RUNNING) as a pull plans with it:
+// what its tasks are made of, and how many wait.
+type ReadyJob struct {
+	ID                        int64
+	Owner, Dataset, OutputDir string
+	Command                   []string
+	Price                     float64
+	Cores, BatchSize, Waiting int
+	TimeoutS                  int64
+}
+
+// LiveJobs reads every live job (WAITING or RUNNING), by price (highest
+// first), then FIFO.
+func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
+		FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list live jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []ReadyJob
+	for rows.Next() {
+		var j ReadyJob
+		var cmd string
+		if err := rows.Scan(&j.ID, &j.Owner, &j.Dataset, &j.OutputDir, &cmd, &j.Price, &j.Cores, &j.BatchSize, &j.TimeoutS, &j.Waiting); err != nil {
+			return nil, fmt.Errorf("list live jobs: %w", err)
+		}
+		if err := json.Unmarshal([]byte(cmd), &j.Command); err != nil {
+			return nil, fmt.Errorf("job %d: stored command: %w", j.ID, err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
 }

@@ -60,7 +60,7 @@ func (s *Store) saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.
 // transaction). It comes from memory: the queue checks an epoch before
 // every pull and batch of results, and a reader's query cost more than
 // the check. The cache is filled at Open and set after every commit that
-// changes a lease (DecideLease, Heartbeat, both under s.hot so their
+// changes a lease (DecideLease, Heartbeat, both under s.leaseWrite so their
 // updates cannot cross).
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
 	s.leaseMu.Lock()
@@ -102,8 +102,8 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 // DecideLease applies rules.DecideLease to a pool's stored lease in one
 // write transaction and returns the previous lease and the decision.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
-	s.hot.Lock()
-	defer s.hot.Unlock()
+	s.leaseWrite.Lock()
+	defer s.leaseWrite.Unlock()
 	defer func() {
 		if err == nil && d.Write {
 			s.cacheLease(pool, d.Next)

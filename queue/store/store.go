@@ -30,7 +30,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/rules"
@@ -58,27 +57,16 @@ type Store struct {
 		s  WriteStats
 	}
 	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
-	// afterSettle, when set (tests only), runs in a cold write between its
-	// settle and s.hot: where the hot path and the folder may run.
-	afterSettle func()
-	path        string
+	path  string
 
 	closeOnce sync.Once
 	closeErr  error
 
-	// hot serialises the hot path, the folds and the cold writes, and
-	// guards ov (overlay.go).
-	hot        sync.Mutex
-	ov         overlay
-	hbEvery    time.Duration   // see SetHeartbeatJournal
-	gone       atomic.Uint64   // moved under hot when rows the job reads patch leave ov (readPatched)
-	bg         context.Context // ends at Close
-	stopBg     context.CancelFunc
-	stop, kick chan struct{}
-	folderDone chan struct{}
-
-	leaseMu sync.Mutex
-	leases  map[string]rules.Lease // as last committed (lease.go)
+	// leaseWrite orders the lease writes (DecideLease, Heartbeat) with
+	// their updates of the cache, so two cannot cross.
+	leaseWrite sync.Mutex
+	leaseMu    sync.Mutex
+	leases     map[string]rules.Lease // as last committed (lease.go)
 
 	cancelMu  sync.Mutex
 	cancelled map[int64]int64 // cancelled jobs' times, Unix ms (CancelledSince); nil until read
@@ -115,15 +103,9 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("database %s: %w", path, err)
 	}
-	// A new database gets 1 KiB pages: every dirty page is written whole
-	// to the WAL at commit, and a pull or a batch of results touches rows
-	// of many jobs, one page each (on the shared 2-core machine a
-	// 100,000-entry submission took half the time of 4 KiB pages; pulls
-	// were within the noise). The page size can only be chosen before the
-	// first table and before WAL mode; an existing database keeps its own.
 	// The writer does not checkpoint: Checkpoint does, from a connection
 	// of its own (wal.go).
-	for _, p := range []string{"PRAGMA page_size = 1024", "PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
+	for _, p := range []string{"PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
 		"PRAGMA wal_autocheckpoint = 0",
 		fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit)} {
 		if _, err := w.Exec(p); err != nil {
@@ -151,52 +133,30 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
 	}
 	ck.SetMaxOpenConns(1)
-	st := &Store{w: w, r: r, ck: ck, truncateAt: walSizeLimit, path: path, ov: newOverlay(), stop: make(chan struct{}), kick: make(chan struct{}, 1), folderDone: make(chan struct{})}
-	st.bg, st.stopBg = context.WithCancel(context.Background())
+	st := &Store{w: w, r: r, ck: ck, truncateAt: walSizeLimit, path: path}
 	if err := st.prepare(); err != nil {
-		close(st.folderDone)
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if _, err := st.replayJournal(st.bg); err != nil {
-		close(st.folderDone)
+	if st.leases, err = st.Leases(context.Background()); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := st.countActive(st.bg); err != nil {
-		close(st.folderDone)
-		st.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if st.leases, err = st.Leases(st.bg); err != nil {
-		close(st.folderDone)
-		st.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	go st.folder()
 	return st, nil
 }
 
-// Close folds the journal, checkpoints the WAL into the database file and
-// closes it. Closing again returns the first Close's error.
+// Close checkpoints the WAL into the database file and closes it. Closing again returns the first Close's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
 }
 
 func (s *Store) close() error {
-	close(s.stop)
-	<-s.folderDone
-	ferr := s.settle(context.Background())
-	s.hot.Lock()
-	ferr = errors.Join(ferr, s.flushHeartbeats(context.Background()))
-	s.hot.Unlock()
-	s.stopBg()
 	for _, st := range s.stmts {
 		st.Close()
 	}
 	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	return errors.Join(ferr, cerr, s.ck.Close(), s.r.Close(), s.w.Close())
+	return errors.Join(cerr, s.ck.Close(), s.r.Close(), s.w.Close())
 }
 
 // migrate applies the embedded migrations in name order, each once.
@@ -389,7 +349,7 @@ func writer() string {
 			name = name[:i]
 		}
 		switch name {
-		case "store.(*Store).write", "store.(*Store).writeTimed", "store.(*Store).cold", "store.(*Store).coldTimed", "store.(*Store).fenced", "store.(*Store).transact", "store.(*Store).writeUnbounded":
+		case "store.(*Store).write", "store.(*Store).writeTimed", "store.(*Store).fenced", "store.(*Store).transact":
 		default:
 			return name
 		}
@@ -411,13 +371,6 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // the write lock: a long write sizes its next chunk by it (chunkSizer).
 func (s *Store) writeTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
 	return s.transact(ctx, fn)
-}
-
-// writeUnbounded is write for a transaction whose size nobody bounds (the
-// journal's replay at Open).
-func (s *Store) writeUnbounded(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	_, err := s.transact(ctx, fn)
-	return err
 }
 
 func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
@@ -529,26 +482,6 @@ func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any
 		return nil, err
 	}
 	return st.QueryContext(inline(ctx), args...)
-}
-
-// eachRow runs a hot query whose one argument is arg as a JSON array (see
-// jsonArg) and calls scan for every row.
-func (s *Store) eachRow(ctx context.Context, tx *sql.Tx, query string, arg any, scan func(*sql.Rows) error) error {
-	a, err := jsonArg(arg)
-	if err != nil {
-		return err
-	}
-	rows, err := s.query(ctx, tx, query, a)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // querier is a *sql.DB or a *sql.Tx.

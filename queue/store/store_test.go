@@ -207,7 +207,7 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	}
 	// A real transaction is counted, its lock time positive.
 	if err := s.write(context.Background(), func(tx *sql.Tx) error {
-		_, err := tx.Exec(`UPDATE jobs SET n_waiting = n_waiting`)
+		_, err := tx.Exec(`UPDATE counts SET n_waiting = n_waiting`)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -6,20 +6,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// MarkZombies makes up to limit ASSIGNED or RUNNING tasks whose last
-// heartbeat is older than cut ZOMBIE, in one transaction.
+// MarkZombies makes up to limit ASSIGNED or RUNNING grants whose last
+// heartbeat is older than cut ZOMBIE, in one transaction, and returns
+// how many.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
 	var n int64
-	err := s.cold(ctx, func(tx *sql.Tx) error {
-		// The repeated state term makes the partial index of active tasks
-		// usable (SQLite matches its WHERE term for term): without it the
-		// sweep scanned every task inside its write transaction.
-		res, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = 'ZOMBIE' WHERE id IN
-			(SELECT id FROM tasks INDEXED BY tasks_active
-			WHERE state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(inline(ctx), `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
+			(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
 		if err != nil {
 			return err
 		}
@@ -43,73 +41,72 @@ type Expired struct {
 // expiredError is the last error of a task whose attempt expired.
 const expiredError = "no heartbeat: expired"
 
-// ExpireZombies moves up to limit ZOMBIE tasks of live jobs silent since
-// before cut as rules.AfterExpiry says, in one transaction.
+// ExpireZombies closes ZOMBIE grants of live jobs silent since before cut,
+// up to about limit entries in one transaction: each open entry becomes
+// an exception, moved as rules.AfterExpiry says.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
 	var x Expired
-	err := s.cold(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
-		// From the active tasks to their jobs, not the other way (every
-		// task of every live job).
-		rows, err := tx.QueryContext(inline(ctx), `SELECT t.id, t.job_id, t.tries FROM tasks t INDEXED BY tasks_active CROSS JOIN jobs j ON j.id = t.job_id
-			WHERE t.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND t.state = 'ZOMBIE' AND t.heartbeat_at < ? AND j.state IN ('WAITING', 'RUNNING') LIMIT ?`, ms(cut), limit)
+		b := s.newBatch(ctx, tx)
+		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state
+			FROM grants g WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
+			AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		if err != nil {
 			return err
 		}
-		type zombie struct {
-			id, job int64
-			tries   int
-		}
-		var list []zombie
-		var ids []int64
-		for rows.Next() {
-			var z zombie
-			if err := rows.Scan(&z.id, &z.job, &z.tries); err != nil {
+		var list []*grantRow
+		n := 0
+		for n < max(limit, 1) && rows.Next() {
+			g := &grantRow{dirty: true}
+			var settled string
+			if err := rows.Scan(&g.id, &g.job, &g.first, &g.last, &g.attempt, &settled, &g.open, &g.state); err != nil {
 				rows.Close()
 				return err
 			}
-			list = append(list, z)
-			ids = append(ids, z.job)
+			g.settled = []byte(settled)
+			list = append(list, g)
+			n += g.open
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(list) == 0 {
-			return nil
-		}
-		jobs, err := s.readJobs(ctx, tx, ids)
-		if err != nil {
-			return err
-		}
-		updates := make([][]any, 0, len(list))
-		for _, z := range list {
-			j := jobs[z.job]
-			tr := rules.AfterExpiry(z.tries, j.maxTries)
-			fin := int64(0)
-			if tr.Final() {
-				fin = ms(now)
+		for _, g := range list {
+			j, err := b.job(g.job)
+			if err != nil {
+				return err
 			}
-			updates = append(updates, []any{z.id, tr.State, fin})
-			j.c.Active--
-			if tr.Counter == rules.ToWaiting {
-				j.c.Waiting++
-				x.Waiting[z.job]++
-			} else {
-				j.c.Failed++
+			err = b.closeGrant(g, func(e *exceptionRow) {
+				tr := rules.AfterExpiry(e.tries, j.maxTries)
+				e.state, e.tries = tr.State, e.tries+1
+				e.failAttempt, e.status, e.exit, e.pool, e.pilot, e.started, e.duration, e.tail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, expiredError
+				if tr.Final() {
+					e.finished = ms(now)
+				} else {
+					e.queued = ms(now)
+				}
+				j.c.Active--
+				if tr.Counter == rules.ToWaiting {
+					j.c.Waiting++
+					j.retry++
+					x.Waiting[g.job]++
+				} else {
+					j.c.Failed++
+				}
+				j.moved = true
+				x.Running[j.owner] -= j.cores
+				x.Tasks++
+			})
+			if err != nil {
+				return err
 			}
-			x.Running[j.owner] -= j.cores
+			if _, err := s.exec(ctx, tx, writeGrantStateSQL, g.state, string(g.settled), g.id); err != nil {
+				return err
+			}
+			g.dirty = false
 		}
-		arg, err := jsonArg(updates)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(inline(ctx), `UPDATE tasks SET state = d.v->>1, tries = tries + 1, queued_at = ?2, finished_at = d.v->>2, last_error = ?3
-			FROM (SELECT value AS v FROM jsonb_each(?1)) AS d WHERE tasks.id = d.v->>0`, arg, ms(now), expiredError); err != nil {
-			return err
-		}
-		x.Tasks = len(list)
-		x.Changes, err = s.writeJobs(ctx, tx, jobs, now)
+		x.Changes, err = b.flush(now)
 		return err
 	})
 	if err != nil {
@@ -120,9 +117,6 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
 func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int64, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
 	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
 	if err != nil {
 		return nil, fmt.Errorf("find expired jobs: %w", err)
@@ -135,8 +129,8 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // were waiting; ok is false when the job has changed since it was listed.
 // Its tasks follow with KillTasks.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
-	err = s.cold(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM jobs WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
 		if err == sql.ErrNoRows {
 			return nil
 		}
@@ -144,7 +138,10 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 			return err
 		}
 		ok = true
-		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, kill_states = ?, n_killed = n_killed + n_waiting, n_waiting = 0 WHERE id = ?`, ms(now), expiryKills, id)
+		if _, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, kill_states = ? WHERE id = ?`, ms(now), expiryKills, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting, n_waiting = 0, n_retry = 0 WHERE job_id = ?`, id)
 		return err
 	})
 	if err != nil {
@@ -155,9 +152,6 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 
 // FinalJobsBefore lists the final jobs that finished before cut.
 func (s *Store) FinalJobsBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
 	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
 	if err != nil {
 		return nil, fmt.Errorf("find jobs to purge: %w", err)

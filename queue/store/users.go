@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/fairshare"
@@ -52,11 +51,8 @@ func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) 
 // RunningCores sums, per owner, the cores of the active tasks (ASSIGNED,
 // RUNNING, ZOMBIE) of live jobs.
 func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT j.owner, sum(j.cores) FROM tasks t JOIN jobs j ON j.id = t.job_id
-		WHERE t.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND j.state IN ('WAITING', 'RUNNING') GROUP BY j.owner`)
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(cores * n_active) FROM `+jobsCounted+`
+		WHERE state IN ('WAITING', 'RUNNING') AND n_active > 0 GROUP BY owner`)
 	if err != nil {
 		return nil, fmt.Errorf("read running cores: %w", err)
 	}
@@ -79,13 +75,10 @@ type UsageEvent struct {
 	CPU, Cost float64
 }
 
-// UsageEvents reads, per owner, the results received after since, oldest
-// first (the sliding usage window).
+// UsageEvents reads, per owner, the usage of the batches of results
+// received after since, oldest first (the sliding usage window).
 func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]UsageEvent, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, received_at, cpu_s, cost FROM results WHERE received_at > ? ORDER BY received_at`, ms(since))
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, at, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, ms(since))
 	if err != nil {
 		return nil, fmt.Errorf("read usage: %w", err)
 	}
@@ -102,6 +95,14 @@ func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]
 	return out, rows.Err()
 }
 
+// PruneUsage deletes the usage logged before cut (out of the window).
+func (s *Store) PruneUsage(ctx context.Context, cut time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM usage_log WHERE at < ?`, ms(cut))
+		return err
+	})
+}
+
 // UsageRow is a user's usage and computedPriority as flushed.
 type UsageRow struct {
 	User     string
@@ -109,42 +110,30 @@ type UsageRow struct {
 	Priority float64
 }
 
-// PutUsage writes rows into the usage table in one transaction: one
-// statement over a JSON array, not a statement per row (100 rows took ~4
-// ms of write lock one by one).
+// PutUsage writes rows into the usage table in one transaction (a
+// prepared upsert per row).
 func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	arg := encodeRows(rows, 96, func(b []byte, r UsageRow) []byte {
-		b = append(b, '[')
-		b = appendString(b, r.User)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(r.Usage.RunningCores), 10)
-		for _, f := range []float64{r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority} {
-			b = append(b, ',')
-			b = appendFloat(b, f)
-		}
-		return append(b, ']')
-	})
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := s.exec(ctx, tx, putUsageSQL, arg, ms(now))
-		return err
+		for _, r := range rows {
+			if _, err := s.exec(ctx, tx, putUsageSQL, r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
-var putUsageSQL = hot(`INSERT INTO usage (user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at)
-	SELECT value->>0, value->>1, value->>2, value->>3, value->>4, ?2 FROM jsonb_each(?1) WHERE true
-	ON CONFLICT(user) DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
+var putUsageSQL = hot(`INSERT INTO usage (user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (user) DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
 	computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
 
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
 // owner when only is set).
 func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM jobs WHERE state IN ('WAITING', 'RUNNING') AND (? = '' OR owner = ?) GROUP BY owner`, only, only)
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (? = '' OR owner = ?) GROUP BY owner`, only, only)
 	if err != nil {
 		return nil, fmt.Errorf("count waiting tasks: %w", err)
 	}

@@ -14,9 +14,6 @@ func TestCheckpointCopiesTheWALAndEmptiesAGrownOne(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	take(t, s, id, 50)
-	if err := s.Settle(ctx); err != nil {
-		t.Fatal(err)
-	}
 	frames := func() (int64, int64) {
 		var busy, log, done int64
 		if err := s.ck.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil {

@@ -847,14 +847,16 @@ func (r *run) faults(jobs []int64) (faultFigures, error) {
 	if len(row) == 1 {
 		fmt.Sscanf(row[0], "%d|%d", &f.charged, &f.again)
 	}
-	if row, err = q("SELECT COUNT(*) FROM results WHERE status IN ('failed','timeout') AND job_id IN (" + in + ")"); err != nil {
+	if row, err = q("SELECT COALESCE(SUM(failed),0) FROM grants WHERE job_id IN (" + in + ")"); err != nil {
 		return f, err
 	}
 	if len(row) == 1 {
 		f.failed, _ = strconv.Atoi(row[0])
 	}
-	rows, err := q(`SELECT (SELECT MIN(b.started_at) FROM results b WHERE b.task_id = a.task_id AND b.attempt > a.attempt)
-		- (a.started_at + a.duration_ms) FROM results a WHERE a.status = 'interrupted' AND a.job_id IN (` + in + ")")
+	// From a requeued entry's requeue (its exception's queued_at) to the
+	// hand-out of its last grant: the queue keeps no row per attempt.
+	rows, err := q(`SELECT g.assigned_at - x.queued_at FROM exceptions x JOIN grants g ON g.id = x.grant_id
+		WHERE x.attempt > 1 AND x.queued_at > 0 AND g.attempt = x.attempt AND x.job_id IN (` + in + ")")
 	if err != nil {
 		return f, err
 	}

@@ -1,0 +1,189 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// openWithJob opens a store with one master (epoch 1) and a job of n
+// tasks named t000.. .
+func openWithJob(t *testing.T, path string, n int) (*Store, int64) {
+	t.Helper()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, d, err := s.DecideLease(ctx, "local", pilotproto.LeaseRequest{PilotID: "p1"}, t0, time.Hour); err != nil || d.Next.Epoch != 1 {
+		t.Fatalf("lease: %+v %v", d, err)
+	}
+	id, err := s.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 3, Submitted: t0, Expires: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+	}
+	if err := s.InsertTasks(ctx, id, names, t0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivateJob(ctx, id, "/o", n); err != nil {
+		t.Fatal(err)
+	}
+	return s, id
+}
+
+func take(t *testing.T, s *Store, job int64, n int) []TakenTask {
+	t.Helper()
+	return takeIn(t, s, "local", job, n)
+}
+
+// takeIn hands tasks out to the master of pool (epoch 1).
+func takeIn(t *testing.T, s *Store, pool string, job int64, n int) []TakenTask {
+	t.Helper()
+	got, err := s.Assign(context.Background(), pool, 1, t0, []Take{{Job: job, N: n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.Tasks[job]
+}
+
+func reportIn(t *testing.T, s *Store, pool, status string, ts ...TakenTask) Applied {
+	t.Helper()
+	var rs []pilotproto.Result
+	for _, tk := range ts {
+		rs = append(rs, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: status, StartedAt: 1, DurationMS: 1000, Pilot: "p1"})
+	}
+	a, err := s.ApplyResults(context.Background(), pool, 1, t0, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tableState reads what the database file says of the job's tasks, the
+// job's counters and the results, through a connection of its own.
+func tableState(t *testing.T, s *Store, job int64) string {
+	t.Helper()
+	var out string
+	rows, err := s.r.Query(`SELECT name, state, attempt, tries FROM tasks WHERE job_id = ? ORDER BY id`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n, st string
+		var a, tr int
+		rows.Scan(&n, &st, &a, &tr)
+		out += fmt.Sprintf("%s:%s/%d/%d ", n, st, a, tr)
+	}
+	rows.Close()
+	var st string
+	var w, a, d, f int
+	s.r.QueryRow(`SELECT state, n_waiting, n_active, n_done, n_failed FROM `+jobsCounted+` WHERE id = ?`, job).Scan(&st, &w, &a, &d, &f)
+	var pd int
+	s.r.QueryRow(`SELECT coalesce(sum(done), 0) FROM grants WHERE job_id = ?`, job).Scan(&pd)
+	return out + fmt.Sprintf("| job %s w%d a%d d%d f%d | pool done %d", st, w, a, d, f, pd)
+}
+
+// A history of hand-outs, results (done, failed, interrupted, repeated),
+// heartbeats, zombie and expiry sweeps and restarts keeps every counter
+// equal to what the entries' derived states say (the tasks view), the
+// per-pool figures equal to the done entries, and Outstanding equal to
+// the open entries of each pool.
+func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 3))
+		path := filepath.Join(t.TempDir(), "q.db")
+		s, job := openWithJob(t, path, 30)
+		ctx := context.Background()
+		pools := []string{"local", "b"}
+		if _, d, err := s.DecideLease(ctx, "b", pilotproto.LeaseRequest{PilotID: "pb"}, t0, time.Hour); err != nil || d.Next.Epoch != 1 {
+			t.Fatalf("lease b: %+v %v", d, err)
+		}
+		held := map[string][]TakenTask{} // handed out, no result yet, per pool
+		for step := 0; step < 60; step++ {
+			pool := pools[r.IntN(2)]
+			switch k := r.IntN(11); {
+			case k < 3:
+				held[pool] = append(held[pool], takeIn(t, s, pool, job, 1+r.IntN(5))...)
+			case k < 6 && len(held[pool]) > 0:
+				h := held[pool]
+				n := 1 + r.IntN(len(h))
+				r.Shuffle(len(h), func(i, j int) { h[i], h[j] = h[j], h[i] })
+				status := []string{pilotproto.StatusDone, pilotproto.StatusDone, pilotproto.StatusFailed, pilotproto.StatusInterrupted}[r.IntN(4)]
+				reportIn(t, s, pool, status, h[:n]...)
+				if r.IntN(3) == 0 { // the same results again: duplicates
+					if a := reportIn(t, s, pool, status, h[:n]...); a.Applied != 0 {
+						t.Fatalf("seed %d step %d: a repeated report applied %d results", seed, step, a.Applied)
+					}
+				}
+				held[pool] = h[n:]
+			case k == 6 && len(held[pool]) > 0:
+				var refs []pilotproto.TaskRef
+				for _, h := range held[pool] {
+					refs = append(refs, pilotproto.TaskRef{TaskID: h.ID, Attempt: h.Attempt})
+				}
+				if _, err := s.Heartbeat(ctx, pool, 1, t0.Add(time.Duration(step)*time.Minute), time.Hour, refs); err != nil {
+					t.Fatal(err)
+				}
+			case k == 7:
+				if _, err := s.ExpireZombies(ctx, t0.Add(time.Duration(step)*time.Minute), t0, 100); err != nil {
+					t.Fatal(err)
+				}
+			case k == 8:
+				if _, err := s.MarkZombies(ctx, t0.Add(time.Duration(step)*time.Minute), 100); err != nil {
+					t.Fatal(err)
+				}
+			case k == 9:
+				if _, err := s.Job(ctx, job); err != nil {
+					t.Fatal(err)
+				}
+			case k == 10: // a restart
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if s, err = Open(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j, err := s.Job(ctx, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perPool, err := s.JobPools(ctx, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.Outstanding(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w, a, d, f, tot int
+			s.r.QueryRow(`SELECT count(*), sum(state = 'WAITING'), sum(state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')), sum(state = 'DONE'), sum(state IN ('ERROR_E', 'EXPIRED')) FROM tasks WHERE job_id = ?`, job).Scan(&tot, &w, &a, &d, &f)
+			if tot != 30 || j.Tasks.Waiting != w || j.Tasks.Running != a || j.Tasks.Done != d || j.Tasks.Failed != f {
+				t.Fatalf("seed %d step %d: job counters %+v, %d entries say waiting %d active %d done %d failed %d (%s)", seed, step, j.Tasks, tot, w, a, d, f, tableState(t, s, job))
+			}
+			if perPool["local"][0]+perPool["b"][0] != d {
+				t.Fatalf("seed %d step %d: %v done attempts counted per pool, %d tasks done", seed, step, perPool, d)
+			}
+			for _, p := range pools {
+				var n int
+				s.r.QueryRow(`SELECT count(*) FROM tasks WHERE pool = ? AND state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, p).Scan(&n)
+				if out[p] != n {
+					t.Fatalf("seed %d step %d: pool %s holds %d active entries, Outstanding says %v", seed, step, p, n, out)
+				}
+			}
+		}
+		s.Close()
+	}
+}
