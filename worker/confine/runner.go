@@ -267,18 +267,25 @@ func (r *Runner) Close() {
 
 // serveRunner is the runner's side: confine, say ready, serve requests
 // until the worker closes the socket (descriptor 3), then kill the tasks
-// still running and return.
+// still running and return. It runs on the main goroutine, locked to the
+// main thread (init in ruleset.go), and never leaves it: it starts every
+// task from it (spawn), so each task's Landlock domain is nested in that
+// thread's and the thread may signal it; it waits for the requests, and
+// for the tasks' ends through their pidfds, in one poll(2), and sends the
+// signals and reaps the tasks itself, so a pid is never reused under a
+// signal. No goroutine, no thread per task.
 func serveRunner(spec string) (int, error) {
-	sock := os.NewFile(3, "worker")
-	c, err := net.FileConn(sock)
-	sock.Close()
-	if err != nil {
+	const sock = 3
+	if err := unix.SetNonblock(sock, false); err != nil {
 		return ExitCannotRun, fmt.Errorf("confine: runner socket: %w", err)
 	}
-	conn := c.(*net.UnixConn)
 	send := func(ev event) {
 		b, _ := json.Marshal(ev)
-		conn.WriteMsgUnix(b, nil, nil)
+		for {
+			if err := unix.Sendmsg(sock, b, nil, nil, 0); err != unix.EINTR {
+				return
+			}
+		}
 	}
 	fail := func(err error) (int, error) {
 		send(event{Err: err.Error()})
@@ -306,19 +313,13 @@ func serveRunner(spec string) (int, error) {
 	for fd := 3; fd < 1024; fd++ {
 		unix.CloseOnExec(fd)
 	}
-	// The tasks' stop signals, by request: sent from the thread that
-	// started the task (where the kernel has no Landlock TSYNC, each
-	// thread of the runner has a domain of its own, and only that
-	// thread's is an ancestor of the task's).
-	var mu sync.Mutex
-	running := map[int64]chan syscall.Signal{}
 	// The batch system's stop signal (scancel's SIGTERM, ...) reaches every
 	// process of the pilot, this runner too. The runner must outlive it:
 	// the worker decides whether its tasks were interrupted (no attempt
 	// charged), and a runner dead first would report them failed. Caught,
-	// not ignored: a caught signal is reset to its default at exec, so the
-	// tasks still stop on it. The worker ends the runner by closing the
-	// socket, or its death by Pdeathsig.
+	// not ignored: the tasks start with every handler reset to its
+	// default (spawn), so they still stop on it. The worker ends the
+	// runner by closing the socket, or its death by Pdeathsig.
 	stops := make(chan os.Signal, 8)
 	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGXCPU)
 	go func() {
@@ -326,140 +327,115 @@ func serveRunner(spec string) (int, error) {
 		}
 	}()
 	send(event{Ready: true})
+	type running struct {
+		seq       int64
+		pid       int
+		pidfd     int
+		signalled bool // then what is left of its group is killed when it ends
+	}
+	var tasks []*running
+	var polls []unix.PollFd
 	buf, oob := make([]byte, maxPacket), make([]byte, unix.CmsgSpace(3*4))
 	for {
-		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+		polls = append(polls[:0], unix.PollFd{Fd: sock, Events: unix.POLLIN})
+		for _, t := range tasks {
+			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
+		}
+		if _, err := unix.Poll(polls, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return ExitCannotRun, fmt.Errorf("confine: poll: %w", err)
+		}
+		// The tasks that ended, first: reaped here, after their group's
+		// stragglers if they were signalled.
+		kept := tasks[:0]
+		for i, t := range tasks {
+			if polls[i+1].Revents == 0 {
+				kept = append(kept, t)
+				continue
+			}
+			if t.signalled {
+				syscall.Kill(-t.pid, syscall.SIGKILL)
+			}
+			var ws syscall.WaitStatus
+			for {
+				if _, err := syscall.Wait4(t.pid, &ws, 0, nil); err != syscall.EINTR {
+					break
+				}
+			}
+			unix.Close(t.pidfd)
+			send(event{Seq: t.seq, Done: true, Status: int(ws)})
+		}
+		clear(tasks[len(kept):])
+		tasks = kept
+		if polls[0].Revents == 0 {
+			continue
+		}
+		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil || n == 0 {
 			break
 		}
 		var req request
 		jerr := json.Unmarshal(buf[:n], &req)
-		files := receivedFiles(oob[:oobn])
+		fds := receivedFDs(oob[:oobn])
 		switch {
 		case jerr != nil:
-			closeAll(files)
 		case req.Op == "signal":
-			mu.Lock()
-			if sigs, ok := running[req.Seq]; ok {
-				select {
-				case sigs <- syscall.Signal(req.Sig):
-				default:
+			for _, t := range tasks {
+				if t.seq == req.Seq {
+					t.signalled = true
+					syscall.Kill(-t.pid, syscall.Signal(req.Sig))
 				}
 			}
-			mu.Unlock()
-		case req.Op == "start" && len(files) == 3:
-			sigs := make(chan syscall.Signal, 4)
-			mu.Lock()
-			running[req.Seq] = sigs
-			mu.Unlock()
-			var pid int
-			err := scope.Start(func() error {
-				var err error
-				pid, err = syscall.ForkExec(req.Path, req.Argv, &syscall.ProcAttr{Env: req.Env,
-					Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-					Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}})
-				if err == nil {
-					send(event{Seq: req.Seq, Pid: pid})
+		case req.Op == "start" && len(fds) == 3:
+			pid, err := spawn(req.Path, req.Argv, req.Env, [3]int{fds[0], fds[1], fds[2]}, scope.fd)
+			pidfd := -1
+			if err == nil {
+				if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
+					syscall.Kill(-pid, syscall.SIGKILL)
+					syscall.Wait4(pid, nil, 0, nil)
+					err = fmt.Errorf("pidfd_open: %w", err)
 				}
-				return err
-			}, func() {
-				ws := watch(pid, sigs)
-				mu.Lock()
-				delete(running, req.Seq)
-				mu.Unlock()
-				send(event{Seq: req.Seq, Done: true, Status: int(ws)})
-			})
-			closeAll(files)
+			}
 			if err != nil {
-				mu.Lock()
-				delete(running, req.Seq)
-				mu.Unlock()
 				code := ExitCannotRun
 				if errors.Is(err, syscall.ENOENT) {
 					code = ExitNotFound
 				}
 				send(event{Seq: req.Seq, Done: true, Code: code, Err: fmt.Sprintf("start %s: %v", req.Path, err)})
+				break
 			}
-		default:
-			closeAll(files)
+			tasks = append(tasks, &running{seq: req.Seq, pid: pid, pidfd: pidfd})
+			send(event{Seq: req.Seq, Pid: pid})
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
 		}
 	}
 	// The worker is gone or closed the runner: nothing is left to run.
-	mu.Lock()
-	for _, sigs := range running {
-		select {
-		case sigs <- syscall.SIGKILL:
-		default:
-		}
+	for _, t := range tasks {
+		syscall.Kill(-t.pid, syscall.SIGKILL)
 	}
-	mu.Unlock()
 	return 0, nil
 }
 
-// watch runs on the thread that started the task: it sends the task's
-// process group the signals asked for until the task exits, then, if any
-// was, kills what is left of the group while the task's pid is not yet
-// free, and reaps it.
-func watch(pid int, sigs <-chan syscall.Signal) syscall.WaitStatus {
-	exited := make(chan struct{})
-	go func() {
-		waitExit(pid)
-		close(exited)
-	}()
-	signalled := false
-	for {
-		select {
-		case sig := <-sigs:
-			signalled = true
-			syscall.Kill(-pid, sig)
-			continue
-		case <-exited:
-		}
-		break
-	}
-	if signalled {
-		syscall.Kill(-pid, syscall.SIGKILL)
-	}
-	var ws syscall.WaitStatus
-	for {
-		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
-			return ws
-		}
-	}
-}
-
-// waitExit blocks until pid has exited, without reaping it.
-func waitExit(pid int) {
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return
-		}
-	}
-}
-
-func receivedFiles(oob []byte) []*os.File {
+// receivedFDs returns the descriptors passed with a request.
+func receivedFDs(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil
 	}
-	var files []*os.File
+	var all []int
 	for _, m := range msgs {
 		fds, err := unix.ParseUnixRights(&m)
 		if err != nil {
 			continue
 		}
-		for _, fd := range fds {
-			unix.CloseOnExec(fd)
-			files = append(files, os.NewFile(uintptr(fd), "task"))
-		}
+		all = append(all, fds...)
 	}
-	return files
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
+	return all
 }
