@@ -16,6 +16,7 @@ import (
 	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker/confine"
+	"golang.org/x/sys/unix"
 )
 
 // Outcome is what a Runner reports for one task; the worker adds the ids.
@@ -125,6 +126,7 @@ type prepared struct {
 	job            *jobFiles
 	stdout, stderr *os.File
 	tmp            string
+	tmpName        string // tmp's name in job.tmpDir, when made there
 }
 
 func (p *prepared) close() {
@@ -132,6 +134,11 @@ func (p *prepared) close() {
 		if f != nil {
 			f.Close()
 		}
+	}
+	// An empty temporary directory (most tasks leave nothing) goes with
+	// one rmdir relative to the job's; anything else with RemoveAll.
+	if p.tmpName != "" && unix.Unlinkat(int(p.job.tmpDir.Fd()), p.tmpName, unix.AT_REMOVEDIR) == nil {
+		return
 	}
 	if p.tmp != "" {
 		os.RemoveAll(p.tmp)
@@ -148,11 +155,9 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 		if len(roots) == 0 {
 			roots = []string{filepath.Dir(t.Input)}
 		}
-		in, err := safefs.OpenIn(t.Input, roots)
-		if err != nil {
+		if err := safefs.CheckIn(t.Input, roots); err != nil {
 			return nil, fmt.Errorf("input: %w", err)
 		}
-		in.Close()
 	}
 	job, err := r.jobs.acquire(r, t)
 	if err != nil {
@@ -206,7 +211,13 @@ func (r *ExecRunner) prepareIn(job *jobFiles, t pilotproto.Task) (*prepared, err
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
 	}
-	if p.tmp, err = os.MkdirTemp(job.tmpRoot, "task-"+strconv.FormatInt(t.ID, 10)+"."+strconv.Itoa(t.Attempt)+"-"); err != nil {
+	// The task's temporary directory, made relative to the job's private
+	// one (opened once); a name taken (a former run's, not removed) gets
+	// a fresh one.
+	name := "task-" + strconv.FormatInt(t.ID, 10) + "." + strconv.Itoa(t.Attempt)
+	if err = unix.Mkdirat(int(job.tmpDir.Fd()), name, 0o700); err == nil {
+		p.tmp, p.tmpName = job.tmpRoot+"/"+name, name
+	} else if p.tmp, err = os.MkdirTemp(job.tmpRoot, name+"-"); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	ok = true
@@ -247,7 +258,7 @@ func (c runnerProc) result() (syscall.WaitStatus, error) { return c.t.Wait() }
 // the worker's own child. The error carries the exit code a shell would
 // give (127: not found).
 func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc, int, error) {
-	prog, err := confine.LookPath(argv[0], r.Path)
+	prog, err := p.job.lookPath(argv[0], r.Path)
 	if err != nil {
 		code := -1
 		if errors.Is(err, os.ErrNotExist) {
@@ -284,7 +295,12 @@ func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc,
 	// worker itself dies (kill -9), so no orphan keeps writing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, -1, err
+		// As the job's runner (and a shell) says it.
+		code := confine.ExitCannotRun
+		if errors.Is(err, os.ErrNotExist) {
+			code = confine.ExitNotFound
+		}
+		return nil, code, err
 	}
 	c := &cmdProc{cmd: cmd, end: make(chan struct{})}
 	go func() {
@@ -333,6 +349,9 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		r.kill(pr)
 	}
 	ws, werr := pr.result()
+	if se := (*confine.StartError)(nil); errors.As(werr, &se) {
+		return fail(se.Code, fmt.Errorf("start %s: %w", argv[0], se))
+	}
 	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: -1}
 	switch {
 	case werr != nil:

@@ -25,7 +25,8 @@ const RunnerArg = "__harvest-runner"
 // in the runner's (so a task can signal neither the runner's main thread,
 // nor the worker, nor its sibling tasks). The worker opens each task's
 // files (stdin, stdout, stderr) and passes them with the request over a
-// socket pair; the runner reports the task's pid and its wait status.
+// socket pair; the runner answers once, when the task has ended, with its
+// wait status (or why it could not start).
 // Tasks it started are killed (their process groups) when the worker
 // closes the runner or dies.
 type Runner struct {
@@ -42,14 +43,11 @@ type Runner struct {
 
 // A Task is a task a Runner started.
 type Task struct {
-	r       *Runner
-	seq     int64
-	started chan struct{}
-	done    chan struct{}
-	pid     int
-	status  syscall.WaitStatus
-	err     error // the task could not start, or the runner ended
-	code    int   // with err: the exit code a shell would give
+	r      *Runner
+	seq    int64
+	done   chan struct{}
+	status syscall.WaitStatus
+	err    error // the task could not start (*StartError), or the runner ended
 }
 
 // request goes worker -> runner, event runner -> worker, one per packet.
@@ -65,7 +63,6 @@ type request struct {
 type event struct {
 	Seq    int64  `json:"seq"`
 	Ready  bool   `json:"ready,omitempty"`
-	Pid    int    `json:"pid,omitempty"`
 	Done   bool   `json:"done,omitempty"`
 	Status int    `json:"status,omitempty"` // wait status
 	Code   int    `json:"code,omitempty"`   // could not start: the shell's code
@@ -145,24 +142,13 @@ func (r *Runner) read() {
 			break
 		}
 		r.mu.Lock()
-		t := r.pending[ev.Seq]
-		switch {
-		case t == nil:
-		case ev.Done:
+		if t := r.pending[ev.Seq]; t != nil && ev.Done {
 			delete(r.pending, ev.Seq)
 			t.status = syscall.WaitStatus(ev.Status)
 			if ev.Err != "" {
-				t.err, t.code = errors.New(ev.Err), ev.Code
-			}
-			select {
-			case <-t.started:
-			default:
-				close(t.started)
+				t.err = &StartError{Code: ev.Code, Err: errors.New(ev.Err)}
 			}
 			close(t.done)
-		default:
-			t.pid = ev.Pid
-			close(t.started)
 		}
 		r.mu.Unlock()
 	}
@@ -172,12 +158,7 @@ func (r *Runner) read() {
 	r.err = fmt.Errorf("the job's task runner ended (%v, %v)", err, werr)
 	for seq, t := range r.pending {
 		delete(r.pending, seq)
-		t.err, t.code = r.err, -1
-		select {
-		case <-t.started:
-		default:
-			close(t.started)
-		}
+		t.err = r.err
 		close(t.done)
 	}
 	r.mu.Unlock()
@@ -194,9 +175,12 @@ func (r *Runner) Ended() bool {
 	}
 }
 
-// Start starts path with argv and env and the files as its descriptors
-// 0, 1, 2, and waits until it runs. The error says why it could not,
-// with the exit code a shell would give (StartError).
+// Start asks the runner to start path with argv and env and the files as
+// its descriptors 0, 1, 2, and returns without waiting for it: a task
+// that could not start ends at once, and Wait says why, with the exit
+// code a shell would give (StartError). The requests are served in
+// order, so a Signal after Start reaches the task if it runs. Start's
+// own error is a request that could not be sent (StartError too).
 func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *os.File) (*Task, error) {
 	r.mu.Lock()
 	if r.err != nil {
@@ -204,7 +188,7 @@ func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *o
 		return nil, &StartError{Code: -1, Err: r.err}
 	}
 	r.seq++
-	t := &Task{r: r, seq: r.seq, started: make(chan struct{}), done: make(chan struct{})}
+	t := &Task{r: r, seq: r.seq, done: make(chan struct{})}
 	r.pending[t.seq] = t
 	r.mu.Unlock()
 	b, err := json.Marshal(request{Op: "start", Seq: t.seq, Path: path, Argv: argv, Env: env})
@@ -220,14 +204,6 @@ func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *o
 		delete(r.pending, t.seq)
 		r.mu.Unlock()
 		return nil, &StartError{Code: -1, Err: err}
-	}
-	<-t.started
-	select {
-	case <-t.done:
-		if t.err != nil {
-			return nil, &StartError{Code: t.code, Err: t.err}
-		}
-	default:
 	}
 	return t, nil
 }
@@ -245,7 +221,7 @@ func (e *StartError) Unwrap() error { return e.Err }
 func (t *Task) Done() <-chan struct{} { return t.done }
 
 // Wait returns the task's wait status once it ended, or why it is
-// unknown (the runner ended).
+// unknown: it could not start (*StartError), or the runner ended.
 func (t *Task) Wait() (syscall.WaitStatus, error) {
 	<-t.done
 	return t.status, t.err
@@ -410,7 +386,6 @@ func serveRunner(spec string) (int, error) {
 				break
 			}
 			tasks = append(tasks, &running{seq: req.Seq, pid: pid, pidfd: pidfd})
-			send(event{Seq: req.Seq, Pid: pid})
 		}
 		for _, fd := range fds {
 			unix.Close(fd)

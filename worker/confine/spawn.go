@@ -43,8 +43,9 @@ static int harvest_spawn(const char *path, char *const argv[], char *const envp[
 		for (int s = 1; s < _NSIG; s++) {
 			struct sigaction cur;
 			if (s == SIGKILL || s == SIGSTOP) continue;
-			if (sigaction(s, NULL, &cur) == 0 && cur.sa_handler != SIG_IGN && cur.sa_handler != SIG_DFL)
-				sigaction(s, &dfl, NULL);
+			// One call per signal; an ignored one stays ignored.
+			if (sigaction(s, &dfl, &cur) == 0 && cur.sa_handler == SIG_IGN)
+				sigaction(s, &cur, NULL);
 		}
 		if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
 			cstage = 3; cerr = errno ? errno : ESRCH; _exit(127);
