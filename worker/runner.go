@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,6 +72,10 @@ func SubstituteBatch(argv []string, ts []pilotproto.Task) []string {
 // expanded again). {job} and {task} are the job and task ids, as `harvest
 // submit` documents.
 func Substitute(argv []string, t pilotproto.Task) []string {
+	if !slices.ContainsFunc(argv, func(a string) bool { return strings.IndexByte(a, '{') >= 0 }) {
+		// No placeholder (true, prog --flag): no replacer to build.
+		return slices.Clone(argv)
+	}
 	r := strings.NewReplacer("{input}", t.Input, "{output}", t.Output,
 		"{job}", strconv.FormatInt(t.JobID, 10), "{task}", strconv.FormatInt(t.ID, 10))
 	out := make([]string, len(argv))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -130,7 +131,7 @@ func (r *Runner) receive(ev *event) error {
 	if n == 0 {
 		return io.EOF
 	}
-	return json.Unmarshal(buf[:n], ev)
+	return decodeEvent(buf[:n], ev)
 }
 
 // read dispatches the runner's events until it ends.
@@ -191,7 +192,13 @@ func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *o
 	t := &Task{r: r, seq: r.seq, done: make(chan struct{})}
 	r.pending[t.seq] = t
 	r.mu.Unlock()
-	b, err := json.Marshal(request{Op: "start", Seq: t.seq, Path: path, Argv: argv, Env: env})
+	var err error
+	for _, s := range append(append([]string{path}, argv...), env...) {
+		if strings.IndexByte(s, 0) >= 0 {
+			err = fmt.Errorf("argument or variable %q holds a NUL byte", s)
+		}
+	}
+	b := encodeRequest(request{Op: "start", Seq: t.seq, Path: path, Argv: argv, Env: env})
 	if err == nil && len(b) > maxPacket {
 		err = fmt.Errorf("command line and environment of %d bytes, over %d", len(b), maxPacket)
 	}
@@ -231,7 +238,7 @@ func (t *Task) Wait() (syscall.WaitStatus, error) {
 // knows whether the task was reaped: never a reused pid). After a signal,
 // the runner kills what is left of the group when the task ends.
 func (t *Task) Signal(sig syscall.Signal) {
-	b, _ := json.Marshal(request{Op: "signal", Seq: t.seq, Sig: int(sig)})
+	b := encodeRequest(request{Op: "signal", Seq: t.seq, Sig: int(sig)})
 	t.r.conn.WriteMsgUnix(b, nil, nil)
 }
 
@@ -256,7 +263,7 @@ func serveRunner(spec string) (int, error) {
 		return ExitCannotRun, fmt.Errorf("confine: runner socket: %w", err)
 	}
 	send := func(ev event) {
-		b, _ := json.Marshal(ev)
+		b := encodeEvent(ev)
 		for {
 			if err := unix.Sendmsg(sock, b, nil, nil, 0); err != unix.EINTR {
 				return
@@ -355,8 +362,7 @@ func serveRunner(spec string) (int, error) {
 		if err != nil || n == 0 {
 			break
 		}
-		var req request
-		jerr := json.Unmarshal(buf[:n], &req)
+		req, jerr := decodeRequest(buf[:n])
 		fds := receivedFDs(oob[:oobn])
 		switch {
 		case jerr != nil:
