@@ -51,23 +51,24 @@ type Task struct {
 	err    error // the task could not start (*StartError), or the runner ended
 }
 
-// request goes worker -> runner, event runner -> worker, one per packet.
+// request goes worker -> runner, event runner -> worker, one per packet
+// (encoded in wire.go).
 type request struct {
-	Op   string   `json:"op"` // "start" (with 3 descriptors: stdin, stdout, stderr) or "signal"
-	Seq  int64    `json:"seq"`
-	Path string   `json:"path,omitempty"`
-	Argv []string `json:"argv,omitempty"`
-	Env  []string `json:"env,omitempty"`
-	Sig  int      `json:"sig,omitempty"`
+	Op   string // "start" (with 3 descriptors: stdin, stdout, stderr) or "signal"
+	Seq  int64
+	Path string
+	Argv []string
+	Env  []string
+	Sig  int
 }
 
 type event struct {
-	Seq    int64  `json:"seq"`
-	Ready  bool   `json:"ready,omitempty"`
-	Done   bool   `json:"done,omitempty"`
-	Status int    `json:"status,omitempty"` // wait status
-	Code   int    `json:"code,omitempty"`   // could not start: the shell's code
-	Err    string `json:"err,omitempty"`
+	Seq    int64
+	Ready  bool
+	Done   bool
+	Status int // wait status
+	Code   int // could not start: the shell's code
+	Err    string
 }
 
 // RunnerFile names, in a Policy for StartRunner, the i-th of its files.
