@@ -294,7 +294,7 @@ func (s *session) pullLoop(ctx context.Context) {
 	w := s.w
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		free := w.capacity() - len(w.queue) - len(w.running)
+		free := w.capacity() - w.held()
 		draining := w.draining
 		ch := w.changed
 		w.mu.Unlock()
@@ -506,6 +506,22 @@ func (w *Worker) result(t pilotproto.Task, o Outcome) pilotproto.Result {
 		StartedAt: o.StartedAt.UnixMilli(), DurationMS: o.Duration.Milliseconds(), Pilot: w.cfg.PilotID, ErrorTail: o.ErrorTail}
 }
 
+// held is how many slots' worth of work the worker holds: its busy slots
+// and its queued runs (a task, or all the queued tasks of one batch of a
+// batched command, which run once). Called with mu held.
+func (w *Worker) held() int {
+	n := w.busy
+	last, prev := int64(0), false
+	for _, t := range w.queue {
+		id, ok := w.unitOf[refOf(t)]
+		if !ok || !prev || id != last {
+			n++
+		}
+		last, prev = id, ok
+	}
+	return n
+}
+
 // dispatch starts queued tasks while slots are free: a task, or the
 // queued tasks of one batch of a batched command, per slot.
 func (w *Worker) dispatch(ctx context.Context) {
@@ -577,12 +593,13 @@ func (w *Worker) start(ts []pilotproto.Task) {
 		case errors.Is(cause, errKilled):
 			o.Status = pilotproto.StatusKilled
 		}
-		// Each entry of a batched run reports its share of the run's
-		// time: the master learns a task's time per entry.
-		o.Duration /= time.Duration(len(ts))
+		// The prefetch counts runs (a batched run takes a slot as a task
+		// does); each entry of a batched run reports its share of the
+		// run's time: the master learns a task's time per entry.
 		if o.Status == pilotproto.StatusDone || o.Status == pilotproto.StatusFailed {
 			w.taskTime, w.timed = ewma(w.taskTime, o.Duration), true
 		}
+		o.Duration /= time.Duration(len(ts))
 		for _, t := range ts {
 			k := refOf(t)
 			delete(w.running, k)
