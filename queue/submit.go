@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 	"github.com/harvest-hpc/harvest/queue/store"
@@ -30,7 +31,8 @@ import (
 // a typo fails at submit instead of on every node.
 var (
 	placeholderRE = regexp.MustCompile(`\{[^{}]*\}`)
-	placeholders  = map[string]bool{"{input}": true, "{output}": true, "{job}": true, "{task}": true}
+	placeholders  = map[string]bool{"{input}": true, "{output}": true, "{job}": true, "{task}": true,
+		pilotproto.PlaceholderInputs: true, pilotproto.PlaceholderOutputs: true}
 )
 
 // Bounds of a job's figures.
@@ -77,13 +79,19 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		}
 		for _, ph := range placeholderRE.FindAllString(a, -1) {
 			if !placeholders[ph] {
-				return n, invalid("command argument %d: unknown placeholder %s (known: {input} {output} {job} {task})", i, ph)
+				return n, invalid("command argument %d: unknown placeholder %s (known: {input} {output} {job} {task}; batched: {inputs} {outputs} {job})", i, ph)
 			}
 		}
+	}
+	if err := validateBatched(s.Command); err != nil {
+		return n, err
 	}
 	n.command = s.Command
 	if s.BatchSize < q.cfg.MinBatchSize || s.BatchSize > q.cfg.MaxBatchSize {
 		return n, invalid("batch_size %d is outside %d..%d", s.BatchSize, q.cfg.MinBatchSize, q.cfg.MaxBatchSize)
+	}
+	if pilotproto.Batched(s.Command) && s.BatchSize > pilotproto.MaxBatchedEntries {
+		return n, invalid("batch_size %d: a batched command ({inputs}) takes at most %d entries per run", s.BatchSize, pilotproto.MaxBatchedEntries)
 	}
 	if s.Price != nil {
 		// Bounded, so that a task's cost (cores x seconds x price) and a
@@ -116,6 +124,36 @@ func (q *Queue) validateSpec(s api.JobSpec) (normalized, error) {
 		n.expiry = time.Duration(s.ExpiryS) * time.Second
 	}
 	return n, nil
+}
+
+// validateBatched checks the placeholders of a batched command (one that
+// holds {inputs}): {inputs} and {outputs} are whole arguments, at most
+// once each, {outputs} only with {inputs}, and the one-task placeholders
+// {input} {output} {task} are not used with them.
+func validateBatched(argv []string) error {
+	count := map[string]int{}
+	for i, a := range argv {
+		for _, ph := range placeholderRE.FindAllString(a, -1) {
+			count[ph]++
+			if (ph == pilotproto.PlaceholderInputs || ph == pilotproto.PlaceholderOutputs) && a != ph {
+				return invalid("command argument %d: %s must be a whole argument (it stands for one argument per entry of the batch)", i, ph)
+			}
+		}
+	}
+	switch {
+	case count[pilotproto.PlaceholderInputs] == 0 && count[pilotproto.PlaceholderOutputs] > 0:
+		return invalid("command: {outputs} is for a batched command, which takes its entries with {inputs}")
+	case count[pilotproto.PlaceholderInputs] == 0:
+		return nil
+	case count[pilotproto.PlaceholderInputs] > 1 || count[pilotproto.PlaceholderOutputs] > 1:
+		return invalid("command: {inputs} and {outputs} may each appear once")
+	}
+	for _, ph := range []string{"{input}", "{output}", "{task}"} {
+		if count[ph] > 0 {
+			return invalid("command: %s names one task; a batched command ({inputs}) runs once per batch: use {inputs} and {outputs}", ph)
+		}
+	}
+	return nil
 }
 
 // unprintable is what a job name may not hold: control characters,

@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker/confine"
+	"golang.org/x/sys/unix"
 )
 
 // jobFiles is what the tasks of one job on this worker share, made when
@@ -26,7 +28,9 @@ type jobFiles struct {
 	logs    *os.File // OUTDIR/.harvest/logs; nil: FallbackLog
 	input   *os.File // the input the rules name (no roots set); else nil
 	tmpRoot string
+	tmpDir  *os.File        // tmpRoot, opened: the tasks' directories are made relative to it
 	runner  *confine.Runner // the job's confined task runner; nil: tasks are not confined
+	progs   sync.Map        // program name -> path found in PATH (lookPath)
 	refs    int             // tasks using it
 	idle    time.Time       // since when refs is 0
 	stale   bool            // no longer handed out
@@ -135,7 +139,7 @@ func (c *jobCache) closeAll() {
 }
 
 func (j *jobFiles) close() {
-	for _, f := range []*os.File{j.outDir, j.logs, j.input} {
+	for _, f := range []*os.File{j.outDir, j.logs, j.input, j.tmpDir} {
 		if f != nil {
 			f.Close()
 		}
@@ -169,6 +173,9 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 		return nil, fmt.Errorf("log directory: %w", err)
 	}
 	if j.tmpRoot, err = os.MkdirTemp(r.TempRoot, "harvest-job-"+strconv.FormatInt(t.JobID, 10)+"-"); err != nil {
+		return nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	if j.tmpDir, err = os.OpenFile(j.tmpRoot, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	if r.Jail == nil || r.Jail.Mode == confine.ModeOff || (r.Jail.Mode == confine.ModeAuto && !confine.Probe().Confined(confine.ModeAuto)) {
@@ -207,4 +214,21 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 func (r *ExecRunner) Close() error {
 	r.jobs.closeAll()
 	return nil
+}
+
+// lookPath is confine.LookPath with path, remembered for the job's life
+// on this worker for a name without a slash (a program that goes away
+// meanwhile fails the task at its exec, with the same code 127).
+func (j *jobFiles) lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return confine.LookPath(name, path)
+	}
+	if p, ok := j.progs.Load(name); ok {
+		return p.(string), nil
+	}
+	p, err := confine.LookPath(name, path)
+	if err == nil {
+		j.progs.Store(name, p)
+	}
+	return p, err
 }

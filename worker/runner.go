@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker/confine"
+	"golang.org/x/sys/unix"
 )
 
 // Outcome is what a Runner reports for one task; the worker adds the ids.
@@ -36,11 +38,44 @@ type Runner interface {
 	Run(ctx context.Context, t pilotproto.Task) Outcome
 }
 
+// A BatchRunner also runs a batched command (pilotproto.Batched) once
+// for the tasks of one batch; the outcome is every task's.
+type BatchRunner interface {
+	RunBatch(ctx context.Context, ts []pilotproto.Task) Outcome
+}
+
+// SubstituteBatch expands a batched command for the tasks ts of one
+// batch: {inputs} becomes their inputs and {outputs} their outputs, one
+// argument each, in the same order; {job} the job's id.
+func SubstituteBatch(argv []string, ts []pilotproto.Task) []string {
+	job := strings.NewReplacer("{job}", strconv.FormatInt(ts[0].JobID, 10))
+	out := make([]string, 0, len(argv)+2*len(ts))
+	for _, a := range argv {
+		switch a {
+		case pilotproto.PlaceholderInputs:
+			for _, t := range ts {
+				out = append(out, t.Input)
+			}
+		case pilotproto.PlaceholderOutputs:
+			for _, t := range ts {
+				out = append(out, t.Output)
+			}
+		default:
+			out = append(out, job.Replace(a))
+		}
+	}
+	return out
+}
+
 // Substitute replaces the placeholders {input} {output} {job} {task} in
 // every argument, in one pass (a value that contains a placeholder is not
 // expanded again). {job} and {task} are the job and task ids, as `harvest
 // submit` documents.
 func Substitute(argv []string, t pilotproto.Task) []string {
+	if !slices.ContainsFunc(argv, func(a string) bool { return strings.IndexByte(a, '{') >= 0 }) {
+		// No placeholder (true, prog --flag): no replacer to build.
+		return slices.Clone(argv)
+	}
 	r := strings.NewReplacer("{input}", t.Input, "{output}", t.Output,
 		"{job}", strconv.FormatInt(t.JobID, 10), "{task}", strconv.FormatInt(t.ID, 10))
 	out := make([]string, len(argv))
@@ -125,6 +160,7 @@ type prepared struct {
 	job            *jobFiles
 	stdout, stderr *os.File
 	tmp            string
+	tmpName        string // tmp's name in job.tmpDir, when made there
 }
 
 func (p *prepared) close() {
@@ -133,32 +169,40 @@ func (p *prepared) close() {
 			f.Close()
 		}
 	}
+	// An empty temporary directory (most tasks leave nothing) goes with
+	// one rmdir relative to the job's; anything else with RemoveAll.
+	if p.tmpName != "" && unix.Unlinkat(int(p.job.tmpDir.Fd()), p.tmpName, unix.AT_REMOVEDIR) == nil {
+		return
+	}
 	if p.tmp != "" {
 		os.RemoveAll(p.tmp)
 	}
 }
 
-// prepare opens what the task writes and reads, refusing links that would
-// lead it elsewhere: the job's files once (jobFiles), the task's own here.
-func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
-	if t.Input != "" {
+// prepare opens what the tasks ts (one, or a batch of a batched command)
+// write and read, refusing links that would lead elsewhere: the job's
+// files once (jobFiles), the run's own here.
+func (r *ExecRunner) prepare(ts []pilotproto.Task) (*prepared, error) {
+	t := ts[0]
+	for _, t := range ts {
+		if t.Input == "" {
+			continue
+		}
 		// Checked per task: the job's files hold the input only when no
 		// roots are set.
 		roots := r.Roots
 		if len(roots) == 0 {
 			roots = []string{filepath.Dir(t.Input)}
 		}
-		in, err := safefs.OpenIn(t.Input, roots)
-		if err != nil {
+		if err := safefs.CheckIn(t.Input, roots); err != nil {
 			return nil, fmt.Errorf("input: %w", err)
 		}
-		in.Close()
 	}
 	job, err := r.jobs.acquire(r, t)
 	if err != nil {
 		return nil, err
 	}
-	p, err := r.prepareIn(job, t)
+	p, err := r.prepareIn(job, ts)
 	if err != nil && job.outDir != nil {
 		// The job's directory may have been removed or replaced since it
 		// was opened: once more with it opened afresh.
@@ -166,7 +210,7 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 		if job, err = r.jobs.acquire(r, t); err != nil {
 			return nil, err
 		}
-		p, err = r.prepareIn(job, t)
+		p, err = r.prepareIn(job, ts)
 	}
 	if err != nil {
 		r.jobs.release(job, false)
@@ -175,7 +219,8 @@ func (r *ExecRunner) prepare(t pilotproto.Task) (*prepared, error) {
 	return p, nil
 }
 
-func (r *ExecRunner) prepareIn(job *jobFiles, t pilotproto.Task) (*prepared, error) {
+func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, error) {
+	t := ts[0]
 	p := &prepared{job: job}
 	ok := false
 	defer func() {
@@ -191,7 +236,29 @@ func (r *ExecRunner) prepareIn(job *jobFiles, t pilotproto.Task) (*prepared, err
 		if p.stderr, err = safefs.CreateBeneath(job.logs, pilotproto.LogName(t.ID, t.Attempt, "err"), 0o644); err != nil {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
-		if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
+		// The other tasks of a batched run: their log names are links
+		// to the run's logs.
+		for _, o := range ts[1:] {
+			for _, ext := range []string{"out", "err"} {
+				if err := linkLog(job.logs, pilotproto.LogName(t.ID, t.Attempt, ext), pilotproto.LogName(o.ID, o.Attempt, ext)); err != nil {
+					return nil, fmt.Errorf("log of task %d: %w", o.ID, err)
+				}
+			}
+		}
+		if len(ts) > 1 || pilotproto.Batched(t.Command) {
+			// A batched run: one output directory per entry, made here.
+			for _, o := range ts {
+				rel, err := filepath.Rel(o.OutputDir, o.Output)
+				if err != nil || rel == "." || !safefs.Within(o.Output, []string{o.OutputDir}) {
+					return nil, fmt.Errorf("output %s is not inside the job's output directory", o.Output)
+				}
+				d, err := safefs.MkdirBeneath(job.outDir, rel, 0o755)
+				if err != nil {
+					return nil, fmt.Errorf("output directory: %w", err)
+				}
+				d.Close()
+			}
+		} else if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
 			// The output's own parent, when it is deeper (best effort:
 			// the command may create it itself).
 			if d, err := safefs.MkdirBeneath(job.outDir, rel, 0o755); err == nil {
@@ -205,8 +272,23 @@ func (r *ExecRunner) prepareIn(job *jobFiles, t pilotproto.Task) (*prepared, err
 		if p.stderr, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "err"))); err != nil {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
+		for _, o := range ts[1:] {
+			for _, ext := range []string{"out", "err"} {
+				dst := filepath.Join(r.FallbackLog, pilotproto.LogName(o.ID, o.Attempt, ext))
+				os.Remove(dst)
+				if err := os.Link(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, ext)), dst); err != nil {
+					return nil, fmt.Errorf("log of task %d: %w", o.ID, err)
+				}
+			}
+		}
 	}
-	if p.tmp, err = os.MkdirTemp(job.tmpRoot, "task-"+strconv.FormatInt(t.ID, 10)+"."+strconv.Itoa(t.Attempt)+"-"); err != nil {
+	// The task's temporary directory, made relative to the job's private
+	// one (opened once); a name taken (a former run's, not removed) gets
+	// a fresh one.
+	name := "task-" + strconv.FormatInt(t.ID, 10) + "." + strconv.Itoa(t.Attempt)
+	if err = unix.Mkdirat(int(job.tmpDir.Fd()), name, 0o700); err == nil {
+		p.tmp, p.tmpName = job.tmpRoot+"/"+name, name
+	} else if p.tmp, err = os.MkdirTemp(job.tmpRoot, name+"-"); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	ok = true
@@ -246,8 +328,8 @@ func (c runnerProc) result() (syscall.WaitStatus, error) { return c.t.Wait() }
 // start starts the task: through its job's runner when confined, else as
 // the worker's own child. The error carries the exit code a shell would
 // give (127: not found).
-func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc, int, error) {
-	prog, err := confine.LookPath(argv[0], r.Path)
+func (r *ExecRunner) start(t pilotproto.Task, argv, env []string, p *prepared) (proc, int, error) {
+	prog, err := p.job.lookPath(argv[0], r.Path)
 	if err != nil {
 		code := -1
 		if errors.Is(err, os.ErrNotExist) {
@@ -255,7 +337,6 @@ func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc,
 		}
 		return nil, code, err
 	}
-	env := r.Env(t, p.tmp)
 	if run := p.job.runner; run != nil {
 		task, err := run.Start(prog, argv, env, r.jobs.devNull, p.stdout, p.stderr)
 		if err != nil {
@@ -284,7 +365,12 @@ func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc,
 	// worker itself dies (kill -9), so no orphan keeps writing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, -1, err
+		// As the job's runner (and a shell) says it.
+		code := confine.ExitCannotRun
+		if errors.Is(err, os.ErrNotExist) {
+			code = confine.ExitNotFound
+		}
+		return nil, code, err
 	}
 	c := &cmdProc{cmd: cmd, end: make(chan struct{})}
 	go func() {
@@ -296,15 +382,32 @@ func (r *ExecRunner) start(t pilotproto.Task, argv []string, p *prepared) (proc,
 
 // Run implements Runner.
 func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
+	return r.run(ctx, []pilotproto.Task{t}, Substitute(t.Command, t))
+}
+
+// RunBatch implements BatchRunner: the batched command once, with every
+// task's input in place of {inputs}, its output directory (made for it)
+// in place of {outputs}, its logs linked to the run's, its timeout the
+// job's per-task timeout times the number of tasks; the outcome is
+// every task's, as the command's exit says. The environment is a task's
+// (HARVEST_TASK_ID the first's) with HARVEST_TASK_IDS, all of them.
+func (r *ExecRunner) RunBatch(ctx context.Context, ts []pilotproto.Task) Outcome {
+	if len(ts) == 0 {
+		return Outcome{Status: pilotproto.StatusFailed, ExitCode: -1, StartedAt: time.Now(), ErrorTail: "empty batch"}
+	}
+	return r.run(ctx, ts, SubstituteBatch(ts[0].Command, ts))
+}
+
+func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []string) Outcome {
 	start := time.Now()
+	t := ts[0]
 	fail := func(code int, err error) Outcome {
 		return Outcome{Status: pilotproto.StatusFailed, ExitCode: code, StartedAt: start, Duration: time.Since(start), ErrorTail: err.Error()}
 	}
-	argv := Substitute(t.Command, t)
 	if len(argv) == 0 || argv[0] == "" {
 		return fail(-1, errors.New("empty command"))
 	}
-	p, err := r.prepare(t)
+	p, err := r.prepare(ts)
 	if err != nil {
 		return fail(-1, err)
 	}
@@ -313,13 +416,24 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		r.jobs.release(p.job, p.job.runner != nil && p.job.runner.Ended())
 	}()
 	defer p.close()
-	pr, code, err := r.start(t, argv, p)
+	env := r.Env(t, p.tmp)
+	if len(ts) > 1 || pilotproto.Batched(t.Command) {
+		ids := make([]string, len(ts))
+		for i, o := range ts {
+			ids[i] = strconv.FormatInt(o.ID, 10)
+		}
+		env = append(env, "HARVEST_TASK_IDS="+strings.Join(ids, ","))
+	}
+	pr, code, err := r.start(t, argv, env, p)
 	if err != nil {
 		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
 	}
+	// (Bounded well below time.Duration's range: a year's timeout times
+	// a thousand entries would overflow it.)
+	timeoutS := min(t.TimeoutS*int64(len(ts)), 100*365*24*3600)
 	var timeout <-chan time.Time
 	if t.TimeoutS > 0 {
-		tm := time.NewTimer(time.Duration(t.TimeoutS) * time.Second)
+		tm := time.NewTimer(time.Duration(timeoutS) * time.Second)
 		defer tm.Stop()
 		timeout = tm.C
 	}
@@ -333,6 +447,9 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 		r.kill(pr)
 	}
 	ws, werr := pr.result()
+	if se := (*confine.StartError)(nil); errors.As(werr, &se) {
+		return fail(se.Code, fmt.Errorf("start %s: %w", argv[0], se))
+	}
 	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: -1}
 	switch {
 	case werr != nil:
@@ -355,7 +472,7 @@ func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
 			o.ErrorTail += "\n[harvest] " + werr.Error()
 		}
 		if timedOut {
-			o.ErrorTail += fmt.Sprintf("\n[harvest] killed after the task timeout of %ds", t.TimeoutS)
+			o.ErrorTail += fmt.Sprintf("\n[harvest] killed after the task timeout of %ds", timeoutS)
 		}
 	}
 	return o
@@ -376,6 +493,19 @@ func (r *ExecRunner) kill(pr proc) {
 		pr.signal(syscall.SIGKILL)
 		<-pr.done()
 	}
+}
+
+// linkLog makes the log name dst in logs a link to the log src there
+// (replacing a former run's), neither followed if a link.
+func linkLog(logs *os.File, src, dst string) error {
+	fd := int(logs.Fd())
+	err := unix.Linkat(fd, src, fd, dst, 0)
+	if errors.Is(err, unix.EEXIST) {
+		if err = unix.Unlinkat(fd, dst, 0); err == nil {
+			err = unix.Linkat(fd, src, fd, dst, 0)
+		}
+	}
+	return err
 }
 
 // tail returns the last n bytes of a file ("" if unreadable).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
+	"github.com/harvest-hpc/harvest/worker/confine"
 )
 
 func TestSubstitute(t *testing.T) {
@@ -44,6 +45,7 @@ func TestSubstitute(t *testing.T) {
 
 func execTask(dir string, timeout int64, argv ...string) pilotproto.Task {
 	os.MkdirAll(filepath.Join(dir, "in"), 0o755)
+	os.WriteFile(filepath.Join(dir, "in", "noint"), []byte("#!/nonexistent/interpreter\n"), 0o755)
 	return pilotproto.Task{ID: 3, Attempt: 2, JobID: 9, Name: "e1", Input: filepath.Join(dir, "in"),
 		Output: filepath.Join(dir, "out", "e1"), OutputDir: filepath.Join(dir, "out"), Command: argv, TimeoutS: timeout}
 }
@@ -98,6 +100,18 @@ func TestExecRunner(t *testing.T) {
 			},
 		},
 		{
+			// The program is found, but its exec fails (the script's
+			// interpreter is missing): the error comes from the exec
+			// itself, confined from the job's runner.
+			name: "a program whose exec fails with ENOENT fails with 127 and says why",
+			argv: []string{"{input}/noint"}, wantStatus: pilotproto.StatusFailed, wantCode: 127,
+			check: func(t *testing.T, dir string, o worker.Outcome) {
+				if !strings.Contains(o.ErrorTail, "noint") || !strings.Contains(o.ErrorTail, "no such file") {
+					t.Errorf("error tail %q does not say why", o.ErrorTail)
+				}
+			},
+		},
+		{
 			name: "a command past its timeout is killed and reported as a timeout",
 			argv: []string{"sleep", "30"}, timeout: 1, wantStatus: pilotproto.StatusTimeout, wantCode: -1,
 			check: func(t *testing.T, dir string, o worker.Outcome) {
@@ -107,17 +121,33 @@ func TestExecRunner(t *testing.T) {
 			},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			r := worker.DefaultExecRunner()
-			r.KillGrace = 200 * time.Millisecond
-			o := r.Run(context.Background(), execTask(dir, tc.timeout, tc.argv...))
-			if o.Status != tc.wantStatus || o.ExitCode != tc.wantCode {
-				t.Fatalf("status %q code %d, want %q %d (tail %q)", o.Status, o.ExitCode, tc.wantStatus, tc.wantCode, o.ErrorTail)
-			}
-			tc.check(t, dir, o)
-		})
+	for _, mode := range []confine.Mode{confine.ModeOff, confine.ModeRequire} {
+		if sup := confine.Probe(); mode != confine.ModeOff && !sup.Confined(mode) {
+			t.Logf("confined cases skipped: this kernel has no Landlock: %v", sup.Err)
+			continue
+		}
+		for _, tc := range cases {
+			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
+				dir := t.TempDir()
+				r := worker.DefaultExecRunner()
+				r.KillGrace = 200 * time.Millisecond
+				if mode != confine.ModeOff {
+					// Started by the job's runner (vfork, the task's own
+					// Landlock domain): the same outcomes.
+					exe, err := os.Executable()
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.Roots, r.TempRoot, r.Jail = []string{dir}, dir, &confine.Launcher{Exe: exe, Mode: mode}
+					defer r.Close()
+				}
+				o := r.Run(context.Background(), execTask(dir, tc.timeout, tc.argv...))
+				if o.Status != tc.wantStatus || o.ExitCode != tc.wantCode {
+					t.Fatalf("status %q code %d, want %q %d (tail %q)", o.Status, o.ExitCode, tc.wantStatus, tc.wantCode, o.ErrorTail)
+				}
+				tc.check(t, dir, o)
+			})
+		}
 	}
 }
 

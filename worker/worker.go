@@ -64,6 +64,9 @@ type Worker struct {
 	cur      *client
 	queue    []pilotproto.Task
 	running  map[ref]*running
+	busy     int                 // slots in use (a batched command's run takes one for all its tasks)
+	unitOf   map[ref]int64       // queued tasks of a batched command: their batch
+	dropped  map[ref]bool        // running tasks the master gave to someone else: not reported
 	results  []pilotproto.Result // not yet acknowledged by a master
 	draining bool
 	stop     <-chan struct{} // closed when the pilot decided to stop (Run's ctx)
@@ -89,7 +92,7 @@ func New(cfg Config, resolve Resolver) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, resolve: resolve, log: cfg.Logger.With("component", "worker", "worker", cfg.ID),
 		http: newHTTP(cfg.Token), slots: cfg.Slots,
-		running: map[ref]*running{}, changed: make(chan struct{}),
+		running: map[ref]*running{}, unitOf: map[ref]int64{}, dropped: map[ref]bool{}, changed: make(chan struct{}),
 	}
 	w.lastContact.Store(time.Now().UnixNano())
 	return w, nil
@@ -291,7 +294,7 @@ func (s *session) pullLoop(ctx context.Context) {
 	w := s.w
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		free := w.capacity() - len(w.queue) - len(w.running)
+		free := w.capacity() - w.held()
 		draining := w.draining
 		ch := w.changed
 		w.mu.Unlock()
@@ -428,6 +431,12 @@ func (w *Worker) accept(batches []workerproto.Batch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, b := range batches {
+		if len(b.Tasks) > 0 && pilotproto.Batched(b.Tasks[0].Command) {
+			// Run once for the whole batch (dispatch).
+			for _, t := range b.Tasks {
+				w.unitOf[refOf(t)] = b.ID
+			}
+		}
 		w.queue = append(w.queue, b.Tasks...)
 	}
 	w.notify()
@@ -449,11 +458,14 @@ func (w *Worker) drop(refs []ref) {
 	for _, t := range w.queue {
 		if !set[refOf(t)] {
 			q = append(q, t)
+		} else {
+			delete(w.unitOf, refOf(t))
 		}
 	}
 	w.queue = q
 	for k, r := range w.running {
 		if set[k] {
+			w.dropped[k] = true
 			r.cancel(errDropped)
 		}
 	}
@@ -474,6 +486,7 @@ func (w *Worker) killJobs(jobs []int64) {
 	q := w.queue[:0]
 	for _, t := range w.queue {
 		if set[t.JobID] {
+			delete(w.unitOf, refOf(t))
 			w.results = append(w.results, w.result(t, Outcome{Status: pilotproto.StatusKilled, StartedAt: time.Now()}))
 			continue
 		}
@@ -493,14 +506,43 @@ func (w *Worker) result(t pilotproto.Task, o Outcome) pilotproto.Result {
 		StartedAt: o.StartedAt.UnixMilli(), DurationMS: o.Duration.Milliseconds(), Pilot: w.cfg.PilotID, ErrorTail: o.ErrorTail}
 }
 
-// dispatch starts queued tasks while slots are free.
+// held is how many slots' worth of work the worker holds: its busy slots
+// and its queued runs (a task, or all the queued tasks of one batch of a
+// batched command, which run once). Called with mu held.
+func (w *Worker) held() int {
+	n := w.busy
+	last, prev := int64(0), false
+	for _, t := range w.queue {
+		id, ok := w.unitOf[refOf(t)]
+		if !ok || !prev || id != last {
+			n++
+		}
+		last, prev = id, ok
+	}
+	return n
+}
+
+// dispatch starts queued tasks while slots are free: a task, or the
+// queued tasks of one batch of a batched command, per slot.
 func (w *Worker) dispatch(ctx context.Context) {
 	for {
 		w.mu.Lock()
-		for !w.draining && len(w.running) < w.slots && len(w.queue) > 0 {
-			t := w.queue[0]
-			w.queue = w.queue[1:]
-			w.start(t)
+		for !w.draining && w.busy < w.slots && len(w.queue) > 0 {
+			n := 1
+			if id, ok := w.unitOf[refOf(w.queue[0])]; ok {
+				for n < len(w.queue) {
+					if b, ok := w.unitOf[refOf(w.queue[n])]; !ok || b != id {
+						break
+					}
+					n++
+				}
+			}
+			ts := w.queue[:n:n]
+			w.queue = w.queue[n:]
+			for _, t := range ts {
+				delete(w.unitOf, refOf(t))
+			}
+			w.start(ts)
 		}
 		ch := w.changed
 		w.mu.Unlock()
@@ -512,14 +554,18 @@ func (w *Worker) dispatch(ctx context.Context) {
 	}
 }
 
-// start runs t in its own goroutine; called with mu held.
-func (w *Worker) start(t pilotproto.Task) {
+// start runs ts (one task, or a batch of a batched command) in a
+// goroutine of its own, in one slot; called with mu held.
+func (w *Worker) start(ts []pilotproto.Task) {
 	tctx, cancel := context.WithCancelCause(context.Background())
-	w.running[refOf(t)] = &running{t: t, cancel: cancel}
+	for _, t := range ts {
+		w.running[refOf(t)] = &running{t: t, cancel: cancel}
+	}
+	w.busy++
 	w.tasks.Add(1)
 	go func() {
 		defer w.tasks.Done()
-		o := w.cfg.Runner.Run(tctx, t)
+		o := w.run(tctx, ts)
 		if context.Cause(tctx) == nil && o.Status == pilotproto.StatusFailed && (w.stopping() || stopSignal(o)) {
 			// Not our kill: the batch system's stop signal reaches the
 			// task as well as the pilot, maybe first. The pilot decides:
@@ -536,23 +582,57 @@ func (w *Worker) start(t pilotproto.Task) {
 		cancel(nil)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		delete(w.running, refOf(t))
+		w.busy--
 		switch {
 		case errors.Is(cause, errDropped):
-			w.notify()
-			return
+			// The others of a batched run one of whose tasks went to
+			// another worker: not run to an end here, no attempt.
+			o.Status = pilotproto.StatusInterrupted
 		case errors.Is(cause, errInterrupted):
 			o.Status = pilotproto.StatusInterrupted
 		case errors.Is(cause, errKilled):
 			o.Status = pilotproto.StatusKilled
 		}
-		w.finished.Add(1)
+		// The prefetch counts runs (a batched run takes a slot as a task
+		// does); each entry of a batched run reports its share of the
+		// run's time: the master learns a task's time per entry.
 		if o.Status == pilotproto.StatusDone || o.Status == pilotproto.StatusFailed {
 			w.taskTime, w.timed = ewma(w.taskTime, o.Duration), true
 		}
-		w.results = append(w.results, w.result(t, o))
+		o.Duration /= time.Duration(len(ts))
+		for _, t := range ts {
+			k := refOf(t)
+			delete(w.running, k)
+			if w.dropped[k] {
+				delete(w.dropped, k)
+				continue
+			}
+			w.finished.Add(1)
+			w.results = append(w.results, w.result(t, o))
+		}
 		w.notify()
 	}()
+}
+
+// run runs one task, or a batched command once for its batch's tasks ts
+// (through the runner's RunBatch; a runner without one runs them one by
+// one, the first failure standing for all).
+func (w *Worker) run(ctx context.Context, ts []pilotproto.Task) Outcome {
+	if len(ts) == 1 && !pilotproto.Batched(ts[0].Command) {
+		return w.cfg.Runner.Run(ctx, ts[0])
+	}
+	if br, ok := w.cfg.Runner.(BatchRunner); ok {
+		return br.RunBatch(ctx, ts)
+	}
+	var o Outcome
+	start := time.Now()
+	for _, t := range ts {
+		if o = w.cfg.Runner.Run(ctx, t); o.Status != pilotproto.StatusDone {
+			break
+		}
+	}
+	o.StartedAt, o.Duration = start, time.Since(start)
+	return o
 }
 
 // stopping reports whether the pilot decided to stop.
@@ -591,6 +671,7 @@ func (w *Worker) shutdown() {
 		w.results = append(w.results, w.result(t, Outcome{Status: pilotproto.StatusInterrupted, StartedAt: time.Now()}))
 	}
 	w.queue = nil
+	clear(w.unitOf)
 	for _, r := range w.running {
 		r.cancel(errInterrupted)
 	}

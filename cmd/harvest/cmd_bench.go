@@ -58,6 +58,7 @@ func benchCommand() *cli.Command {
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
 				&cli.IntFlag{Name: "batch-size", Value: 100, Usage: "the job's batch size"},
 				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process, and the same program in plain loops (the fork/exec floor)"},
+				&cli.BoolFlag{Name: "batched", Usage: "with --exec: the job's command is batched (true {inputs}: once per batch of --batch-size entries); the floor stays one true per task"},
 				&cli.StringFlag{Name: "confine", Value: "auto", Usage: "with --exec: the workers confine tasks as a pilot does: auto (Landlock where the kernel has it), require, off"},
 				&cli.StringFlag{Name: "shape", Usage: "thesis: 150 tasks on 1, 2, 4, 8 workers"},
 				&cli.BoolFlag{Name: "json", Usage: "print JSON"},
@@ -80,7 +81,7 @@ func runBench(c *cli.Context) error {
 	cfg := bench.DefaultConfig()
 	cfg.Workers, cfg.Slots, cfg.Tasks = c.Int("workers"), c.Int("slots"), c.Int("tasks")
 	cfg.WorkerProcs = c.Int("worker-gomaxprocs")
-	cfg.TaskTime, cfg.BatchSize, cfg.Exec = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec")
+	cfg.TaskTime, cfg.BatchSize, cfg.Exec, cfg.Batched = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec"), c.Bool("batched")
 	cfg.Users, cfg.InMemory, cfg.Confine = c.Int("users"), c.Bool("in-memory"), c.String("confine")
 	cfg.Binary, cfg.Dir = bin, dir
 	if !cfg.InMemory {
@@ -184,7 +185,10 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	if r.Queue == "memory" {
 		path = fmt.Sprintf("in-memory feed (%d jobs interleaved) -> master -> workers (no queue)", r.Users)
 	}
-	kind := taskKind(cfg) + " each"
+	kind := taskKind(cfg)
+	if !cfg.Batched {
+		kind += " each"
+	}
 	if cfg.Exec {
 		kind += ", confinement " + cfg.Confine
 	}
@@ -229,6 +233,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 
 func taskKind(cfg bench.Config) string {
 	switch {
+	case cfg.Batched:
+		return "exec true {inputs}, once per batch"
 	case cfg.Exec && cfg.TaskTime == 0:
 		return "exec true"
 	case cfg.Exec:

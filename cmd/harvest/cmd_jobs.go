@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 )
@@ -27,6 +28,7 @@ var waitExitCodes = map[string]int{
 func submitFlags() []cli.Flag {
 	return append(clientFlags(),
 		&cli.IntFlag{Name: "batch-size", Value: 1, Usage: "tasks per batch handed to a worker"},
+		&cli.BoolFlag{Name: "batched", Usage: "run CMD once per batch: {inputs} stands for the batch's entries and {outputs} for their output directories, one argument each (at most 1000 per batch)"},
 		&cli.Float64Flag{Name: "price", Value: 1, Usage: "your own importance weight for this job (> 0)"},
 		&cli.IntFlag{Name: "cores", Value: 1, Usage: "cores per task"},
 		&cli.IntFlag{Name: "max-attempts", Value: 3, Usage: "attempts per task before it fails for good"},
@@ -48,6 +50,11 @@ func submitCommand() *cli.Command {
 		Description: "Every entry of DIR (sub-directory or file, sorted, hidden ones skipped) becomes a task. CMD runs\n" +
 			"without a shell; in its arguments {input} is the entry's path, {output} the task's output path\n" +
 			"(output dir/<entry name>), {job} the job id and {task} the task id.\n\n" +
+			"With --batched, CMD runs once per batch of --batch-size entries (for a program whose work per\n" +
+			"entry is tiny): the argument {inputs} becomes the batch's entries and {outputs} their output\n" +
+			"directories (made for it), one argument each, in the same order, as xargs would; if CMD fails,\n" +
+			"every entry of its batch fails with its exit code. Example:\n" +
+			"  harvest submit ./dataset --batched --batch-size 100 -- prog --out-dirs {outputs} -- {inputs}\n\n" +
 			"A large dataset (a million entries) takes seconds to store: the queue's progress goes to\n" +
 			"stderr, a lost connection is retried with the submission's idempotency key (the same job,\n" +
 			"never a second), and the job appears whole or not at all.\n\n" +
@@ -127,6 +134,12 @@ func runSubmit(c *cli.Context, cl *client.Client, a args) error {
 			}
 			return cli.Exit(fmt.Sprintf("harvest submit: %s %q is not valid UTF-8", what, x), 2)
 		}
+	}
+	switch batched := pilotproto.Batched(argv); {
+	case c.Bool("batched") && !batched:
+		return cli.Exit("harvest submit: --batched runs CMD once per batch with the batch's entries: put the argument {inputs} in CMD", 2)
+	case !c.Bool("batched") && batched:
+		return cli.Exit("harvest submit: {inputs} runs CMD once per batch with all its entries: say so with --batched (or use {input}, one task per entry)", 2)
 	}
 	price, cores, attempts := c.Float64("price"), c.Int("cores"), c.Int("max-attempts")
 	spec := api.JobSpec{Dataset: abs, Command: argv, Name: c.String("name"), BatchSize: c.Int("batch-size"),

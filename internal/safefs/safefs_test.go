@@ -105,7 +105,13 @@ func TestOpenInFollowsLinksOnlyInsideTheRoots(t *testing.T) {
 			{"ds/inside", true},  // an absolute link to another entry of the root
 			{"ds/shadow", false}, // a link out of the root
 			{"ds/../../private", false},
+			{"ds/missing", false},
 		} {
+			// CheckIn says the same (its fast path takes only paths
+			// without links).
+			if err := CheckIn(filepath.Join(root, c.rel), []string{root}); (err == nil) != c.ok {
+				t.Errorf("CheckIn %s: err %v, want ok=%v", c.rel, err, c.ok)
+			}
 			f, err := OpenIn(filepath.Join(root, c.rel), []string{root})
 			if (err == nil) != c.ok {
 				t.Errorf("%s: err %v, want ok=%v", c.rel, err, c.ok)

@@ -37,6 +37,10 @@ type Config struct {
 	TaskTime  time.Duration // each task's run time (0: no-op)
 	BatchSize int           // the job's batch size
 	Exec      bool          // run each task as a real process (sleep/true) instead of in the worker
+	// Batched (with Exec, no task time): the job's command is batched,
+	// `true {inputs}`, run once per batch (issue 30 item 3); the floor
+	// stays one `true` per task.
+	Batched bool
 	// Confine is the workers' confinement of real tasks (--exec), as a
 	// pilot's --confine: auto confines with Landlock where the kernel can.
 	Confine  string
@@ -73,6 +77,10 @@ func (c Config) Validate() error {
 		return errors.New("bench: task time must not be negative")
 	case c.WorkerProcs < 0:
 		return errors.New("bench: worker GOMAXPROCS must not be negative (0: the cores shared out)")
+	case c.Batched && (!c.Exec || c.TaskTime != 0):
+		return errors.New("bench: batched commands are measured with --exec and no task time (true {inputs})")
+	case c.Batched && c.BatchSize > pilotproto.MaxBatchedEntries:
+		return fmt.Errorf("bench: a batched command takes at most %d entries per batch", pilotproto.MaxBatchedEntries)
 	case c.Exec && !validConfine(c.Confine):
 		return fmt.Errorf("bench: confine %q: want auto, require or off", c.Confine)
 	case c.Binary == "" || c.Dir == "":
@@ -254,7 +262,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
 	r.Users = cfg.Users
 	if cfg.Exec {
-		f, err := RunFloor(ctx, taskArgv(cfg), cfg.Workers, cfg.Tasks)
+		f, err := RunFloor(ctx, floorArgv(cfg), cfg.Workers, cfg.Tasks)
 		if err != nil {
 			return r, err
 		}
@@ -293,8 +301,17 @@ func feedTasks(cfg Config) []pilotproto.Task {
 	return tasks
 }
 
-// taskArgv is the command of every task: true, or sleep TaskTime.
+// taskArgv is the command of every task: true, or sleep TaskTime; with
+// Batched, true {inputs}.
 func taskArgv(cfg Config) []string {
+	if cfg.Batched {
+		return []string{"true", pilotproto.PlaceholderInputs}
+	}
+	return floorArgv(cfg)
+}
+
+// floorArgv is the program the floor runs once per task.
+func floorArgv(cfg Config) []string {
 	if cfg.TaskTime > 0 {
 		return []string{"sleep", strconv.FormatFloat(cfg.TaskTime.Seconds(), 'f', 3, 64)}
 	}

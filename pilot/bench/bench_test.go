@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -31,6 +32,9 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 	}{
 		{"end to end through the real queue by default", []string{"--users", "100", "--trace", traceFile}, "real", max(1, runtime.NumCPU()/2)},
 		{"the master and workers alone with --in-memory", []string{"--in-memory", "--worker-gomaxprocs", "3"}, "memory", 3},
+		// Real processes, a batched command (true {inputs}, once per batch
+		// of 100), against the floor of one true per task.
+		{"a batched command with --exec --batched", []string{"--in-memory", "--exec", "--batched", "--users", "1", "--worker-gomaxprocs", "1"}, "memory", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := exec.Command(bin, append([]string{"bench", "dispatch", "--workers", "2", "--tasks", "3000", "--json"}, tc.args...)...).Output()
@@ -63,6 +67,12 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 			}
 			if st, ok := got["steal_pct"].(float64); !ok || st < 0 || st > 100 {
 				t.Fatalf("steal_pct %v: %s", got["steal_pct"], out)
+			}
+			if slices.Contains(tc.args, "--exec") {
+				f, _ := got["floor"].(map[string]any)
+				if f == nil || f["tasks_per_s"].(float64) <= 0 || got["rate_vs_floor"].(float64) <= 0 || got["cpu_vs_floor"].(float64) <= 0 {
+					t.Fatalf("an --exec run without its floor and ratios: %s", out)
+				}
 			}
 			if tc.queue == "real" {
 				if _, ok := b["wal_mb"].(float64); !ok {

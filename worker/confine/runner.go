@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -25,7 +26,8 @@ const RunnerArg = "__harvest-runner"
 // in the runner's (so a task can signal neither the runner's main thread,
 // nor the worker, nor its sibling tasks). The worker opens each task's
 // files (stdin, stdout, stderr) and passes them with the request over a
-// socket pair; the runner reports the task's pid and its wait status.
+// socket pair; the runner answers once, when the task has ended, with its
+// wait status (or why it could not start).
 // Tasks it started are killed (their process groups) when the worker
 // closes the runner or dies.
 type Runner struct {
@@ -42,34 +44,31 @@ type Runner struct {
 
 // A Task is a task a Runner started.
 type Task struct {
-	r       *Runner
-	seq     int64
-	started chan struct{}
-	done    chan struct{}
-	pid     int
-	status  syscall.WaitStatus
-	err     error // the task could not start, or the runner ended
-	code    int   // with err: the exit code a shell would give
+	r      *Runner
+	seq    int64
+	done   chan struct{}
+	status syscall.WaitStatus
+	err    error // the task could not start (*StartError), or the runner ended
 }
 
-// request goes worker -> runner, event runner -> worker, one per packet.
+// request goes worker -> runner, event runner -> worker, one per packet
+// (encoded in wire.go).
 type request struct {
-	Op   string   `json:"op"` // "start" (with 3 descriptors: stdin, stdout, stderr) or "signal"
-	Seq  int64    `json:"seq"`
-	Path string   `json:"path,omitempty"`
-	Argv []string `json:"argv,omitempty"`
-	Env  []string `json:"env,omitempty"`
-	Sig  int      `json:"sig,omitempty"`
+	Op   string // "start" (with 3 descriptors: stdin, stdout, stderr) or "signal"
+	Seq  int64
+	Path string
+	Argv []string
+	Env  []string
+	Sig  int
 }
 
 type event struct {
-	Seq    int64  `json:"seq"`
-	Ready  bool   `json:"ready,omitempty"`
-	Pid    int    `json:"pid,omitempty"`
-	Done   bool   `json:"done,omitempty"`
-	Status int    `json:"status,omitempty"` // wait status
-	Code   int    `json:"code,omitempty"`   // could not start: the shell's code
-	Err    string `json:"err,omitempty"`
+	Seq    int64
+	Ready  bool
+	Done   bool
+	Status int // wait status
+	Code   int // could not start: the shell's code
+	Err    string
 }
 
 // RunnerFile names, in a Policy for StartRunner, the i-th of its files.
@@ -133,7 +132,7 @@ func (r *Runner) receive(ev *event) error {
 	if n == 0 {
 		return io.EOF
 	}
-	return json.Unmarshal(buf[:n], ev)
+	return decodeEvent(buf[:n], ev)
 }
 
 // read dispatches the runner's events until it ends.
@@ -145,24 +144,13 @@ func (r *Runner) read() {
 			break
 		}
 		r.mu.Lock()
-		t := r.pending[ev.Seq]
-		switch {
-		case t == nil:
-		case ev.Done:
+		if t := r.pending[ev.Seq]; t != nil && ev.Done {
 			delete(r.pending, ev.Seq)
 			t.status = syscall.WaitStatus(ev.Status)
 			if ev.Err != "" {
-				t.err, t.code = errors.New(ev.Err), ev.Code
-			}
-			select {
-			case <-t.started:
-			default:
-				close(t.started)
+				t.err = &StartError{Code: ev.Code, Err: errors.New(ev.Err)}
 			}
 			close(t.done)
-		default:
-			t.pid = ev.Pid
-			close(t.started)
 		}
 		r.mu.Unlock()
 	}
@@ -172,12 +160,7 @@ func (r *Runner) read() {
 	r.err = fmt.Errorf("the job's task runner ended (%v, %v)", err, werr)
 	for seq, t := range r.pending {
 		delete(r.pending, seq)
-		t.err, t.code = r.err, -1
-		select {
-		case <-t.started:
-		default:
-			close(t.started)
-		}
+		t.err = r.err
 		close(t.done)
 	}
 	r.mu.Unlock()
@@ -194,9 +177,12 @@ func (r *Runner) Ended() bool {
 	}
 }
 
-// Start starts path with argv and env and the files as its descriptors
-// 0, 1, 2, and waits until it runs. The error says why it could not,
-// with the exit code a shell would give (StartError).
+// Start asks the runner to start path with argv and env and the files as
+// its descriptors 0, 1, 2, and returns without waiting for it: a task
+// that could not start ends at once, and Wait says why, with the exit
+// code a shell would give (StartError). The requests are served in
+// order, so a Signal after Start reaches the task if it runs. Start's
+// own error is a request that could not be sent (StartError too).
 func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *os.File) (*Task, error) {
 	r.mu.Lock()
 	if r.err != nil {
@@ -204,10 +190,16 @@ func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *o
 		return nil, &StartError{Code: -1, Err: r.err}
 	}
 	r.seq++
-	t := &Task{r: r, seq: r.seq, started: make(chan struct{}), done: make(chan struct{})}
+	t := &Task{r: r, seq: r.seq, done: make(chan struct{})}
 	r.pending[t.seq] = t
 	r.mu.Unlock()
-	b, err := json.Marshal(request{Op: "start", Seq: t.seq, Path: path, Argv: argv, Env: env})
+	var err error
+	for _, s := range append(append([]string{path}, argv...), env...) {
+		if strings.IndexByte(s, 0) >= 0 {
+			err = fmt.Errorf("argument or variable %q holds a NUL byte", s)
+		}
+	}
+	b := encodeRequest(request{Op: "start", Seq: t.seq, Path: path, Argv: argv, Env: env})
 	if err == nil && len(b) > maxPacket {
 		err = fmt.Errorf("command line and environment of %d bytes, over %d", len(b), maxPacket)
 	}
@@ -220,14 +212,6 @@ func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *o
 		delete(r.pending, t.seq)
 		r.mu.Unlock()
 		return nil, &StartError{Code: -1, Err: err}
-	}
-	<-t.started
-	select {
-	case <-t.done:
-		if t.err != nil {
-			return nil, &StartError{Code: t.code, Err: t.err}
-		}
-	default:
 	}
 	return t, nil
 }
@@ -245,7 +229,7 @@ func (e *StartError) Unwrap() error { return e.Err }
 func (t *Task) Done() <-chan struct{} { return t.done }
 
 // Wait returns the task's wait status once it ended, or why it is
-// unknown (the runner ended).
+// unknown: it could not start (*StartError), or the runner ended.
 func (t *Task) Wait() (syscall.WaitStatus, error) {
 	<-t.done
 	return t.status, t.err
@@ -255,7 +239,7 @@ func (t *Task) Wait() (syscall.WaitStatus, error) {
 // knows whether the task was reaped: never a reused pid). After a signal,
 // the runner kills what is left of the group when the task ends.
 func (t *Task) Signal(sig syscall.Signal) {
-	b, _ := json.Marshal(request{Op: "signal", Seq: t.seq, Sig: int(sig)})
+	b := encodeRequest(request{Op: "signal", Seq: t.seq, Sig: int(sig)})
 	t.r.conn.WriteMsgUnix(b, nil, nil)
 }
 
@@ -267,18 +251,25 @@ func (r *Runner) Close() {
 
 // serveRunner is the runner's side: confine, say ready, serve requests
 // until the worker closes the socket (descriptor 3), then kill the tasks
-// still running and return.
+// still running and return. It runs on the main goroutine, locked to the
+// main thread (init in ruleset.go), and never leaves it: it starts every
+// task from it (spawn), so each task's Landlock domain is nested in that
+// thread's and the thread may signal it; it waits for the requests, and
+// for the tasks' ends through their pidfds, in one poll(2), and sends the
+// signals and reaps the tasks itself, so a pid is never reused under a
+// signal. No goroutine, no thread per task.
 func serveRunner(spec string) (int, error) {
-	sock := os.NewFile(3, "worker")
-	c, err := net.FileConn(sock)
-	sock.Close()
-	if err != nil {
+	const sock = 3
+	if err := unix.SetNonblock(sock, false); err != nil {
 		return ExitCannotRun, fmt.Errorf("confine: runner socket: %w", err)
 	}
-	conn := c.(*net.UnixConn)
 	send := func(ev event) {
-		b, _ := json.Marshal(ev)
-		conn.WriteMsgUnix(b, nil, nil)
+		b := encodeEvent(ev)
+		for {
+			if err := unix.Sendmsg(sock, b, nil, nil, 0); err != unix.EINTR {
+				return
+			}
+		}
 	}
 	fail := func(err error) (int, error) {
 		send(event{Err: err.Error()})
@@ -306,19 +297,13 @@ func serveRunner(spec string) (int, error) {
 	for fd := 3; fd < 1024; fd++ {
 		unix.CloseOnExec(fd)
 	}
-	// The tasks' stop signals, by request: sent from the thread that
-	// started the task (where the kernel has no Landlock TSYNC, each
-	// thread of the runner has a domain of its own, and only that
-	// thread's is an ancestor of the task's).
-	var mu sync.Mutex
-	running := map[int64]chan syscall.Signal{}
 	// The batch system's stop signal (scancel's SIGTERM, ...) reaches every
 	// process of the pilot, this runner too. The runner must outlive it:
 	// the worker decides whether its tasks were interrupted (no attempt
 	// charged), and a runner dead first would report them failed. Caught,
-	// not ignored: a caught signal is reset to its default at exec, so the
-	// tasks still stop on it. The worker ends the runner by closing the
-	// socket, or its death by Pdeathsig.
+	// not ignored: the tasks start with every handler reset to its
+	// default (spawn), so they still stop on it. The worker ends the
+	// runner by closing the socket, or its death by Pdeathsig.
 	stops := make(chan os.Signal, 8)
 	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGXCPU)
 	go func() {
@@ -326,140 +311,113 @@ func serveRunner(spec string) (int, error) {
 		}
 	}()
 	send(event{Ready: true})
+	type running struct {
+		seq       int64
+		pid       int
+		pidfd     int
+		signalled bool // then what is left of its group is killed when it ends
+	}
+	var tasks []*running
+	var polls []unix.PollFd
 	buf, oob := make([]byte, maxPacket), make([]byte, unix.CmsgSpace(3*4))
 	for {
-		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+		polls = append(polls[:0], unix.PollFd{Fd: sock, Events: unix.POLLIN})
+		for _, t := range tasks {
+			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
+		}
+		if _, err := unix.Poll(polls, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return ExitCannotRun, fmt.Errorf("confine: poll: %w", err)
+		}
+		// The tasks that ended, first: reaped here, after their group's
+		// stragglers if they were signalled.
+		kept := tasks[:0]
+		for i, t := range tasks {
+			if polls[i+1].Revents == 0 {
+				kept = append(kept, t)
+				continue
+			}
+			if t.signalled {
+				syscall.Kill(-t.pid, syscall.SIGKILL)
+			}
+			var ws syscall.WaitStatus
+			for {
+				if _, err := syscall.Wait4(t.pid, &ws, 0, nil); err != syscall.EINTR {
+					break
+				}
+			}
+			unix.Close(t.pidfd)
+			send(event{Seq: t.seq, Done: true, Status: int(ws)})
+		}
+		clear(tasks[len(kept):])
+		tasks = kept
+		if polls[0].Revents == 0 {
+			continue
+		}
+		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil || n == 0 {
 			break
 		}
-		var req request
-		jerr := json.Unmarshal(buf[:n], &req)
-		files := receivedFiles(oob[:oobn])
+		req, jerr := decodeRequest(buf[:n])
+		fds := receivedFDs(oob[:oobn])
 		switch {
 		case jerr != nil:
-			closeAll(files)
 		case req.Op == "signal":
-			mu.Lock()
-			if sigs, ok := running[req.Seq]; ok {
-				select {
-				case sigs <- syscall.Signal(req.Sig):
-				default:
+			for _, t := range tasks {
+				if t.seq == req.Seq {
+					t.signalled = true
+					syscall.Kill(-t.pid, syscall.Signal(req.Sig))
 				}
 			}
-			mu.Unlock()
-		case req.Op == "start" && len(files) == 3:
-			sigs := make(chan syscall.Signal, 4)
-			mu.Lock()
-			running[req.Seq] = sigs
-			mu.Unlock()
-			var pid int
-			err := scope.Start(func() error {
-				var err error
-				pid, err = syscall.ForkExec(req.Path, req.Argv, &syscall.ProcAttr{Env: req.Env,
-					Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-					Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}})
-				if err == nil {
-					send(event{Seq: req.Seq, Pid: pid})
+		case req.Op == "start" && len(fds) == 3:
+			pid, err := spawn(req.Path, req.Argv, req.Env, [3]int{fds[0], fds[1], fds[2]}, scope.fd)
+			pidfd := -1
+			if err == nil {
+				if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
+					syscall.Kill(-pid, syscall.SIGKILL)
+					syscall.Wait4(pid, nil, 0, nil)
+					err = fmt.Errorf("pidfd_open: %w", err)
 				}
-				return err
-			}, func() {
-				ws := watch(pid, sigs)
-				mu.Lock()
-				delete(running, req.Seq)
-				mu.Unlock()
-				send(event{Seq: req.Seq, Done: true, Status: int(ws)})
-			})
-			closeAll(files)
+			}
 			if err != nil {
-				mu.Lock()
-				delete(running, req.Seq)
-				mu.Unlock()
 				code := ExitCannotRun
 				if errors.Is(err, syscall.ENOENT) {
 					code = ExitNotFound
 				}
 				send(event{Seq: req.Seq, Done: true, Code: code, Err: fmt.Sprintf("start %s: %v", req.Path, err)})
+				break
 			}
-		default:
-			closeAll(files)
+			tasks = append(tasks, &running{seq: req.Seq, pid: pid, pidfd: pidfd})
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
 		}
 	}
 	// The worker is gone or closed the runner: nothing is left to run.
-	mu.Lock()
-	for _, sigs := range running {
-		select {
-		case sigs <- syscall.SIGKILL:
-		default:
-		}
+	for _, t := range tasks {
+		syscall.Kill(-t.pid, syscall.SIGKILL)
 	}
-	mu.Unlock()
 	return 0, nil
 }
 
-// watch runs on the thread that started the task: it sends the task's
-// process group the signals asked for until the task exits, then, if any
-// was, kills what is left of the group while the task's pid is not yet
-// free, and reaps it.
-func watch(pid int, sigs <-chan syscall.Signal) syscall.WaitStatus {
-	exited := make(chan struct{})
-	go func() {
-		waitExit(pid)
-		close(exited)
-	}()
-	signalled := false
-	for {
-		select {
-		case sig := <-sigs:
-			signalled = true
-			syscall.Kill(-pid, sig)
-			continue
-		case <-exited:
-		}
-		break
-	}
-	if signalled {
-		syscall.Kill(-pid, syscall.SIGKILL)
-	}
-	var ws syscall.WaitStatus
-	for {
-		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
-			return ws
-		}
-	}
-}
-
-// waitExit blocks until pid has exited, without reaping it.
-func waitExit(pid int) {
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return
-		}
-	}
-}
-
-func receivedFiles(oob []byte) []*os.File {
+// receivedFDs returns the descriptors passed with a request.
+func receivedFDs(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil
 	}
-	var files []*os.File
+	var all []int
 	for _, m := range msgs {
 		fds, err := unix.ParseUnixRights(&m)
 		if err != nil {
 			continue
 		}
-		for _, fd := range fds {
-			unix.CloseOnExec(fd)
-			files = append(files, os.NewFile(uintptr(fd), "task"))
-		}
+		all = append(all, fds...)
 	}
-	return files
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
+	return all
 }

@@ -1,0 +1,172 @@
+package confine
+
+/*
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <pthread.h>
+
+#ifndef SYS_landlock_restrict_self
+#define SYS_landlock_restrict_self 446
+#endif
+
+// harvest_spawn starts path with argv and envp, the descriptors in, out
+// and err (all above 2) as its 0, 1 and 2, in a process group of its
+// own, with SIGKILL as its parent-death signal, and, if ruleset is not
+// -1, in a Landlock domain of its own made from it (nested in the calling
+// thread's). It returns the pid, or -1 with *stage (1: the domain, 2: the
+// descriptors, 3: the exec) and *errnum saying what failed.
+//
+// vfork: the child borrows the parent's memory until it execs, so it only
+// makes system calls, and writes its failure into the parent's variables.
+// Every signal is blocked around it, and the child resets the handlers
+// the Go runtime installed before it unblocks them, so no Go handler runs
+// in it.
+static int harvest_spawn(const char *path, char *const argv[], char *const envp[],
+                         int in, int out, int err, int ruleset, int *stage, int *errnum) {
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	volatile int cstage = 0, cerr = 0;
+	pid_t parent = getpid();
+	pid_t pid = vfork();
+	if (pid == 0) {
+		struct sigaction dfl;
+		memset(&dfl, 0, sizeof dfl);
+		dfl.sa_handler = SIG_DFL;
+		for (int s = 1; s < _NSIG; s++) {
+			struct sigaction cur;
+			if (s == SIGKILL || s == SIGSTOP) continue;
+			// One call per signal; an ignored one stays ignored.
+			if (sigaction(s, &dfl, &cur) == 0 && cur.sa_handler == SIG_IGN)
+				sigaction(s, &cur, NULL);
+		}
+		if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
+			cstage = 3; cerr = errno ? errno : ESRCH; _exit(127);
+		}
+		if (ruleset >= 0 && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+		                     syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)) {
+			cstage = 1; cerr = errno; _exit(126);
+		}
+		if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
+			cstage = 2; cerr = errno; _exit(126);
+		}
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve(path, argv, envp);
+		cstage = 3; cerr = errno; _exit(127);
+	}
+	int verr = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		*stage = 0; *errnum = verr;
+		return -1;
+	}
+	if (cstage != 0) {
+		int ws;
+		while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+		*stage = cstage; *errnum = cerr;
+		return -1;
+	}
+	return pid;
+}
+
+// harvest_strings lays out n strings (lens[i] bytes each, in data) as a
+// NULL-terminated array of C strings in one allocation (free it once).
+static char **harvest_strings(const char *data, const int *lens, int n) {
+	size_t total = (size_t)(n + 1) * sizeof(char *);
+	for (int i = 0; i < n; i++) total += (size_t)lens[i] + 1;
+	char **v = malloc(total);
+	if (v == NULL) return NULL;
+	char *p = (char *)(v + n + 1);
+	for (int i = 0; i < n; i++) {
+		memcpy(p, data, lens[i]);
+		p[lens[i]] = 0;
+		v[i] = p;
+		p += lens[i] + 1;
+		data += lens[i];
+	}
+	v[n] = NULL;
+	return v;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+// cStrings copies ss to C memory as a NULL-terminated array; free with
+// C.free.
+func cStrings(ss []string) (**C.char, error) {
+	var b strings.Builder
+	lens := make([]C.int, len(ss)+1)
+	for i, s := range ss {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("argument or variable %q holds a NUL byte", s)
+		}
+		b.WriteString(s)
+		lens[i] = C.int(len(s))
+	}
+	data := b.String()
+	cdata := C.CString(data)
+	defer C.free(unsafe.Pointer(cdata))
+	v := C.harvest_strings(cdata, &lens[0], C.int(len(ss)))
+	if v == nil {
+		return nil, errors.New("out of memory")
+	}
+	return v, nil
+}
+
+// spawn starts a task from the calling thread (see harvest_spawn); the
+// caller must be locked to its thread, since the task's Landlock domain
+// is nested in that thread's, and only that thread may signal it.
+// ruleset -1: the task shares the thread's domain.
+func spawn(path string, argv, env []string, fds [3]int, ruleset int) (int, error) {
+	for _, fd := range fds {
+		if fd <= 2 {
+			return 0, fmt.Errorf("descriptor %d of the task's is a standard one", fd)
+		}
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	cargv, err := cStrings(argv)
+	if err != nil {
+		return 0, err
+	}
+	defer C.free(unsafe.Pointer(cargv))
+	cenv, err := cStrings(env)
+	if err != nil {
+		return 0, err
+	}
+	defer C.free(unsafe.Pointer(cenv))
+	var stage, errnum C.int
+	pid := C.harvest_spawn(cpath, cargv, cenv, C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), &stage, &errnum)
+	if pid >= 0 {
+		return int(pid), nil
+	}
+	e := syscall.Errno(errnum)
+	switch stage {
+	case 0:
+		return 0, fmt.Errorf("vfork: %w", e)
+	case 1:
+		if e == syscall.E2BIG {
+			return 0, fmt.Errorf("confine: too many stacked Landlock domains: %w", e)
+		}
+		return 0, fmt.Errorf("confine: landlock_restrict_self: %w", e)
+	case 2:
+		return 0, fmt.Errorf("the task's descriptors: %w", e)
+	}
+	return 0, e
+}
