@@ -43,10 +43,16 @@ const never = int64(math.MaxInt64)
 type plan struct {
 	times []int64
 	free  []int
+	// fits maps a node count n to a time before which no step has n
+	// free: the first such step the last search for n found. Steps only
+	// lose free nodes during a walk (reserve), so it stays a lower bound
+	// and the next search for n starts there, not at time 0 (a 10,000-job
+	// queue searched the same full prefix again for every job).
+	fits map[int]int64
 }
 
 func newPlan(free int, ends []freeing) plan {
-	p := plan{times: []int64{0}, free: []int{free}}
+	p := plan{times: []int64{0}, free: []int{free}, fits: map[int]int64{}}
 	slices.SortFunc(ends, func(a, b freeing) int { return compareLimit(a.after, b.after) })
 	for _, e := range ends {
 		if e.after.IsUnlimited() {
@@ -83,10 +89,15 @@ func addTime(t int64, d cluster.Limit) int64 {
 // steps, following the current run of steps with n free.
 func (p *plan) earliest(n int, d cluster.Limit) int64 {
 	start := -1
-	for i := range p.times {
+	from, _ := slices.BinarySearch(p.times, p.fits[n])
+	first := true
+	for i := from; i < len(p.times); i++ {
 		if p.free[i] < n {
 			start = -1
 			continue
+		}
+		if first {
+			p.fits[n], first = p.times[i], false
 		}
 		if start < 0 {
 			start = i
@@ -98,6 +109,9 @@ func (p *plan) earliest(n int, d cluster.Limit) int64 {
 		if end == never || addTime(p.times[start], d) <= end {
 			return p.times[start]
 		}
+	}
+	if first {
+		p.fits[n] = never // no step has n free, nor will
 	}
 	return never
 }
