@@ -191,6 +191,7 @@ func TestRealSLURMGiveBackModes(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			var base time.Duration
+			var baseEach []time.Duration
 			for _, m := range gbModes {
 				if m.flags != nil && sc.modes != nil && !slices.Contains(sc.modes, m.name) {
 					continue
@@ -198,13 +199,21 @@ func TestRealSLURMGiveBackModes(t *testing.T) {
 				r := gbOnce(t, c, bin, sc, m)
 				latency := r.latency
 				if m.flags == nil {
-					base = latency
+					base, baseEach = latency, r.each
 					t.Logf("FIGURES scenario=%q mode=%s latency_s=%.3f", sc.name, m.name, latency.Seconds())
 					continue
 				}
 				delay := latency - base
-				t.Logf("FIGURES scenario=%q mode=%s latency_s=%.3f delay_s=%.3f lost_task_s=%.1f preempted=%d shrunk=%d",
-					sc.name, m.name, latency.Seconds(), delay.Seconds(), r.lost, r.preempted, r.shrunk)
+				// Late job-seconds: every measured job's delay against the
+				// baseline's, job by job (issue 33 item 3).
+				var late time.Duration
+				for i, d := range r.each {
+					if i < len(baseEach) {
+						late += max(0, d-baseEach[i])
+					}
+				}
+				t.Logf("FIGURES scenario=%q mode=%s latency_s=%.3f delay_s=%.3f late_s=%.3f lost_task_s=%.1f preempted=%d shrunk=%d",
+					sc.name, m.name, latency.Seconds(), delay.Seconds(), late.Seconds(), r.lost, r.preempted, r.shrunk)
 				bound := gbPreemptMax
 				if m.name == "polling" {
 					bound = gbPoll + gbPollSlack
@@ -257,10 +266,13 @@ func newGBRun(t *testing.T, c *slurmtest.Cluster) *gbRun {
 
 // gbResult is what one run measured.
 type gbResult struct {
-	latency   time.Duration // the measured job's reference to start
-	lost      float64       // task seconds lost, from the tasks' ledger
-	preempted int           // pilots SLURM preempted
-	shrunk    int           // pilot ends the agent pulled in
+	latency time.Duration // the measured job's reference to start
+	// each is every measured job's reference to start, in the event's
+	// order (one job but in a burst): late job-seconds sum them.
+	each      []time.Duration
+	lost      float64 // task seconds lost, from the tasks' ledger
+	preempted int     // pilots SLURM preempted
+	shrunk    int     // pilot ends the agent pulled in
 }
 
 // gbOnce runs scenario sc in mode m. Besides the figures it checks what
@@ -283,11 +295,17 @@ func gbOnce(t *testing.T, c *slurmtest.Cluster, bin string, sc gbScenario, m gbM
 	job, ref := sc.event(s)
 	// A burst (ids joined by commas) is measured by its last start.
 	start := int64(0)
+	var starts []int64
 	for _, id := range strings.Split(job, ",") {
-		start = max(start, s.log.wait(t, "start", id))
+		starts = append(starts, s.log.wait(t, "start", id))
+		start = max(start, starts[len(starts)-1])
 	}
-	latency := time.Duration(start-ref()) * time.Millisecond
+	r0 := ref()
+	latency := time.Duration(start-r0) * time.Millisecond
 	r := gbResult{latency: latency}
+	for _, st := range starts {
+		r.each = append(r.each, time.Duration(st-r0)*time.Millisecond)
+	}
 	reported := 0.0
 	if agent != nil {
 		r.preempted = s.preempted()

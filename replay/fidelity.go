@@ -18,11 +18,16 @@ type Shift struct {
 	Earlier    int   `json:"earlier"`
 	NotStarted int   `json:"not_started"`
 	MaxLaterS  int64 `json:"max_later_s"`
+	// LateS is the foreign jobs' late job-seconds: the sum of every
+	// positive delay against base, threshold or not, a job not started
+	// counting until the end of the run (sim.CompareStarts, the figure
+	// of `harvest sim --give-back`).
+	LateS int64 `json:"late_s"`
 }
 
 // CompareShift compares run with base.
 func CompareShift(base, run sim.Result, threshold int64) Shift {
-	s := Shift{ThresholdS: threshold}
+	s := Shift{ThresholdS: threshold, LateS: sim.CompareStarts(base, run).TotalS}
 	starts := foreignStarts(run)
 	for name, b := range foreignStarts(base) {
 		s.Jobs++

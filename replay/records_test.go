@@ -55,22 +55,28 @@ func TestOutcomeResultCountsJobsPilotsAndTasks(t *testing.T) {
 	base.Foreign = map[string]Completion{"a": o.Foreign["a"], "b": bb}
 	base.Pilots, base.Tasks = nil, nil
 	br := base.Result(p, 4, 100, "carol")
-	if s := CompareShift(br, r, 10); s.Jobs != 2 || s.Later != 1 || s.Earlier != 0 || s.MaxLaterS != 20 {
+	s := CompareShift(br, r, 10)
+	if s.Jobs != 2 || s.Later != 1 || s.Earlier != 0 || s.MaxLaterS != 20 || s.LateS != 20 {
 		t.Errorf("shift %+v", s)
 	}
+	// A control 5 s late in all: the harvest run's 20 late job-seconds
+	// read as 4x the control's.
+	noise := Shift{ThresholdS: 10, Jobs: 2, LateS: 5}
 	if f := CompareFidelity(br, r); f.Jobs != 2 || f.Exact != 1 || f.MeanS != -10 || f.MaxS != 20 || f.P50S != 0 {
 		t.Errorf("fidelity %+v", f)
 	}
 	// The summary prints them for the real run and the simulated one
 	// (here the baseline stands in for it), foreign and harvest users.
 	var out strings.Builder
-	rep := Report{Runs: []RunReport{{Kind: Polling, Result: r, Sim: br}}}
+	rep := Report{Runs: []RunReport{{Kind: Polling, Result: r, Sim: br, Shift: &s}}, NoiseFloor: &noise}
 	if err := WriteSummary(&out, rep); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
 		"polling      foreign  bounded slowdown mean 1.50 (max 2.0) over 2 jobs; 2 users, mean NUWT 0.125, fairness F 0.0312 | bounded slowdown mean 1.00 (max 1.0) over 2 jobs; 2 users, mean NUWT 0, fairness F 0\n",
 		"polling      harvest  bounded slowdown mean 1.00 (max 1.0) over 1 jobs; 1 user, mean NUWT 0, fairness F 0 |",
+		"      1      0      20      20   4.00x",
+		"vs ctl: over the second baseline run's 5 (the control",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())

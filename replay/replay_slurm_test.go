@@ -83,11 +83,15 @@ func TestReplayOnRealSLURM(t *testing.T) {
 		t.Logf("%s: utilisation sim %.1f%% / real %.1f%%; sim - real start per job: mean %.1f s, p50 %d, p90 %d, max %d, %d of %d in the same second",
 			r.Kind, 100*r.Sim.Utilization, 100*r.Result.Utilization, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs)
 		// The target is 2 points in every mode. Baseline meets it; with a
-		// harvest the gap was 1.7-2.0 points (polling) and 2.6 (preemption,
-		// whose pilots hold fewer nodes on the real cluster once the queue
-		// drains: an open give-back item) in CI's runs, so those modes are
-		// held to 5 points, which still catches a broken model, until the
-		// simulator and the preemption give-back are fixed.
+		// harvest the real utilisation itself varies by up to 4.5 points
+		// between runs of one mode (preemption 88.4, 88.8 and 92.9%;
+		// polling 88.5, 90.9 and 92.2%), so those modes are held to 5
+		// points, which still catches a broken model. Simulated
+		// preemption, with the preemptor starting at the pass after the
+		// preemption as in SLURM, was 93.0% (real 92.9%); before that
+		// change 93.8% (real 88.4 and 88.8%). What remains is common to
+		// both modes: the simulated pool grows to 8 pilots at 8 s, the real
+		// one at 17-19 s (about 2.5 points).
 		bound := 0.02
 		if r.Kind != Baseline {
 			bound = 0.05

@@ -24,22 +24,26 @@ func WriteSummary(w io.Writer, rep Report) error {
 		fmt.Fprintf(bw, "run %s skipped: %s\n", k, rep.Skipped[k])
 	}
 	fmt.Fprintln(bw)
-	fmt.Fprintf(bw, "%-12s %7s %7s %13s %8s %9s %8s %6s %6s %7s %7s | %-18s | %s\n",
-		"run", "util", "useful", "harvested s", "lost s", "mean wait", "p99 wait", "later", "earl.", "max", "blocked",
+	fmt.Fprintf(bw, "%-12s %7s %7s %13s %8s %9s %8s %6s %6s %7s %7s %7s %7s | %-18s | %s\n",
+		"run", "util", "useful", "harvested s", "lost s", "mean wait", "p99 wait", "later", "earl.", "max", "late s", "vs ctl", "blocked",
 		"sim: util / wait", "sim - real start: mean p50 p90 max (exact)")
 	seen := map[Kind]int{}
 	for _, r := range rep.Runs {
 		seen[r.Kind]++
 		res := r.Result
-		later, earlier, maxLater := "-", "-", "-"
+		later, earlier, maxLater, late, vsControl := "-", "-", "-", "-", "-"
 		if r.Shift != nil {
 			later, earlier, maxLater = fmt.Sprint(r.Shift.Later), fmt.Sprint(r.Shift.Earlier), fmt.Sprint(r.Shift.MaxLaterS)
+			late = fmt.Sprint(r.Shift.LateS)
+			if n := rep.NoiseFloor; n != nil && n.LateS > 0 && r.Kind.Harvested() {
+				vsControl = fmt.Sprintf("%.2fx", float64(r.Shift.LateS)/float64(n.LateS))
+			}
 		}
 		f := r.Fidelity
-		fmt.Fprintf(bw, "%-12s %6.1f%% %6.1f%% %6d/%-6d %8d %9.0f %8d %6s %6s %7s %7d | %6.1f%% / %7.0f | %+.0f %d %d %d (%d of %d)\n",
+		fmt.Fprintf(bw, "%-12s %6.1f%% %6.1f%% %6d/%-6d %8d %9.0f %8d %6s %6s %7s %7s %7s %7d | %6.1f%% / %7.0f | %+.0f %d %d %d (%d of %d)\n",
 			RunName(r.Kind, seen[r.Kind]), 100*res.Utilization, 100*res.UsefulUtilization,
 			res.Harvest.NodeSeconds, res.Harvest.UsefulNodeSeconds, res.Harvest.LostTaskSeconds,
-			res.Foreign.MeanWaitS, res.Foreign.P99WaitS, later, earlier, maxLater, r.Sim.Foreign.Blocked.SumS,
+			res.Foreign.MeanWaitS, res.Foreign.P99WaitS, later, earlier, maxLater, late, vsControl, r.Sim.Foreign.Blocked.SumS,
 			100*r.Sim.Utilization, r.Sim.Foreign.MeanWaitS, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs)
 		if len(r.Unfinished) > 0 {
 			fmt.Fprintf(bw, "  %d foreign jobs did not end by the deadline: %v\n", len(r.Unfinished), r.Unfinished)
@@ -61,6 +65,10 @@ func WriteSummary(w io.Writer, rep Report) error {
 		thresholdOf(rep))
 	if rep.NoiseFloor != nil {
 		fmt.Fprintf(bw, "; between two baseline runs (the noise floor): %d later, %d earlier", rep.NoiseFloor.Later, rep.NoiseFloor.Earlier)
+	}
+	fmt.Fprint(bw, ".\nlate s: the foreign jobs' late job-seconds against the first baseline run (every positive delay, summed)")
+	if rep.NoiseFloor != nil {
+		fmt.Fprintf(bw, "; vs ctl: over the second baseline run's %d (the control: what a rerun of the same schedule costs)", rep.NoiseFloor.LateS)
 	}
 	fmt.Fprintln(bw, ".\nblocked: the simulator's harm figure on the same window (seconds foreign jobs waited while pilots were in the way).")
 	return bw.Flush()

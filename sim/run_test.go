@@ -217,7 +217,9 @@ func TestQuietRoundsChangeNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			every := runMode(t, tc.w, Harvest, func(c *Config) { tc.mod(c); c.everyRound = true })
 			quiet := runMode(t, tc.w, Harvest, tc.mod)
-			if quiet.rounds*2 > every.rounds {
+			// At least a third quiet (pilots that end by the top job's
+			// start make the busy queues' rounds act more often).
+			if quiet.rounds*3 > every.rounds*2 {
 				t.Errorf("%d of %d rounds ran: too few were quiet for the test to mean much", quiet.rounds, every.rounds)
 			}
 			t.Logf("%d of %d rounds ran", quiet.rounds, every.rounds)

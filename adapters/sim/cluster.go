@@ -224,6 +224,10 @@ type Cluster struct {
 	// preemptibleFree counts the nodes of running preemptible pilots not
 	// yet being preempted (see free).
 	preemptibleFree int
+	// reclaimed counts, during a scheduling pass, the nodes held for jobs
+	// that preempted pilots in it and start at the next pass (see
+	// preemptFor): the preemptible tier must not take them back.
+	reclaimed int
 	// schedAt is the time of the scheduling pass already queued, or -1.
 	schedAt int64
 	prof    profile
@@ -535,6 +539,7 @@ func (c *Cluster) schedule() {
 	c.reprioritise()
 	var p *profile
 	reserved := 0
+	c.reclaimed = 0
 	live := c.pending[:0]
 	for _, j := range c.pending {
 		if j.state != stPending {
@@ -543,7 +548,7 @@ func (c *Cluster) schedule() {
 		if j.preemptible {
 			// The lower tier takes whatever node is idle: it delays
 			// nobody, as anything above it preempts it.
-			if c.cfg.Nodes-c.used >= j.nodes {
+			if c.cfg.Nodes-c.used-c.reclaimed >= j.nodes {
 				c.sizePilot(j, p)
 				c.start(j)
 			} else {

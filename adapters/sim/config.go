@@ -47,10 +47,13 @@ type Config struct {
 	// partition with PreemptType=preempt/partition_prio): pilots submitted
 	// as preemptible queue after every other job, take any idle node, and
 	// are invisible to the others' plan; a job that needs their nodes
-	// preempts them at once. A preempted pilot hands its task back at once
-	// (the task time so far is lost) and its node is free GraceTime
-	// seconds later (the worst case: a pilot that uses its whole grace;
-	// harvest's exits within about a second of its SIGTERM).
+	// preempts them in the pass that would start it, and starts at a later
+	// pass once they are gone (SLURM's select_nodes answers
+	// ESLURM_NODES_BUSY to a preemptor): with no grace, the next pass. A
+	// preempted pilot hands its task back at once (the task time so far is
+	// lost) and its node is free GraceTime seconds later (the worst case: a
+	// pilot that uses its whole grace; harvest's exits within about a
+	// second of its SIGTERM).
 	Preemption bool
 	GraceTime  int64
 	// TimeMinSizing sizes a pilot submitted with a minimum limit to the

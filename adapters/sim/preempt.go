@@ -22,10 +22,14 @@ func (c *Cluster) preemptibleNodes() int {
 
 // preemptFor preempts, newest first, as many preemptible pilots as job j
 // needs beyond the idle nodes and those already being preempted, and
-// reports whether j can start now (with no grace time, the preempted
-// pilots are gone at once).
+// reports whether j can start now. As in SLURM (22.05 select_nodes:
+// _preempt_jobs answers ESLURM_NODES_BUSY once it signalled a preemptee),
+// a job that preempts does not start in that pass but in a later one, once
+// the preempted pilots are gone: with no grace time they end now and j
+// starts at the next pass, one reaction latency later; their nodes are
+// held for j until then.
 func (c *Cluster) preemptFor(j *job) bool {
-	idle := c.cfg.Nodes - c.used
+	idle := c.cfg.Nodes - c.used - c.reclaimed
 	if j.nodes <= idle {
 		return true
 	}
@@ -49,7 +53,10 @@ func (c *Cluster) preemptFor(j *job) bool {
 		c.preempt(v)
 		need -= v.nodes
 	}
-	return j.nodes <= c.cfg.Nodes-c.used
+	if c.cfg.GraceTime == 0 {
+		c.reclaimed += j.nodes
+	}
+	return false
 }
 
 // preempt stops pilot v for a foreign job: its task goes back to the

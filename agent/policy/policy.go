@@ -345,6 +345,13 @@ func (v *view) holeLimit(ideal walked, mt cluster.Limit) cluster.Limit {
 	n = max(n, 1)
 	b := v.batch(nil)
 	t := min(ideal.plan.firstShort(n), b.plan.firstShort(n))
+	// No pilot outlives J_top's start, even on nodes the plan leaves it:
+	// when a running job ends before its limit, J_top can start earlier
+	// and needs them, and a pilot the batch system sees running past that
+	// makes it plan J_top later and backfill, before our next round, a job
+	// that then delays J_top for its whole limit (KTH-SP2: a 33-node job
+	// backfilled the second a 40-node job ended early, J_top 1.5 h late).
+	t = min(t, ideal.topAt)
 	l := cluster.Unlimited
 	if t != never {
 		l = cluster.Limit(t)

@@ -215,9 +215,10 @@ func TestDecide(t *testing.T) {
 				return s
 			}(),
 			// maxTime = 60 min, and then job 1's 6 nodes are enough for job
-			// 2: the 2 idle nodes are never needed, the pilots get no limit.
+			// 2: the 2 idle nodes are never needed by the plan, but the
+			// pilots still end when job 2 can start (job 1 may end early).
 			wantCase:   CaseFillHole,
-			wantSubmit: submit(2, unlimited),
+			wantSubmit: submit(2, 58*minute),
 		},
 
 		// Case 4.
@@ -243,9 +244,10 @@ func TestDecide(t *testing.T) {
 			name: "A job ending just after miniTime does not stop the hole from being filled",
 			snap: snap(10, 2, running("1", 4, 60*minute, 58*minute+59), running("2", 4, 60*minute, 0), pending("3", 8, 60*minute)),
 			// need 6: job 1 frees 4 at 61 s, job 2 frees 4 at 60 min, and job
-			// 3 then has its 8 nodes without the 2 idle ones.
+			// 3 then has its 8 nodes without the 2 idle ones; the pilots
+			// end before job 3 starts all the same.
 			wantCase:   CaseFillHole,
-			wantSubmit: submit(2, unlimited),
+			wantSubmit: submit(2, 58*minute),
 		},
 
 		// Case 5.
@@ -296,9 +298,10 @@ func TestDecide(t *testing.T) {
 				pilot("p3", 9*minute, 0), running("9", 1, unlimited, 0), pending("2", 6, 60*minute), pending("4", 5, 120*minute)),
 			// 5 nodes > the 3 extra: it would delay the top job, so it gets a
 			// reservation after it; the 2 idle nodes are needed by neither
-			// (9 free after 10 min: 6 for job 2, then 5 for job 4).
+			// (9 free after 10 min: 6 for job 2, then 5 for job 4), and
+			// the pilots end before job 2 starts.
 			wantCase:   CaseFillHole,
-			wantSubmit: submit(2, unlimited),
+			wantSubmit: submit(2, 8*minute),
 		},
 		{
 			name: "Pilots are released for a backfill job only above the minimum",

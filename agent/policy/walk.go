@@ -43,10 +43,24 @@ const never = int64(math.MaxInt64)
 type plan struct {
 	times []int64
 	free  []int
+	// fits maps a node count n to a time before which no step has n
+	// free (the first such step the last search for n found), and starts
+	// n nodes for d to the start the last search for them returned. Steps
+	// only lose free nodes during a walk (reserve), so both stay lower
+	// bounds and the next search starts there, not at time 0 (a 10,000-job
+	// queue searched the same full prefix again for every job).
+	fits   map[int]int64
+	starts map[span]int64
+}
+
+// span is n nodes for d.
+type span struct {
+	n int
+	d cluster.Limit
 }
 
 func newPlan(free int, ends []freeing) plan {
-	p := plan{times: []int64{0}, free: []int{free}}
+	p := plan{times: []int64{0}, free: []int{free}, fits: map[int]int64{}, starts: map[span]int64{}}
 	slices.SortFunc(ends, func(a, b freeing) int { return compareLimit(a.after, b.after) })
 	for _, e := range ends {
 		if e.after.IsUnlimited() {
@@ -83,10 +97,18 @@ func addTime(t int64, d cluster.Limit) int64 {
 // steps, following the current run of steps with n free.
 func (p *plan) earliest(n int, d cluster.Limit) int64 {
 	start := -1
-	for i := range p.times {
+	key := span{n, d}
+	from, _ := slices.BinarySearch(p.times, max(p.fits[n], p.starts[key]))
+	// The first step with n free tells fits only if the search starts at
+	// its bound (starts' may lie beyond: longer spans start later).
+	first := p.fits[n] >= p.starts[key]
+	for i := from; i < len(p.times); i++ {
 		if p.free[i] < n {
 			start = -1
 			continue
+		}
+		if first {
+			p.fits[n], first = p.times[i], false
 		}
 		if start < 0 {
 			start = i
@@ -96,9 +118,14 @@ func (p *plan) earliest(n int, d cluster.Limit) int64 {
 			end = p.times[i+1]
 		}
 		if end == never || addTime(p.times[start], d) <= end {
+			p.starts[key] = p.times[start]
 			return p.times[start]
 		}
 	}
+	if first {
+		p.fits[n] = never // no step has n free, nor will
+	}
+	p.starts[key] = never
 	return never
 }
 
