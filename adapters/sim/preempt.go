@@ -8,16 +8,18 @@ import (
 	"github.com/harvest-hpc/harvest/adapters"
 )
 
-// free is how many nodes a job of the normal tier may use now: the idle
-// nodes and those of preemptible pilots that are not already going.
+// free is how many cores a job of the normal tier may use now: the idle
+// cores and those of preemptible pilots that are not already going (kept
+// as they start, are preempted and end).
 func (c *Cluster) free() int {
-	return c.cfg.Nodes - c.used + c.preemptibleNodes()
+	return c.idleCores() + c.preemptibleFree
 }
 
-// preemptibleNodes counts the nodes of running preemptible pilots that are
-// not being preempted yet (kept as they start, are preempted and end).
-func (c *Cluster) preemptibleNodes() int {
-	return c.preemptibleFree
+// pilotFits reports whether a pilot of the normal tier can take a whole
+// node now: an idle one, or one a preemptible pilot holds (preemptFor
+// preempts it).
+func (c *Cluster) pilotFits() bool {
+	return c.nodes.idle() > 0 || c.preemptibleFree > 0
 }
 
 // preemptFor preempts, newest first, as many preemptible pilots as job j
@@ -25,8 +27,12 @@ func (c *Cluster) preemptibleNodes() int {
 // reports whether j can start now (with no grace time, the preempted
 // pilots are gone at once).
 func (c *Cluster) preemptFor(j *job) bool {
-	idle := c.cfg.Nodes - c.used
-	if j.nodes <= idle {
+	idle := c.idleCores()
+	if j.pilot {
+		// A pilot takes a whole idle node: one pilot's node is enough.
+		idle = c.nodes.idle() * c.cfg.cores()
+	}
+	if j.cores <= idle {
 		return true
 	}
 	going := 0
@@ -35,21 +41,24 @@ func (c *Cluster) preemptFor(j *job) bool {
 		switch {
 		case !r.preemptible:
 		case r.preempting:
-			going += r.nodes
+			going += r.cores
 		default:
 			victims = append(victims, r)
 		}
 	}
-	need := j.nodes - idle - going
+	need := j.cores - idle - going
 	slices.Reverse(victims) // c.running is in id order: newest first
 	for _, v := range victims {
 		if need <= 0 {
 			break
 		}
 		c.preempt(v)
-		need -= v.nodes
+		need -= v.cores
 	}
-	return j.nodes <= c.cfg.Nodes-c.used
+	if j.pilot {
+		return c.nodes.idle() > 0
+	}
+	return j.cores <= c.idleCores()
 }
 
 // preempt stops pilot v for a foreign job: its task goes back to the
@@ -70,7 +79,7 @@ func (c *Cluster) preempt(v *job) {
 		return
 	}
 	v.preempting = true
-	c.preemptibleFree -= v.nodes
+	c.preemptibleFree -= v.cores
 	c.endAt(v, c.now+c.cfg.GraceTime)
 }
 
@@ -103,7 +112,7 @@ func (c *Cluster) sizePilot(j *job, p *profile) bool {
 	if p == nil {
 		p = c.buildProfile()
 	}
-	fit := p.fits(j.nodes, j.limit)
+	fit := p.fits(j.cores, j.limit)
 	g := c.cfg.Granularity
 	if fit != never {
 		fit = fit / g * g // whole minutes, rounded down
