@@ -69,6 +69,9 @@ func WriteSummary(w io.Writer, res Result) error {
 	}
 	fmt.Fprintf(bw, "utilisation         %6.2f%% (%s held by any job or pilot)\n", 100*res.Utilization, held)
 	fmt.Fprintf(bw, "useful utilisation  %6.2f%% (foreign jobs + pilots running tasks)\n", 100*res.UsefulUtilization)
+	if res.CoresPerNode > 1 {
+		fmt.Fprintf(bw, "idle on shared      %6.2f%% (cores idle on nodes jobs share: at most what pilots on idle cores would add)\n", 100*res.SharedIdle)
+	}
 	fmt.Fprintf(bw, "foreign jobs        %d submitted, %d started, mean wait %.0f s (%.1f min), p99 %d s, max %d s\n",
 		res.Foreign.Jobs, res.Foreign.Started, res.Foreign.MeanWaitS, res.Foreign.MeanWaitS/60, res.Foreign.P99WaitS, res.Foreign.MaxWaitS)
 	if b := res.Foreign.Blocked; res.Mode != Baseline {

@@ -190,7 +190,11 @@ type Result struct {
 	Nodes    int      `json:"nodes"`
 	// CoresPerNode: nodes of that many cores, shared (Config.CoresPerNode;
 	// absent = whole nodes). Node-seconds then count cores / CoresPerNode.
-	CoresPerNode      int       `json:"cores_per_node,omitempty"`
+	CoresPerNode int `json:"cores_per_node,omitempty"`
+	// SharedIdle is the share of the cores' time idle on nodes jobs
+	// shared (not wholly idle): what pilots on idle cores of shared
+	// nodes could have used at most (with CoresPerNode).
+	SharedIdle        float64   `json:"idle_on_shared_nodes,omitempty"`
 	From              int64     `json:"from_s"`
 	SpanS             int64     `json:"span_s"`
 	Utilization       float64   `json:"utilization"`
@@ -585,7 +589,7 @@ func fixedRound(ctx context.Context, c *simcluster.Cluster, cfg Config) error {
 // cluster (package replay) produced.
 func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, from, to int64) {
 	mode := res.Mode
-	var foreign, busy, idle int64
+	var foreign, busy, idle, shared int64
 	u := res.Usage
 	for i, s := range u {
 		a := max(s.T, from)
@@ -600,6 +604,7 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 		foreign += d * int64(s.Foreign)
 		busy += d * int64(s.PilotBusy)
 		idle += d * int64(s.PilotIdle)
+		shared += d * int64(s.SharedIdle)
 	}
 	// Samples count cores (nodes when one core a node); a pilot holds a
 	// whole node's.
@@ -607,6 +612,9 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 	total := float64(res.Nodes) * float64(k) * float64(to-from)
 	res.Utilization = float64(foreign+busy+idle) / total
 	res.UsefulUtilization = float64(foreign+busy) / total
+	if k > 1 {
+		res.SharedIdle = float64(shared) / total
+	}
 	res.Harvest.NodeSeconds = (busy + idle) / k
 	res.Harvest.UsefulNodeSeconds = busy / k
 	var foreignCoreSeconds int64

@@ -204,6 +204,9 @@ type Sample struct {
 	Foreign   int
 	PilotBusy int
 	PilotIdle int
+	// SharedIdle is the idle cores on nodes that jobs share (not on
+	// wholly idle nodes): what pilots on idle cores could take.
+	SharedIdle int
 }
 
 // Cluster is the simulated cluster. It is safe for concurrent use; time
@@ -699,9 +702,9 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 
 func (c *Cluster) sample() {
 	k := c.cfg.cores()
-	s := Sample{T: c.now, Foreign: c.foreignCores, PilotBusy: c.busyPilots * k, PilotIdle: c.idlePilots * k}
+	s := Sample{T: c.now, Foreign: c.foreignCores, PilotBusy: c.busyPilots * k, PilotIdle: c.idlePilots * k, SharedIdle: c.idleCores() - c.nodes.idle()*k}
 	last := &c.samples[len(c.samples)-1]
-	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle {
+	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle && last.SharedIdle == s.SharedIdle {
 		return
 	}
 	if last.T == s.T {
