@@ -11,7 +11,21 @@ import (
 // or queued at from. It returns the recorded waits of the window's foreign
 // jobs, by workload id, for compareRecorded.
 func load(c *simcluster.Cluster, w Workload, cfg Config, from, to int64, skip func(string)) (map[string]int64, error) {
-	nodes := func(j Job) int { return (j.Nodes + cfg.ProcsPerNode - 1) / cfg.ProcsPerNode }
+	per := cfg.ProcsPerNode
+	shared := cfg.CoresPerNode > 1
+	if shared {
+		per = cfg.CoresPerNode
+	}
+	nodes := func(j Job) int { return (j.Nodes + per - 1) / per }
+	// spec is job j's: whole nodes, or with cores per node its processors
+	// as cores on shared nodes.
+	spec := func(j Job, label string) simcluster.JobSpec {
+		s := simcluster.JobSpec{Name: j.ID, Label: label, User: j.User, Nodes: nodes(j), TimeLimit: j.TimeLimit, RunTime: j.RunTime, Submit: j.Submit}
+		if shared {
+			s.Cores = j.Nodes
+		}
+		return s
+	}
 	recorded := map[string]int64{}
 	var running []Job // warm start: running at from, by recorded start
 	for _, j := range w.Jobs {
@@ -30,8 +44,7 @@ func load(c *simcluster.Cluster, w Workload, cfg Config, from, to int64, skip fu
 				case j.Submit+j.Wait < from:
 					running = append(running, j)
 				default: // queued at from, since its submit
-					spec := simcluster.JobSpec{Name: j.ID, Label: "warm", User: j.User, Nodes: n, TimeLimit: j.TimeLimit, RunTime: j.RunTime, Submit: j.Submit}
-					if _, err := c.AddJob(spec); err != nil {
+					if _, err := c.AddJob(spec(j, "warm")); err != nil {
 						return nil, err
 					}
 				}
@@ -54,14 +67,13 @@ func load(c *simcluster.Cluster, w Workload, cfg Config, from, to int64, skip fu
 		} else if j.Wait >= 0 {
 			recorded[j.ID] = j.Wait
 		}
-		if _, err := c.AddJob(simcluster.JobSpec{Name: j.ID, Label: label, User: j.User, Nodes: n, TimeLimit: j.TimeLimit, RunTime: j.RunTime, Submit: j.Submit}); err != nil {
+		if _, err := c.AddJob(spec(j, label)); err != nil {
 			return nil, err
 		}
 	}
 	slices.SortStableFunc(running, func(a, b Job) int { return int(min(max(a.Submit+a.Wait-b.Submit-b.Wait, -1), 1)) })
 	for _, j := range running {
-		spec := simcluster.JobSpec{Name: j.ID, Label: "warm", User: j.User, Nodes: nodes(j), TimeLimit: j.TimeLimit, RunTime: j.RunTime, Submit: j.Submit}
-		if _, err := c.AddRunning(spec, j.Submit+j.Wait); err != nil {
+		if _, err := c.AddRunning(spec(j, "warm"), j.Submit+j.Wait); err != nil {
 			skip("warm-start jobs that did not fit")
 		}
 	}

@@ -43,9 +43,11 @@ type tally struct {
 
 // add counts one job that started after waiting wait seconds and runs
 // run seconds on nodes nodes.
-func (t *tally) add(user string, wait, run int64, nodes int) {
+// add counts one job of run seconds on cores cores, k of them a node:
+// its work is in node-seconds.
+func (t *tally) add(user string, wait, run int64, cores int, k int64) {
 	b := simcluster.BoundedSlowdown(wait, run)
-	t.addMany(user, 1, wait, run*int64(nodes), b, b)
+	t.addMany(user, 1, wait, run*int64(cores)/k, b, b)
 }
 
 // addMany counts n jobs at once from their sums (a harvest job's tasks).

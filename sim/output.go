@@ -60,9 +60,18 @@ func WritePlot(w io.Writer, res Result, title string) error {
 func WriteSummary(w io.Writer, res Result) error {
 	bw := bufio.NewWriter(w)
 	span := float64(res.SpanS)
-	fmt.Fprintf(bw, "mode %s, %d nodes, span %s (from %d s)\n", res.Mode, res.Nodes, human(res.SpanS), res.From)
-	fmt.Fprintf(bw, "utilisation         %6.2f%% (nodes held by any job or pilot)\n", 100*res.Utilization)
+	held := "nodes"
+	if res.CoresPerNode > 1 {
+		fmt.Fprintf(bw, "mode %s, %d nodes x %d cores (shared), span %s (from %d s)\n", res.Mode, res.Nodes, res.CoresPerNode, human(res.SpanS), res.From)
+		held = "cores"
+	} else {
+		fmt.Fprintf(bw, "mode %s, %d nodes, span %s (from %d s)\n", res.Mode, res.Nodes, human(res.SpanS), res.From)
+	}
+	fmt.Fprintf(bw, "utilisation         %6.2f%% (%s held by any job or pilot)\n", 100*res.Utilization, held)
 	fmt.Fprintf(bw, "useful utilisation  %6.2f%% (foreign jobs + pilots running tasks)\n", 100*res.UsefulUtilization)
+	if res.CoresPerNode > 1 {
+		fmt.Fprintf(bw, "idle on shared      %6.2f%% (cores idle on nodes jobs share: at most what pilots on idle cores would add)\n", 100*res.SharedIdle)
+	}
 	fmt.Fprintf(bw, "foreign jobs        %d submitted, %d started, mean wait %.0f s (%.1f min), p99 %d s, max %d s\n",
 		res.Foreign.Jobs, res.Foreign.Started, res.Foreign.MeanWaitS, res.Foreign.MeanWaitS/60, res.Foreign.P99WaitS, res.Foreign.MaxWaitS)
 	if b := res.Foreign.Blocked; res.Mode != Baseline {

@@ -87,6 +87,13 @@ type Config struct {
 	// ProcsPerNode maps a job's processors (SWF) to whole nodes:
 	// ceil(processors / ProcsPerNode). 1 = processors are nodes.
 	ProcsPerNode int
+	// CoresPerNode gives the nodes cores (SMP nodes, SWF's processors as
+	// cores): a job of P processors takes P cores, on nodes it shares
+	// with other jobs as SLURM's select/cons_tres allocates them, and
+	// pilots take whole idle nodes (adapters/sim nodes.go). 0 or 1: one
+	// core a node, the whole-node model. Not with ProcsPerNode > 1 (which
+	// rounds jobs up to whole nodes instead).
+	CoresPerNode int
 	// Warm starts the replay with the jobs the trace shows running at
 	// From (running since their recorded start) and queued at From
 	// (pending since their submit), from the SWF's recorded waits. They
@@ -157,13 +164,15 @@ func (c Config) Validate() error {
 		return bad("poll must be positive, got %d s", c.Poll)
 	case c.ProcsPerNode < 1:
 		return bad("processors per node must be at least 1, got %d", c.ProcsPerNode)
+	case c.CoresPerNode < 0 || c.CoresPerNode > 1 && c.ProcsPerNode > 1:
+		return bad("cores per node %d: must not be negative, and not with processors per node (%d): one rounds jobs up to whole nodes, the other shares nodes", c.CoresPerNode, c.ProcsPerNode)
 	case c.GiveBack != Polling && c.GiveBack != Preemption && c.GiveBack != PreemptionSizing:
 		return bad("give-back %q is not polling, preemption or preemption-sizing", c.GiveBack)
 	case c.GraceTime < 0 || c.GraceTime > 0 && c.GiveBack == Polling:
 		return bad("grace time %d s: must not be negative, and needs a preemption mode", c.GraceTime)
 	}
 	cc := c.Cluster
-	cc.Nodes = c.Nodes
+	cc.Nodes, cc.CoresPerNode = c.Nodes, c.CoresPerNode
 	if err := cc.Validate(); err != nil {
 		return err
 	}
@@ -177,8 +186,15 @@ func (c Config) Validate() error {
 type Result struct {
 	Mode Mode `json:"mode"`
 	// GiveBack is how pilots made way (harvest mode).
-	GiveBack          GiveBack  `json:"give_back,omitempty"`
-	Nodes             int       `json:"nodes"`
+	GiveBack GiveBack `json:"give_back,omitempty"`
+	Nodes    int      `json:"nodes"`
+	// CoresPerNode: nodes of that many cores, shared (Config.CoresPerNode;
+	// absent = whole nodes). Node-seconds then count cores / CoresPerNode.
+	CoresPerNode int `json:"cores_per_node,omitempty"`
+	// SharedIdle is the share of the cores' time idle on nodes jobs
+	// shared (not wholly idle): what pilots on idle cores of shared
+	// nodes could have used at most (with CoresPerNode).
+	SharedIdle        float64   `json:"idle_on_shared_nodes,omitempty"`
 	From              int64     `json:"from_s"`
 	SpanS             int64     `json:"span_s"`
 	Utilization       float64   `json:"utilization"`
@@ -271,7 +287,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	cc := cfg.Cluster
-	cc.Nodes = cfg.Nodes
+	cc.Nodes, cc.CoresPerNode = cfg.Nodes, cfg.CoresPerNode
 	if cfg.Mode == Harvest && cfg.GiveBack != Polling {
 		cc.Preemption, cc.GraceTime = true, cfg.GraceTime
 		cc.TimeMinSizing = cfg.GiveBack == PreemptionSizing
@@ -282,6 +298,9 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 	from, to := window(w, cfg)
 	res := Result{Mode: cfg.Mode, Nodes: cfg.Nodes, From: from, SpanS: to - from}
+	if cfg.CoresPerNode > 1 {
+		res.CoresPerNode = cfg.CoresPerNode
+	}
 	if cfg.Mode == Harvest {
 		res.GiveBack = cfg.GiveBack
 	}
@@ -570,7 +589,7 @@ func fixedRound(ctx context.Context, c *simcluster.Cluster, cfg Config) error {
 // cluster (package replay) produced.
 func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, from, to int64) {
 	mode := res.Mode
-	var foreign, busy, idle int64
+	var foreign, busy, idle, shared int64
 	u := res.Usage
 	for i, s := range u {
 		a := max(s.T, from)
@@ -585,12 +604,20 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 		foreign += d * int64(s.Foreign)
 		busy += d * int64(s.PilotBusy)
 		idle += d * int64(s.PilotIdle)
+		shared += d * int64(s.SharedIdle)
 	}
-	total := float64(res.Nodes) * float64(to-from)
+	// Samples count cores (nodes when one core a node); a pilot holds a
+	// whole node's.
+	k := int64(max(res.CoresPerNode, 1))
+	total := float64(res.Nodes) * float64(k) * float64(to-from)
 	res.Utilization = float64(foreign+busy+idle) / total
 	res.UsefulUtilization = float64(foreign+busy) / total
-	res.Harvest.NodeSeconds = busy + idle
-	res.Harvest.UsefulNodeSeconds = busy
+	if k > 1 {
+		res.SharedIdle = float64(shared) / total
+	}
+	res.Harvest.NodeSeconds = (busy + idle) / k
+	res.Harvest.UsefulNodeSeconds = busy / k
+	var foreignCoreSeconds int64
 	res.Harvest.LostTaskSeconds = lostTaskSeconds
 	res.Harvest.Jobs = []HarvestJob{}
 
@@ -611,7 +638,7 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 				hj.FinishS = &r.End
 			}
 			if r.Start >= 0 && r.Start <= to {
-				ht.add(harvestUser(r.User), r.Start-r.Submit, r.Run, r.Nodes)
+				ht.add(harvestUser(r.User), r.Start-r.Submit, r.Run, cores(r), k)
 			}
 			res.Harvest.Jobs = append(res.Harvest.Jobs, hj)
 		default:
@@ -630,16 +657,17 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 				if user == "" {
 					user = "user"
 				}
-				ft.add(user, wait, r.Run, r.Nodes)
+				ft.add(user, wait, r.Run, cores(r), k)
 				res.Foreign.MaxWaitS = max(res.Foreign.MaxWaitS, wait)
 				end := to
 				if r.End >= 0 {
 					end = min(r.End, to)
 				}
-				res.Foreign.NodeSeconds += int64(r.Nodes) * (end - r.Start)
+				foreignCoreSeconds += int64(cores(r)) * (end - r.Start)
 			}
 		}
 	}
+	res.Foreign.NodeSeconds = foreignCoreSeconds / k
 	if res.Foreign.Started > 0 {
 		res.Foreign.MeanWaitS = float64(waitSum) / float64(res.Foreign.Started)
 	}
@@ -659,6 +687,15 @@ func Measure(res *Result, lostTaskSeconds int64, work []simcluster.WorkRecord, f
 	}
 	res.Foreign.BoundedSlowdown, res.Foreign.Users = ft.slowdown(), ft.users()
 	res.Harvest.BoundedSlowdown, res.Harvest.Users = ht.slowdown(), ht.users()
+}
+
+// cores is what a job took: its cores, or (records without them, from a
+// real cluster) its nodes.
+func cores(r simcluster.Record) int {
+	if r.Cores > 0 {
+		return r.Cores
+	}
+	return r.Nodes
 }
 
 // harvestUser names the owner of harvest work: the workload's user, or

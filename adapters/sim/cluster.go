@@ -30,6 +30,9 @@ type JobSpec struct {
 	Label string
 	User  string
 	Nodes int
+	// Cores is how many cores the job takes, on nodes shared with other
+	// jobs (Config.CoresPerNode); 0 = Nodes whole nodes' cores.
+	Cores int
 	// TimeLimit is the job's limit; the job is killed when it reaches it.
 	TimeLimit cluster.Limit
 	// RunTime is how long the job really runs; negative = until its limit.
@@ -46,12 +49,15 @@ type Record struct {
 	// ID is the job's id in snapshots and decisions: a foreign job's is
 	// its name (the workload's id), made unique with "#<n>" if two jobs
 	// share one; a pilot's is "pilot-<n>" (n counts every job added).
-	ID     string
-	Name   string
-	User   string
-	Label  string
-	Pilot  bool
+	ID    string
+	Name  string
+	User  string
+	Label string
+	Pilot bool
+	// Nodes is how many nodes the job ran on (once started; before, the
+	// fewest it needs); Cores how many cores it took.
 	Nodes  int
+	Cores  int
 	Limit  cluster.Limit
 	Submit int64
 	// Run is how long the job runs once started: its run time, or its
@@ -82,8 +88,11 @@ const (
 )
 
 type job struct {
-	rec    Record
-	nodes  int
+	rec Record
+	// cores the job takes (the plan's unit: nodes when one core a node);
+	// alloc is where, while it runs.
+	cores  int
+	alloc  []share
 	limit  int64 // seconds, never = unlimited
 	run    int64 // real duration, never = until the limit
 	prio   float64
@@ -188,12 +197,16 @@ func (h *eventHeap) pop() event {
 	return top
 }
 
-// Sample is the node use from time T until the next sample.
+// Sample is the node use from time T until the next sample, in cores (in
+// nodes when one core a node): a pilot holds a whole node's.
 type Sample struct {
 	T         int64
 	Foreign   int
 	PilotBusy int
 	PilotIdle int
+	// SharedIdle is the idle cores on nodes that jobs share (not on
+	// wholly idle nodes): what pilots on idle cores could take.
+	SharedIdle int
 }
 
 // Cluster is the simulated cluster. It is safe for concurrent use; time
@@ -221,10 +234,12 @@ type Cluster struct {
 	// every pass.
 	byEnd []*job
 	used  int
-	// preemptibleFree counts the nodes of running preemptible pilots not
+	// nodes is which cores are free on which node.
+	nodes *nodeIndex
+	// preemptibleFree counts the cores of running preemptible pilots not
 	// yet being preempted (see free).
 	preemptibleFree int
-	// reclaimed counts, during a scheduling pass, the nodes held for jobs
+	// reclaimed counts, during a scheduling pass, the cores held for jobs
 	// that preempted pilots in it and start at the next pass (see
 	// preemptFor): the preemptible tier must not take them back.
 	reclaimed int
@@ -247,7 +262,7 @@ type Cluster struct {
 	watchRuns    bool
 	busyPilots   int
 	idlePilots   int
-	foreignNodes int
+	foreignCores int
 
 	samples []Sample
 	onEvent func(Record)
@@ -276,7 +291,7 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}}
+	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}, nodes: newNodeIndex(cfg.Nodes, cfg.cores())}
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -339,8 +354,8 @@ func (c *Cluster) AddRunning(spec JobSpec, start int64) (string, error) {
 		return "", fmt.Errorf("%w: job %q: started at %d, not between its submit %d and now %d", ErrInvalidJob, spec.Name, start, j.rec.Submit, c.now)
 	case add(start, min(j.run, j.limit)) <= c.now:
 		return "", fmt.Errorf("%w: job %q ended before now", ErrInvalidJob, spec.Name)
-	case j.nodes > c.cfg.Nodes-c.used:
-		return "", fmt.Errorf("%w: job %q needs %d nodes, %d are idle", ErrInvalidJob, spec.Name, j.nodes, c.cfg.Nodes-c.used)
+	case j.cores > c.idleCores():
+		return "", fmt.Errorf("%w: job %q needs %d cores, %d are idle", ErrInvalidJob, spec.Name, j.cores, c.idleCores())
 	}
 	c.startAt(j, start)
 	c.dirty()
@@ -349,8 +364,15 @@ func (c *Cluster) AddRunning(spec JobSpec, start int64) (string, error) {
 
 // foreignJob makes the job of spec, or says why it cannot run.
 func (c *Cluster) foreignJob(spec JobSpec) (*job, error) {
-	if spec.Nodes <= 0 || spec.Nodes > c.cfg.Nodes {
-		return nil, fmt.Errorf("%w: job %q asks for %d nodes on a %d-node cluster", ErrInvalidJob, spec.Name, spec.Nodes, c.cfg.Nodes)
+	cores := spec.Cores
+	if cores == 0 {
+		if spec.Nodes <= 0 || spec.Nodes > c.cfg.Nodes {
+			return nil, fmt.Errorf("%w: job %q asks for %d nodes on a %d-node cluster", ErrInvalidJob, spec.Name, spec.Nodes, c.cfg.Nodes)
+		}
+		cores = spec.Nodes * c.cfg.cores()
+	}
+	if cores < 0 || cores > c.totalCores() {
+		return nil, fmt.Errorf("%w: job %q asks for %d cores on a cluster of %d", ErrInvalidJob, spec.Name, cores, c.totalCores())
 	}
 	if spec.TimeLimit == 0 || spec.TimeLimit < cluster.Unlimited {
 		return nil, fmt.Errorf("%w: job %q: time limit must be positive or unlimited", ErrInvalidJob, spec.Name)
@@ -363,12 +385,12 @@ func (c *Cluster) foreignJob(spec JobSpec) (*job, error) {
 	if run < 0 {
 		run = never
 	}
-	j := c.newJob(spec.Name, label, spec.User, spec.Nodes, spec.TimeLimit, run, spec.Submit, false)
+	j := c.newJob(spec.Name, label, spec.User, cores, spec.TimeLimit, run, spec.Submit, false)
 	j.prio = spec.Priority
 	return j, nil
 }
 
-func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limit, run, submit int64, pilot bool) *job {
+func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limit, run, submit int64, pilot bool) *job {
 	n := strconv.Itoa(len(c.jobs) + 1)
 	if name == "" {
 		name = n
@@ -385,8 +407,8 @@ func (c *Cluster) newJob(name, label, user string, nodes int, limit cluster.Limi
 		lim = never
 	}
 	j := &job{
-		rec:   Record{ID: id, Name: name, User: user, Label: label, Pilot: pilot, Nodes: nodes, Limit: limit, Submit: submit, Run: min(run, lim), Start: -1, End: -1},
-		nodes: nodes, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot,
+		rec:   Record{ID: id, Name: name, User: user, Label: label, Pilot: pilot, Nodes: c.nodesFor(cores), Cores: cores, Limit: limit, Submit: submit, Run: min(run, lim), Start: -1, End: -1},
+		cores: cores, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot,
 	}
 	if c.byID == nil {
 		c.byID = map[string]*job{}
@@ -500,19 +522,19 @@ func (c *Cluster) fillProfile(p *profile, withPilots bool) {
 		// pilots: their nodes are free at once (see free).
 		return r.pilot && !withPilots || r.preemptible && !r.preempting
 	}
-	free := c.cfg.Nodes - c.used + c.preemptibleFree
+	free := c.idleCores() + c.preemptibleFree
 	if !withPilots {
-		free = c.cfg.Nodes - c.used
+		free = c.idleCores()
 		for _, r := range c.byEnd {
 			if skip(r) {
-				free += r.nodes
+				free += r.cores
 			}
 		}
 	}
 	p.reset(c.now, free)
 	for _, r := range c.byEnd {
 		if !skip(r) {
-			p.release(max(r.endByLimit(), c.now), r.nodes)
+			p.release(max(r.endByLimit(), c.now), r.cores)
 		}
 	}
 }
@@ -548,7 +570,7 @@ func (c *Cluster) schedule() {
 		if j.preemptible {
 			// The lower tier takes whatever node is idle: it delays
 			// nobody, as anything above it preempts it.
-			if c.cfg.Nodes-c.used-c.reclaimed >= j.nodes {
+			if c.idleNodesForPilots() > 0 {
 				c.sizePilot(j, p)
 				c.start(j)
 			} else {
@@ -557,7 +579,7 @@ func (c *Cluster) schedule() {
 			continue
 		}
 		free := c.free()
-		if j.nodes > free && reserved >= c.cfg.Reservations {
+		if j.cores > free && reserved >= c.cfg.Reservations {
 			// Cannot start now, and no reservation left to place:
 			// skip without touching the profile (keeps passes cheap).
 			live = append(live, j)
@@ -570,9 +592,9 @@ func (c *Cluster) schedule() {
 			live = append(live, j) // not even its minimum fits the plan
 			continue
 		}
-		s := p.earliest(j.nodes, j.limit)
-		if s == c.now && j.nodes <= free {
-			p.reserve(s, j.limit, j.nodes)
+		s := p.earliest(j.cores, j.limit)
+		if s == c.now && j.cores <= free && (!j.pilot || c.pilotFits()) {
+			p.reserve(s, j.limit, j.cores)
 			if c.preemptFor(j) {
 				c.start(j)
 			} else {
@@ -581,8 +603,13 @@ func (c *Cluster) schedule() {
 			continue
 		}
 		live = append(live, j)
+		if s == c.now && j.pilot && j.cores <= free {
+			// A pilot with the cores but no idle node (they are on
+			// shared nodes): it waits for one, holding no reservation.
+			continue
+		}
 		if reserved < c.cfg.Reservations && s != never {
-			p.reserve(s, j.limit, j.nodes)
+			p.reserve(s, j.limit, j.cores)
 			reserved++
 		}
 	}
@@ -594,6 +621,14 @@ func (c *Cluster) schedule() {
 
 func (c *Cluster) start(j *job) { c.startAt(j, c.now) }
 
+// idleCores is the cores no job or pilot holds.
+func (c *Cluster) idleCores() int { return c.totalCores() - c.used }
+
+func (c *Cluster) totalCores() int { return c.cfg.Nodes * c.cfg.cores() }
+
+// nodesFor is the fewest nodes that hold cores.
+func (c *Cluster) nodesFor(cores int) int { k := c.cfg.cores(); return (cores + k - 1) / k }
+
 // startAt starts j now as if it had started at (at <= now): its run time
 // and end count from then.
 func (c *Cluster) startAt(j *job, at int64) {
@@ -604,10 +639,12 @@ func (c *Cluster) startAt(j *job, at int64) {
 	c.running = slices.Insert(c.running, i, j)
 	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
 	if j.preemptible {
-		c.preemptibleFree += j.nodes
+		c.preemptibleFree += j.cores
 	}
-	c.used += j.nodes
-	c.hold(j.rec.User, j.nodes)
+	c.used += j.cores
+	j.alloc = c.nodes.place(j.cores, j.pilot)
+	j.rec.Nodes = len(j.alloc)
+	c.hold(j.rec.User, j.cores)
 	j.endGen++
 	end := add(at, min(j.run, j.limit))
 	if end != never {
@@ -617,7 +654,7 @@ func (c *Cluster) startAt(j *job, at int64) {
 		c.idlePilots++
 		c.pull(j)
 	} else {
-		c.foreignNodes += j.nodes
+		c.foreignCores += j.cores
 	}
 	c.sample()
 	if c.onEvent != nil {
@@ -642,10 +679,12 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	k := c.endIndex(j)
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	if j.preemptible && !j.preempting {
-		c.preemptibleFree -= j.nodes
+		c.preemptibleFree -= j.cores
 	}
-	c.used -= j.nodes
-	c.hold(j.rec.User, -j.nodes)
+	c.used -= j.cores
+	c.nodes.release(j.alloc)
+	j.alloc = nil
+	c.hold(j.rec.User, -j.cores)
 	if j.pilot {
 		if j.task != nil {
 			c.lostTaskSec += c.now - j.taskFrom
@@ -655,7 +694,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 			c.idlePilots--
 		}
 	} else {
-		c.foreignNodes -= j.nodes
+		c.foreignCores -= j.cores
 	}
 	c.sample()
 	if c.onEvent != nil {
@@ -667,9 +706,10 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 }
 
 func (c *Cluster) sample() {
-	s := Sample{T: c.now, Foreign: c.foreignNodes, PilotBusy: c.busyPilots, PilotIdle: c.idlePilots}
+	k := c.cfg.cores()
+	s := Sample{T: c.now, Foreign: c.foreignCores, PilotBusy: c.busyPilots * k, PilotIdle: c.idlePilots * k, SharedIdle: c.idleCores() - c.nodes.idle()*k}
 	last := &c.samples[len(c.samples)-1]
-	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle {
+	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle && last.SharedIdle == s.SharedIdle {
 		return
 	}
 	if last.T == s.T {
@@ -724,7 +764,7 @@ func (c *Cluster) record(i int) Record {
 	if d.limit.IsUnlimited() {
 		run = never
 	}
-	return Record{ID: "pilot-" + n, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Limit: d.limit,
+	return Record{ID: "pilot-" + n, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Cores: c.cfg.cores(), Limit: d.limit,
 		Submit: d.submit, Run: run, Start: d.start, End: d.end, Killed: d.killed, Cancelled: d.cancelled, Preempted: d.preempted, Shrunk: d.shrunk}
 }
 
@@ -768,7 +808,7 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	s := cluster.Snapshot{
 		Now:        c.now,
 		TotalNodes: c.cfg.Nodes,
-		IdleNodes:  c.cfg.Nodes - c.used,
+		IdleNodes:  c.nodes.idle(),
 		Partition:  "sim",
 		MaxTime:    c.maxTime(),
 	}
@@ -796,7 +836,7 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		if top {
 			top = false
 			cj.Reason = "Resources"
-			if es := c.buildProfile().earliest(j.nodes, j.limit); es != never {
+			if es := c.buildProfile().earliest(j.cores, j.limit); es != never {
 				cj.ExpectedStart = es
 			}
 		}
@@ -815,7 +855,7 @@ func (c *Cluster) maxTime() *cluster.Limit {
 }
 
 func (c *Cluster) view(j *job) cluster.Job {
-	cj := cluster.Job{ID: j.rec.ID, Nodes: j.nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
+	cj := cluster.Job{ID: j.rec.ID, Nodes: j.rec.Nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
 	if j.limit != never {
 		cj.TimeLimit = cluster.Limit(j.limit) // sized, shrunk or preempted
 	}
@@ -846,7 +886,7 @@ func (c *Cluster) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j := c.newJob("", "pilot", "harvest", 1, limit, never, c.now, true)
+	j := c.newJob("", "pilot", "harvest", c.cfg.cores(), limit, never, c.now, true)
 	j.preemptible = spec.Preemptible && c.cfg.Preemption
 	if spec.MinTimeLimit > 0 && c.cfg.TimeMinSizing {
 		// Rounded up, as SLURM rounds limits up to whole minutes.

@@ -19,8 +19,12 @@ var ErrInvalidConfig = errors.New("invalid sim config")
 
 // Config describes the simulated cluster.
 type Config struct {
-	// Nodes is the number of whole nodes.
-	Nodes int
+	// Nodes is the number of nodes, of CoresPerNode cores each (0 or 1:
+	// whole nodes, every job taking whole nodes). Jobs share nodes as
+	// SLURM's select/cons_tres shares them (see nodes.go); pilots take
+	// whole idle nodes.
+	Nodes        int
+	CoresPerNode int
 	// Granularity is the time-limit granularity in seconds that pilot
 	// limits are rounded down to (SLURM: 60).
 	Granularity int64
@@ -81,6 +85,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Nodes <= 0:
 		return fmt.Errorf("%w: nodes must be positive, got %d", ErrInvalidConfig, c.Nodes)
+	case c.CoresPerNode < 0:
+		return fmt.Errorf("%w: cores per node must not be negative, got %d", ErrInvalidConfig, c.CoresPerNode)
 	case c.Granularity < 1:
 		return fmt.Errorf("%w: granularity must be at least 1 s, got %d", ErrInvalidConfig, c.Granularity)
 	case c.Latency < 0:
@@ -100,3 +106,6 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// cores is the cores of a node (1 for whole nodes).
+func (c Config) cores() int { return max(c.CoresPerNode, 1) }

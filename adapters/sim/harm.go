@@ -29,10 +29,10 @@ func (c *Cluster) chargePilots() {
 	if c.idlePilots+c.busyPilots == 0 && !c.pilotQueued() {
 		return
 	}
-	free := c.cfg.Nodes - c.used
+	free := c.idleCores()
 	for _, r := range c.running {
 		if r.pilot {
-			free += r.nodes
+			free += r.cores
 		}
 	}
 	var p *profile
@@ -41,29 +41,29 @@ func (c *Cluster) chargePilots() {
 		if j.state != stPending || j.pilot {
 			continue
 		}
-		if j.nodes > free && reserved >= c.cfg.Reservations {
+		if j.cores > free && reserved >= c.cfg.Reservations {
 			continue
 		}
 		if p == nil {
 			c.fillProfile(&c.cfProf, false)
 			p = &c.cfProf
 		}
-		s := p.earliest(j.nodes, j.limit)
-		if s == c.now && j.nodes <= free {
+		s := p.earliest(j.cores, j.limit)
+		if s == c.now && j.cores <= free {
 			// The latest start that still fits: the window closes when
 			// the job would run into too few free nodes.
-			until := p.firstShort(j.nodes)
+			until := p.firstShort(j.cores)
 			if until != never {
 				until = max(c.now, until-j.limit)
 			}
 			j.chargeFrom, j.chargeUntil = c.now, until
 			c.charged = append(c.charged, j)
-			p.reserve(s, j.limit, j.nodes)
-			free -= j.nodes
+			p.reserve(s, j.limit, j.cores)
+			free -= j.cores
 			continue
 		}
 		if reserved < c.cfg.Reservations && s != never {
-			p.reserve(s, j.limit, j.nodes)
+			p.reserve(s, j.limit, j.cores)
 			reserved++
 		}
 	}

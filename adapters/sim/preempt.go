@@ -8,20 +8,22 @@ import (
 	"github.com/harvest-hpc/harvest/adapters"
 )
 
-// free is how many nodes a job of the normal tier may use now: the idle
-// nodes and those of preemptible pilots that are not already going.
+// free is how many cores a job of the normal tier may use now: the idle
+// cores and those of preemptible pilots that are not already going (kept
+// as they start, are preempted and end).
 func (c *Cluster) free() int {
-	return c.cfg.Nodes - c.used + c.preemptibleNodes()
+	return c.idleCores() + c.preemptibleFree
 }
 
-// preemptibleNodes counts the nodes of running preemptible pilots that are
-// not being preempted yet (kept as they start, are preempted and end).
-func (c *Cluster) preemptibleNodes() int {
-	return c.preemptibleFree
+// pilotFits reports whether a pilot of the normal tier can take a whole
+// node now: an idle one, or one a preemptible pilot holds (preemptFor
+// preempts it).
+func (c *Cluster) pilotFits() bool {
+	return c.nodes.idle() > 0 || c.preemptibleFree > 0
 }
 
 // preemptFor preempts, newest first, as many preemptible pilots as job j
-// needs beyond the idle nodes and those already being preempted, and
+// needs beyond the idle cores and those already being preempted, and
 // reports whether j can start now. As in SLURM (22.05 select_nodes:
 // _preempt_jobs answers ESLURM_NODES_BUSY once it signalled a preemptee),
 // a job that preempts does not start in that pass but in a later one, once
@@ -29,8 +31,12 @@ func (c *Cluster) preemptibleNodes() int {
 // starts at the next pass, one reaction latency later; their nodes are
 // held for j until then.
 func (c *Cluster) preemptFor(j *job) bool {
-	idle := c.cfg.Nodes - c.used - c.reclaimed
-	if j.nodes <= idle {
+	idle := c.idleCores() - c.reclaimed
+	if j.pilot {
+		// A pilot takes a whole idle node: one pilot's node is enough.
+		idle = c.idleNodesForPilots() * c.cfg.cores()
+	}
+	if j.cores <= idle {
 		return true
 	}
 	going := 0
@@ -39,22 +45,22 @@ func (c *Cluster) preemptFor(j *job) bool {
 		switch {
 		case !r.preemptible:
 		case r.preempting:
-			going += r.nodes
+			going += r.cores
 		default:
 			victims = append(victims, r)
 		}
 	}
-	need := j.nodes - idle - going
+	need := j.cores - idle - going
 	slices.Reverse(victims) // c.running is in id order: newest first
 	for _, v := range victims {
 		if need <= 0 {
 			break
 		}
 		c.preempt(v)
-		need -= v.nodes
+		need -= v.cores
 	}
 	if c.cfg.GraceTime == 0 {
-		c.reclaimed += j.nodes
+		c.reclaimed += j.cores
 	}
 	return false
 }
@@ -77,7 +83,7 @@ func (c *Cluster) preempt(v *job) {
 		return
 	}
 	v.preempting = true
-	c.preemptibleFree -= v.nodes
+	c.preemptibleFree -= v.cores
 	c.endAt(v, c.now+c.cfg.GraceTime)
 }
 
@@ -110,7 +116,7 @@ func (c *Cluster) sizePilot(j *job, p *profile) bool {
 	if p == nil {
 		p = c.buildProfile()
 	}
-	fit := p.fits(j.nodes, j.limit)
+	fit := p.fits(j.cores, j.limit)
 	g := c.cfg.Granularity
 	if fit != never {
 		fit = fit / g * g // whole minutes, rounded down
@@ -152,4 +158,12 @@ func (c *Cluster) Shrink(ctx context.Context, id adapters.PilotID, end int64) er
 	c.endAt(j, end)
 	c.dirty() // the plan sees the node free earlier
 	return nil
+}
+
+// idleNodesForPilots is the number of wholly idle nodes a pilot may take in
+// this pass: those not held for jobs that preempted pilots and start at the
+// next pass (reclaimed counts cores; a held core keeps its whole node).
+func (c *Cluster) idleNodesForPilots() int {
+	per := c.cfg.cores()
+	return max(c.nodes.idle()-(c.reclaimed+per-1)/per, 0)
 }

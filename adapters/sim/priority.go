@@ -102,7 +102,7 @@ func (c *Cluster) reprioritise() {
 			fs = math.Exp2(-u.used / total / share)
 		}
 		age := min(1, float64(c.now-j.rec.Submit)/float64(m.MaxAge))
-		j.prio = m.WeightAge*max(age, 0) + m.WeightSize*float64(j.nodes)/float64(c.cfg.Nodes) + m.WeightFairshare*fs
+		j.prio = m.WeightAge*max(age, 0) + m.WeightSize*float64(j.cores)/float64(c.totalCores()) + m.WeightFairshare*fs
 	}
 	before := slices.Clone(c.pending)
 	slices.SortStableFunc(c.pending, func(a, b *job) int {

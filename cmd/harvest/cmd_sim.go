@@ -64,7 +64,8 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-recommend", Usage: "ignore the master's MiniNode recommendation (keep no floor of pilots)"},
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the recommendation keep pilots a waiting job could use, as the admin's floor does (the original system's rule)"},
 			&cli.BoolFlag{Name: "no-time-aware", Usage: "pilots take tasks even if they cannot finish before the pilot's limit"},
-			&cli.IntFlag{Name: "procs-per-node", Usage: "processors per node: a job of P processors (SWF) takes ceil(P / `N`) nodes", Value: 1},
+			&cli.IntFlag{Name: "procs-per-node", Usage: "processors per node, whole nodes: a job of P processors (SWF) takes ceil(P / `N`) nodes of its own", Value: 1},
+			&cli.IntFlag{Name: "cores-per-node", Usage: "cores per node, shared nodes: a job of P processors (SWF) takes P cores, nodes shared as SLURM's select/cons_tres shares them, pilots on whole idle nodes (default for SWF: the header's MaxProcs / MaxNodes; 1 = whole nodes)"},
 			&cli.IntFlag{Name: "generate", Usage: "replace the workload by `N` jobs drawn from it for a machine of --nodes x --procs-per-node (sizes, run times, limits, users and arrival gaps of the trace, sizes scaled to keep its offered load; see docs/sim.md)"},
 			&cli.IntFlag{Name: "generate-days", Usage: "with --generate: the days the jobs arrive over", Value: 30},
 			&cli.Uint64Flag{Name: "seed", Usage: "with --generate: the draw's seed (same seed, same workload)", Value: 1},
@@ -97,8 +98,11 @@ func runSim(c *cli.Context) error {
 	if cfg.Nodes, err = simNodes(c, w, errw, quiet); err != nil {
 		return err
 	}
+	if cfg.CoresPerNode, err = simCores(c, w, errw, quiet); err != nil {
+		return err
+	}
 	if n := c.Int("generate"); n > 0 {
-		gc := sim.GenerateConfig{Nodes: cfg.Nodes, ProcsPerNode: c.Int("procs-per-node"), Jobs: n, Span: int64(c.Int("generate-days")) * 86400, Seed: c.Uint64("seed")}
+		gc := sim.GenerateConfig{Nodes: cfg.Nodes, ProcsPerNode: max(c.Int("procs-per-node"), cfg.CoresPerNode), Jobs: n, Span: int64(c.Int("generate-days")) * 86400, Seed: c.Uint64("seed")}
 		if w, err = sim.Generate(w, gc); err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
@@ -262,6 +266,27 @@ func simNodes(c *cli.Context, w sim.Workload, errw io.Writer, quiet bool) (int, 
 		fmt.Fprintf(errw, "sim: %d nodes, from %s\n", n, from)
 	}
 	return n, nil
+}
+
+// simCores is --cores-per-node, or for an SWF file without it (and
+// without --procs-per-node) its header's MaxProcs / MaxNodes when that is
+// a whole number above 1: the traced machine's SMP nodes.
+func simCores(c *cli.Context, w sim.Workload, errw io.Writer, quiet bool) (int, error) {
+	if c.IsSet("cores-per-node") {
+		if k := c.Int("cores-per-node"); k < 1 || k > 1 && c.Int("procs-per-node") > 1 {
+			return 0, cli.Exit(fmt.Sprintf("--cores-per-node %d: must be at least 1, and not with --procs-per-node (whole nodes)", k), 2)
+		}
+		return c.Int("cores-per-node"), nil
+	}
+	h := w.Header
+	k := h.ProcsPerNode()
+	if c.IsSet("procs-per-node") || w.Format != "swf" || k <= 1 {
+		return 0, nil
+	}
+	if !quiet {
+		fmt.Fprintf(errw, "sim: %d cores per node, shared, from the header's MaxProcs %d / MaxNodes %d (--procs-per-node %d for whole nodes)\n", k, h.MaxProcs, h.MaxNodes, k)
+	}
+	return k, nil
 }
 
 // giveBacks parses --give-back: one mode, a comma-separated list, or all.

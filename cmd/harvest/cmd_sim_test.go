@@ -35,6 +35,31 @@ func TestSimCommand(t *testing.T) {
 			t.Errorf("exit %d, stderr %q, stdout %q", code, errMsg, out)
 		}
 	})
+	t.Run("an SWF header of SMP nodes gives the cores, shared; --procs-per-node keeps whole nodes", func(t *testing.T) {
+		// Two 3-processor jobs on 2 nodes of 4 cores: shared, both run
+		// at once; rounded up to whole nodes, one node each as well; a
+		// third of 3 waits for whole nodes but starts at once on cores.
+		hdr := filepath.Join(dir, "smp.swf")
+		jobs := "1 0 -1 100 3 -1 -1 3 200 -1 1 1 1 -1 -1 -1 -1 -1\n2 0 -1 100 3 -1 -1 3 200 -1 1 1 1 -1 -1 -1 -1 -1\n3 1 -1 100 2 -1 -1 2 200 -1 1 1 1 -1 -1 -1 -1 -1\n"
+		if err := os.WriteFile(hdr, []byte("; MaxNodes: 2\n; MaxProcs: 8\n"+jobs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, errMsg, code := runHarvest(t, "", "sim", "--workload", hdr, "--mode", "baseline", "--json")
+		var got struct {
+			Cores   int `json:"cores_per_node"`
+			Foreign struct {
+				MaxWait int64 `json:"max_wait_s"`
+			} `json:"foreign"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Cores != 4 || got.Foreign.MaxWait != 0 {
+			t.Errorf("exit %d, stderr %q, stdout %q: want 4 cores a node and no wait", code, errMsg, out)
+		}
+		out, errMsg, code = runHarvest(t, "", "sim", "--workload", hdr, "--mode", "baseline", "--json", "--procs-per-node", "4")
+		got.Cores = 0
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Cores != 0 || got.Foreign.MaxWait != 99 {
+			t.Errorf("exit %d, stderr %q, stdout %q: want whole nodes and the third job waiting 99 s", code, errMsg, out)
+		}
+	})
 	t.Run("baseline --json prints the contract's shape with the measured figures", func(t *testing.T) {
 		out, errMsg, code := runHarvest(t, "", "sim", "--workload", wl, "--nodes", "4", "--mode", "baseline", "--to", "1000", "--json")
 		if code != 0 {
@@ -108,6 +133,7 @@ func TestSimCommand(t *testing.T) {
 		{"an empty window is refused", "window", []string{"--workload", wl, "--nodes", "4", "--from", "100", "--to", "50"}},
 		{"a thesis list without --nodes is refused", "--nodes is required", []string{"--workload", wl}},
 		{"an SWF file without a header and without --nodes is refused", "neither MaxNodes nor MaxProcs", []string{"--workload", noHeader}},
+		{"cores and whole nodes at once are refused", "not with --procs-per-node", []string{"--workload", noHeader, "--nodes", "4", "--cores-per-node", "4", "--procs-per-node", "4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errMsg, code := runHarvest(t, "", append([]string{"sim"}, tc.args...)...)
