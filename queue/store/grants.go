@@ -438,26 +438,50 @@ type Taken struct {
 var (
 	retriesSQL = hot(`SELECT x.idx, x.attempt, e.name FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx
 		WHERE x.job_id = ? AND x.state = 'WAITING' ORDER BY x.idx LIMIT ?`)
-	insertGrantSQL = hot(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ASSIGNED', ?, ?) RETURNING id`)
-	grantRetrySQL = hot(`UPDATE exceptions SET state = 'GRANTED', attempt = ?, grant_id = ? WHERE job_id = ? AND idx = ?`)
+	// A retried entry's grant, rowsPer to a statement (the columns of
+	// insertFresh), and its exception row marked GRANTED to it.
+	insertRetries = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) VALUES `, 12,
+		` RETURNING id, job_id, first_idx, attempt`)
+	grantRetries = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM (VALUES `, 4,
+		`) AS v WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`)
 )
 
-// insertGrant stores a new grant of entries first..last and returns its id.
-func (b *batch) insertGrant(job int64, first, last, attempt int, pool string, epoch int64, holder string, at int64) (int64, error) {
-	rows, err := b.s.query(b.ctx, b.tx, insertGrantSQL, job, first, last, attempt, pool, epoch, holder, at, at, strings.Repeat(string(rune(open)), last-first+1), last-first+1)
-	if err != nil {
-		return 0, err
+// grantRetries inserts the grants of retried entries (rows of
+// insertRetries' columns) and marks their exception rows GRANTED to them.
+func (b *batch) grantRetries(rows [][]any) error {
+	var marks [][]any
+	for len(rows) > 0 {
+		q, k := insertRetries.one, 1
+		if len(rows) >= rowsPer {
+			q, k = insertRetries.many, rowsPer
+		}
+		var args []any
+		for _, r := range rows[:k] {
+			args = append(args, r...)
+		}
+		rs, err := b.s.query(b.ctx, b.tx, q, args...)
+		if err != nil {
+			return fmt.Errorf("insert retry grants: %w", err)
+		}
+		for rs.Next() {
+			var id, job int64
+			var idx, attempt int
+			if err := rs.Scan(&id, &job, &idx, &attempt); err != nil {
+				rs.Close()
+				return err
+			}
+			marks = append(marks, []any{job, idx, attempt, id})
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return err
+		}
+		rows = rows[k:]
 	}
-	defer rows.Close()
-	var id int64
-	if !rows.Next() {
-		return 0, fmt.Errorf("insert grant: no id returned: %v", rows.Err())
+	if err := b.execRows(grantRetries, marks); err != nil {
+		return fmt.Errorf("mark retries granted: %w", err)
 	}
-	if err := rows.Scan(&id); err != nil {
-		return 0, err
-	}
-	return id, rows.Err()
+	return nil
 }
 
 // rowStatements are a statement of rowsPer rows and one of a single row,
@@ -562,6 +586,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		at := ms(now)
 		var fresh [][]any     // the fresh grants' rows
 		var ranges [][3]int64 // and their (job, first, last)
+		var retried [][]any   // the retried entries' one-entry grants
 		for _, t := range takes {
 			j, err := b.job(t.Job)
 			if err != nil {
@@ -598,13 +623,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				for _, r := range rs {
 					// Attempt 1 is a fresh grant's, and only its.
 					a := max(r.attempt+1, 2)
-					id, err := b.insertGrant(t.Job, r.idx, r.idx, a, pool, epoch, l.Holder, at)
-					if err != nil {
-						return err
-					}
-					if _, err := s.exec(ctx, tx, grantRetrySQL, a, id, t.Job, r.idx); err != nil {
-						return err
-					}
+					retried = append(retried, []any{t.Job, r.idx, r.idx, a, pool, epoch, l.Holder, at, at, "ASSIGNED", string(rune(open)), 1})
 					got = append(got, TakenTask{ID: taskID(t.Job, r.idx), Name: r.name, Attempt: a})
 					j.retry--
 					j.requd++
@@ -630,6 +649,9 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			}
 		}
 		if err := b.execRows(insertFresh, fresh); err != nil {
+			return err
+		}
+		if err := b.grantRetries(retried); err != nil {
 			return err
 		}
 		if err := b.names(ranges, out.Tasks); err != nil {
