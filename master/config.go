@@ -47,6 +47,8 @@ type Config struct {
 	ReconnectGrace     time.Duration          // after a restore, workers have this long to come back
 	SafetyMargin       time.Duration          // no batch may be planned to end later than deadline - margin
 	ReportBatch        int                    // results per queue report
+	ReportDelay        time.Duration          // a result waits this long at most for others to join its report (core.Config)
+	RefillPercent      int                    // pull once the pending tasks are this many percent short of the buffer (core.Config)
 	ShutdownTimeout    time.Duration          // time to flush results and release the lease when stopping
 	HandBackWait       time.Duration          // a stopping master takes hand-backs this long while workers hold batches (core.Config)
 	Recommend          policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
@@ -85,7 +87,16 @@ func DefaultConfig() Config {
 		ReconnectGrace:     30 * time.Second,
 		SafetyMargin:       60 * time.Second,
 		ReportBatch:        1000,
-		ShutdownTimeout:    5 * time.Second,
+		// A result reaches the queue at most 20 ms after the previous
+		// report's answer would have let it go: with real tasks of a few
+		// ms, reports of tens of results instead of a handful (each a
+		// request and a fenced transaction at the queue). The result is
+		// in the checkpoint meanwhile.
+		ReportDelay: 20 * time.Millisecond,
+		// Pulls of at least a quarter of the buffer: with real tasks the
+		// master pulled 13-15 tasks at a time (a queue transaction each).
+		RefillPercent:   25,
+		ShutdownTimeout: 5 * time.Second,
 		// Pilots preempted together handed back 10 and 78 ms after the
 		// master's own stop on the mini-cluster (the demo); the wait ends
 		// as soon as no worker holds a batch, and holds the master's node
@@ -122,6 +133,8 @@ func (c Config) Validate() error {
 		return bad("pilot token is empty")
 	case c.Prefetch < 1 || c.MinBuffer < 1 || c.MaxBuffer < c.MinBuffer || c.MaxPull < 1 || c.ReportBatch < 1:
 		return bad("buffer sizes must be positive and MaxBuffer >= MinBuffer")
+	case c.ReportDelay < 0 || c.ReportDelay > time.Second || c.RefillPercent < 0 || c.RefillPercent > 90:
+		return bad("report delay must be 0..1s and refill percent 0..90")
 	case c.PullWait <= 0 || c.IdlePoll <= 0 || c.RetryInterval <= 0 || c.HeartbeatInterval <= 0 ||
 		c.LeaseRenewInterval <= 0 || c.LeaseTTL < 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0 || c.HandBackWait < 0 || c.HandBackWait >= c.ShutdownTimeout ||
 		c.CommitDelay < 0 || c.CommitDelay > time.Second:
@@ -147,6 +160,7 @@ func (c Config) core() core.Config {
 		IdlePoll: c.IdlePoll, RetryInterval: c.RetryInterval, HeartbeatInterval: c.HeartbeatInterval,
 		LeaseRenewInterval: c.LeaseRenewInterval, LeaseTTL: c.LeaseTTL, WorkerTimeout: c.WorkerTimeout,
 		ReconnectGrace: c.ReconnectGrace, SafetyMargin: c.SafetyMargin, ReportBatch: c.ReportBatch, HandBackWait: c.HandBackWait,
+		ReportDelay: c.ReportDelay, RefillPercent: c.RefillPercent,
 		Recommend: c.Recommend, Capacity: c.Capacity, Logger: c.Logger,
 	}
 }

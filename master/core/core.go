@@ -57,7 +57,20 @@ type Config struct {
 	HandBackWait time.Duration
 	SafetyMargin time.Duration // no batch may be planned to end later than deadline - margin
 	ReportBatch  int           // results per queue report
-	Recommend    policy.RecommendConfig
+	// ReportDelay is how long a result may wait for others to join its
+	// queue report (fewer, larger reports: each costs the queue a request
+	// and a transaction). The result is in the checkpoint already, so a
+	// master that dies meanwhile loses nothing (its successor reports
+	// it); the delay only postpones when the queue sees it. A stopping
+	// master and a full report (ReportBatch) do not wait. 0: report as
+	// soon as the previous report is answered.
+	ReportDelay time.Duration
+	// RefillPercent: while tasks are pending, the master pulls only once
+	// they fall this many percent below the buffer's target (fewer, larger
+	// pulls: each costs the queue a transaction whatever its size). 0:
+	// at any shortfall.
+	RefillPercent int
+	Recommend     policy.RecommendConfig
 	// Capacity, when set, is the degradation-aware capacity rule: the
 	// master caps its pool where its tasks slow down (package capacity).
 	// Nil: no cap.
@@ -145,8 +158,11 @@ type Core struct {
 	pullBusy, reportBusy, beatBusy, leaseBusy bool
 	// lostMS is the run time of interrupted attempts not yet reported to
 	// the queue; beatLost the part the heartbeat in flight carries.
-	lostMS, beatLost                   int64
-	pullAt, reportAt, beatAt, leaseAt  time.Time
+	lostMS, beatLost                  int64
+	pullAt, reportAt, beatAt, leaseAt time.Time
+	// heldSince is when the oldest result in the outbox (not yet in a
+	// report) became final; zero: none waits (ReportDelay).
+	heldSince                          time.Time
 	sent                               []ref // results of the report in flight
 	ttl                                time.Duration
 	releasing, flushGaveUp, lostGaveUp bool
@@ -217,6 +233,9 @@ func New(cfg Config, rows []Row, estimates map[int64]Estimator, now time.Time) *
 			c.outbox = append(c.outbox, k)
 			c.nfinal++
 		}
+	}
+	if c.nfinal > 0 {
+		c.heldSince = now
 	}
 	if len(rows) > 0 {
 		c.log.Info("restored checkpoint", "pending", c.npending, "in_flight", c.nassigned,
@@ -337,7 +356,7 @@ func (c *Core) Next() time.Time {
 		}
 	}
 	if !c.reportBusy && c.nfinal > 0 && !c.flushGaveUp {
-		at(c.reportAt)
+		at(c.reportWhen())
 	}
 	if !c.handBackUntil.IsZero() {
 		at(c.handBackUntil)
@@ -413,6 +432,9 @@ func (c *Core) do(o Op, now time.Time) {
 		t.state, t.result = StateFinal, o.Result
 		c.nfinal++
 		c.outbox = append(c.outbox, o.Ref)
+		if c.heldSince.IsZero() {
+			c.heldSince = now
+		}
 	case OpDelete:
 		delete(c.tasks, o.Ref)
 	}

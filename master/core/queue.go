@@ -18,7 +18,12 @@ func (c *Core) need() int {
 	if c.phase != running {
 		return 0
 	}
-	return min(c.bufferTarget()-c.npending, c.cfg.MaxPull)
+	target := c.bufferTarget()
+	short := target - c.npending
+	if c.npending > 0 && short < target*c.cfg.RefillPercent/100 {
+		return 0 // enough left to hand out: wait for a fuller pull
+	}
+	return min(short, c.cfg.MaxPull)
 }
 
 // bufferTarget keeps Prefetch x the registered workers' capacity pending,
@@ -53,7 +58,7 @@ func (c *Core) plan(now time.Time) {
 			c.leaseAt = now.Add(c.renewEvery())
 		}
 	}
-	if !c.reportBusy && c.nfinal > 0 && !now.Before(c.reportAt) && !c.flushGaveUp {
+	if !c.reportBusy && c.nfinal > 0 && !now.Before(c.reportWhen()) && !c.flushGaveUp {
 		c.sendReport()
 	}
 	c.closeHandBack(now)
@@ -87,6 +92,16 @@ func (c *Core) renewEvery() time.Duration {
 	return d
 }
 
+// reportWhen is when the next report may go: after the retry wait of a
+// failed one, and once the oldest waiting result has waited ReportDelay,
+// unless the report is full or the master is stopping.
+func (c *Core) reportWhen() time.Time {
+	if c.phase != running || len(c.outbox) >= c.cfg.ReportBatch || c.heldSince.IsZero() {
+		return c.reportAt
+	}
+	return maxTime(c.reportAt, c.heldSince.Add(c.cfg.ReportDelay))
+}
+
 func (c *Core) sendReport() {
 	n := max(min(len(c.outbox), c.cfg.ReportBatch), 0)
 	refs := make([]ref, 0, n)
@@ -106,6 +121,9 @@ func (c *Core) sendReport() {
 		results = append(results, r)
 	}
 	c.outbox = c.outbox[i:]
+	if len(c.outbox) == 0 {
+		c.heldSince = time.Time{} // (left behind: older than the delay, due at once)
+	}
 	if len(results) == 0 {
 		return
 	}
@@ -288,6 +306,9 @@ func (c *Core) reportedResults(now time.Time, e Reported) {
 	c.sent = nil
 	if e.Err != nil {
 		c.outbox = append(sent, c.outbox...)
+		if c.heldSince.IsZero() && len(c.outbox) > 0 {
+			c.heldSince = now
+		}
 		c.queueErr(now, "results", e.Err)
 		c.reportAt = now.Add(c.cfg.RetryInterval)
 		if c.phase == stopping {
@@ -364,6 +385,13 @@ func leaseTTL(l pilotproto.Lease) time.Duration {
 		return time.Duration(l.TTLMS) * time.Millisecond
 	}
 	return time.Duration(l.TTLSecond) * time.Second
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func minTime(a, b time.Time) time.Time {

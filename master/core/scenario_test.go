@@ -150,7 +150,8 @@ func newScenario() *scenario {
 //
 //	config key=value...      core settings (before new): epoch pilot pull-wait prefetch min-buffer
 //	                         max-buffer max-pull idle-poll retry heartbeat lease-renew lease-ttl
-//	                         worker-timeout reconnect-grace safety-margin report-batch hand-back-wait, and the
+//	                         worker-timeout reconnect-grace safety-margin report-batch report-delay
+//	                         refill-percent hand-back-wait, and the
 //	                         capacity rule: capacity-factor capacity-samples capacity-hold capacity-initial
 //	new                      a core restored from the rows below (pending|assigned|final REF job=J
 //	                         [batch-size=N] [worker=W batch=B [address=URL]] [status=S]; estimate job=J n=N
@@ -235,11 +236,12 @@ func (s *scenario) configure(kv map[string]string) error {
 		"pull-wait": &s.cfg.PullWait, "idle-poll": &s.cfg.IdlePoll, "retry": &s.cfg.RetryInterval,
 		"heartbeat": &s.cfg.HeartbeatInterval, "lease-renew": &s.cfg.LeaseRenewInterval, "lease-ttl": &s.cfg.LeaseTTL,
 		"worker-timeout": &s.cfg.WorkerTimeout, "reconnect-grace": &s.cfg.ReconnectGrace, "safety-margin": &s.cfg.SafetyMargin,
-		"hand-back-wait": &s.cfg.HandBackWait,
+		"hand-back-wait": &s.cfg.HandBackWait, "report-delay": &s.cfg.ReportDelay,
 	}
 	ints := map[string]*int{
 		"prefetch": &s.cfg.Prefetch, "min-buffer": &s.cfg.MinBuffer, "max-buffer": &s.cfg.MaxBuffer,
 		"max-pull": &s.cfg.MaxPull, "report-batch": &s.cfg.ReportBatch,
+		"refill-percent": &s.cfg.RefillPercent,
 	}
 	for k, v := range kv {
 		var err error
