@@ -23,6 +23,7 @@ func (m *Master) Handler() http.Handler {
 			return
 		}
 		resp, err := m.Register(r.Context(), req)
+		resp.CompactResults = true // this handler reads ResultsWire
 		reply(w, resp, err)
 	})
 	mux.HandleFunc("POST "+workerproto.PathPull, func(w http.ResponseWriter, r *http.Request) {
@@ -38,8 +39,18 @@ func (m *Master) Handler() http.Handler {
 		reply(w, resp, err) // a worker older than the master reads this form
 	})
 	mux.HandleFunc("POST "+workerproto.PathResults, func(w http.ResponseWriter, r *http.Request) {
-		var req workerproto.ResultsRequest
-		if !m.decode(w, r, &req) {
+		// Either form: a worker of this release sends plain successes as
+		// columns, an older one every result in full.
+		var wire workerproto.ResultsWire
+		if !m.decode(w, r, &wire) {
+			return
+		}
+		req, err := wire.Unpack()
+		if err == nil {
+			err = req.Validate()
+		}
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		resp, err := m.Results(r.Context(), req)

@@ -2,14 +2,18 @@ package master_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -81,5 +85,50 @@ func TestWorkersOfEitherVersionGetTheirForm(t *testing.T) {
 			t.Fatalf("task %+v of job %+v", tk, j)
 		}
 		seen[tk.ID] = true
+	}
+}
+
+// TestWorkerResultsInEitherForm: the master says at registration that it
+// reads plain successes as columns, and takes results in either form (an
+// older worker's full records, a newer one's columns); a malformed list
+// is refused and changes nothing.
+func TestWorkerResultsInEitherForm(t *testing.T) {
+	e := startQueue(t)
+	job := e.submit(t, 3, 3, nil)
+	rm := startMaster(t, e.Q, t.TempDir(), "p1", nil, nil)
+	call := func(path, body string, want int) []byte {
+		t.Helper()
+		req, _ := http.NewRequest("POST", rm.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("%s: %d %s, want %d", path, resp.StatusCode, b, want)
+		}
+		return b
+	}
+	var reg workerproto.RegisterResponse
+	json.Unmarshal(call(workerproto.PathRegister, `{"worker_id": "w", "pilot_id": "p1", "slots": 1, "capacity": 3}`, 200), &reg)
+	if !reg.CompactResults {
+		t.Fatalf("the master does not say it reads compact results: %+v", reg)
+	}
+	var pw workerproto.PullWire
+	json.Unmarshal(call(workerproto.PathPull, `{"worker_id": "w", "free": 3, "wait_ms": 5000, "compact": true}`, 200), &pw)
+	resp, err := pw.Unpack()
+	if err != nil || len(resp.Batches) != 1 || len(resp.Batches[0].Tasks) != 3 {
+		t.Fatalf("%+v, %v", resp, err)
+	}
+	tk := resp.Batches[0].Tasks
+	call(workerproto.PathResults, fmt.Sprintf(`{"worker_id": "w", "plain": [{"ids": [%d], "attempts": [1], "started_at": [1], "duration_ms": []}]}`, tk[0].ID), 400)
+	call(workerproto.PathResults, fmt.Sprintf(`{"worker_id": "w", "results": [{"task_id": %d, "attempt": 1, "status": "done", "started_at": 1, "duration_ms": 2}]}`, tk[0].ID), 200)
+	call(workerproto.PathResults, fmt.Sprintf(`{"worker_id": "w", "plain": [{"pilot": "p1", "ids": [%d, %d], "attempts": [1, 1], "started_at": [1, 0], "duration_ms": [2, 3]}]}`,
+		tk[1].ID, tk[2].ID-tk[1].ID), 200)
+	waitFor(t, rm.m, "3 results reported", 10*time.Second, func(s master.Stats) bool { return s.Reported == 3 })
+	if j := e.job(t, job.ID); j.State != api.JobDone || j.Tasks.Done != 3 {
+		t.Fatalf("job %+v, want DONE with 3 done", j)
 	}
 }

@@ -248,7 +248,8 @@ func (w *PullWire) Unpack() (PullResponse, error) {
 // error tail) reported by one pilot: their ids and attempts, and the sums
 // usage accounting needs (CPU time is the job's cores times the
 // duration). Unpacked, each entry gets an equal share of DurationMS and
-// the group's earliest start.
+// the group's earliest start. The previous release's masters send it;
+// PackResults writes Plain instead.
 type DoneGroup struct {
 	JobID      int64   `json:"job_id"`
 	Pilot      string  `json:"pilot,omitempty"`
@@ -258,53 +259,126 @@ type DoneGroup struct {
 	StartedAt  int64   `json:"started_at"`  // the earliest start, Unix ms
 }
 
-// ResultsWire is a results report on the wire: Done for plain
-// successes, Results (full records) for the rest. A pilot older than
-// the queue sends everything in Results, which is still accepted.
+// Plain lists one pilot's plain successes (status done, exit code 0, no
+// error tail) as columns, one element per entry, whatever their jobs: a
+// report across many jobs costs a few bytes per entry, not an object
+// per job. IDs and StartedAt hold each entry's difference from the
+// entry before (the first's from 0), so a batch's consecutive ids cost a
+// digit each and its starts a few: the batch is named once, by its first
+// id. Run times are each entry's own (the master's estimator and the
+// queue's figures read them).
+type Plain struct {
+	Pilot      string  `json:"pilot,omitempty"`
+	IDs        []int64 `json:"ids"`        // differences, see above
+	Attempts   []int   `json:"attempts"`   // as they are
+	StartedAt  []int64 `json:"started_at"` // differences of Unix ms
+	DurationMS []int64 `json:"duration_ms"`
+}
+
+// ResultsWire is a results report on the wire: Plain for plain
+// successes, Results (full records) for the rest. Done is the previous
+// release's form of plain successes, still accepted; a pilot older than
+// that sends everything in Results.
 type ResultsWire struct {
 	Epoch   int64       `json:"epoch"`
+	Plain   []Plain     `json:"plain,omitempty"`
 	Done    []DoneGroup `json:"done,omitempty"`
 	Results []Result    `json:"results,omitempty"`
 }
 
-// plain is a result a DoneGroup carries without loss of what the queue
-// keeps of it.
-func plain(r *Result) bool {
-	return r.Status == StatusDone && r.ExitCode == 0 && r.ErrorTail == "" && r.JobID > 0 && r.DurationMS >= 0
+// IsPlain reports whether r travels in a Plain list without loss: a
+// success with nothing to say but its times.
+func IsPlain(r *Result) bool {
+	return r.Status == StatusDone && r.ExitCode == 0 && r.ErrorTail == "" && r.DurationMS >= 0
+}
+
+// PackPlain splits results into Plain lists, one per pilot in the order
+// the pilots first appear, and the rest, in their order. Result.JobID is
+// not carried (the queue looks tasks up by id).
+func PackPlain(results []Result) ([]Plain, []Result) {
+	var plain []Plain
+	var rest []Result
+	type last struct{ id, start int64 }
+	var prev []last
+	for i := range results {
+		r := &results[i]
+		if !IsPlain(r) {
+			rest = append(rest, *r)
+			continue
+		}
+		g := 0
+		for g < len(plain) && plain[g].Pilot != r.Pilot {
+			g++
+		}
+		if g == len(plain) {
+			plain = append(plain, Plain{Pilot: r.Pilot})
+			prev = append(prev, last{})
+		}
+		p := &plain[g]
+		p.IDs = append(p.IDs, r.TaskID-prev[g].id)
+		p.Attempts = append(p.Attempts, r.Attempt)
+		p.StartedAt = append(p.StartedAt, r.StartedAt-prev[g].start)
+		p.DurationMS = append(p.DurationMS, r.DurationMS)
+		prev[g] = last{r.TaskID, r.StartedAt}
+	}
+	return plain, rest
+}
+
+// countPlain checks the lists' shape and returns how many entries they hold,
+// refusing more than MaxResults with n already counted.
+func countPlain(plain []Plain, n int) (int, error) {
+	for i := range plain {
+		p := &plain[i]
+		k := len(p.IDs)
+		if k == 0 || len(p.Attempts) != k || len(p.StartedAt) != k || len(p.DurationMS) != k {
+			return 0, fmt.Errorf("plain[%d]: %d ids, %d attempts, %d started_at, %d duration_ms: want as many of each, at least one",
+				i, k, len(p.Attempts), len(p.StartedAt), len(p.DurationMS))
+		}
+		if n += k; n > MaxResults {
+			return 0, fmt.Errorf("at most %d results per request", MaxResults)
+		}
+	}
+	return n, nil
+}
+
+// appendPlain appends the results of plain lists, counted by countPlain.
+func appendPlain(out []Result, plain []Plain) ([]Result, error) {
+	for i := range plain {
+		p := &plain[i]
+		var id, start int64
+		for e := range p.IDs {
+			var ok1, ok2 bool
+			id, ok1 = addInt64(id, p.IDs[e])
+			start, ok2 = addInt64(start, p.StartedAt[e])
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("plain[%d]: entry %d overflows", i, e)
+			}
+			if p.DurationMS[e] < 0 {
+				return nil, fmt.Errorf("plain[%d]: entry %d: duration_ms must not be negative", i, e)
+			}
+			out = append(out, Result{TaskID: id, Attempt: p.Attempts[e], Status: StatusDone,
+				StartedAt: start, DurationMS: p.DurationMS[e], Pilot: p.Pilot})
+		}
+	}
+	return out, nil
+}
+
+// addInt64 is a+b, and false if it overflows.
+func addInt64(a, b int64) (int64, bool) {
+	c := a + b
+	return c, (c > a) == (b > 0)
 }
 
 // PackResults is req in the compact form.
 func PackResults(req ResultsRequest) ResultsWire {
 	w := ResultsWire{Epoch: req.Epoch}
-	type key struct {
-		job   int64
-		pilot string
-	}
-	at := map[key]int{}
-	for i := range req.Results {
-		r := &req.Results[i]
-		if !plain(r) {
-			w.Results = append(w.Results, *r)
-			continue
-		}
-		k := key{r.JobID, r.Pilot}
-		g, ok := at[k]
-		if !ok {
-			g = len(w.Done)
-			at[k] = g
-			w.Done = append(w.Done, DoneGroup{JobID: r.JobID, Pilot: r.Pilot, StartedAt: r.StartedAt})
-		}
-		d := &w.Done[g]
-		d.IDs = append(d.IDs, r.TaskID)
-		d.Attempts = append(d.Attempts, r.Attempt)
-		d.DurationMS += r.DurationMS
-		d.StartedAt = min(d.StartedAt, r.StartedAt)
-	}
+	w.Plain, w.Results = PackPlain(req.Results)
 	return w
 }
 
-// Unpack is the report w carries: the successes first, then the full
-// records. It refuses a malformed w before it allocates for it.
+// Unpack is the report w carries: the previous release's groups first,
+// then the plain lists, then the full records. It refuses a malformed w
+// before it allocates for it.
 func (w *ResultsWire) Unpack() (ResultsRequest, error) {
 	n := len(w.Results)
 	for i := range w.Done {
@@ -325,6 +399,10 @@ func (w *ResultsWire) Unpack() (ResultsRequest, error) {
 	if n > MaxResults {
 		return ResultsRequest{}, fmt.Errorf("at most %d results per request", MaxResults)
 	}
+	n, err := countPlain(w.Plain, n)
+	if err != nil {
+		return ResultsRequest{}, err
+	}
 	out := make([]Result, 0, n)
 	for i := range w.Done {
 		d := &w.Done[i]
@@ -337,6 +415,9 @@ func (w *ResultsWire) Unpack() (ResultsRequest, error) {
 			out = append(out, Result{TaskID: id, JobID: d.JobID, Attempt: d.Attempts[e], Status: StatusDone,
 				StartedAt: d.StartedAt, DurationMS: ms, Pilot: d.Pilot})
 		}
+	}
+	if out, err = appendPlain(out, w.Plain); err != nil {
+		return ResultsRequest{}, err
 	}
 	out = append(out, w.Results...)
 	return ResultsRequest{Epoch: w.Epoch, Results: out}, nil

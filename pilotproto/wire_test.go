@@ -139,17 +139,22 @@ func TestUnpackRefusesMalformedPulls(t *testing.T) {
 
 func TestResultsPackKeepsWhatTheQueueKeeps(t *testing.T) {
 	results := []pilotproto.Result{
-		{TaskID: 1, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 1000, DurationMS: 10, Pilot: "p1"},
+		{TaskID: 1 << 32, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 1000, DurationMS: 10, Pilot: "p1"},
 		{TaskID: 2, JobID: 1, Attempt: 2, Status: pilotproto.StatusFailed, ExitCode: 3, StartedAt: 1001, DurationMS: 4, Pilot: "p1", ErrorTail: "boom"},
 		{TaskID: 3, JobID: 2, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 990, DurationMS: 7, Pilot: "p1"},
-		{TaskID: 4, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 995, DurationMS: 3, Pilot: "p1"},
-		{TaskID: 5, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 996, DurationMS: 5, Pilot: "p1"}, // job unknown: in full
+		{TaskID: 1<<32 + 1, JobID: 1, Attempt: 3, Status: pilotproto.StatusDone, StartedAt: 995, DurationMS: 3, Pilot: "p1"},
+		{TaskID: 5, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 996, DurationMS: 5, Pilot: "p1"},
 		{TaskID: 6, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 999, DurationMS: 6, Pilot: "p2"},
 		{TaskID: 7, JobID: 1, Attempt: 1, Status: pilotproto.StatusTimeout, StartedAt: 999, DurationMS: 60000, Pilot: "p2"},
+		{TaskID: 8, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, ExitCode: 0, ErrorTail: "warning", Pilot: "p2"},
 	}
 	w := wire[pilotproto.ResultsWire](t, pilotproto.PackResults(pilotproto.ResultsRequest{Epoch: 4, Results: results}))
-	if len(w.Done) != 3 || len(w.Results) != 3 {
-		t.Fatalf("%d done groups and %d full records, want 3 and 3: %+v", len(w.Done), len(w.Results), w)
+	if len(w.Plain) != 2 || len(w.Plain[0].IDs) != 4 || len(w.Results) != 3 || w.Done != nil {
+		t.Fatalf("%d plain lists and %d full records, want 2 (of 4 and 1) and 3: %+v", len(w.Plain), len(w.Results), w)
+	}
+	// Ids and starts are differences: 2^32 once, then small numbers.
+	if d := w.Plain[0].IDs; d[0] != 1<<32 || d[1] != 3-1<<32 || d[2] != 1<<32+1-3 {
+		t.Fatalf("ids on the wire %v", d)
 	}
 	got, err := w.Unpack()
 	if err != nil {
@@ -158,45 +163,65 @@ func TestResultsPackKeepsWhatTheQueueKeeps(t *testing.T) {
 	if got.Epoch != 4 || len(got.Results) != len(results) {
 		t.Fatalf("epoch %d, %d results", got.Epoch, len(got.Results))
 	}
-	type key struct {
-		job   int64
-		pilot string
+	by := map[[2]int64]pilotproto.Result{}
+	for _, r := range got.Results {
+		by[[2]int64{r.TaskID, int64(r.Attempt)}] = r
 	}
-	sums := func(rs []pilotproto.Result) (map[key]int64, map[key]int64, map[[2]int64]pilotproto.Result) {
-		dur, start, by := map[key]int64{}, map[key]int64{}, map[[2]int64]pilotproto.Result{}
-		for _, r := range rs {
-			k := key{r.JobID, r.Pilot}
-			dur[k] += r.DurationMS
-			if s, ok := start[k]; !ok || r.StartedAt < s {
-				start[k] = r.StartedAt
-			}
-			by[[2]int64{r.TaskID, int64(r.Attempt)}] = r
-		}
-		return dur, start, by
-	}
-	wantDur, _, wantBy := sums(results)
-	gotDur, _, gotBy := sums(got.Results)
-	if !reflect.DeepEqual(gotDur, wantDur) {
-		t.Fatalf("duration sums per job and pilot %v, want %v", gotDur, wantDur)
-	}
-	for k, want := range wantBy {
-		g, ok := gotBy[k]
+	for _, want := range results {
+		g, ok := by[[2]int64{want.TaskID, int64(want.Attempt)}]
 		if !ok {
-			t.Fatalf("result %v is missing", k)
+			t.Fatalf("result %d/%d is missing", want.TaskID, want.Attempt)
 		}
-		if want.Status != pilotproto.StatusDone || want.JobID == 0 {
-			if g != want {
-				t.Fatalf("a result that is not a plain success changed: %+v, want %+v", g, want)
-			}
-			continue
+		if pilotproto.IsPlain(&want) {
+			want.JobID = 0 // not carried: the queue looks tasks up by id
 		}
-		if g.Status != want.Status || g.ExitCode != 0 || g.Pilot != want.Pilot || g.JobID != want.JobID || g.StartedAt > want.StartedAt {
-			t.Fatalf("success %+v came back as %+v", want, g)
+		if g != want {
+			t.Fatalf("result came back as %+v, want %+v", g, want)
 		}
 	}
-	// The shares of a group's sum differ by at most 1 ms.
-	if a, b := gotBy[[2]int64{1, 1}].DurationMS, gotBy[[2]int64{4, 1}].DurationMS; a+b != 13 || a-b > 1 || b-a > 1 {
-		t.Fatalf("job 1's shares %d and %d, want 13 ms shared evenly", a, b)
+}
+
+// The previous release's masters report plain successes per job with
+// their sums (done): still accepted, each entry with an equal share.
+func TestResultsUnpackReadsThePreviousForm(t *testing.T) {
+	var w pilotproto.ResultsWire
+	if err := json.Unmarshal([]byte(`{"epoch": 2, "done": [{"job_id": 1, "pilot": "p1", "ids": [11, 12], "attempts": [1, 2], "duration_ms": 13, "started_at": 990}],
+		"plain": [{"ids": [5, 1], "attempts": [1, 1], "started_at": [100, -1], "duration_ms": [2, 3]}]}`), &w); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.Unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []pilotproto.Result{
+		{TaskID: 11, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 990, DurationMS: 7, Pilot: "p1"},
+		{TaskID: 12, JobID: 1, Attempt: 2, Status: pilotproto.StatusDone, StartedAt: 990, DurationMS: 6, Pilot: "p1"},
+		{TaskID: 5, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 100, DurationMS: 2},
+		{TaskID: 6, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 99, DurationMS: 3},
+	}
+	if got.Epoch != 2 || !reflect.DeepEqual(got.Results, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestPlainUnpackRefusesMalformedLists(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    pilotproto.Plain
+		msg  string
+	}{
+		{"no entries", pilotproto.Plain{}, "at least one"},
+		{"fewer attempts", pilotproto.Plain{IDs: []int64{1, 1}, Attempts: []int{1}, StartedAt: []int64{0, 0}, DurationMS: []int64{0, 0}}, "as many"},
+		{"fewer run times", pilotproto.Plain{IDs: []int64{1}, Attempts: []int{1}, StartedAt: []int64{0}}, "as many"},
+		{"a negative run time", pilotproto.Plain{IDs: []int64{1}, Attempts: []int{1}, StartedAt: []int64{0}, DurationMS: []int64{-1}}, "negative"},
+		{"ids that overflow", pilotproto.Plain{IDs: []int64{1 << 62, 1 << 62}, Attempts: []int{1, 1}, StartedAt: []int64{0, 0}, DurationMS: []int64{0, 0}}, "overflows"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := pilotproto.ResultsWire{Plain: []pilotproto.Plain{tc.p}}
+			if _, err := w.Unpack(); err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.msg)
+			}
+		})
 	}
 }
 

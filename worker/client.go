@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -30,6 +31,10 @@ var (
 type client struct {
 	base string
 	r    *resty.Client
+	// compact: the master said at registration that it reads plain
+	// successes as columns (workerproto.ResultsWire); until then, and for
+	// a master older than the worker, results go in full.
+	compact atomic.Bool
 }
 
 // newHTTP returns the resty client a worker uses for every master: a few
@@ -64,6 +69,9 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	buf := bufs.Get().(*bytes.Buffer)
 	defer bufs.Put(buf)
 	buf.Reset()
+	if req, ok := in.(workerproto.ResultsRequest); ok && c.compact.Load() {
+		in = workerproto.PackResults(req)
+	}
 	if err := json.NewEncoder(buf).Encode(in); err != nil {
 		return fmt.Errorf("master %s%s: encode request: %w", c.base, path, err)
 	}
@@ -89,6 +97,9 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 			}
 		} else if err == nil {
 			err = json.Unmarshal(ans.Bytes(), out)
+		}
+		if r, ok := out.(*workerproto.RegisterResponse); ok && err == nil {
+			c.compact.Store(r.CompactResults)
 		}
 		if err != nil {
 			return fmt.Errorf("master %s%s: answer: %w", c.base, path, err)

@@ -120,3 +120,62 @@ func BenchmarkClientPull(b *testing.B) {
 		}
 	}
 }
+
+// A worker sends plain successes as columns only to a master that said
+// at registration it reads them: a master older than the worker would
+// drop the columns as an unknown field and acknowledge results it never
+// stored.
+func TestClientSendsCompactResultsOnlyWhenTheMasterReadsThem(t *testing.T) {
+	for _, masterReads := range []bool{false, true} {
+		var got []map[string]json.RawMessage
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == workerproto.PathRegister {
+				json.NewEncoder(w).Encode(workerproto.RegisterResponse{Epoch: 1, CompactResults: masterReads})
+				return
+			}
+			body := map[string]json.RawMessage{}
+			json.NewDecoder(r.Body).Decode(&body)
+			got = append(got, body)
+			json.NewEncoder(w).Encode(workerproto.ResultsResponse{Accepted: 2})
+		}))
+		c := &client{base: srv.URL, r: newHTTP("tok")}
+		ctx := context.Background()
+		results := []pilotproto.Result{
+			{TaskID: 10, Attempt: 1, Status: pilotproto.StatusDone, StartedAt: 5, DurationMS: 1, Pilot: "p"},
+			{TaskID: 11, Attempt: 1, Status: pilotproto.StatusFailed, ExitCode: 2, StartedAt: 6, DurationMS: 1, Pilot: "p"},
+		}
+		var ans workerproto.ResultsResponse
+		// Before registering: in full whatever the master.
+		if err := c.post(ctx, workerproto.PathResults, workerproto.ResultsRequest{WorkerID: "w", Results: results}, &ans); err != nil {
+			t.Fatal(err)
+		}
+		var reg workerproto.RegisterResponse
+		if err := c.post(ctx, workerproto.PathRegister, workerproto.RegisterRequest{WorkerID: "w", Slots: 1, Capacity: 1}, &reg); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.post(ctx, workerproto.PathResults, workerproto.ResultsRequest{WorkerID: "w", Results: results}, &ans); err != nil {
+			t.Fatal(err)
+		}
+		srv.Close()
+		if len(got) != 2 {
+			t.Fatalf("master saw %d reports", len(got))
+		}
+		_, plain0 := got[0]["plain"]
+		_, plain1 := got[1]["plain"]
+		if plain0 || plain1 != masterReads {
+			t.Fatalf("master reads compact results %v: plain lists sent %v then %v", masterReads, plain0, plain1)
+		}
+		// Either way the master reads every result back.
+		for _, body := range got {
+			b, _ := json.Marshal(body)
+			var w workerproto.ResultsWire
+			if err := json.Unmarshal(b, &w); err != nil {
+				t.Fatal(err)
+			}
+			req, err := w.Unpack()
+			if err != nil || len(req.Results) != 2 || req.Results[0] != results[0] || req.Results[1] != results[1] {
+				t.Fatalf("%s came back as %+v, %v", b, req, err)
+			}
+		}
+	}
+}

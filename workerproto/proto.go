@@ -60,9 +60,14 @@ type RegisterRequest struct {
 
 // RegisterResponse lists held tasks the master does not (or no longer)
 // assign to this worker: the worker stops them and reports nothing.
+// CompactResults says the master reads ResultsWire's plain lists: a
+// master older than the worker does not say so (it would drop the lists
+// as an unknown field and acknowledge results it never stored), and gets
+// every result in full.
 type RegisterResponse struct {
-	Epoch int64                `json:"epoch"`
-	Drop  []pilotproto.TaskRef `json:"drop,omitempty"`
+	Epoch          int64                `json:"epoch"`
+	Drop           []pilotproto.TaskRef `json:"drop,omitempty"`
+	CompactResults bool                 `json:"compact_results,omitempty"`
 }
 
 // PullRequest asks for up to Free tasks (the master may hand a whole batch
@@ -141,6 +146,43 @@ type ResultsRequest struct {
 	WorkerID string              `json:"worker_id"`
 	Results  []pilotproto.Result `json:"results"`
 	Leaving  bool                `json:"leaving,omitempty"`
+}
+
+// ResultsWire is a results report on the wire: plain successes as
+// columns (pilotproto.Plain: a few bytes per task, the batch's first id
+// once), the rest in full. A worker older than the master sends
+// ResultsRequest's form, all in Results: the same thing to Unpack.
+type ResultsWire struct {
+	WorkerID string              `json:"worker_id"`
+	Plain    []pilotproto.Plain  `json:"plain,omitempty"`
+	Results  []pilotproto.Result `json:"results,omitempty"`
+	Leaving  bool                `json:"leaving,omitempty"`
+}
+
+// PackResults is req in the compact form.
+func PackResults(req ResultsRequest) ResultsWire {
+	w := ResultsWire{WorkerID: req.WorkerID, Leaving: req.Leaving}
+	w.Plain, w.Results = pilotproto.PackPlain(req.Results)
+	return w
+}
+
+// Unpack is the report w carries: the plain successes, then the rest. A
+// malformed list is refused.
+func (w *ResultsWire) Unpack() (ResultsRequest, error) {
+	pw := pilotproto.ResultsWire{Plain: w.Plain, Results: w.Results}
+	r, err := pw.Unpack()
+	if err != nil {
+		return ResultsRequest{}, err
+	}
+	return ResultsRequest{WorkerID: w.WorkerID, Results: r.Results, Leaving: w.Leaving}, nil
+}
+
+// Validate checks a results report.
+func (w *ResultsWire) Validate() error {
+	if w.WorkerID == "" {
+		return errors.New("worker_id is empty")
+	}
+	return nil
 }
 
 // ResultsResponse acknowledges every result of the request (applied or
