@@ -87,12 +87,16 @@ func DefaultConfig() Config {
 		ReconnectGrace:     30 * time.Second,
 		SafetyMargin:       60 * time.Second,
 		ReportBatch:        1000,
-		// A result reaches the queue at most 20 ms after the previous
-		// report's answer would have let it go: with real tasks of a few
-		// ms, reports of tens of results instead of a handful (each a
-		// request and a fenced transaction at the queue). The result is
-		// in the checkpoint meanwhile.
-		ReportDelay: 20 * time.Millisecond,
+		// A result waits at most 50 ms for others to join its queue
+		// report (it is in the checkpoint meanwhile): with real tasks of a
+		// few ms, about 20 reports a second of tens of results each
+		// instead of one per answered report of a handful (each a request
+		// and a fenced transaction at the queue; 100 ms halved the queue's
+		// results calls again in `harvest bench dispatch --exec --slots 1`,
+		// but a task counts against its owner's running quota until its
+		// result is applied, so a longer wait slows quota-bound users of
+		// short tasks).
+		ReportDelay: 50 * time.Millisecond,
 		// Pulls of at least a quarter of the buffer: with real tasks the
 		// master pulled 13-15 tasks at a time (a queue transaction each).
 		RefillPercent:   25,
