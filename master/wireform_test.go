@@ -30,17 +30,7 @@ func TestWorkersOfEitherVersionGetTheirForm(t *testing.T) {
 	rm := startMaster(t, e.Q, t.TempDir(), "p1", nil, nil)
 	call := func(path, body string) (map[string]json.RawMessage, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", rm.srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
-		}
+		b := postWorker(t, rm.srv.URL, path, body, 200)
 		keys := map[string]json.RawMessage{}
 		json.Unmarshal(b, &keys)
 		return keys, b
@@ -98,18 +88,7 @@ func TestWorkerResultsInEitherForm(t *testing.T) {
 	rm := startMaster(t, e.Q, t.TempDir(), "p1", nil, nil)
 	call := func(path, body string, want int) []byte {
 		t.Helper()
-		req, _ := http.NewRequest("POST", rm.srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want {
-			t.Fatalf("%s: %d %s, want %d", path, resp.StatusCode, b, want)
-		}
-		return b
+		return postWorker(t, rm.srv.URL, path, body, want)
 	}
 	var reg workerproto.RegisterResponse
 	json.Unmarshal(call(workerproto.PathRegister, `{"worker_id": "w", "pilot_id": "p1", "slots": 1, "capacity": 3}`, 200), &reg)
@@ -131,4 +110,22 @@ func TestWorkerResultsInEitherForm(t *testing.T) {
 	if j := e.job(t, job.ID); j.State != api.JobDone || j.Tasks.Done != 3 {
 		t.Fatalf("job %+v, want DONE with 3 done", j)
 	}
+}
+
+// postWorker posts body to the master at base as a worker does and
+// checks the answer's status.
+func postWorker(t *testing.T, base, path, body string, want int) []byte {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s: %d %s, want %d", path, resp.StatusCode, b, want)
+	}
+	return b
 }
