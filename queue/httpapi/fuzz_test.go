@@ -24,6 +24,8 @@ func FuzzRequestBodies(f *testing.F) {
 		// results in the compact form, good and odd
 		`{"epoch": 1, "done": [{"job_id": 1, "pilot": "p", "ids": [1, 2], "attempts": [1, 1], "duration_ms": 7, "started_at": 1}], "results": [{"task_id": 3, "attempt": 1, "status": "failed", "exit_code": 2}]}`,
 		`{"epoch": 1, "done": [{"job_id": 1, "ids": [1, 2], "attempts": [1], "duration_ms": -7, "started_at": 1}]}`,
+		`{"epoch": 1, "plain": [{"pilot": "p", "ids": [4294967297, 1], "attempts": [1, 2], "started_at": [1700000000000, -3], "duration_ms": [0, 5]}]}`,
+		`{"epoch": 1, "plain": [{"ids": [9223372036854775807, 9223372036854775807], "attempts": [1, 1], "started_at": [0, null], "duration_ms": [0, -1]}]}`,
 		`{"epoch": 1, "max": 3, "compact": true}`,
 		// odd encodings encoding/json decides on
 		`{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "d\u006fne", "pilot": "p\x"}]}`,

@@ -95,14 +95,24 @@ func TestOlderPilotsKeepTheirForms(t *testing.T) {
 	reports := []string{
 		// an older pilot: full records
 		fmt.Sprintf(`{"epoch": %d, "results": [{"task_id": %d, "attempt": 1, "status": "done", "exit_code": 0, "started_at": 1, "duration_ms": 4000, "pilot": "p1"}]}`, l.Epoch, a[0].ID),
-		// a newer one: a done group and a failure in full
-		fmt.Sprintf(`{"epoch": %d, "done": [{"job_id": %d, "pilot": "p1", "ids": [%d, %d], "attempts": [1, 1], "duration_ms": 6000, "started_at": 1}], "results": [{"task_id": %d, "attempt": 1, "status": "failed", "exit_code": 3, "started_at": 1, "duration_ms": 1000, "error_tail": "boom"}]}`,
-			l.Epoch, jobs[0].ID, a[1].ID, a[2].ID, bb[0].ID),
+		// the previous release's: a done group and a failure in full
+		fmt.Sprintf(`{"epoch": %d, "done": [{"job_id": %d, "pilot": "p1", "ids": [%d], "attempts": [1], "duration_ms": 4000, "started_at": 1}], "results": [{"task_id": %d, "attempt": 1, "status": "failed", "exit_code": 3, "started_at": 1, "duration_ms": 1000, "error_tail": "boom"}]}`,
+			l.Epoch, jobs[0].ID, a[1].ID, bb[0].ID),
+		// this release's: plain successes as columns
+		fmt.Sprintf(`{"epoch": %d, "plain": [{"pilot": "p1", "ids": [%d], "attempts": [1], "started_at": [1], "duration_ms": [2000]}]}`, l.Epoch, a[2].ID),
+		// a malformed list: refused, nothing changes
+		fmt.Sprintf(`{"epoch": %d, "plain": [{"ids": [%d, 1], "attempts": [1, 1], "started_at": [1, 0], "duration_ms": [2000]}]}`, l.Epoch, bb[1].ID),
 	}
-	want := []pilotproto.ResultsResponse{{Applied: 1}, {Applied: 3}}
+	want := []pilotproto.ResultsResponse{{Applied: 1}, {Applied: 2}, {Applied: 1}, {}}
 	for i, r := range reports {
 		code, _, b := post(t, e, pilotproto.PathResults, r)
 		var got pilotproto.ResultsResponse
+		if i == 3 {
+			if code != 400 {
+				t.Fatalf("a malformed list: %d %s, want 400", code, b)
+			}
+			continue
+		}
 		if json.Unmarshal(b, &got); code != 200 || got != want[i] {
 			t.Fatalf("report %d: %d %s, want %+v", i, code, b, want[i])
 		}
@@ -115,7 +125,7 @@ func TestOlderPilotsKeepTheirForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Usage: cores x duration, the done group's sum counted whole.
+	// Usage: cores x duration, whatever the form.
 	for _, u := range users {
 		if wantCPU := map[string]float64{"alice": 2 * 10, "bob": 2 * 1}[u.Name]; math.Abs(u.CPUTime24h-wantCPU) > 1e-9 {
 			t.Fatalf("%s's CPU time %v, want %v", u.Name, u.CPUTime24h, wantCPU)
