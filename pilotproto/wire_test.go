@@ -252,10 +252,14 @@ func benchTasks(jobs int) []pilotproto.Task {
 	return tasks
 }
 
-func benchResults() []pilotproto.Result {
+// benchResults is 100 plain successes of jobs jobs (task ids as the
+// queue makes them: job<<32 | index), in the order a pull of that many
+// jobs hands them out.
+func benchResults(jobs int) []pilotproto.Result {
 	rs := make([]pilotproto.Result, 100)
 	for i := range rs {
-		rs[i] = pilotproto.Result{TaskID: int64(1e6 + i), JobID: 4711, Attempt: 1, Status: pilotproto.StatusDone,
+		job := int64(4711 + i%jobs)
+		rs[i] = pilotproto.Result{TaskID: job<<32 | int64(i/jobs), JobID: job, Attempt: 1, Status: pilotproto.StatusDone,
 			StartedAt: 1795000000000 + int64(i), DurationMS: 3, Pilot: "1234567"}
 	}
 	return rs
@@ -304,17 +308,34 @@ func benchForms() []struct {
 			return err
 		},
 		func(b []byte) error { var p workerproto.PullResponse; return json.Unmarshal(b, &p) }, 100})
-	rr := pilotproto.ResultsRequest{Epoch: 3, Results: benchResults()}
-	out = append(out, form{"PilotResults", rr, pilotproto.PackResults(rr),
+	for _, jobs := range []int{1, 100} {
+		rr := pilotproto.ResultsRequest{Epoch: 3, Results: benchResults(jobs)}
+		out = append(out, form{fmt.Sprintf("PilotResults/jobs=%d", jobs), rr, pilotproto.PackResults(rr),
+			func(b []byte) error {
+				var w pilotproto.ResultsWire
+				if err := json.Unmarshal(b, &w); err != nil {
+					return err
+				}
+				_, err := w.Unpack()
+				return err
+			},
+			func(b []byte) error { var r pilotproto.ResultsRequest; return json.Unmarshal(b, &r) }, 100})
+	}
+	// A worker's results: no job ids (the master knows them).
+	wr := workerproto.ResultsRequest{WorkerID: "w-1234567", Results: benchResults(1)}
+	for i := range wr.Results {
+		wr.Results[i].JobID = 0
+	}
+	out = append(out, form{"WorkerResults", wr, workerproto.PackResults(wr),
 		func(b []byte) error {
-			var w pilotproto.ResultsWire
+			var w workerproto.ResultsWire
 			if err := json.Unmarshal(b, &w); err != nil {
 				return err
 			}
 			_, err := w.Unpack()
 			return err
 		},
-		func(b []byte) error { var r pilotproto.ResultsRequest; return json.Unmarshal(b, &r) }, 100})
+		func(b []byte) error { var r workerproto.ResultsRequest; return json.Unmarshal(b, &r) }, 100})
 	return out
 }
 
@@ -343,6 +364,8 @@ func BenchmarkWire(b *testing.B) {
 						v = workerproto.PackPull(f.old.(workerproto.PullResponse))
 					case pilotproto.ResultsWire:
 						v = pilotproto.PackResults(f.old.(pilotproto.ResultsRequest))
+					case workerproto.ResultsWire:
+						v = workerproto.PackResults(f.old.(workerproto.ResultsRequest))
 					}
 					if _, err := json.Marshal(v); err != nil {
 						b.Fatal(err)
