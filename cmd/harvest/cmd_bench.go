@@ -199,6 +199,10 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "efficiency %.1f%% (ideal makespan %.3f s)\n", 100*r.Efficiency, r.IdealS)
 	}
 	fmt.Fprintf(out, "CPU per task: %.1f us in this process (queue + master), %.1f us in the workers\n", r.ProcessCPUUS, r.WorkersCPUUS)
+	if w := r.WorkerSplit; w != nil {
+		fmt.Fprintf(out, "the workers' CPU per task during the run: %.1f us the worker processes, %.1f us their task runners, %.1f us the tasks (/proc/PID/stat, 10 ms ticks)\n",
+			w.WorkerUS, w.RunnerUS, w.TaskUS)
+	}
 	if f := r.Floor; f != nil {
 		fmt.Fprintf(out, "fork/exec floor: the same program %d times in %d plain shell loops at once: %.0f tasks/s, %.1f us of CPU per task\n",
 			f.Tasks, f.Procs, f.TasksPerS, f.CPUUS)

@@ -134,9 +134,13 @@ type Result struct {
 	// (queue and master with their HTTP; the master alone in memory) and
 	// of the workers; the queue's handlers' wall time and SQLite's write
 	// lock (real queue only).
-	ProcessCPUUS float64    `json:"process_cpu_us_per_task"`
-	WorkersCPUUS float64    `json:"workers_cpu_us_per_task"`
-	Breakdown    *Breakdown `json:"breakdown,omitempty"`
+	ProcessCPUUS float64 `json:"process_cpu_us_per_task"`
+	WorkersCPUUS float64 `json:"workers_cpu_us_per_task"`
+	// WorkerSplit divides the workers' CPU (from the start of the run to
+	// its last result, /proc/PID/stat) into the worker processes', their
+	// task runners' and the tasks'.
+	WorkerSplit *WorkerSplit `json:"workers_split,omitempty"`
+	Breakdown   *Breakdown   `json:"breakdown,omitempty"`
 	// With Exec: the same program in plain loops, one per worker, run
 	// after the dispatch (the machine's fork/exec floor), and harvest's
 	// figures against it: tasks/s (harvest / floor) and CPU per task,
@@ -235,6 +239,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("bench: only %d of %d workers registered: %w", m.Stats().Workers, cfg.Workers, err)
 	}
 
+	pids := make([]int, len(procs))
+	for i, p := range procs {
+		pids[i] = p.Process.Pid
+	}
+	split0 := sampleSplit(pids)
 	machine0, haveMachine := readCPUTimes()
 	cpu0, sched0, begin := cpu(syscall.RUSAGE_SELF), readSchedLatency(), time.Now()
 	reported0 := m.Stats().Reported
@@ -249,6 +258,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	makespan := time.Since(begin)
 	procCPU := cpu(syscall.RUSAGE_SELF) - cpu0
+	split := sampleSplit(pids).perTask(split0, cfg.Tasks)
 	machine1, haveMachine1 := readCPUTimes()
 	schedQ, schedMost := schedQuantiles(sched0, readSchedLatency(), 0.99, 0.999)
 	stopWorkers(procs)
@@ -260,6 +270,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		r.MachineBusyPct, r.StealPct = shares(machine0, machine1)
 	}
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
+	r.WorkerSplit = split
 	r.Users = cfg.Users
 	if cfg.Exec {
 		f, err := RunFloor(ctx, floorArgv(cfg), cfg.Workers, cfg.Tasks)
