@@ -73,6 +73,12 @@ func TestBenchDispatchJSONHasTheContractKeys(t *testing.T) {
 				if f == nil || f["tasks_per_s"].(float64) <= 0 || got["rate_vs_floor"].(float64) <= 0 || got["cpu_vs_floor"].(float64) <= 0 {
 					t.Fatalf("an --exec run without its floor and ratios: %s", out)
 				}
+				split, _ := got["workers_split"].(map[string]any)
+				for _, k := range []string{"worker_us_per_task", "runner_us_per_task", "task_us_per_task"} {
+					if v, ok := split[k].(float64); !ok || v < 0 {
+						t.Fatalf("an --exec run without the workers' split (%s): %s", k, out)
+					}
+				}
 			}
 			if tc.queue == "real" {
 				if _, ok := b["wal_mb"].(float64); !ok {
