@@ -10,3 +10,6 @@ func Gate(m *Master) (open func()) {
 	m.cp.gate.Store(&ch)
 	return func() { close(ch) }
 }
+
+// Migrations are the checkpoint's schema migrations.
+var Migrations = migrations
