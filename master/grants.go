@@ -54,7 +54,6 @@ type grant struct {
 	ents    []entry
 	live    int  // entries not gone
 	stored  bool // its grants row is in the file
-	open    bool // made by the commit being applied: later adds may extend it
 	touched bool // its runs changed in the commit being applied
 }
 
@@ -77,6 +76,7 @@ type model struct {
 	forms  map[int64]*form
 	lastID int64
 	order  []*grant // the grants touched by the commit being applied, in the order of their first touch
+	open   *grant   // the grant the commit being applied made last: an add of its next entry extends it
 }
 
 type place struct {
@@ -153,8 +153,8 @@ func (m *model) set(p place, e entry) {
 	m.touch(g)
 }
 
-// add stores t as pending: in the grant the commit opened last if t is
-// its next entry, else in a new grant.
+// add stores t as pending: in the grant the commit made last if t is its
+// next entry (same job and attempt), else in a new grant.
 func (m *model) add(t *pilotproto.Task) {
 	k := pilotproto.TaskRef{TaskID: t.ID, Attempt: t.Attempt}
 	if p, ok := m.index[k]; ok {
@@ -166,16 +166,10 @@ func (m *model) add(t *pilotproto.Task) {
 			fits = false // the job's form changed (never from harvest's queue): stored whole
 		}
 	}
-	var g *grant
-	if n := len(m.order); fits && n > 0 {
-		last := m.order[n-1]
-		if last.open && !last.whole && last.job == t.JobID && last.attempt == t.Attempt && last.first+int64(len(last.ents)) == t.ID {
-			g = last
-		}
-	}
-	if g == nil {
+	g := m.open
+	if !fits || g == nil || g.whole || g.job != t.JobID || g.attempt != t.Attempt || g.first+int64(len(g.ents)) != t.ID {
 		m.lastID++
-		g = &grant{id: m.lastID, job: t.JobID, attempt: t.Attempt, first: t.ID, open: true}
+		g = &grant{id: m.lastID, job: t.JobID, attempt: t.Attempt, first: t.ID}
 		if !fits {
 			g.whole, g.body = true, t
 		} else {
@@ -188,10 +182,7 @@ func (m *model) add(t *pilotproto.Task) {
 		}
 		m.grants[g.id] = g
 		m.touch(g)
-		// Only a grant at the end of the order may grow: close the others.
-		for _, o := range m.order[:len(m.order)-1] {
-			o.open = false
-		}
+		m.open = g
 	}
 	if !g.whole {
 		g.names = append(g.names, t.Name)
@@ -292,7 +283,7 @@ func (m *model) encode(ch *changes) (writes, error) {
 	var w writes
 	var jobs, drop, grants, runs, dropJobs jsonRows
 	for _, g := range m.order {
-		g.touched, g.open = false, false
+		g.touched = false
 		if g.live == 0 {
 			delete(m.grants, g.id)
 			if g.stored {
@@ -353,7 +344,8 @@ func (m *model) encode(ch *changes) (writes, error) {
 		b = append(b, ',')
 		runs.b = append(appendRuns(b, g.ents), ']')
 	}
-	m.order = m.order[:0]
+	clear(m.order)
+	m.order, m.open = m.order[:0], nil
 	var es jsonRows
 	for _, job := range ch.jobs {
 		e := ch.est[job]
