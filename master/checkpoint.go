@@ -156,7 +156,12 @@ type Checkpoint struct {
 	// broken: a commit failed after the model took its ops: memory is
 	// ahead of the file, so nothing more is written (the master stops).
 	broken error
+	// tidy is what the next transaction deletes first (rows a restore
+	// found useless).
+	tidy []tidy
 }
+
+type tidy struct{ sql, arg string }
 
 // Restored says where a checkpoint's content came from.
 type Restored struct {
@@ -473,9 +478,10 @@ func (c *Checkpoint) held() error {
 // read loads the file's grants into the model and the rows Load
 // returns: the tasks in the order the master received them (grant by
 // grant, entry by entry), each with its state, and the learnt task
-// durations. It forgets the addresses of workers that hold nothing: only
-// those of workers holding batches matter to a new master (the others
-// register again and are stored again).
+// durations. The addresses of workers that hold nothing are forgotten by
+// the first commit (tidy: no transaction of its own while the pool waits
+// for the new master): only those of workers holding batches matter to a
+// new master (the others register again and are stored again).
 func (c *Checkpoint) read() error {
 	m := newModel()
 	forms := map[int64]*form{}
@@ -573,10 +579,17 @@ func (c *Checkpoint) read() error {
 	if err != nil {
 		return err
 	}
+	var orphans []int64 // job rows no grant uses (none unless a file was edited by hand)
 	for job, fm := range forms {
 		if fm.grants > 0 {
 			m.forms[job] = fm
+		} else {
+			orphans = append(orphans, job)
 		}
+	}
+	if len(orphans) > 0 {
+		arg, _ := json.Marshal(orphans)
+		c.tidy = append(c.tidy, tidy{`DELETE FROM jobs WHERE job_id IN (SELECT value FROM json_each(?))`, string(arg)})
 	}
 	est := map[int64]core.Estimator{}
 	if err := c.scan(`SELECT job_id, n, mean, dev FROM estimates`, func(r *sql.Rows) error {
@@ -596,9 +609,7 @@ func (c *Checkpoint) read() error {
 	}
 	if len(idle) > 0 {
 		arg, _ := json.Marshal(idle)
-		if _, err := c.db.Exec(`DELETE FROM workers WHERE id IN (SELECT value FROM json_each(?))`, string(arg)); err != nil {
-			return fmt.Errorf("workers: %w", err)
-		}
+		c.tidy = append(c.tidy, tidy{`DELETE FROM workers WHERE id IN (SELECT value FROM json_each(?))`, string(arg)})
 	}
 	c.m, c.rows, c.est = m, rows, est
 	return nil
@@ -748,6 +759,11 @@ func (c *Checkpoint) transact(extra string, w *writes) error {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
+	for _, t := range c.tidy {
+		if _, err := tx.Exec(t.sql, t.arg); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
 	for _, x := range []struct {
 		stmt string
 		arg  []byte
@@ -764,5 +780,6 @@ func (c *Checkpoint) transact(extra string, w *writes) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
+	c.tidy = nil
 	return nil
 }
