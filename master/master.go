@@ -72,6 +72,7 @@ func New(cfg Config, q Queue) (*Master, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	opening := time.Now()
 	cp, restored, err := OpenCheckpoint(cfg.CheckpointDir, cfg.Epoch, cfg.JournalMode)
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func New(cfg Config, q Queue) (*Master, error) {
 	}
 	log := cfg.Logger.With("component", "master", "epoch", cfg.Epoch)
 	log.Info("checkpoint opened", "file", cp.Path(), "from", restored.From, "journal", restored.Journal,
-		"removed", restored.Removed, "tasks", len(rows))
+		"removed", restored.Removed, "tasks", len(rows), "took", time.Since(opening).Round(time.Millisecond))
 	cc := cfg.core()
 	cc.Logger = log
 	m := &Master{
