@@ -25,6 +25,22 @@ func queueTask(job, entry int64, attempt int) *pilotproto.Task {
 		Env: pilotproto.TaskEnv(job, id), BatchSize: 10, Cores: 1, TimeoutS: 60}
 }
 
+// restore opens epoch's checkpoint in dir (restored from the newest older
+// file) and loads it; it is closed when the test ends.
+func restore(t *testing.T, dir string, epoch int64) (*master.Checkpoint, []core.Row) {
+	t.Helper()
+	cp, _, err := master.OpenCheckpoint(dir, epoch, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Close() })
+	rows, _, err := cp.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, rows
+}
+
 // count returns the rows of a table of the checkpoint file in dir.
 func count(t *testing.T, path, table string) int {
 	t.Helper()
@@ -101,15 +117,7 @@ func TestAGrantIsOneRowWhateverBecomesOfItsEntries(t *testing.T) {
 		t.Fatalf("%d grants, %d runs, %d jobs rows for one grant, want 1 of each", g, r, j)
 	}
 
-	two, _, err := master.OpenCheckpoint(dir, 2, master.DefaultJournal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer two.Close()
-	rows, _, err := two.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
+	two, rows := restore(t, dir, 2)
 	if len(rows) != 90 {
 		t.Fatalf("restored %d tasks, want 90 (10 acknowledged)", len(rows))
 	}
@@ -292,15 +300,7 @@ func TestACheckpointOfTheTaskRowReleaseIsUpgraded(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	cp, _, err := master.OpenCheckpoint(dir, 5, master.DefaultJournal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Close()
-	rows, _, err := cp.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, rows := restore(t, dir, 5)
 	want := []core.Row{
 		{Task: *tk, State: core.StateAssigned, Worker: "w9", Batch: 4, Address: "http://h9:9"},
 		{Task: pilotproto.Task{ID: 99, JobID: 8, Attempt: 1}, State: core.StateFinal, Result: &pilotproto.Result{TaskID: 99, Attempt: 1, Status: pilotproto.StatusFailed, ExitCode: 2}},

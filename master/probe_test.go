@@ -121,41 +121,16 @@ func TestTheProbeRuleNeedsSilencesInARow(t *testing.T) {
 // theirs. Without the probe of silence the batch waits the minute.
 func TestANewMasterRequeuesAtOnceTheBatchOfASilentHost(t *testing.T) {
 	dir := t.TempDir()
-	nine := tasks(1, 9, 3)
-	pulled := false
-	f := &FakeQueue{PullFunc: func(pilotproto.PullRequest) (pilotproto.PullResponse, error) {
-		if pulled {
-			return pilotproto.PullResponse{}, nil
-		}
-		pulled = true
-		return pilotproto.PullResponse{Tasks: nine}, nil
-	}}
-	a, err := master.New(fastMasterConfig(dir, "pA", 1), f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, astop := context.WithCancel(context.Background())
-	defer astop()
-	go a.Run(actx)
 	addrs := map[string]string{
 		"cut":    peer(t, func(int) bool { return false }),
 		"alive":  peer(t, func(int) bool { return true }),
 		"loaded": peer(t, func(n int) bool { return n > 1 }),
 	}
-	held := map[string][]pilotproto.TaskRef{}
+	var workers []workerproto.RegisterRequest
 	for _, id := range []string{"cut", "alive", "loaded"} {
-		if _, err := a.Register(context.Background(), workerproto.RegisterRequest{WorkerID: id, PilotID: "p-" + id, Slots: 3, Capacity: 3, Address: addrs[id]}); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := a.Pull(context.Background(), workerproto.PullRequest{WorkerID: id, Free: 3, WaitMS: 2000})
-		if err != nil || len(resp.Batches) != 1 {
-			t.Fatalf("%s should get one batch of 3: %+v %v", id, resp, err)
-		}
-		for _, tk := range resp.Batches[0].Tasks {
-			held[id] = append(held[id], pilotproto.TaskRef{TaskID: tk.ID, Attempt: tk.Attempt})
-		}
+		workers = append(workers, workerproto.RegisterRequest{WorkerID: id, PilotID: "p-" + id, Slots: 3, Capacity: 3, Address: addrs[id]})
 	}
-	astop()
+	held := handOut(t, dir, tasks(1, 9, 3), workers)
 
 	reported := make(chan pilotproto.ResultsRequest, 10)
 	cfg := fastMasterConfig(dir, "pB", 2)
