@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -75,6 +74,27 @@ var migrations = []string{
 		id      TEXT PRIMARY KEY,
 		address TEXT NOT NULL
 	);`,
+	// 3: grants, not a row per task (grants.go): a job's fixed fields
+	// once, a grant's entries once, their states in one row per grant.
+	// A file of version 2 has its tasks moved into grants when it is
+	// opened (upgradeTasks), and the tasks table dropped.
+	`CREATE TABLE jobs (
+		job_id INTEGER PRIMARY KEY,
+		form   TEXT NOT NULL
+	);
+	CREATE TABLE grants (
+		id      INTEGER PRIMARY KEY,
+		job_id  INTEGER NOT NULL,
+		attempt INTEGER NOT NULL,
+		first   INTEGER NOT NULL,
+		names   TEXT,
+		body    TEXT,
+		CHECK ((names IS NULL) <> (body IS NULL))
+	);
+	CREATE TABLE runs (
+		grant_id INTEGER PRIMARY KEY,
+		runs     TEXT NOT NULL
+	);`,
 }
 
 // SchemaVersion is the checkpoint schema this harvest writes.
@@ -121,19 +141,27 @@ type Checkpoint struct {
 	file  os.FileInfo // path when opened: a successor removes it (fenced)
 	epoch int64
 
-	del, insert, update, estimate, capacity, worker *sql.Stmt
-	commits                                         atomic.Int64                  // Commit calls (for tests)
-	gate                                            atomic.Pointer[chan struct{}] // tests: a commit waits for it to close
+	stmts   map[string]*sql.Stmt          // the set-based statements, by the writes field they take
+	commits atomic.Int64                  // Commit calls (for tests)
+	gate    atomic.Pointer[chan struct{}] // tests: a commit waits for it to close
 
 	mu   sync.Mutex
 	hold time.Time // no write after this (zero: no deadline known)
 
-	// stored are the rows of the tasks table: a fold deletes only those,
-	// not every task that came and went within one commit.
-	stored map[pilotproto.TaskRef]struct{}
-	// scratch is the fold's memory, reused by every commit.
-	scratch foldScratch
+	// m is the file's content as the commits left it; rows is what
+	// open read, for Load.
+	m    *model
+	rows []core.Row
+	est  map[int64]core.Estimator
+	// broken: a commit failed after the model took its ops: memory is
+	// ahead of the file, so nothing more is written (the master stops).
+	broken error
+	// tidy is what the next transaction deletes first (rows a restore
+	// found useless).
+	tidy []tidy
 }
+
+type tidy struct{ sql, arg string }
 
 // Restored says where a checkpoint's content came from.
 type Restored struct {
@@ -326,35 +354,41 @@ func open(path string, epoch int64, journal string) (*Checkpoint, error) {
 	if err != nil {
 		return fail(err)
 	}
-	c := &Checkpoint{db: db, path: path, file: fi, epoch: epoch}
-	stmts := []struct {
-		dst **sql.Stmt
-		sql string
-	}{
-		{&c.del, `DELETE FROM tasks WHERE seq IN (SELECT t.seq FROM jsonb_each(?) AS d
-			JOIN tasks AS t ON t.task_id = d.value->>0 AND t.attempt = d.value->>1)`},
-		{&c.insert, `INSERT INTO tasks (task_id, attempt, body, state, worker, batch, result)
-			SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, coalesce(value->>6, '') FROM jsonb_each(?) WHERE true
-			ON CONFLICT (task_id, attempt) DO UPDATE SET body = excluded.body, state = excluded.state, worker = excluded.worker,
-				batch = excluded.batch, result = excluded.result`},
-		{&c.update, `UPDATE tasks SET state = d.v->>2, worker = coalesce(d.v->>3, worker), batch = coalesce(d.v->>4, batch),
-			result = coalesce(d.v->>5, result)
-			FROM (SELECT value AS v FROM jsonb_each(?)) AS d WHERE tasks.task_id = d.v->>0 AND tasks.attempt = d.v->>1`},
-		{&c.estimate, `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
-			ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`},
-		{&c.capacity, `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`},
-		{&c.worker, `INSERT INTO workers (id, address) SELECT value->>0, value->>1 FROM jsonb_each(?) WHERE true
-			ON CONFLICT (id) DO UPDATE SET address = excluded.address`},
-	}
-	for _, s := range stmts {
-		if *s.dst, err = db.Prepare(s.sql); err != nil {
+	c := &Checkpoint{db: db, path: path, file: fi, epoch: epoch, stmts: map[string]*sql.Stmt{}}
+	for name, q := range statements {
+		st, err := db.Prepare(q)
+		if err != nil {
 			return fail(fmt.Errorf("prepare: %w", err))
 		}
+		c.stmts[name] = st
 	}
-	if err := c.loadStored(); err != nil {
+	if err := c.upgradeTasks(); err != nil {
+		return fail(err)
+	}
+	if err := c.read(); err != nil {
 		return fail(err)
 	}
 	return c, nil
+}
+
+// statements are the set-based writes, each taking one JSON array (the
+// writes field of its name): one statement per kind of change, however
+// many grants.
+var statements = map[string]string{
+	"jobs": `INSERT INTO jobs (job_id, form) SELECT value->>0, value->>1 FROM jsonb_each(?) WHERE true
+		ON CONFLICT (job_id) DO UPDATE SET form = excluded.form`,
+	"dropJobs": `DELETE FROM jobs WHERE job_id IN (SELECT value FROM jsonb_each(?))`,
+	"grants": `INSERT INTO grants (id, job_id, attempt, first, names, body)
+		SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 FROM jsonb_each(?)`,
+	"runs": `INSERT INTO runs (grant_id, runs) SELECT value->>0, value->>1 FROM jsonb_each(?) WHERE true
+		ON CONFLICT (grant_id) DO UPDATE SET runs = excluded.runs`,
+	"drop":     `DELETE FROM grants WHERE id IN (SELECT value FROM jsonb_each(?))`,
+	"dropRuns": `DELETE FROM runs WHERE grant_id IN (SELECT value FROM jsonb_each(?))`,
+	"estimates": `INSERT INTO estimates (job_id, n, mean, dev) SELECT value->>0, value->>1, value->>2, value->>3 FROM jsonb_each(?) WHERE true
+		ON CONFLICT (job_id) DO UPDATE SET n = excluded.n, mean = excluded.mean, dev = excluded.dev`,
+	"capacity": `INSERT INTO capacity (id, state) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state`,
+	"workers": `INSERT INTO workers (id, address) SELECT value->>0, value->>1 FROM jsonb_each(?) WHERE true
+		ON CONFLICT (id) DO UPDATE SET address = excluded.address`,
 }
 
 // checkVersion refuses a file of a schema this harvest does not know.
@@ -395,11 +429,6 @@ func migrate(db *sql.DB, epoch int64) error {
 	}
 	if _, err := tx.Exec(`INSERT INTO meta (k, v) VALUES ('epoch', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, epoch); err != nil {
 		return fmt.Errorf("epoch: %w", err)
-	}
-	// Only the addresses of workers holding batches matter to a new
-	// master; the others register again and are stored again.
-	if _, err := tx.Exec(`DELETE FROM workers WHERE id NOT IN (SELECT worker FROM tasks WHERE state = 'assigned')`); err != nil {
-		return fmt.Errorf("workers: %w", err)
 	}
 	return tx.Commit()
 }
@@ -446,74 +475,213 @@ func (c *Checkpoint) held() error {
 	return nil
 }
 
-// loadStored reads which rows the tasks table holds.
-func (c *Checkpoint) loadStored() error {
-	rows, err := c.db.Query(`SELECT task_id, attempt FROM tasks`)
+// read loads the file's grants into the model and the rows Load
+// returns: the tasks in the order the master received them (grant by
+// grant, entry by entry), each with its state, and the learnt task
+// durations. The addresses of workers that hold nothing are forgotten by
+// the first commit (tidy: no transaction of its own while the pool waits
+// for the new master): only those of workers holding batches matter to a
+// new master (the others register again and are stored again).
+func (c *Checkpoint) read() error {
+	m := newModel()
+	forms := map[int64]*form{}
+	jrows, err := c.db.Query(`SELECT job_id, form FROM jobs`)
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	for jrows.Next() {
+		var job int64
+		var body string
+		fm := &form{stored: true}
+		if err := jrows.Scan(&job, &body); err != nil {
+			jrows.Close()
+			return fmt.Errorf("load: %w", err)
+		}
+		if err := json.Unmarshal([]byte(body), &fm.f); err != nil {
+			jrows.Close()
+			return fmt.Errorf("load: job %d: %w", job, err)
+		}
+		forms[job] = fm
+	}
+	jrows.Close()
+	if err := jrows.Err(); err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	addr := map[string]string{}
+	if err := c.scan(`SELECT id, address FROM workers`, func(r *sql.Rows) error {
+		var id, a string
+		err := r.Scan(&id, &a)
+		addr[id] = a
+		return err
+	}); err != nil {
+		return err
+	}
+	var rows []core.Row
+	holding := map[string]bool{}
+	err = c.scan(`SELECT g.id, g.job_id, g.attempt, g.first, g.names, g.body, r.runs FROM grants AS g JOIN runs AS r ON r.grant_id = g.id ORDER BY g.id`,
+		func(r *sql.Rows) error {
+			g := &grant{stored: true}
+			var names, body sql.NullString
+			var runsJSON string
+			if err := r.Scan(&g.id, &g.job, &g.attempt, &g.first, &names, &body, &runsJSON); err != nil {
+				return err
+			}
+			var tasks []pilotproto.Task
+			if body.Valid {
+				g.whole = true
+				var t pilotproto.Task
+				if err := json.Unmarshal([]byte(body.String), &t); err != nil {
+					return fmt.Errorf("grant %d: body: %w", g.id, err)
+				}
+				tasks = []pilotproto.Task{t}
+			} else {
+				fm := forms[g.job]
+				if fm == nil {
+					return fmt.Errorf("grant %d: job %d has no row", g.id, g.job)
+				}
+				var ns []string
+				if err := json.Unmarshal([]byte(names.String), &ns); err != nil {
+					return fmt.Errorf("grant %d: names: %w", g.id, err)
+				}
+				if tasks, err = expand(fm.f, g.first, ns, g.attempt); err != nil {
+					return fmt.Errorf("grant %d: %w", g.id, err)
+				}
+				fm.grants++
+			}
+			var rs []run
+			if err := json.Unmarshal([]byte(runsJSON), &rs); err != nil {
+				return fmt.Errorf("grant %d: runs: %w", g.id, err)
+			}
+			if g.ents, err = entries(rs, len(tasks)); err != nil {
+				return fmt.Errorf("grant %d: %w", g.id, err)
+			}
+			for i, e := range g.ents {
+				if e.state == entGone {
+					continue
+				}
+				g.live++
+				m.index[g.ref(i)] = place{g, i}
+				row := core.Row{Task: tasks[i], State: core.StatePending}
+				switch e.state {
+				case entAssigned:
+					row.State, row.Worker, row.Batch, row.Address = core.StateAssigned, e.worker, e.batch, addr[e.worker]
+					holding[e.worker] = true
+				case entFinal:
+					row.State, row.Result = core.StateFinal, e.result
+					e.result.TaskID, e.result.Attempt = tasks[i].ID, tasks[i].Attempt
+				}
+				rows = append(rows, row)
+			}
+			m.grants[g.id] = g
+			m.lastID = max(m.lastID, g.id)
+			return nil
+		})
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	stored := map[pilotproto.TaskRef]struct{}{}
-	for rows.Next() {
-		var k pilotproto.TaskRef
-		if err := rows.Scan(&k.TaskID, &k.Attempt); err != nil {
-			return err
+	var orphans []int64 // job rows no grant uses (none unless a file was edited by hand)
+	for job, fm := range forms {
+		if fm.grants > 0 {
+			m.forms[job] = fm
+		} else {
+			orphans = append(orphans, job)
 		}
-		stored[k] = struct{}{}
 	}
-	if err := rows.Err(); err != nil {
+	if len(orphans) > 0 {
+		arg, _ := json.Marshal(orphans)
+		c.tidy = append(c.tidy, tidy{`DELETE FROM jobs WHERE job_id IN (SELECT value FROM json_each(?))`, string(arg)})
+	}
+	est := map[int64]core.Estimator{}
+	if err := c.scan(`SELECT job_id, n, mean, dev FROM estimates`, func(r *sql.Rows) error {
+		var job int64
+		var e core.Estimator
+		err := r.Scan(&job, &e.N, &e.Mean, &e.Dev)
+		est[job] = e
+		return err
+	}); err != nil {
 		return err
 	}
-	c.stored = stored
+	var idle []string
+	for id := range addr {
+		if !holding[id] {
+			idle = append(idle, id)
+		}
+	}
+	if len(idle) > 0 {
+		arg, _ := json.Marshal(idle)
+		c.tidy = append(c.tidy, tidy{`DELETE FROM workers WHERE id IN (SELECT value FROM json_each(?))`, string(arg)})
+	}
+	c.m, c.rows, c.est = m, rows, est
 	return nil
 }
 
-// Load returns every stored task in the order the master received them,
-// and the learnt task durations by job.
-func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
-	rows, err := c.db.Query(`SELECT t.body, t.state, t.worker, t.batch, t.result, coalesce(w.address, '')
-		FROM tasks AS t LEFT JOIN workers AS w ON t.state = 'assigned' AND w.id = t.worker ORDER BY t.seq`)
+// scan runs q and calls each for every row.
+func (c *Checkpoint) scan(q string, each func(*sql.Rows) error) error {
+	rows, err := c.db.Query(q)
 	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+		return fmt.Errorf("load: %w", err)
 	}
 	defer rows.Close()
-	var out []core.Row
 	for rows.Next() {
-		var body, result, state string
-		var r core.Row
-		if err := rows.Scan(&body, &state, &r.Worker, &r.Batch, &result, &r.Address); err != nil {
-			return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+		if err := each(rows); err != nil {
+			return fmt.Errorf("load: %w", err)
 		}
-		r.State = core.State(state)
-		if err := json.Unmarshal([]byte(body), &r.Task); err != nil {
-			return nil, nil, fmt.Errorf("checkpoint load: task body: %w", err)
-		}
-		if result != "" {
-			r.Result = new(pilotproto.Result)
-			if err := json.Unmarshal([]byte(result), r.Result); err != nil {
-				return nil, nil, fmt.Errorf("checkpoint load: result: %w", err)
-			}
-		}
-		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+		return fmt.Errorf("load: %w", err)
 	}
-	est := map[int64]core.Estimator{}
-	erows, err := c.db.Query(`SELECT job_id, n, mean, dev FROM estimates`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+	return nil
+}
+
+// upgradeTasks moves the tasks of a file of schema 2 (a row per task)
+// into grants, in one transaction with dropping that table: a master of
+// this harvest takes over from one of the previous release.
+func (c *Checkpoint) upgradeTasks() error {
+	var n int
+	if err := c.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tasks'`).Scan(&n); err != nil || n == 0 {
+		return err
 	}
-	defer erows.Close()
-	for erows.Next() {
-		var job int64
-		var e core.Estimator
-		if err := erows.Scan(&job, &e.N, &e.Mean, &e.Dev); err != nil {
-			return nil, nil, fmt.Errorf("checkpoint load: %w", err)
+	var ops []core.Op
+	err := c.scan(`SELECT body, state, worker, batch, result FROM tasks ORDER BY seq`, func(r *sql.Rows) error {
+		var body, state, worker, result string
+		var batch int64
+		if err := r.Scan(&body, &state, &worker, &batch, &result); err != nil {
+			return err
 		}
-		est[job] = e
+		t := new(pilotproto.Task)
+		if err := json.Unmarshal([]byte(body), t); err != nil {
+			return fmt.Errorf("task body: %w", err)
+		}
+		k := pilotproto.TaskRef{TaskID: t.ID, Attempt: t.Attempt}
+		ops = append(ops, core.Op{Kind: core.OpAdd, Ref: k, Task: t})
+		switch core.State(state) {
+		case core.StateAssigned:
+			ops = append(ops, core.Op{Kind: core.OpAssign, Ref: k, Worker: worker, Batch: batch})
+		case core.StateFinal:
+			res := new(pilotproto.Result)
+			if err := json.Unmarshal([]byte(result), res); err != nil {
+				return fmt.Errorf("task result: %w", err)
+			}
+			ops = append(ops, core.Op{Kind: core.OpFinish, Ref: k, Result: res})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("upgrade: %w", err)
 	}
-	return out, est, erows.Err()
+	c.m = newModel()
+	if err := c.write(`DROP TABLE tasks`, ops); err != nil {
+		return fmt.Errorf("upgrade: %w", err)
+	}
+	return nil
+}
+
+// Load returns what open read: every stored task in the order the master
+// received them, and the learnt task durations by job.
+func (c *Checkpoint) Load() ([]core.Row, map[int64]core.Estimator, error) {
+	rows, est := c.rows, c.est
+	c.rows = nil // the core holds them now
+	return rows, est, nil
 }
 
 // LoadCapacity returns the capacity rule's stored state, nil if none.
@@ -533,15 +701,19 @@ func (c *Checkpoint) LoadCapacity() (*capacity.State, error) {
 	return &st, nil
 }
 
-// Commit stores ops in one transaction: folded per task (a task added,
-// handed out and finished within one group is one row written), applied
-// with one set-based statement per kind of change. Nothing is written
-// once the lease may be over (ErrLeaseLost), nor when it fails. The ops
-// may come in several slices (a group of Readies), in order.
+// Commit stores ops in one transaction: each grant they touch is one row
+// written (its runs), however many of its tasks changed; new grants and
+// jobs are inserted, grants the queue acknowledged whole are deleted.
+// Nothing is written once the lease may be over (ErrLeaseLost), nor when
+// it fails. The ops may come in several slices (a group of Readies), in
+// order.
 func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 	c.commits.Add(1)
 	if g := c.gate.Load(); g != nil {
 		<-*g
+	}
+	if c.broken != nil {
+		return c.broken
 	}
 	if err := c.held(); err != nil {
 		return err
@@ -549,287 +721,65 @@ func (c *Checkpoint) Commit(ops ...[]core.Op) error {
 	if err := c.fence(); err != nil {
 		return err
 	}
-	f, err := c.scratch.fold(c.stored, ops...)
-	if err != nil {
+	return c.write("", ops...)
+}
+
+// write applies ops to the model and writes what they changed (and
+// first the statement extra, if any) in one transaction. Once the model
+// took them, a failure breaks the checkpoint: memory is ahead of the file.
+func (c *Checkpoint) write(extra string, ops ...[]core.Op) error {
+	var ch changes
+	if err := c.m.apply(&ch, ops...); err != nil {
+		c.broken = err
 		return err
 	}
-	if f.empty() {
+	w, err := c.m.encode(&ch)
+	if err != nil {
+		c.broken = err
+		return err
+	}
+	if w.empty() && extra == "" {
 		return nil // fence checks only: the file is ours alone
 	}
+	if err := c.transact(extra, &w); err != nil {
+		c.broken = fmt.Errorf("checkpoint: an earlier commit failed, the master must stop: %w", err)
+		return err
+	}
+	return nil
+}
+
+func (c *Checkpoint) transact(extra string, w *writes) error {
 	tx, err := c.db.Begin()
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer tx.Rollback()
-	if err := c.apply(tx, f); err != nil {
-		return err
+	if extra != "" {
+		if _, err := tx.Exec(extra); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	for _, t := range c.tidy {
+		if _, err := tx.Exec(t.sql, t.arg); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	for _, x := range []struct {
+		stmt string
+		arg  []byte
+	}{{"jobs", w.jobs}, {"grants", w.grants}, {"runs", w.runs}, {"drop", w.drop}, {"dropRuns", w.drop}, {"dropJobs", w.dropJobs},
+		{"estimates", w.estimates}, {"capacity", w.capacity}, {"workers", w.workers}} {
+		if x.arg == nil {
+			continue
+		}
+		// As text: jsonb_each reads a blob as JSONB.
+		if _, err := tx.Stmt(c.stmts[x.stmt]).Exec(string(x.arg)); err != nil {
+			return fmt.Errorf("checkpoint: %s: %w", x.stmt, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
-	for _, k := range f.gone {
-		delete(c.stored, k)
-	}
-	for _, k := range f.wrote {
-		c.stored[k] = struct{}{}
-	}
+	c.tidy = nil
 	return nil
-}
-
-// apply writes what a fold left behind with the set-based statements:
-// one statement per kind of change, however many tasks.
-func (c *Checkpoint) apply(tx *sql.Tx, f folded) error {
-	for _, w := range []struct {
-		stmt *sql.Stmt
-		arg  []byte
-	}{{c.del, f.deletes}, {c.insert, f.inserts}, {c.update, f.updates}, {c.estimate, f.estimates}, {c.capacity, f.capacity}, {c.worker, f.workers}} {
-		if w.arg == nil {
-			continue
-		}
-		// As text: jsonb_each reads a blob as JSONB.
-		if _, err := tx.Stmt(w.stmt).Exec(string(w.arg)); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-	}
-	return nil
-}
-
-// folded is what a list of ops leaves behind, as JSON arrays for the
-// set-based statements (nil: nothing of that kind).
-type folded struct {
-	deletes   []byte // [[task_id, attempt], ...]: rows to delete first
-	inserts   []byte // [[task_id, attempt, body, state, worker, batch, result|null], ...] in the order of their adds
-	updates   []byte // [[task_id, attempt, state, worker|null, batch|null, result|null], ...]
-	estimates []byte // [[job, n, mean, dev], ...]
-	capacity  []byte // the last capacity state
-	workers   []byte // [[worker, address], ...]: the last address of each
-
-	// With the stored rows known: the rows deleted and the rows written.
-	gone, wrote []pilotproto.TaskRef
-}
-
-func (f *folded) empty() bool {
-	return f.deletes == nil && f.inserts == nil && f.updates == nil && f.estimates == nil && f.capacity == nil && f.workers == nil
-}
-
-// foldScratch is fold's memory, kept for the next fold.
-type foldScratch struct {
-	nets  []taskNet
-	index map[pilotproto.TaskRef]int32
-}
-
-// taskNet is the net effect of one task's ops.
-type taskNet struct {
-	ref     pilotproto.TaskRef
-	deleted bool             // its stored row goes first (a delete, maybe followed by an add)
-	added   *pilotproto.Task // an add: the row is written whole from its body (encoded only if the row survives the fold)
-	created int              // with added: the index in fold's adds of the add that created the row
-	touched bool             // state (and maybe worker, batch, result) set
-	state   core.State
-	placed  bool // worker and batch set (an add, an assign, a requeue)
-	worker  string
-	batch   int64
-	result  *pilotproto.Result // a finish's (nil: none, the stored result stays)
-}
-
-// fold folds ops per task in order: an add writes the whole row, an
-// assign sets state, worker and batch, a requeue makes it pending with no
-// worker, a finish sets state and result, a delete removes the row and
-// whatever came before it in ops. The last estimate of a job and the last
-// capacity state win. stored, when not nil, are the rows the tasks table
-// holds: a row is deleted only if it is there.
-func (s *foldScratch) fold(stored map[pilotproto.TaskRef]struct{}, batches ...[]core.Op) (folded, error) {
-	nops := 0
-	for _, ops := range batches {
-		nops += len(ops)
-	}
-	var f folded
-	// The tasks' nets in the order of their first op; index maps a task
-	// to its net (an index, not a pointer: one allocation for all nets).
-	if s.index == nil {
-		s.index = make(map[pilotproto.TaskRef]int32, nops/3+1)
-	}
-	nets, index := s.nets[:0], s.index
-	defer func() {
-		clear(nets) // the tasks and results they point to go with the ops
-		s.nets = nets[:0]
-		clear(index)
-	}()
-	nets = slices.Grow(nets, nops/3+1)
-	// A new row takes its place (seq) at the first add since the task's
-	// row was last deleted; a later add of the same row keeps it. adds
-	// are the nets of those first adds, in order.
-	var adds []int32
-	est := map[int64]core.Estimator{}
-	var jobs []int64
-	var capState *capacity.State
-	addr := map[string]string{}
-	var workers []string
-	for _, ops := range batches {
-		for i := range ops {
-			o := &ops[i]
-			var n *taskNet
-			var j int32
-			switch o.Kind {
-			case core.OpAdd, core.OpAssign, core.OpRequeue, core.OpFinish, core.OpDelete:
-				var ok bool
-				if j, ok = index[o.Ref]; !ok {
-					j = int32(len(nets))
-					nets = append(nets, taskNet{ref: o.Ref})
-					index[o.Ref] = j
-				}
-				n = &nets[j]
-			}
-			switch o.Kind {
-			case core.OpAdd:
-				created := n.created
-				if n.added == nil {
-					created = len(adds)
-					adds = append(adds, j)
-				}
-				*n = taskNet{ref: o.Ref, deleted: n.deleted, added: o.Task, created: created, touched: true, state: core.StatePending, placed: true}
-			case core.OpAssign:
-				n.touched, n.state, n.placed, n.worker, n.batch = true, core.StateAssigned, true, o.Worker, o.Batch
-			case core.OpRequeue:
-				n.touched, n.state, n.placed, n.worker, n.batch = true, core.StatePending, true, "", 0
-			case core.OpFinish:
-				n.touched, n.state, n.result = true, core.StateFinal, o.Result
-			case core.OpDelete:
-				*n = taskNet{ref: o.Ref, deleted: true}
-			case core.OpEstimate:
-				if _, ok := est[o.Job]; !ok {
-					jobs = append(jobs, o.Job)
-				}
-				est[o.Job] = o.Est
-			case core.OpCapacity:
-				capState = o.Capacity
-			case core.OpWorker:
-				if _, ok := addr[o.Worker]; !ok {
-					workers = append(workers, o.Worker)
-				}
-				addr[o.Worker] = o.Address
-			case core.OpFenceCheck:
-			default:
-				return f, fmt.Errorf("checkpoint: unknown op %d", o.Kind)
-			}
-		}
-	}
-	var del, ins, upd, es jsonRows
-	for k := range nets {
-		n := &nets[k]
-		if n.deleted && stored != nil {
-			if _, ok := stored[n.ref]; !ok {
-				n.deleted = false // never written: nothing to delete
-			} else {
-				f.gone = append(f.gone, n.ref)
-			}
-		}
-		if n.deleted {
-			b := del.next()
-			b = strconv.AppendInt(b, n.ref.TaskID, 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, int64(n.ref.Attempt), 10)
-			del.b = append(b, ']')
-		}
-		if n.added == nil && n.touched {
-			b := upd.next()
-			b = strconv.AppendInt(b, n.ref.TaskID, 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, int64(n.ref.Attempt), 10)
-			b = append(b, ',')
-			b = appendJSONString(b, string(n.state))
-			if n.placed {
-				b = append(b, ',')
-				b = appendJSONString(b, n.worker)
-				b = append(b, ',')
-				b = strconv.AppendInt(b, n.batch, 10)
-			} else {
-				b = append(b, ",null,null"...)
-			}
-			b = append(b, ',')
-			b = appendResultOrNull(b, n.result)
-			upd.b = append(b, ']')
-		}
-	}
-	for i, j := range adds {
-		n := &nets[j]
-		if n.added == nil || n.created != i {
-			continue // deleted since, or created again after a delete (the later place counts)
-		}
-		if stored != nil {
-			f.wrote = append(f.wrote, n.ref)
-		}
-		b := ins.next()
-		b = strconv.AppendInt(b, n.ref.TaskID, 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(n.ref.Attempt), 10)
-		b = append(b, ',')
-		b = appendTaskJSON(b, n.added)
-		b = append(b, ',')
-		b = appendJSONString(b, string(n.state))
-		b = append(b, ',')
-		b = appendJSONString(b, n.worker)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, n.batch, 10)
-		b = append(b, ',')
-		b = appendResultOrNull(b, n.result)
-		ins.b = append(b, ']')
-	}
-	for _, job := range jobs {
-		e := est[job]
-		if math.IsNaN(e.Mean) || math.IsInf(e.Mean, 0) || math.IsNaN(e.Dev) || math.IsInf(e.Dev, 0) {
-			return f, fmt.Errorf("checkpoint: estimate of job %d: %+v is not a number the checkpoint stores", job, e)
-		}
-		b := es.next()
-		b = strconv.AppendInt(b, job, 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(e.N), 10)
-		b = append(b, ',')
-		b = strconv.AppendFloat(b, e.Mean, 'g', -1, 64)
-		b = append(b, ',')
-		b = strconv.AppendFloat(b, e.Dev, 'g', -1, 64)
-		es.b = append(b, ']')
-	}
-	if capState != nil {
-		b, err := json.Marshal(capState)
-		if err != nil {
-			return f, fmt.Errorf("checkpoint: %w", err)
-		}
-		f.capacity = b
-	}
-	var ws jsonRows
-	for _, w := range workers {
-		b := ws.next()
-		b = appendJSONString(b, w)
-		b = append(b, ',')
-		b = appendJSONString(b, addr[w])
-		ws.b = append(b, ']')
-	}
-	f.deletes, f.inserts, f.updates, f.estimates, f.workers = del.bytes(), ins.bytes(), upd.bytes(), es.bytes(), ws.bytes()
-	return f, nil
-}
-
-func appendResultOrNull(b []byte, r *pilotproto.Result) []byte {
-	if r == nil {
-		return append(b, "null"...)
-	}
-	return appendResultJSON(b, r)
-}
-
-// jsonRows builds a JSON array of rows (arrays): next opens a row, its
-// caller appends the values and the row's closing bracket.
-type jsonRows struct{ b []byte }
-
-func (a *jsonRows) next() []byte {
-	if a.b == nil {
-		return append(a.b, '[', '[')
-	}
-	return append(a.b, ',', '[')
-}
-
-func (a *jsonRows) bytes() []byte {
-	if a.b == nil {
-		return nil
-	}
-	return append(a.b, ']')
 }

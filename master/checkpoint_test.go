@@ -164,7 +164,7 @@ func halfCommit(path string) {
 	}
 	big := strings.Repeat("x", 4000)
 	for i := 0; i < 500; i++ {
-		if _, err := tx.Exec(`INSERT INTO tasks (task_id, attempt, body, state) VALUES (?, 1, ?, 'pending')`, 100+i, `{"id":1000,"name":"`+big+`"}`); err != nil {
+		if _, err := tx.Exec(`INSERT INTO grants (id, job_id, attempt, first, body) VALUES (?, 1, 1, ?, ?)`, 100+i, 100+i, `{"id":1000,"name":"`+big+`"}`); err != nil {
 			panic(err)
 		}
 	}

@@ -33,25 +33,30 @@ type Config struct {
 	// meanwhile).
 	CommitDelay time.Duration
 
-	PullWait           time.Duration          // longest worker long-poll
-	Prefetch           int                    // task buffer = Prefetch x the workers' capacity
-	MinBuffer          int                    // buffer floor (before workers register)
-	MaxBuffer          int                    // buffer ceiling
-	MaxPull            int                    // tasks per queue pull
-	IdlePoll           time.Duration          // pull interval while the queue has nothing
-	RetryInterval      time.Duration          // wait after a failed queue call
-	HeartbeatInterval  time.Duration          // queue heartbeat + recommendation period
-	LeaseRenewInterval time.Duration          // lease renewal period, at most: the master renews at least every TTL/3
-	LeaseTTL           time.Duration          // the TTL the queue granted (0: learnt from the first renewal)
-	WorkerTimeout      time.Duration          // a silent worker's tasks are requeued after this
-	ReconnectGrace     time.Duration          // after a restore, workers have this long to come back
-	SafetyMargin       time.Duration          // no batch may be planned to end later than deadline - margin
-	ReportBatch        int                    // results per queue report
-	ReportDelay        time.Duration          // a result waits this long at most for others to join its report (core.Config)
-	RefillPercent      int                    // pull once the pending tasks are this many percent short of the buffer (core.Config)
-	ShutdownTimeout    time.Duration          // time to flush results and release the lease when stopping
-	HandBackWait       time.Duration          // a stopping master takes hand-backs this long while workers hold batches (core.Config)
-	Recommend          policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
+	PullWait           time.Duration // longest worker long-poll
+	Prefetch           int           // task buffer = Prefetch x the workers' capacity
+	MinBuffer          int           // buffer floor (before workers register)
+	MaxBuffer          int           // buffer ceiling
+	MaxPull            int           // tasks per queue pull
+	IdlePoll           time.Duration // pull interval while the queue has nothing
+	RetryInterval      time.Duration // wait after a failed queue call
+	HeartbeatInterval  time.Duration // queue heartbeat + recommendation period
+	LeaseRenewInterval time.Duration // lease renewal period, at most: the master renews at least every TTL/3
+	LeaseTTL           time.Duration // the TTL the queue granted (0: learnt from the first renewal)
+	WorkerTimeout      time.Duration // a silent worker's tasks are requeued after this
+	ReconnectGrace     time.Duration // after a restore, workers have this long to come back
+	// Probe is how a new master asks the pilots of restored workers
+	// whether they still run: the batches of a pilot that is gone (its
+	// port refuses, or its host answers nothing Probe.Silences times in
+	// a row) go back to the queue at once, not after ReconnectGrace.
+	Probe           ProbeRule
+	SafetyMargin    time.Duration          // no batch may be planned to end later than deadline - margin
+	ReportBatch     int                    // results per queue report
+	ReportDelay     time.Duration          // a result waits this long at most for others to join its report (core.Config)
+	RefillPercent   int                    // pull once the pending tasks are this many percent short of the buffer (core.Config)
+	ShutdownTimeout time.Duration          // time to flush results and release the lease when stopping
+	HandBackWait    time.Duration          // a stopping master takes hand-backs this long while workers hold batches (core.Config)
+	Recommend       policy.RecommendConfig // the MiniNode mapping (one, shared with the agent and the simulator)
 	// Capacity is the degradation-aware capacity rule: the pool stops
 	// growing where its tasks slow down (package capacity). Nil: off.
 	Capacity *capacity.Config
@@ -85,8 +90,15 @@ func DefaultConfig() Config {
 		LeaseRenewInterval: time.Second,
 		WorkerTimeout:      60 * time.Second,
 		ReconnectGrace:     30 * time.Second,
-		SafetyMargin:       60 * time.Second,
-		ReportBatch:        1000,
+		// Two silent probes of 750 ms in a row: a live host's kernel
+		// answers the TCP handshake within a LAN's round trip whatever
+		// its load, and its pilot answers PathAlive without waiting for
+		// anything; one lost SYN (retransmitted after 1 s) spoils one
+		// probe, not two. A silent host's batch goes back to the queue
+		// 1.5 s after the restore instead of 30.
+		Probe:        ProbeRule{Timeout: 750 * time.Millisecond, Silences: 2, Tries: 4},
+		SafetyMargin: 60 * time.Second,
+		ReportBatch:  1000,
 		// A result waits at most 50 ms for others to join its queue
 		// report (it is in the checkpoint meanwhile): with real tasks of a
 		// few ms, about 20 reports a second of tens of results each
@@ -143,6 +155,8 @@ func (c Config) Validate() error {
 		c.LeaseRenewInterval <= 0 || c.LeaseTTL < 0 || c.WorkerTimeout <= 0 || c.ReconnectGrace < 0 || c.SafetyMargin < 0 || c.ShutdownTimeout <= 0 || c.HandBackWait < 0 || c.HandBackWait >= c.ShutdownTimeout ||
 		c.CommitDelay < 0 || c.CommitDelay > time.Second:
 		return bad("durations must be positive (hand-back wait: not negative, under the shutdown timeout; commit delay: 0..1s)")
+	case c.Probe.Timeout <= 0 || c.Probe.Silences < 1 || c.Probe.Tries < c.Probe.Silences:
+		return bad("probe: timeout must be positive, silences at least 1, tries at least the silences")
 	case c.WorkerTimeout <= c.PullWait:
 		return bad("worker timeout %s must exceed the pull wait %s", c.WorkerTimeout, c.PullWait)
 	case c.Now == nil || c.Logger == nil:

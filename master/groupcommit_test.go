@@ -96,15 +96,7 @@ func TestGroupedCommitsStoreResultsBeforeTheWorkersHearOfThem(t *testing.T) {
 	}
 	// Every worker has its answer: its result must be in the checkpoint,
 	// as the next master finds it.
-	cp, _, err := master.OpenCheckpoint(cfg.CheckpointDir, 2, master.DefaultJournal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Close()
-	rows, _, err := cp.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rows := restore(t, cfg.CheckpointDir, 2)
 	final := 0
 	for _, r := range rows {
 		if r.State == core.StateFinal && r.Result != nil && r.Result.Status == pilotproto.StatusDone {

@@ -47,6 +47,11 @@ type Master struct {
 	done    chan struct{} // closed when Run returns
 	nextReq atomic.Uint64
 
+	// probe asks a pilot whether it is alive (Probe; tests: their own),
+	// onProbe hears each restored worker's verdict (tests).
+	probe   func(context.Context, string, time.Duration) Verdict
+	onProbe func(worker string, v Verdict, gone bool)
+
 	mu      sync.Mutex
 	stats   Stats
 	changed chan struct{} // closed and replaced when stats change
@@ -67,6 +72,7 @@ func New(cfg Config, q Queue) (*Master, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	opening := time.Now()
 	cp, restored, err := OpenCheckpoint(cfg.CheckpointDir, cfg.Epoch, cfg.JournalMode)
 	if err != nil {
 		return nil, err
@@ -86,12 +92,12 @@ func New(cfg Config, q Queue) (*Master, error) {
 	}
 	log := cfg.Logger.With("component", "master", "epoch", cfg.Epoch)
 	log.Info("checkpoint opened", "file", cp.Path(), "from", restored.From, "journal", restored.Journal,
-		"removed", restored.Removed, "tasks", len(rows))
+		"removed", restored.Removed, "tasks", len(rows), "took", time.Since(opening).Round(time.Millisecond))
 	cc := cfg.core()
 	cc.Logger = log
 	m := &Master{
 		cfg: cfg, q: q, cp: cp, log: log, core: core.New(cc, rows, est, cfg.Now()),
-		in: make(chan input), done: make(chan struct{}), changed: make(chan struct{}),
+		in: make(chan input), done: make(chan struct{}), changed: make(chan struct{}), probe: Probe,
 	}
 	if capState != nil {
 		m.core.RestoreCapacity(*capState)
@@ -200,20 +206,31 @@ func (m *Master) Run(ctx context.Context) error {
 }
 
 // probeRestored asks, for each restored worker that holds batches, whether
-// its pilot still runs: the batches of a worker whose pilot is gone (the
-// previous master's own side worker after a kill -9, a pilot that ended
-// while no master could take its hand-back) go back to the queue at once
-// instead of after the reconnect grace.
+// its pilot still runs (cfg.Probe): the batches of a worker whose pilot
+// is gone (the previous master's own side worker after a kill -9, a
+// pilot that ended while no master could take its hand-back, a host
+// that went down or was cut off with the master) go back to the queue
+// at once instead of after the reconnect grace. A worker that registers
+// meanwhile keeps its batches whatever the probe says (the core ignores
+// PilotGone for it).
 func (m *Master) probeRestored(ctx context.Context, wg *sync.WaitGroup) {
 	for id, addr := range m.core.Restored() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !NothingListens(ctx, addr) {
+			gone, v := m.cfg.Probe.judge(ctx, addr, m.probe)
+			if m.onProbe != nil {
+				m.onProbe(id, v, gone)
+			}
+			if !gone {
 				return
 			}
+			why := "nothing listens: its process is gone"
+			if v == Silent {
+				why = fmt.Sprintf("its host answered nothing %d times in a row within %s: down or cut off", m.cfg.Probe.Silences, m.cfg.Probe.Timeout)
+			}
 			select {
-			case m.in <- input{ev: core.PilotGone{Worker: id}}:
+			case m.in <- input{ev: core.PilotGone{Worker: id, Why: why}}:
 			case <-m.done:
 			}
 		}()

@@ -110,6 +110,43 @@ func TestNewMasterKeepsTheBatchesOfWorkersThatComeBack(t *testing.T) {
 	}
 }
 
+// handOut runs a master of epoch 1 on dir that pulls ts once, registers
+// the workers and hands each one batch (of ts's batch size); it is left
+// running until the test ends, as a deposed master would (the next
+// epoch's master fences it). It returns what each worker holds.
+func handOut(t *testing.T, dir string, ts []pilotproto.Task, workers []workerproto.RegisterRequest) map[string][]pilotproto.TaskRef {
+	t.Helper()
+	pulled := false
+	f := &FakeQueue{PullFunc: func(pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+		if pulled {
+			return pilotproto.PullResponse{}, nil
+		}
+		pulled = true
+		return pilotproto.PullResponse{Tasks: ts}, nil
+	}}
+	a, err := master.New(fastMasterConfig(dir, "pA", 1), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, astop := context.WithCancel(context.Background())
+	t.Cleanup(astop)
+	go a.Run(actx)
+	held := map[string][]pilotproto.TaskRef{}
+	for _, w := range workers {
+		if _, err := a.Register(context.Background(), w); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := a.Pull(context.Background(), workerproto.PullRequest{WorkerID: w.WorkerID, Free: w.Slots, WaitMS: 2000})
+		if err != nil || len(resp.Batches) != 1 {
+			t.Fatalf("%s should get one batch: %+v %v", w.WorkerID, resp, err)
+		}
+		for _, tk := range resp.Batches[0].Tasks {
+			held[w.WorkerID] = append(held[w.WorkerID], pilotproto.TaskRef{TaskID: tk.ID, Attempt: tk.Attempt})
+		}
+	}
+	return held
+}
+
 func tasks(job int64, n, batch int) []pilotproto.Task {
 	out := make([]pilotproto.Task, n)
 	for i := range out {
@@ -127,14 +164,6 @@ func tasks(job int64, n, batch int) []pilotproto.Task {
 func TestNewMasterRequeuesAtOnceTheBatchesOfAPilotThatIsGone(t *testing.T) {
 	dir := t.TempDir()
 	six := tasks(1, 6, 3)
-	pulled := false
-	f := &FakeQueue{PullFunc: func(pilotproto.PullRequest) (pilotproto.PullResponse, error) {
-		if pulled {
-			return pilotproto.PullResponse{}, nil
-		}
-		pulled = true
-		return pilotproto.PullResponse{Tasks: six}, nil
-	}}
 	alive, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -146,26 +175,10 @@ func TestNewMasterRequeuesAtOnceTheBatchesOfAPilotThatIsGone(t *testing.T) {
 	}
 	deadURL := "http://" + dead.Addr().String()
 	dead.Close() // the pilot's process is gone: its port refuses connections
-
-	a, err := master.New(fastMasterConfig(dir, "pA", 1), f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, astop := context.WithCancel(context.Background())
-	defer astop()
-	go a.Run(actx)
-	for _, w := range []workerproto.RegisterRequest{
+	handOut(t, dir, six, []workerproto.RegisterRequest{
 		{WorkerID: "gone", PilotID: "pA", Slots: 3, Capacity: 3, Address: deadURL},
 		{WorkerID: "slow", PilotID: "pS", Slots: 3, Capacity: 3, Address: "http://" + alive.Addr().String()},
-	} {
-		if _, err := a.Register(context.Background(), w); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := a.Pull(context.Background(), workerproto.PullRequest{WorkerID: w.WorkerID, Free: 3, WaitMS: 2000})
-		if err != nil || len(resp.Batches) != 1 {
-			t.Fatalf("%s should get one batch of 3: %+v %v", w.WorkerID, resp, err)
-		}
-	}
+	})
 
 	// A is killed; B restores its checkpoint with a minute of grace.
 	reported := make(chan pilotproto.ResultsRequest, 10)

@@ -132,8 +132,15 @@ func (p *Pilot) taskRunner() (worker.Runner, string, error) {
 	return r, desc, nil
 }
 
-// ServeHTTP routes worker requests to the master while this pilot is one.
+// ServeHTTP routes worker requests to the master while this pilot is one,
+// and answers a new master's probe (master.PathAlive).
 func (p *Pilot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == master.PathAlive {
+		// A new master asks whether this pilot still runs: at once,
+		// whatever the pilot is doing.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	p.mu.Lock()
 	h, starting := p.mh, p.starting
 	p.mu.Unlock()

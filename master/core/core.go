@@ -273,7 +273,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case Gone:
 		c.gone(now, e.Req)
 	case PilotGone:
-		c.pilotGone(now, e.Worker)
+		c.pilotGone(now, e)
 	case Pulled:
 		c.pulled(now, e)
 	case Reported:

@@ -42,11 +42,15 @@ type (
 	Gone struct{ Req ReqID }
 )
 
-// PilotGone: nothing listens at a restored worker's address (connection
-// refused): its pilot's process is gone (kill -9, crash, the end of its
-// job), so the worker will not come back. The driver probes the
-// addresses Restored lists.
-type PilotGone struct{ Worker string }
+// PilotGone: a restored worker's pilot is gone: nothing listens at its
+// address (connection refused: its process ended, kill -9, crash, the end
+// of its job), or its host answers nothing (down or cut off), so the
+// worker will not come back in time. The driver probes the addresses
+// Restored lists.
+type PilotGone struct {
+	Worker string
+	Why    string // what the probe found (for the log)
+}
 
 // Answers of the queue calls of an earlier Ready.
 type (

@@ -301,14 +301,15 @@ func (c *Core) Restored() map[string]string {
 }
 
 // pilotGone requeues at once the batches of a restored worker whose
-// pilot's process is gone, instead of after the reconnect grace: that
+// pilot is gone, instead of after the reconnect grace: that
 // worker cannot come back. A worker that registered meanwhile is alive.
-func (c *Core) pilotGone(now time.Time, id string) {
+func (c *Core) pilotGone(now time.Time, e PilotGone) {
+	id := e.Worker
 	w := c.workers[id]
 	if c.phase != running || w == nil || w.registered {
 		return
 	}
-	c.log.Info("nothing listens at a restored worker's pilot: its process is gone", "worker", id, "address", w.address)
+	c.log.Info("a restored worker's pilot is gone: its batches go back to the queue now", "worker", id, "address", w.address, "probe", e.Why)
 	c.lose(now, id)
 }
 
