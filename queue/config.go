@@ -14,7 +14,9 @@ import (
 
 // Config configures the queue. Only cmd/ maps flags and environment onto it.
 type Config struct {
-	// DBPath is the SQLite file (WAL mode; the -wal and -shm files sit next to it).
+	// DBPath is the SQLite file (WAL mode; the -wal and -shm files sit
+	// next to it), or a postgres:// URL of a PostgreSQL database that
+	// several agents may share.
 	DBPath string
 	// AllowedRoots are the directories datasets and output directories
 	// must lie in (after symlinks are resolved). At least one.

@@ -31,14 +31,14 @@ func (d *dialect) sql(query string) string {
 	if q, ok := d.rebound.Load(query); ok {
 		return q.(string)
 	}
-	q := rebind(query)
+	q := Rebind(query)
 	d.rebound.Store(query, q)
 	return q
 }
 
-// rebind numbers the ? placeholders of query outside string literals and
-// quoted names.
-func rebind(query string) string {
+// Rebind numbers the ? placeholders of query outside string literals and
+// quoted names: a statement of the store (or a test) as PostgreSQL spells it.
+func Rebind(query string) string {
 	var b strings.Builder
 	n := 0
 	var quote byte
@@ -59,16 +59,6 @@ func rebind(query string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
-}
-
-// lock is the row-lock clause a read inside a write transaction takes on
-// PostgreSQL (FOR SHARE, FOR UPDATE, ...); SQLite's writer holds the
-// whole database already.
-func (d *dialect) lock(clause string) string {
-	if d.pg {
-		return " " + clause
-	}
-	return ""
 }
 
 // duplicate is whether err is a unique-constraint violation.

@@ -85,7 +85,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next); err != nil {
 		return fmt.Errorf("store tasks of job %d: %w", job, err)
 	}
-	z := newChunkSizer(chunk)
+	z := s.chunks(chunk)
 	args := make([]any, 0, 3*insertRows)
 	for len(names) > 0 {
 		// The statements run inline (they are not interrupted): a
@@ -156,7 +156,7 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 // in transactions of at most chunk sized to hold the write lock about
 // chunkBudget each.
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
-	z := newChunkSizer(chunk)
+	z := s.chunks(chunk)
 	after := -1
 	for {
 		var last sql.NullInt64

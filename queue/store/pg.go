@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
@@ -58,4 +60,41 @@ func openPG(dsn string) (*Store, error) {
 		return nil, fmt.Errorf("queue database %s: %w", name, err)
 	}
 	return st, nil
+}
+
+// Scratch makes a new, empty schema in the PostgreSQL database at dsn
+// (named prefix and a random suffix) and returns a URL whose search_path
+// is that schema, for a run that needs a fresh queue (harvest bench), and
+// a function that drops it.
+func Scratch(ctx context.Context, dsn, prefix string) (string, func() error, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: not a PostgreSQL URL: %w", Redact(dsn), err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	var b [4]byte
+	rand.Read(b[:])
+	schema := prefix + hex.EncodeToString(b[:])
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+		db.Close()
+		return "", nil, fmt.Errorf("%s: %w", Redact(dsn), err)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	drop := func() error {
+		defer db.Close()
+		_, err := db.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
+		return err
+	}
+	return dsn + sep + "search_path=" + schema, drop, nil
+}
+
+// WALPosition is PostgreSQL's WAL insert position in bytes (the whole
+// server's: deltas measure a store's writes on an otherwise idle server).
+func (s *Store) WALPosition(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&n)
+	return n, err
 }
