@@ -379,7 +379,7 @@ func writer() string {
 			name = name[:i]
 		}
 		switch {
-		case strings.HasPrefix(name, "backoff."):
+		case strings.HasPrefix(f.Function, "github.com/cenkalti/backoff/"):
 		case name == "store.(*Store).write", name == "store.(*Store).writeTimed", name == "store.(*Store).fenced", name == "store.(*Store).transact", name == "store.(*Store).once":
 		default:
 			return name
