@@ -88,8 +88,12 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 		}
 		total += k
 	}
-	if total != len(names) || sizes[0] != chunkStart {
-		t.Fatalf("chunks %v: %d tasks, first %d; want %d, first %d", sizes, total, sizes[0], len(names), chunkStart)
+	first := chunkStart
+	if s.d.pg {
+		first = 300 // no write lock to keep short: the limit
+	}
+	if total != len(names) || sizes[0] != first {
+		t.Fatalf("chunks %v: %d tasks, first %d; want %d, first %d", sizes, total, sizes[0], len(names), first)
 	}
 	rows, err := s.r.Query(`SELECT name, state FROM tasks WHERE job_id = ? ORDER BY id`, id)
 	if err != nil {
