@@ -167,7 +167,6 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
-	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.Checkpoint)
 	q.loop(bg, cfg.SlowLogInterval, "slow log", q.logSlowWrites)
 	return q, nil
 }

@@ -26,6 +26,7 @@ func queueFlags() []cli.Flag {
 	return []cli.Flag{
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "no-queue", EnvVars: []string{"HARVEST_NO_QUEUE"}, Usage: "do not host the queue (demand then comes from --backlog or --harvest-while-idle)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "state-dir", Value: "/var/lib/harvest", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "`DIR` for the queue database and the pilot token"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "db", EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's database: a SQLite `FILE` or a postgres://USER@HOST/DB URL (default: STATE_DIR/queue.db)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "shared-dir", EnvVars: []string{"HARVEST_SHARED_DIR"}, Usage: "`DIR` on the shared file system for the masters' checkpoints (default: --state-dir)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "listen", Value: ":8470", EnvVars: []string{"HARVEST_QUEUE_LISTEN"}, Usage: "TCP `ADDR` of the queue API for pilots and remote users"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_QUEUE_ADVERTISE"}, Usage: "`URL` pilots use to reach the queue (default: http(s)://HOSTNAME:PORT of --listen)"}),
@@ -83,6 +84,9 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	}
 	cfg := queueSharedConfig(c)
 	cfg.DBPath = filepath.Join(stateDir, "queue.db")
+	if db := c.String("db"); db != "" {
+		cfg.DBPath = db
+	}
 	cfg.PilotToken = token
 	cfg.Logger = log
 	log.Debug("Go processors", "gomaxprocs", hostQueueProcs())
