@@ -24,9 +24,11 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,6 +86,9 @@ type Queue struct {
 	// beats is, per pool, the epoch and time of its master's last
 	// heartbeat (sweepUnacknowledged).
 	beats map[string]poolBeat
+	// sweepEpoch is the epoch of the sweep lease while this agent holds it
+	// (Config.Shared).
+	sweepEpoch int64
 	// opened is when this queue process opened the database: tasks handed
 	// out before it may have had their answer cut by the restart.
 	opened time.Time
@@ -149,8 +154,19 @@ func Open(cfg Config) (*Queue, error) {
 		submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
 	}
 	q.opened = q.now()
+	if cfg.Shared && q.cfg.SweepHolder == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		rand.Read(b[:])
+		q.cfg.SweepHolder = fmt.Sprintf("%s@%s:%d:%x", cfg.LocalSite, host, os.Getpid(), b)
+	}
 	ctx := context.Background()
-	if err := q.cleanupPartialSubmits(ctx); err != nil {
+	if !cfg.Shared { // else another agent may be storing them: the sweeps remove stale ones
+		if err := q.cleanupPartialSubmits(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+	} else if err := q.registerLocalPilots(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -229,6 +245,11 @@ func (q *Queue) Close() error {
 			q.stop()
 		}
 		q.wg.Wait()
+		if q.cfg.Shared {
+			if rerr := q.st.ReleaseSweep(context.Background(), q.cfg.SweepHolder); rerr != nil {
+				q.log.Warn("could not release the sweep lease; another agent takes it when it lapses", "error", rerr)
+			}
+		}
 		if _, ferr := q.FlushUsage(context.Background()); ferr != nil {
 			q.log.Warn("final usage flush failed", "error", ferr)
 		}

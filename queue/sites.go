@@ -311,3 +311,16 @@ func unix(t time.Time) int64 {
 	}
 	return t.Unix()
 }
+
+// registerLocalPilots stores the local site's pilot token (hashed) like a
+// remote site's, on a database several agents serve: when this agent
+// stops, its pilots go on through another agent, which knows them by it.
+func (q *Queue) registerLocalPilots(ctx context.Context) error {
+	if q.cfg.PilotToken == "" {
+		return nil
+	}
+	if err := q.st.ReplaceToken(ctx, q.cfg.LocalSite, api.RolePilot, hashToken(q.cfg.PilotToken), q.now()); err != nil {
+		return fmt.Errorf("store the local pilot token: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue"
+	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
+)
+
+// sharedDB is the database two agents share in these tests:
+// HARVEST_SHARED_TEST_DB (a path, or a DSN of an engine the store
+// speaks, emptied by the caller), else a SQLite file in dir (WAL lets
+// several processes, here two queues of one process, use it).
+func sharedDB(t *testing.T, dir string) string {
+	if db := os.Getenv("HARVEST_SHARED_TEST_DB"); db != "" {
+		return db
+	}
+	return filepath.Join(dir, "shared.db")
+}
+
+// twoAgents opens two queues on one database, as the agents of sites a
+// and b with their own pilot tokens, on one clock.
+func twoAgents(t *testing.T) (a, b *queue.Queue, clock *queuetest.Clock, data string) {
+	t.Helper()
+	dir := t.TempDir()
+	data = filepath.Join(dir, "data")
+	if err := os.MkdirAll(filepath.Join(data, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock = queuetest.NewClock()
+	open := func(site string) *queue.Queue {
+		cfg := queuetest.Config(dir, clock)
+		cfg.DBPath = sharedDB(t, dir)
+		cfg.Shared, cfg.LocalSite, cfg.PilotToken = true, site, strings.Repeat(site, 40)
+		q, err := queue.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.Close() })
+		return q
+	}
+	return open("a"), open("b"), clock, data
+}
+
+func dataset(t *testing.T, data, name string, n int) string {
+	p := filepath.Join(data, name)
+	for i := range n {
+		if err := os.MkdirAll(filepath.Join(p, fmt.Sprintf("e%03d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// TestTheSweepsRunAtOneAgentAndMoveWhenItStops: of two agents on one
+// database one holds the sweep lease; the other takes it when the holder
+// stops (released at once) or dies (after the lease lapses), with a new
+// epoch.
+func TestTheSweepsRunAtOneAgentAndMoveWhenItStops(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, _ := twoAgents(t)
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ea := a.SweepEpoch()
+	if ea == 0 || b.SweepEpoch() != 0 {
+		t.Fatalf("sweep epochs a %d, b %d: want a holding, b not", ea, b.SweepEpoch())
+	}
+	// a dies without a word: b waits for the lease to lapse (three sweep
+	// intervals), then sweeps with a higher epoch.
+	clock.Advance(2 * queuetest.Config("", clock).SweepInterval)
+	b.Sweep(ctx)
+	if b.SweepEpoch() != 0 {
+		t.Fatal("b took the sweeps while a's lease was alive")
+	}
+	clock.Advance(2 * queuetest.Config("", clock).SweepInterval)
+	b.Sweep(ctx)
+	eb := b.SweepEpoch()
+	if eb <= ea {
+		t.Fatalf("b's sweep epoch %d after a's lease lapsed: want above a's %d", eb, ea)
+	}
+	a.Sweep(ctx) // a comes back: b holds the lease, a does not sweep
+	if a.SweepEpoch() != 0 || b.SweepEpoch() != eb {
+		t.Fatalf("after a's return: a %d, b %d", a.SweepEpoch(), b.SweepEpoch())
+	}
+	// b stops: it releases the lease, a takes it at its next sweep.
+	b.Close()
+	a.Sweep(ctx)
+	if a.SweepEpoch() <= eb {
+		t.Fatalf("a's epoch %d after b stopped: want above %d", a.SweepEpoch(), eb)
+	}
+}
+
+// TestAPoolGoesOnThroughAnotherAgent: a master elected through agent a
+// keeps working through agent b (its pilot token known there, its lease
+// checked against the database, not b's copy), a job submitted at a is
+// pulled at b, and the requests a client may repeat at another agent after
+// a lost answer (results, a keyed submission) are applied once.
+func TestAPoolGoesOnThroughAnotherAgent(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, data := twoAgents(t)
+	// b knows a's pilots by their token.
+	id, err := b.Identify(ctx, queue.Credentials{Token: strings.Repeat("a", 40)})
+	if err != nil || id.Role != api.RolePilot || id.Site != "a" {
+		t.Fatalf("a's pilot at b: %+v %v", id, err)
+	}
+	// a's first master was elected through b (which keeps a copy of the
+	// lease it wrote)...
+	if _, err := b.Pool("a").Lease(ctx, pilotproto.LeaseRequest{PilotID: "old", Address: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute) // the first master of a died; a new one is elected through a
+	l, err := a.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p7", Address: "http://n1:1"})
+	if err != nil || !l.Granted {
+		t.Fatalf("lease at a: %+v %v", l, err)
+	}
+	spec := api.JobSpec{Dataset: dataset(t, data, "d", 6), Command: []string{"p"}, BatchSize: 1}
+	sub, err := a.StartSubmit(ctx, "alice", spec, "key-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sub.Done()
+	job, err := sub.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Agent a dies; its master goes on through b, which learns of the
+	// job at its next reconcile.
+	if err := b.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Pool("a").Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 6})
+	n := len(p.Tasks)
+	if err != nil || n < 2 {
+		t.Fatalf("pull of a's master at b: %d tasks, %v", n, err)
+	}
+	res := make([]pilotproto.Result, n)
+	for i, tk := range p.Tasks {
+		res[i] = pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone, DurationMS: 1000}
+	}
+	r, err := b.Pool("a").ReportResults(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: res[:n-1]})
+	if err != nil || r.Applied != n-1 {
+		t.Fatalf("results at b: %+v %v", r, err)
+	}
+	// The answer was lost: the master's client repeats the call at the
+	// other agent (a is back): nothing is counted twice.
+	r, err = a.Pool("a").ReportResults(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: res})
+	if err != nil || r.Applied != 1 || r.Duplicates != n-1 {
+		t.Fatalf("repeated results at a: %+v %v", r, err)
+	}
+	for done := n; done < 6; {
+		p, err := b.Pool("a").Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 6})
+		if err != nil || len(p.Tasks) == 0 {
+			t.Fatalf("pull at b after %d done: %+v %v", done, p, err)
+		}
+		res = res[:0]
+		for _, tk := range p.Tasks {
+			res = append(res, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusDone, DurationMS: 1000})
+		}
+		if _, err := b.Pool("a").ReportResults(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: res}); err != nil {
+			t.Fatal(err)
+		}
+		done += len(res)
+	}
+	j, err := b.Job(ctx, "alice", false, job.ID)
+	if err != nil || j.Tasks.Done != 6 || j.State != "DONE" {
+		t.Fatalf("job at b: %+v %v", j, err)
+	}
+	// A submission repeated at b with its key gets a's job, not a second.
+	sub, err = b.StartSubmit(ctx, "alice", spec, "key-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sub.Done()
+	if again, err := sub.Result(); err != nil || again.ID != job.ID {
+		t.Fatalf("submission repeated at b: job %d %v, want %d", again.ID, err, job.ID)
+	}
+	if !sub.Replayed() {
+		t.Fatal("the repeated submission was not a replay of the first")
+	}
+}
