@@ -11,6 +11,10 @@
 //	contention  site a only, tasks that read a file from a shared server that
 //	            serves 4 readers at full speed: without, then with, the
 //	            capacity rule (pilots and task run times)
+//	failover    (not in the default list) both sites' agents serve one
+//	            database (--db, --peer); carol submits through a's agent,
+//	            a's agent is killed with SIGKILL mid-run, a's pilots go on
+//	            through b's agent, carol submits and watches through b
 //
 // Run as root from the repository root (scripts/multisite.sh takes the
 // clusters' test locks):
@@ -159,6 +163,14 @@ func run() error {
 				report = append(report, fmt.Sprintf("%-10s %s; readers at once at most %d", v.name, describe(o, *cTasks), peak))
 			}
 			stop()
+		case "failover":
+			st := mk(sc, []lab{a, b}, "")
+			st.shared, st.ports = true, []int{*port, *port + 2}
+			f, err := failover(ctx, st, *tasks, sleep)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc, err)
+			}
+			report = append(report, fmt.Sprintf("%-10s %s", sc, describeFailover(f, *tasks)))
 		default:
 			return fmt.Errorf("unknown scenario %q", sc)
 		}

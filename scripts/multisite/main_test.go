@@ -89,6 +89,76 @@ func TestOneJobRunsOnTwoRealClustersWeightedBySpeed(t *testing.T) {
 	}
 }
 
+// Two agents serving one database, each on its own cluster (issue 32):
+// carol submits through a's agent, both clusters work on the job, a's
+// agent is killed with SIGKILL mid-run. No task is lost or run twice, b's
+// pilots never stop, a's pilots keep working through b's agent (their URL
+// list), and carol submits a second job and watches both through b. The
+// database is one SQLite file both agents open (both run on this host).
+func TestTwoAgentsOnOneDatabaseSurviveTheDeathOfOne(t *testing.T) {
+	ca, cb := slurmtest.RequireTwo(t, 8)
+	root, err := slurmtest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(root, "scripts", "minicluster.sh"), "users", "carol").CombinedOutput(); err != nil {
+		t.Fatalf("users: %v\n%s", err, out)
+	}
+	work := filepath.Join(ca.Lab, "shared", "failover-test-"+filepath.Base(t.TempDir()))
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(work)
+		} else {
+			t.Logf("work directory kept: %s", work)
+		}
+	})
+	bin := filepath.Join(work, "harvest")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	s := &setup{bin: bin, work: work, labs: []lab{{site: "a", conf: ca.Conf}, {site: "b", conf: cb.Conf}},
+		shared: true, ports: []int{freePort(t), freePort(t)}}
+	if s.labs[0].conf == "" {
+		s.labs[0].conf = slurmtest.Conf()
+	}
+	const n = 80
+	f, err := failover(context.Background(), s, n, "sleep 2")
+	if err != nil {
+		for _, l := range s.labs {
+			b, _ := os.ReadFile(filepath.Join(work, l.site, "agent.log"))
+			t.Logf("agent log of %s:\n%s", l.site, tail(b, 4000))
+		}
+		t.Fatal(err)
+	}
+	t.Logf("%s", describeFailover(f, n))
+	for _, o := range []struct {
+		name  string
+		o     outcome
+		tasks int
+	}{{"the job submitted through a", f.first, n}, {"the job submitted through b", f.second, n / 4}} {
+		if o.o.job.State != "DONE" || o.o.job.Tasks.Done != o.tasks {
+			t.Errorf("%s: %s with %d of %d done", o.name, o.o.job.State, o.o.job.Tasks.Done, o.tasks)
+		}
+		if o.o.lost != 0 || o.o.dup != 0 {
+			t.Errorf("%s: %d tasks lost, %d run twice", o.name, o.o.lost, o.o.dup)
+		}
+	}
+	if f.before["a"] == 0 || f.before["b"] == 0 {
+		t.Errorf("before a's death the job ran at %v: want both sites", f.before)
+	}
+	if f.past["a"] == 0 {
+		t.Errorf("after a's death a's pilots finished no task (%v): they did not go on through b", f.past)
+	}
+	if f.past["b"] == 0 || f.bStopped > 0 {
+		t.Errorf("after a's death b finished %d tasks and had no pilot in %d samples: b's pilots stopped", f.past["b"], f.bStopped)
+	}
+}
+
 // freePort is a TCP port free now (the agent is told to listen on it).
 func freePort(t *testing.T) int {
 	t.Helper()
