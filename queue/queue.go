@@ -86,6 +86,9 @@ type Queue struct {
 	// beats is, per pool, the epoch and time of its master's last
 	// heartbeat (sweepUnacknowledged).
 	beats map[string]poolBeat
+	// peerRounds is, per site, the time of the latest agent round
+	// syncPeers took from the database (Config.Shared).
+	peerRounds map[string]time.Time
 	// sweepEpoch is the epoch of the sweep lease while this agent holds it
 	// (Config.Shared).
 	sweepEpoch int64
@@ -151,7 +154,7 @@ func Open(cfg Config) (*Queue, error) {
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
 		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, beats: map[string]poolBeat{}, ends: map[pilotKey]int64{},
-		submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
+		submits: map[submitKey]*Submission{}, closed: make(chan struct{}), peerRounds: map[string]time.Time{},
 	}
 	q.opened = q.now()
 	if cfg.Shared && q.cfg.SweepHolder == "" {
@@ -183,6 +186,9 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
+	if cfg.Shared {
+		q.loop(bg, cfg.ReconcileInterval, "peers", q.syncPeers)
+	}
 	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.Checkpoint)
 	q.loop(bg, cfg.SlowLogInterval, "slow log", q.logSlowWrites)
 	return q, nil

@@ -190,3 +190,60 @@ func TestAPoolGoesOnThroughAnotherAgent(t *testing.T) {
 		t.Fatal("the repeated submission was not a replay of the first")
 	}
 }
+
+// TestEveryAgentSplitsTheWorkAmongAllSites: each agent hears only its own
+// site's rounds; from the database it learns the other's, so both split
+// the waiting tasks between the two sites instead of each giving its own
+// site all of them (which let the first site's master pull everything
+// ahead while the other cluster released its pilots for want of work).
+func TestEveryAgentSplitsTheWorkAmongAllSites(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, data := twoAgents(t)
+	if _, err := a.Submit(ctx, "alice", api.JobSpec{Dataset: dataset(t, data, "d", 40), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	round := api.AgentRound{Held: 4, Idle: 4}
+	pa, err := a.AgentRound(ctx, "a", round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := b.AgentRound(ctx, "b", round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa.PendingTasks == 0 || alone.PendingTasks != pa.PendingTasks {
+		t.Fatalf("before the sync each agent gives its site everything: a %d, b %d", pa.PendingTasks, alone.PendingTasks)
+	}
+	for _, q := range []*queue.Queue{a, b} {
+		if err := queue.SyncPeers(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa, err = a.AgentRound(ctx, "a", round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := b.AgentRound(ctx, "b", round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa.PendingTasks == 0 || pb.PendingTasks == 0 || pa.PendingTasks+pb.PendingTasks > alone.PendingTasks {
+		t.Fatalf("after the sync: a %d, b %d of %d: want the work split", pa.PendingTasks, pb.PendingTasks, alone.PendingTasks)
+	}
+	sites, err := b.Sites(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := 0
+	for _, s := range sites.Sites {
+		if s.Alive {
+			alive++
+		}
+	}
+	if alive != 2 {
+		t.Fatalf("b sees %d sites alive: %+v", alive, sites.Sites)
+	}
+}

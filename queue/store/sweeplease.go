@@ -3,14 +3,17 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// Several agents may serve one database; the periodic sweeps (ZOMBIE,
+// Several agents may serve one database (the queue's Config.Shared). The
+// periodic sweeps (ZOMBIE,
 // EXPIRED, job expiry, purge, stale submissions) must run at one of them
 // at a time. The lease on them is a row of the leases table under a name
 // no site can have (site names start with a letter or digit): its holder
@@ -71,4 +74,56 @@ func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, e
 		return nil, fmt.Errorf("find stale submissions: %w", err)
 	}
 	return out, nil
+}
+
+// SiteRound is what a site's agent saw at its last round (pilots held,
+// nodes idle, when), kept for the other agents of a shared database: each
+// plans the sites' shares from every site's round, not only from the
+// rounds it heard itself.
+type SiteRound struct {
+	Held int   `json:"held"`
+	Idle int   `json:"idle"`
+	AtMS int64 `json:"at_ms"`
+}
+
+// siteRoundKey prefixes the settings rows of the sites' rounds.
+const siteRoundKey = "round:"
+
+// PutSiteRound records a site's latest round.
+func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, siteRoundKey+site, string(v))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store the round of site %s: %w", site, err)
+	}
+	return nil
+}
+
+// SiteRounds reads every site's latest round.
+func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
+	if err != nil {
+		return nil, fmt.Errorf("read the sites' rounds: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]SiteRound{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, fmt.Errorf("read the sites' rounds: %w", err)
+		}
+		var r SiteRound
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("the round of site %s: %w", strings.TrimPrefix(k, siteRoundKey), err)
+		}
+		out[strings.TrimPrefix(k, siteRoundKey)] = r
+	}
+	return out, rows.Err()
 }

@@ -49,14 +49,17 @@ func failover(ctx context.Context, s *setup, n int, work string) (failoverOutcom
 		return f, err
 	}
 	logf("job %d of %d tasks submitted through a's agent", id, n)
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		done, err := ledgerEnds(ledger, time.Time{})
 		if err == nil && done["a"] >= 3 && done["b"] >= 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return f, fmt.Errorf("both sites did not finish 3 tasks within 5 minutes (ledger %v)", done)
+			return f, fmt.Errorf("both sites did not finish 3 tasks within 3 minutes (ledger %v)", done)
+		}
+		if j, err := s.job(ctx, id); err == nil && api.JobFinal(j.State) {
+			return f, fmt.Errorf("job %d was %s before both sites finished 3 tasks (ledger %v)", id, j.State, done)
 		}
 		time.Sleep(time.Second)
 	}

@@ -126,8 +126,8 @@ func TestTwoAgentsOnOneDatabaseSurviveTheDeathOfOne(t *testing.T) {
 	if s.labs[0].conf == "" {
 		s.labs[0].conf = slurmtest.Conf()
 	}
-	const n = 80
-	f, err := failover(context.Background(), s, n, "sleep 2")
+	const n = 120
+	f, err := failover(context.Background(), s, n, "sleep 3")
 	if err != nil {
 		for _, l := range s.labs {
 			b, _ := os.ReadFile(filepath.Join(work, l.site, "agent.log"))
