@@ -44,16 +44,21 @@ func failover(ctx context.Context, s *setup, n int, work string) (failoverOutcom
 	if err != nil {
 		return f, err
 	}
+	t1 := time.Now()
 	id, ledger, err := s.submit(ctx, ds, work)
 	if err != nil {
 		return f, err
 	}
+	pilots := map[string][]int{}
 	logf("job %d of %d tasks submitted through a's agent", id, n)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		done, err := ledgerEnds(ledger, time.Time{})
 		if err == nil && done["a"] >= 3 && done["b"] >= 3 {
 			break
+		}
+		for _, l := range s.labs {
+			pilots[l.site] = append(pilots[l.site], l.pilots())
 		}
 		if time.Now().After(deadline) {
 			return f, fmt.Errorf("both sites did not finish 3 tasks within 3 minutes (ledger %v)", done)
@@ -74,12 +79,14 @@ func failover(ctx context.Context, s *setup, n int, work string) (failoverOutcom
 	if err != nil {
 		return f, err
 	}
+	t2 := time.Now()
 	id2, ledger2, err := s.submit(ctx, ds2, work)
 	if err != nil {
 		return f, fmt.Errorf("submit through b after a's death: %w", err)
 	}
 	logf("job %d of %d tasks submitted through b's agent", id2, n/4)
 	start := time.Now()
+	var end1, end2 time.Time
 	for {
 		if time.Since(start) > 10*time.Minute {
 			return f, fmt.Errorf("jobs %d and %d not final 10 minutes after a's death", id, id2)
@@ -88,14 +95,23 @@ func failover(ctx context.Context, s *setup, n int, work string) (failoverOutcom
 		if err != nil {
 			return f, fmt.Errorf("watch job %d through b: %w", id, err)
 		}
-		if !api.JobFinal(j.State) && s.labs[1].pilots() == 0 {
+		for _, l := range s.labs {
+			pilots[l.site] = append(pilots[l.site], l.pilots())
+		}
+		if !api.JobFinal(j.State) && pilots["b"][len(pilots["b"])-1] == 0 {
 			f.bStopped++
 		}
 		j2, err := s.job(ctx, id2)
 		if err != nil {
 			return f, fmt.Errorf("watch job %d through b: %w", id2, err)
 		}
-		if api.JobFinal(j.State) && api.JobFinal(j2.State) {
+		if api.JobFinal(j.State) && end1.IsZero() {
+			end1 = time.Now()
+		}
+		if api.JobFinal(j2.State) && end2.IsZero() {
+			end2 = time.Now()
+		}
+		if !end1.IsZero() && !end2.IsZero() {
 			break
 		}
 		time.Sleep(2 * time.Second)
@@ -106,6 +122,9 @@ func failover(ctx context.Context, s *setup, n int, work string) (failoverOutcom
 	if f.second, err = s.wait(ctx, id2, n/4, ledger2, time.Minute); err != nil {
 		return f, err
 	}
+	// The pilots running at each cluster, before and after a's death.
+	f.first.makespan, f.second.makespan = end1.Sub(t1), end2.Sub(t2)
+	f.first.pilots, f.second.pilots = pilots, nil
 	if f.before, err = ledgerEnds(ledger, time.Time{}); err != nil {
 		return f, err
 	}
