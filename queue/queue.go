@@ -89,6 +89,9 @@ type Queue struct {
 	// peerRounds is, per site, the time of the latest agent round
 	// syncPeers took from the database (Config.Shared).
 	peerRounds map[string]time.Time
+	// peerCancelled is the jobs cancelled in the last CancelNotice, as
+	// syncPeers last read them (Config.Shared).
+	peerCancelled []int64
 	// sweepEpoch is the epoch of the sweep lease while this agent holds it
 	// (Config.Shared).
 	sweepEpoch int64

@@ -247,3 +247,34 @@ func TestEveryAgentSplitsTheWorkAmongAllSites(t *testing.T) {
 		t.Fatalf("b sees %d sites alive: %+v", alive, sites.Sites)
 	}
 }
+
+// TestACancelThroughOneAgentReachesTheMastersOfAnother: a job cancelled
+// through b is listed to the master a serves (so its pilots stop the
+// tasks) once a has synced with the database, though a had read its
+// cancelled jobs before.
+func TestACancelThroughOneAgentReachesTheMastersOfAnother(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, data := twoAgents(t)
+	job, err := a.Submit(ctx, "alice", api.JobSpec{Dataset: dataset(t, data, "d", 4), Command: []string{"p"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m", Address: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 1})
+	if err != nil || len(p.Tasks) != 1 || len(p.CancelledJobs) != 0 {
+		t.Fatalf("pull at a: %+v %v", p, err)
+	}
+	if _, err := b.Cancel(ctx, "alice", false, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.SyncPeers(a); err != nil {
+		t.Fatal(err)
+	}
+	p, err = a.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 1})
+	if err != nil || len(p.Tasks) != 0 || len(p.CancelledJobs) != 1 || p.CancelledJobs[0] != job.ID {
+		t.Fatalf("pull at a after b cancelled job %d: %+v %v", job.ID, p, err)
+	}
+}

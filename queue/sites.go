@@ -336,8 +336,9 @@ func (q *Queue) registerLocalPilots(ctx context.Context) error {
 // agent that heard it) and, from the pools' leases, the masters alive. So
 // each agent splits the work among all the sites, not only those that call
 // it, and a site whose agent died stays alive while its master calls
-// another agent. Turnaround and yield stay each agent's own (the results it
-// was sent).
+// another agent; and the jobs cancelled lately, which the masters this
+// agent serves must stop. Turnaround and yield stay each agent's own (the
+// results it was sent).
 func (q *Queue) syncPeers(ctx context.Context) error {
 	rounds, err := q.st.SiteRounds(ctx)
 	if err != nil {
@@ -348,8 +349,13 @@ func (q *Queue) syncPeers(ctx context.Context) error {
 		return err
 	}
 	now := q.now()
+	cancelled, err := q.st.CancelledAfter(ctx, now.Add(-q.cfg.CancelNotice))
+	if err != nil {
+		return err
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.peerCancelled = cancelled
 	for site, r := range rounds {
 		at := time.UnixMilli(r.AtMS)
 		if site == q.cfg.LocalSite || validSiteName(site) != nil || !at.After(q.peerRounds[site]) {

@@ -127,3 +127,14 @@ func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
 	}
 	return out, rows.Err()
 }
+
+// CancelledAfter lists the jobs cancelled after since, read from the
+// table (CancelledSince answers from this process's memory, which another
+// agent's cancels never reach).
+func (s *Store) CancelledAfter(ctx context.Context, since time.Time) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
+	if err != nil {
+		return nil, fmt.Errorf("list cancelled jobs: %w", err)
+	}
+	return out, nil
+}
