@@ -17,44 +17,13 @@ import (
 // so a runs more of the job. Every task runs exactly once (counted by the
 // tasks themselves), and the queue says where each ran as the tasks do.
 func TestOneJobRunsOnTwoRealClustersWeightedBySpeed(t *testing.T) {
-	ca, cb := slurmtest.RequireTwo(t, 8)
-	root, err := slurmtest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(root, "scripts", "minicluster.sh"), "users", "carol").CombinedOutput(); err != nil {
-		t.Fatalf("users: %v\n%s", err, out)
-	}
-	work := filepath.Join(ca.Lab, "shared", "multisite-test-"+filepath.Base(t.TempDir()))
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			os.RemoveAll(work)
-		} else {
-			t.Logf("work directory kept: %s", work)
-		}
-	})
-	bin := filepath.Join(work, "harvest")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	s := &setup{bin: bin, work: work, port: freePort(t),
-		labs: []lab{{site: "a", conf: ca.Conf}, {site: "b", conf: cb.Conf}}}
-	if s.labs[0].conf == "" {
-		s.labs[0].conf = slurmtest.Conf()
-	}
+	s := twoSites(t, "multisite-test-")
+	s.port = freePort(t)
 	const n = 60
 	work1 := `if [ "$HARVEST_SITE" = b ]; then sleep 3; else sleep 1; fi`
 	o, err := scenario(context.Background(), s, n, work1)
 	if err != nil {
-		for _, l := range s.labs {
-			b, _ := os.ReadFile(filepath.Join(work, l.site, "agent.log"))
-			t.Logf("agent log of %s:\n%s", l.site, tail(b, 3000))
-		}
+		s.logAgents(t)
 		t.Fatal(err)
 	}
 	t.Logf("%s", describe(o, n))
@@ -96,43 +65,12 @@ func TestOneJobRunsOnTwoRealClustersWeightedBySpeed(t *testing.T) {
 // list), and carol submits a second job and watches both through b. The
 // database is one SQLite file both agents open (both run on this host).
 func TestTwoAgentsOnOneDatabaseSurviveTheDeathOfOne(t *testing.T) {
-	ca, cb := slurmtest.RequireTwo(t, 8)
-	root, err := slurmtest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(root, "scripts", "minicluster.sh"), "users", "carol").CombinedOutput(); err != nil {
-		t.Fatalf("users: %v\n%s", err, out)
-	}
-	work := filepath.Join(ca.Lab, "shared", "failover-test-"+filepath.Base(t.TempDir()))
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			os.RemoveAll(work)
-		} else {
-			t.Logf("work directory kept: %s", work)
-		}
-	})
-	bin := filepath.Join(work, "harvest")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	s := &setup{bin: bin, work: work, labs: []lab{{site: "a", conf: ca.Conf}, {site: "b", conf: cb.Conf}},
-		shared: true, ports: []int{freePort(t), freePort(t)}}
-	if s.labs[0].conf == "" {
-		s.labs[0].conf = slurmtest.Conf()
-	}
+	s := twoSites(t, "failover-test-")
+	s.shared, s.ports = true, []int{freePort(t), freePort(t)}
 	const n = 120
 	f, err := failover(context.Background(), s, n, "sleep 3")
 	if err != nil {
-		for _, l := range s.labs {
-			b, _ := os.ReadFile(filepath.Join(work, l.site, "agent.log"))
-			t.Logf("agent log of %s:\n%s", l.site, tail(b, 4000))
-		}
+		s.logAgents(t)
 		t.Fatal(err)
 	}
 	t.Logf("%s", describeFailover(f, n))
@@ -156,6 +94,51 @@ func TestTwoAgentsOnOneDatabaseSurviveTheDeathOfOne(t *testing.T) {
 	}
 	if f.past["b"] == 0 || f.bStopped > 0 {
 		t.Errorf("after a's death b finished %d tasks and had no pilot in %d samples: b's pilots stopped", f.past["b"], f.bStopped)
+	}
+}
+
+// twoSites takes both mini-clusters, makes carol, a work directory on the
+// first cluster's shared file system (kept if the test fails) and a
+// harvest binary in it, and returns the setup of sites a and b.
+func twoSites(t *testing.T, prefix string) *setup {
+	t.Helper()
+	ca, cb := slurmtest.RequireTwo(t, 8)
+	root, err := slurmtest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(root, "scripts", "minicluster.sh"), "users", "carol").CombinedOutput(); err != nil {
+		t.Fatalf("users: %v\n%s", err, out)
+	}
+	work := filepath.Join(ca.Lab, "shared", prefix+filepath.Base(t.TempDir()))
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(work)
+		} else {
+			t.Logf("work directory kept: %s", work)
+		}
+	})
+	bin := filepath.Join(work, "harvest")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	s := &setup{bin: bin, work: work, labs: []lab{{site: "a", conf: ca.Conf}, {site: "b", conf: cb.Conf}}}
+	if s.labs[0].conf == "" {
+		s.labs[0].conf = slurmtest.Conf()
+	}
+	return s
+}
+
+// logAgents logs the end of every agent's log.
+func (s *setup) logAgents(t *testing.T) {
+	for _, l := range s.labs {
+		b, _ := os.ReadFile(filepath.Join(s.work, l.site, "agent.log"))
+		t.Logf("agent log of %s:\n%s", l.site, tail(b, 4000))
 	}
 }
 
