@@ -16,8 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "github.com/harvest-hpc/harvest/internal/sqliteconf" // SQLite without its global allocation mutex
-	_ "github.com/mattn/go-sqlite3"                        // SQLite driver (cgo)
+	_ "github.com/mattn/go-sqlite3" // SQLite driver (cgo)
 
 	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master/core"

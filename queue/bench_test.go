@@ -209,7 +209,7 @@ func BenchmarkPullAcrossUsers(b *testing.B) {
 // requeueAll reports every assigned task interrupted (requeued at once,
 // no attempt counted), so a benchmark can pull again.
 func requeueAll(b *testing.B, e *queuetest.Env) {
-	rows, err := e.DB().Query(`SELECT id, attempt FROM tasks WHERE state = 'ASSIGNED'`)
+	rows, err := e.Query(`SELECT id, attempt FROM tasks WHERE state = 'ASSIGNED'`)
 	if err != nil {
 		b.Fatal(err)
 	}

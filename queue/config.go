@@ -14,7 +14,9 @@ import (
 
 // Config configures the queue. Only cmd/ maps flags and environment onto it.
 type Config struct {
-	// DBPath is the SQLite file (WAL mode; the -wal and -shm files sit next to it).
+	// DBPath is the SQLite file (WAL mode; the -wal and -shm files sit
+	// next to it), or a postgres:// URL of a PostgreSQL database that
+	// several agents may share.
 	DBPath string
 	// AllowedRoots are the directories datasets and output directories
 	// must lie in (after symlinks are resolved). At least one.
@@ -61,12 +63,11 @@ type Config struct {
 	RecommendationTTL time.Duration // a MiniNode recommendation older than this is ignored
 	MaxPull           int           // tasks per pull at most
 
-	SweepInterval      time.Duration // zombie/expiry/purge sweep period
-	FlushInterval      time.Duration // usage flush period
-	ReconcileInterval  time.Duration // usage reconciliation from the task table
-	CheckpointInterval time.Duration // WAL checkpoints, from a connection of their own (store.Checkpoint)
-	SlowLogInterval    time.Duration // how often slow write transactions are logged
-	UsageWindow        time.Duration // the sliding window of CPU time and cost (24 h)
+	SweepInterval     time.Duration // zombie/expiry/purge sweep period
+	FlushInterval     time.Duration // usage flush period
+	ReconcileInterval time.Duration // usage reconciliation from the task table
+	SlowLogInterval   time.Duration // how often slow write transactions are logged
+	UsageWindow       time.Duration // the sliding window of CPU time and cost (24 h)
 
 	InsertChunk int // at most this many tasks per transaction of a long write (a submission, a kill, a drop); each is sized to ~1 ms of write lock (store.chunkSizer)
 	WriteChunk  int // rows per write transaction elsewhere
@@ -106,7 +107,6 @@ func DefaultConfig() Config {
 		FlushInterval:       5 * time.Second,
 		ReconcileInterval:   5 * time.Minute,
 		StaleSubmission:     time.Hour,
-		CheckpointInterval:  time.Second,
 		SlowLogInterval:     time.Second,
 		UsageWindow:         24 * time.Hour,
 		InsertChunk:         1000,
@@ -163,8 +163,8 @@ func (c Config) Validate() error {
 		"zombie timeout": c.ZombieTimeout, "cancel notice": c.CancelNotice,
 		"recommendation TTL": c.RecommendationTTL, "sweep interval": c.SweepInterval,
 		"flush interval": c.FlushInterval, "reconcile interval": c.ReconcileInterval,
-		"checkpoint interval": c.CheckpointInterval, "slow log interval": c.SlowLogInterval,
-		"usage window": c.UsageWindow, "stale submission age": c.StaleSubmission,
+		"slow log interval": c.SlowLogInterval,
+		"usage window":      c.UsageWindow, "stale submission age": c.StaleSubmission,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)

@@ -95,9 +95,9 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 		// Every entry's wait is its first grant's hand-out less its job's
 		// submission (nothing fails here: no retries); the work is the
 		// logged usage (cores x run time).
-		e.DB().QueryRow(`SELECT coalesce(sum((g.last_idx - g.first_idx + 1) * (g.assigned_at - j.submitted_at)), 0) / 1000.0
+		e.QueryRow(`SELECT coalesce(sum((g.last_idx - g.first_idx + 1) * (g.assigned_at - j.submitted_at)), 0) / 1000.0
 			FROM grants g JOIN jobs j ON j.id = g.job_id WHERE j.owner = ? AND g.attempt = 1`, u.name).Scan(&wait)
-		e.DB().QueryRow(`SELECT coalesce(sum(cpu_s), 0) FROM usage_log WHERE owner = ?`, u.name).Scan(&work)
+		e.QueryRow(`SELECT coalesce(sum(cpu_s), 0) FROM usage_log WHERE owner = ?`, u.name).Scan(&work)
 		rep.nuwt[u.name] = fairshare.NUWT(wait, work)
 		shares = append(shares, rep.work[u.name]/u.priority) // share normalised by entitlement
 	}

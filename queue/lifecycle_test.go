@@ -27,7 +27,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 	}
 	state := func(id int64) string {
 		var s string
-		e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
+		e.QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
 		return s
 	}
 	e.Clock.Advance(61 * time.Second)
@@ -68,7 +68,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 		t.Fatalf("after the last attempt expired: %s %+v", got.State, got.Tasks)
 	}
 	var st string
-	e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, tasks[0].ID).Scan(&st)
+	e.QueryRow(`SELECT state FROM tasks WHERE id = ?`, tasks[0].ID).Scan(&st)
 	if st != api.TaskExpired {
 		t.Fatalf("final task state %s, want EXPIRED", st)
 	}
@@ -252,7 +252,7 @@ func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 	held := []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: tasks[0].Attempt}, {TaskID: tasks[1].ID, Attempt: tasks[1].Attempt}}
 	state := func(id int64) string {
 		var s string
-		e.DB().QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
+		e.QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
 		return s
 	}
 	var late pilotproto.Task

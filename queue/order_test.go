@@ -36,10 +36,9 @@ type refJob struct {
 // job of each task, in order.
 func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duration, want int) []int64 {
 	t.Helper()
-	db := e.DB()
 	users := map[string]*refUser{}
 	highest := 0.0
-	rows, err := db.Query(`SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
+	rows, err := e.Query(`SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duratio
 		highest = max(highest, u.limits.Priority)
 	}
 	rows.Close()
-	rows, _ = db.Query(`SELECT j.owner, sum(j.cores) FROM tasks t JOIN jobs j ON j.id = t.job_id
+	rows, _ = e.Query(`SELECT j.owner, sum(j.cores) FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE t.state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') AND j.state IN ('WAITING', 'RUNNING') GROUP BY j.owner`)
 	for rows.Next() {
 		var n string
@@ -60,7 +59,7 @@ func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duratio
 	}
 	rows.Close()
 	cut := e.Clock.Now().Add(-window).UnixMilli()
-	rows, _ = db.Query(`SELECT owner, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, cut)
+	rows, _ = e.Query(`SELECT owner, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, cut)
 	for rows.Next() {
 		var n string
 		var cpu, cost float64
@@ -69,7 +68,7 @@ func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duratio
 		users[n].usage.Cost24h += cost
 	}
 	rows.Close()
-	rows, _ = db.Query(`SELECT id, owner, cores, n_waiting FROM jobs JOIN counts ON counts.job_id = jobs.id WHERE state IN ('WAITING', 'RUNNING') AND n_waiting > 0 ORDER BY price DESC, id`)
+	rows, _ = e.Query(`SELECT id, owner, cores, n_waiting FROM jobs JOIN counts ON counts.job_id = jobs.id WHERE state IN ('WAITING', 'RUNNING') AND n_waiting > 0 ORDER BY price DESC, id`)
 	for rows.Next() {
 		var j refJob
 		var owner string

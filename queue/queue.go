@@ -192,7 +192,6 @@ func Open(cfg Config) (*Queue, error) {
 	if cfg.Shared {
 		q.loop(bg, cfg.ReconcileInterval, "peers", q.syncPeers)
 	}
-	q.loop(bg, cfg.CheckpointInterval, "checkpoint", q.st.Checkpoint)
 	q.loop(bg, cfg.SlowLogInterval, "slow log", q.logSlowWrites)
 	return q, nil
 }

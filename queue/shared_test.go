@@ -9,22 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
-
-// sharedDB is the database two agents share in these tests:
-// HARVEST_SHARED_TEST_DB (a path, or a DSN of an engine the store
-// speaks, emptied by the caller), else a SQLite file in dir (WAL lets
-// several processes, here two queues of one process, use it).
-func sharedDB(t *testing.T, dir string) string {
-	if db := os.Getenv("HARVEST_SHARED_TEST_DB"); db != "" {
-		return db
-	}
-	return filepath.Join(dir, "shared.db")
-}
 
 // twoAgents opens two queues on one database, as the agents of sites a
 // and b with their own pilot tokens, on one clock.
@@ -36,9 +26,13 @@ func twoAgents(t *testing.T) (a, b *queue.Queue, clock *queuetest.Clock, data st
 		t.Fatal(err)
 	}
 	clock = queuetest.NewClock()
+	// One database for both: a SQLite file (WAL lets several processes,
+	// here two queues of one process, share it), or with
+	// HARVEST_TEST_DB=postgres a fresh schema of the test PostgreSQL.
+	db := pgtest.DB(t, filepath.Join(dir, "shared.db"))
 	open := func(site string) *queue.Queue {
 		cfg := queuetest.Config(dir, clock)
-		cfg.DBPath = sharedDB(t, dir)
+		cfg.DBPath = db
 		cfg.Shared, cfg.LocalSite, cfg.PilotToken = true, site, strings.Repeat(site, 40)
 		q, err := queue.Open(cfg)
 		if err != nil {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages harvest's tests and demo need (idempotent).
 set -euo pipefail
-PKGS="munge slurmctld slurmd slurm-client gcc libc6-dev sqlite3 ca-certificates chromium jq rpm bindfs fuse3"
+PKGS="munge slurmctld slurmd slurm-client gcc libc6-dev sqlite3 ca-certificates chromium jq rpm bindfs fuse3 postgresql"
 # the runtime libraries of the HTCondor build in ../shared/htcondor (scripts/minipool.sh)
 PKGS="$PKGS libssl3 libsqlite3-0 libuuid1 libpcre2-8-0 libgomp1 libstdc++6"
 missing=""

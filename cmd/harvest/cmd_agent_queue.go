@@ -28,8 +28,8 @@ func queueFlags() []cli.Flag {
 	return []cli.Flag{
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "no-queue", EnvVars: []string{"HARVEST_NO_QUEUE"}, Usage: "do not host the queue (demand then comes from --backlog or --harvest-while-idle)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "state-dir", Value: "/var/lib/harvest", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "`DIR` for the queue database and the pilot token"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "db", EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's database: a SQLite `FILE` or a postgres://USER@HOST/DB URL (default: STATE_DIR/queue.db); several agents may serve one database with --peer"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "shared-dir", EnvVars: []string{"HARVEST_SHARED_DIR"}, Usage: "`DIR` on the shared file system for the masters' checkpoints (default: --state-dir)"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "db", EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's database: a SQLite `FILE` (default: STATE_DIR/queue.db); several agents on one host may share one file with --peer"}),
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "peer", EnvVars: []string{"HARVEST_QUEUE_PEERS"}, Usage: "queue `URL` of another agent serving the same --db (repeatable, or comma-separated): the sweeps run at one agent at a time, and pilots get every URL to fall back on"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "listen", Value: ":8470", EnvVars: []string{"HARVEST_QUEUE_LISTEN"}, Usage: "TCP `ADDR` of the queue API for pilots and remote users"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_QUEUE_ADVERTISE"}, Usage: "`URL` pilots use to reach the queue (default: http(s)://HOSTNAME:PORT of --listen)"}),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -59,8 +60,47 @@ func queueCommand() *cli.Command {
 				&cli.StringFlag{Name: "db", Value: def.DBPath, EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's SQLite database `FILE` (the agent's: STATE_DIR/queue.db)"},
 			},
 			Action: runQueueBackup,
+		}, {
+			Name:  "migrate",
+			Usage: "copy the queue from its SQLite file to an empty PostgreSQL database",
+			Description: "Copies every row of the queue's SQLite database (jobs, entries, grants, exceptions, counters,\n" +
+				"users, usage, tokens, sites, settings, leases) into the PostgreSQL database --to names, in one\n" +
+				"transaction, and prints the rows copied per table. A target that holds any queue row is refused\n" +
+				"and left alone. Stop the agent (or harvest queue serve) first: this holds its lock of the state\n" +
+				"directory. Then start it with --db set to the URL. See docs/queue.md, \"Engines\".",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "db", Value: def.DBPath, EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's SQLite database `FILE` (the agent's: STATE_DIR/queue.db)"},
+				&cli.StringFlag{Name: "to", Required: true, Usage: "the PostgreSQL database: a postgres://USER@HOST/DB `URL`"},
+			},
+			Action: runQueueMigrate,
 		}},
 	}
+}
+
+func runQueueMigrate(c *cli.Context) error {
+	from, to := c.String("db"), c.String("to")
+	if !store.IsURL(to) {
+		return cli.Exit(fmt.Sprintf("harvest queue migrate: --to %q: not a postgres:// URL", to), 2)
+	}
+	if _, err := os.Stat(from); err != nil {
+		return cli.Exit(fmt.Sprintf("harvest queue migrate: --db: %v", err), 2)
+	}
+	// No queue may write the file meanwhile.
+	lock, err := statelock.Acquire(filepath.Dir(from))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("harvest queue migrate: %v", err), 1)
+	}
+	defer lock.Release()
+	copied, err := store.Migrate(c.Context, from, to)
+	if err != nil {
+		return cli.Exit("harvest queue "+err.Error(), 1)
+	}
+	var parts []string
+	for _, t := range slices.Sorted(maps.Keys(copied)) {
+		parts = append(parts, fmt.Sprintf("%s %d", t, copied[t]))
+	}
+	fmt.Fprintf(c.App.Writer, "migrated %s to %s: %s\n", from, store.Redact(to), strings.Join(parts, ", "))
+	return nil
 }
 
 func runQueueBackup(c *cli.Context) error {
@@ -83,7 +123,7 @@ func runQueueBackup(c *cli.Context) error {
 // reuse them.
 func queueServeFlags(def queue.Config) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "db", Value: def.DBPath, EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "SQLite database `FILE`"},
+		&cli.StringFlag{Name: "db", Value: def.DBPath, EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's database: a SQLite `FILE`, or a postgres://USER@HOST/DB URL (docs/queue.md, \"Engines\")"},
 		&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, EnvVars: []string{"HARVEST_QUEUE_SOCKET"}, Usage: "Unix socket `PATH` (empty: none)"},
 		&cli.StringFlag{Name: "listen", EnvVars: []string{"HARVEST_QUEUE_LISTEN"}, Usage: "TCP `ADDR` for pilots and remote users (empty: none)"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "TLS certificate `FILE` for --listen"},
@@ -157,13 +197,16 @@ func runQueueServe(c *cli.Context) error {
 	cfg := queueConfigFromFlags(c)
 	cfg.Logger = log
 	log.Debug("Go processors", "gomaxprocs", hostQueueProcs())
-	// One queue per database directory: a second would hand out the same
-	// tasks twice (the lock goes with the process, however it ends).
-	lock, err := statelock.Acquire(filepath.Dir(cfg.DBPath))
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 1)
+	// One queue per SQLite file's directory: a second would hand out the
+	// same tasks twice (the lock goes with the process, however it ends).
+	// On PostgreSQL, queues on several hosts share the database.
+	if !store.IsURL(cfg.DBPath) {
+		lock, err := statelock.Acquire(filepath.Dir(cfg.DBPath))
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 1)
+		}
+		defer lock.Release()
 	}
-	defer lock.Release()
 	q, err := queue.Open(cfg)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest queue serve: %v", err), 2)

@@ -48,6 +48,9 @@ type Config struct {
 	InMemory bool   // an in-memory feed instead of the real queue: the master and workers alone
 	Binary   string // the harvest binary to start workers with
 	Dir      string // scratch directory (checkpoint, task logs)
+	// DB is the real queue's database: "" for a SQLite file in Dir, or a
+	// postgres:// URL, each run in a fresh schema of its own (dropped).
+	DB string
 	// WorkerProcs is each worker process's GOMAXPROCS. 0: the machine's
 	// cores shared out among the workers (at least 1 each), as if each
 	// had its node: on a 2-core machine 4 Go runtimes of 2 threads each

@@ -17,6 +17,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // The end-to-end bench: the real queue (SQLite, its HTTP API on
@@ -57,6 +58,7 @@ type Breakdown struct {
 
 // realQueue is a queue with its API on a loopback port and a pilot client.
 type realQueue struct {
+	drop  func() error // drops a PostgreSQL run's schema
 	q     *queue.Queue
 	srv   *http.Server
 	pilot *client.Client
@@ -77,6 +79,12 @@ func openRealQueue(ctx context.Context, cfg Config) (*realQueue, error) {
 	data := filepath.Join(dir, "data")
 	qc := queue.DefaultConfig()
 	qc.DBPath = filepath.Join(dir, "queue.db")
+	var drop func() error
+	if store.IsURL(cfg.DB) {
+		if qc.DBPath, drop, err = store.Scratch(ctx, cfg.DB, "harvest_bench_"); err != nil {
+			return nil, err
+		}
+	}
 	qc.AllowedRoots = []string{data}
 	qc.OutputsRoot = filepath.Join(data, "out")
 	qc.PilotToken = pilotToken
@@ -103,9 +111,12 @@ func openRealQueue(ctx context.Context, cfg Config) (*realQueue, error) {
 	}
 	q, err := queue.Open(qc)
 	if err != nil {
+		if drop != nil {
+			drop()
+		}
 		return nil, err
 	}
-	r := &realQueue{q: q, timer: newTiming(), data: data}
+	r := &realQueue{q: q, timer: newTiming(), data: data, drop: drop}
 	argv := taskArgv(cfg)
 	for u := 0; u < cfg.Users; u++ {
 		n := per
@@ -140,6 +151,9 @@ func openRealQueue(ctx context.Context, cfg Config) (*realQueue, error) {
 func (r *realQueue) close() {
 	r.srv.Close()
 	r.q.Close()
+	if r.drop != nil {
+		r.drop()
+	}
 }
 
 // check reads back what the queue recorded: every job DONE, every task

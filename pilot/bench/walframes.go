@@ -19,15 +19,30 @@ type WALFrames struct {
 	Users   int   `json:"users"`
 	Pull    int64 `json:"pull_frames"`
 	Results int64 `json:"results_frames"`
+	// PostgreSQL has no frames: the WAL bytes the server wrote instead
+	// (pg_current_wal_insert_lsn deltas, the whole server's).
+	PullBytes    int64 `json:"pull_wal_bytes,omitempty"`
+	ResultsBytes int64 `json:"results_wal_bytes,omitempty"`
 }
 
 // MeasureWALFrames stores Users jobs of 20 entries in a fresh queue
 // database under dir, then counts the frames of one pull of one task of
 // each job (one store transaction) and of their done results (one more).
 // The store alone: no fair-share order, no HTTP.
-func MeasureWALFrames(ctx context.Context, dir string, users int) (WALFrames, error) {
+// On PostgreSQL (db a postgres:// URL, in a fresh schema of it) it
+// measures WAL bytes instead.
+func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames, error) {
 	w := WALFrames{Users: users}
 	path := filepath.Join(dir, "walframes.db")
+	pg := store.IsURL(db)
+	if pg {
+		u, drop, err := store.Scratch(ctx, db, "harvest_walbytes_")
+		if err != nil {
+			return w, err
+		}
+		defer drop()
+		path = u
+	}
 	s, err := store.Open(path)
 	if err != nil {
 		return w, err
@@ -39,7 +54,14 @@ func MeasureWALFrames(ctx context.Context, dir string, users int) (WALFrames, er
 		return w, err
 	}
 	defer ck.Close()
+	var mark int64 // PostgreSQL: the WAL position at the last mark
 	frames := func(mode string) (int64, error) {
+		if pg {
+			at, err := s.WALPosition(ctx)
+			d := at - mark
+			mark = at
+			return d, err
+		}
 		var busy, log, done int64
 		if err := ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &log, &done); err != nil || busy != 0 {
 			return 0, fmt.Errorf("checkpoint %s: busy %d, %v", mode, busy, err)
@@ -101,6 +123,9 @@ func MeasureWALFrames(ctx context.Context, dir string, users int) (WALFrames, er
 		if w.Results, err = frames("PASSIVE"); err != nil {
 			return w, err
 		}
+	}
+	if pg {
+		w.PullBytes, w.ResultsBytes, w.Pull, w.Results = w.Pull, w.Results, 0, 0
 	}
 	return w, nil
 }

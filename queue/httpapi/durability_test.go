@@ -16,6 +16,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // child is a queue running as a separate process on a shared database.
@@ -198,9 +199,18 @@ func TestKill9MidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		tasks, n, count(t, db, `SELECT count(*) FROM grants`), count(t, db, `SELECT count(*) FROM tasks WHERE attempt > 1`))
 }
 
-// readDB opens a queue database read-only (WAL: it sees every commit).
+// readDB opens a queue database read-only (WAL: it sees every commit),
+// or the test's PostgreSQL schema (childSetup) in its place.
 func readDB(t *testing.T, path string) *sql.DB {
 	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "db")); err == nil && store.IsURL(string(b)) {
+		db, err := sql.Open("pgx", string(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
 	db, err := sql.Open("sqlite3", "file:"+path+"?_query_only=1")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
@@ -45,6 +46,9 @@ func TestMain(m *testing.M) {
 func childConfig(dir string) queue.Config {
 	cfg := queue.DefaultConfig()
 	cfg.DBPath = filepath.Join(dir, "queue.db")
+	if b, err := os.ReadFile(filepath.Join(dir, "db")); err == nil {
+		cfg.DBPath = string(b) // the test's PostgreSQL schema (childSetup)
+	}
 	cfg.AllowedRoots = []string{filepath.Join(dir, "data")}
 	cfg.OutputsRoot = filepath.Join(dir, "data", "out")
 	cfg.PilotToken = queuetest.PilotToken
@@ -107,6 +111,9 @@ func childSetup(t *testing.T, name string, entries int, users map[string]string)
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "data", "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "db"), []byte(pgtest.DB(t, filepath.Join(dir, "queue.db"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	q, err := queue.Open(childConfig(dir))

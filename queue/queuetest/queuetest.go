@@ -24,11 +24,13 @@ import (
 
 	_ "github.com/mattn/go-sqlite3" // the read-only view of the database
 
+	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // PilotToken is the pilots' token of every Env.
@@ -112,6 +114,7 @@ func New(t testing.TB, mods ...func(*queue.Config)) *Env {
 	}
 	clock := NewClock()
 	cfg := Config(dir, clock)
+	cfg.DBPath = pgtest.DB(t, cfg.DBPath) // HARVEST_TEST_DB=postgres: a PostgreSQL schema of its own
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -155,9 +158,18 @@ func (e *Env) Dataset(name string, n int) string {
 }
 
 // DB is a read-only view of the queue's database (WAL: it sees every
-// committed write). Its tasks view derives each entry's state from the
-// entries, grants and exceptions (store/migrations/008_grants.sql).
+// committed write), or a connection to its PostgreSQL schema. Its tasks
+// view derives each entry's state from the entries, grants and exceptions
+// (store/migrations/008_grants.sql). Its statements take $1.. on
+// PostgreSQL (Count and Snapshot take ? on both).
 func (e *Env) DB() *sql.DB {
+	if e.db == nil && store.IsURL(e.Cfg.DBPath) {
+		db, err := sql.Open("pgx", e.Cfg.DBPath)
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		e.db = db
+	}
 	if e.db == nil {
 		db, err := sql.Open("sqlite3", "file:"+e.Cfg.DBPath+"?"+url.Values{"_query_only": {"1"}, "_busy_timeout": {"5000"}}.Encode())
 		if err != nil {
@@ -172,10 +184,27 @@ func (e *Env) DB() *sql.DB {
 func (e *Env) Count(query string, args ...any) int {
 	e.T.Helper()
 	var n int
-	if err := e.DB().QueryRow(query, args...).Scan(&n); err != nil {
+	if err := e.QueryRow(query, args...).Scan(&n); err != nil {
 		e.T.Fatal(err)
 	}
 	return n
+}
+
+// Query and QueryRow run a statement with ? placeholders on DB, on
+// either engine.
+func (e *Env) Query(query string, args ...any) (*sql.Rows, error) {
+	return e.DB().Query(e.spell(query), args...)
+}
+
+func (e *Env) QueryRow(query string, args ...any) *sql.Row {
+	return e.DB().QueryRow(e.spell(query), args...)
+}
+
+func (e *Env) spell(query string) string {
+	if store.IsURL(e.Cfg.DBPath) {
+		return store.Rebind(query)
+	}
+	return query
 }
 
 // Snapshot dumps every table, so a test can prove a request changed nothing.

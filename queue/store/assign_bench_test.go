@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/harvest-hpc/harvest/internal/pgtest"
+
 	"context"
 	"fmt"
 	"path/filepath"
@@ -14,7 +16,7 @@ import (
 // leasedStore opens a store in a temporary directory, closed when the
 // benchmark ends, whose local pool's lease p1 holds (epoch 1) for a day.
 func leasedStore(b *testing.B) *Store {
-	s, err := Open(filepath.Join(b.TempDir(), "q.db"))
+	s, err := Open(pgtest.DB(b, filepath.Join(b.TempDir(), "q.db")))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,6 +18,9 @@ import (
 // its jobs' count. A copy is restored by stopping the queue and putting
 // it in place of the database (with no -wal or -shm file beside it).
 func Backup(ctx context.Context, path, dest string) (jobs int64, err error) {
+	if IsURL(path) {
+		return 0, fmt.Errorf("backup: %s is a PostgreSQL database: back it up with pg_dump (or the server's own backups)", Redact(path))
+	}
 	if _, err := os.Stat(path); err != nil {
 		return 0, fmt.Errorf("backup: %w", err)
 	}

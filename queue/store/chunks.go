@@ -31,7 +31,22 @@ const (
 // between chunkMin and the limit. A transaction the hypervisor stretched
 // shrinks the next few, which then grow back: the cost is a few more
 // commits, never a long one.
-type chunkSizer struct{ n, max int }
+type chunkSizer struct {
+	n, max int
+	fixed  bool // PostgreSQL: always max
+}
+
+// chunks sizes a long write's transactions: on SQLite to about
+// chunkBudget of its one write lock each; on PostgreSQL, where a long
+// transaction holds no lock that the others wait for (it writes rows of
+// its own job), at limit.
+func (s *Store) chunks(limit int) *chunkSizer {
+	z := newChunkSizer(limit)
+	if s.d.pg {
+		z.n, z.fixed = z.max, true
+	}
+	return z
+}
 
 func newChunkSizer(limit int) *chunkSizer {
 	limit = max(limit, 1)
@@ -43,7 +58,7 @@ func (z *chunkSizer) size() int { return z.n }
 
 // took records that a transaction of rows rows held the lock for d.
 func (z *chunkSizer) took(rows int, d time.Duration) {
-	if rows <= 0 {
+	if rows <= 0 || z.fixed {
 		return
 	}
 	want := 2 * z.n

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/harvest-hpc/harvest/internal/pgtest"
+
 	"context"
 	"fmt"
 	"path/filepath"
@@ -62,7 +64,7 @@ func TestChunkSizerAimsAtTheBudget(t *testing.T) {
 // chunks that start small and never pass the limit, and refuses a name
 // that is not UTF-8 before storing anything.
 func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
-	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
+	s, _ := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 1)
 	defer s.Close()
 	ctx := context.Background()
 	id, err := s.CreateJob(ctx, NewJob{Owner: "bob", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 3, Submitted: t0, Expires: t0.Add(time.Hour)})
@@ -86,8 +88,12 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 		}
 		total += k
 	}
-	if total != len(names) || sizes[0] != chunkStart {
-		t.Fatalf("chunks %v: %d tasks, first %d; want %d, first %d", sizes, total, sizes[0], len(names), chunkStart)
+	first := chunkStart
+	if s.d.pg {
+		first = 300 // no write lock to keep short: the limit
+	}
+	if total != len(names) || sizes[0] != first {
+		t.Fatalf("chunks %v: %d tasks, first %d; want %d, first %d", sizes, total, sizes[0], len(names), first)
 	}
 	rows, err := s.r.Query(`SELECT name, state FROM tasks WHERE job_id = ? ORDER BY id`, id)
 	if err != nil {
@@ -161,7 +167,7 @@ func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
 // each), and the last failure's tail is kept whole in the entry's
 // exception row (harvest failures).
 func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
-	s, job := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 200)
+	s, job := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 200)
 	defer s.Close()
 	ctx := context.Background()
 	const n, tail = 40, 64 << 10
@@ -185,9 +191,22 @@ func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
 		}
 	}
 	var whole, rows int
-	if err := s.r.QueryRow(`SELECT count(*), sum(length(error_tail) = ? AND substr(error_tail, -6) = printf('%06d', idx) AND tries = 2) FROM exceptions`, tail).Scan(&rows, &whole); err != nil {
+	xs, err := s.r.Query(`SELECT idx, error_tail, tries FROM exceptions`)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for xs.Next() {
+		var idx, tries int
+		var et string
+		if err := xs.Scan(&idx, &et, &tries); err != nil {
+			t.Fatal(err)
+		}
+		rows++
+		if len(et) == tail && strings.HasSuffix(et, fmt.Sprintf("%06d", idx)) && tries == 2 {
+			whole++
+		}
+	}
+	xs.Close()
 	if rows != n || whole != n {
 		t.Fatalf("%d exceptions stored, %d with their whole last tail after two failures; want %d", rows, whole, n)
 	}

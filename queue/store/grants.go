@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,7 +87,7 @@ type exceptionRow struct {
 type batch struct {
 	s          *Store
 	ctx        context.Context
-	tx         *sql.Tx
+	tx         *wtx
 	jobs       map[int64]*jobRow
 	grants     map[int64]*grantRow
 	byJob      map[[2]int64][]*grantRow // (job, attempt)
@@ -96,11 +95,18 @@ type batch struct {
 	order      []*exceptionRow
 	usage      map[string]UsageEvent // per owner, of a batch of results
 	none       map[entryKey]bool     // entries without a grant
+	// lock is how prefetch locks the counter rows it reads on
+	// PostgreSQL: FOR UPDATE (a batch of results waits for another
+	// writer of the job), or FOR UPDATE SKIP LOCKED (a pull passes over
+	// a job another agent's pull or results hold: pulls at once take
+	// disjoint grants).
+	lock string
 }
 
-func (s *Store) newBatch(ctx context.Context, tx *sql.Tx) *batch {
+func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
 	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, grants: map[int64]*grantRow{},
-		byJob: map[[2]int64][]*grantRow{}, exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, none: map[entryKey]bool{}}
+		byJob: map[[2]int64][]*grantRow{}, exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, none: map[entryKey]bool{},
+		lock: "FOR UPDATE OF c"}
 }
 
 // readJobsRows is how many jobs one statement of readJobsSQL reads: every
@@ -132,7 +138,12 @@ func (b *batch) prefetch(ids []int64) error {
 		for len(args) < readJobsRows {
 			args = append(args, 0)
 		}
-		rows, err := b.s.query(b.ctx, b.tx, readJobsSQL, args...)
+		q := readJobsSQL
+		if b.s.d.pg && b.tx != nil {
+			// In id order: two writers lock their jobs in one order.
+			q += " ORDER BY j.id " + b.lock
+		}
+		rows, err := b.s.query(b.ctx, b.tx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -319,8 +330,8 @@ var (
 	insertFresh = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) VALUES `, 12, ``)
 	// Jobs' state rows, likewise, as an UPDATE ... FROM (VALUES ...)
 	// (SQLite 3.33+ and PostgreSQL): id, state, started_at, finished_at.
-	writeJobStates = rowsSQL(`UPDATE jobs SET state = v.column2, started_at = v.column3, finished_at = v.column4 FROM (VALUES `, 4,
-		`) AS v WHERE jobs.id = v.column1`)
+	writeJobStates = valuesSQL(`UPDATE jobs SET state = v.column2, started_at = v.column3, finished_at = v.column4 FROM (VALUES `,
+		[]string{"BIGINT", "TEXT", "BIGINT", "BIGINT"}, `) AS v WHERE jobs.id = v.column1`)
 	beatGrantsSQL = hot(`UPDATE grants SET state = 'RUNNING', heartbeat_at = ? WHERE state != 'CLOSED' AND id IN (?` + strings.Repeat(", ?", rowsPer-1) + `)`)
 	// Exception rows, likewise.
 	writeExcepts = rowsSQL(`INSERT INTO exceptions (job_id, idx, state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail) VALUES `, 16,
@@ -442,8 +453,8 @@ var (
 	// insertFresh), and its exception row marked GRANTED to it.
 	insertRetries = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) VALUES `, 12,
 		` RETURNING id, job_id, first_idx, attempt`)
-	grantRetries = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM (VALUES `, 4,
-		`) AS v WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`)
+	grantRetries = valuesSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM (VALUES `,
+		[]string{"BIGINT", "INTEGER", "INTEGER", "BIGINT"}, `) AS v WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`)
 )
 
 // grantRetries inserts the grants of retried entries (rows of
@@ -495,7 +506,25 @@ const rowsPer = 32
 // rowsSQL registers head VALUES (cols placeholders) x rowsPer, tail and
 // its one-row form with hot.
 func rowsSQL(head string, cols int, tail string) rowStatements {
-	row := "(?" + strings.Repeat(", ?", cols-1) + ")"
+	return rowsOf(head, "(?"+strings.Repeat(", ?", cols-1)+")", tail)
+}
+
+// valuesSQL is rowsSQL for a VALUES list that is not an INSERT's, whose
+// columns' types PostgreSQL cannot infer from a table: each placeholder
+// is cast to its column's type.
+func valuesSQL(head string, types []string, tail string) rowStatements {
+	return rowsOf(head, typedRow(types), tail)
+}
+
+func typedRow(types []string) string {
+	cols := make([]string, len(types))
+	for i, t := range types {
+		cols[i] = "CAST(? AS " + t + ")"
+	}
+	return "(" + strings.Join(cols, ", ") + ")"
+}
+
+func rowsOf(head, row, tail string) rowStatements {
 	return rowStatements{
 		many: hot(head + strings.TrimSuffix(strings.Repeat(row+", ", rowsPer), ", ") + tail),
 		one:  hot(head + row + tail),
@@ -528,7 +557,7 @@ func (b *batch) execRows(st rowStatements, rows [][]any) error {
 // about a third of a hand-out's transaction). VALUES' columns are named
 // column1.. by SQLite and PostgreSQL alike.
 var namesSQL = hot(`SELECT e.job_id, e.idx, e.name FROM (VALUES ` +
-	strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", rowsPer), ", ") + `) AS r
+	strings.TrimSuffix(strings.Repeat(typedRow([]string{"BIGINT", "INTEGER", "INTEGER"})+", ", rowsPer), ", ") + `) AS r
 	JOIN entries e ON e.job_id = r.column1 AND e.idx >= r.column2 AND e.idx <= r.column3 ORDER BY e.job_id, e.idx`)
 
 // names appends the fresh tasks of ranges to out, each job's in index
@@ -573,9 +602,10 @@ func (b *batch) names(ranges [][3]int64, out map[int64][]TakenTask) error {
 // per retried entry, and the job's counter row.
 func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
 	var out Taken
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
+		b.lock = "FOR UPDATE OF c SKIP LOCKED"
 		ids := make([]int64, len(takes))
 		for i, t := range takes {
 			ids[i] = t.Job
@@ -591,6 +621,16 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			j, err := b.job(t.Job)
 			if err != nil {
 				return err
+			}
+			if j == nil && s.d.pg {
+				// Skipped (another agent's write holds it), or gone.
+				var n int
+				if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = ?`, t.Job).Scan(&n); err != nil {
+					return err
+				}
+				if n > 0 {
+					continue
+				}
 			}
 			if j == nil || !rules.JobLive(j.state) {
 				out.Gone = append(out.Gone, t.Job)
@@ -710,7 +750,7 @@ type Outcome struct {
 // job's rows move.
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
 		ids := make([]int64, len(results))
@@ -863,7 +903,7 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 	s.leaseWrite.Lock()
 	defer s.leaseWrite.Unlock()
 	var next rules.Lease
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
 		next = l
 		next.Expires = now.Add(ttl)
 		if err := s.saveLease(ctx, tx, pool, next); err != nil {

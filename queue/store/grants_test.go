@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/harvest-hpc/harvest/internal/pgtest"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -102,7 +104,7 @@ func tableState(t *testing.T, s *Store, job int64) string {
 func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 	for seed := uint64(1); seed <= 40; seed++ {
 		r := rand.New(rand.NewPCG(seed, 3))
-		path := filepath.Join(t.TempDir(), "q.db")
+		path := pgtest.DB(t, filepath.Join(t.TempDir(), "q.db"))
 		s, job := openWithJob(t, path, 30)
 		ctx := context.Background()
 		pools := []string{"local", "b"}
@@ -169,7 +171,7 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			var w, a, d, f, tot int
-			s.r.QueryRow(`SELECT count(*), sum(state = 'WAITING'), sum(state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')), sum(state = 'DONE'), sum(state IN ('ERROR_E', 'EXPIRED')) FROM tasks WHERE job_id = ?`, job).Scan(&tot, &w, &a, &d, &f)
+			s.r.QueryRow(`SELECT count(*), count(CASE WHEN state = 'WAITING' THEN 1 END), count(CASE WHEN state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') THEN 1 END), count(CASE WHEN state = 'DONE' THEN 1 END), count(CASE WHEN state IN ('ERROR_E', 'EXPIRED') THEN 1 END) FROM tasks WHERE job_id = ?`, job).Scan(&tot, &w, &a, &d, &f)
 			if tot != 30 || j.Tasks.Waiting != w || j.Tasks.Running != a || j.Tasks.Done != d || j.Tasks.Failed != f {
 				t.Fatalf("seed %d step %d: job counters %+v, %d entries say waiting %d active %d done %d failed %d (%s)", seed, step, j.Tasks, tot, w, a, d, f, tableState(t, s, job))
 			}

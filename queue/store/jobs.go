@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	sqlite3 "github.com/mattn/go-sqlite3"
-
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
@@ -39,18 +37,14 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 		return 0, fmt.Errorf("store job: %w", err)
 	}
 	var id int64
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash)
-			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash)
-		var se sqlite3.Error
-		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintUnique {
+	err = s.write(ctx, func(tx *wtx) error {
+		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash)
+			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash).Scan(&id)
+		if duplicate(err) {
 			return fmt.Errorf("%w: idempotency key %q is taken by a submission under way", api.ErrConflict, j.IdemKey)
 		}
 		if err != nil {
-			return err
-		}
-		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES (?)`, id)
@@ -91,7 +85,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next); err != nil {
 		return fmt.Errorf("store tasks of job %d: %w", job, err)
 	}
-	z := newChunkSizer(chunk)
+	z := s.chunks(chunk)
 	args := make([]any, 0, 3*insertRows)
 	for len(names) > 0 {
 		// The statements run inline (they are not interrupted): a
@@ -101,7 +95,8 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		}
 		part := names[:min(len(names), z.size())]
 		names = names[len(part):]
-		d, err := s.writeTimed(ctx, func(tx *sql.Tx) error {
+		d, err := s.writeTimed(ctx, func(tx *wtx) error {
+			next := next // a transaction run again starts over
 			for i := 0; i < len(part); {
 				q, k := insertEntrySQL, 1
 				if len(part)-i >= insertRows {
@@ -122,6 +117,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		if err != nil {
 			return fmt.Errorf("store tasks of job %d: %w", job, err)
 		}
+		next += len(part)
 		z.took(len(part), d)
 		if stored != nil {
 			stored(len(part))
@@ -143,7 +139,7 @@ var (
 // ActivateJob makes a SUBMITTING job WAITING with its n tasks and output
 // directory: from this commit on it is visible.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ?`, api.JobWaiting, outputDir, n, id); err != nil {
 			return err
 		}
@@ -160,12 +156,12 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 // in transactions of at most chunk sized to hold the write lock about
 // chunkBudget each.
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
-	z := newChunkSizer(chunk)
+	z := s.chunks(chunk)
 	after := -1
 	for {
 		var last sql.NullInt64
 		k := z.size()
-		d, err := s.writeTimed(ctx, func(tx *sql.Tx) error {
+		d, err := s.writeTimed(ctx, func(tx *wtx) error {
 			if err := tx.QueryRowContext(inline(ctx), `SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS c`,
 				id, after, k).Scan(&last); err != nil || !last.Valid {
 				return err
@@ -182,7 +178,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 		z.took(k, d)
 		after = int(last.Int64)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
 			`DELETE FROM counts WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
 			if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
@@ -250,7 +246,7 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (? = '' OR owner = ?) AND (? = '' OR state = ?)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -290,7 +286,8 @@ const (
 // api.ErrConflict. Its tasks follow with KillTasks.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		c = Cancelled{}
 		var state string
 		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
@@ -347,7 +344,7 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	}
 	for active {
 		var more bool
-		err := s.write(ctx, func(tx *sql.Tx) error {
+		err := s.write(ctx, func(tx *wtx) error {
 			b := s.newBatch(ctx, tx)
 			rows, err := tx.QueryContext(inline(ctx), `SELECT id, first_idx, last_idx, attempt, settled FROM grants WHERE job_id = ? AND state != 'CLOSED' ORDER BY id`, id)
 			if err != nil {
@@ -387,7 +384,7 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		}
 		active = more
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = ? WHERE job_id = ? AND state = 'WAITING'`, ms(now), id); err != nil {
 			return err
 		}
@@ -432,11 +429,20 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 }
 
 // CancelledSince lists the jobs cancelled after since, by id. It is asked
-// at every pull and every batch of results, so it answers from memory:
-// the cancelled jobs and their times are read once (through the partial
-// index, whose WHERE term must be repeated for SQLite to use it), then
-// CancelJob adds to them and DropJob takes away, under s.cancelMu.
+// at every pull and every batch of results, so on SQLite (this process the
+// only writer) it answers from memory: the cancelled jobs and their times
+// are read once (through the partial index, whose WHERE term must be
+// repeated for SQLite to use it), then CancelJob adds to them and DropJob
+// takes away, under s.cancelMu. On PostgreSQL other agents cancel too:
+// the partial index answers.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
+	if s.d.pg {
+		out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
+		if err != nil {
+			return nil, fmt.Errorf("list cancelled jobs: %w", err)
+		}
+		return append([]int64{}, out...), nil
+	}
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()
 	if s.cancelled == nil {

@@ -20,8 +20,12 @@ func readLease(ctx context.Context, db querier, pool string) (rules.Lease, error
 }
 
 // readLeaseTx reads a pool's lease inside a write transaction, with the
-// prepared statement.
-func (s *Store) readLeaseTx(ctx context.Context, tx *sql.Tx, pool string) (rules.Lease, error) {
+// prepared statement on SQLite, locking the row as lock says (FOR SHARE,
+// FOR UPDATE) on PostgreSQL.
+func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (rules.Lease, error) {
+	if s.d.pg {
+		return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+" "+lock, pool), pool)
+	}
 	st, err := s.prepared(ctx, tx, leaseQuery)
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("read lease of pool %q: %w", pool, err)
@@ -46,7 +50,7 @@ func scanLease(row *sql.Row, pool string) (rules.Lease, error) {
 var saveLeaseSQL = hot(`INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`)
 
-func (s *Store) saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.Lease) error {
+func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lease) error {
 	_, err := s.exec(ctx, tx, saveLeaseSQL,
 		pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
 	if err != nil {
@@ -57,12 +61,16 @@ func (s *Store) saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.
 
 // Lease returns a pool's current lease (for display and the queue's early
 // check, not for fencing: a fenced write reads the row in its own
-// transaction). It comes from memory: the queue checks an epoch before
-// every pull and batch of results, and a reader's query cost more than
-// the check. The cache is filled at Open and set after every commit that
-// changes a lease (DecideLease, Heartbeat, both under s.leaseWrite so their
-// updates cannot cross).
+// transaction). On SQLite it comes from memory: the queue checks an epoch
+// before every pull and batch of results, and a reader's query cost more
+// than the check; this process is the only writer, and the cache is filled
+// at Open and set after every commit that changes a lease (DecideLease,
+// Heartbeat, both under s.leaseWrite so their updates cannot cross). On
+// PostgreSQL another agent may have granted the lease: the row is read.
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
+	if s.leases == nil {
+		return readLease(ctx, s.r, pool)
+	}
 	s.leaseMu.Lock()
 	l, ok := s.leases[pool]
 	s.leaseMu.Unlock()
@@ -75,7 +83,9 @@ func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
 func (s *Store) cacheLease(pool string, l rules.Lease) {
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
-	s.leases[pool] = l
+	if s.leases != nil {
+		s.leases[pool] = l
+	}
 }
 
 // Leases reads every pool's lease.
@@ -109,8 +119,8 @@ func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.Lea
 			s.cacheLease(pool, d.Next)
 		}
 	}()
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		if prev, err = s.readLeaseTx(ctx, tx, pool); err != nil {
+	err = s.write(ctx, func(tx *wtx) error {
+		if prev, err = s.readLeaseTx(ctx, tx, pool, "FOR UPDATE"); err != nil {
 			return err
 		}
 		if d, err = rules.DecideLease(prev, req, now, ttl); err != nil || !d.Write {
@@ -125,5 +135,5 @@ func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.Lea
 // pool's current, alive lease at a point serialised with every other write
 // (for a master's writes that store nothing here, like a recommendation).
 func (s *Store) CheckEpoch(ctx context.Context, pool string, epoch int64, now time.Time) error {
-	return s.fenced(ctx, pool, epoch, now, func(*sql.Tx, rules.Lease) error { return nil })
+	return s.fenced(ctx, pool, epoch, now, func(*wtx, rules.Lease) error { return nil })
 }

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/harvest-hpc/harvest/internal/pgtest"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -33,7 +35,7 @@ func job(t *testing.T, s *Store, t0 time.Time, names ...string) int64 {
 // pool, a pool's writes are fenced by its own lease only, and a pool
 // cannot touch the tasks handed to another.
 func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	s, err := Open(pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestTheV1LeaseBecomesTheLocalPools(t *testing.T) {
 }
 
 func TestSites(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	s, err := Open(pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (s *Store) Site(ctx context.Context, name string) (st Site, ok bool, err er
 // AddSite registers a site (or keeps its settings if it exists) and makes
 // agentHash its only agent token, in one transaction.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *wtx) error {
 		if _, err := tx.ExecContext(inline(ctx), `INSERT INTO sites (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
 			return err
 		}
@@ -65,8 +65,8 @@ func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, 
 
 // PutSite stores a registered site's floor, cap and pause.
 func (s *Store) PutSite(ctx context.Context, st Site) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, st.Paused, st.Name)
+	return s.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(inline(ctx), `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, b2i(st.Paused), st.Name)
 		if err != nil {
 			return err
 		}
@@ -79,15 +79,15 @@ func (s *Store) PutSite(ctx context.Context, st Site) error {
 
 // ReplaceToken makes hash the only token of user with role.
 func (s *Store) ReplaceToken(ctx context.Context, user, role, hash string, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error { return replaceToken(ctx, tx, user, role, hash, now) })
+	return s.write(ctx, func(tx *wtx) error { return replaceToken(ctx, tx, user, role, hash, now) })
 }
 
-func replaceToken(ctx context.Context, tx *sql.Tx, user, role, hash string, now time.Time) error {
-	if _, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE user = ? AND role = ? AND hash <> ?`, user, role, hash); err != nil {
+func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now time.Time) error {
+	if _, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ? AND hash <> ?`, user, role, hash); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (hash) DO UPDATE SET user = excluded.user, role = excluded.role`, hash, user, role, ms(now))
+	_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (hash) DO UPDATE SET "user" = excluded."user", role = excluded.role`, hash, user, role, ms(now))
 	return err
 }
 
@@ -106,8 +106,16 @@ func (s *Store) GlobalMax(ctx context.Context) (int, error) {
 
 // PutGlobalMax stores the admin's cap on pilots across all sites.
 func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES ('global_max_nodes', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(n))
 		return err
 	})
+}
+
+// b2i is a flag as both engines' INTEGER columns store it.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -32,12 +32,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/harvest-hpc/harvest/queue/rules"
+	"github.com/cenkalti/backoff/v4"
 
-	_ "github.com/harvest-hpc/harvest/internal/sqliteconf" // SQLite without its global allocation mutex
+	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/postgres/*.sql
 var migrations embed.FS
 
 // busyTimeout is how long a connection waits for a lock another holds.
@@ -45,35 +45,43 @@ const busyTimeout = 5 * time.Second
 
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
-	w  *sql.DB // the one writer connection: SQLite's single writer as a Go-level queue
-	r  *sql.DB // readers (WAL lets them read while the writer writes)
-	ck *sql.DB // checkpoints (wal.go)
-	// truncateAt is the WAL file's size past which Checkpoint empties it
-	// (walSizeLimit; tests lower it).
-	truncateAt int64
+	w *sql.DB // SQLite: the one writer connection (its single writer as a Go-level queue); PostgreSQL: the pool
+	r *rdb    // readers (SQLite's WAL lets them read while the writer writes); PostgreSQL: the same pool
+	d *dialect
 
 	stats struct {
 		mu sync.Mutex
 		s  WriteStats
 	}
-	stmts map[string]*sql.Stmt // the hot queries, prepared on w; read-only after Open
-	path  string
+	stmts map[string]*sql.Stmt // SQLite: the hot queries, prepared on w; read-only after Open
+	path  string               // SQLite: the database file
 
 	closeOnce sync.Once
 	closeErr  error
 
+	// Caches of what only this process writes: on SQLite alone (one
+	// process holds the file, internal/statelock); on PostgreSQL other
+	// agents write the same rows, and the database answers.
 	// leaseWrite orders the lease writes (DecideLease, Heartbeat) with
 	// their updates of the cache, so two cannot cross.
 	leaseWrite sync.Mutex
 	leaseMu    sync.Mutex
-	leases     map[string]rules.Lease // as last committed (lease.go)
+	leases     map[string]rules.Lease // as last committed (lease.go); nil on PostgreSQL
 
 	cancelMu  sync.Mutex
 	cancelled map[int64]int64 // cancelled jobs' times, Unix ms (CancelledSince); nil until read
 }
 
-// Open opens (creating or migrating) the database at path.
+// Open opens (creating or migrating) the queue database: a PostgreSQL
+// database named by a postgres:// (or postgresql://) URL, else the SQLite
+// file at path.
 func Open(path string) (*Store, error) {
+	if IsURL(path) {
+		return openPG(path)
+	}
+	if strings.Contains(path, "://") {
+		return nil, fmt.Errorf("queue database %q: not a postgres:// URL nor a file path", path)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
@@ -103,17 +111,17 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("database %s: %w", path, err)
 	}
-	// The writer does not checkpoint: Checkpoint does, from a connection
-	// of its own (wal.go).
+	// SQLite checkpoints by itself (wal_autocheckpoint, 1,000 pages) and
+	// truncates a WAL grown past journal_size_limit after a checkpoint.
 	for _, p := range []string{"PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
-		"PRAGMA wal_autocheckpoint = 0",
 		fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit)} {
 		if _, err := w.Exec(p); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open %s: %s: %w", path, p, err)
 		}
 	}
-	if err := migrate(w); err != nil {
+	st := &Store{w: w, d: &dialect{}, path: path}
+	if err := st.migrate(); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -126,14 +134,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	ck, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout="+strconv.FormatInt(busyTimeout.Milliseconds(), 10))
-	if err != nil {
-		w.Close()
-		r.Close()
-		return nil, fmt.Errorf("open %s for checkpoints: %w", path, err)
-	}
-	ck.SetMaxOpenConns(1)
-	st := &Store{w: w, r: r, ck: ck, truncateAt: walSizeLimit, path: path}
+	st.r = &rdb{r, st.d}
 	if err := st.prepare(); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -145,7 +146,12 @@ func Open(path string) (*Store, error) {
 	return st, nil
 }
 
-// Close checkpoints the WAL into the database file and closes it. Closing again returns the first Close's error.
+// walSizeLimit is SQLite's journal_size_limit: the WAL file's size it
+// truncates to after a checkpoint.
+const walSizeLimit = 64 << 20
+
+// Close closes the database (on SQLite, after checkpointing the WAL into
+// the database file). Closing again returns the first Close's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
@@ -155,78 +161,102 @@ func (s *Store) close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	_, cerr := s.ck.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	return errors.Join(cerr, s.ck.Close(), s.r.Close(), s.w.Close())
+	var cerr error
+	if !s.d.pg {
+		_, cerr = s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	}
+	errs := []error{cerr, s.w.Close()}
+	if s.r != nil && s.r.DB != s.w {
+		errs = append(errs, s.r.Close())
+	}
+	return errors.Join(errs...)
 }
 
-// migrate applies the embedded migrations in name order, each once.
-func migrate(db *sql.DB) error {
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
+// migrationLock is the PostgreSQL advisory lock that orders the
+// migrations of agents opening the same database at once.
+const migrationLock = 0x68617276 // "harv"
+
+// migrate applies the engine's embedded migrations in name order, each
+// once, in one transaction.
+func (s *Store) migrate() error {
+	pattern := "migrations/*.sql"
+	if s.d.pg {
+		pattern = "migrations/postgres/*.sql"
 	}
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	names, err := fs.Glob(migrations, pattern)
 	if err != nil {
 		return fmt.Errorf("list migrations: %w", err)
 	}
 	sort.Strings(names)
-	// A database that a newer harvest migrated further is refused: this
-	// binary would not know its tables' meaning, and would write them
-	// wrong.
-	known := map[string]bool{}
-	for _, n := range names {
-		known[n] = true
+	tx, err := s.w.Begin()
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
-	applied, err := db.Query(`SELECT name FROM schema_migrations ORDER BY name`)
+	defer tx.Rollback()
+	t := &wtx{tx, s.d}
+	ctx := context.Background()
+	if s.d.pg {
+		if _, err := t.ExecContext(ctx, `SELECT pg_advisory_xact_lock(?)`, migrationLock); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	if _, err := t.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	applied, err := appliedNames(ctx, t, `SELECT name FROM schema_migrations ORDER BY name`)
 	if err != nil {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
+	// A database that a newer harvest migrated further is refused: this
+	// binary would not know its tables' meaning, and would write them
+	// wrong.
 	var unknown []string
-	for applied.Next() {
-		var n string
-		if err := applied.Scan(&n); err != nil {
-			applied.Close()
-			return fmt.Errorf("read schema_migrations: %w", err)
-		}
-		if !known[n] {
+	for n := range applied {
+		if !slices.Contains(names, n) {
 			unknown = append(unknown, n)
 		}
 	}
-	applied.Close()
-	if err := applied.Err(); err != nil {
-		return fmt.Errorf("read schema_migrations: %w", err)
-	}
 	if len(unknown) > 0 {
+		sort.Strings(unknown)
 		return fmt.Errorf("the queue database was written by a newer harvest (schema %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", strings.Join(unknown, ", "), names[len(names)-1])
 	}
 	for _, name := range names {
-		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
-			return fmt.Errorf("check migration %s: %w", name, err)
-		}
-		if n > 0 {
+		if applied[name] {
 			continue
 		}
 		body, err := migrations.ReadFile(name)
 		if err != nil {
 			return fmt.Errorf("read migration %s: %w", name, err)
 		}
-		tx, err := db.Begin()
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", name, err)
-		}
 		if _, err := tx.Exec(string(body)); err != nil {
-			tx.Rollback()
 			return fmt.Errorf("apply migration %s: %w", name, err)
 		}
-		if _, err := tx.Exec(`INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, name, time.Now().Unix()); err != nil {
-			tx.Rollback()
+		if _, err := t.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, name, time.Now().Unix()); err != nil {
 			return fmt.Errorf("record migration %s: %w", name, err)
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit migration %s: %w", name, err)
-		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit migrations: %w", err)
 	}
 	return nil
+}
+
+// appliedNames reads the set of names a query answers in t.
+func appliedNames(ctx context.Context, t *wtx, query string) (map[string]bool, error) {
+	rows, err := t.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out[n] = true
+	}
+	return out, rows.Err()
 }
 
 // WriteStats measures how long the queue holds SQLite's write lock: the
@@ -340,7 +370,7 @@ func (s *Store) addStat(d time.Duration) {
 // not), for WriteStats.LongestIn and SlowBy: looked up only for a slow
 // transaction or a new longest.
 func writer() string {
-	var pcs [8]uintptr
+	var pcs [16]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
 	for {
 		f, more := frames.Next()
@@ -348,8 +378,9 @@ func writer() string {
 		if i := strings.Index(name, ".func"); i > 0 {
 			name = name[:i]
 		}
-		switch name {
-		case "store.(*Store).write", "store.(*Store).writeTimed", "store.(*Store).fenced", "store.(*Store).transact":
+		switch {
+		case strings.HasPrefix(f.Function, "github.com/cenkalti/backoff/"):
+		case name == "store.(*Store).write", name == "store.(*Store).writeTimed", name == "store.(*Store).fenced", name == "store.(*Store).transact", name == "store.(*Store).once":
 		default:
 			return name
 		}
@@ -359,22 +390,41 @@ func writer() string {
 	}
 }
 
-// write runs fn in one IMMEDIATE transaction on the writer connection and
-// records how long the write lock was held (BEGIN to COMMIT). fn must be
-// bounded: a batch, a chunk of rows.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// write runs fn in one write transaction (SQLite: IMMEDIATE, on the
+// writer connection; PostgreSQL: SERIALIZABLE, run again from its start
+// when another transaction's commit made it fail) and records how long
+// the write lock was held (BEGIN to COMMIT). fn must be bounded (a batch,
+// a chunk of rows) and must set everything it returns from the start: it
+// may run more than once.
+func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	_, err := s.transact(ctx, fn)
 	return err
 }
 
 // writeTimed is write that also returns how long the transaction held
 // the write lock: a long write sizes its next chunk by it (chunkSizer).
-func (s *Store) writeTimed(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
+func (s *Store) writeTimed(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
 	return s.transact(ctx, fn)
 }
 
-func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (time.Duration, error) {
-	tx, err := s.w.BeginTx(inline(ctx), nil)
+func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
+	if !s.d.pg {
+		return s.once(ctx, nil, fn)
+	}
+	var d time.Duration
+	err := backoff.Retry(func() error {
+		var err error
+		if d, err = s.once(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable}, fn); err != nil && !retryable(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, retries(ctx))
+	return d, err
+}
+
+// once runs fn in one transaction.
+func (s *Store) once(ctx context.Context, opts *sql.TxOptions, fn func(tx *wtx) error) (time.Duration, error) {
+	tx, err := s.w.BeginTx(inline(ctx), opts)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
@@ -382,7 +432,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (time.D
 	// A region "write" of a Go trace (harvest bench --trace).
 	defer trace.StartRegion(ctx, "write").End()
 	start := time.Now()
-	if err := fn(tx); err != nil {
+	if err := fn(&wtx{tx, s.d}); err != nil {
 		tx.Rollback()
 		return 0, err
 	}
@@ -398,10 +448,13 @@ func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (time.D
 // it reads the pool's lease and checks that epoch is current and alive at
 // now. A lease granted to a newer master commits either before this
 // transaction (and the check refuses) or after it (and this write was the
-// current master's): there is no window between check and write.
-func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *sql.Tx, l rules.Lease) error) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		l, err := s.readLeaseTx(ctx, tx, pool)
+// current master's): there is no window between check and write. On
+// PostgreSQL the read takes the lease row FOR SHARE, so a new grant of
+// the lease waits for this transaction's commit (and one committed since
+// this transaction began fails it, to be run again).
+func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *wtx, l rules.Lease) error) error {
+	return s.write(ctx, func(tx *wtx) error {
+		l, err := s.readLeaseTx(ctx, tx, pool, "FOR SHARE")
 		if err != nil {
 			return err
 		}
@@ -413,9 +466,10 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 }
 
 // hotQueries are the statements of the master's hot path (a hand-out, a
-// batch of results, a heartbeat, the fence), prepared once on the writer
-// when the store opens: SQLite would otherwise parse and plan them at
-// every call, which costs more than running them. A query is registered
+// batch of results, a heartbeat, the fence), prepared once on SQLite's
+// writer when the store opens: SQLite would otherwise parse and plan them
+// at every call, which costs more than running them. (pgx prepares and
+// caches every statement per connection by itself.) A query is registered
 // with hot by the package variable that holds it.
 var hotQueries []string
 
@@ -424,7 +478,7 @@ func hot(query string) string {
 	return query
 }
 
-// prepare prepares every hot query on the writer connection.
+// prepare prepares every hot query on SQLite's writer connection.
 func (s *Store) prepare() error {
 	s.stmts = make(map[string]*sql.Stmt, len(hotQueries))
 	for _, q := range hotQueries {
@@ -447,7 +501,7 @@ func (s *Store) prepare() error {
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // prepared returns the prepared statement of a hot query inside tx.
-func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+func (s *Store) prepared(ctx context.Context, tx *wtx, query string) (*sql.Stmt, error) {
 	st := s.stmts[query]
 	if st == nil {
 		return nil, fmt.Errorf("statement %.40q is not registered with hot", query)
@@ -455,8 +509,11 @@ func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.St
 	return tx.StmtContext(ctx, st), nil
 }
 
-// exec runs a prepared statement in tx.
-func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+// exec runs a hot statement in tx.
+func (s *Store) exec(ctx context.Context, tx *wtx, query string, args ...any) (sql.Result, error) {
+	if s.d.pg {
+		return tx.ExecContext(inline(ctx), query, args...)
+	}
 	st, err := s.prepared(ctx, tx, query)
 	if err != nil {
 		return nil, err
@@ -464,12 +521,18 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 	return st.ExecContext(inline(ctx), args...)
 }
 
-// query runs a prepared query in tx, or with a nil tx on the writer
-// connection outside any transaction: a read that takes no write lock but
+// query runs a hot query in tx, or with a nil tx outside any transaction:
+// on SQLite on the writer connection, a read that takes no write lock but
 // finds the writer's page cache warm (a reader's cache is dropped whenever
 // another connection has written, which here is all the time: reading the
 // hot path's rows there cost ~13 us a row).
-func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
+	if s.d.pg {
+		if tx == nil {
+			return s.r.QueryContext(ctx, query, args...)
+		}
+		return tx.QueryContext(inline(ctx), query, args...)
+	}
 	if tx == nil {
 		st := s.stmts[query]
 		if st == nil {

@@ -1,8 +1,9 @@
 package store
 
 import (
+	"github.com/harvest-hpc/harvest/internal/pgtest"
+
 	"context"
-	"database/sql"
 	"errors"
 	"io/fs"
 	"math"
@@ -16,15 +17,18 @@ import (
 )
 
 func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "q.db")
+	path := pgtest.DB(t, filepath.Join(t.TempDir(), "q.db"))
 	files, _ := fs.Glob(migrations, "migrations/*.sql")
+	if pgtest.Enabled() {
+		files, _ = fs.Glob(migrations, "migrations/postgres/*.sql")
+	}
 	for i := 0; i < 2; i++ {
 		s, err := Open(path)
 		if err != nil {
 			t.Fatalf("open #%d: %v", i+1, err)
 		}
 		var n int
-		if err := s.r.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(files) || n < 2 {
+		if err := s.r.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(files) || n < 1 {
 			t.Fatalf("open #%d: %d migrations recorded (%v), want %d", i+1, n, err, len(files))
 		}
 		s.Close()
@@ -32,7 +36,7 @@ func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
 }
 
 func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	s, err := Open(pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +78,7 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 }
 
 func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "q.db"))
+	s, err := Open(pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +145,7 @@ func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) 
 // CancelledSince answers from memory: a cancel after the first read is
 // listed, a dropped job no more, and since cuts by the cancel's time.
 func TestCancelledSinceFollowsCancelsAndDrops(t *testing.T) {
-	s, a := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 2)
+	s, a := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 2)
 	defer s.Close()
 	ctx := context.Background()
 	if got, err := s.CancelledSince(ctx, t0.Add(-time.Hour)); err != nil || len(got) != 0 {
@@ -167,7 +171,7 @@ func TestCancelledSinceFollowsCancelsAndDrops(t *testing.T) {
 // WriteStats counts the transactions over SlowTx per store method, and a
 // reset starts the counts again.
 func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
-	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
+	s, _ := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 1)
 	defer s.Close()
 	s.WriteStats(true)
 	s.addStat(SlowTx + time.Millisecond)
@@ -206,7 +210,7 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 		t.Fatalf("after a reset: %+v", ws)
 	}
 	// A real transaction is counted, its lock time positive.
-	if err := s.write(context.Background(), func(tx *sql.Tx) error {
+	if err := s.write(context.Background(), func(tx *wtx) error {
 		_, err := tx.Exec(`UPDATE counts SET n_waiting = n_waiting`)
 		return err
 	}); err != nil {
@@ -220,7 +224,7 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 // PutUsage writes every row with its values as given (names needing JSON
 // escapes, an infinite priority) and updates the rows already there.
 func TestPutUsageWritesAndUpdatesEveryRow(t *testing.T) {
-	s, _ := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 1)
+	s, _ := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 1)
 	defer s.Close()
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_700_000_000_123)
@@ -237,7 +241,7 @@ func TestPutUsageWritesAndUpdatesEveryRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]UsageRow{}
-	r, err := s.w.Query(`SELECT user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at FROM usage`)
+	r, err := s.r.Query(`SELECT "user", running_cores, cpu_24h, cost_24h, computed_priority, updated_at FROM usage`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // how many.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
 			(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
 		if err != nil {
@@ -46,7 +46,7 @@ const expiredError = "no heartbeat: expired"
 // an exception, moved as rules.AfterExpiry says.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
 	var x Expired
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
 		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state
@@ -129,7 +129,8 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // were waiting; ok is false when the job has changed since it was listed.
 // Its tasks follow with KillTasks.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
+		ok = false
 		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
 		if err == sql.ErrNoRows {
 			return nil

@@ -26,7 +26,7 @@ const sweepPool = "~sweeps"
 // when nobody else holds it alive. It returns the lease's epoch and
 // whether holder holds it now (the epoch changes when the holder does).
 func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		var cur string
 		var exp int64
 		err := tx.QueryRowContext(inline(ctx), `SELECT epoch, holder, expires_at FROM leases WHERE pool = ?`, sweepPool).Scan(&epoch, &cur, &exp)
@@ -55,7 +55,7 @@ func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl
 // another agent takes the sweeps at its next round instead of after the
 // TTL. Nothing happens if holder does not hold it.
 func (s *Store) ReleaseSweep(ctx context.Context, holder string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(inline(ctx), `UPDATE leases SET expires_at = 0 WHERE pool = ? AND holder = ?`, sweepPool, holder)
 		return err
 	})
@@ -95,7 +95,7 @@ func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) erro
 	if err != nil {
 		return err
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, siteRoundKey+site, string(v))
 		return err

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/fairshare"
@@ -12,8 +14,8 @@ import (
 
 // EnsureUser inserts a user with limits unless the user exists.
 func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT OR IGNORE INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+	return s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
 		return err
 	})
@@ -21,7 +23,7 @@ func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits,
 
 // PutUser creates or changes a user's limits.
 func (s *Store) PutUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(inline(ctx), `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT(name) DO UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`,
 			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
@@ -97,7 +99,7 @@ func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]
 
 // PruneUsage deletes the usage logged before cut (out of the window).
 func (s *Store) PruneUsage(ctx context.Context, cut time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(inline(ctx), `DELETE FROM usage_log WHERE at < ?`, ms(cut))
 		return err
 	})
@@ -116,7 +118,14 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	if len(rows) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	// SQLite stores a NaN as NULL (and its NOT NULL refuses it),
+	// PostgreSQL as NaN: both refuse it here.
+	for _, r := range rows {
+		if math.IsNaN(r.Priority) || math.IsNaN(r.Usage.CPUTime24h) || math.IsNaN(r.Usage.Cost24h) {
+			return fmt.Errorf("usage of %s: not a number", r.User)
+		}
+	}
+	return s.write(ctx, func(tx *wtx) error {
 		for _, r := range rows {
 			if _, err := s.exec(ctx, tx, putUsageSQL, r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)); err != nil {
 				return err
@@ -126,14 +135,14 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	})
 }
 
-var putUsageSQL = hot(`INSERT INTO usage (user, running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (user) DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
+var putUsageSQL = hot(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT ("user") DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
 	computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
 
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
 // owner when only is set).
 func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (? = '' OR owner = ?) GROUP BY owner`, only, only)
+	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
 	if err != nil {
 		return nil, fmt.Errorf("count waiting tasks: %w", err)
 	}
@@ -153,7 +162,7 @@ func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int
 // TokenIdentity returns the user and role of a token's hash; ok is false
 // for an unknown token.
 func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
-	err = s.r.QueryRowContext(ctx, `SELECT user, role FROM tokens WHERE hash = ?`, hash).Scan(&user, &role)
+	err = s.r.QueryRowContext(ctx, `SELECT "user", role FROM tokens WHERE hash = ?`, hash).Scan(&user, &role)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", false, nil
 	}
@@ -165,8 +174,8 @@ func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role stri
 
 // PutToken stores a token's hash.
 func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, user, role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
+	return s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
 		return err
 	})
 }
@@ -174,8 +183,8 @@ func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.
 // DeleteTokens deletes every token of user with role and counts them.
 func (s *Store) DeleteTokens(ctx context.Context, user, role string) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE user = ? AND role = ?`, user, role)
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ?`, user, role)
 		if err != nil {
 			return err
 		}
@@ -209,12 +218,12 @@ func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes int, err e
 
 // PutNodeSettings stores the admin's floor and cap of pilot nodes.
 func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes int) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *wtx) error {
 		for _, kv := range []struct {
 			k string
 			v int
 		}{{"min_nodes", minNodes}, {"max_nodes", maxNodes}} {
-			if _, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, kv.k, kv.v); err != nil {
+			if _, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, kv.k, strconv.Itoa(kv.v)); err != nil {
 				return err
 			}
 		}

@@ -46,6 +46,7 @@ var (
 	filePort  = flag.Int("file-port", 18703, "the contended file server's port on 127.0.0.1")
 	bin       = flag.String("harvest", "", "harvest binary (default: build it)")
 	keep      = flag.Bool("keep", false, "keep the work directory")
+	db        = flag.String("db", "", "the failover scenario's shared database: a postgres:// URL (default: a SQLite file in the work directory)")
 )
 
 // env is a LAB-style variable with a default.
@@ -165,7 +166,7 @@ func run() error {
 			stop()
 		case "failover":
 			st := mk(sc, []lab{a, b}, "")
-			st.shared, st.ports = true, []int{*port, *port + 2}
+			st.shared, st.ports, st.db = true, []int{*port, *port + 2}, *db
 			f, err := failover(ctx, st, *tasks, sleep)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/internal/slurmtest"
 )
 
@@ -63,10 +64,13 @@ func TestOneJobRunsOnTwoRealClustersWeightedBySpeed(t *testing.T) {
 // agent is killed with SIGKILL mid-run. No task is lost or run twice, b's
 // pilots never stop, a's pilots keep working through b's agent (their URL
 // list), and carol submits a second job and watches both through b. The
-// database is one SQLite file both agents open (both run on this host).
+// database is one SQLite file both agents open (both run on this host), or
+// with HARVEST_TEST_DB=postgres a schema of the test PostgreSQL.
 func TestTwoAgentsOnOneDatabaseSurviveTheDeathOfOne(t *testing.T) {
 	s := twoSites(t, "failover-test-")
 	s.shared, s.ports = true, []int{freePort(t), freePort(t)}
+	// HARVEST_TEST_DB=postgres: a schema of the test PostgreSQL.
+	s.db = pgtest.DB(t, filepath.Join(s.work, "queue.db"))
 	const n = 120
 	f, err := failover(context.Background(), s, n, "sleep 3")
 	if err != nil {

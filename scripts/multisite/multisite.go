@@ -83,6 +83,9 @@ type setup struct {
 	shared bool
 	ports  []int
 	via    int
+	// db is the shared database: a SQLite file (default work/queue.db; both
+	// agents run on this host) or a postgres:// URL.
+	db string
 }
 
 // socket is the Unix socket of the agent the CLI uses, outside its private
@@ -108,8 +111,11 @@ func (s *setup) urlOf(i int) string {
 // sharedArgs are site i's queue flags in a shared setup: its own
 // listener and socket on the one database, the others as peers.
 func (s *setup) sharedArgs(i int) []string {
+	if s.db == "" {
+		s.db = filepath.Join(s.work, "queue.db")
+	}
 	args := []string{"--site", s.labs[i].site, "--listen", strings.TrimPrefix(s.urlOf(i), "http://"), "--socket", s.socketOf(i),
-		"--allowed-root", s.work, "--lease-ttl", "8s", "--db", filepath.Join(s.work, "queue.db")}
+		"--allowed-root", s.work, "--lease-ttl", "8s", "--db", s.db}
 	for k := range s.labs {
 		if k != i {
 			args = append(args, "--peer", s.urlOf(k))

@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5/pgconn"
+	sqlite3 "github.com/mattn/go-sqlite3"
+)
+
+// The store's statements are written once, in SQL that SQLite and
+// PostgreSQL both run, with ? placeholders; the dialect is where the two
+// engines differ: PostgreSQL's placeholders ($1, $2, ...), its row locks,
+// its error codes and its retries of serialization failures.
+type dialect struct {
+	pg      bool
+	rebound sync.Map // query -> PostgreSQL's spelling
+}
+
+// sql spells query for the engine.
+func (d *dialect) sql(query string) string {
+	if !d.pg {
+		return query
+	}
+	if q, ok := d.rebound.Load(query); ok {
+		return q.(string)
+	}
+	q := Rebind(query)
+	d.rebound.Store(query, q)
+	return q
+}
+
+// Rebind numbers the ? placeholders of query outside string literals and
+// quoted names: a statement of the store (or a test) as PostgreSQL spells it.
+func Rebind(query string) string {
+	var b strings.Builder
+	n := 0
+	var quote byte
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// duplicate is whether err is a unique-constraint violation.
+func duplicate(err error) bool {
+	var se sqlite3.Error
+	var pe *pgconn.PgError
+	return errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintUnique ||
+		errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// retryable is whether a transaction failed only because another
+// committed first: PostgreSQL's serialization failure or deadlock, to be
+// run again from its start.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// retries is how a PostgreSQL transaction is run again: at once, then
+// after growing, jittered waits, for at most retryFor.
+func retries(ctx context.Context) backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, retryFor
+	return backoff.WithContext(b, ctx)
+}
+
+// retryFor bounds the retries of one write transaction.
+const retryFor = 10 * time.Second
+
+// wtx is a write transaction; its statements are spelled for the engine.
+type wtx struct {
+	*sql.Tx
+	d *dialect
+}
+
+func (t *wtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.Tx.ExecContext(ctx, t.d.sql(query), args...)
+}
+
+func (t *wtx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.Tx.QueryContext(ctx, t.d.sql(query), args...)
+}
+
+func (t *wtx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.Tx.QueryRowContext(ctx, t.d.sql(query), args...)
+}
+
+// rdb is the readers' pool; its statements are spelled for the engine.
+type rdb struct {
+	*sql.DB
+	d *dialect
+}
+
+func (r *rdb) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return r.DB.QueryContext(ctx, r.d.sql(query), args...)
+}
+
+func (r *rdb) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return r.DB.QueryRowContext(ctx, r.d.sql(query), args...)
+}
+
+func (r *rdb) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return r.DB.ExecContext(ctx, r.d.sql(query), args...)
+}
+
+// Query, QueryRow and Exec are the Context methods without a context.
+func (r *rdb) Query(query string, args ...any) (*sql.Rows, error) {
+	return r.QueryContext(context.Background(), query, args...)
+}
+
+func (r *rdb) QueryRow(query string, args ...any) *sql.Row {
+	return r.QueryRowContext(context.Background(), query, args...)
+}
+
+func (r *rdb) Exec(query string, args ...any) (sql.Result, error) {
+	return r.ExecContext(context.Background(), query, args...)
+}
