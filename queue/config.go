@@ -32,6 +32,20 @@ type Config struct {
 	// LocalSite is the name of the site whose agent hosts the queue (its
 	// pool's pilots present PilotToken). Default "local".
 	LocalSite string
+	// Shared says several agents serve this database (each its own site):
+	// the sweeps run at one agent at a time (the sweep lease), a
+	// submission half stored at start is left to its agent (removed only
+	// once older than StaleSubmission), the local pilot token is stored
+	// so that every agent serves this site's pilots, and the in-memory
+	// mirror is rebuilt every ReconcileInterval (set it short: it is how
+	// an agent learns of the others' submissions and cancels).
+	Shared bool
+	// SweepHolder names this agent in the sweep lease (Shared; default:
+	// the site, the host and the process id).
+	SweepHolder string
+	// StaleSubmission is how long a shared database's submission may stay
+	// half stored before the sweeping agent removes it (its agent died).
+	StaleSubmission time.Duration
 	// Sites tunes how the work is split among several sites.
 	Sites siteshare.Config
 	// Admins are user names that are admin on the Unix socket (root always is).
@@ -92,6 +106,7 @@ func DefaultConfig() Config {
 		SweepInterval:       10 * time.Second,
 		FlushInterval:       5 * time.Second,
 		ReconcileInterval:   5 * time.Minute,
+		StaleSubmission:     time.Hour,
 		SlowLogInterval:     time.Second,
 		UsageWindow:         24 * time.Hour,
 		InsertChunk:         1000,
@@ -149,7 +164,7 @@ func (c Config) Validate() error {
 		"recommendation TTL": c.RecommendationTTL, "sweep interval": c.SweepInterval,
 		"flush interval": c.FlushInterval, "reconcile interval": c.ReconcileInterval,
 		"slow log interval": c.SlowLogInterval,
-		"usage window":      c.UsageWindow,
+		"usage window":      c.UsageWindow, "stale submission age": c.StaleSubmission,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)

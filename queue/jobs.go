@@ -184,5 +184,15 @@ func (q *Queue) finishKills(ctx context.Context) error {
 // master must stop (repeated at every exchange in that window, so a lost
 // answer costs nothing).
 func (q *Queue) cancelledSince(ctx context.Context) ([]int64, error) {
-	return q.st.CancelledSince(ctx, q.now().Add(-q.cfg.CancelNotice))
+	ids, err := q.st.CancelledSince(ctx, q.now().Add(-q.cfg.CancelNotice))
+	if err != nil || !q.cfg.Shared {
+		return ids, err
+	}
+	// With other agents on the database, add the cancels syncPeers read
+	// (those made through the others).
+	q.mu.Lock()
+	ids = append(ids, q.peerCancelled...)
+	q.mu.Unlock()
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }

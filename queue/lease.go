@@ -93,5 +93,17 @@ func (q *Queue) precheckEpoch(ctx context.Context, site string, epoch int64) err
 	if err != nil {
 		return err
 	}
-	return rules.CheckEpoch(l, epoch, q.now())
+	err = rules.CheckEpoch(l, epoch, q.now())
+	if err != nil && q.cfg.Shared {
+		// The store's copy of the lease is what this agent last wrote;
+		// another agent of the database may have granted or renewed it
+		// since (a master that moved here after its agent died): ask the
+		// database before refusing.
+		ls, rerr := q.st.Leases(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		err = rules.CheckEpoch(ls[site], epoch, q.now())
+	}
+	return err
 }

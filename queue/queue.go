@@ -24,9 +24,11 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,6 +86,15 @@ type Queue struct {
 	// beats is, per pool, the epoch and time of its master's last
 	// heartbeat (sweepUnacknowledged).
 	beats map[string]poolBeat
+	// peerRounds is, per site, the time of the latest agent round
+	// syncPeers took from the database (Config.Shared).
+	peerRounds map[string]time.Time
+	// peerCancelled is the jobs cancelled in the last CancelNotice, as
+	// syncPeers last read them (Config.Shared).
+	peerCancelled []int64
+	// sweepEpoch is the epoch of the sweep lease while this agent holds it
+	// (Config.Shared).
+	sweepEpoch int64
 	// opened is when this queue process opened the database: tasks handed
 	// out before it may have had their answer cut by the restart.
 	opened time.Time
@@ -146,11 +157,22 @@ func Open(cfg Config) (*Queue, error) {
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
 		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, beats: map[string]poolBeat{}, ends: map[pilotKey]int64{},
-		submits: map[submitKey]*Submission{}, closed: make(chan struct{}),
+		submits: map[submitKey]*Submission{}, closed: make(chan struct{}), peerRounds: map[string]time.Time{},
 	}
 	q.opened = q.now()
+	if cfg.Shared && q.cfg.SweepHolder == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		rand.Read(b[:])
+		q.cfg.SweepHolder = fmt.Sprintf("%s@%s:%d:%x", cfg.LocalSite, host, os.Getpid(), b)
+	}
 	ctx := context.Background()
-	if err := q.cleanupPartialSubmits(ctx); err != nil {
+	if !cfg.Shared { // else another agent may be storing them: the sweeps remove stale ones
+		if err := q.cleanupPartialSubmits(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+	} else if err := q.registerLocalPilots(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -167,6 +189,9 @@ func Open(cfg Config) (*Queue, error) {
 	q.loop(bg, cfg.SweepInterval, "sweep", q.Sweep)
 	q.loop(bg, cfg.FlushInterval, "flush", func(ctx context.Context) error { _, err := q.FlushUsage(ctx); return err })
 	q.loop(bg, cfg.ReconcileInterval, "reconcile", q.Reconcile)
+	if cfg.Shared {
+		q.loop(bg, cfg.ReconcileInterval, "peers", q.syncPeers)
+	}
 	q.loop(bg, cfg.SlowLogInterval, "slow log", q.logSlowWrites)
 	return q, nil
 }
@@ -228,6 +253,11 @@ func (q *Queue) Close() error {
 			q.stop()
 		}
 		q.wg.Wait()
+		if q.cfg.Shared {
+			if rerr := q.st.ReleaseSweep(context.Background(), q.cfg.SweepHolder); rerr != nil {
+				q.log.Warn("could not release the sweep lease; another agent takes it when it lapses", "error", rerr)
+			}
+		}
 		if _, ferr := q.FlushUsage(context.Background()); ferr != nil {
 			q.log.Warn("final usage flush failed", "error", ferr)
 		}

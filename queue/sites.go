@@ -167,9 +167,15 @@ func (q *Queue) AgentRound(ctx context.Context, site string, r api.AgentRound) (
 	if r.Held < 0 || r.Idle < 0 || r.Held > 1_000_000 || r.Idle > 1_000_000 {
 		return api.AgentPlan{}, invalid("held and idle must be 0..1000000")
 	}
+	now := q.now()
 	q.mu.Lock()
-	q.sites.Agent(site, siteshare.AgentReport{Held: r.Held, Idle: r.Idle}, q.now())
+	q.sites.Agent(site, siteshare.AgentReport{Held: r.Held, Idle: r.Idle}, now)
 	q.mu.Unlock()
+	if q.cfg.Shared { // for the other agents' plans (syncPeers)
+		if err := q.st.PutSiteRound(ctx, site, store.SiteRound{Held: r.Held, Idle: r.Idle, AtMS: now.UnixMilli()}); err != nil {
+			return api.AgentPlan{}, err
+		}
+	}
 	plans, sets, _, err := q.plan(ctx)
 	if err != nil {
 		return api.AgentPlan{}, err
@@ -310,4 +316,59 @@ func unix(t time.Time) int64 {
 		return 0
 	}
 	return t.Unix()
+}
+
+// registerLocalPilots stores the local site's pilot token (hashed) like a
+// remote site's, on a database several agents serve: when this agent
+// stops, its pilots go on through another agent, which knows them by it.
+func (q *Queue) registerLocalPilots(ctx context.Context) error {
+	if q.cfg.PilotToken == "" {
+		return nil
+	}
+	if err := q.st.ReplaceToken(ctx, q.cfg.LocalSite, api.RolePilot, hashToken(q.cfg.PilotToken), q.now()); err != nil {
+		return fmt.Errorf("store the local pilot token: %w", err)
+	}
+	return nil
+}
+
+// syncPeers brings into this agent's site figures what the other agents of
+// a shared database heard: every site's latest agent round (stored by the
+// agent that heard it) and, from the pools' leases, the masters alive. So
+// each agent splits the work among all the sites, not only those that call
+// it, and a site whose agent died stays alive while its master calls
+// another agent; and the jobs cancelled lately, which the masters this
+// agent serves must stop. Turnaround and yield stay each agent's own (the
+// results it was sent).
+func (q *Queue) syncPeers(ctx context.Context) error {
+	rounds, err := q.st.SiteRounds(ctx)
+	if err != nil {
+		return err
+	}
+	leases, err := q.st.Leases(ctx)
+	if err != nil {
+		return err
+	}
+	now := q.now()
+	cancelled, err := q.st.CancelledAfter(ctx, now.Add(-q.cfg.CancelNotice))
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.peerCancelled = cancelled
+	for site, r := range rounds {
+		at := time.UnixMilli(r.AtMS)
+		if site == q.cfg.LocalSite || validSiteName(site) != nil || !at.After(q.peerRounds[site]) {
+			continue // this agent's own, or nothing newer
+		}
+		q.peerRounds[site] = at
+		q.sites.Agent(site, siteshare.AgentReport{Held: r.Held, Idle: r.Idle}, at)
+	}
+	for pool, l := range leases {
+		if validSiteName(pool) == nil && l.Alive(now) {
+			// The master renews every third of the TTL: it called then.
+			q.sites.Seen(pool, l.Expires.Add(-q.cfg.LeaseTTL))
+		}
+	}
+	return nil
 }

@@ -17,8 +17,71 @@ import (
 // twice the timeout become EXPIRED (an attempt: requeued, or final after
 // the last one); jobs still WAITING past their expiry become ERROR_EW; final
 // jobs older than the retention are purged.
+//
+// On a database several agents serve (Config.Shared) only the agent that
+// holds the sweep lease runs these, so they run once across agents, and
+// another agent takes over within three sweep intervals of the holder's
+// death. Each agent still requeues the tasks its own masters' heartbeats
+// show lost (it alone heard those heartbeats; the writes are fenced by the
+// masters' epochs).
 func (q *Queue) Sweep(ctx context.Context) error {
-	return errors.Join(q.sweepUnacknowledged(ctx), q.sweepZombies(ctx), q.sweepExpired(ctx), q.sweepJobExpiry(ctx), q.purge(ctx))
+	unacked := q.sweepUnacknowledged(ctx)
+	if q.cfg.Shared {
+		held, err := q.holdSweeps(ctx)
+		if err != nil || !held {
+			return errors.Join(unacked, err)
+		}
+	}
+	return errors.Join(unacked, q.sweepZombies(ctx), q.sweepExpired(ctx), q.sweepJobExpiry(ctx), q.purge(ctx), q.sweepStaleSubmissions(ctx))
+}
+
+// holdSweeps takes or renews the sweep lease for three sweep intervals
+// (renewed every interval, so a holder that misses two still keeps it)
+// and says whether this agent holds it.
+func (q *Queue) holdSweeps(ctx context.Context) (bool, error) {
+	epoch, held, err := q.st.TakeSweep(ctx, q.cfg.SweepHolder, q.now(), 3*q.cfg.SweepInterval)
+	if err != nil {
+		return false, err
+	}
+	q.mu.Lock()
+	was := q.sweepEpoch
+	q.sweepEpoch = 0
+	if held {
+		q.sweepEpoch = epoch
+	}
+	q.mu.Unlock()
+	if held && was != epoch {
+		q.log.Info("this agent runs the sweeps now", "holder", q.cfg.SweepHolder, "epoch", epoch)
+	}
+	return held, nil
+}
+
+// SweepEpoch is the epoch of the sweep lease this agent holds (0: it does
+// not hold it, or the database is not shared).
+func (q *Queue) SweepEpoch() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sweepEpoch
+}
+
+// sweepStaleSubmissions removes, on a shared database, the submissions
+// still half stored long after they started: their agent died (a single
+// agent removes its own at start instead).
+func (q *Queue) sweepStaleSubmissions(ctx context.Context) error {
+	if !q.cfg.Shared {
+		return nil
+	}
+	ids, err := q.st.SubmittingBefore(ctx, q.now().Add(-q.cfg.StaleSubmission))
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		q.log.Warn("removing a job whose submission was interrupted (its agent stopped)", "job", id)
+		if err := q.st.DropJob(ctx, id, q.cfg.InsertChunk); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // poolBeat is a pool master's last heartbeat.

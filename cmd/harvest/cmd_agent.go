@@ -294,7 +294,7 @@ func runAgent(c *cli.Context) error {
 		for k, v := range cfg.PilotEnv {
 			admin[k] = v
 		}
-		cfg.PilotEnv = pilotEnv(hq.advertise, hq.token, shared, site, admin)
+		cfg.PilotEnv = pilotEnv(hq.pilotQueue(), hq.token, shared, site, admin)
 	}
 	ad = ops.metrics.InstrumentAdapter(ad)
 	r := agent.NewReconciler(ad, ops.ctl.Demand(src), cfg, log)

@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
@@ -26,8 +28,9 @@ func queueFlags() []cli.Flag {
 	return []cli.Flag{
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "no-queue", EnvVars: []string{"HARVEST_NO_QUEUE"}, Usage: "do not host the queue (demand then comes from --backlog or --harvest-while-idle)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "state-dir", Value: "/var/lib/harvest", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "`DIR` for the queue database and the pilot token"}),
-		altsrc.NewStringFlag(&cli.StringFlag{Name: "db", EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's database: a SQLite `FILE` or a postgres://USER@HOST/DB URL (default: STATE_DIR/queue.db)"}),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "db", EnvVars: []string{"HARVEST_QUEUE_DB"}, Usage: "the queue's database: a SQLite `FILE` or a postgres://USER@HOST/DB URL (default: STATE_DIR/queue.db); several agents may serve one database with --peer"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "shared-dir", EnvVars: []string{"HARVEST_SHARED_DIR"}, Usage: "`DIR` on the shared file system for the masters' checkpoints (default: --state-dir)"}),
+		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "peer", EnvVars: []string{"HARVEST_QUEUE_PEERS"}, Usage: "queue `URL` of another agent serving the same --db (repeatable, or comma-separated): the sweeps run at one agent at a time, and pilots get every URL to fall back on"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "listen", Value: ":8470", EnvVars: []string{"HARVEST_QUEUE_LISTEN"}, Usage: "TCP `ADDR` of the queue API for pilots and remote users"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "advertise", EnvVars: []string{"HARVEST_QUEUE_ADVERTISE"}, Usage: "`URL` pilots use to reach the queue (default: http(s)://HOSTNAME:PORT of --listen)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, EnvVars: []string{"HARVEST_QUEUE_SOCKET"}, Usage: "Unix socket `PATH` for local users (identity from peer credentials)"}),
@@ -53,7 +56,18 @@ type hostedQueue struct {
 	api       *httpapi.Server
 	listeners []net.Listener
 	advertise string
+	peers     []string // the other agents' queue URLs on the same database
 	token     string
+}
+
+// sharedReconcile is how often an agent of a shared database rebuilds its
+// in-memory view from the tables: how long another agent's submission or
+// cancel may go unseen by this agent's pulls.
+const sharedReconcile = 3 * time.Second
+
+// pilotQueue is the queue URL list pilots get: this agent's, then its peers'.
+func (h *hostedQueue) pilotQueue() string {
+	return strings.Join(append([]string{h.advertise}, h.peers...), ",")
 }
 
 // checkQueueFlags refuses queue settings that cannot work. The agent calls
@@ -83,9 +97,21 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 		return nil, err
 	}
 	cfg := queueSharedConfig(c)
-	cfg.DBPath = filepath.Join(stateDir, "queue.db")
-	if db := c.String("db"); db != "" {
-		cfg.DBPath = db
+	cfg.DBPath = c.String("db")
+	if cfg.DBPath == "" {
+		cfg.DBPath = filepath.Join(stateDir, "queue.db")
+	}
+	var peers []string
+	for _, p := range c.StringSlice("peer") {
+		peers = append(peers, client.URLs(p)...)
+	}
+	for _, p := range peers {
+		if !strings.HasPrefix(p, "http://") && !strings.HasPrefix(p, "https://") {
+			return nil, fmt.Errorf("--peer %q: want the http(s) URL of another agent's queue", p)
+		}
+	}
+	if len(peers) > 0 {
+		cfg.Shared, cfg.ReconcileInterval = true, sharedReconcile
 	}
 	cfg.PilotToken = token
 	cfg.Logger = log
@@ -94,7 +120,7 @@ func openQueue(c *cli.Context, log *slog.Logger) (*hostedQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &hostedQueue{q: q, api: httpapi.New(q, httpapi.DefaultConfig()), token: token}
+	h := &hostedQueue{q: q, api: httpapi.New(q, httpapi.DefaultConfig()), token: token, peers: peers}
 	fail := func(err error) (*hostedQueue, error) {
 		h.close()
 		return nil, err

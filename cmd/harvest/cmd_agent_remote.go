@@ -28,7 +28,7 @@ type remoteQueue struct {
 
 // checkRemoteFlags refuses the hosted queue's settings with --queue.
 func checkRemoteFlags(c *cli.Context) error {
-	for _, f := range []string{"no-queue", "listen", "advertise", "allowed-root", "outputs-root", "admin", "tls-cert", "tls-key", "lease-ttl", "zombie-timeout", "realtime-writer", "backlog"} {
+	for _, f := range []string{"no-queue", "listen", "advertise", "allowed-root", "outputs-root", "admin", "tls-cert", "tls-key", "lease-ttl", "zombie-timeout", "realtime-writer", "backlog", "db", "peer"} {
 		if c.IsSet(f) {
 			return fmt.Errorf("--%s configures a hosted queue; with --queue the remote queue is configured where it runs", f)
 		}
@@ -76,8 +76,10 @@ func openRemoteQueue(ctx context.Context, c *cli.Context, info adapters.Info) (*
 	if pilotURL == "" {
 		pilotURL = cfg.URL
 	}
-	if strings.HasPrefix(pilotURL, "unix:") {
-		return nil, fmt.Errorf("pilots on compute nodes cannot use the Unix socket %s: set --pilot-queue to the queue's http(s) URL", pilotURL)
+	for _, u := range client.URLs(pilotURL) {
+		if strings.HasPrefix(u, "unix:") {
+			return nil, fmt.Errorf("pilots on compute nodes cannot use the Unix socket %s: set --pilot-queue to the queue's http(s) URLs", u)
+		}
 	}
 	return &remoteQueue{cl: cl, site: w.Site, pilotURL: pilotURL, pilotToken: pilotTok, roots: w.AllowedRoots}, nil
 }

@@ -38,7 +38,7 @@ func pilotCommand() *cli.Command {
 			"The deadline is --deadline, else SLURM_JOB_END_TIME, else squeue's end time for SLURM_JOB_ID,\n" +
 			"else --time-limit from now, else none.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Usage: "the agent's queue `URL` (http://head:port)"},
+			&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Usage: "the agent's queue `URL` (http://head:port), or a comma-separated list of the agents serving one database (the agent sets it)"},
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"HARVEST_STATE_DIR"}, Usage: "shared `DIR` for the master checkpoint"},
 			&cli.StringFlag{Name: "pilot-id", EnvVars: []string{"HARVEST_PILOT_ID", "SLURM_JOB_ID"}, Usage: "this pilot's id (the batch job id)"},
 			&cli.IntFlag{Name: "slots", EnvVars: []string{"HARVEST_SLOTS", "SLURM_CPUS_ON_NODE"}, Usage: "tasks at once (default: the cores of this node)"},

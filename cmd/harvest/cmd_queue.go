@@ -234,7 +234,7 @@ func queueServeHandler(q *queue.Queue, srv *httpapi.Server, metricsAnonymous boo
 
 func clientFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Value: "unix://" + api.DefaultSocket, Usage: "queue `URL`: unix:///path/to/queue.sock or http(s)://host:port"},
+		&cli.StringFlag{Name: "queue", EnvVars: []string{"HARVEST_QUEUE"}, Value: "unix://" + api.DefaultSocket, Usage: "queue `URL`: unix:///path/to/queue.sock or http(s)://host:port, or a comma-separated list of the agents serving one database (tried in turn)"},
 		&cli.StringFlag{Name: "token", Usage: "bearer token (default: HARVEST_TOKEN, else ~/.config/harvest/token; not needed on the socket)"},
 		&cli.StringFlag{Name: "ca", EnvVars: []string{"HARVEST_CA"}, Usage: "CA bundle `FILE` to verify an https queue"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
@@ -258,7 +258,7 @@ func newQueueClient(c *cli.Context) (*client.Client, error) {
 	if cfg.Token == "" {
 		cfg.Token = os.Getenv("HARVEST_TOKEN")
 	}
-	if cfg.Token == "" && !strings.HasPrefix(cfg.URL, "unix:") {
+	if cfg.Token == "" && slices.ContainsFunc(client.URLs(cfg.URL), func(u string) bool { return !strings.HasPrefix(u, "unix:") }) {
 		if b, err := os.ReadFile(tokenFile()); err == nil {
 			cfg.Token = strings.TrimSpace(string(b))
 		}

@@ -1,5 +1,8 @@
 // Package client is the Go client of the queue's /v1 API, used by the CLI
-// and by the pilots' master. Idempotent calls (reads, PUTs, cancel, lease,
+// and by the pilots' master. It takes a list of queue URLs (several agents
+// serving one database): calls go to the one that last answered, and move
+// to the next on a connection failure or a 5xx answer, never on a 4xx (an
+// answer is an answer, whichever agent gives it). Idempotent calls (reads, PUTs, cancel, lease,
 // results, heartbeat, recommendation) are retried with exponential backoff
 // on network errors and 5xx answers; so is submit, which carries an
 // Idempotency-Key (a retry gets the first job, never a second). Pull is
@@ -13,8 +16,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -29,7 +34,9 @@ var _ pilotproto.Queue = (*Client)(nil)
 
 // Config configures a client.
 type Config struct {
-	// URL is http(s)://host:port or unix:///path/to/queue.sock.
+	// URL is http(s)://host:port or unix:///path/to/queue.sock, or a
+	// comma-separated list of them: agents serving one database, tried in
+	// turn (see URLs).
 	URL   string
 	Token string // bearer token (ignored by the server on the Unix socket)
 	// CAFile verifies a TLS server with this CA bundle (default: system roots).
@@ -45,23 +52,28 @@ func DefaultConfig() Config {
 	return Config{URL: "unix://" + api.DefaultSocket, Timeout: 30 * time.Second, RetryFor: 30 * time.Second}
 }
 
+// URLs splits a list of queue URLs ("URL,URL,..." with optional spaces),
+// dropping empty items and repeats, in order.
+func URLs(list string) []string {
+	var out []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		return fmt.Errorf("queue URL %q: %w", c.URL, err)
+	urls := URLs(c.URL)
+	if len(urls) == 0 {
+		return errors.New("no queue URL")
 	}
-	switch u.Scheme {
-	case "http", "https":
-		if u.Host == "" {
-			return fmt.Errorf("queue URL %q has no host", c.URL)
+	for _, raw := range urls {
+		if err := validURL(raw); err != nil {
+			return err
 		}
-	case "unix":
-		if u.Path == "" {
-			return fmt.Errorf("queue URL %q has no socket path (unix:///path/to/queue.sock)", c.URL)
-		}
-	default:
-		return fmt.Errorf("queue URL %q: scheme must be http, https or unix", c.URL)
 	}
 	if c.Timeout <= 0 || c.RetryFor < 0 {
 		return errors.New("client timeout must be positive and retry duration not negative")
@@ -69,9 +81,36 @@ func (c Config) Validate() error {
 	return nil
 }
 
+func validURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("queue URL %q: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return fmt.Errorf("queue URL %q has no host", raw)
+		}
+	case "unix":
+		if u.Path == "" {
+			return fmt.Errorf("queue URL %q has no socket path (unix:///path/to/queue.sock)", raw)
+		}
+	default:
+		return fmt.Errorf("queue URL %q: scheme must be http, https or unix", raw)
+	}
+	return nil
+}
+
 // Client calls the queue.
 type Client struct {
-	cfg    Config
+	cfg Config
+	eps []endpoint
+	cur atomic.Int32 // the endpoint that answered last: calls start there
+}
+
+// endpoint is one agent's API.
+type endpoint struct {
+	url    string
 	r      *resty.Client
 	stream *resty.Client // r without the overall timeout: streamed answers
 }
@@ -81,7 +120,18 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	u, _ := url.Parse(cfg.URL)
+	c := &Client{cfg: cfg}
+	for _, raw := range URLs(cfg.URL) {
+		c.eps = append(c.eps, newEndpoint(cfg, raw))
+	}
+	return c, nil
+}
+
+// URL is the queue URL calls go to now (the last to answer).
+func (c *Client) URL() string { return c.eps[c.cur.Load()].url }
+
+func newEndpoint(cfg Config, raw string) endpoint {
+	u, _ := url.Parse(raw)
 	r := resty.New().SetTimeout(cfg.Timeout).SetHeader("Accept", "application/json").SetError(&api.Error{})
 	if u.Scheme == "unix" {
 		sock := u.Path
@@ -93,7 +143,7 @@ func New(cfg Config) (*Client, error) {
 		})
 		r.SetBaseURL("http://harvest-queue")
 	} else {
-		r.SetBaseURL(strings.TrimSuffix(cfg.URL, "/"))
+		r.SetBaseURL(strings.TrimSuffix(raw, "/"))
 	}
 	if cfg.CAFile != "" {
 		r.SetRootCertificate(cfg.CAFile)
@@ -106,7 +156,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token != "" {
 		stream.SetAuthToken(cfg.Token)
 	}
-	return &Client{cfg: cfg, r: r, stream: stream}, nil
+	return endpoint{url: raw, r: r, stream: stream}
 }
 
 // Error is an error answer of the queue. It wraps the sentinel of its
@@ -128,32 +178,34 @@ func (e *Error) Unwrap() error { return api.ErrOf(e.Code, e.Status) }
 // do performs one call; idempotent calls are retried on transient failures.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any, idempotent bool) error {
 	op := func() error {
-		req := c.r.R().SetContext(ctx)
-		if body != nil {
-			req.SetHeader("Content-Type", "application/json").SetBody(body)
-		}
-		if out != nil {
-			req.SetResult(out)
-		}
-		if query != nil {
-			req.SetQueryParamsFromValues(query)
-		}
-		resp, err := req.Execute(method, path)
-		if err != nil {
-			if ctx.Err() != nil {
-				return backoff.Permanent(ctx.Err())
+		return c.each(ctx, idempotent, func(ep endpoint) error {
+			req := ep.r.R().SetContext(ctx)
+			if body != nil {
+				req.SetHeader("Content-Type", "application/json").SetBody(body)
 			}
-			return fmt.Errorf("queue %s %s: %w", method, path, err)
-		}
-		if resp.IsSuccess() {
-			return nil
-		}
-		e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(resp.String())}
-		if ae, ok := resp.Error().(*api.Error); ok && ae.Error != "" {
-			e.Message = ae.Error
-			e.Code = ae.Code
-		}
-		return retryable(e)
+			if out != nil {
+				req.SetResult(out)
+			}
+			if query != nil {
+				req.SetQueryParamsFromValues(query)
+			}
+			resp, err := req.Execute(method, path)
+			if err != nil {
+				if ctx.Err() != nil {
+					return backoff.Permanent(ctx.Err())
+				}
+				return fmt.Errorf("queue %s %s at %s: %w", method, path, ep.url, err)
+			}
+			if resp.IsSuccess() {
+				return nil
+			}
+			e := &Error{Status: resp.StatusCode(), Message: strings.TrimSpace(resp.String())}
+			if ae, ok := resp.Error().(*api.Error); ok && ae.Error != "" {
+				e.Message = ae.Error
+				e.Code = ae.Code
+			}
+			return retryable(e)
+		})
 	}
 	if !idempotent || c.cfg.RetryFor == 0 {
 		err := op()
@@ -168,6 +220,40 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = c.cfg.RetryFor
 	return backoff.Retry(op, backoff.WithContext(b, ctx))
+}
+
+// each runs one try of a call on the endpoints in turn, from the one that
+// answered last, until one gives an answer that is not a failure of the
+// server (success, or a permanent error such as a 4xx), which becomes the
+// current one. A call that may have been applied (anything but a refused
+// connection) moves on only when it is safe to repeat (idempotent: the
+// queue's idempotency keys, task attempts and lease holders make a repeat
+// at another agent of the same database a no-op). The error is the last
+// endpoint's.
+func (c *Client) each(ctx context.Context, idempotent bool, try func(endpoint) error) error {
+	start := int(c.cur.Load())
+	var err error
+	for k := range c.eps {
+		i := (start + k) % len(c.eps)
+		err = try(c.eps[i])
+		var perm *backoff.PermanentError
+		if err == nil || errors.As(err, &perm) {
+			c.cur.Store(int32(i))
+			return err
+		}
+		if ctx.Err() != nil || (!idempotent && !neverSent(err)) {
+			return err
+		}
+	}
+	return err
+}
+
+// neverSent says whether a failed call surely never reached a server: its
+// connection was never made (refused, no route, no such socket), so any
+// call, even one that is not idempotent, may go to another agent.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // retryable is e, to be retried if the server failed (5xx), else as a

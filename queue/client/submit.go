@@ -46,6 +46,8 @@ func (c *Client) Submit(ctx context.Context, spec api.JobSpec) (api.Job, error) 
 // a connection that dies or falls silent is retried (for Config.RetryFor
 // since the last sign of life) with the same idempotency key, which joins
 // the submission under way or gets the job it made: never a second job.
+// With several queue URLs the retry may go to another agent of the same
+// database, which finds the key there.
 func (c *Client) SubmitWith(ctx context.Context, spec api.JobSpec, o SubmitOptions) (api.Job, error) {
 	if o.IdempotencyKey == "" {
 		o.IdempotencyKey = NewIdempotencyKey()
@@ -54,7 +56,12 @@ func (c *Client) SubmitWith(ctx context.Context, spec api.JobSpec, o SubmitOptio
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 200*time.Millisecond, 5*time.Second, 0
 	alive := time.Now()
 	for {
-		j, err := c.submitOnce(ctx, spec, o, func() { alive = time.Now(); b.Reset() })
+		var j api.Job
+		err := c.each(ctx, true, func(ep endpoint) error {
+			var err error
+			j, err = c.submitOnce(ctx, ep, spec, o, func() { alive = time.Now(); b.Reset() })
+			return err
+		})
 		var perm *backoff.PermanentError
 		switch {
 		case err == nil:
@@ -77,7 +84,7 @@ func (c *Client) SubmitWith(ctx context.Context, spec api.JobSpec, o SubmitOptio
 // submitOnce is one exchange; errors worth retrying (network, silence,
 // 5xx) are plain, the others backoff.Permanent. alive is called on every
 // line the queue sends.
-func (c *Client) submitOnce(ctx context.Context, spec api.JobSpec, o SubmitOptions, alive func()) (api.Job, error) {
+func (c *Client) submitOnce(ctx context.Context, ep endpoint, spec api.JobSpec, o SubmitOptions, alive func()) (api.Job, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	errSilent := fmt.Errorf("no word from the queue for %v", c.cfg.Timeout)
@@ -89,7 +96,7 @@ func (c *Client) submitOnce(ctx context.Context, spec api.JobSpec, o SubmitOptio
 		}
 		return fmt.Errorf("queue POST %s: %w", api.PathJobs, err)
 	}
-	resp, err := c.stream.R().SetContext(ctx).SetDoNotParseResponse(true).
+	resp, err := ep.stream.R().SetContext(ctx).SetDoNotParseResponse(true).
 		SetHeader("Content-Type", "application/json").SetHeader(api.HeaderIdempotencyKey, o.IdempotencyKey).
 		SetBody(spec).Post(api.PathJobs)
 	if err != nil {

@@ -85,8 +85,15 @@ func (r *Registry) site(name string) *site {
 // Agent records a site agent's round and integrates its pilots into the
 // site's yield (a gap longer than SilentAfter counts as SilentAfter: the
 // agent was not there to say what it held).
+//
+// A round older than the one held is ignored: with several agents on one
+// database a site's round may come both from the agent that heard it and,
+// later, from the database.
 func (r *Registry) Agent(name string, rep AgentReport, now time.Time) {
 	s := r.site(name)
+	if now.Before(s.agentAt) {
+		return
+	}
 	if !s.agentAt.IsZero() && now.After(s.agentAt) {
 		gap := min(now.Sub(s.agentAt), r.cfg.SilentAfter)
 		s.yield.PilotSeconds += float64(max(s.agent.Held, 0)) * gap.Seconds()

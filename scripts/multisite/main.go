@@ -11,6 +11,10 @@
 //	contention  site a only, tasks that read a file from a shared server that
 //	            serves 4 readers at full speed: without, then with, the
 //	            capacity rule (pilots and task run times)
+//	failover    (not in the default list) both sites' agents serve one
+//	            database (--db, --peer); carol submits through a's agent,
+//	            a's agent is killed with SIGKILL mid-run, a's pilots go on
+//	            through b's agent, carol submits and watches through b
 //
 // Run as root from the repository root (scripts/multisite.sh takes the
 // clusters' test locks):
@@ -42,6 +46,7 @@ var (
 	filePort  = flag.Int("file-port", 18703, "the contended file server's port on 127.0.0.1")
 	bin       = flag.String("harvest", "", "harvest binary (default: build it)")
 	keep      = flag.Bool("keep", false, "keep the work directory")
+	db        = flag.String("db", "", "the failover scenario's shared database: a postgres:// URL (default: a SQLite file in the work directory)")
 )
 
 // env is a LAB-style variable with a default.
@@ -159,6 +164,14 @@ func run() error {
 				report = append(report, fmt.Sprintf("%-10s %s; readers at once at most %d", v.name, describe(o, *cTasks), peak))
 			}
 			stop()
+		case "failover":
+			st := mk(sc, []lab{a, b}, "")
+			st.shared, st.ports, st.db = true, []int{*port, *port + 2}, *db
+			f, err := failover(ctx, st, *tasks, sleep)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc, err)
+			}
+			report = append(report, fmt.Sprintf("%-10s %s", sc, describeFailover(f, *tasks)))
 		default:
 			return fmt.Errorf("unknown scenario %q", sc)
 		}

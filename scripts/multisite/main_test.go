@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/internal/slurmtest"
 )
 
@@ -17,44 +18,13 @@ import (
 // so a runs more of the job. Every task runs exactly once (counted by the
 // tasks themselves), and the queue says where each ran as the tasks do.
 func TestOneJobRunsOnTwoRealClustersWeightedBySpeed(t *testing.T) {
-	ca, cb := slurmtest.RequireTwo(t, 8)
-	root, err := slurmtest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(root, "scripts", "minicluster.sh"), "users", "carol").CombinedOutput(); err != nil {
-		t.Fatalf("users: %v\n%s", err, out)
-	}
-	work := filepath.Join(ca.Lab, "shared", "multisite-test-"+filepath.Base(t.TempDir()))
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			os.RemoveAll(work)
-		} else {
-			t.Logf("work directory kept: %s", work)
-		}
-	})
-	bin := filepath.Join(work, "harvest")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	s := &setup{bin: bin, work: work, port: freePort(t),
-		labs: []lab{{site: "a", conf: ca.Conf}, {site: "b", conf: cb.Conf}}}
-	if s.labs[0].conf == "" {
-		s.labs[0].conf = slurmtest.Conf()
-	}
+	s := twoSites(t, "multisite-test-")
+	s.port = freePort(t)
 	const n = 60
 	work1 := `if [ "$HARVEST_SITE" = b ]; then sleep 3; else sleep 1; fi`
 	o, err := scenario(context.Background(), s, n, work1)
 	if err != nil {
-		for _, l := range s.labs {
-			b, _ := os.ReadFile(filepath.Join(work, l.site, "agent.log"))
-			t.Logf("agent log of %s:\n%s", l.site, tail(b, 3000))
-		}
+		s.logAgents(t)
 		t.Fatal(err)
 	}
 	t.Logf("%s", describe(o, n))
@@ -86,6 +56,93 @@ func TestOneJobRunsOnTwoRealClustersWeightedBySpeed(t *testing.T) {
 	}
 	if !(wb < wa) {
 		t.Errorf("weights a %v b %v: want the slow site weighted down", wa, wb)
+	}
+}
+
+// Two agents serving one database, each on its own cluster (issue 32):
+// carol submits through a's agent, both clusters work on the job, a's
+// agent is killed with SIGKILL mid-run. No task is lost or run twice, b's
+// pilots never stop, a's pilots keep working through b's agent (their URL
+// list), and carol submits a second job and watches both through b. The
+// database is one SQLite file both agents open (both run on this host), or
+// with HARVEST_TEST_DB=postgres a schema of the test PostgreSQL.
+func TestTwoAgentsOnOneDatabaseSurviveTheDeathOfOne(t *testing.T) {
+	s := twoSites(t, "failover-test-")
+	s.shared, s.ports = true, []int{freePort(t), freePort(t)}
+	// HARVEST_TEST_DB=postgres: a schema of the test PostgreSQL.
+	s.db = pgtest.DB(t, filepath.Join(s.work, "queue.db"))
+	const n = 120
+	f, err := failover(context.Background(), s, n, "sleep 3")
+	if err != nil {
+		s.logAgents(t)
+		t.Fatal(err)
+	}
+	t.Logf("%s", describeFailover(f, n))
+	for _, o := range []struct {
+		name  string
+		o     outcome
+		tasks int
+	}{{"the job submitted through a", f.first, n}, {"the job submitted through b", f.second, n / 4}} {
+		if o.o.job.State != "DONE" || o.o.job.Tasks.Done != o.tasks {
+			t.Errorf("%s: %s with %d of %d done", o.name, o.o.job.State, o.o.job.Tasks.Done, o.tasks)
+		}
+		if o.o.lost != 0 || o.o.dup != 0 {
+			t.Errorf("%s: %d tasks lost, %d run twice", o.name, o.o.lost, o.o.dup)
+		}
+	}
+	if f.before["a"] == 0 || f.before["b"] == 0 {
+		t.Errorf("before a's death the job ran at %v: want both sites", f.before)
+	}
+	if f.past["a"] == 0 {
+		t.Errorf("after a's death a's pilots finished no task (%v): they did not go on through b", f.past)
+	}
+	if f.past["b"] == 0 || f.bStopped > 0 {
+		t.Errorf("after a's death b finished %d tasks and had no pilot in %d samples: b's pilots stopped", f.past["b"], f.bStopped)
+	}
+}
+
+// twoSites takes both mini-clusters, makes carol, a work directory on the
+// first cluster's shared file system (kept if the test fails) and a
+// harvest binary in it, and returns the setup of sites a and b.
+func twoSites(t *testing.T, prefix string) *setup {
+	t.Helper()
+	ca, cb := slurmtest.RequireTwo(t, 8)
+	root, err := slurmtest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(root, "scripts", "minicluster.sh"), "users", "carol").CombinedOutput(); err != nil {
+		t.Fatalf("users: %v\n%s", err, out)
+	}
+	work := filepath.Join(ca.Lab, "shared", prefix+filepath.Base(t.TempDir()))
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(work)
+		} else {
+			t.Logf("work directory kept: %s", work)
+		}
+	})
+	bin := filepath.Join(work, "harvest")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/harvest")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	s := &setup{bin: bin, work: work, labs: []lab{{site: "a", conf: ca.Conf}, {site: "b", conf: cb.Conf}}}
+	if s.labs[0].conf == "" {
+		s.labs[0].conf = slurmtest.Conf()
+	}
+	return s
+}
+
+// logAgents logs the end of every agent's log.
+func (s *setup) logAgents(t *testing.T) {
+	for _, l := range s.labs {
+		b, _ := os.ReadFile(filepath.Join(s.work, l.site, "agent.log"))
+		t.Logf("agent log of %s:\n%s", l.site, tail(b, 4000))
 	}
 }
 

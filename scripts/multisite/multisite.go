@@ -77,12 +77,51 @@ type setup struct {
 	agents    []*exec.Cmd
 	// pilotArgs are added to every pilot's command line.
 	pilotArgs string
+	// shared: every site's agent serves the queue on one database
+	// (work/queue.db), site i's on ports[i], each naming the others as
+	// peers; via is the agent whose socket the CLI uses.
+	shared bool
+	ports  []int
+	via    int
+	// db is the shared database: a SQLite file (default work/queue.db; both
+	// agents run on this host) or a postgres:// URL.
+	db string
 }
 
-// socket is the hosting agent's Unix socket, outside its private state directory.
-func (s *setup) socket() string { return filepath.Join(s.work, "run", "q.sock") }
+// socket is the Unix socket of the agent the CLI uses, outside its private
+// state directory.
+func (s *setup) socket() string { return s.socketOf(s.via) }
+
+func (s *setup) socketOf(i int) string {
+	if i == 0 {
+		return filepath.Join(s.work, "run", "q.sock")
+	}
+	return filepath.Join(s.work, "run", s.labs[i].site+".sock")
+}
+
 func (s *setup) queueURL() string {
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// urlOf is site i's queue URL in a shared setup.
+func (s *setup) urlOf(i int) string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[i]))
+}
+
+// sharedArgs are site i's queue flags in a shared setup: its own
+// listener and socket on the one database, the others as peers.
+func (s *setup) sharedArgs(i int) []string {
+	if s.db == "" {
+		s.db = filepath.Join(s.work, "queue.db")
+	}
+	args := []string{"--site", s.labs[i].site, "--listen", strings.TrimPrefix(s.urlOf(i), "http://"), "--socket", s.socketOf(i),
+		"--allowed-root", s.work, "--lease-ttl", "8s", "--db", s.db}
+	for k := range s.labs {
+		if k != i {
+			args = append(args, "--peer", s.urlOf(k))
+		}
+	}
+	return args
 }
 
 // start starts the first site's agent hosting the queue, registers the
@@ -103,7 +142,9 @@ func (s *setup) start(ctx context.Context) error {
 			"--poll", "2s", "--margin", "30s", "--mini-time", "10s", "--pilot-command", pilot,
 			"--pilot-output", filepath.Join(dir, "pilots", "pilot-%j.out"),
 			"--adapter-opt", "slurm_conf=" + l.conf, "--log-level", "info"}
-		if i == 0 {
+		if s.shared {
+			args = append(args, s.sharedArgs(i)...)
+		} else if i == 0 {
 			args = append(args, "--site", l.site, "--listen", strings.TrimPrefix(s.queueURL(), "http://"), "--socket", s.socket(),
 				"--allowed-root", s.work, "--lease-ttl", "8s")
 		} else {
@@ -127,12 +168,14 @@ func (s *setup) start(ctx context.Context) error {
 			return err
 		}
 		s.agents = append(s.agents, a)
-		if i == 0 {
+		if i == 0 || s.shared {
+			s.via = i
 			if err := s.waitQueue(ctx); err != nil {
 				return err
 			}
 		}
 	}
+	s.via = 0
 	return nil
 }
 
@@ -145,8 +188,8 @@ func (s *setup) waitQueue(ctx context.Context) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("the queue of site %s did not answer within 30 s (see %s)", s.labs[0].site,
-		filepath.Join(s.work, s.labs[0].site, "agent.log"))
+	return fmt.Errorf("the queue of site %s did not answer within 30 s (see %s)", s.labs[s.via].site,
+		filepath.Join(s.work, s.labs[s.via].site, "agent.log"))
 }
 
 // admin runs a harvest CLI command as root on the queue's socket.

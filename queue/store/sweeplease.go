@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/harvest-hpc/harvest/queue/rules"
+)
+
+// Several agents may serve one database (the queue's Config.Shared). The
+// periodic sweeps (ZOMBIE,
+// EXPIRED, job expiry, purge, stale submissions) must run at one of them
+// at a time. The lease on them is a row of the leases table under a name
+// no site can have (site names start with a letter or digit): its holder
+// names the agent, its epoch rises with every change of holder (the
+// fencing token), and it lapses at expires_at unless renewed. Plain SQL
+// that both engines run as written.
+const sweepPool = "~sweeps"
+
+// TakeSweep grants the sweep lease to holder, or renews it, until now+ttl,
+// when nobody else holds it alive. It returns the lease's epoch and
+// whether holder holds it now (the epoch changes when the holder does).
+func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
+		var cur string
+		var exp int64
+		err := tx.QueryRowContext(inline(ctx), `SELECT epoch, holder, expires_at FROM leases WHERE pool = ?`, sweepPool).Scan(&epoch, &cur, &exp)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if cur != holder && exp > ms(now) {
+			return nil // another agent's, alive
+		}
+		if cur != holder {
+			epoch++
+		}
+		_, err = tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, '', ?)
+			ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, expires_at = excluded.expires_at`,
+			sweepPool, epoch, holder, ms(now.Add(ttl)))
+		held = err == nil
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("sweep lease: %w", err)
+	}
+	return epoch, held, nil
+}
+
+// ReleaseSweep gives up holder's sweep lease (an agent that stops), so
+// another agent takes the sweeps at its next round instead of after the
+// TTL. Nothing happens if holder does not hold it.
+func (s *Store) ReleaseSweep(ctx context.Context, holder string) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `UPDATE leases SET expires_at = 0 WHERE pool = ? AND holder = ?`, sweepPool, holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release the sweep lease: %w", err)
+	}
+	return nil
+}
+
+// SubmittingBefore lists the jobs whose submission started before cut and
+// never completed: with several agents on one database, a submission
+// still SUBMITTING long after it started is one whose agent died.
+func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
+	if err != nil {
+		return nil, fmt.Errorf("find stale submissions: %w", err)
+	}
+	return out, nil
+}
+
+// SiteRound is what a site's agent saw at its last round (pilots held,
+// nodes idle, when), kept for the other agents of a shared database: each
+// plans the sites' shares from every site's round, not only from the
+// rounds it heard itself.
+type SiteRound struct {
+	Held int   `json:"held"`
+	Idle int   `json:"idle"`
+	AtMS int64 `json:"at_ms"`
+}
+
+// siteRoundKey prefixes the settings rows of the sites' rounds.
+const siteRoundKey = "round:"
+
+// PutSiteRound records a site's latest round.
+func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	err = s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, siteRoundKey+site, string(v))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store the round of site %s: %w", site, err)
+	}
+	return nil
+}
+
+// SiteRounds reads every site's latest round.
+func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
+	if err != nil {
+		return nil, fmt.Errorf("read the sites' rounds: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]SiteRound{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, fmt.Errorf("read the sites' rounds: %w", err)
+		}
+		var r SiteRound
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("the round of site %s: %w", strings.TrimPrefix(k, siteRoundKey), err)
+		}
+		out[strings.TrimPrefix(k, siteRoundKey)] = r
+	}
+	return out, rows.Err()
+}
+
+// CancelledAfter lists the jobs cancelled after since, read from the
+// table (CancelledSince answers from this process's memory, which another
+// agent's cancels never reach).
+func (s *Store) CancelledAfter(ctx context.Context, since time.Time) ([]int64, error) {
+	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
+	if err != nil {
+		return nil, fmt.Errorf("list cancelled jobs: %w", err)
+	}
+	return out, nil
+}
