@@ -39,7 +39,9 @@ func TestScheduleHandComputed(t *testing.T) {
 		name    string
 		nodes   int
 		latency int64
-		jobs    []fj
+		// bf is Config.BackfillInterval.
+		bf   int64
+		jobs []fj
 	}{
 		{
 			name: "a short job backfills into the hole before the top job's reservation, a long one waits",
@@ -111,10 +113,57 @@ func TestScheduleHandComputed(t *testing.T) {
 				{name: "J2", nodes: 2, limit: 100, run: 50, submit: 20, wantStart: 70, wantEnd: 120},
 			},
 		},
+		{
+			name: "with a backfill interval a job only backfill may start waits for the backfill pass",
+			// The main passes at 1 and 2 stop at J2 (4 nodes, 2 free);
+			// the first backfill pass, 30 s after the start, reserves J2
+			// at 100 and starts J3 in the hole. With every pass
+			// backfilling J3 ran 2-52 and J2 started at 60, J1's end;
+			// now J3 holds 2 nodes until 80.
+			nodes: 4,
+			bf:    30,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 60, wantStart: 0, wantEnd: 60},
+				{name: "J2", nodes: 4, limit: 100, run: 100, submit: 1, wantStart: 80, wantEnd: 180},
+				{name: "J3", nodes: 2, limit: 50, run: 50, submit: 2, wantStart: 30, wantEnd: 80},
+			},
+		},
+		{
+			name: "a job's end starts the top job at once (main pass), before backfill can give its nodes to a lower job",
+			// J3 arrives at 35, after the backfill pass of 30; the next is
+			// due at 60. J1 ends at 40 and the main pass starts J2 on the
+			// 4 free nodes. With every pass backfilling, J3 took 2 of
+			// them at 35 (it ends by 85, before J2's reservation at 100)
+			// and J2 waited until 85.
+			nodes: 4,
+			bf:    30,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 40, wantStart: 0, wantEnd: 40},
+				{name: "J2", nodes: 4, limit: 100, run: 100, submit: 1, wantStart: 40, wantEnd: 140},
+				{name: "J3", nodes: 2, limit: 50, run: 50, submit: 35, wantStart: 140, wantEnd: 190},
+			},
+		},
+		{
+			name: "an idle backfill thread runs at the first change once its interval has passed",
+			// The last backfill pass ran at 30; J3's arrival at 200 is the
+			// first change since, and backfill starts it then.
+			nodes: 2,
+			bf:    30,
+			jobs: []fj{
+				{name: "J1", nodes: 1, limit: 1000, run: 1000, wantStart: 0, wantEnd: 1000},
+				{name: "J2", nodes: 2, limit: 100, run: 100, submit: 1, wantStart: 1000, wantEnd: 1100},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 200, wantEnd: 250},
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, tc.nodes, tc.latency)
+			cfg := DefaultConfig()
+			cfg.Nodes, cfg.Latency, cfg.BackfillInterval = tc.nodes, tc.latency, tc.bf
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			ids := map[string]string{}
 			for _, j := range tc.jobs {
 				lim := cluster.Seconds(j.limit)
