@@ -485,6 +485,10 @@ func (c *Cluster) handle(e event) {
 	case evBackfill:
 		c.bfAt, c.lastBF = -1, c.now
 		c.schedule(true)
+		if c.cfg.BackfillBusy {
+			c.bfAt = c.now + c.cfg.BackfillInterval
+			c.push(event{t: c.bfAt, kind: evBackfill})
+		}
 	}
 }
 
@@ -514,7 +518,7 @@ func (c *Cluster) dirty() {
 		c.schedAt = c.now + c.cfg.Latency
 		c.push(event{t: c.schedAt, kind: evSched})
 	}
-	if c.cfg.BackfillInterval > 0 && c.bfAt < 0 {
+	if c.cfg.BackfillInterval > 0 && c.bfAt < 0 { // (a busy thread has one queued after its first)
 		c.bfAt = max(c.now+c.cfg.Latency, c.lastBF+c.cfg.BackfillInterval)
 		c.push(event{t: c.bfAt, kind: evBackfill})
 	}

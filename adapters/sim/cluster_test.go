@@ -39,8 +39,9 @@ func TestScheduleHandComputed(t *testing.T) {
 		name    string
 		nodes   int
 		latency int64
-		// bf is Config.BackfillInterval.
+		// bf is Config.BackfillInterval, busy Config.BackfillBusy.
 		bf   int64
+		busy bool
 		jobs []fj
 	}{
 		{
@@ -155,11 +156,22 @@ func TestScheduleHandComputed(t *testing.T) {
 				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 200, wantEnd: 250},
 			},
 		},
+		{
+			name:  "a busy backfill thread runs every interval, and J3 waits for the pass at 210",
+			nodes: 2,
+			bf:    30,
+			busy:  true,
+			jobs: []fj{
+				{name: "J1", nodes: 1, limit: 1000, run: 1000, wantStart: 0, wantEnd: 1000},
+				{name: "J2", nodes: 2, limit: 100, run: 100, submit: 1, wantStart: 1000, wantEnd: 1100},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 210, wantEnd: 260},
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.Nodes, cfg.Latency, cfg.BackfillInterval = tc.nodes, tc.latency, tc.bf
+			cfg.Nodes, cfg.Latency, cfg.BackfillInterval, cfg.BackfillBusy = tc.nodes, tc.latency, tc.bf, tc.busy
 			c, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
