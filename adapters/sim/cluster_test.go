@@ -555,3 +555,56 @@ func TestFinishedPilotsKeepTheirWholeRecord(t *testing.T) {
 		t.Errorf("finished pilots are still held whole: jobs[0] %v, %d ids", c.jobs[0], len(c.byID))
 	}
 }
+
+// Pilots hold the nodes a wide job T waits for; a running job ends early
+// and the agent cancels the pilots 5 s later. SLURM's main scheduler runs at
+// the end, meets T first and starts nothing, so the released nodes go to T
+// at the cancel; a scheduler that backfills at every pass starts the
+// smaller L in the second the job ended (it fits before the pilots' limits),
+// and T waits for it (issue 33: KTH job 4514).
+func TestReleasedPilotsGoToTheTopJobAsInSLURM(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name         string
+		bf           int64
+		wantT, wantL int64
+	}{
+		{name: "every pass backfills", bf: 0, wantT: 200, wantL: 100},
+		{name: "main scheduler at every change, backfill every 30 s", bf: 30, wantT: 105, wantL: 205},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Nodes, cfg.BackfillInterval, cfg.BackfillBusy = 4, tc.bf, tc.bf > 0
+			c := newClusterCfg(t, cfg)
+			mustAdd(t, c, JobSpec{Name: "A", Nodes: 2, TimeLimit: 1000, RunTime: 100})
+			var pilots []adapters.PilotID
+			for range 2 {
+				id, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: 600, Command: []string{"harvest", "pilot"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pilots = append(pilots, id)
+			}
+			tid := mustAdd(t, c, JobSpec{Name: "T", Nodes: 4, TimeLimit: 100, RunTime: 100, Submit: 10})
+			lid := mustAdd(t, c, JobSpec{Name: "L", Nodes: 2, TimeLimit: 300, RunTime: 100, Submit: 20})
+			if err := c.AdvanceTo(105); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range pilots {
+				if err := c.Cancel(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.AdvanceTo(2000); err != nil {
+				t.Fatal(err)
+			}
+			start := map[string]int64{}
+			for _, r := range c.Records() {
+				start[r.ID] = r.Start
+			}
+			if start[tid] != tc.wantT || start[lid] != tc.wantL {
+				t.Errorf("T started at %d, L at %d; want %d and %d", start[tid], start[lid], tc.wantT, tc.wantL)
+			}
+		})
+	}
+}
