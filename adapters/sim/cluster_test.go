@@ -608,3 +608,17 @@ func TestReleasedPilotsGoToTheTopJobAsInSLURM(t *testing.T) {
 		})
 	}
 }
+
+func TestBackfillIntervalIsValidated(t *testing.T) {
+	for _, cfg := range []Config{
+		{Nodes: 1, Granularity: 1, Reservations: 1, Tag: "p", BackfillInterval: -1},
+		{Nodes: 1, Granularity: 1, Reservations: 1, Tag: "p", BackfillBusy: true},
+	} {
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: err %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if err := (Config{Nodes: 1, Granularity: 1, Reservations: 1, Tag: "p", BackfillInterval: 30, BackfillBusy: true}).Validate(); err != nil {
+		t.Errorf("a busy 30 s backfill thread was refused: %v", err)
+	}
+}
