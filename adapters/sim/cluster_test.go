@@ -610,15 +610,17 @@ func TestReleasedPilotsGoToTheTopJobAsInSLURM(t *testing.T) {
 }
 
 func TestBackfillIntervalIsValidated(t *testing.T) {
-	for _, cfg := range []Config{
-		{Nodes: 1, Granularity: 1, Reservations: 1, Tag: "p", BackfillInterval: -1},
-		{Nodes: 1, Granularity: 1, Reservations: 1, Tag: "p", BackfillBusy: true},
-	} {
-		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%+v: err %v, want ErrInvalidConfig", cfg, err)
-		}
+	cfg := DefaultConfig()
+	cfg.BackfillInterval = -1
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "backfill interval") {
+		t.Errorf("a negative backfill interval: err %v", err)
 	}
-	if err := (Config{Nodes: 1, Granularity: 1, Reservations: 1, Tag: "p", BackfillInterval: 30, BackfillBusy: true}).Validate(); err != nil {
+	cfg.BackfillInterval, cfg.BackfillBusy = 0, true
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "busy backfill") {
+		t.Errorf("a busy backfill thread without an interval: err %v", err)
+	}
+	cfg.BackfillInterval = 30
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("a busy 30 s backfill thread was refused: %v", err)
 	}
 }
