@@ -10,19 +10,23 @@
 # scheduler 1 s slower: what any small perturbation costs).
 # LATENCY (default 0s) is the simulated scheduler's reaction latency: SLURM
 # backfills every bf_interval (30 s by default), the simulator at once
-# unless told; the control is then LATENCY + 1 s.
-# Usage: [LATENCY=30s] scripts/giveback-sim-report.sh [WORKLOADS_DIR]   (default ../shared/workloads)
+# unless told; the control is then LATENCY + 1 s. BF_INTERVAL (default 0s:
+# every pass backfills) models SLURM's two schedulers: the main one at every
+# change, in priority order, stopping at the first job that cannot start,
+# and backfill every BF_INTERVAL (SLURM's default bf_interval is 30s).
+# Usage: [LATENCY=30s] [BF_INTERVAL=30s] scripts/giveback-sim-report.sh [WORKLOADS_DIR]   (default ../shared/workloads)
 # Prints a markdown table on stdout; progress on stderr. About a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${1:-../shared/workloads}
 LATENCY=${LATENCY:-0s}
+BF_INTERVAL=${BF_INTERVAL:-0s}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 BIN=$TMP/harvest
 go build -o "$BIN" ./cmd/harvest
 
-echo "Simulated scheduler latency $LATENCY; the control: the baseline with it 1 s longer."
+echo "Simulated scheduler latency $LATENCY, backfill interval $BF_INTERVAL; the control: the baseline with the latency 1 s longer."
 echo
 echo "| trace | window (days from trace start) | give-back | pilots started | harvested: held / useful (% of baseline idle) | lost task-h | foreign mean wait (s): baseline -> mode | started later / > 2 s / > 70 s later than baseline | max delay (s) | late job-h (control) | late vs control | blocked by pilots: jobs / hours / max s |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -38,7 +42,7 @@ for spec in "KTH-SP2-1996-2.1-cln.swf.gz 100 599850 2,5,8" "SDSC-SP2-1998-4.2-cl
       echo "$1 window $k --give-back $run" >&2
       # shellcheck disable=SC2086
       "$BIN" sim --json --workload "$f" --nodes "$nodes" --from "$from" --to "$to" --mode harvest \
-        --harvest-backlog 1000000000 --task-seconds 300 --latency "$LATENCY" --give-back $run >"$TMP/r.json"
+        --harvest-backlog 1000000000 --task-seconds 300 --latency "$LATENCY" --bf-interval "$BF_INTERVAL" --give-back $run >"$TMP/r.json"
       grace=$([ "$run" = all ] && echo "" || echo ", 30 s grace")
       jq -r --arg t "$t" --arg k "$days" --arg g "$grace" '
         .baseline as $b | .control.delays.total_s as $c | ((1 - $b.utilization) * $b.nodes * $b.span_s) as $idle |

@@ -132,6 +132,7 @@ const (
 	evArrive
 	evWork
 	evSched
+	evBackfill
 )
 
 type event struct {
@@ -245,7 +246,10 @@ type Cluster struct {
 	reclaimed int
 	// schedAt is the time of the scheduling pass already queued, or -1.
 	schedAt int64
-	prof    profile
+	// With a BackfillInterval: bfAt is the time of the backfill pass
+	// already queued, or -1; lastBF the time of the last one.
+	bfAt, lastBF int64
+	prof         profile
 	// Pilot harm (harm.go): the profile without pilots and the jobs with
 	// an open charge.
 	cfProf  profile
@@ -291,7 +295,7 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, schedAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}, nodes: newNodeIndex(cfg.Nodes, cfg.cores())}
+	c := &Cluster{cfg: cfg, schedAt: -1, bfAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}, nodes: newNodeIndex(cfg.Nodes, cfg.cores())}
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -477,7 +481,14 @@ func (c *Cluster) handle(e event) {
 		c.feedIdle()
 	case evSched:
 		c.schedAt = -1
-		c.schedule()
+		c.schedule(c.cfg.BackfillInterval == 0)
+	case evBackfill:
+		c.bfAt, c.lastBF = -1, c.now
+		c.schedule(true)
+		if c.cfg.BackfillBusy {
+			c.bfAt = c.now + c.cfg.BackfillInterval
+			c.push(event{t: c.bfAt, kind: evBackfill})
+		}
 	}
 }
 
@@ -498,13 +509,19 @@ func (c *Cluster) enqueue(j *job) {
 	c.pending[i] = j
 }
 
-// dirty queues a scheduling pass after the reaction latency.
+// dirty queues a scheduling pass after the reaction latency and, with a
+// BackfillInterval, a backfill pass when the interval since the last one
+// has passed (SLURM's backfill thread sleeps bf_interval after a cycle,
+// then runs at the first check that finds a change).
 func (c *Cluster) dirty() {
-	if c.schedAt >= 0 {
-		return
+	if c.schedAt < 0 {
+		c.schedAt = c.now + c.cfg.Latency
+		c.push(event{t: c.schedAt, kind: evSched})
 	}
-	c.schedAt = c.now + c.cfg.Latency
-	c.push(event{t: c.schedAt, kind: evSched})
+	if c.cfg.BackfillInterval > 0 && c.bfAt < 0 { // (a busy thread has one queued after its first)
+		c.bfAt = max(c.now+c.cfg.Latency, c.lastBF+c.cfg.BackfillInterval)
+		c.push(event{t: c.bfAt, kind: evBackfill})
+	}
 }
 
 // buildProfile fills c.prof with the free nodes over time, judged by the
@@ -552,26 +569,37 @@ func (c *Cluster) endIndex(j *job) int {
 }
 
 // schedule is one pass of the scheduler: jobs start in priority order while
-// they fit; the first Reservations jobs that do not fit get a reservation at
-// their earliest start, and a lower job starts now only if it fits around
-// every reservation for its whole time limit (backfill).
-func (c *Cluster) schedule() {
+// they fit; with backfill the first Reservations jobs that do not fit get a
+// reservation at their earliest start, and a lower job starts now only if
+// it fits around every reservation for its whole time limit. Without (the
+// main scheduler's pass) the pass stops at the first job that cannot start.
+func (c *Cluster) schedule(backfill bool) {
 	c.closeCharges()
 	defer c.chargePilots()
 	c.reprioritise()
 	var p *profile
 	reserved := 0
 	c.reclaimed = 0
+	// blocked: the main pass met a job that cannot start; SLURM's main
+	// scheduler then takes the partition's nodes out of the pass, and the
+	// preemptible tier's partition spans the same nodes.
+	blocked := false
 	live := c.pending[:0]
 	for _, j := range c.pending {
 		if j.state != stPending {
+			continue
+		}
+		if blocked {
+			live = append(live, j)
 			continue
 		}
 		if j.preemptible {
 			// The lower tier takes whatever node is idle: it delays
 			// nobody, as anything above it preempts it.
 			if c.idleNodesForPilots() > 0 {
-				c.sizePilot(j, p)
+				if backfill { // the main scheduler ignores TimeMin
+					c.sizePilot(j, p)
+				}
 				c.start(j)
 			} else {
 				live = append(live, j)
@@ -579,6 +607,11 @@ func (c *Cluster) schedule() {
 			continue
 		}
 		free := c.free()
+		if !backfill && (j.cores > free || j.pilot && !c.pilotFits()) {
+			blocked = true
+			live = append(live, j)
+			continue
+		}
 		if j.cores > free && reserved >= c.cfg.Reservations {
 			// Cannot start now, and no reservation left to place:
 			// skip without touching the profile (keeps passes cheap).
@@ -588,7 +621,7 @@ func (c *Cluster) schedule() {
 		if p == nil {
 			p = c.buildProfile()
 		}
-		if j.pilot && j.minLimit > 0 && c.cfg.TimeMinSizing && !c.sizePilot(j, p) {
+		if backfill && j.pilot && j.minLimit > 0 && c.cfg.TimeMinSizing && !c.sizePilot(j, p) {
 			live = append(live, j) // not even its minimum fits the plan
 			continue
 		}
@@ -599,6 +632,7 @@ func (c *Cluster) schedule() {
 				c.start(j)
 			} else {
 				live = append(live, j) // starts when the preempted pilots are gone
+				blocked = !backfill    // ESLURM_NODES_BUSY fails the main pass
 			}
 			continue
 		}

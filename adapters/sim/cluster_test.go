@@ -39,7 +39,10 @@ func TestScheduleHandComputed(t *testing.T) {
 		name    string
 		nodes   int
 		latency int64
-		jobs    []fj
+		// bf is Config.BackfillInterval, busy Config.BackfillBusy.
+		bf   int64
+		busy bool
+		jobs []fj
 	}{
 		{
 			name: "a short job backfills into the hole before the top job's reservation, a long one waits",
@@ -111,10 +114,68 @@ func TestScheduleHandComputed(t *testing.T) {
 				{name: "J2", nodes: 2, limit: 100, run: 50, submit: 20, wantStart: 70, wantEnd: 120},
 			},
 		},
+		{
+			name: "with a backfill interval a job only backfill may start waits for the backfill pass",
+			// The main passes at 1 and 2 stop at J2 (4 nodes, 2 free);
+			// the first backfill pass, 30 s after the start, reserves J2
+			// at 100 and starts J3 in the hole. With every pass
+			// backfilling J3 ran 2-52 and J2 started at 60, J1's end;
+			// now J3 holds 2 nodes until 80.
+			nodes: 4,
+			bf:    30,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 60, wantStart: 0, wantEnd: 60},
+				{name: "J2", nodes: 4, limit: 100, run: 100, submit: 1, wantStart: 80, wantEnd: 180},
+				{name: "J3", nodes: 2, limit: 50, run: 50, submit: 2, wantStart: 30, wantEnd: 80},
+			},
+		},
+		{
+			name: "a job's end starts the top job at once (main pass), before backfill can give its nodes to a lower job",
+			// J3 arrives at 35, after the backfill pass of 30; the next is
+			// due at 60. J1 ends at 40 and the main pass starts J2 on the
+			// 4 free nodes. With every pass backfilling, J3 took 2 of
+			// them at 35 (it ends by 85, before J2's reservation at 100)
+			// and J2 waited until 85.
+			nodes: 4,
+			bf:    30,
+			jobs: []fj{
+				{name: "J1", nodes: 2, limit: 100, run: 40, wantStart: 0, wantEnd: 40},
+				{name: "J2", nodes: 4, limit: 100, run: 100, submit: 1, wantStart: 40, wantEnd: 140},
+				{name: "J3", nodes: 2, limit: 50, run: 50, submit: 35, wantStart: 140, wantEnd: 190},
+			},
+		},
+		{
+			name: "an idle backfill thread runs at the first change once its interval has passed",
+			// The last backfill pass ran at 30; J3's arrival at 200 is the
+			// first change since, and backfill starts it then.
+			nodes: 2,
+			bf:    30,
+			jobs: []fj{
+				{name: "J1", nodes: 1, limit: 1000, run: 1000, wantStart: 0, wantEnd: 1000},
+				{name: "J2", nodes: 2, limit: 100, run: 100, submit: 1, wantStart: 1000, wantEnd: 1100},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 200, wantEnd: 250},
+			},
+		},
+		{
+			name:  "a busy backfill thread runs every interval, and J3 waits for the pass at 210",
+			nodes: 2,
+			bf:    30,
+			busy:  true,
+			jobs: []fj{
+				{name: "J1", nodes: 1, limit: 1000, run: 1000, wantStart: 0, wantEnd: 1000},
+				{name: "J2", nodes: 2, limit: 100, run: 100, submit: 1, wantStart: 1000, wantEnd: 1100},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 210, wantEnd: 260},
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, tc.nodes, tc.latency)
+			cfg := DefaultConfig()
+			cfg.Nodes, cfg.Latency, cfg.BackfillInterval, cfg.BackfillBusy = tc.nodes, tc.latency, tc.bf, tc.busy
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			ids := map[string]string{}
 			for _, j := range tc.jobs {
 				lim := cluster.Seconds(j.limit)
@@ -492,5 +553,74 @@ func TestFinishedPilotsKeepTheirWholeRecord(t *testing.T) {
 	}
 	if c.jobs[0] != nil || len(c.byID) != 1 {
 		t.Errorf("finished pilots are still held whole: jobs[0] %v, %d ids", c.jobs[0], len(c.byID))
+	}
+}
+
+// Pilots hold the nodes a wide job T waits for; a running job ends early
+// and the agent cancels the pilots 5 s later. SLURM's main scheduler runs at
+// the end, meets T first and starts nothing, so the released nodes go to T
+// at the cancel; a scheduler that backfills at every pass starts the
+// smaller L in the second the job ended (it fits before the pilots' limits),
+// and T waits for it (issue 33: KTH job 4514).
+func TestReleasedPilotsGoToTheTopJobAsInSLURM(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name         string
+		bf           int64
+		wantT, wantL int64
+	}{
+		{name: "every pass backfills", bf: 0, wantT: 200, wantL: 100},
+		{name: "main scheduler at every change, backfill every 30 s", bf: 30, wantT: 105, wantL: 205},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Nodes, cfg.BackfillInterval, cfg.BackfillBusy = 4, tc.bf, tc.bf > 0
+			c := newClusterCfg(t, cfg)
+			mustAdd(t, c, JobSpec{Name: "A", Nodes: 2, TimeLimit: 1000, RunTime: 100})
+			var pilots []adapters.PilotID
+			for range 2 {
+				id, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: 600, Command: []string{"harvest", "pilot"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pilots = append(pilots, id)
+			}
+			tid := mustAdd(t, c, JobSpec{Name: "T", Nodes: 4, TimeLimit: 100, RunTime: 100, Submit: 10})
+			lid := mustAdd(t, c, JobSpec{Name: "L", Nodes: 2, TimeLimit: 300, RunTime: 100, Submit: 20})
+			if err := c.AdvanceTo(105); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range pilots {
+				if err := c.Cancel(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.AdvanceTo(2000); err != nil {
+				t.Fatal(err)
+			}
+			start := map[string]int64{}
+			for _, r := range c.Records() {
+				start[r.ID] = r.Start
+			}
+			if start[tid] != tc.wantT || start[lid] != tc.wantL {
+				t.Errorf("T started at %d, L at %d; want %d and %d", start[tid], start[lid], tc.wantT, tc.wantL)
+			}
+		})
+	}
+}
+
+func TestBackfillIntervalIsValidated(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BackfillInterval = -1
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "backfill interval") {
+		t.Errorf("a negative backfill interval: err %v", err)
+	}
+	cfg.BackfillInterval, cfg.BackfillBusy = 0, true
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "busy backfill") {
+		t.Errorf("a busy backfill thread without an interval: err %v", err)
+	}
+	cfg.BackfillInterval = 30
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a busy 30 s backfill thread was refused: %v", err)
 	}
 }

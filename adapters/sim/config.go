@@ -32,6 +32,23 @@ type Config struct {
 	// scheduling pass runs this long after the first change (submit, end,
 	// cancel) since the previous pass. 0 = at once.
 	Latency int64
+	// BackfillInterval, if positive, splits the scheduler in two as SLURM
+	// does: a main pass at every change (after Latency) starts pending
+	// jobs in priority order and stops at the first that cannot start
+	// (22.05 job_scheduler.c _schedule: ESLURM_NODES_BUSY fails the
+	// partition), and the backfill pass (reservations, lower jobs around
+	// them) runs at most once per BackfillInterval seconds, and only after
+	// a change (backfill.c backfill_agent: bf_interval, _more_work). 0:
+	// every pass backfills, a scheduler that backfills the second a job
+	// ends.
+	BackfillInterval int64
+	// BackfillBusy runs the backfill pass every BackfillInterval whether
+	// or not anything changed: a site whose job traffic never lets
+	// _more_work answer false, so a job only backfill may start waits up
+	// to the interval, with or without pilots (a quiet cluster's backfill
+	// thread instead wakes at the first change past the interval, and a
+	// harvest's own pilot traffic keeps it on the interval).
+	BackfillBusy bool
 	// Reservations is how many pending jobs, in priority order, get a
 	// reservation that lower jobs must not delay (1 = EASY backfill, the
 	// scheduler of the KTH and SDSC SP2 machines; SLURM reserves for every
@@ -91,6 +108,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: granularity must be at least 1 s, got %d", ErrInvalidConfig, c.Granularity)
 	case c.Latency < 0:
 		return fmt.Errorf("%w: latency must not be negative, got %d", ErrInvalidConfig, c.Latency)
+	case c.BackfillInterval < 0:
+		return fmt.Errorf("%w: backfill interval must not be negative (0 = every pass), got %d", ErrInvalidConfig, c.BackfillInterval)
+	case c.BackfillBusy && c.BackfillInterval == 0:
+		return fmt.Errorf("%w: a busy backfill thread needs a backfill interval", ErrInvalidConfig)
 	case c.Contention < 0:
 		return fmt.Errorf("%w: contention must not be negative (0 = none), got %d", ErrInvalidConfig, c.Contention)
 	case c.Reservations < 1:

@@ -52,6 +52,8 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes even with no backlog"},
 			&cli.DurationFlag{Name: "poll", Usage: "agent round interval (virtual time)", Value: 10 * time.Second},
 			&cli.DurationFlag{Name: "latency", Usage: "batch system reaction latency (scheduler interval)", Value: 0},
+			&cli.DurationFlag{Name: "bf-interval", Usage: "backfill only every `D` (SLURM's bf_interval; 30s is its default): between backfill passes the main scheduler starts jobs in priority order and stops at the first that cannot start (0 = every pass backfills)"},
+			&cli.BoolFlag{Name: "bf-busy", Usage: "with --bf-interval: backfill every interval even when nothing changed (a site whose job traffic keeps SLURM's backfill thread busy)"},
 			&cli.IntFlag{Name: "reservations", Usage: "pending jobs that get a backfill reservation (1 = EASY)", Value: 1},
 			&cli.DurationFlag{Name: "max-time", Usage: "partition MaxTime: the longest pilot limit (0 = unlimited)"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
@@ -136,6 +138,8 @@ func runSim(c *cli.Context) error {
 	cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
 	cfg.Poll = int64(c.Duration("poll") / time.Second)
 	cfg.Cluster.Latency = int64(c.Duration("latency") / time.Second)
+	cfg.Cluster.BackfillInterval = int64(c.Duration("bf-interval") / time.Second)
+	cfg.Cluster.BackfillBusy = c.Bool("bf-busy")
 	cfg.Cluster.Reservations = c.Int("reservations")
 	cfg.Cluster.TimeAware = !c.Bool("no-time-aware")
 	if d := c.Duration("max-time"); d > 0 {
