@@ -32,8 +32,10 @@ func topPending(s *cluster.Snapshot) int {
 type holding struct {
 	// freeNow counts the nodes of running pilots above the floor.
 	freeNow int
-	// floor holds the floor pilots (visible, running or queued).
-	floor []cluster.Job
+	// floor holds the floor pilots (visible, running or queued), floorIdx
+	// their indices in the snapshot's jobs.
+	floor    []cluster.Job
+	floorIdx []int
 	// floorLedger is how many floor pilots are still on the ledger.
 	floorLedger int
 }
@@ -44,8 +46,9 @@ type holding struct {
 // preemption mode: the batch system preempts the others by itself).
 func newHolding(jobs []cluster.Job, upcoming []Upcoming, keep int, preemption bool) holding {
 	var h holding
-	var own []cluster.Job
-	for _, p := range jobs {
+	var own []int
+	for i := range jobs {
+		p := &jobs[i]
 		if !p.Pilot {
 			continue
 		}
@@ -55,22 +58,24 @@ func newHolding(jobs []cluster.Job, upcoming []Upcoming, keep int, preemption bo
 			}
 			continue
 		}
-		own = append(own, p)
+		own = append(own, i)
 	}
 	if keep == 0 {
 		return h // no floor: no need to sort
 	}
-	own = ReleaseOrder(own)
+	slices.SortFunc(own, func(a, b int) int { return compareReleaseRef(&jobs[a], &jobs[b]) }) // ReleaseOrder
 	nfloor := 0
-	for i := len(own) - 1; i >= 0; i-- {
+	for k := len(own) - 1; k >= 0; k-- {
+		p := &jobs[own[k]]
 		if nfloor >= keep {
-			if own[i].State == cluster.Running {
-				h.freeNow += own[i].Nodes
+			if p.State == cluster.Running {
+				h.freeNow += p.Nodes
 			}
 			continue
 		}
-		h.floor = append(h.floor, own[i])
-		nfloor += own[i].Nodes
+		h.floor = append(h.floor, *p)
+		h.floorIdx = append(h.floorIdx, own[k])
+		nfloor += p.Nodes
 	}
 	if nfloor < keep {
 		for _, u := range upcoming {

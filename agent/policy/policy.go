@@ -126,6 +126,12 @@ type view struct {
 	limitCap  cluster.Limit
 	hold      holding // the pilots as the maxTime walk sees them
 
+	// Shared by the round's walks (walk.go), built on first use: what
+	// they read of the snapshot, and the batch system's walk without
+	// releases.
+	base   *walkBase
+	batch0 *walked
+
 	// What a waiting foreign job sees (see Config.Preemption): the idle
 	// nodes it may take (idleF), the nodes the batch system frees for it
 	// by preempting pilots (schedFree, 0 when polling), and how many
