@@ -201,7 +201,9 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	r.enrich(&snap, dem)
 
 	pcfg := r.cfg.Policy
-	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain}
+	// The jobs were validated above; enrich changed only figures (and
+	// the pilots' busy and master marks).
+	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain, JobsChecked: true}
 	dec := policy.Decide(in, pcfg)
 	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})

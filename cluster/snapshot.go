@@ -212,9 +212,21 @@ var ErrInvalidSnapshot = errors.New("invalid snapshot")
 
 // Validate checks the snapshot for contradictions a policy must not act on.
 func (s Snapshot) Validate() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, a...))
+	if err := s.ValidateFigures(); err != nil {
+		return err
 	}
+	return validateJobs(s.Jobs)
+}
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, a...))
+}
+
+// ValidateFigures is Validate without the checks of the jobs: for a caller
+// that validated them and then changed only the figures (the agent adds
+// the queue's demand and the admin's node counts to the adapter's
+// snapshot).
+func (s Snapshot) ValidateFigures() error {
 	if s.TotalNodes < 0 || s.IdleNodes < 0 || s.PlannedNodes < 0 || s.DrainedNodes < 0 {
 		return bad("node counts must not be negative")
 	}
@@ -230,8 +242,13 @@ func (s Snapshot) Validate() error {
 	if s.Demand != nil && (s.Demand.PendingTasks < 0 || s.Demand.RunningTasks < 0 || s.Demand.SlotsPerNode < 0) {
 		return bad("demand figures must not be negative")
 	}
-	dup := firstDuplicate(s.Jobs)
-	for i, j := range s.Jobs {
+	return nil
+}
+
+func validateJobs(jobs []Job) error {
+	dup := firstDuplicate(jobs)
+	for i := range jobs {
+		j := &jobs[i]
 		if j.ID == "" {
 			return bad("job %d has no id", i)
 		}

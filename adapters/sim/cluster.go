@@ -274,6 +274,18 @@ type Cluster struct {
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
 	snapJobs  []cluster.Job
 	reuseSnap bool
+	// showBusy: snapshots mark the pilots running a task (ShowBusy).
+	showBusy bool
+}
+
+// ShowBusy makes snapshots mark the running pilots that run a task
+// (Job.Busy), as the agent marks them from the queue's heartbeats: the
+// simulated cluster is batch system and queue at once. sim.Run's agent
+// then needs no look-up of every pilot in Demand's map each round.
+func (c *Cluster) ShowBusy() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.showBusy = true
 }
 
 // ReuseSnapshots makes every Snapshot reuse the previous one's job list:
@@ -823,6 +835,7 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		cj.State = cluster.Running
 		cj.RunTime = c.now - j.rec.Start
 		cj.StartTime = j.rec.Start
+		cj.Busy = c.showBusy && j.task != nil
 		s.Jobs = append(s.Jobs, cj)
 	}
 	top := true

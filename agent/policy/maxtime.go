@@ -163,11 +163,16 @@ func MaxTime(in Input, cfg Config) cluster.Limit {
 	return v.maxTime(&v.s.Jobs[v.top])
 }
 
+// maxTime is J_top's maxTime (top is J_top), computed once a round.
 func (v *view) maxTime(top *cluster.Job) cluster.Limit {
+	if v.maxTime0 != nil {
+		return *v.maxTime0
+	}
 	mt := v.walk(top.Nodes)
 	if v.cfg.UseExpectedStart && top.ExpectedStart > 0 && top.ExpectedStart >= v.s.Now {
 		mt = mt.Min(cluster.Limit(top.ExpectedStart - v.s.Now))
 	}
+	v.maxTime0 = &mt
 	return mt
 }
 

@@ -230,7 +230,11 @@ func (v *view) batch(gone []bool) walked {
 
 // ideal is the walk with the pilots above the floor gone.
 func (v *view) ideal() walked {
-	return v.walkQueue(v.idealPlan(), false, nil)
+	if v.ideal0 == nil {
+		w := v.walkQueue(v.idealPlan(), false, nil)
+		v.ideal0 = &w
+	}
+	return *v.ideal0
 }
 
 // walkBase is what every walk of a round reads of the snapshot, derived
@@ -294,38 +298,69 @@ func (v *view) walkBase() *walkBase {
 // batch system preempts them for any job above their tier), and queued
 // ones never compete for a node.
 func (v *view) idealPlan() plan {
-	s := v.s
-	free := s.IdleNodes
-	var ends []freeing
+	b := v.walkBase()
+	free := v.s.IdleNodes + b.tierFree
+	var takes []freeing
 	take := func(n int, after cluster.Limit) {
 		n = min(n, free)
 		if n > 0 {
 			free -= n
-			ends = append(ends, freeing{after: after, nodes: n})
+			takes = append(takes, freeing{after: after, nodes: n})
 		}
 	}
-	floor := v.walkBase().floor
-	for i := range s.Jobs {
-		j := &s.Jobs[i]
-		if !j.Pilot {
-			if j.State == cluster.Running {
-				ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
-			}
+	ends := b.ends[:0]
+	for _, h := range b.held {
+		if h.job >= 0 && !b.floor[h.job] {
+			free += h.nodes // above the floor: gone
 			continue
 		}
-		tier := v.cfg.Preemption && j.Preemptible
-		present := !tier && floor[i]
-		switch {
-		case j.State == cluster.Running && present:
-			ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
-		case j.State == cluster.Running:
-			free += j.Nodes
-		case present:
-			take(j.Nodes, j.TimeLimit)
+		ends = append(ends, h.freeing)
+	}
+	if len(v.hold.floorIdx) > 0 {
+		// Queued floor pilots take idle nodes in the snapshot's order, the
+		// running pilots above the floor before them in it already gone.
+		free = v.s.IdleNodes
+		for i := range v.s.Jobs {
+			j := &v.s.Jobs[i]
+			if !j.Pilot {
+				continue
+			}
+			present := !(v.cfg.Preemption && j.Preemptible) && b.floor[i]
+			switch {
+			case j.State == cluster.Running && !present:
+				free += j.Nodes
+			case j.State == cluster.Pending && present:
+				take(j.Nodes, j.TimeLimit)
+			}
 		}
 	}
 	v.ledgerTakes(v.hold.floorLedger, take)
-	return newPlan(free, ends)
+	ends = mergeEnds(ends, takes)
+	b.ends = ends
+	return sortedPlan(free, ends)
+}
+
+// mergeEnds returns the sorted ends with the few more merged in (sorted
+// here), in ends' array when it has room.
+func mergeEnds(ends, more []freeing) []freeing {
+	if len(more) == 0 {
+		return ends
+	}
+	slices.SortFunc(more, func(a, b freeing) int { return compareLimit(a.after, b.after) })
+	n := len(ends)
+	ends = slices.Grow(ends, len(more))[:n+len(more)]
+	// From the back, so that nothing is overwritten before it is read.
+	x, y := n-1, len(more)-1
+	for k := len(ends) - 1; y >= 0; k-- {
+		if x >= 0 && compareLimit(ends[x].after, more[y].after) > 0 {
+			ends[k] = ends[x]
+			x--
+		} else {
+			ends[k] = more[y]
+			y--
+		}
+	}
+	return ends
 }
 
 // ledgerTakes lets the first n ledger pilots (outside the preemptible
@@ -369,23 +404,7 @@ func (v *view) batchPlan(gone []bool) plan {
 			led = append(led, freeing{after: after, nodes: n})
 		}
 	})
-	if len(led) > 0 {
-		slices.SortFunc(led, func(a, b freeing) int { return compareLimit(a.after, b.after) })
-		held := len(ends)
-		ends = append(ends, led...)
-		merged := make([]freeing, 0, len(ends))
-		x, y := 0, held
-		for x < held || y < len(ends) {
-			if y == len(ends) || x < held && compareLimit(ends[x].after, ends[y].after) <= 0 {
-				merged = append(merged, ends[x])
-				x++
-			} else {
-				merged = append(merged, ends[y])
-				y++
-			}
-		}
-		ends = merged
-	}
+	ends = mergeEnds(ends, led)
 	b.ends = ends
 	return sortedPlan(free, ends)
 }
