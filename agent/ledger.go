@@ -95,7 +95,8 @@ func (l *Ledger) Unknown(limit cluster.Limit, preemptible bool, now int64) {
 func (l *Ledger) Observe(s cluster.Snapshot) {
 	visible := l.spare[:0]
 	fresh := 0
-	for _, j := range s.Jobs {
+	for i := range s.Jobs {
+		j := &s.Jobs[i] // not a copy of every job a round
 		if !j.Pilot {
 			continue
 		}

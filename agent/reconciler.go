@@ -225,8 +225,8 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 // seen sums up a snapshot for the queue.
 func seen(s cluster.Snapshot, l *Ledger) Seen {
 	held := l.Len()
-	for _, j := range s.Jobs {
-		if j.Pilot {
+	for i := range s.Jobs {
+		if j := &s.Jobs[i]; j.Pilot {
 			held += j.Nodes
 		}
 	}

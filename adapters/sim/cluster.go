@@ -830,13 +830,16 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	} else {
 		s.Jobs = make([]cluster.Job, 0, len(c.running)+len(c.pending))
 	}
+	s.Jobs = slices.Grow(s.Jobs, len(c.running))
 	for _, j := range c.running {
-		cj := c.view(j)
+		// Written in place: a job is 200 bytes and a round shows thousands.
+		s.Jobs = s.Jobs[:len(s.Jobs)+1]
+		cj := &s.Jobs[len(s.Jobs)-1]
+		c.viewInto(cj, j)
 		cj.State = cluster.Running
 		cj.RunTime = c.now - j.rec.Start
 		cj.StartTime = j.rec.Start
 		cj.Busy = c.showBusy && j.task != nil
-		s.Jobs = append(s.Jobs, cj)
 	}
 	top := true
 	for _, j := range c.pending {
@@ -868,7 +871,13 @@ func (c *Cluster) maxTime() *cluster.Limit {
 }
 
 func (c *Cluster) view(j *job) cluster.Job {
-	cj := cluster.Job{ID: j.rec.ID, Nodes: j.rec.Nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
+	var cj cluster.Job
+	c.viewInto(&cj, j)
+	return cj
+}
+
+func (c *Cluster) viewInto(cj *cluster.Job, j *job) {
+	*cj = cluster.Job{ID: j.rec.ID, Nodes: j.rec.Nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
 	if j.limit != never {
 		cj.TimeLimit = cluster.Limit(j.limit) // sized, shrunk or preempted
 	}
@@ -881,7 +890,6 @@ func (c *Cluster) view(j *job) cluster.Job {
 			cj.User = "user"
 		}
 	}
-	return cj
 }
 
 // Submit queues a one-node pilot at the current virtual time. The limit is

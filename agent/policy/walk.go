@@ -67,7 +67,7 @@ func newPlan(free int, ends []freeing) plan {
 // sortedPlan is newPlan of ends already sorted by when they free their
 // nodes (the plan depends on the groups, not on their order).
 func sortedPlan(free int, ends []freeing) plan {
-	p := plan{times: make([]int64, 1, len(ends)+1), free: make([]int, 1, len(ends)+1), fits: map[int]int64{}, starts: map[span]int64{}}
+	p := plan{times: make([]int64, 1, len(ends)+1), free: make([]int, 1, len(ends)+1)}
 	p.free[0] = free
 	for _, e := range ends {
 		if e.after.IsUnlimited() {
@@ -103,6 +103,10 @@ func addTime(t int64, d cluster.Limit) int64 {
 // earliest is the first time n nodes are free for d: one pass over the
 // steps, following the current run of steps with n free.
 func (p *plan) earliest(n int, d cluster.Limit) int64 {
+	if p.fits == nil {
+		// Made on first use: most of a round's walks place few jobs.
+		p.fits, p.starts = map[int]int64{}, map[span]int64{}
+	}
 	start := -1
 	key := span{n, d}
 	from, _ := slices.BinarySearch(p.times, max(p.fits[n], p.starts[key]))
