@@ -178,27 +178,39 @@ func (v *view) maxTime(top *cluster.Job) cluster.Limit {
 
 func (v *view) walk(nodes int) cluster.Limit {
 	s := v.s
-	// Count first so that a 10,000-job snapshot costs one allocation.
-	n := len(v.in.Upcoming)
-	for i := range s.Jobs {
-		if s.Jobs[i].State == cluster.Running || s.Jobs[i].Pilot {
-			n++
-		}
-	}
-	entries, taken := v.hold.claims(s, v.in.Upcoming, v.cfg.Preemption, make([]freeing, 0, n))
+	entries, taken := v.hold.claims(s, v.in.Upcoming, v.cfg.Preemption, nil)
 	need := nodes - (s.IdleNodes - taken + v.hold.freeNow)
 	if need <= 0 {
 		return 0
 	}
-	entries = v.runningHolders(entries)
+	// The running holders (runningHolders: foreign jobs and floor pilots)
+	// come sorted from the round's walkBase; the few claims are merged in.
+	// An unlimited holder is last and never frees its nodes: reaching it
+	// is Unlimited either way.
 	slices.SortFunc(entries, func(a, b freeing) int { return compareLimit(a.after, b.after) })
-	for _, e := range entries {
+	b := v.walkBase()
+	held := b.held
+	i, k := 0, 0
+	for {
+		for i < len(held) && held[i].job >= 0 && !b.floor[held[i].job] {
+			i++
+		}
+		var e freeing
+		switch {
+		case i < len(held) && (k == len(entries) || compareLimit(held[i].rem, entries[k].after) <= 0):
+			e = freeing{after: held[i].rem, nodes: held[i].nodes}
+			i++
+		case k < len(entries):
+			e = entries[k]
+			k++
+		default:
+			return cluster.Unlimited
+		}
 		need -= e.nodes
 		if need <= 0 {
 			return e.after
 		}
 	}
-	return cluster.Unlimited
 }
 
 // runningHolders appends the running jobs that hold their nodes until

@@ -262,6 +262,7 @@ type walkBase struct {
 type heldBy struct {
 	freeing
 	job int
+	rem cluster.Limit // the remaining limit (freeing.after is overdue(rem))
 }
 
 func (v *view) walkBase() *walkBase {
@@ -279,14 +280,16 @@ func (v *view) walkBase() *walkBase {
 		case j.State == cluster.Pending:
 			b.pending = append(b.pending, i)
 		case !j.Pilot:
-			b.held = append(b.held, heldBy{freeing{after: overdue(j.Remaining()), nodes: j.Nodes}, -1})
+			b.held = append(b.held, heldBy{freeing{after: overdue(j.Remaining()), nodes: j.Nodes}, -1, j.Remaining()})
 		case v.cfg.Preemption && j.Preemptible:
 			b.tierFree += j.Nodes
 		default:
-			b.held = append(b.held, heldBy{freeing{after: overdue(j.Remaining()), nodes: j.Nodes}, i})
+			b.held = append(b.held, heldBy{freeing{after: overdue(j.Remaining()), nodes: j.Nodes}, i, j.Remaining()})
 		}
 	}
-	slices.SortFunc(b.held, func(x, y heldBy) int { return compareLimit(x.after, y.after) })
+	// By remaining limit, which also orders them by after (overdue only
+	// lifts 0 to 1): the plans and maxTime's walk read the same order.
+	slices.SortFunc(b.held, func(x, y heldBy) int { return compareLimit(x.rem, y.rem) })
 	v.base = b
 	return b
 }
