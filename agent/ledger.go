@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"hash/maphash"
 	"sort"
 
 	"github.com/harvest-hpc/harvest/adapters"
@@ -21,12 +22,17 @@ type Ledger struct {
 	known   map[string]entry // id -> entry, submitted and not yet visible
 	unknown []entry          // outcome unknown
 	// seen holds the pilot ids of the last snapshot; seenSet is the same
-	// as a set, built only when a round needs it (a submit, or an unknown
-	// submit to settle): most rounds need neither, and a set of a thousand
-	// pilots each round was a tenth of a simulated month.
+	// as a set (an open-addressing table of indices into seen, by id
+	// hash), built only when a round needs it (a submit, or an unknown
+	// submit to settle): most rounds need neither, and a map of a thousand
+	// pilots each round was a tenth of a simulated month (and a twentieth
+	// when built only for submits).
 	seen, spare []string
-	seenSet     map[string]bool
+	seenSet     []int32
+	seenBuilt   bool
 }
+
+var seenSeed = maphash.MakeSeed()
 
 type entry struct {
 	limit       cluster.Limit
@@ -41,13 +47,33 @@ func NewLedger(ttl int64) *Ledger {
 
 // wasSeen reports whether the last snapshot showed pilot id.
 func (l *Ledger) wasSeen(id string) bool {
-	if l.seenSet == nil {
-		l.seenSet = make(map[string]bool, len(l.seen))
-		for _, s := range l.seen {
-			l.seenSet[s] = true
+	if !l.seenBuilt {
+		size := 16
+		for size < 2*len(l.seen) {
+			size *= 2
+		}
+		if cap(l.seenSet) < size {
+			l.seenSet = make([]int32, size)
+		}
+		l.seenSet = l.seenSet[:size]
+		clear(l.seenSet)
+		mask := uint64(size - 1)
+		for i, s := range l.seen {
+			k := maphash.String(seenSeed, s) & mask
+			for l.seenSet[k] != 0 {
+				k = (k + 1) & mask
+			}
+			l.seenSet[k] = int32(i + 1)
+		}
+		l.seenBuilt = true
+	}
+	mask := uint64(len(l.seenSet) - 1)
+	for k := maphash.String(seenSeed, id) & mask; l.seenSet[k] != 0; k = (k + 1) & mask {
+		if l.seen[l.seenSet[k]-1] == id {
+			return true
 		}
 	}
-	return l.seenSet[id]
+	return false
 }
 
 // Submitted records a pilot the batch system accepted (to its preemptible
@@ -69,7 +95,8 @@ func (l *Ledger) Unknown(limit cluster.Limit, preemptible bool, now int64) {
 func (l *Ledger) Observe(s cluster.Snapshot) {
 	visible := l.spare[:0]
 	fresh := 0
-	for _, j := range s.Jobs {
+	for i := range s.Jobs {
+		j := &s.Jobs[i] // not a copy of every job a round
 		if !j.Pilot {
 			continue
 		}
@@ -83,7 +110,7 @@ func (l *Ledger) Observe(s cluster.Snapshot) {
 	l.unknown = l.unknown[min(fresh, len(l.unknown)):]
 	// Forget ids no longer visible so the set does not grow forever; a
 	// pilot never comes back once it has left the batch system.
-	l.seen, l.spare, l.seenSet = visible, l.seen, nil
+	l.seen, l.spare, l.seenBuilt = visible, l.seen, false
 	for id, e := range l.known {
 		if s.Now-e.at > l.TTL {
 			delete(l.known, id)

@@ -201,7 +201,9 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	r.enrich(&snap, dem)
 
 	pcfg := r.cfg.Policy
-	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain}
+	// The jobs were validated above; enrich changed only figures (and
+	// the pilots' busy and master marks).
+	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain, JobsChecked: true}
 	dec := policy.Decide(in, pcfg)
 	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})
@@ -223,8 +225,8 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 // seen sums up a snapshot for the queue.
 func seen(s cluster.Snapshot, l *Ledger) Seen {
 	held := l.Len()
-	for _, j := range s.Jobs {
-		if j.Pilot {
+	for i := range s.Jobs {
+		if j := &s.Jobs[i]; j.Pilot {
 			held += j.Nodes
 		}
 	}

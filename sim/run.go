@@ -360,6 +360,8 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		// The agent reads each snapshot within its round (the decision
 		// keeps ids, not jobs): one job list serves every round.
 		c.ReuseSnapshots()
+		// The snapshots mark the busy pilots (Demand gives no map).
+		c.ShowBusy()
 		rec := agent.NewReconciler(c, dem, acfg, cfg.Log)
 		q := quiet{until: from}
 		step = func(ctx context.Context, t int64) error {
@@ -452,8 +454,8 @@ type demand struct {
 }
 
 func (d demand) Demand(context.Context, agent.Seen) (agent.DemandInfo, error) {
-	dm, busy := d.c.Demand()
-	info := agent.DemandInfo{Demand: &dm, Busy: busy}
+	dm, _ := d.c.Demand()
+	info := agent.DemandInfo{Demand: &dm} // the snapshots mark the busy pilots (ShowBusy)
 	if !d.noRecommend {
 		info.Recommended = policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation)
 	}
@@ -529,7 +531,8 @@ func (q *quiet) after(t int64, res agent.RoundResult, c *simcluster.Cluster, d d
 	if res.Decision.Acts() || len(res.Errors) > 0 {
 		return
 	}
-	st := policy.Steady(policy.Input{Snapshot: res.Snapshot, Upcoming: res.Upcoming, Recommended: res.Recommended}, pcfg)
+	// The round validated the snapshot's jobs (Round).
+	st := policy.Steady(policy.Input{Snapshot: res.Snapshot, Upcoming: res.Upcoming, Recommended: res.Recommended, JobsChecked: true}, pcfg)
 	if st == policy.Forever || t > policy.Forever-st {
 		q.until = policy.Forever
 	} else {

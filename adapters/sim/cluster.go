@@ -278,6 +278,18 @@ type Cluster struct {
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
 	snapJobs  []cluster.Job
 	reuseSnap bool
+	// showBusy: snapshots mark the pilots running a task (ShowBusy).
+	showBusy bool
+}
+
+// ShowBusy makes snapshots mark the running pilots that run a task
+// (Job.Busy), as the agent marks them from the queue's heartbeats: the
+// simulated cluster is batch system and queue at once. sim.Run's agent
+// then needs no look-up of every pilot in Demand's map each round.
+func (c *Cluster) ShowBusy() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.showBusy = true
 }
 
 // ReuseSnapshots makes every Snapshot reuse the previous one's job list:
@@ -852,12 +864,16 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	} else {
 		s.Jobs = make([]cluster.Job, 0, len(c.running)+len(c.pending))
 	}
+	s.Jobs = slices.Grow(s.Jobs, len(c.running))
 	for _, j := range c.running {
-		cj := c.view(j)
+		// Written in place: a job is 200 bytes and a round shows thousands.
+		s.Jobs = s.Jobs[:len(s.Jobs)+1]
+		cj := &s.Jobs[len(s.Jobs)-1]
+		c.viewInto(cj, j)
 		cj.State = cluster.Running
 		cj.RunTime = c.now - j.rec.Start
 		cj.StartTime = j.rec.Start
-		s.Jobs = append(s.Jobs, cj)
+		cj.Busy = c.showBusy && j.task != nil
 	}
 	top := true
 	for _, j := range c.pending {
@@ -889,7 +905,13 @@ func (c *Cluster) maxTime() *cluster.Limit {
 }
 
 func (c *Cluster) view(j *job) cluster.Job {
-	cj := cluster.Job{ID: j.rec.ID, Nodes: j.rec.Nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
+	var cj cluster.Job
+	c.viewInto(&cj, j)
+	return cj
+}
+
+func (c *Cluster) viewInto(cj *cluster.Job, j *job) {
+	*cj = cluster.Job{ID: j.rec.ID, Nodes: j.rec.Nodes, TimeLimit: j.rec.Limit, SubmitTime: j.rec.Submit, Partition: "sim", Priority: j.prio}
 	if j.limit != never {
 		cj.TimeLimit = cluster.Limit(j.limit) // sized, shrunk or preempted
 	}
@@ -902,7 +924,6 @@ func (c *Cluster) view(j *job) cluster.Job {
 			cj.User = "user"
 		}
 	}
-	return cj
 }
 
 // Submit queues a one-node pilot at the current virtual time. The limit is

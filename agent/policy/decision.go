@@ -23,6 +23,13 @@ type Input struct {
 	// Drain, when set, is the admin's drain (harvest admin drain): every
 	// pilot is released and nothing is submitted.
 	Drain *Drain
+	// JobsChecked says the caller validated Snapshot's jobs
+	// (cluster.Snapshot.Validate) and changed none of their ids, states,
+	// nodes, limits or run times since: Decide and Steady then check the
+	// rest of the input only. The agent validates each snapshot as the
+	// adapter returns it; a second pass over the jobs every round was a
+	// tenth of a simulated month's CPU.
+	JobsChecked bool
 }
 
 // Drain is a drain in force. Busy pilots are released once their batch

@@ -32,8 +32,10 @@ func topPending(s *cluster.Snapshot) int {
 type holding struct {
 	// freeNow counts the nodes of running pilots above the floor.
 	freeNow int
-	// floor holds the floor pilots (visible, running or queued).
-	floor []cluster.Job
+	// floor holds the floor pilots (visible, running or queued), floorIdx
+	// their indices in the snapshot's jobs.
+	floor    []cluster.Job
+	floorIdx []int
 	// floorLedger is how many floor pilots are still on the ledger.
 	floorLedger int
 }
@@ -44,8 +46,9 @@ type holding struct {
 // preemption mode: the batch system preempts the others by itself).
 func newHolding(jobs []cluster.Job, upcoming []Upcoming, keep int, preemption bool) holding {
 	var h holding
-	var own []cluster.Job
-	for _, p := range jobs {
+	var own []int
+	for i := range jobs {
+		p := &jobs[i]
 		if !p.Pilot {
 			continue
 		}
@@ -55,22 +58,24 @@ func newHolding(jobs []cluster.Job, upcoming []Upcoming, keep int, preemption bo
 			}
 			continue
 		}
-		own = append(own, p)
+		own = append(own, i)
 	}
 	if keep == 0 {
 		return h // no floor: no need to sort
 	}
-	own = ReleaseOrder(own)
+	slices.SortFunc(own, func(a, b int) int { return compareReleaseRef(&jobs[a], &jobs[b]) }) // ReleaseOrder
 	nfloor := 0
-	for i := len(own) - 1; i >= 0; i-- {
+	for k := len(own) - 1; k >= 0; k-- {
+		p := &jobs[own[k]]
 		if nfloor >= keep {
-			if own[i].State == cluster.Running {
-				h.freeNow += own[i].Nodes
+			if p.State == cluster.Running {
+				h.freeNow += p.Nodes
 			}
 			continue
 		}
-		h.floor = append(h.floor, own[i])
-		nfloor += own[i].Nodes
+		h.floor = append(h.floor, *p)
+		h.floorIdx = append(h.floorIdx, own[k])
+		nfloor += p.Nodes
 	}
 	if nfloor < keep {
 		for _, u := range upcoming {
@@ -158,37 +163,54 @@ func MaxTime(in Input, cfg Config) cluster.Limit {
 	return v.maxTime(&v.s.Jobs[v.top])
 }
 
+// maxTime is J_top's maxTime (top is J_top), computed once a round.
 func (v *view) maxTime(top *cluster.Job) cluster.Limit {
+	if v.maxTime0 != nil {
+		return *v.maxTime0
+	}
 	mt := v.walk(top.Nodes)
 	if v.cfg.UseExpectedStart && top.ExpectedStart > 0 && top.ExpectedStart >= v.s.Now {
 		mt = mt.Min(cluster.Limit(top.ExpectedStart - v.s.Now))
 	}
+	v.maxTime0 = &mt
 	return mt
 }
 
 func (v *view) walk(nodes int) cluster.Limit {
 	s := v.s
-	// Count first so that a 10,000-job snapshot costs one allocation.
-	n := len(v.in.Upcoming)
-	for i := range s.Jobs {
-		if s.Jobs[i].State == cluster.Running || s.Jobs[i].Pilot {
-			n++
-		}
-	}
-	entries, taken := v.hold.claims(s, v.in.Upcoming, v.cfg.Preemption, make([]freeing, 0, n))
+	entries, taken := v.hold.claims(s, v.in.Upcoming, v.cfg.Preemption, nil)
 	need := nodes - (s.IdleNodes - taken + v.hold.freeNow)
 	if need <= 0 {
 		return 0
 	}
-	entries = v.runningHolders(entries)
+	// The running holders (runningHolders: foreign jobs and floor pilots)
+	// come sorted from the round's walkBase; the few claims are merged in.
+	// An unlimited holder is last and never frees its nodes: reaching it
+	// is Unlimited either way.
 	slices.SortFunc(entries, func(a, b freeing) int { return compareLimit(a.after, b.after) })
-	for _, e := range entries {
+	b := v.walkBase()
+	held := b.held
+	i, k := 0, 0
+	for {
+		for i < len(held) && held[i].job >= 0 && !b.floor[held[i].job] {
+			i++
+		}
+		var e freeing
+		switch {
+		case i < len(held) && (k == len(entries) || compareLimit(held[i].rem, entries[k].after) <= 0):
+			e = freeing{after: held[i].rem, nodes: held[i].nodes}
+			i++
+		case k < len(entries):
+			e = entries[k]
+			k++
+		default:
+			return cluster.Unlimited
+		}
 		need -= e.nodes
 		if need <= 0 {
 			return e.after
 		}
 	}
-	return cluster.Unlimited
 }
 
 // runningHolders appends the running jobs that hold their nodes until

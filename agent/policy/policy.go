@@ -91,7 +91,11 @@ func validateInput(in *Input, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if err := in.Snapshot.Validate(); err != nil {
+	check := in.Snapshot.Validate
+	if in.JobsChecked {
+		check = in.Snapshot.ValidateFigures
+	}
+	if err := check(); err != nil {
 		return err
 	}
 	if mt := in.Snapshot.MaxTime; mt != nil && (*mt == 0 || *mt < cluster.Unlimited) {
@@ -125,6 +129,13 @@ type view struct {
 	keep      int // no release goes below this
 	limitCap  cluster.Limit
 	hold      holding // the pilots as the maxTime walk sees them
+
+	// Shared by the round's walks (walk.go), built on first use: what
+	// they read of the snapshot, and the batch system's walk without
+	// releases.
+	base           *walkBase
+	batch0, ideal0 *walked
+	maxTime0       *cluster.Limit
 
 	// What a waiting foreign job sees (see Config.Preemption): the idle
 	// nodes it may take (idleF), the nodes the batch system frees for it

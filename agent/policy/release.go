@@ -9,7 +9,9 @@ import (
 
 // releaseTier ranks pilots by what cancelling them costs: a queued pilot
 // has started nothing, an idle one runs no task, a busy one loses work.
-func releaseTier(p cluster.Job) int {
+func releaseTier(p cluster.Job) int { return releaseTierRef(&p) }
+
+func releaseTierRef(p *cluster.Job) int {
 	switch {
 	case p.State == cluster.Pending:
 		return 0
@@ -40,8 +42,11 @@ func ReleaseOrder(pilots []cluster.Job) []cluster.Job {
 	return out
 }
 
-func compareRelease(a, b cluster.Job) int {
-	if ta, tb := releaseTier(a), releaseTier(b); ta != tb {
+func compareRelease(a, b cluster.Job) int { return compareReleaseRef(&a, &b) }
+
+// compareReleaseRef is compareRelease without copying the jobs.
+func compareReleaseRef(a, b *cluster.Job) int {
+	if ta, tb := releaseTierRef(a), releaseTierRef(b); ta != tb {
 		return ta - tb
 	}
 	if c := compareLimit(a.Remaining(), b.Remaining()); c != 0 {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"slices"
 
 	"github.com/harvest-hpc/harvest/cluster"
 )
@@ -75,15 +76,17 @@ func Steady(in Input, cfg Config) int64 {
 	if hl := v.holeLimit(v.ideal(), v.maxTime(tj)); !hl.IsUnlimited() && int64(hl)-cfg.Margin >= g {
 		bound(int64(hl) - cfg.Margin - g)
 	}
+	// For each step t, the nearest flip is t minus the longest limit
+	// under t (a sorted search, not a walk of every limit: a warm start
+	// queues thousands of jobs and its plans have thousands of steps).
+	slices.Sort(limits)
 	for _, w := range []walked{v.ideal(), v.batch(nil)} {
 		for _, t := range w.plan.times {
 			if t <= 0 || t == never {
 				continue
 			}
-			for _, l := range limits {
-				if l < t {
-					bound(t - l)
-				}
+			if k, _ := slices.BinarySearch(limits, t); k > 0 {
+				bound(t - limits[k-1])
 			}
 		}
 	}

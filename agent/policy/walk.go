@@ -60,8 +60,15 @@ type span struct {
 }
 
 func newPlan(free int, ends []freeing) plan {
-	p := plan{times: []int64{0}, free: []int{free}, fits: map[int]int64{}, starts: map[span]int64{}}
 	slices.SortFunc(ends, func(a, b freeing) int { return compareLimit(a.after, b.after) })
+	return sortedPlan(free, ends)
+}
+
+// sortedPlan is newPlan of ends already sorted by when they free their
+// nodes (the plan depends on the groups, not on their order).
+func sortedPlan(free int, ends []freeing) plan {
+	p := plan{times: make([]int64, 1, len(ends)+1), free: make([]int, 1, len(ends)+1)}
+	p.free[0] = free
 	for _, e := range ends {
 		if e.after.IsUnlimited() {
 			break
@@ -96,6 +103,10 @@ func addTime(t int64, d cluster.Limit) int64 {
 // earliest is the first time n nodes are free for d: one pass over the
 // steps, following the current run of steps with n free.
 func (p *plan) earliest(n int, d cluster.Limit) int64 {
+	if p.fits == nil {
+		// Made on first use: most of a round's walks place few jobs.
+		p.fits, p.starts = map[int]int64{}, map[span]int64{}
+	}
 	start := -1
 	key := span{n, d}
 	from, _ := slices.BinarySearch(p.times, max(p.fits[n], p.starts[key]))
@@ -170,15 +181,12 @@ type walked struct {
 // plan p. With queued, the queued pilots not in gone are placed too, in
 // their places in the order (they are pending jobs to the batch system:
 // one that does not fit its plan stays queued and takes no node).
-func (v *view) walkQueue(p plan, queued bool, gone map[string]bool) walked {
+func (v *view) walkQueue(p plan, queued bool, gone []bool) walked {
 	w := walked{plan: p, topAt: never, at: map[int]int64{}}
 	reserved, placed := 0, 0
-	for i := range v.s.Jobs {
+	for _, i := range v.walkBase().pending {
 		j := &v.s.Jobs[i]
-		if j.State != cluster.Pending {
-			continue
-		}
-		if j.Pilot && (!queued || gone[j.ID] || v.cfg.Preemption && j.Preemptible) {
+		if j.Pilot && (!queued || gone != nil && gone[i] || v.cfg.Preemption && j.Preemptible) {
 			continue
 		}
 		if placed++; placed > walkDepth {
@@ -210,65 +218,164 @@ func (v *view) walkQueue(p plan, queued bool, gone map[string]bool) walked {
 	return w
 }
 
-// batch is the batch system's walk with the pilots in gone released.
-func (v *view) batch(gone map[string]bool) walked {
-	return v.walkQueue(v.planFor(false, gone), true, gone)
+// batch is the batch system's walk with the pilots in gone (by index in
+// the snapshot's jobs; nil: none) released.
+func (v *view) batch(gone []bool) walked {
+	if gone == nil {
+		// The same walk serves releaseFor, holeLimit and Steady.
+		if v.batch0 == nil {
+			w := v.walkQueue(v.batchPlan(nil), true, nil)
+			v.batch0 = &w
+		}
+		return *v.batch0
+	}
+	return v.walkQueue(v.batchPlan(gone), true, gone)
 }
 
 // ideal is the walk with the pilots above the floor gone.
 func (v *view) ideal() walked {
-	return v.walkQueue(v.planFor(true, nil), false, nil)
+	if v.ideal0 == nil {
+		w := v.walkQueue(v.idealPlan(), false, nil)
+		v.ideal0 = &w
+	}
+	return *v.ideal0
 }
 
-// planFor builds the free nodes over time with the pilots as a view sees
-// them. ideal: the pilots above the floor are gone (their running nodes
-// free now, their queued and ledger pilots take nothing; queued and ledger
-// floor pilots take idle nodes first). Otherwise the pilots in gone are
+// walkBase is what every walk of a round reads of the snapshot, derived
+// once per round rather than once per walk (releaseFor's searches walk
+// the queue a dozen times a round): which pilots are the floor's, the
+// pending jobs, and the running jobs and pilots that hold nodes in the
+// batch system's view, sorted by when they free them.
+type walkBase struct {
+	floor   []bool // by index in the snapshot's jobs
+	pending []int  // indices of the pending jobs, in the queue's order
+	// held: the running foreign jobs and the running pilots outside the
+	// preemptible tier (in preemption mode), in the order they free their
+	// nodes; job is the index of a pilot, -1 for a foreign job.
+	held []heldBy
+	// tierFree is the nodes of the running pilots of the preemptible
+	// tier: free in every view.
+	tierFree int
+	ends     []freeing // scratch for batchPlan
+}
+
+type heldBy struct {
+	freeing
+	job int
+	rem cluster.Limit // the remaining limit (freeing.after is overdue(rem))
+}
+
+func (v *view) walkBase() *walkBase {
+	if v.base != nil {
+		return v.base
+	}
+	s := v.s
+	b := &walkBase{floor: make([]bool, len(s.Jobs))}
+	for _, i := range v.hold.floorIdx {
+		b.floor[i] = true
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		switch {
+		case j.State == cluster.Pending:
+			b.pending = append(b.pending, i)
+		case !j.Pilot:
+			b.held = append(b.held, heldBy{freeing{after: overdue(j.Remaining()), nodes: j.Nodes}, -1, j.Remaining()})
+		case v.cfg.Preemption && j.Preemptible:
+			b.tierFree += j.Nodes
+		default:
+			b.held = append(b.held, heldBy{freeing{after: overdue(j.Remaining()), nodes: j.Nodes}, i, j.Remaining()})
+		}
+	}
+	// By remaining limit, which also orders them by after (overdue only
+	// lifts 0 to 1): the plans and maxTime's walk read the same order.
+	slices.SortFunc(b.held, func(x, y heldBy) int { return compareLimit(x.rem, y.rem) })
+	v.base = b
+	return b
+}
+
+// idealPlan and batchPlan build the free nodes over time with the pilots
+// as a view sees them. The ideal view (idealPlan): the pilots above the
+// floor are gone (their running nodes free now, their queued and ledger
+// pilots take nothing; queued and ledger floor pilots take idle nodes
+// first). The batch system's view (batchPlan): the pilots in gone are
 // released and the rest hold their nodes until their limits, ledger ones
 // taking idle nodes first (queued ones are placed by the walk). Running
 // preemptible pilots count as free in preemption mode in either view (the
 // batch system preempts them for any job above their tier), and queued
 // ones never compete for a node.
-func (v *view) planFor(ideal bool, gone map[string]bool) plan {
-	s := v.s
-	free := s.IdleNodes
-	var ends []freeing
+func (v *view) idealPlan() plan {
+	b := v.walkBase()
+	free := v.s.IdleNodes + b.tierFree
+	var takes []freeing
 	take := func(n int, after cluster.Limit) {
 		n = min(n, free)
 		if n > 0 {
 			free -= n
-			ends = append(ends, freeing{after: after, nodes: n})
+			takes = append(takes, freeing{after: after, nodes: n})
 		}
 	}
-	floor := map[string]bool{}
-	for _, p := range v.hold.floor {
-		floor[p.ID] = true
-	}
-	for i := range s.Jobs {
-		j := &s.Jobs[i]
-		if !j.Pilot {
-			if j.State == cluster.Running {
-				ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
-			}
+	ends := b.ends[:0]
+	for _, h := range b.held {
+		if h.job >= 0 && !b.floor[h.job] {
+			free += h.nodes // above the floor: gone
 			continue
 		}
-		tier := v.cfg.Preemption && j.Preemptible
-		present := !gone[j.ID] && !tier && (!ideal || floor[j.ID])
-		switch {
-		case j.State == cluster.Running && present:
-			ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
-		case j.State == cluster.Running:
-			free += j.Nodes
-		case present && ideal:
-			take(j.Nodes, j.TimeLimit)
+		ends = append(ends, h.freeing)
+	}
+	if len(v.hold.floorIdx) > 0 {
+		// Queued floor pilots take idle nodes in the snapshot's order, the
+		// running pilots above the floor before them in it already gone.
+		free = v.s.IdleNodes
+		for i := range v.s.Jobs {
+			j := &v.s.Jobs[i]
+			if !j.Pilot {
+				continue
+			}
+			present := !(v.cfg.Preemption && j.Preemptible) && b.floor[i]
+			switch {
+			case j.State == cluster.Running && !present:
+				free += j.Nodes
+			case j.State == cluster.Pending && present:
+				take(j.Nodes, j.TimeLimit)
+			}
 		}
 	}
-	ledger := v.hold.floorLedger
-	if !ideal {
-		ledger = int(^uint(0) >> 1)
+	v.ledgerTakes(v.hold.floorLedger, take)
+	ends = mergeEnds(ends, takes)
+	b.ends = ends
+	return sortedPlan(free, ends)
+}
+
+// mergeEnds returns the sorted ends with the few more merged in (sorted
+// here), in ends' array when it has room.
+func mergeEnds(ends, more []freeing) []freeing {
+	if len(more) == 0 {
+		return ends
 	}
+	slices.SortFunc(more, func(a, b freeing) int { return compareLimit(a.after, b.after) })
+	n := len(ends)
+	ends = slices.Grow(ends, len(more))[:n+len(more)]
+	// From the back, so that nothing is overwritten before it is read.
+	x, y := n-1, len(more)-1
+	for k := len(ends) - 1; y >= 0; k-- {
+		if x >= 0 && compareLimit(ends[x].after, more[y].after) > 0 {
+			ends[k] = ends[x]
+			x--
+		} else {
+			ends[k] = more[y]
+			y--
+		}
+	}
+	return ends
+}
+
+// ledgerTakes lets the first n ledger pilots (outside the preemptible
+// tier in preemption mode) take idle nodes, each until its limit runs
+// out counted from its submission.
+func (v *view) ledgerTakes(n int, take func(int, cluster.Limit)) {
 	for _, u := range v.in.Upcoming {
-		if ledger <= 0 {
+		if n <= 0 {
 			break
 		}
 		if v.cfg.Preemption && u.Preemptible {
@@ -276,13 +383,37 @@ func (v *view) planFor(ideal bool, gone map[string]bool) plan {
 		}
 		after := u.TimeLimit
 		if !after.IsUnlimited() {
-			after = cluster.Limit(max(0, int64(after)-max(0, s.Now-u.SubmittedAt)))
+			after = cluster.Limit(max(0, int64(after)-max(0, v.s.Now-u.SubmittedAt)))
 		}
-		n := min(u.Count, ledger)
-		ledger -= n
-		take(n, after)
+		k := min(u.Count, n)
+		n -= k
+		take(k, after)
 	}
-	return newPlan(free, ends)
+}
+
+func (v *view) batchPlan(gone []bool) plan {
+	b := v.walkBase()
+	free := v.s.IdleNodes + b.tierFree
+	ends := b.ends[:0]
+	for _, h := range b.held {
+		if h.job >= 0 && gone != nil && gone[h.job] {
+			free += h.nodes
+			continue
+		}
+		ends = append(ends, h.freeing)
+	}
+	// The ledger's pilots take idle nodes after the released ones freed
+	// theirs; they are few, and merged into the sorted holders.
+	var led []freeing
+	v.ledgerTakes(int(^uint(0)>>1), func(n int, after cluster.Limit) {
+		if n = min(n, free); n > 0 {
+			free -= n
+			led = append(led, freeing{after: after, nodes: n})
+		}
+	})
+	ends = mergeEnds(ends, led)
+	b.ends = ends
+	return sortedPlan(free, ends)
 }
 
 // overdue reads a running job past its limit as ending in a second, not
@@ -333,34 +464,35 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool,
 		return nil, true, true, 0
 	}
 	cands := v.releasable()
-	gone := map[string]bool{}
+	gone := make([]bool, len(v.s.Jobs))
 	if !batchStarts {
 		k, ok := shortest(len(cands), func(k int) bool {
-			return startsAll(v.batch(with(gone, cands[:k])), ideal.starts)
+			return startsAll(v.batch(v.with(gone, cands[:k])), ideal.starts)
 		})
-		gone, enough = with(gone, cands[:k]), ok
+		gone, enough = v.with(gone, cands[:k]), ok
 	}
 	if enough && !planned {
-		var rest []cluster.Job
-		for _, p := range cands {
-			if !gone[p.ID] {
-				rest = append(rest, p)
+		var rest []int
+		for _, i := range cands {
+			if !gone[i] {
+				rest = append(rest, i)
 			}
 		}
-		slices.SortStableFunc(rest, func(a, b cluster.Job) int { return -compareLimit(a.Remaining(), b.Remaining()) })
+		jobs := v.s.Jobs
+		slices.SortStableFunc(rest, func(a, b int) int { return -compareLimit(jobs[a].Remaining(), jobs[b].Remaining()) })
 		agree := func(k int) bool {
-			w := v.batch(with(gone, rest[:k]))
+			w := v.batch(v.with(gone, rest[:k]))
 			return startsAll(w, ideal.starts) && v.agrees(w, ideal)
 		}
 		if !agree(0) {
 			if k, ok := shortest(len(rest), agree); ok {
-				gone, plan = with(gone, rest[:k]), k
+				gone, plan = v.with(gone, rest[:k]), k
 			}
 		}
 	}
-	for _, p := range cands {
-		if gone[p.ID] {
-			ids = append(ids, p.ID)
+	for _, i := range cands {
+		if gone[i] {
+			ids = append(ids, v.s.Jobs[i].ID)
 		}
 	}
 	return ids, batchStarts, enough, plan
@@ -383,14 +515,13 @@ func shortest(n int, ok func(int) bool) (int, bool) {
 	return hi, true
 }
 
-// with returns gone plus the pilots of more, as a new set.
-func with(gone map[string]bool, more []cluster.Job) map[string]bool {
-	m := make(map[string]bool, len(gone)+len(more))
-	for id := range gone {
-		m[id] = true
-	}
-	for _, p := range more {
-		m[p.ID] = true
+// with returns gone plus the pilots of more (indices in the snapshot's
+// jobs), as a new set.
+func (v *view) with(gone []bool, more []int) []bool {
+	m := make([]bool, len(v.s.Jobs))
+	copy(m, gone)
+	for _, i := range more {
+		m[i] = true
 	}
 	return m
 }
@@ -416,18 +547,17 @@ func (v *view) agrees(w, ideal walked) bool {
 // releasable returns the visible pilots we may release for a waiting job,
 // in release order: all but the floor, and in preemption mode only those
 // outside the preemptible tier.
-func (v *view) releasable() []cluster.Job {
-	floor := map[string]bool{}
-	for _, p := range v.hold.floor {
-		floor[p.ID] = true
-	}
-	var out []cluster.Job
-	for _, p := range v.s.Jobs {
-		if p.Pilot && !floor[p.ID] && !(v.cfg.Preemption && p.Preemptible) {
-			out = append(out, p)
+// The pilots are indices in the snapshot's jobs.
+func (v *view) releasable() []int {
+	floor := v.walkBase().floor
+	jobs := v.s.Jobs
+	var out []int
+	for i := range jobs {
+		if p := &jobs[i]; p.Pilot && !floor[i] && !(v.cfg.Preemption && p.Preemptible) {
+			out = append(out, i)
 		}
 	}
-	slices.SortFunc(out, compareRelease)
+	slices.SortFunc(out, func(a, b int) int { return compareReleaseRef(&jobs[a], &jobs[b]) })
 	return out
 }
 

@@ -1,0 +1,146 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/harvest-hpc/harvest/cluster"
+)
+
+// refPlan is the plan of a view built the plain way, from the snapshot
+// alone (every walk once did this: a pass over the jobs with the floor and
+// the released pilots as sets of ids, then a sort): the walks' shared
+// state (walkBase, batchPlan's merge of the sorted holders, idealPlan's)
+// must give exactly this.
+func refPlan(v *view, ideal bool, gone map[string]bool) plan {
+	s := v.s
+	free := s.IdleNodes
+	var ends []freeing
+	take := func(n int, after cluster.Limit) {
+		n = min(n, free)
+		if n > 0 {
+			free -= n
+			ends = append(ends, freeing{after: after, nodes: n})
+		}
+	}
+	floor := map[string]bool{}
+	for _, p := range v.hold.floor {
+		floor[p.ID] = true
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if !j.Pilot {
+			if j.State == cluster.Running {
+				ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
+			}
+			continue
+		}
+		tier := v.cfg.Preemption && j.Preemptible
+		present := !gone[j.ID] && !tier && (!ideal || floor[j.ID])
+		switch {
+		case j.State == cluster.Running && present:
+			ends = append(ends, freeing{after: overdue(j.Remaining()), nodes: j.Nodes})
+		case j.State == cluster.Running:
+			free += j.Nodes
+		case present && ideal:
+			take(j.Nodes, j.TimeLimit)
+		}
+	}
+	ledger := v.hold.floorLedger
+	if !ideal {
+		ledger = int(^uint(0) >> 1)
+	}
+	for _, u := range v.in.Upcoming {
+		if ledger <= 0 {
+			break
+		}
+		if v.cfg.Preemption && u.Preemptible {
+			continue
+		}
+		after := u.TimeLimit
+		if !after.IsUnlimited() {
+			after = cluster.Limit(max(0, int64(after)-max(0, s.Now-u.SubmittedAt)))
+		}
+		n := min(u.Count, ledger)
+		ledger -= n
+		take(n, after)
+	}
+	return newPlan(free, ends)
+}
+
+func samePlan(a, b plan) bool {
+	return slices.Equal(a.times, b.times) && slices.Equal(a.free, b.free)
+}
+
+// The plans the walks start from, built from the round's shared state,
+// equal the plans built from scratch: the ideal one, the batch system's
+// without releases, with releasable prefixes released (releaseFor's
+// searches) and with random sets of pilots released; and the walk without
+// releases, cached for the round, equals a fresh one.
+func TestWalkPlansEqualAFullRebuild(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261126, 34))
+	checked := 0
+	for i := range 20_000 {
+		in, cfg := randomInput(r)
+		if validateInput(&in, cfg) != nil {
+			continue
+		}
+		v := newView(&in, cfg)
+		if v.top < 0 {
+			continue
+		}
+		checked++
+		if got, want := v.idealPlan(), refPlan(v, true, nil); !samePlan(got, want) {
+			t.Fatalf("round %d: ideal plan %v/%v, rebuilt %v/%v", i, got.times, got.free, want.times, want.free)
+		}
+		if got, want := v.batchPlan(nil), refPlan(v, false, nil); !samePlan(got, want) {
+			t.Fatalf("round %d: batch plan %v/%v, rebuilt %v/%v", i, got.times, got.free, want.times, want.free)
+		}
+		cands := v.releasable()
+		sets := [][]int{cands}
+		for k := range cands {
+			sets = append(sets, cands[:k])
+		}
+		var random []int
+		for j := range v.s.Jobs {
+			if v.s.Jobs[j].Pilot && r.IntN(2) == 0 {
+				random = append(random, j)
+			}
+		}
+		sets = append(sets, random)
+		for _, set := range sets {
+			ids := map[string]bool{}
+			for _, j := range set {
+				ids[v.s.Jobs[j].ID] = true
+			}
+			gone := v.with(nil, set)
+			if got, want := v.batchPlan(gone), refPlan(v, false, ids); !samePlan(got, want) {
+				t.Fatalf("round %d: batch plan without %v: %v/%v, rebuilt %v/%v", i, ids, got.times, got.free, want.times, want.free)
+			}
+		}
+		fresh := v.walkQueue(refPlan(v, false, nil), true, nil)
+		if cached := v.batch(nil); !slices.Equal(cached.starts, fresh.starts) || cached.topAt != fresh.topAt || !samePlan(cached.plan, fresh.plan) {
+			t.Fatalf("round %d: the round's batch walk differs from a fresh one", i)
+		}
+	}
+	if checked < 5_000 {
+		t.Fatalf("only %d inputs with a pending job checked", checked)
+	}
+}
+
+// JobsChecked skips the checks of the jobs only: the figures are still
+// checked, and without it a duplicate id is refused.
+func TestJobsCheckedSkipsOnlyTheJobChecks(t *testing.T) {
+	s := snap(4, 2, running("1", 1, 600, 10), running("1", 1, 600, 10))
+	if d := Decide(Input{Snapshot: s}, DefaultConfig()); d.Case != CaseInvalidInput {
+		t.Fatalf("duplicate ids: got case %s, want %s", d.Case, CaseInvalidInput)
+	}
+	if d := Decide(Input{Snapshot: s, JobsChecked: true}, DefaultConfig()); d.Case == CaseInvalidInput {
+		t.Fatalf("jobs checked by the caller: refused anyway: %s", d.Reason)
+	}
+	s.IdleNodes = 5
+	if d := Decide(Input{Snapshot: s, JobsChecked: true}, DefaultConfig()); d.Case != CaseInvalidInput {
+		t.Fatalf("idle above total with JobsChecked: got case %s, want %s", d.Case, CaseInvalidInput)
+	}
+}

@@ -1,0 +1,53 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"testing"
+)
+
+// The rounds of harvest mode were made cheaper (issue 34: the walks share
+// what they read of a snapshot, the snapshot is validated once, busy
+// pilots come with it) without changing a decision: on a month of the KTH
+// trace in every give-back mode, the agent's decisions and every job's
+// start and end hash to what the code before those changes (e3ef29b)
+// gave. A change meant to alter decisions (the policy's) changes these:
+// rerun with -v, check the change is the intended one and take the new
+// hashes the failure prints.
+func TestFasterRoundsDecideAsBefore(t *testing.T) {
+	kth, ok := sharedWorkload(t, "KTH-SP2-1996-2.1-cln.swf.gz")
+	if !ok {
+		t.Skip("no KTH trace")
+	}
+	want := map[GiveBack]string{
+		Polling:          "f9eefb9ae362baa7a25e401488dbdd41ee563ddb99347f3268ed5dd4b25ec3f5",
+		Preemption:       "badc7d027ec3979de4ce18ea5e931b57c5e7cc5186415d6ead22675bc579f9c7",
+		PreemptionSizing: "e20bad93a05d01051736d2d14903ef4d0705daf43e0cd057cdffa34ac253db66",
+	}
+	for _, gb := range []GiveBack{Polling, Preemption, PreemptionSizing} {
+		t.Run(string(gb), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Mode, cfg.GiveBack, cfg.Nodes = Harvest, gb, 100
+			cfg.From, cfg.To = 5783850, 5783850+30*86400
+			cfg.HarvestBacklog, cfg.TaskSeconds = 1_000_000_000, 300
+			var dec bytes.Buffer
+			cfg.Decisions = &dec
+			res, err := Run(context.Background(), kth, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := sha256.New()
+			h.Write(dec.Bytes())
+			for _, r := range res.Records {
+				fmt.Fprintf(h, "%s %s %d %d %d %d\n", r.ID, r.Name, r.Nodes, r.Submit, r.Start, r.End)
+			}
+			got := fmt.Sprintf("%x", h.Sum(nil))
+			t.Logf("%d decision lines, %d jobs", bytes.Count(dec.Bytes(), []byte("\n")), len(res.Records))
+			if got != want[gb] {
+				t.Errorf("decisions and jobs hash to %s, before the speed-ups to %s", got, want[gb])
+			}
+		})
+	}
+}
