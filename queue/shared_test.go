@@ -272,3 +272,56 @@ func TestACancelThroughOneAgentReachesTheMastersOfAnother(t *testing.T) {
 		t.Fatalf("pull at a after b cancelled job %d: %+v %v", job.ID, p, err)
 	}
 }
+
+// TestAnAgentPausedPastItsSweepLeaseSweepsNothing: agent a takes the
+// sweep lease and is paused before its sweeps while the lease lapses and b
+// takes it; when a resumes, its sweeps change nothing (b's do) and a no
+// longer counts itself the sweeper.
+func TestAnAgentPausedPastItsSweepLeaseSweepsNothing(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, data := twoAgents(t)
+	sub, err := a.StartSubmit(ctx, "alice", api.JobSpec{Dataset: dataset(t, data, "d", 3), Command: []string{"p"}, BatchSize: 1, ExpiryS: 60}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sub.Done()
+	job, err := sub.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	took, release, bDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	queue.SetBeforeWrite(b, func(op string) {
+		if op == "sweeps" {
+			close(took)
+			<-release
+		}
+	})
+	paused := false
+	queue.SetBeforeWrite(a, func(op string) {
+		if op != "sweeps" || paused {
+			return
+		}
+		// a holds the lease now; it is paused past it, b takes it.
+		paused = true
+		clock.Advance(4 * queuetest.Config("", clock).SweepInterval)
+		go func() { bDone <- b.Sweep(ctx) }()
+		<-took
+	})
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatalf("a's deposed sweep: %v", err)
+	}
+	if !paused || a.SweepEpoch() != 0 {
+		t.Fatalf("a paused %v, its sweep epoch %d after b took the lease: want 0", paused, a.SweepEpoch())
+	}
+	j, err := a.Job(ctx, "alice", false, job.ID)
+	if err != nil || j.State != "WAITING" {
+		t.Fatalf("job past its expiry after a's deposed sweep: %s %v; want WAITING (a may not sweep)", j.State, err)
+	}
+	close(release)
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if j, err = b.Job(ctx, "alice", false, job.ID); err != nil || j.State != "ERROR_EW" {
+		t.Fatalf("job after b's sweep: %s %v; want ERROR_EW", j.State, err)
+	}
+}

@@ -408,6 +408,15 @@ func (s *Store) writeTimed(ctx context.Context, fn func(tx *wtx) error) (time.Du
 }
 
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
+	if f, ok := ctx.Value(sweepFenceKey{}).(sweepFence); ok {
+		inner := fn
+		fn = func(tx *wtx) error {
+			if err := s.checkSweep(ctx, tx, f); err != nil {
+				return err
+			}
+			return inner(tx)
+		}
+	}
 	if !s.d.pg {
 		return s.once(ctx, nil, fn)
 	}

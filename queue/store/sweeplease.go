@@ -51,6 +51,48 @@ func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl
 	return epoch, held, nil
 }
 
+// ErrSweepLost is the error of a write made under SweepFenced after the
+// sweep lease passed to another agent: the write changed nothing.
+var ErrSweepLost = errors.New("the sweep lease has passed to another agent")
+
+type sweepFenceKey struct{}
+
+type sweepFence struct {
+	holder string
+	epoch  int64
+}
+
+// SweepFenced returns ctx for the writes of a sweep: every write
+// transaction of the store under it first checks, inside the transaction,
+// that holder still holds the sweep lease at epoch, and fails with
+// ErrSweepLost, changing nothing, if another agent has taken it since (an
+// agent paused past its lease, then resumed, sweeps no more). A lease that
+// lapsed but nobody took keeps its epoch: its holder may still sweep, as
+// nobody else does. On PostgreSQL the read takes the lease row FOR SHARE
+// and the transaction is SERIALIZABLE, so a grant to another agent commits
+// either before the check (which refuses) or after the write.
+func SweepFenced(ctx context.Context, holder string, epoch int64) context.Context {
+	return context.WithValue(ctx, sweepFenceKey{}, sweepFence{holder, epoch})
+}
+
+// checkSweep is SweepFenced's check, inside tx.
+func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
+	q := `SELECT epoch, holder FROM leases WHERE pool = ?`
+	if s.d.pg {
+		q += " FOR SHARE"
+	}
+	var epoch int64
+	var holder string
+	err := tx.QueryRowContext(inline(ctx), q, sweepPool).Scan(&epoch, &holder)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read the sweep lease: %w", err)
+	}
+	if epoch != f.epoch || holder != f.holder {
+		return fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, epoch, holder, f.epoch, f.holder)
+	}
+	return nil
+}
+
 // ReleaseSweep gives up holder's sweep lease (an agent that stops), so
 // another agent takes the sweeps at its next round instead of after the
 // TTL. Nothing happens if holder does not hold it.
