@@ -325,3 +325,29 @@ func TestAnAgentPausedPastItsSweepLeaseSweepsNothing(t *testing.T) {
 		t.Fatalf("job after b's sweep: %s %v; want ERROR_EW", j.State, err)
 	}
 }
+
+// TestAnAgentSeesTheMasterElectedThroughAnother: a's pool elects its
+// master through a, the master dies, its successor is elected through b:
+// a's agent reads the new master (to release it last, to publish its
+// address), not the copy of the lease a wrote itself.
+func TestAnAgentSeesTheMasterElectedThroughAnother(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, _ := twoAgents(t)
+	if l, err := a.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://n1:1"}); err != nil || !l.Granted {
+		t.Fatalf("lease at a: %+v %v", l, err)
+	}
+	if addr, alive, err := a.MasterAddress(ctx); err != nil || addr != "http://n1:1" || !alive {
+		t.Fatalf("a's master at a: %q %v %v", addr, alive, err)
+	}
+	clock.Advance(time.Minute) // p1 died; p2 is elected through b
+	if l, err := b.Pool("a").Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://n2:1"}); err != nil || !l.Granted {
+		t.Fatalf("lease at b: %+v %v", l, err)
+	}
+	addr, alive, err := a.MasterAddress(ctx)
+	if err != nil || addr != "http://n2:1" || !alive {
+		t.Fatalf("a's master at a after an election through b: %q alive %v %v; want http://n2:1 alive", addr, alive, err)
+	}
+	if p, err := a.MasterPilot(ctx); err != nil || p != "p2" {
+		t.Fatalf("a's master pilot: %q %v; want p2", p, err)
+	}
+}

@@ -433,10 +433,11 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 // only writer) it answers from memory: the cancelled jobs and their times
 // are read once (through the partial index, whose WHERE term must be
 // repeated for SQLite to use it), then CancelJob adds to them and DropJob
-// takes away, under s.cancelMu. On PostgreSQL other agents cancel too:
+// takes away, under s.cancelMu. On PostgreSQL or a shared file (Share)
+// other agents cancel too:
 // the partial index answers.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	if s.d.pg {
+	if s.d.pg || s.shared.Load() {
 		out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 		if err != nil {
 			return nil, fmt.Errorf("list cancelled jobs: %w", err)
