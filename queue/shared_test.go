@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -349,5 +350,61 @@ func TestAnAgentSeesTheMasterElectedThroughAnother(t *testing.T) {
 	}
 	if p, err := a.MasterPilot(ctx); err != nil || p != "p2" {
 		t.Fatalf("a's master pilot: %q %v; want p2", p, err)
+	}
+}
+
+// TestASubmissionCutByItsAgentsDeathIsTakenOver: agent a dies half way
+// through a keyed submission (the job created, its tasks not stored); the
+// user's retry at b answers "being stored" while a is alive, and stores
+// the job once a's liveness in the database lapsed; a, should it resume,
+// cannot activate its copy: one job under the key.
+func TestASubmissionCutByItsAgentsDeathIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, data := twoAgents(t)
+	spec := api.JobSpec{Dataset: dataset(t, data, "d", 5), Command: []string{"p"}, BatchSize: 1}
+	cut, resume := make(chan struct{}), make(chan struct{})
+	queue.SetBeforeWrite(a, func(op string) {
+		if op == "created" {
+			close(cut)
+			<-resume // a "dies" here (a paused process, then resumed)
+		}
+	})
+	first, err := a.StartSubmit(ctx, "alice", spec, "key-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-cut
+	if _, err := b.StartSubmit(ctx, "alice", spec, "key-9"); !errors.Is(err, api.ErrConflict) {
+		close(resume)
+		t.Fatalf("retry at b while a lives: %v; want ErrConflict (being stored)", err)
+	}
+	clock.Advance(4 * queuetest.Config("", clock).ReconcileInterval) // a's liveness lapses
+	sub, err := b.StartSubmit(ctx, "alice", spec, "key-9")
+	if err != nil {
+		close(resume)
+		t.Fatalf("retry at b after a died: %v", err)
+	}
+	<-sub.Done()
+	job, err := sub.Result()
+	if err != nil || job.State != "WAITING" || job.Tasks.Total != 5 {
+		close(resume)
+		t.Fatalf("job stored by b: %+v %v", job, err)
+	}
+	close(resume) // a resumes: its activation is refused
+	<-first.Done()
+	if _, err := first.Result(); err == nil {
+		t.Fatal("a's resumed submission succeeded after b took it over")
+	}
+	list, err := b.ListJobs(ctx, queue.ListFilter{Owner: "alice", Limit: 10})
+	if err != nil || len(list.Jobs) != 1 || list.Jobs[0].ID != job.ID {
+		t.Fatalf("alice's jobs: %+v %v; want only %d", list.Jobs, err, job.ID)
+	}
+	again, err := a.StartSubmit(ctx, "alice", spec, "key-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-again.Done()
+	if j, _ := again.Result(); !again.Replayed() || j.ID != job.ID {
+		t.Fatalf("a repeat of the key at a: job %d, replayed %v; want a replay of %d", j.ID, again.Replayed(), job.ID)
 	}
 }

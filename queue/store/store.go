@@ -74,13 +74,16 @@ type Store struct {
 	cancelled map[int64]int64 // cancelled jobs' times, Unix ms (CancelledSince); nil until read
 
 	shared atomic.Bool // other processes write the database too (Share): no caches
+	holder string      // this agent's name among them (Share): the storer of its submissions
 }
 
 // Share tells the store that other processes write its database too
-// (several agents on one SQLite file): it drops its caches of what only
-// this process used to write (the leases, the cancelled jobs), and every
-// read of those asks the database from now on. Call it right after Open.
-func (s *Store) Share() {
+// (several agents on one PostgreSQL database or SQLite file), holder
+// naming this one: it drops its caches of what only this process used to
+// write (the leases, the cancelled jobs), and every read of those asks the
+// database from now on. Call it right after Open.
+func (s *Store) Share(holder string) {
+	s.holder = holder
 	s.shared.Store(true)
 	s.leaseMu.Lock()
 	s.leases = nil

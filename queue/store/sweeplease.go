@@ -180,3 +180,76 @@ func (s *Store) CancelledAfter(ctx context.Context, since time.Time) ([]int64, e
 	}
 	return out, nil
 }
+
+// ErrSubmissionTaken is ActivateJob's error for a submission this agent
+// no longer stores: another agent took it over (TakeOverSubmission).
+var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
+
+// agentPool prefixes the leases rows that say an agent of a shared
+// database is alive (no site name starts with ~): the holder is the
+// agent's name, expires_at when it is known dead unless renewed.
+const agentPool = "~agent:"
+
+// BeatAgent renews this agent's (Share's holder) liveness row until
+// now+ttl.
+func (s *Store) BeatAgent(ctx context.Context, now time.Time, ttl time.Duration) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, 0, ?, '', ?)
+			ON CONFLICT (pool) DO UPDATE SET expires_at = excluded.expires_at`, agentPool+s.holder, s.holder, ms(now.Add(ttl)))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("renew this agent's liveness: %w", err)
+	}
+	return nil
+}
+
+// ReleaseAgent removes this agent's liveness row (an agent that stops):
+// its submissions under way, if any, may be taken over at once.
+func (s *Store) ReleaseAgent(ctx context.Context) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM leases WHERE pool = ?`, agentPool+s.holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove this agent's liveness: %w", err)
+	}
+	return nil
+}
+
+// TakeOverSubmission frees the idempotency key of the submission id,
+// still SUBMITTING, if the agent storing it is dead (its liveness row
+// lapsed at now, or is gone), so a retry of the submission at this agent
+// stores a new job under the key. In the same transaction the job loses
+// its storer: that agent, should it resume, cannot activate it
+// (ErrSubmissionTaken). The job, keyless and invisible, is left for the
+// caller to drop. ok is false, and nothing changes, while the storer is
+// alive or when the job is no longer SUBMITTING.
+func (s *Store) TakeOverSubmission(ctx context.Context, id int64, now time.Time) (ok bool, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
+		ok = false
+		var storer string
+		err := tx.QueryRowContext(inline(ctx), `SELECT storer FROM jobs WHERE id = ? AND state = ?`, id, rules.JobSubmitting).Scan(&storer)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && storer == s.holder {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var exp int64
+		err = tx.QueryRowContext(inline(ctx), `SELECT expires_at FROM leases WHERE pool = ?`, agentPool+storer).Scan(&exp)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if exp > ms(now) {
+			return nil // its agent is alive: it is being stored
+		}
+		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET idem_key = '', storer = '' WHERE id = ?`, id)
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("take over the submission of job %d: %w", id, err)
+	}
+	return ok, nil
+}
