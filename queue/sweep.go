@@ -239,6 +239,11 @@ func (q *Queue) purge(ctx context.Context) error {
 	if err := q.st.PruneUsage(ctx, q.now().Add(-q.cfg.UsageWindow)); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
+	if q.cfg.Shared {
+		if err := q.st.PruneAgents(ctx, q.now().Add(-q.cfg.StaleSubmission)); err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+	}
 	ids, err := q.st.FinalJobsBefore(ctx, q.now().Add(-q.cfg.Retention))
 	if err != nil {
 		return err

@@ -217,6 +217,20 @@ func (s *Store) ReleaseAgent(ctx context.Context) error {
 	return nil
 }
 
+// PruneAgents removes the liveness rows that lapsed before cut: agents
+// killed without a word leave theirs behind (each run of an agent has a
+// name of its own). A missing row counts as a dead agent, like a lapsed one.
+func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM leases WHERE pool LIKE ? AND expires_at < ?`, agentPool+"%", ms(cut))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("prune the liveness of dead agents: %w", err)
+	}
+	return nil
+}
+
 // TakeOverSubmission frees the idempotency key of the submission id,
 // still SUBMITTING, if the agent storing it is dead (its liveness row
 // lapsed at now, or is gone), so a retry of the submission at this agent

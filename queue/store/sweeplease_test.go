@@ -52,3 +52,63 @@ func TestADeposedSweeperChangesNothing(t *testing.T) {
 		t.Fatalf("a retakes b's live lease: %v %v", held, err)
 	}
 }
+
+// TestTheLivenessOfDeadAgentsIsTakenOverAndPruned: a submission is taken
+// over only once its storer's liveness lapsed; lapsed liveness rows are
+// pruned, live ones kept.
+func TestTheLivenessOfDeadAgentsIsTakenOverAndPruned(t *testing.T) {
+	path := pgtest.DB(t, filepath.Join(t.TempDir(), "q.db"))
+	a, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a.Share("a")
+	b.Share("b")
+	ctx := context.Background()
+	if err := a.BeatAgent(ctx, t0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.BeatAgent(ctx, t0.Add(time.Hour), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1,
+		Submitted: t0, Expires: t0.Add(time.Hour), IdemKey: "k", IdemHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.TakeOverSubmission(ctx, id, t0.Add(30*time.Second)); err != nil || ok {
+		t.Fatalf("take over while a lives: %v %v; want false", ok, err)
+	}
+	if ok, err := b.TakeOverSubmission(ctx, id, t0.Add(2*time.Minute)); err != nil || !ok {
+		t.Fatalf("take over after a died: %v %v; want true", ok, err)
+	}
+	if _, _, _, found, err := b.JobByKey(ctx, "alice", "k"); err != nil || found {
+		t.Fatalf("the key after the take-over: found %v %v; want free", found, err)
+	}
+	if err := a.ActivateJob(ctx, id, "/o", 0); !errors.Is(err, ErrSubmissionTaken) {
+		t.Fatalf("a activates the job taken over: %v; want ErrSubmissionTaken", err)
+	}
+	if err := b.PruneAgents(ctx, t0.Add(30*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := b.r.Query(`SELECT holder FROM leases WHERE pool LIKE '~agent:%' ORDER BY holder`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var h string
+		rows.Scan(&h)
+		left = append(left, h)
+	}
+	rows.Close()
+	if len(left) != 1 || left[0] != "b" {
+		t.Fatalf("liveness rows after the prune: %v; want [b]", left)
+	}
+}
