@@ -167,6 +167,13 @@ func Open(cfg Config) (*Queue, error) {
 		q.cfg.SweepHolder = fmt.Sprintf("%s@%s:%d:%x", cfg.LocalSite, host, os.Getpid(), b)
 	}
 	ctx := context.Background()
+	if cfg.Shared {
+		st.Share(q.cfg.SweepHolder) // other agents write it: no read answers from this process's copy
+		if err := q.beatAgent(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	if !cfg.Shared { // else another agent may be storing them: the sweeps remove stale ones
 		if err := q.cleanupPartialSubmits(ctx); err != nil {
 			st.Close()
@@ -256,6 +263,9 @@ func (q *Queue) Close() error {
 		if q.cfg.Shared {
 			if rerr := q.st.ReleaseSweep(context.Background(), q.cfg.SweepHolder); rerr != nil {
 				q.log.Warn("could not release the sweep lease; another agent takes it when it lapses", "error", rerr)
+			}
+			if rerr := q.st.ReleaseAgent(context.Background()); rerr != nil {
+				q.log.Warn("could not remove this agent's liveness row; it lapses by itself", "error", rerr)
 			}
 		}
 		if _, ferr := q.FlushUsage(context.Background()); ferr != nil {

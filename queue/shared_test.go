@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -270,5 +271,140 @@ func TestACancelThroughOneAgentReachesTheMastersOfAnother(t *testing.T) {
 	p, err = a.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 1})
 	if err != nil || len(p.Tasks) != 0 || len(p.CancelledJobs) != 1 || p.CancelledJobs[0] != job.ID {
 		t.Fatalf("pull at a after b cancelled job %d: %+v %v", job.ID, p, err)
+	}
+}
+
+// TestAnAgentPausedPastItsSweepLeaseSweepsNothing: agent a takes the
+// sweep lease and is paused before its sweeps while the lease lapses and b
+// takes it; when a resumes, its sweeps change nothing (b's do) and a no
+// longer counts itself the sweeper.
+func TestAnAgentPausedPastItsSweepLeaseSweepsNothing(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, data := twoAgents(t)
+	sub, err := a.StartSubmit(ctx, "alice", api.JobSpec{Dataset: dataset(t, data, "d", 3), Command: []string{"p"}, BatchSize: 1, ExpiryS: 60}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sub.Done()
+	job, err := sub.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	took, release, bDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	queue.SetBeforeWrite(b, func(op string) {
+		if op == "sweeps" {
+			close(took)
+			<-release
+		}
+	})
+	paused := false
+	queue.SetBeforeWrite(a, func(op string) {
+		if op != "sweeps" || paused {
+			return
+		}
+		// a holds the lease now; it is paused past it, b takes it.
+		paused = true
+		clock.Advance(4 * queuetest.Config("", clock).SweepInterval)
+		go func() { bDone <- b.Sweep(ctx) }()
+		<-took
+	})
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatalf("a's deposed sweep: %v", err)
+	}
+	if !paused || a.SweepEpoch() != 0 {
+		t.Fatalf("a paused %v, its sweep epoch %d after b took the lease: want 0", paused, a.SweepEpoch())
+	}
+	j, err := a.Job(ctx, "alice", false, job.ID)
+	if err != nil || j.State != "WAITING" {
+		t.Fatalf("job past its expiry after a's deposed sweep: %s %v; want WAITING (a may not sweep)", j.State, err)
+	}
+	close(release)
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if j, err = b.Job(ctx, "alice", false, job.ID); err != nil || j.State != "ERROR_EW" {
+		t.Fatalf("job after b's sweep: %s %v; want ERROR_EW", j.State, err)
+	}
+}
+
+// TestAnAgentSeesTheMasterElectedThroughAnother: a's pool elects its
+// master through a, the master dies, its successor is elected through b:
+// a's agent reads the new master (to release it last, to publish its
+// address), not the copy of the lease a wrote itself.
+func TestAnAgentSeesTheMasterElectedThroughAnother(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, _ := twoAgents(t)
+	if l, err := a.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://n1:1"}); err != nil || !l.Granted {
+		t.Fatalf("lease at a: %+v %v", l, err)
+	}
+	if addr, alive, err := a.MasterAddress(ctx); err != nil || addr != "http://n1:1" || !alive {
+		t.Fatalf("a's master at a: %q %v %v", addr, alive, err)
+	}
+	clock.Advance(time.Minute) // p1 died; p2 is elected through b
+	if l, err := b.Pool("a").Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://n2:1"}); err != nil || !l.Granted {
+		t.Fatalf("lease at b: %+v %v", l, err)
+	}
+	addr, alive, err := a.MasterAddress(ctx)
+	if err != nil || addr != "http://n2:1" || !alive {
+		t.Fatalf("a's master at a after an election through b: %q alive %v %v; want http://n2:1 alive", addr, alive, err)
+	}
+	if p, err := a.MasterPilot(ctx); err != nil || p != "p2" {
+		t.Fatalf("a's master pilot: %q %v; want p2", p, err)
+	}
+}
+
+// TestASubmissionCutByItsAgentsDeathIsTakenOver: agent a dies half way
+// through a keyed submission (the job created, its tasks not stored); the
+// user's retry at b answers "being stored" while a is alive, and stores
+// the job once a's liveness in the database lapsed; a, should it resume,
+// cannot activate its copy: one job under the key.
+func TestASubmissionCutByItsAgentsDeathIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	a, b, clock, data := twoAgents(t)
+	spec := api.JobSpec{Dataset: dataset(t, data, "d", 5), Command: []string{"p"}, BatchSize: 1}
+	cut, resume := make(chan struct{}), make(chan struct{})
+	queue.SetBeforeWrite(a, func(op string) {
+		if op == "created" {
+			close(cut)
+			<-resume // a "dies" here (a paused process, then resumed)
+		}
+	})
+	first, err := a.StartSubmit(ctx, "alice", spec, "key-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-cut
+	if _, err := b.StartSubmit(ctx, "alice", spec, "key-9"); !errors.Is(err, api.ErrConflict) {
+		close(resume)
+		t.Fatalf("retry at b while a lives: %v; want ErrConflict (being stored)", err)
+	}
+	clock.Advance(4 * queuetest.Config("", clock).ReconcileInterval) // a's liveness lapses
+	sub, err := b.StartSubmit(ctx, "alice", spec, "key-9")
+	if err != nil {
+		close(resume)
+		t.Fatalf("retry at b after a died: %v", err)
+	}
+	<-sub.Done()
+	job, err := sub.Result()
+	if err != nil || job.State != "WAITING" || job.Tasks.Total != 5 {
+		close(resume)
+		t.Fatalf("job stored by b: %+v %v", job, err)
+	}
+	close(resume) // a resumes: its activation is refused
+	<-first.Done()
+	if _, err := first.Result(); err == nil {
+		t.Fatal("a's resumed submission succeeded after b took it over")
+	}
+	list, err := b.ListJobs(ctx, queue.ListFilter{Owner: "alice", Limit: 10})
+	if err != nil || len(list.Jobs) != 1 || list.Jobs[0].ID != job.ID {
+		t.Fatalf("alice's jobs: %+v %v; want only %d", list.Jobs, err, job.ID)
+	}
+	again, err := a.StartSubmit(ctx, "alice", spec, "key-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-again.Done()
+	if j, _ := again.Result(); !again.Replayed() || j.ID != job.ID {
+		t.Fatalf("a repeat of the key at a: job %d, replayed %v; want a replay of %d", j.ID, again.Replayed(), job.ID)
 	}
 }

@@ -340,6 +340,9 @@ func (q *Queue) registerLocalPilots(ctx context.Context) error {
 // agent serves must stop. Turnaround and yield stay each agent's own (the
 // results it was sent).
 func (q *Queue) syncPeers(ctx context.Context) error {
+	if err := q.beatAgent(ctx); err != nil {
+		return err
+	}
 	rounds, err := q.st.SiteRounds(ctx)
 	if err != nil {
 		return err
@@ -371,4 +374,11 @@ func (q *Queue) syncPeers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// beatAgent renews this agent's liveness in the database for three
+// rounds of syncPeers: once it lapses, the other agents take over the
+// keyed submissions it left half stored.
+func (q *Queue) beatAgent(ctx context.Context) error {
+	return q.st.BeatAgent(ctx, q.now(), 3*q.cfg.ReconcileInterval)
 }

@@ -443,6 +443,7 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 	sum := sha256.Sum256(body)
 	sub := &Submission{done: make(chan struct{}), hash: hex.EncodeToString(sum[:])}
 	k := submitKey{owner, key}
+	var stale int64 // a job a dead agent left SUBMITTING under the key
 	if key != "" {
 		q.submitMu.Lock()
 		defer q.submitMu.Unlock()
@@ -460,19 +461,30 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 			if hash != sub.hash {
 				return nil, fmt.Errorf("%w: idempotency key %q was used for another submission (job %d)", api.ErrConflict, key, id)
 			}
-			if state == rules.JobSubmitting { // another process of this database is storing it
-				return nil, fmt.Errorf("%w: the submission with idempotency key %q is being stored", api.ErrConflict, key)
+			if state == rules.JobSubmitting { // another agent of this database is storing it
+				took, err := q.takeOver(ctx, id)
+				if err != nil {
+					return nil, err
+				}
+				if !took {
+					return nil, fmt.Errorf("%w: the submission with idempotency key %q is being stored", api.ErrConflict, key)
+				}
+				stale = id
+			} else {
+				sub.job, sub.err = q.Job(ctx, owner, true, id)
+				sub.replayed = true
+				close(sub.done)
+				return sub, nil
 			}
-			sub.job, sub.err = q.Job(ctx, owner, true, id)
-			sub.replayed = true
-			close(sub.done)
-			return sub, nil
 		}
 		q.submits[k] = sub
 	}
 	q.wg.Add(1)
 	go func() {
 		defer q.wg.Done()
+		if stale != 0 {
+			q.dropJob(stale) // the dead agent's half-stored job, its key taken over
+		}
 		job, err := q.store(q.bg, sub, owner, n, key)
 		sub.job, sub.err = job, err
 		if key != "" {
@@ -505,6 +517,7 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 	if err != nil {
 		return api.Job{}, err
 	}
+	q.hook("created")
 	out := n.output
 	if out == "" {
 		if q.cfg.OutputsRoot != "" {
@@ -536,6 +549,20 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 	}
 	q.log.Info("job submitted", "job", id, "owner", owner, "tasks", len(names), "batch_size", n.batchSize)
 	return q.Job(ctx, owner, true, id)
+}
+
+// takeOver takes over the keyed submission id another agent left
+// SUBMITTING if that agent is dead (its liveness in the database lapsed);
+// only on a shared database (one agent alone removes its own at start).
+func (q *Queue) takeOver(ctx context.Context, id int64) (bool, error) {
+	if !q.cfg.Shared {
+		return false, nil
+	}
+	took, err := q.st.TakeOverSubmission(ctx, id, q.now())
+	if took {
+		q.log.Warn("taking over a submission whose agent died half way", "job", id)
+	}
+	return took, err
 }
 
 // dropJob removes a job whose submission failed half way (a fresh

@@ -10,6 +10,7 @@ import (
 	"github.com/harvest-hpc/harvest/pilotproto"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Sweep runs the time-driven transitions, each in short transactions:
@@ -27,21 +28,45 @@ import (
 func (q *Queue) Sweep(ctx context.Context) error {
 	unacked := q.sweepUnacknowledged(ctx)
 	if q.cfg.Shared {
-		held, err := q.holdSweeps(ctx)
-		if err != nil || !held {
+		epoch, err := q.holdSweeps(ctx)
+		if err != nil || epoch == 0 {
 			return errors.Join(unacked, err)
 		}
+		// Every sweep write checks the lease inside its transaction: an
+		// agent paused past its lease while another took it changes
+		// nothing when it resumes.
+		ctx = store.SweepFenced(ctx, q.cfg.SweepHolder, epoch)
+		q.hook("sweeps")
 	}
-	return errors.Join(unacked, q.sweepZombies(ctx), q.sweepExpired(ctx), q.sweepJobExpiry(ctx), q.purge(ctx), q.sweepStaleSubmissions(ctx))
+	return errors.Join(unacked, q.sweeps(ctx))
+}
+
+// sweeps runs the sweeps in turn, each after another's error too; on a
+// shared database ErrSweepLost stops them (the rest would be refused as
+// well) and this agent no longer holds the sweeps.
+func (q *Queue) sweeps(ctx context.Context) error {
+	var errs []error
+	for _, f := range []func(context.Context) error{q.sweepZombies, q.sweepExpired, q.sweepJobExpiry, q.purge, q.sweepStaleSubmissions} {
+		err := f(ctx)
+		if errors.Is(err, store.ErrSweepLost) {
+			q.mu.Lock()
+			q.sweepEpoch = 0
+			q.mu.Unlock()
+			q.log.Info("another agent took the sweeps", "holder", q.cfg.SweepHolder, "why", err)
+			break
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // holdSweeps takes or renews the sweep lease for three sweep intervals
 // (renewed every interval, so a holder that misses two still keeps it)
-// and says whether this agent holds it.
-func (q *Queue) holdSweeps(ctx context.Context) (bool, error) {
+// and returns its epoch if this agent holds it (0: it does not).
+func (q *Queue) holdSweeps(ctx context.Context) (int64, error) {
 	epoch, held, err := q.st.TakeSweep(ctx, q.cfg.SweepHolder, q.now(), 3*q.cfg.SweepInterval)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	q.mu.Lock()
 	was := q.sweepEpoch
@@ -50,10 +75,13 @@ func (q *Queue) holdSweeps(ctx context.Context) (bool, error) {
 		q.sweepEpoch = epoch
 	}
 	q.mu.Unlock()
-	if held && was != epoch {
+	if !held {
+		return 0, nil
+	}
+	if was != epoch {
 		q.log.Info("this agent runs the sweeps now", "holder", q.cfg.SweepHolder, "epoch", epoch)
 	}
-	return held, nil
+	return epoch, nil
 }
 
 // SweepEpoch is the epoch of the sweep lease this agent holds (0: it does
@@ -210,6 +238,11 @@ func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 func (q *Queue) purge(ctx context.Context) error {
 	if err := q.st.PruneUsage(ctx, q.now().Add(-q.cfg.UsageWindow)); err != nil {
 		return fmt.Errorf("purge: %w", err)
+	}
+	if q.cfg.Shared {
+		if err := q.st.PruneAgents(ctx, q.now().Add(-q.cfg.StaleSubmission)); err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
 	}
 	ids, err := q.st.FinalJobsBefore(ctx, q.now().Add(-q.cfg.Retention))
 	if err != nil {

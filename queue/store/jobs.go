@@ -38,9 +38,9 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 	}
 	var id int64
 	err = s.write(ctx, func(tx *wtx) error {
-		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash)
-			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash).Scan(&id)
+		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash, storer)
+			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash, s.holder).Scan(&id)
 		if duplicate(err) {
 			return fmt.Errorf("%w: idempotency key %q is taken by a submission under way", api.ErrConflict, j.IdemKey)
 		}
@@ -140,10 +140,18 @@ var (
 // directory: from this commit on it is visible.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
-		if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ?`, api.JobWaiting, outputDir, n, id); err != nil {
+		// Only the storer activates its submission: another agent may
+		// have taken it over (TakeOverSubmission) while this one was
+		// thought dead.
+		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ? AND state = ? AND storer = ?`,
+			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder)
+		if err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = ? WHERE job_id = ?`, n, id)
+		if k, err := res.RowsAffected(); err != nil || k != 1 {
+			return errors.Join(err, ErrSubmissionTaken)
+		}
+		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = ? WHERE job_id = ?`, n, id)
 		return err
 	})
 	if err != nil {
@@ -433,10 +441,11 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 // only writer) it answers from memory: the cancelled jobs and their times
 // are read once (through the partial index, whose WHERE term must be
 // repeated for SQLite to use it), then CancelJob adds to them and DropJob
-// takes away, under s.cancelMu. On PostgreSQL other agents cancel too:
+// takes away, under s.cancelMu. On PostgreSQL or a shared file (Share)
+// other agents cancel too:
 // the partial index answers.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	if s.d.pg {
+	if s.d.pg || s.shared.Load() {
 		out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 		if err != nil {
 			return nil, fmt.Errorf("list cancelled jobs: %w", err)

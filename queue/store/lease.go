@@ -66,7 +66,8 @@ func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lea
 // than the check; this process is the only writer, and the cache is filled
 // at Open and set after every commit that changes a lease (DecideLease,
 // Heartbeat, both under s.leaseWrite so their updates cannot cross). On
-// PostgreSQL another agent may have granted the lease: the row is read.
+// PostgreSQL or a shared file (Share) another agent may have granted the
+// lease: the row is read.
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
 	if s.leases == nil {
 		return readLease(ctx, s.r, pool)

@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -60,16 +61,36 @@ type Store struct {
 	closeErr  error
 
 	// Caches of what only this process writes: on SQLite alone (one
-	// process holds the file, internal/statelock); on PostgreSQL other
-	// agents write the same rows, and the database answers.
+	// process holds the file, internal/statelock); on PostgreSQL, or a
+	// file several agents share (Share), other agents write the same
+	// rows, and the database answers.
 	// leaseWrite orders the lease writes (DecideLease, Heartbeat) with
 	// their updates of the cache, so two cannot cross.
 	leaseWrite sync.Mutex
 	leaseMu    sync.Mutex
-	leases     map[string]rules.Lease // as last committed (lease.go); nil on PostgreSQL
+	leases     map[string]rules.Lease // as last committed (lease.go); nil on PostgreSQL or shared
 
 	cancelMu  sync.Mutex
 	cancelled map[int64]int64 // cancelled jobs' times, Unix ms (CancelledSince); nil until read
+
+	shared atomic.Bool // other processes write the database too (Share): no caches
+	holder string      // this agent's name among them (Share): the storer of its submissions
+}
+
+// Share tells the store that other processes write its database too
+// (several agents on one PostgreSQL database or SQLite file), holder
+// naming this one: it drops its caches of what only this process used to
+// write (the leases, the cancelled jobs), and every read of those asks the
+// database from now on. Call it right after Open.
+func (s *Store) Share(holder string) {
+	s.holder = holder
+	s.shared.Store(true)
+	s.leaseMu.Lock()
+	s.leases = nil
+	s.leaseMu.Unlock()
+	s.cancelMu.Lock()
+	s.cancelled = nil
+	s.cancelMu.Unlock()
 }
 
 // Open opens (creating or migrating) the queue database: a PostgreSQL
@@ -408,6 +429,15 @@ func (s *Store) writeTimed(ctx context.Context, fn func(tx *wtx) error) (time.Du
 }
 
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
+	if f, ok := ctx.Value(sweepFenceKey{}).(sweepFence); ok {
+		inner := fn
+		fn = func(tx *wtx) error {
+			if err := s.checkSweep(ctx, tx, f); err != nil {
+				return err
+			}
+			return inner(tx)
+		}
+	}
 	if !s.d.pg {
 		return s.once(ctx, nil, fn)
 	}

@@ -51,6 +51,48 @@ func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl
 	return epoch, held, nil
 }
 
+// ErrSweepLost is the error of a write made under SweepFenced after the
+// sweep lease passed to another agent: the write changed nothing.
+var ErrSweepLost = errors.New("the sweep lease has passed to another agent")
+
+type sweepFenceKey struct{}
+
+type sweepFence struct {
+	holder string
+	epoch  int64
+}
+
+// SweepFenced returns ctx for the writes of a sweep: every write
+// transaction of the store under it first checks, inside the transaction,
+// that holder still holds the sweep lease at epoch, and fails with
+// ErrSweepLost, changing nothing, if another agent has taken it since (an
+// agent paused past its lease, then resumed, sweeps no more). A lease that
+// lapsed but nobody took keeps its epoch: its holder may still sweep, as
+// nobody else does. On PostgreSQL the read takes the lease row FOR SHARE
+// and the transaction is SERIALIZABLE, so a grant to another agent commits
+// either before the check (which refuses) or after the write.
+func SweepFenced(ctx context.Context, holder string, epoch int64) context.Context {
+	return context.WithValue(ctx, sweepFenceKey{}, sweepFence{holder, epoch})
+}
+
+// checkSweep is SweepFenced's check, inside tx.
+func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
+	q := `SELECT epoch, holder FROM leases WHERE pool = ?`
+	if s.d.pg {
+		q += " FOR SHARE"
+	}
+	var epoch int64
+	var holder string
+	err := tx.QueryRowContext(inline(ctx), q, sweepPool).Scan(&epoch, &holder)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read the sweep lease: %w", err)
+	}
+	if epoch != f.epoch || holder != f.holder {
+		return fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, epoch, holder, f.epoch, f.holder)
+	}
+	return nil
+}
+
 // ReleaseSweep gives up holder's sweep lease (an agent that stops), so
 // another agent takes the sweeps at its next round instead of after the
 // TTL. Nothing happens if holder does not hold it.
@@ -137,4 +179,91 @@ func (s *Store) CancelledAfter(ctx context.Context, since time.Time) ([]int64, e
 		return nil, fmt.Errorf("list cancelled jobs: %w", err)
 	}
 	return out, nil
+}
+
+// ErrSubmissionTaken is ActivateJob's error for a submission this agent
+// no longer stores: another agent took it over (TakeOverSubmission).
+var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
+
+// agentPool prefixes the leases rows that say an agent of a shared
+// database is alive (no site name starts with ~): the holder is the
+// agent's name, expires_at when it is known dead unless renewed.
+const agentPool = "~agent:"
+
+// BeatAgent renews this agent's (Share's holder) liveness row until
+// now+ttl.
+func (s *Store) BeatAgent(ctx context.Context, now time.Time, ttl time.Duration) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, 0, ?, '', ?)
+			ON CONFLICT (pool) DO UPDATE SET expires_at = excluded.expires_at`, agentPool+s.holder, s.holder, ms(now.Add(ttl)))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("renew this agent's liveness: %w", err)
+	}
+	return nil
+}
+
+// ReleaseAgent removes this agent's liveness row (an agent that stops):
+// its submissions under way, if any, may be taken over at once.
+func (s *Store) ReleaseAgent(ctx context.Context) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM leases WHERE pool = ?`, agentPool+s.holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove this agent's liveness: %w", err)
+	}
+	return nil
+}
+
+// PruneAgents removes the liveness rows that lapsed before cut: agents
+// killed without a word leave theirs behind (each run of an agent has a
+// name of its own). A missing row counts as a dead agent, like a lapsed one.
+func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM leases WHERE pool LIKE ? AND expires_at < ?`, agentPool+"%", ms(cut))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("prune the liveness of dead agents: %w", err)
+	}
+	return nil
+}
+
+// TakeOverSubmission frees the idempotency key of the submission id,
+// still SUBMITTING, if the agent storing it is dead (its liveness row
+// lapsed at now, or is gone), so a retry of the submission at this agent
+// stores a new job under the key. In the same transaction the job loses
+// its storer: that agent, should it resume, cannot activate it
+// (ErrSubmissionTaken). The job, keyless and invisible, is left for the
+// caller to drop. ok is false, and nothing changes, while the storer is
+// alive or when the job is no longer SUBMITTING.
+func (s *Store) TakeOverSubmission(ctx context.Context, id int64, now time.Time) (ok bool, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
+		ok = false
+		var storer string
+		err := tx.QueryRowContext(inline(ctx), `SELECT storer FROM jobs WHERE id = ? AND state = ?`, id, rules.JobSubmitting).Scan(&storer)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && storer == s.holder {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var exp int64
+		err = tx.QueryRowContext(inline(ctx), `SELECT expires_at FROM leases WHERE pool = ?`, agentPool+storer).Scan(&exp)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if exp > ms(now) {
+			return nil // its agent is alive: it is being stored
+		}
+		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET idem_key = '', storer = '' WHERE id = ?`, id)
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("take over the submission of job %d: %w", id, err)
+	}
+	return ok, nil
 }
