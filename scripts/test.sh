@@ -102,6 +102,9 @@ HARVEST_TEST_DB=postgres go test -timeout 20m ./queue/store ./queue ./queue/http
 pg_pid=$!
 two=0
 HARVEST_SLURM_LABS=2 HARVEST_SLURM_TESTS=1 go test -timeout 20m -run 'RunSideBySide|RestartAtOnce|TwoRealClusters|TwoAgentsOnOneDatabase' ./internal/slurmtest ./scripts/multisite 2>&1 | tee /tmp/harvest-test-two.log || two=$?
+# Two agents on one PostgreSQL database, kill -9 of one (issue 32's run;
+# the line above ran it on one shared SQLite file).
+[ "$two" = 0 ] && { HARVEST_TEST_DB=postgres HARVEST_SLURM_LABS=2 HARVEST_SLURM_TESTS=1 go test -count=1 -timeout 10m -run 'TwoAgentsOnOneDatabase' -v ./scripts/multisite 2>&1 | grep -E '^(ok|FAIL|---|PASS)|lost|twice|DONE' | tee -a /tmp/harvest-test-two.log || two=$?; }
 pg=0
 wait "$pg_pid" || pg=$?
 echo "--- PostgreSQL:"
