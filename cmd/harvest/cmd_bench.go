@@ -208,6 +208,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "the workers' CPU per task during the run: %.1f us the worker processes, %.1f us their task runners, %.1f us the tasks (/proc/PID/stat, 10 ms ticks)\n",
 			w.WorkerUS, w.RunnerUS, w.TaskUS)
 	}
+	fmt.Fprintf(out, "the master's exchanges: %d worker pulls, %d worker results posts, %d checkpoint commits (%.1f tasks per commit)\n",
+		r.WorkerPulls, r.WorkerResults, r.Commits, float64(r.Tasks)/float64(max(r.Commits, 1)))
 	if f := r.Floor; f != nil {
 		fmt.Fprintf(out, "fork/exec floor: the same program %d times in %d plain shell loops at once: %.0f tasks/s, %.1f us of CPU per task\n",
 			f.Tasks, f.Procs, f.TasksPerS, f.CPUUS)

@@ -27,6 +27,7 @@ import (
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker/confine"
+	"github.com/harvest-hpc/harvest/workerproto"
 )
 
 // Config of one run.
@@ -143,7 +144,13 @@ type Result struct {
 	// its last result, /proc/PID/stat) into the worker processes', their
 	// task runners' and the tasks'.
 	WorkerSplit *WorkerSplit `json:"workers_split,omitempty"`
-	Breakdown   *Breakdown   `json:"breakdown,omitempty"`
+	// The exchanges of the master during the run: its workers' pulls and
+	// results posts (its HTTP API, by endpoint) and its checkpoint
+	// commits (transactions that wrote).
+	WorkerPulls   int        `json:"worker_pulls"`
+	WorkerResults int        `json:"worker_results"`
+	Commits       int64      `json:"checkpoint_commits"`
+	Breakdown     *Breakdown `json:"breakdown,omitempty"`
 	// With Exec: the same program in plain loops, one per worker, run
 	// after the dispatch (the machine's fork/exec floor), and harvest's
 	// figures against it: tasks/s (harvest / floor) and CPU per task,
@@ -223,7 +230,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	mdone := make(chan error, 1)
 	go func() { mdone <- m.Run(mctx) }()
 	defer func() { mstop(); <-mdone }()
-	srv := &http.Server{Handler: m.Handler()}
+	mtimer := newTiming()
+	srv := &http.Server{Handler: mtimer.wrap(m.Handler())}
 	go srv.Serve(ln)
 	defer srv.Close()
 
@@ -250,6 +258,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	machine0, haveMachine := readCPUTimes()
 	cpu0, sched0, begin := cpu(syscall.RUSAGE_SELF), readSchedLatency(), time.Now()
 	reported0 := m.Stats().Reported
+	mtimer.reset()
+	commits0 := m.Commits()
 	start()
 	if finish == nil {
 		finish = func(ctx context.Context) error {
@@ -274,6 +284,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
 	r.WorkerSplit = split
+	r.WorkerPulls, _ = mtimer.get(workerproto.PathPull)
+	r.WorkerResults, _ = mtimer.get(workerproto.PathResults)
+	r.Commits = m.Commits() - commits0
 	r.Users = cfg.Users
 	if cfg.Exec {
 		f, err := RunFloor(ctx, floorArgv(cfg), cfg.Workers, cfg.Tasks)
