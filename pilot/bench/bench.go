@@ -169,6 +169,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var start func()
 	var finish func(context.Context) error
 	var rq *realQueue
+	var g *gate
 	if cfg.InMemory {
 		f := newFeed()
 		q = f
@@ -188,9 +189,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		defer rq.close()
-		g := &gate{Queue: rq.pilot}
+		g = &gate{Queue: rq.pilot}
 		q = g
 		start = func() {
+			g.empty.Store(0)
 			rq.q.WriteStats(true)
 			rq.timer.reset()
 			g.open.Store(true)
@@ -307,6 +309,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	b := &Breakdown{WriteLockMS: float64(ws.Total.Microseconds()) / 1000, LongestTxMS: float64(ws.Longest.Microseconds()) / 1000, LongestTxIn: ws.LongestIn, SlowTx: ws.Slow, SlowTxIn: ws.SlowBy,
 		P99TxMS: float64(ws.Quantile(0.99).Microseconds()) / 1000, Transactions: ws.Transactions, ProcessCPUS: procCPU.Seconds(), WorkersCPUS: r.WorkersCPUUS * float64(cfg.Tasks) / 1e6}
 	b.PullCalls, b.PullMS = rq.timer.get(pilotproto.PathPull)
+	b.EmptyPulls = g.empty.Load()
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
 	b.HeartbeatCalls, b.HeartbeatMS = rq.timer.get(pilotproto.PathHeartbeat)
 	b.WALMB = float64(rq.q.WALStats().Bytes) / (1 << 20)

@@ -34,6 +34,7 @@ type Breakdown struct {
 	// The queue's HTTP handlers (decode, rules, SQLite, encode), by
 	// endpoint: calls and total wall time.
 	PullCalls      int     `json:"pull_calls"`
+	EmptyPulls     int64   `json:"empty_pulls"` // of them, pulls that brought no task
 	PullMS         float64 `json:"pull_ms"`
 	ResultsCalls   int     `json:"results_calls"`
 	ResultsMS      float64 `json:"results_ms"`
@@ -180,14 +181,19 @@ func (r *realQueue) check(ctx context.Context, tasks int) error {
 // makespan counts every task the master pulls.
 type gate struct {
 	pilotproto.Queue
-	open atomic.Bool
+	open  atomic.Bool
+	empty atomic.Int64 // pulls that brought nothing
 }
 
 func (g *gate) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
 	if !g.open.Load() {
 		return pilotproto.PullResponse{}, nil
 	}
-	return g.Queue.Pull(ctx, req)
+	resp, err := g.Queue.Pull(ctx, req)
+	if err == nil && len(resp.Tasks) == 0 {
+		g.empty.Add(1)
+	}
+	return resp, err
 }
 
 // timing sums the wall time of the queue's handlers per path.
