@@ -177,17 +177,22 @@ func (r *realQueue) check(ctx context.Context, tasks int) error {
 	return nil
 }
 
-// gate keeps the master's pulls empty until the run starts, so the
-// makespan counts every task the master pulls.
+// gate holds the master's pulls until the run starts, so the makespan
+// counts every task the master pulls, and the first pull goes on as soon
+// as it starts (the master's idle poll does not delay it).
 type gate struct {
 	pilotproto.Queue
-	open  atomic.Bool
-	empty atomic.Int64 // pulls that brought nothing
+	opened chan struct{} // closed when the run starts
+	empty  atomic.Int64  // pulls that brought nothing
 }
 
+func newGate(q pilotproto.Queue) *gate { return &gate{Queue: q, opened: make(chan struct{})} }
+
 func (g *gate) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
-	if !g.open.Load() {
-		return pilotproto.PullResponse{}, nil
+	select {
+	case <-g.opened:
+	case <-ctx.Done():
+		return pilotproto.PullResponse{}, ctx.Err()
 	}
 	resp, err := g.Queue.Pull(ctx, req)
 	if err == nil && len(resp.Tasks) == 0 {
