@@ -81,7 +81,13 @@ func TestTwentyFailoversAcrossTwoHostsLoseNothing(t *testing.T) {
 	q := watch(e.Q)
 	var ep endpoint
 	for _, id := range []string{"w1", "w2", "w3"} {
-		startWorker(t, fastWorkerConfig(id, 2, worker.SleepRunner{D: 2 * time.Millisecond}), ep.resolve)
+		// A fixed prefetch: the automatic one holds a round trip's worth
+		// of 2 ms tasks, and on a loaded machine the workers then ran
+		// hundreds of them through each failover, ending the job before
+		// the last one.
+		c := fastWorkerConfig(id, 2, worker.SleepRunner{D: 2 * time.Millisecond})
+		c.Prefetch = 4
+		startWorker(t, c, ep.resolve)
 	}
 	const failovers = 20
 	var last *runningMaster
