@@ -142,6 +142,7 @@ type Checkpoint struct {
 
 	stmts   map[string]*sql.Stmt          // the set-based statements, by the writes field they take
 	commits atomic.Int64                  // Commit calls (for tests)
+	wrote   atomic.Int64                  // transactions committed (for the bench)
 	gate    atomic.Pointer[chan struct{}] // tests: a commit waits for it to close
 
 	mu   sync.Mutex
@@ -779,6 +780,7 @@ func (c *Checkpoint) transact(extra string, w *writes) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
+	c.wrote.Add(1)
 	c.tidy = nil
 	return nil
 }

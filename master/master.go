@@ -455,6 +455,9 @@ func (m *Master) Heartbeat(ctx context.Context, req workerproto.HeartbeatRequest
 	return *r.Heartbeat, nil
 }
 
+// Commits is how many checkpoint transactions the master has committed.
+func (m *Master) Commits() int64 { return m.cp.wrote.Load() }
+
 // Stats returns the current counters.
 func (m *Master) Stats() Stats {
 	m.mu.Lock()

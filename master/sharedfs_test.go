@@ -81,7 +81,15 @@ func TestTwentyFailoversAcrossTwoHostsLoseNothing(t *testing.T) {
 	q := watch(e.Q)
 	var ep endpoint
 	for _, id := range []string{"w1", "w2", "w3"} {
-		startWorker(t, fastWorkerConfig(id, 2, worker.SleepRunner{D: 2 * time.Millisecond}), ep.resolve)
+		// A fixed prefetch, the automatic one's former cap (16 slots'
+		// worth): the automatic one holds a round trip's worth of 2 ms
+		// tasks, up to 128 slots' worth, and on a loaded machine (slow
+		// round trips) the workers then ran hundreds of them through each
+		// failover, ending the job before the last one; a prefetch of 4
+		// made the last master too slow to finish within its minute there.
+		c := fastWorkerConfig(id, 2, worker.SleepRunner{D: 2 * time.Millisecond})
+		c.Prefetch = 32
+		startWorker(t, c, ep.resolve)
 	}
 	const failovers = 20
 	var last *runningMaster

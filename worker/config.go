@@ -32,6 +32,14 @@ type Config struct {
 	// scancel's SIGTERM before the pilot's handler has run.
 	StopGrace   time.Duration
 	ResultBatch int // results per request
+	// ResultDelay is how long a finished task's result may wait for
+	// others to join its request while the worker still runs or holds
+	// tasks (0: sent at once). Short real tasks otherwise finish one at
+	// a time and each result cost an exchange and a checkpoint commit
+	// on the master. A result waits only in the worker's memory, as it
+	// did during its request before; results that are not plain
+	// successes, a full batch, an idle or stopping worker send at once.
+	ResultDelay time.Duration
 
 	Runner Runner
 	Logger *slog.Logger
@@ -48,7 +56,8 @@ func DefaultConfig() Config {
 	return Config{
 		Slots: 1, Prefetch: -1, PullWait: 20 * time.Second, HeartbeatInterval: 5 * time.Second,
 		MasterGrace: 30 * time.Second, RetryInterval: 500 * time.Millisecond,
-		ShutdownTimeout: 5 * time.Second, StopGrace: 2 * time.Second, ResultBatch: 1000, Logger: slog.Default(),
+		ShutdownTimeout: 5 * time.Second, StopGrace: 2 * time.Second, ResultBatch: 1000,
+		ResultDelay: 20 * time.Millisecond, Logger: slog.Default(),
 	}
 }
 
@@ -69,6 +78,8 @@ func (c Config) Validate() error {
 		return bad("Runner and Logger must be set")
 	case c.PullWait <= 0 || c.HeartbeatInterval <= 0 || c.MasterGrace <= 0 || c.RetryInterval <= 0 || c.ShutdownTimeout <= 0 || c.StopGrace <= 0:
 		return bad("durations must be positive")
+	case c.ResultDelay < 0 || c.ResultDelay > time.Second:
+		return bad("result delay %s: want 0 to 1s", c.ResultDelay)
 	case c.ResultBatch < 1:
 		return bad("result batch %d: want at least 1", c.ResultBatch)
 	}

@@ -109,8 +109,13 @@ func (w *Worker) capacity() int {
 	return w.slots + p
 }
 
-// maxPrefetch bounds the automatic prefetch, in slots.
-const maxPrefetch = 16
+// maxPrefetch bounds the automatic prefetch, in slots. Only tasks
+// shorter than a 128th of a round trip reach it (tens of microseconds:
+// no real process starts that fast), so a worker of real tasks never
+// holds that much; for no-op tasks 16 slots' worth made an exchange carry
+// about 34 tasks, and 128 about 200 (`harvest bench dispatch --in-memory`,
+// 1,000 users: master 97 -> 53 us, workers 51 -> 29 us of CPU per task).
+const maxPrefetch = 128
 
 // autoPrefetch is how many tasks the worker holds beyond its slots when
 // Prefetch is automatic (-1): a slot's worth each, or, when its tasks are
@@ -332,25 +337,64 @@ func (s *session) pullLoop(ctx context.Context) {
 
 func (s *session) sendLoop(ctx context.Context) {
 	w := s.w
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var first time.Time // when the oldest result waiting was first seen
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		n := min(len(w.results), w.cfg.ResultBatch)
-		batch := append([]pilotproto.Result(nil), w.results[:n]...)
+		if n > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		var hold time.Duration
+		if n > 0 {
+			hold = w.holdResults(n, first)
+		}
+		var batch []pilotproto.Result
+		if n > 0 && hold <= 0 {
+			batch = append(batch, w.results[:n]...)
+		}
 		ch := w.changed
 		w.mu.Unlock()
-		if n == 0 {
+		if batch == nil {
+			var wake <-chan time.Time
+			if hold > 0 {
+				timer.Reset(hold)
+				wake = timer.C
+			}
 			select {
 			case <-ch:
+			case <-wake:
 			case <-ctx.Done():
 			}
+			timer.Stop()
 			continue
 		}
 		if err := w.sendResults(ctx, s.c, batch, false); err != nil {
 			s.trouble(ctx, err)
 			continue
 		}
+		first = time.Time{}
 		s.ok()
 	}
+}
+
+// holdResults is how much longer the n results waiting (the oldest seen
+// at first) may wait for others to join their request (ResultDelay): only
+// while the worker runs or holds tasks whose results could join them,
+// fewer than ResultBatch wait, all are plain successes and the worker is
+// not stopping. Called with mu held.
+func (w *Worker) holdResults(n int, first time.Time) time.Duration {
+	if w.cfg.ResultDelay <= 0 || n >= w.cfg.ResultBatch || w.draining || (w.busy == 0 && len(w.queue) == 0) {
+		return 0
+	}
+	for i := range n {
+		if r := &w.results[i]; r.Status != pilotproto.StatusDone || r.ExitCode != 0 || r.ErrorTail != "" {
+			return 0
+		}
+	}
+	return w.cfg.ResultDelay - time.Since(first)
 }
 
 // sendResults posts results and forgets them once acknowledged.

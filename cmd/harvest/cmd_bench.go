@@ -208,6 +208,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 		fmt.Fprintf(out, "the workers' CPU per task during the run: %.1f us the worker processes, %.1f us their task runners, %.1f us the tasks (/proc/PID/stat, 10 ms ticks)\n",
 			w.WorkerUS, w.RunnerUS, w.TaskUS)
 	}
+	fmt.Fprintf(out, "the master's exchanges: %d worker pulls, %d worker results posts, %d checkpoint commits (%.1f tasks per commit)\n",
+		r.WorkerPulls, r.WorkerResults, r.Commits, float64(r.Tasks)/float64(max(r.Commits, 1)))
 	if f := r.Floor; f != nil {
 		fmt.Fprintf(out, "fork/exec floor: the same program %d times in %d plain shell loops at once: %.0f tasks/s, %.1f us of CPU per task\n",
 			f.Tasks, f.Procs, f.TasksPerS, f.CPUUS)
@@ -218,8 +220,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	fmt.Fprintf(out, "Go scheduler latency in this process (GOMAXPROCS %d; goroutines runnable, waiting to run): p99 %.3f ms, p99.9 %.3f ms, longest up to %.1f ms\n", r.Procs, r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS)
 	if b := r.Breakdown; b != nil {
 		per := func(ms float64) float64 { return ms * 1000 / float64(r.Tasks) }
-		fmt.Fprintf(out, "queue handlers per task: pull %.1f us (%d calls), results %.1f us (%d calls), heartbeat %.1f us (%d calls)\n",
-			per(b.PullMS), b.PullCalls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
+		fmt.Fprintf(out, "queue handlers per task: pull %.1f us (%d calls, %d empty), results %.1f us (%d calls), heartbeat %.1f us (%d calls)\n",
+			per(b.PullMS), b.PullCalls, b.EmptyPulls, per(b.ResultsMS), b.ResultsCalls, per(b.HeartbeatMS), b.HeartbeatCalls)
 		if cfg.DB == "" {
 			fmt.Fprintf(out, "WAL file at the end: %.1f MiB (SQLite's autocheckpoint)\n", b.WALMB)
 		}

@@ -34,6 +34,7 @@ type Breakdown struct {
 	// The queue's HTTP handlers (decode, rules, SQLite, encode), by
 	// endpoint: calls and total wall time.
 	PullCalls      int     `json:"pull_calls"`
+	EmptyPulls     int64   `json:"empty_pulls"` // of them, pulls that brought no task
 	PullMS         float64 `json:"pull_ms"`
 	ResultsCalls   int     `json:"results_calls"`
 	ResultsMS      float64 `json:"results_ms"`
@@ -176,18 +177,28 @@ func (r *realQueue) check(ctx context.Context, tasks int) error {
 	return nil
 }
 
-// gate keeps the master's pulls empty until the run starts, so the
-// makespan counts every task the master pulls.
+// gate holds the master's pulls until the run starts, so the makespan
+// counts every task the master pulls, and the first pull goes on as soon
+// as it starts (the master's idle poll does not delay it).
 type gate struct {
 	pilotproto.Queue
-	open atomic.Bool
+	opened chan struct{} // closed when the run starts
+	empty  atomic.Int64  // pulls that brought nothing
 }
 
+func newGate(q pilotproto.Queue) *gate { return &gate{Queue: q, opened: make(chan struct{})} }
+
 func (g *gate) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
-	if !g.open.Load() {
-		return pilotproto.PullResponse{}, nil
+	select {
+	case <-g.opened:
+	case <-ctx.Done():
+		return pilotproto.PullResponse{}, ctx.Err()
 	}
-	return g.Queue.Pull(ctx, req)
+	resp, err := g.Queue.Pull(ctx, req)
+	if err == nil && len(resp.Tasks) == 0 {
+		g.empty.Add(1)
+	}
+	return resp, err
 }
 
 // timing sums the wall time of the queue's handlers per path.

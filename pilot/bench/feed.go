@@ -20,17 +20,25 @@ type feed struct {
 	done     map[int64]int // done results by task
 	nDone    int
 	finished chan struct{} // closed when every task is done
+	started  chan struct{} // closed by the first add: pulls wait for it
 }
 
 var _ pilotproto.Queue = (*feed)(nil)
 
-func newFeed() *feed { return &feed{done: map[int64]int{}, finished: make(chan struct{})} }
+func newFeed() *feed {
+	return &feed{done: map[int64]int{}, finished: make(chan struct{}), started: make(chan struct{})}
+}
 
 // add makes tasks available to the next pulls.
 func (f *feed) add(tasks []pilotproto.Task) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks = append(f.tasks, tasks...)
+	select {
+	case <-f.started:
+	default:
+		close(f.started)
+	}
 }
 
 // wait blocks until every task added is done.
@@ -59,7 +67,12 @@ func (f *feed) Lease(_ context.Context, req pilotproto.LeaseRequest) (pilotproto
 	return pilotproto.Lease{Granted: true, Epoch: 1, Holder: req.PilotID, Address: req.Address, TTLMS: time.Hour.Milliseconds()}, nil
 }
 
-func (f *feed) Pull(_ context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+func (f *feed) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
+	select {
+	case <-f.started:
+	case <-ctx.Done():
+		return pilotproto.PullResponse{}, ctx.Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := min(req.Max, len(f.tasks)-f.next)
