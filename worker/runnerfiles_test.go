@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker"
@@ -214,5 +215,42 @@ func TestConfinedTasksStartedTogetherKeepTheirOwnOutcomes(t *testing.T) {
 		if b, _ := os.ReadFile(logOf(task, "out")); strings.TrimSpace(string(b)) != strconv.Itoa(id) {
 			t.Errorf("task %d's log: %q", id, b)
 		}
+	}
+}
+
+// A task that leaves a process behind (its group outlives it) keeps its
+// logs: what that process writes later lands in the task's own log,
+// never in a later task's, even when the task itself wrote nothing.
+func TestAConfinedTasksStragglerWritesToItsOwnLog(t *testing.T) {
+	dir := t.TempDir()
+	r := confinedRunner(t, dir)
+	first := execTask(dir, 0, "sh", "-c", `mkfifo "$1/go" && (read x < "$1/go"; echo late; touch "$1/done") & exit 0`, "sh", filepath.Join(dir, "out"))
+	if o := r.Run(context.Background(), first); o.Status != pilotproto.StatusDone {
+		t.Fatalf("%s %q", o.Status, o.ErrorTail)
+	}
+	second := first
+	second.ID, second.Command = 4, []string{"true"}
+	if o := r.Run(context.Background(), second); o.Status != pilotproto.StatusDone {
+		t.Fatalf("%s %q", o.Status, o.ErrorTail)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "out", "go"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(filepath.Join(dir, "out", "done")); err == nil {
+			break
+		}
+		if i > 3000 {
+			b, _ := os.ReadFile(logOf(first, "err"))
+			t.Fatalf("the straggler did not finish (stderr %q)", b)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file the straggler writes, with a bound
+	}
+	if b, err := os.ReadFile(logOf(first, "out")); string(b) != "late\n" {
+		t.Fatalf("the first task's stdout log: %q, %v", b, err)
+	}
+	if _, err := os.Lstat(logOf(second, "out")); !os.IsNotExist(err) {
+		b, _ := os.ReadFile(logOf(second, "out"))
+		t.Fatalf("the second task got a log: %q", b)
 	}
 }

@@ -34,8 +34,11 @@ type server struct {
 	tmpPath string
 	devnull int
 	eager   bool // the log directory's file system has no O_TMPFILE
-	tasks   []*running
-	events  []byte // this turn's answer
+	// spare are unnamed logs a task left empty, whose process group had
+	// ended: the next tasks' logs, no file made or freed for them.
+	spare  []int
+	tasks  []*running
+	events []byte // this turn's answer
 }
 
 // serveRunner is the runner's side: confine, say ready, serve requests
@@ -249,6 +252,10 @@ func (s *server) files(t *running, tmp string) error {
 		fd   *int
 		name string
 	}{{&t.out, t.outName}, {&t.err, t.errName}} {
+		if n := len(s.spare); n > 0 && !s.eager {
+			*l.fd, s.spare = s.spare[n-1], s.spare[:n-1]
+			continue
+		}
 		if !s.eager {
 			*l.fd, err = unix.Openat(s.logs, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
 			if err == unix.EOPNOTSUPP || err == unix.EISDIR || err == unix.EINVAL {
@@ -310,8 +317,11 @@ func (s *server) reap(t *running) {
 		}
 	}
 	unix.Close(t.pidfd)
-	s.nameLog(t.out, t.outName)
-	s.nameLog(t.err, t.errName)
+	// Nothing of the task's may write to an empty log the next task gets:
+	// only a task whose whole group has ended gives its logs back.
+	alone := syscall.Kill(-t.pid, 0) == syscall.ESRCH
+	s.nameLog(&t.out, t.outName, alone)
+	s.nameLog(&t.err, t.errName, alone)
 	s.closeFiles(t)
 	flags := byte(evDone)
 	if !s.removeTmp(t) {
@@ -320,25 +330,36 @@ func (s *server) reap(t *running) {
 	s.event(event{Seq: t.seq, Flags: flags, Status: int(ws)})
 }
 
-// nameLog links the unnamed log fd as name in the log directory if the
-// task wrote to it, replacing what had that name (a former run's log, a
-// link: never followed); an empty log gets no file, and a former one of
-// that name goes.
-func (s *server) nameLog(fd int, name string) {
-	if fd < 0 || name == "" {
+// nameLog links the unnamed log *fd as name in the log directory if the
+// task wrote to it, or if something of the task's is left that may
+// (alone false: its group outlived it), replacing what had that name (a
+// former run's log, a link: never followed). An empty log of a task
+// alone gets no file (a former one of that name goes) and is kept for
+// the next task (*fd is then -1).
+func (s *server) nameLog(fd *int, name string, alone bool) {
+	if *fd < 0 || name == "" {
 		return
 	}
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Size == 0 {
+	if err := unix.Fstat(*fd, &st); err == nil && st.Size == 0 && alone {
 		unix.Unlinkat(s.logs, name, 0)
+		if len(s.spare) < maxSpareLogs {
+			if _, err := unix.Seek(*fd, 0, 0); err == nil {
+				s.spare = append(s.spare, *fd)
+				*fd = -1
+			}
+		}
 		return
 	}
-	proc := "/proc/self/fd/" + strconv.Itoa(fd)
+	proc := "/proc/self/fd/" + strconv.Itoa(*fd)
 	err := unix.Linkat(unix.AT_FDCWD, proc, s.logs, name, unix.AT_SYMLINK_FOLLOW)
 	if err == unix.EEXIST && unix.Unlinkat(s.logs, name, 0) == nil {
 		unix.Linkat(unix.AT_FDCWD, proc, s.logs, name, unix.AT_SYMLINK_FOLLOW)
 	}
 }
+
+// maxSpareLogs bounds the empty logs kept for the next tasks.
+const maxSpareLogs = 64
 
 func (s *server) closeFiles(t *running) {
 	for _, fd := range []*int{&t.out, &t.err} {
