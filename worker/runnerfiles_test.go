@@ -224,7 +224,7 @@ func TestConfinedTasksStartedTogetherKeepTheirOwnOutcomes(t *testing.T) {
 func TestAConfinedTasksStragglerWritesToItsOwnLog(t *testing.T) {
 	dir := t.TempDir()
 	r := confinedRunner(t, dir)
-	first := execTask(dir, 0, "sh", "-c", `mkfifo "$1/go" && (read x < "$1/go"; echo late; touch "$1/done") & exit 0`, "sh", filepath.Join(dir, "out"))
+	first := execTask(dir, 0, "sh", "-c", `mkfifo "$1/go" || exit 1; (read x < "$1/go"; echo late; touch "$1/done") & exit 0`, "sh", filepath.Join(dir, "out"))
 	if o := r.Run(context.Background(), first); o.Status != pilotproto.StatusDone {
 		t.Fatalf("%s %q", o.Status, o.ErrorTail)
 	}
