@@ -101,10 +101,14 @@ const (
 // tasks' files ("": it makes none): Logs, a directory (a path or a
 // RunnerFile) opened before the runner is confined; Tmp, the directory
 // of the tasks' temporary directories, which the Policy lets it write.
+// NamedLogs: the logs are made when each task starts, as where the log
+// directory's file system has no O_TMPFILE (which the runner finds out
+// by itself: NFS).
 type RunnerPolicy struct {
 	Policy
-	Logs string `json:"logs,omitempty"`
-	Tmp  string `json:"tmp,omitempty"`
+	Logs      string `json:"logs,omitempty"`
+	Tmp       string `json:"tmp,omitempty"`
+	NamedLogs bool   `json:"named_logs,omitempty"`
 }
 
 // StartRunner starts l's binary as a runner confined by p under l.Mode;

@@ -81,7 +81,7 @@ func serveRunner(spec string) (int, error) {
 			return fail(fmt.Errorf("confine: %s: %w", d.path, err))
 		}
 	}
-	s.tmpPath = rp.Tmp
+	s.tmpPath, s.eager = rp.Tmp, rp.NamedLogs
 	if s.devnull, err = unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		return fail(fmt.Errorf("confine: %s: %w", os.DevNull, err))
 	}
