@@ -3,10 +3,12 @@ package worker_test
 import (
 	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -252,5 +254,26 @@ func TestAConfinedTasksStragglerWritesToItsOwnLog(t *testing.T) {
 	if _, err := os.Lstat(logOf(second, "out")); !os.IsNotExist(err) {
 		b, _ := os.ReadFile(logOf(second, "out"))
 		t.Fatalf("the second task got a log: %q", b)
+	}
+}
+
+// A stop signal the pilot was started with ignored (nohup) stays ignored
+// in its confined tasks, as it did when each task reset its handlers.
+func TestAConfinedTaskKeepsASignalThePilotIgnores(t *testing.T) {
+	signal.Ignore(syscall.SIGHUP)
+	defer signal.Reset(syscall.SIGHUP)
+	dir := t.TempDir()
+	task := execTask(dir, 0, "cat", "/proc/self/status")
+	if o := confinedRunner(t, dir).Run(context.Background(), task); o.Status != pilotproto.StatusDone {
+		t.Fatalf("%s %q", o.Status, o.ErrorTail)
+	}
+	b, err := os.ReadFile(logOf(task, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, _ := strings.Cut(line, ":"); k == "SigIgn" && strings.TrimSpace(v) != "0000000000000001" {
+			t.Fatalf("the task's ignored signals: %s, want SIGHUP alone", strings.TrimSpace(v))
+		}
 	}
 }

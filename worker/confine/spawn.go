@@ -87,7 +87,9 @@ static void harvest_handlers(void) {
 		if (s == SIGKILL || s == SIGSTOP || sigaction(s, NULL, &cur) != 0) continue;
 		int stop = 0;
 		for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) stop |= s == stops[i];
-		if (!stop && !(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_IGN || cur.sa_handler == SIG_DFL)) continue;
+		// Ignored stays ignored (the runner outlives it, its tasks inherit
+		// it, as a nohup'd pilot's always did).
+		if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_IGN || (!stop && cur.sa_handler == SIG_DFL))) continue;
 		memset(&na, 0, sizeof na);
 		na.sa_handler = SIG_DFL;
 		if (stop) {
