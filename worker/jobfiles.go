@@ -107,6 +107,19 @@ func (c *jobCache) release(j *jobFiles, stale bool) {
 	c.evict(now)
 }
 
+// retire stops handing out j (its directory was removed or replaced
+// since it was opened); the tasks using it keep it until they release it.
+func (c *jobCache) retire(j *jobFiles) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !j.stale {
+		j.stale = true
+		if c.m[j.key] == j {
+			delete(c.m, j.key)
+		}
+	}
+}
+
 // evict closes the job files idle too long, or beyond maxIdleJobs.
 func (c *jobCache) evict(now time.Time) {
 	idle := 0
@@ -185,11 +198,17 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	// The job's runner: confined once with the job's policy.
 	var files []*os.File
 	pol := confine.Policy{Path: r.Path, Write: []string{j.tmpRoot}}
+	// The runner makes its tasks' temporary directories in the job's,
+	// and their logs in its log directory: it may write both anyway, as
+	// its tasks do.
+	rp := confine.RunnerPolicy{Tmp: j.tmpRoot}
 	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
 	if j.outDir != nil {
 		files = append(files, j.outDir)
 		pol.Dir = confine.RunnerFile(len(files) - 1)
 		pol.Write = append(pol.Write, pol.Dir)
+		files = append(files, j.logs)
+		rp.Logs = confine.RunnerFile(len(files) - 1)
 	}
 	if len(r.Roots) == 0 && t.Input != "" {
 		if j.input, err = safefs.OpenIn(t.Input, []string{filepath.Dir(t.Input)}); err != nil {
@@ -202,7 +221,8 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 		pol.Dir = t.WorkDir
 		pol.Read = append(pol.Read, t.WorkDir)
 	}
-	if j.runner, err = confine.StartRunner(r.Jail, pol, files); err != nil {
+	rp.Policy = pol
+	if j.runner, err = confine.StartRunner(r.Jail, rp, files); err != nil {
 		return nil, err
 	}
 	ok = true

@@ -161,6 +161,12 @@ type prepared struct {
 	stdout, stderr *os.File
 	tmp            string
 	tmpName        string // tmp's name in job.tmpDir, when made there
+	// byRunner: the job's runner makes the task's logs (named outName and
+	// errName in job.logs) and its temporary directory (tmpName), and
+	// removes it; tmpLeft: it did not, the task left files there.
+	byRunner         bool
+	outName, errName string
+	tmpLeft          bool
 }
 
 func (p *prepared) close() {
@@ -168,6 +174,12 @@ func (p *prepared) close() {
 		if f != nil {
 			f.Close()
 		}
+	}
+	if p.byRunner {
+		if p.tmpLeft {
+			os.RemoveAll(p.tmp)
+		}
+		return
 	}
 	// An empty temporary directory (most tasks leave nothing) goes with
 	// one rmdir relative to the job's; anything else with RemoveAll.
@@ -229,7 +241,18 @@ func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, 
 		}
 	}()
 	var err error
-	if job.logs != nil {
+	switch {
+	case job.logs != nil && job.runner != nil && len(ts) == 1 && !pilotproto.Batched(t.Command):
+		// A task of its own, confined: its runner makes its logs and its
+		// temporary directory, named here.
+		p.byRunner = true
+		p.outName, p.errName = pilotproto.LogName(t.ID, t.Attempt, "out"), pilotproto.LogName(t.ID, t.Attempt, "err")
+		p.tmpName = tmpName(t)
+		p.tmp = job.tmpRoot + "/" + p.tmpName
+		outputParent(job, t)
+		ok = true
+		return p, nil
+	case job.logs != nil:
 		if p.stdout, err = safefs.CreateBeneath(job.logs, pilotproto.LogName(t.ID, t.Attempt, "out"), 0o644); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
@@ -258,14 +281,10 @@ func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, 
 				}
 				d.Close()
 			}
-		} else if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
-			// The output's own parent, when it is deeper (best effort:
-			// the command may create it itself).
-			if d, err := safefs.MkdirBeneath(job.outDir, rel, 0o755); err == nil {
-				d.Close()
-			}
+		} else {
+			outputParent(job, t)
 		}
-	} else {
+	default:
 		if p.stdout, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "out"))); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
@@ -285,7 +304,7 @@ func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, 
 	// The task's temporary directory, made relative to the job's private
 	// one (opened once); a name taken (a former run's, not removed) gets
 	// a fresh one.
-	name := "task-" + strconv.FormatInt(t.ID, 10) + "." + strconv.Itoa(t.Attempt)
+	name := tmpName(t)
 	if err = unix.Mkdirat(int(job.tmpDir.Fd()), name, 0o700); err == nil {
 		p.tmp, p.tmpName = job.tmpRoot+"/"+name, name
 	} else if p.tmp, err = os.MkdirTemp(job.tmpRoot, name+"-"); err != nil {
@@ -293,6 +312,21 @@ func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, 
 	}
 	ok = true
 	return p, nil
+}
+
+// tmpName is the name of t's temporary directory in its job's.
+func tmpName(t pilotproto.Task) string {
+	return "task-" + strconv.FormatInt(t.ID, 10) + "." + strconv.Itoa(t.Attempt)
+}
+
+// outputParent makes the parent of t's output when it is deeper than the
+// job's output directory (best effort: the command may create it itself).
+func outputParent(job *jobFiles, t pilotproto.Task) {
+	if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
+		if d, err := safefs.MkdirBeneath(job.outDir, rel, 0o755); err == nil {
+			d.Close()
+		}
+	}
 }
 
 // proc is a started task.
@@ -338,7 +372,12 @@ func (r *ExecRunner) start(t pilotproto.Task, argv, env []string, p *prepared) (
 		return nil, code, err
 	}
 	if run := p.job.runner; run != nil {
-		task, err := run.Start(prog, argv, env, r.jobs.devNull, p.stdout, p.stderr)
+		var task *confine.Task
+		if p.byRunner {
+			task, err = run.StartSpec(confine.Spec{Path: prog, Argv: argv, Env: env, Out: p.outName, Err: p.errName, Tmp: p.tmpName})
+		} else {
+			task, err = run.Start(prog, argv, env, r.jobs.devNull, p.stdout, p.stderr)
+		}
 		if err != nil {
 			code := -1
 			var se *confine.StartError
@@ -382,7 +421,7 @@ func (r *ExecRunner) start(t pilotproto.Task, argv, env []string, p *prepared) (
 
 // Run implements Runner.
 func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
-	return r.run(ctx, []pilotproto.Task{t}, Substitute(t.Command, t))
+	return r.run(ctx, []pilotproto.Task{t}, Substitute(t.Command, t), true)
 }
 
 // RunBatch implements BatchRunner: the batched command once, with every
@@ -395,10 +434,13 @@ func (r *ExecRunner) RunBatch(ctx context.Context, ts []pilotproto.Task) Outcome
 	if len(ts) == 0 {
 		return Outcome{Status: pilotproto.StatusFailed, ExitCode: -1, StartedAt: time.Now(), ErrorTail: "empty batch"}
 	}
-	return r.run(ctx, ts, SubstituteBatch(ts[0].Command, ts))
+	return r.run(ctx, ts, SubstituteBatch(ts[0].Command, ts), true)
 }
 
-func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []string) Outcome {
+// run runs ts with argv; retry: once more with the job's files made
+// afresh if its runner could not make the task's files (the job's output
+// directory removed or replaced since it was opened).
+func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []string, retry bool) Outcome {
 	start := time.Now()
 	t := ts[0]
 	fail := func(code int, err error) Outcome {
@@ -447,7 +489,14 @@ func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []strin
 		r.kill(pr)
 	}
 	ws, werr := pr.result()
+	if rp, ok := pr.(runnerProc); ok && p.byRunner {
+		p.tmpLeft = rp.t.TmpLeft()
+	}
 	if se := (*confine.StartError)(nil); errors.As(werr, &se) {
+		if se.Files && retry && ctx.Err() == nil {
+			r.jobs.retire(p.job)
+			return r.run(ctx, ts, argv, false)
+		}
 		return fail(se.Code, fmt.Errorf("start %s: %w", argv[0], se))
 	}
 	o := Outcome{StartedAt: start, Duration: time.Since(start), ExitCode: -1}
@@ -467,7 +516,7 @@ func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []strin
 		o.Status = pilotproto.StatusFailed
 	}
 	if o.Status != pilotproto.StatusDone {
-		o.ErrorTail = tail(p.stderr, r.TailBytes)
+		o.ErrorTail = p.tail(r.TailBytes)
 		if werr != nil {
 			o.ErrorTail += "\n[harvest] " + werr.Error()
 		}
@@ -506,6 +555,22 @@ func linkLog(logs *os.File, src, dst string) error {
 		}
 	}
 	return err
+}
+
+// tail returns the last n bytes of the task's stderr ("" if unreadable,
+// or empty: the runner then made no file), opened by name when the
+// runner made it (a link not followed).
+func (p *prepared) tail(n int) string {
+	if !p.byRunner {
+		return tail(p.stderr, n)
+	}
+	fd, err := unix.Openat(int(p.job.logs.Fd()), p.errName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	f := os.NewFile(uintptr(fd), p.errName)
+	defer f.Close()
+	return tail(f, n)
 }
 
 // tail returns the last n bytes of a file ("" if unreadable).

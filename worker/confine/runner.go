@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,10 +23,13 @@ const RunnerArg = "__harvest-runner"
 // with the job's Policy, it starts each of the job's tasks with fork and
 // exec, the tasks inheriting its sandbox, each in a Landlock domain nested
 // in the runner's (so a task can signal neither the runner's main thread,
-// nor the worker, nor its sibling tasks). The worker opens each task's
-// files (stdin, stdout, stderr) and passes them with the request over a
-// socket pair; the runner answers once, when the task has ended, with its
-// wait status (or why it could not start).
+// nor the worker, nor its sibling tasks). A task's files are the
+// runner's to make (StartSpec: its logs, made lazily, and its temporary
+// directory), or the worker's, passed with the request (Start). The
+// worker's requests go in as few packets as it has turns to write (the
+// requests of every goroutine that came while one wrote go in its next
+// packet); the runner answers once per turn of its loop, with every task
+// that ended then.
 // Tasks it started are killed (their process groups) when the worker
 // closes the runner or dies.
 type Runner struct {
@@ -39,7 +41,18 @@ type Runner struct {
 	pending map[int64]*Task
 	err     error // why the runner ended; nil while it runs
 	ended   chan struct{}
-	buf     [4096]byte // an event (read by one goroutine at a time)
+	// Requests not yet written (under mu), each record's end and the task
+	// it starts (0: none); wmu is held by the one goroutine writing them.
+	out    []byte
+	outRec []outRecord
+	wmu    sync.Mutex
+	packet []byte      // under wmu
+	recs   []outRecord // under wmu
+}
+
+type outRecord struct {
+	end int
+	seq int64
 }
 
 // A Task is a task a Runner started.
@@ -49,38 +62,59 @@ type Task struct {
 	done   chan struct{}
 	status syscall.WaitStatus
 	err    error // the task could not start (*StartError), or the runner ended
+	// TmpLeft: the task left files in its temporary directory, which the
+	// runner did not remove (the worker does, off the runner's loop).
+	tmpLeft bool
 }
 
-// request goes worker -> runner, event runner -> worker, one per packet
-// (encoded in wire.go).
+// request goes worker -> runner, event runner -> worker, several per
+// packet (encoded in wire.go).
 type request struct {
-	Op   string // "start" (with 3 descriptors: stdin, stdout, stderr) or "signal"
-	Seq  int64
-	Path string
-	Argv []string
-	Env  []string
-	Sig  int
+	Op        string // "start" (with 3 descriptors: stdin, stdout, stderr), "run" or "signal"
+	Seq       int64
+	Path      string
+	Argv, Env []string
+	Out, Err  string // "run": the names of the task's logs in the runner's log directory
+	Tmp       string // "run": the name of its temporary directory in the runner's
+	Sig       int
 }
 
 type event struct {
 	Seq    int64
-	Ready  bool
-	Done   bool
-	Status int // wait status
-	Code   int // could not start: the shell's code
+	Flags  byte // ev*
+	Status int  // wait status
+	Code   int  // could not start: the shell's code
 	Err    string
 }
 
 // RunnerFile names, in a Policy for StartRunner, the i-th of its files.
 func RunnerFile(i int) string { return fmt.Sprintf("/proc/self/fd/%d", 4+i) }
 
-// maxPacket bounds a request (a task's command line and environment).
-const maxPacket = 1 << 20
+// maxPacket bounds a request (a task's command line and environment);
+// fullPacket is where the worker stops adding requests to a packet.
+const (
+	maxPacket  = 1 << 20
+	fullPacket = 64 << 10
+)
+
+// RunnerPolicy is a runner's Policy and where it makes its StartSpec
+// tasks' files ("": it makes none): Logs, a directory (a path or a
+// RunnerFile) opened before the runner is confined; Tmp, the directory
+// of the tasks' temporary directories, which the Policy lets it write.
+// NamedLogs: the logs are made when each task starts, as where the log
+// directory's file system has no O_TMPFILE (which the runner finds out
+// by itself: NFS).
+type RunnerPolicy struct {
+	Policy
+	Logs      string `json:"logs,omitempty"`
+	Tmp       string `json:"tmp,omitempty"`
+	NamedLogs bool   `json:"named_logs,omitempty"`
+}
 
 // StartRunner starts l's binary as a runner confined by p under l.Mode;
 // it inherits files (p names them with RunnerFile). It returns once the
 // runner is confined, or why it could not be.
-func StartRunner(l *Launcher, p Policy, files []*os.File) (*Runner, error) {
+func StartRunner(l *Launcher, p RunnerPolicy, files []*os.File) (*Runner, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("confine: runner socket: %w", err)
@@ -95,7 +129,9 @@ func StartRunner(l *Launcher, p Policy, files []*os.File) (*Runner, error) {
 	}
 	cmd := exec.Command(l.Exe, RunnerArg, string(spec))
 	cmd.ExtraFiles = append([]*os.File{theirs}, files...)
-	cmd.Env = []string{} // nothing of the worker's (its token)
+	// Nothing of the worker's (its token). No asynchronous preemption:
+	// the runner replaces the Go runtime's signal handlers (serveRunner).
+	cmd.Env = []string{"GODEBUG=asyncpreemptoff=1"}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -110,21 +146,24 @@ func StartRunner(l *Launcher, p Policy, files []*os.File) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{conn: c.(*net.UnixConn), cmd: cmd, pending: map[int64]*Task{}, ended: make(chan struct{})}
-	var ev event
-	if err := r.receive(&ev); err != nil || !ev.Ready {
+	var ready event
+	buf := make([]byte, 64<<10)
+	err = r.receive(buf, false, func(ev event) { ready = ev })
+	if err != nil || ready.Flags&evReady == 0 {
 		c.Close()
 		cmd.Wait()
-		if ev.Err != "" {
-			return nil, errors.New(ev.Err)
+		if ready.Err != "" {
+			return nil, errors.New(ready.Err)
 		}
 		return nil, fmt.Errorf("confine: the task runner did not start: %v", err)
 	}
-	go r.read()
+	go r.read(buf)
 	return r, nil
 }
 
-func (r *Runner) receive(ev *event) error {
-	buf := r.buf[:]
+// receive reads a packet and calls f with each of its events, with mu
+// held if lock (once per packet, not per event).
+func (r *Runner) receive(buf []byte, lock bool, f func(event)) error {
 	n, _, _, _, err := r.conn.ReadMsgUnix(buf, nil)
 	if err != nil {
 		return err
@@ -132,27 +171,31 @@ func (r *Runner) receive(ev *event) error {
 	if n == 0 {
 		return io.EOF
 	}
-	return decodeEvent(buf[:n], ev)
+	if lock {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	return decodeEvents(buf[:n], f)
 }
 
 // read dispatches the runner's events until it ends.
-func (r *Runner) read() {
+func (r *Runner) read(buf []byte) {
 	var err error
 	for {
-		var ev event
-		if err = r.receive(&ev); err != nil {
+		err = r.receive(buf, true, func(ev event) {
+			if t := r.pending[ev.Seq]; t != nil && ev.Flags&evDone != 0 {
+				delete(r.pending, ev.Seq)
+				t.status = syscall.WaitStatus(ev.Status)
+				t.tmpLeft = ev.Flags&evTmpLeft != 0
+				if ev.Err != "" {
+					t.err = &StartError{Code: ev.Code, Err: errors.New(ev.Err), Files: ev.Flags&evFiles != 0}
+				}
+				close(t.done)
+			}
+		})
+		if err != nil {
 			break
 		}
-		r.mu.Lock()
-		if t := r.pending[ev.Seq]; t != nil && ev.Done {
-			delete(r.pending, ev.Seq)
-			t.status = syscall.WaitStatus(ev.Status)
-			if ev.Err != "" {
-				t.err = &StartError{Code: ev.Code, Err: errors.New(ev.Err)}
-			}
-			close(t.done)
-		}
-		r.mu.Unlock()
 	}
 	r.conn.Close()
 	werr := r.cmd.Wait()
@@ -177,13 +220,53 @@ func (r *Runner) Ended() bool {
 	}
 }
 
-// Start asks the runner to start path with argv and env and the files as
-// its descriptors 0, 1, 2, and returns without waiting for it: a task
-// that could not start ends at once, and Wait says why, with the exit
-// code a shell would give (StartError). The requests are served in
-// order, so a Signal after Start reaches the task if it runs. Start's
-// own error is a request that could not be sent (StartError too).
+// A Spec is a task whose files its runner makes (StartSpec): it runs
+// Path with Argv and Env, its stdin /dev/null, its stdout and stderr the
+// logs Out and Err in the runner's log directory (plain names: made as
+// files of their own when the task ends, and only if it wrote to them; a
+// link in their place is replaced, never followed; a former log of that
+// name is removed), in its temporary directory Tmp, made in the runner's
+// (mode 0700) and removed when the task ends.
+type Spec struct {
+	Path      string
+	Argv, Env []string
+	Out, Err  string
+	Tmp       string
+}
+
+// StartSpec starts s without waiting for it: a task that could not
+// start ends at once, and Wait says why (StartError; Files: its files
+// could not be made). The requests are served in order, so a Signal
+// after StartSpec reaches the task if it runs. StartSpec's own error is
+// a request that cannot be sent (StartError too).
+func (r *Runner) StartSpec(s Spec) (*Task, error) {
+	for _, name := range []string{s.Out, s.Err, s.Tmp} {
+		if !plainName(name) {
+			return nil, &StartError{Code: -1, Err: fmt.Errorf("confine: %q is not a plain file name", name)}
+		}
+	}
+	return r.start(request{Op: "run", Path: s.Path, Argv: s.Argv, Env: s.Env, Out: s.Out, Err: s.Err, Tmp: s.Tmp}, nil)
+}
+
+// Start is StartSpec with the task's descriptors 0, 1 and 2 the worker's
+// files (its working directory and files are the worker's to make).
 func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *os.File) (*Task, error) {
+	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
+	return r.start(request{Op: "start", Path: path, Argv: argv, Env: env}, rights)
+}
+
+func plainName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+func (r *Runner) start(q request, rights []byte) (*Task, error) {
+	if rights != nil {
+		// Its descriptors go with its own packet, after the requests
+		// before it.
+		r.wmu.Lock()
+		defer r.wmu.Unlock()
+		r.flushLocked()
+	}
 	r.mu.Lock()
 	if r.err != nil {
 		r.mu.Unlock()
@@ -191,35 +274,82 @@ func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *o
 	}
 	r.seq++
 	t := &Task{r: r, seq: r.seq, done: make(chan struct{})}
-	r.pending[t.seq] = t
-	r.mu.Unlock()
+	q.Seq = t.seq
+	n0 := len(r.out)
 	var err error
-	for _, s := range append(append([]string{path}, argv...), env...) {
-		if strings.IndexByte(s, 0) >= 0 {
-			err = fmt.Errorf("argument or variable %q holds a NUL byte", s)
-		}
-	}
-	b := encodeRequest(request{Op: "start", Seq: t.seq, Path: path, Argv: argv, Env: env})
-	if err == nil && len(b) > maxPacket {
-		err = fmt.Errorf("command line and environment of %d bytes, over %d", len(b), maxPacket)
-	}
-	if err == nil {
-		rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
-		_, _, err = r.conn.WriteMsgUnix(b, rights, nil)
+	if r.out, err = appendRequest(r.out, q); err == nil && len(r.out)-n0 > maxPacket {
+		err = fmt.Errorf("command line and environment of %d bytes, over %d", len(r.out)-n0, maxPacket)
+		r.out = r.out[:n0]
 	}
 	if err != nil {
-		r.mu.Lock()
-		delete(r.pending, t.seq)
 		r.mu.Unlock()
 		return nil, &StartError{Code: -1, Err: err}
 	}
+	r.pending[t.seq] = t
+	r.outRec = append(r.outRec, outRecord{end: len(r.out), seq: t.seq})
+	r.mu.Unlock()
+	if rights != nil {
+		r.write(rights)
+		return t, nil
+	}
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
 	return t, nil
 }
 
-// StartError is a task that could not start; Code as a shell's.
+// flushLocked writes the requests not yet written, as few packets as
+// fit; wmu held. Requests added meanwhile by other goroutines go too: a
+// goroutine that finds the requests it added written has nothing to do.
+func (r *Runner) flushLocked() {
+	for r.write(nil) {
+	}
+}
+
+// write writes one packet of the requests not yet written, with rights
+// if not nil (then every request not yet written, which the caller made
+// sure is its own); it reports whether it wrote. A task whose request
+// could not be written ends with the error. wmu held.
+func (r *Runner) write(rights []byte) bool {
+	r.mu.Lock()
+	n := 0 // records in this packet
+	for n < len(r.outRec) && (n == 0 || rights != nil || r.outRec[n].end <= fullPacket) {
+		n++
+	}
+	if n == 0 {
+		r.mu.Unlock()
+		return false
+	}
+	end := r.outRec[n-1].end
+	r.packet = append(r.packet[:0], r.out[:end]...)
+	r.recs = append(r.recs[:0], r.outRec[:n]...)
+	r.out = r.out[:copy(r.out, r.out[end:])]
+	r.outRec = r.outRec[:copy(r.outRec, r.outRec[n:])]
+	for i := range r.outRec {
+		r.outRec[i].end -= end
+	}
+	r.mu.Unlock()
+	if _, _, err := r.conn.WriteMsgUnix(r.packet, rights, nil); err != nil {
+		r.mu.Lock()
+		for _, rec := range r.recs {
+			if t := r.pending[rec.seq]; t != nil {
+				delete(r.pending, rec.seq)
+				t.err = &StartError{Code: -1, Err: err}
+				close(t.done)
+			}
+		}
+		r.mu.Unlock()
+	}
+	return true
+}
+
+// StartError is a task that could not start; Code as a shell's. Files:
+// the runner could not make its logs or temporary directory (its job's
+// output directory removed or replaced, say).
 type StartError struct {
-	Code int
-	Err  error
+	Code  int
+	Err   error
+	Files bool
 }
 
 func (e *StartError) Error() string { return e.Err.Error() }
@@ -235,189 +365,32 @@ func (t *Task) Wait() (syscall.WaitStatus, error) {
 	return t.status, t.err
 }
 
+// TmpLeft reports, once the task ended, whether it left files in its
+// temporary directory (StartSpec), which is then the caller's to remove.
+func (t *Task) TmpLeft() bool {
+	<-t.done
+	return t.tmpLeft
+}
+
 // Signal sends sig to the task's process group (the runner does, which
 // knows whether the task was reaped: never a reused pid). After a signal,
 // the runner kills what is left of the group when the task ends.
 func (t *Task) Signal(sig syscall.Signal) {
-	b := encodeRequest(request{Op: "signal", Seq: t.seq, Sig: int(sig)})
-	t.r.conn.WriteMsgUnix(b, nil, nil)
+	r := t.r
+	r.mu.Lock()
+	out, err := appendRequest(r.out, request{Op: "signal", Seq: t.seq, Sig: int(sig)})
+	if err == nil {
+		r.out = out
+		r.outRec = append(r.outRec, outRecord{end: len(r.out)})
+	}
+	r.mu.Unlock()
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
 }
 
 // Close ends the runner: the tasks it still runs are killed.
 func (r *Runner) Close() {
 	r.conn.CloseWrite()
 	<-r.ended
-}
-
-// serveRunner is the runner's side: confine, say ready, serve requests
-// until the worker closes the socket (descriptor 3), then kill the tasks
-// still running and return. It runs on the main goroutine, locked to the
-// main thread (init in ruleset.go), and never leaves it: it starts every
-// task from it (spawn), so each task's Landlock domain is nested in that
-// thread's and the thread may signal it; it waits for the requests, and
-// for the tasks' ends through their pidfds, in one poll(2), and sends the
-// signals and reaps the tasks itself, so a pid is never reused under a
-// signal. No goroutine, no thread per task.
-func serveRunner(spec string) (int, error) {
-	const sock = 3
-	if err := unix.SetNonblock(sock, false); err != nil {
-		return ExitCannotRun, fmt.Errorf("confine: runner socket: %w", err)
-	}
-	send := func(ev event) {
-		b := encodeEvent(ev)
-		for {
-			if err := unix.Sendmsg(sock, b, nil, nil, 0); err != unix.EINTR {
-				return
-			}
-		}
-	}
-	fail := func(err error) (int, error) {
-		send(event{Err: err.Error()})
-		return ExitCannotRun, err
-	}
-	var p Policy
-	if err := json.Unmarshal([]byte(spec), &p); err != nil {
-		return fail(fmt.Errorf("confine: bad policy: %w", err))
-	}
-	if p.Dir != "" {
-		if err := os.Chdir(p.Dir); err != nil {
-			return fail(fmt.Errorf("confine: working directory: %w", err))
-		}
-	}
-	if p.Mode != ModeOff {
-		if err := restrict(p); err != nil {
-			return fail(fmt.Errorf("confine the tasks: %w", err))
-		}
-	}
-	scope, err := scopeRuleset()
-	if err != nil {
-		return fail(err)
-	}
-	// The descriptors the rules were made from are not the tasks'.
-	for fd := 3; fd < 1024; fd++ {
-		unix.CloseOnExec(fd)
-	}
-	// The batch system's stop signal (scancel's SIGTERM, ...) reaches every
-	// process of the pilot, this runner too. The runner must outlive it:
-	// the worker decides whether its tasks were interrupted (no attempt
-	// charged), and a runner dead first would report them failed. Caught,
-	// not ignored: the tasks start with every handler reset to its
-	// default (spawn), so they still stop on it. The worker ends the
-	// runner by closing the socket, or its death by Pdeathsig.
-	stops := make(chan os.Signal, 8)
-	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGXCPU)
-	go func() {
-		for range stops {
-		}
-	}()
-	send(event{Ready: true})
-	type running struct {
-		seq       int64
-		pid       int
-		pidfd     int
-		signalled bool // then what is left of its group is killed when it ends
-	}
-	var tasks []*running
-	var polls []unix.PollFd
-	buf, oob := make([]byte, maxPacket), make([]byte, unix.CmsgSpace(3*4))
-	for {
-		polls = append(polls[:0], unix.PollFd{Fd: sock, Events: unix.POLLIN})
-		for _, t := range tasks {
-			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
-		}
-		if _, err := unix.Poll(polls, -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return ExitCannotRun, fmt.Errorf("confine: poll: %w", err)
-		}
-		// The tasks that ended, first: reaped here, after their group's
-		// stragglers if they were signalled.
-		kept := tasks[:0]
-		for i, t := range tasks {
-			if polls[i+1].Revents == 0 {
-				kept = append(kept, t)
-				continue
-			}
-			if t.signalled {
-				syscall.Kill(-t.pid, syscall.SIGKILL)
-			}
-			var ws syscall.WaitStatus
-			for {
-				if _, err := syscall.Wait4(t.pid, &ws, 0, nil); err != syscall.EINTR {
-					break
-				}
-			}
-			unix.Close(t.pidfd)
-			send(event{Seq: t.seq, Done: true, Status: int(ws)})
-		}
-		clear(tasks[len(kept):])
-		tasks = kept
-		if polls[0].Revents == 0 {
-			continue
-		}
-		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			break
-		}
-		req, jerr := decodeRequest(buf[:n])
-		fds := receivedFDs(oob[:oobn])
-		switch {
-		case jerr != nil:
-		case req.Op == "signal":
-			for _, t := range tasks {
-				if t.seq == req.Seq {
-					t.signalled = true
-					syscall.Kill(-t.pid, syscall.Signal(req.Sig))
-				}
-			}
-		case req.Op == "start" && len(fds) == 3:
-			pid, err := spawn(req.Path, req.Argv, req.Env, [3]int{fds[0], fds[1], fds[2]}, scope.fd)
-			pidfd := -1
-			if err == nil {
-				if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
-					syscall.Kill(-pid, syscall.SIGKILL)
-					syscall.Wait4(pid, nil, 0, nil)
-					err = fmt.Errorf("pidfd_open: %w", err)
-				}
-			}
-			if err != nil {
-				code := ExitCannotRun
-				if errors.Is(err, syscall.ENOENT) {
-					code = ExitNotFound
-				}
-				send(event{Seq: req.Seq, Done: true, Code: code, Err: fmt.Sprintf("start %s: %v", req.Path, err)})
-				break
-			}
-			tasks = append(tasks, &running{seq: req.Seq, pid: pid, pidfd: pidfd})
-		}
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}
-	// The worker is gone or closed the runner: nothing is left to run.
-	for _, t := range tasks {
-		syscall.Kill(-t.pid, syscall.SIGKILL)
-	}
-	return 0, nil
-}
-
-// receivedFDs returns the descriptors passed with a request.
-func receivedFDs(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var all []int
-	for _, m := range msgs {
-		fds, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			continue
-		}
-		all = append(all, fds...)
-	}
-	return all
 }

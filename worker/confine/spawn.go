@@ -25,9 +25,11 @@ package confine
 //
 // vfork: the child borrows the parent's memory until it execs, so it only
 // makes system calls, and writes its failure into the parent's variables.
-// Every signal is blocked around it, and the child resets the handlers
-// the Go runtime installed before it unblocks them, so no Go handler runs
-// in it.
+// Every signal is blocked around it. The caller's handlers must be safe
+// to run in the child (harvest_handlers leaves only SIG_DFL, SIG_IGN and
+// harvest_stop, which does nothing): the child does not reset them, its
+// exec does (a caught signal goes back to its default, an ignored one
+// stays ignored).
 static int harvest_spawn(const char *path, char *const argv[], char *const envp[],
                          int in, int out, int err, int ruleset, int *stage, int *errnum) {
 	sigset_t all, old;
@@ -37,16 +39,6 @@ static int harvest_spawn(const char *path, char *const argv[], char *const envp[
 	pid_t parent = getpid();
 	pid_t pid = vfork();
 	if (pid == 0) {
-		struct sigaction dfl;
-		memset(&dfl, 0, sizeof dfl);
-		dfl.sa_handler = SIG_DFL;
-		for (int s = 1; s < _NSIG; s++) {
-			struct sigaction cur;
-			if (s == SIGKILL || s == SIGSTOP) continue;
-			// One call per signal; an ignored one stays ignored.
-			if (sigaction(s, &dfl, &cur) == 0 && cur.sa_handler == SIG_IGN)
-				sigaction(s, &cur, NULL);
-		}
 		if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
 			cstage = 3; cerr = errno ? errno : ESRCH; _exit(127);
 		}
@@ -78,6 +70,36 @@ static int harvest_spawn(const char *path, char *const argv[], char *const envp[
 	return pid;
 }
 
+// harvest_stop is the runner's handler of the batch system's stop
+// signals: it does nothing, so the runner outlives them (serveRunner), and
+// may run in a vfork child before its exec.
+static void harvest_stop(int sig) { (void)sig; }
+
+// harvest_handlers replaces the Go runtime's signal handlers: the batch
+// system's stop signals get harvest_stop, every other handled signal its
+// default (SIGCHLD among them: its default leaves the tasks for waitpid;
+// SIGURG, the runtime's preemption, with it: the runner runs with
+// asyncpreemptoff). Ignored signals stay ignored.
+static void harvest_handlers(void) {
+	static const int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU};
+	for (int s = 1; s < _NSIG; s++) {
+		struct sigaction cur, na;
+		if (s == SIGKILL || s == SIGSTOP || sigaction(s, NULL, &cur) != 0) continue;
+		int stop = 0;
+		for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) stop |= s == stops[i];
+		// Ignored stays ignored (the runner outlives it, its tasks inherit
+		// it, as a nohup'd pilot's always did).
+		if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_IGN || (!stop && cur.sa_handler == SIG_DFL))) continue;
+		memset(&na, 0, sizeof na);
+		na.sa_handler = SIG_DFL;
+		if (stop) {
+			na.sa_handler = harvest_stop;
+			na.sa_flags = SA_RESTART;
+		}
+		sigaction(s, &na, NULL);
+	}
+}
+
 // harvest_strings lays out n strings (lens[i] bytes each, in data) as a
 // NULL-terminated array of C strings in one allocation (free it once).
 static char **harvest_strings(const char *data, const int *lens, int n) {
@@ -106,6 +128,12 @@ import (
 	"syscall"
 	"unsafe"
 )
+
+// setHandlers replaces the Go runtime's signal handlers in the runner,
+// once, before it starts any task (harvest_handlers): no Go handler runs
+// in the runner from then on, and none in a task's process before its
+// exec.
+func setHandlers() { C.harvest_handlers() }
 
 // cStrings copies ss to C memory as a NULL-terminated array; free with
 // C.free.

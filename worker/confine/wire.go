@@ -1,73 +1,174 @@
 package confine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
 
-// The runner's packets (one per SOCK_SEQPACKET message) are fields
-// separated by NUL bytes, which neither a path, an argument nor a
-// variable may hold (spawn refuses them): no JSON on the per-task path.
+// The runner's packets (SOCK_SEQPACKET messages) each hold one or more
+// records: the requests the worker had for the runner when it wrote, the
+// events of one turn of the runner's loop (every task that ended at
+// once, every start that failed). No JSON on the per-task path.
 //
-//	request: op seq sig path argc argv... env...
-//	event:   seq flags status code err   (flags: r ready, d done)
+// A request is NUL-terminated fields, which neither a path, an argument,
+// a variable nor a name may hold (appendRequest refuses them):
+//
+//	op seq sig path argc envc out err tmp argv... env...
+//
+// op: "start" (alone in its packet, with 3 descriptors: stdin, stdout,
+// stderr), "run" (the runner makes the task's logs out and err and its
+// temporary directory tmp), "signal" (sig to task seq's group).
+//
+// An event is varints and bytes:
+//
+//	seq flags status code len(err) err
+//
+// flags: evReady, evDone, evTmpLeft, evFiles.
+
+const (
+	evReady   = 1 << iota // the runner is confined and serves
+	evDone                // the task ended (or could not start: err)
+	evTmpLeft             // its temporary directory was not empty: the worker removes it
+	evFiles               // it could not start: its logs or temporary directory could not be made
+)
 
 var errBadPacket = errors.New("confine: malformed runner packet")
 
-func encodeRequest(q request) []byte {
-	f := []string{q.Op, strconv.FormatInt(q.Seq, 10), strconv.Itoa(q.Sig), q.Path, strconv.Itoa(len(q.Argv))}
-	f = append(append(f, q.Argv...), q.Env...)
-	return []byte(strings.Join(f, "\x00"))
+// appendRequest appends q's record to b; a field holding a NUL byte is
+// refused (b is then returned unchanged).
+func appendRequest(b []byte, q request) ([]byte, error) {
+	for _, s := range [][]string{{q.Path, q.Out, q.Err, q.Tmp}, q.Argv, q.Env} {
+		for _, s := range s {
+			if strings.IndexByte(s, 0) >= 0 {
+				return b, fmt.Errorf("argument, variable or name %q holds a NUL byte", s)
+			}
+		}
+	}
+	field := func(s string) { b = append(append(b, s...), 0) }
+	num := func(n int64) { b = append(strconv.AppendInt(b, n, 10), 0) }
+	field(q.Op)
+	num(q.Seq)
+	num(int64(q.Sig))
+	field(q.Path)
+	num(int64(len(q.Argv)))
+	num(int64(len(q.Env)))
+	field(q.Out)
+	field(q.Err)
+	field(q.Tmp)
+	for _, s := range q.Argv {
+		field(s)
+	}
+	for _, s := range q.Env {
+		field(s)
+	}
+	return b, nil
 }
 
-func decodeRequest(b []byte) (request, error) {
-	f := strings.Split(string(b), "\x00")
-	if len(f) < 5 {
-		return request{}, errBadPacket
+// decodeRequests calls f with each request of packet b (their strings
+// are b's: b must not change while they are used), or returns why b is
+// malformed (the records before it were passed to f).
+func decodeRequests(b []byte, f func(request)) error {
+	next := func() (string, bool) {
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			return "", false
+		}
+		s := string(b[:i])
+		b = b[i+1:]
+		return s, true
 	}
-	seq, err1 := strconv.ParseInt(f[1], 10, 64)
-	sig, err2 := strconv.Atoi(f[2])
-	argc, err3 := strconv.Atoi(f[4])
-	if err1 != nil || err2 != nil || err3 != nil || argc < 0 || 5+argc > len(f) {
-		return request{}, errBadPacket
+	num := func() (int64, bool) {
+		s, ok := next()
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil
 	}
-	return request{Op: f[0], Seq: seq, Sig: sig, Path: f[3], Argv: f[5 : 5+argc], Env: f[5+argc:]}, nil
+	for len(b) > 0 {
+		var q request
+		var ok [9]bool
+		q.Op, ok[0] = next()
+		q.Seq, ok[1] = num()
+		sig, ok2 := num()
+		q.Sig, ok[2] = int(sig), ok2
+		q.Path, ok[3] = next()
+		argc, ok4 := num()
+		envc, ok5 := num()
+		ok[4], ok[5] = ok4, ok5
+		q.Out, ok[6] = next()
+		q.Err, ok[7] = next()
+		q.Tmp, ok[8] = next()
+		for _, o := range ok {
+			if !o {
+				return errBadPacket
+			}
+		}
+		if argc < 0 || envc < 0 || argc+envc > int64(len(b)) {
+			return errBadPacket
+		}
+		q.Argv = make([]string, argc)
+		q.Env = make([]string, envc)
+		for i := range q.Argv {
+			if q.Argv[i], ok[0] = next(); !ok[0] {
+				return errBadPacket
+			}
+		}
+		for i := range q.Env {
+			if q.Env[i], ok[0] = next(); !ok[0] {
+				return errBadPacket
+			}
+		}
+		f(q)
+	}
+	return nil
 }
 
-func encodeEvent(e event) []byte {
-	b := make([]byte, 0, 32+len(e.Err))
+// appendEvent appends e's record to b.
+func appendEvent(b []byte, e event) []byte {
 	b = binary.AppendVarint(b, e.Seq)
-	flags := byte(0)
-	if e.Ready {
-		flags |= 1
-	}
-	if e.Done {
-		flags |= 2
-	}
-	b = append(b, flags)
+	b = append(b, e.Flags)
 	b = binary.AppendVarint(b, int64(e.Status))
 	b = binary.AppendVarint(b, int64(e.Code))
+	b = binary.AppendUvarint(b, uint64(len(e.Err)))
 	return append(b, e.Err...)
 }
 
-func decodeEvent(b []byte, e *event) error {
-	seq, n := binary.Varint(b)
-	if n <= 0 || n >= len(b) {
+// decodeEvents calls f with each event of packet b, or returns why b is
+// malformed.
+func decodeEvents(b []byte, f func(event)) error {
+	if len(b) == 0 {
 		return errBadPacket
 	}
-	flags := b[n]
-	b = b[n+1:]
-	status, n := binary.Varint(b)
-	if n <= 0 {
-		return errBadPacket
+	for len(b) > 0 {
+		var e event
+		seq, n := binary.Varint(b)
+		if n <= 0 || n >= len(b) {
+			return errBadPacket
+		}
+		e.Seq, e.Flags = seq, b[n]
+		b = b[n+1:]
+		status, n := binary.Varint(b)
+		if n <= 0 {
+			return errBadPacket
+		}
+		b = b[n:]
+		code, n := binary.Varint(b)
+		if n <= 0 {
+			return errBadPacket
+		}
+		b = b[n:]
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return errBadPacket
+		}
+		e.Status, e.Code, e.Err = int(status), int(code), string(b[n:n+int(l)])
+		b = b[n+int(l):]
+		f(e)
 	}
-	b = b[n:]
-	code, n := binary.Varint(b)
-	if n <= 0 {
-		return errBadPacket
-	}
-	*e = event{Seq: seq, Ready: flags&1 != 0, Done: flags&2 != 0, Status: int(status), Code: int(code), Err: string(b[n:])}
 	return nil
 }

@@ -5,35 +5,47 @@ import (
 	"testing"
 )
 
+// Several requests, and several events, travel in one packet and come
+// back whole and in order.
 func TestRunnerPacketsRoundTrip(t *testing.T) {
-	for _, q := range []request{
+	qs := []request{
 		{Op: "start", Seq: 1 << 40, Path: "/bin/true", Argv: []string{"true", "", "a b"}, Env: []string{"PATH=/bin", ""}},
-		{Op: "start", Seq: 2, Path: "/bin/x", Argv: []string{"x"}},
-		{Op: "signal", Seq: 3, Sig: 15},
-	} {
-		got, err := decodeRequest(encodeRequest(q))
-		if len(q.Argv) == 0 {
-			q.Argv = []string{}
-		}
-		if len(q.Env) == 0 {
-			q.Env = []string{}
-		}
-		if err != nil || !reflect.DeepEqual(got, q) {
-			t.Errorf("request %+v came back as %+v, %v", q, got, err)
+		{Op: "run", Seq: 2, Path: "/bin/x", Argv: []string{"x"}, Env: []string{}, Out: "2.1.out", Err: "2.1.err", Tmp: "task-2.1"},
+		{Op: "signal", Seq: 3, Sig: 15, Argv: []string{}, Env: []string{}},
+	}
+	var b []byte
+	for _, q := range qs {
+		var err error
+		if b, err = appendRequest(b, q); err != nil {
+			t.Fatal(err)
 		}
 	}
-	for _, e := range []event{{Ready: true}, {Seq: 7, Done: true, Status: 0x0f00}, {Seq: -1, Done: true, Code: 127, Err: "start x: no such file"}} {
-		var got event
-		if err := decodeEvent(encodeEvent(e), &got); err != nil || got != e {
-			t.Errorf("event %+v came back as %+v, %v", e, got, err)
-		}
+	var got []request
+	if err := decodeRequests(b, func(q request) { got = append(got, q) }); err != nil || !reflect.DeepEqual(got, qs) {
+		t.Errorf("requests %+v came back as %+v, %v", qs, got, err)
 	}
-	for _, bad := range []string{"", "start\x001", "start\x00x\x000\x00/p\x000", "start\x001\x000\x00/p\x009\x00a"} {
-		if _, err := decodeRequest([]byte(bad)); err == nil {
+	if _, err := appendRequest(nil, request{Op: "run", Argv: []string{"a\x00b"}}); err == nil {
+		t.Error("an argument with a NUL byte was encoded")
+	}
+	evs := []event{{Flags: evReady}, {Seq: 7, Flags: evDone, Status: 0x0f00}, {Seq: -1, Flags: evDone | evFiles, Code: 127, Err: "start x: no such file"},
+		{Seq: 8, Flags: evDone | evTmpLeft}}
+	var eb []byte
+	for _, e := range evs {
+		eb = appendEvent(eb, e)
+	}
+	var gotEv []event
+	if err := decodeEvents(eb, func(e event) { gotEv = append(gotEv, e) }); err != nil || !reflect.DeepEqual(gotEv, evs) {
+		t.Errorf("events %+v came back as %+v, %v", evs, gotEv, err)
+	}
+	for _, bad := range []string{"start\x001", "start\x00x\x000\x00/p\x000\x000\x00\x00\x00\x00", "start\x001\x000\x00/p\x009\x000\x00\x00\x00\x00a\x00"} {
+		if err := decodeRequests([]byte(bad), func(request) {}); err == nil {
 			t.Errorf("request %q decoded", bad)
 		}
 	}
-	if err := decodeEvent([]byte{}, new(event)); err == nil {
-		t.Error("an empty event decoded")
+	if err := decodeEvents([]byte{}, func(event) {}); err == nil {
+		t.Error("an empty event packet decoded")
+	}
+	if err := decodeEvents(appendEvent(nil, event{Err: "xyz"})[:5], func(event) {}); err == nil {
+		t.Error("a truncated event decoded")
 	}
 }

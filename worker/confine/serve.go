@@ -1,0 +1,413 @@
+package confine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// running is a task the runner started.
+type running struct {
+	seq       int64
+	pid       int
+	pidfd     int
+	signalled bool // then what is left of its group is killed when it ends
+	// Its files, when the runner made them ("run"): its logs' descriptors
+	// and names, its temporary directory's name.
+	out, err         int
+	outName, errName string
+	tmp              string
+}
+
+// server is the runner's state (serveRunner).
+type server struct {
+	sock    int
+	scope   int // the Landlock ruleset of each task's own domain (-1: none)
+	logs    int // the log directory (O_PATH; -1: none)
+	tmp     int // the directory of the temporary directories (O_PATH; -1: none)
+	tmpPath string
+	devnull int
+	eager   bool // the log directory's file system has no O_TMPFILE
+	// spare are unnamed logs a task left empty, whose process group had
+	// ended: the next tasks' logs, no file made or freed for them.
+	spare  []int
+	tasks  []*running
+	events []byte // this turn's answer
+}
+
+// serveRunner is the runner's side: confine, say ready, serve requests
+// until the worker closes the socket (descriptor 3), then kill the tasks
+// still running and return. It runs on the main goroutine, locked to the
+// main thread (init in ruleset.go), and never leaves it: it starts every
+// task from it (spawn), so each task's Landlock domain is nested in that
+// thread's and the thread may signal it; it waits for the requests, and
+// for the tasks' ends through their pidfds, in one poll(2), and sends the
+// signals and reaps the tasks itself, so a pid is never reused under a
+// signal. No goroutine, no thread per task. Each turn of its loop ends
+// with at most one packet to the worker: every task that ended in it.
+func serveRunner(spec string) (int, error) {
+	s := &server{sock: 3, logs: -1, tmp: -1, devnull: -1}
+	if err := unix.SetNonblock(s.sock, false); err != nil {
+		return ExitCannotRun, fmt.Errorf("confine: runner socket: %w", err)
+	}
+	fail := func(err error) (int, error) {
+		s.event(event{Err: err.Error()})
+		s.send()
+		return ExitCannotRun, err
+	}
+	var rp RunnerPolicy
+	if err := json.Unmarshal([]byte(spec), &rp); err != nil {
+		return fail(fmt.Errorf("confine: bad policy: %w", err))
+	}
+	p := rp.Policy
+	// The directories it makes the tasks' files in, and /dev/null, opened
+	// before it is confined (O_PATH is not subject to Landlock).
+	var err error
+	for _, d := range []struct {
+		path string
+		fd   *int
+	}{{rp.Logs, &s.logs}, {rp.Tmp, &s.tmp}} {
+		if d.path == "" {
+			continue
+		}
+		if *d.fd, err = unix.Open(d.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return fail(fmt.Errorf("confine: %s: %w", d.path, err))
+		}
+	}
+	s.tmpPath, s.eager = rp.Tmp, rp.NamedLogs
+	if s.devnull, err = unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return fail(fmt.Errorf("confine: %s: %w", os.DevNull, err))
+	}
+	if p.Dir != "" {
+		if err := os.Chdir(p.Dir); err != nil {
+			return fail(fmt.Errorf("confine: working directory: %w", err))
+		}
+	}
+	if p.Mode != ModeOff {
+		if err := restrict(p); err != nil {
+			return fail(fmt.Errorf("confine the tasks: %w", err))
+		}
+	}
+	scope, err := scopeRuleset()
+	if err != nil {
+		return fail(err)
+	}
+	s.scope = scope.fd
+	// The descriptors the rules were made from are not the tasks'.
+	for fd := 3; fd < 1024; fd++ {
+		unix.CloseOnExec(fd)
+	}
+	// The batch system's stop signal (scancel's SIGTERM, ...) reaches every
+	// process of the pilot, this runner too. The runner must outlive it:
+	// the worker decides whether its tasks were interrupted (no attempt
+	// charged), and a runner dead first would report them failed. Caught
+	// by a handler that does nothing, not ignored, and every other
+	// handler the Go runtime set back to its default, once: a task's
+	// vfork child then has no handler to reset, its exec puts the caught
+	// ones back to their defaults (so the tasks still stop on them), and
+	// the runner takes no SIGCHLD (its pidfds say when a task ended). The
+	// worker ends the runner by closing the socket, or its death by
+	// Pdeathsig.
+	setHandlers()
+	s.event(event{Flags: evReady})
+	s.send()
+	if err := s.serve(); err != nil {
+		return ExitCannotRun, err
+	}
+	return 0, nil
+}
+
+func (s *server) event(ev event) { s.events = appendEvent(s.events, ev) }
+
+// send sends this turn's events, if any, in one packet.
+func (s *server) send() {
+	if len(s.events) == 0 {
+		return
+	}
+	for {
+		if err := unix.Sendmsg(s.sock, s.events, nil, nil, unix.MSG_NOSIGNAL); err != unix.EINTR {
+			break
+		}
+	}
+	s.events = s.events[:0]
+}
+
+func (s *server) serve() error {
+	var polls []unix.PollFd
+	buf, oob := make([]byte, maxPacket+fullPacket), make([]byte, unix.CmsgSpace(3*4))
+	for {
+		polls = append(polls[:0], unix.PollFd{Fd: int32(s.sock), Events: unix.POLLIN})
+		for _, t := range s.tasks {
+			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
+		}
+		if err := rawPoll(polls); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return fmt.Errorf("confine: poll: %w", err)
+		}
+		// The tasks that ended, first: reaped here, after their group's
+		// stragglers if they were signalled.
+		kept := s.tasks[:0]
+		for i, t := range s.tasks {
+			if polls[i+1].Revents == 0 {
+				kept = append(kept, t)
+				continue
+			}
+			s.reap(t)
+		}
+		clear(s.tasks[len(kept):])
+		s.tasks = kept
+		if polls[0].Revents != 0 {
+			n, oobn, _, _, err := unix.Recvmsg(s.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if err != unix.EINTR {
+				if err != nil || n == 0 {
+					break
+				}
+				s.serveRequests(buf[:n], receivedFDs(oob[:oobn]))
+			}
+		}
+		s.send()
+	}
+	s.send()
+	// The worker is gone or closed the runner: nothing is left to run.
+	for _, t := range s.tasks {
+		syscall.Kill(-t.pid, syscall.SIGKILL)
+	}
+	return nil
+}
+
+// serveRequests serves one packet's requests; fds, its descriptors, go
+// to its "start" request (and are closed).
+func (s *server) serveRequests(b []byte, fds []int) {
+	decodeRequests(b, func(q request) {
+		switch q.Op {
+		case "signal":
+			for _, t := range s.tasks {
+				if t.seq == q.Seq {
+					t.signalled = true
+					syscall.Kill(-t.pid, syscall.Signal(q.Sig))
+				}
+			}
+		case "start":
+			if len(fds) != 3 {
+				s.event(event{Seq: q.Seq, Flags: evDone, Code: ExitCannotRun, Err: "confine: a start request without its 3 descriptors"})
+				return
+			}
+			t := &running{seq: q.Seq, out: -1, err: -1}
+			if err := s.spawn(t, q, [3]int{fds[0], fds[1], fds[2]}); err != nil {
+				s.startFailed(q, err, 0)
+			}
+		case "run":
+			s.run(q)
+		}
+	})
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// run makes a task's temporary directory and logs and starts it.
+func (s *server) run(q request) {
+	t := &running{seq: q.Seq, out: -1, err: -1, outName: q.Out, errName: q.Err}
+	if err := s.files(t, q.Tmp); err != nil {
+		s.closeFiles(t)
+		s.removeTmp(t)
+		s.startFailed(q, err, evFiles)
+		return
+	}
+	if err := s.spawn(t, q, [3]int{s.devnull, t.out, t.err}); err != nil {
+		s.closeFiles(t)
+		s.removeTmp(t)
+		s.startFailed(q, err, 0)
+	}
+}
+
+// files makes t's temporary directory and opens its logs: unnamed files
+// in the log directory (O_TMPFILE), named when the task ends if it wrote
+// to them; or, where the file system has no O_TMPFILE, files created now
+// (a link in their place refused).
+func (s *server) files(t *running, tmp string) error {
+	if s.logs < 0 || s.tmp < 0 || !plainName(t.outName) || !plainName(t.errName) || !plainName(tmp) {
+		return errors.New("confine: this runner makes no files, or a name is not plain")
+	}
+	err := unix.Mkdirat(s.tmp, tmp, 0o700)
+	if err == unix.EEXIST {
+		// A former run's of this very task, in the job's private
+		// directory: removed.
+		os.RemoveAll(filepath.Join(s.tmpPath, tmp))
+		err = unix.Mkdirat(s.tmp, tmp, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("temporary directory: %w", err)
+	}
+	t.tmp = tmp
+	for _, l := range []struct {
+		fd   *int
+		name string
+	}{{&t.out, t.outName}, {&t.err, t.errName}} {
+		if n := len(s.spare); n > 0 && !s.eager {
+			*l.fd, s.spare = s.spare[n-1], s.spare[:n-1]
+			continue
+		}
+		if !s.eager {
+			*l.fd, err = unix.Openat(s.logs, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err == unix.EOPNOTSUPP || err == unix.EISDIR || err == unix.EINVAL {
+				s.eager = true
+			}
+		}
+		if s.eager {
+			*l.fd, err = unix.Openat(s.logs, l.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		}
+		if err != nil {
+			*l.fd = -1
+			return fmt.Errorf("log %s: %w", l.name, err)
+		}
+	}
+	if s.eager {
+		t.outName, t.errName = "", "" // made already
+	}
+	return nil
+}
+
+// spawn starts q as t with the descriptors fds.
+func (s *server) spawn(t *running, q request, fds [3]int) error {
+	pid, err := spawn(q.Path, q.Argv, q.Env, fds, s.scope)
+	if err != nil {
+		return err
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Wait4(pid, nil, 0, nil)
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	t.pid, t.pidfd = pid, pidfd
+	s.tasks = append(s.tasks, t)
+	return nil
+}
+
+func (s *server) startFailed(q request, err error, flags byte) {
+	code := ExitCannotRun
+	if errors.Is(err, syscall.ENOENT) && flags&evFiles == 0 {
+		code = ExitNotFound
+	}
+	if flags&evFiles != 0 {
+		code = -1
+	}
+	s.event(event{Seq: q.Seq, Flags: evDone | flags, Code: code, Err: fmt.Sprintf("start %s: %v", q.Path, err)})
+}
+
+// reap reaps an ended task, names its logs, removes its temporary
+// directory and adds its event.
+func (s *server) reap(t *running) {
+	if t.signalled {
+		syscall.Kill(-t.pid, syscall.SIGKILL)
+	}
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(t.pid, &ws, 0, nil); err != syscall.EINTR {
+			break
+		}
+	}
+	unix.Close(t.pidfd)
+	// Nothing of the task's may write to an empty log the next task gets:
+	// only a task whose whole group has ended gives its logs back.
+	alone := syscall.Kill(-t.pid, 0) == syscall.ESRCH
+	s.nameLog(&t.out, t.outName, alone)
+	s.nameLog(&t.err, t.errName, alone)
+	s.closeFiles(t)
+	flags := byte(evDone)
+	if !s.removeTmp(t) {
+		flags |= evTmpLeft
+	}
+	s.event(event{Seq: t.seq, Flags: flags, Status: int(ws)})
+}
+
+// nameLog links the unnamed log *fd as name in the log directory if the
+// task wrote to it, or if something of the task's is left that may
+// (alone false: its group outlived it), replacing what had that name (a
+// former run's log, a link: never followed). An empty log of a task
+// alone gets no file (a former one of that name goes) and is kept for
+// the next task (*fd is then -1).
+func (s *server) nameLog(fd *int, name string, alone bool) {
+	if *fd < 0 || name == "" {
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(*fd, &st); err == nil && st.Size == 0 && alone {
+		unix.Unlinkat(s.logs, name, 0)
+		if len(s.spare) < maxSpareLogs {
+			if _, err := unix.Seek(*fd, 0, 0); err == nil {
+				s.spare = append(s.spare, *fd)
+				*fd = -1
+			}
+		}
+		return
+	}
+	proc := "/proc/self/fd/" + strconv.Itoa(*fd)
+	err := unix.Linkat(unix.AT_FDCWD, proc, s.logs, name, unix.AT_SYMLINK_FOLLOW)
+	if err == unix.EEXIST && unix.Unlinkat(s.logs, name, 0) == nil {
+		unix.Linkat(unix.AT_FDCWD, proc, s.logs, name, unix.AT_SYMLINK_FOLLOW)
+	}
+}
+
+// maxSpareLogs bounds the empty logs kept for the next tasks.
+const maxSpareLogs = 64
+
+func (s *server) closeFiles(t *running) {
+	for _, fd := range []*int{&t.out, &t.err} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// removeTmp removes t's temporary directory if empty (most tasks leave
+// nothing); false: it is not, and the worker removes it, off this loop.
+func (s *server) removeTmp(t *running) bool {
+	if t.tmp == "" {
+		return true
+	}
+	err := unix.Unlinkat(s.tmp, t.tmp, unix.AT_REMOVEDIR)
+	return err == nil || err == unix.ENOENT
+}
+
+// rawPoll waits for polls without telling the Go runtime it is in a
+// system call: the runner's one goroutine is all it runs, and a runtime
+// told would have its monitor thread take the goroutine's P away and wake
+// again every 20 us while the poll waits (futex and nanosleep calls,
+// measured: 3-4% of the runner's CPU). A garbage collection that starts
+// meanwhile finishes when the poll returns.
+func rawPoll(polls []unix.PollFd) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), 0, 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// receivedFDs returns the descriptors passed with a request.
+func receivedFDs(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var all []int
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		all = append(all, fds...)
+	}
+	return all
+}
