@@ -55,7 +55,9 @@ func (q *Queue) Failures(ctx context.Context, caller string, admin bool, id, cur
 	out := api.FailureList{}
 	out.Failures, out.NextCursor = page(fs, limit, func(f api.Failure) int64 { return f.TaskID })
 	for i, f := range out.Failures {
-		if f.Attempt > 0 {
+		// A task's runner names a log file only if the task wrote to it:
+		// with no stderr there is no file to point to.
+		if f.Attempt > 0 && f.ErrorTail != "" {
 			out.Failures[i].Log = pilotproto.LogPath(j.OutputDir, f.TaskID, f.Attempt, "err")
 		}
 	}

@@ -92,6 +92,39 @@ func TestFailuresCommandShowsWhyATaskFailed(t *testing.T) {
 	}
 }
 
+// A task that failed without a word on stderr has no log file (its
+// runner makes none for an empty stream): --tail and --json point to none.
+func TestFailuresOfASilentTaskNameNoLog(t *testing.T) {
+	q := startCLIQueue(t)
+	conn := []string{"--queue", q.url, "--token", q.token}
+	if out, errOut, code := run(t, append([]string{"submit", filepath.Join(q.data, "ds"), "--max-attempts", "1"}, append(conn, "--", "prog", "{input}")...)...); code != 0 {
+		t.Fatalf("submit: exit %d %q %q", code, out, errOut)
+	}
+	ctx := context.Background()
+	l, err := q.pilot.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := q.pilot.Pull(ctx, pilotproto.PullRequest{Epoch: l.Epoch, Max: 1})
+	if err != nil || len(p.Tasks) != 1 {
+		t.Fatalf("pull: %d %v", len(p.Tasks), err)
+	}
+	tk := p.Tasks[0]
+	r := pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusFailed, ExitCode: 1, StartedAt: 1_767_268_800_000, DurationMS: 10}
+	if _, err := q.pilot.Results(ctx, pilotproto.ResultsRequest{Epoch: l.Epoch, Results: []pilotproto.Result{r}}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := run(t, append([]string{"failures", "1", "--tail"}, conn...)...)
+	if strings.Contains(out, ", log ") || !strings.Contains(out, "(no stderr)") {
+		t.Errorf("failures --tail of a silent task: %q; want (no stderr) and no log", out)
+	}
+	out, _, _ = run(t, append([]string{"failures", "1", "--json"}, conn...)...)
+	var fl api.FailureList
+	if err := json.Unmarshal([]byte(out), &fl); err != nil || len(fl.Failures) != 1 || fl.Failures[0].Log != "" || fl.Failures[0].ExitCode != 1 {
+		t.Errorf("failures --json of a silent task: %v %+v", err, fl)
+	}
+}
+
 // What users wrote reaches other people's terminals as text: a dataset
 // directory and a command with escape sequences are shown by status and
 // jobs without a single control byte.

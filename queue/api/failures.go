@@ -32,7 +32,8 @@ type Failure struct {
 	DurationMS int64  `json:"duration_ms,omitempty"`
 	// ErrorTail is the end of the attempt's stderr as its worker sent it
 	// (2 KiB by default); Log the file with the whole of it, under the
-	// job's output directory.
+	// job's output directory (none when the attempt wrote no stderr: an
+	// empty log is not made).
 	ErrorTail string `json:"error_tail,omitempty"`
 	Log       string `json:"log,omitempty"`
 }
