@@ -344,6 +344,9 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	var step func(context.Context, int64) error
 	rounds, polls := 0, 0
 	tick := cfg.Poll // the loop's step: the gcd of the polls in harvest mode
+	// due is the agent's next round (harvest mode): the loop goes straight
+	// there unless the capacity rule steps at every poll.
+	due := from
 	switch cfg.Mode {
 	case Harvest:
 		acfg := cfg.Agent
@@ -379,7 +382,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		q := quiet{until: from}
 		// The agent's next round: a poll after the last, the fast one
 		// while its Watch holds (a quiet round keeps the last one's).
-		due, wait := from, cfg.Poll
+		wait := cfg.Poll
 		if f := min(cfg.FastPoll, cfg.Poll); f > 0 {
 			tick = gcd(cfg.Poll, f)
 		}
@@ -414,7 +417,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 	if step != nil {
 		next := 5
-		for t := from; t < to; t += tick {
+		for t := from; t < to; t = nextTime(t, tick, due, cfg.Capacity == nil) {
 			if err := ctx.Err(); err != nil {
 				return Result{}, err
 			}
@@ -443,6 +446,15 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	Measure(&res, c.LostTaskSeconds(), c.WorkRecords(), from, to)
 	res.Foreign.Recorded = compareRecorded(res.Records, recorded, to)
 	return res, nil
+}
+
+// nextTime is the loop's time after t: the agent's next round when nothing
+// else steps in between (skip), else the next tick.
+func nextTime(t, tick, due int64, skip bool) int64 {
+	if skip && due > t+tick {
+		return due
+	}
+	return t + tick
 }
 
 func gcd(a, b int64) int64 {
