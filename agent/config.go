@@ -17,6 +17,13 @@ type Config struct {
 	Policy policy.Config
 	// PollInterval is the time between rounds.
 	PollInterval time.Duration
+	// FastPoll, when positive, is the time between rounds while the
+	// round before found pilots holding nodes a waiting job could start
+	// on once one running job ends (policy.Watch): the agent then
+	// releases them about FastPoll after the end instead of up to
+	// PollInterval. 0 = always PollInterval; one above PollInterval
+	// acts as PollInterval.
+	FastPoll time.Duration
 	// SubmitTimeout is the first submit timeout; it grows by SubmitTimeoutStep
 	// after each timeout and resets after a success (DESIGN.md).
 	SubmitTimeout     time.Duration
@@ -57,6 +64,7 @@ func DefaultConfig() Config {
 	return Config{
 		Policy:            policy.DefaultConfig(),
 		PollInterval:      10 * time.Second,
+		FastPoll:          2 * time.Second,
 		SubmitTimeout:     5 * time.Second,
 		SubmitTimeoutStep: 5 * time.Second,
 		CancelTimeout:     10 * time.Second,
@@ -77,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("poll interval must be positive, got %v", c.PollInterval))
+	}
+	if c.FastPoll < 0 {
+		errs = append(errs, fmt.Errorf("fast poll must not be negative (0 = off), got %v", c.FastPoll))
 	}
 	if c.SubmitTimeout <= 0 || c.SubmitTimeoutStep < 0 {
 		errs = append(errs, fmt.Errorf("submit timeout must be positive (got %v) and its step not negative (got %v)", c.SubmitTimeout, c.SubmitTimeoutStep))

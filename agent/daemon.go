@@ -11,7 +11,8 @@ import (
 	"github.com/harvest-hpc/harvest/adapters"
 )
 
-// Run runs rounds every PollInterval until ctx is done. While the batch
+// Run runs rounds every PollInterval (FastPoll while a round's Watch is
+// set: see NextWait) until ctx is done. While the batch
 // system is unreachable it backs off exponentially (capped at MaxBackoff)
 // and does nothing else: a failed snapshot never leads to a cancel.
 func (r *Reconciler) Run(ctx context.Context) error {
@@ -22,8 +23,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	bo.Reset()
 	failing := false
 	for {
-		wait := r.cfg.PollInterval
-		_, err := r.Round(ctx)
+		res, err := r.Round(ctx)
+		wait := r.NextWait(res)
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -88,6 +88,19 @@ type RoundResult struct {
 	SubmitTimedOut bool
 	// Latencies of the calls made, for metrics.
 	SubmitLatency, CancelLatency []time.Duration
+	// Watch says the next round should come after Config.FastPoll
+	// (policy.Watch on the snapshot and decision).
+	Watch bool
+}
+
+// NextWait is the time from a round that saw the cluster to the next:
+// Config.FastPoll (at most PollInterval) after a round whose Watch is
+// set, PollInterval otherwise.
+func (r *Reconciler) NextWait(res RoundResult) time.Duration {
+	if res.Watch && r.cfg.FastPoll > 0 {
+		return min(r.cfg.FastPoll, r.cfg.PollInterval)
+	}
+	return r.cfg.PollInterval
 }
 
 // Reconciler runs rounds: snapshot, decide, act.
@@ -205,7 +218,8 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	// the pilots' busy and master marks).
 	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain, JobsChecked: true}
 	dec := policy.Decide(in, pcfg)
-	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec}
+	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec,
+		Watch: policy.Watch(snap, dec)}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})
 
 	if r.cfg.DryRun {

@@ -406,3 +406,42 @@ func TestADumpCutShortByACrashIsRemovedAtTheNextDump(t *testing.T) {
 		t.Errorf("decision files %v, want the old whole one and this round's", now)
 	}
 }
+
+// TestFastPollWhilePilotsStandBetweenAJobAndOneEnd: the round after one
+// that found a waiting job that one running job's end and the pilots
+// could start comes after FastPoll; otherwise after PollInterval.
+func TestFastPollWhilePilotsStandBetweenAJobAndOneEnd(t *testing.T) {
+	m := adaptertest.NewMemory(10)
+	m.AddJob(cluster.Job{ID: "1", User: "u", State: cluster.Running, Nodes: 6, TimeLimit: 3600})
+	cfg := testConfig()
+	cfg.PollInterval, cfg.FastPoll = 10*time.Second, 2*time.Second
+	r := NewReconciler(m, nil, cfg, nil)
+	res, err := r.Round(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Submitted) != 4 || res.Watch || r.NextWait(res) != 10*time.Second {
+		t.Fatalf("nobody waits: submitted %d, watch %v, next round in %v; want 4 pilots, false, 10s", len(res.Submitted), res.Watch, r.NextWait(res))
+	}
+	// An 8-node job: job 1's end and two pilots would start it.
+	m.AddJob(cluster.Job{ID: "2", User: "u", State: cluster.Pending, Nodes: 8, TimeLimit: 3600})
+	if res, err = r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Watch || r.NextWait(res) != 2*time.Second || len(res.Cancelled) != 0 {
+		t.Fatalf("8-node job waiting: watch %v, next round in %v, cancelled %v; want true, 2s, none", res.Watch, r.NextWait(res), res.Cancelled)
+	}
+	// The fast poll is never slower than the poll.
+	cfg.FastPoll = time.Minute
+	if w := NewReconciler(m, nil, cfg, nil).NextWait(res); w != 10*time.Second {
+		t.Errorf("fast poll above the poll: next round in %v, want the poll (10s)", w)
+	}
+	cfg.FastPoll = 0
+	if w := NewReconciler(m, nil, cfg, nil).NextWait(res); w != 10*time.Second {
+		t.Errorf("fast poll off: next round in %v, want the poll (10s)", w)
+	}
+	cfg.FastPoll = -time.Second
+	if cfg.Validate() == nil {
+		t.Error("a negative fast poll validated")
+	}
+}

@@ -101,6 +101,9 @@ type Config struct {
 	Warm bool
 	// Poll is the agent's round interval (seconds of virtual time).
 	Poll int64
+	// FastPoll is the agent's round interval while a round's Watch is set
+	// (agent.Config.FastPoll, in seconds; 0 = always Poll). Harvest mode.
+	FastPoll int64
 	// Cluster configures the simulated batch system (nodes are set from Nodes).
 	Cluster simcluster.Config
 	// Agent configures the reconciler and policy in harvest mode.
@@ -135,6 +138,7 @@ func DefaultConfig() Config {
 		Tail:         1800,
 		TaskSeconds:  60,
 		Poll:         int64(agent.DefaultConfig().PollInterval / time.Second),
+		FastPoll:     int64(agent.DefaultConfig().FastPoll / time.Second),
 		Cluster:      simcluster.DefaultConfig(),
 		Agent:        agent.DefaultConfig(),
 	}
@@ -162,6 +166,8 @@ func (c Config) Validate() error {
 		return bad("task seconds must be positive, got %d", c.TaskSeconds)
 	case c.Poll <= 0:
 		return bad("poll must be positive, got %d s", c.Poll)
+	case c.FastPoll < 0:
+		return bad("fast poll must not be negative (0 = off), got %d s", c.FastPoll)
 	case c.ProcsPerNode < 1:
 		return bad("processors per node must be at least 1, got %d", c.ProcsPerNode)
 	case c.CoresPerNode < 0 || c.CoresPerNode > 1 && c.ProcsPerNode > 1:
@@ -262,8 +268,13 @@ type Harvested struct {
 	UsefulNodeSeconds int64 `json:"useful_node_seconds"`
 	LostTaskSeconds   int64 `json:"lost_task_seconds"`
 	// Pilots counts the pilots that started (a scheduler-load figure).
-	Pilots int          `json:"pilots"`
-	Jobs   []HarvestJob `json:"jobs"`
+	Pilots int `json:"pilots"`
+	// Polls counts the agent's rounds, the ones skipped as quiet
+	// included (each is a snapshot: on SLURM one squeue, one sinfo and
+	// one scontrol call); PollsPerHour is Polls over the window's hours.
+	Polls        int          `json:"polls"`
+	PollsPerHour float64      `json:"polls_per_hour"`
+	Jobs         []HarvestJob `json:"jobs"`
 	// BoundedSlowdown and Users count every completed task as a one-node
 	// job that waited from its harvest job's submit (in baseline, the
 	// thesis Calibration batch jobs as they ran).
@@ -331,7 +342,11 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 
 	var step func(context.Context, int64) error
-	rounds := 0
+	rounds, polls := 0, 0
+	tick := cfg.Poll // the loop's step: the gcd of the polls in harvest mode
+	// due is the agent's next round (harvest mode): the loop goes straight
+	// there unless the capacity rule steps at every poll.
+	due := from
 	switch cfg.Mode {
 	case Harvest:
 		acfg := cfg.Agent
@@ -346,6 +361,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			acfg.Policy.MinPilotLimit = cluster.Limit(max(g, (cfg.TaskSeconds+g-1)/g*g))
 		}
 		acfg.PollInterval = time.Duration(cfg.Poll) * time.Second
+		acfg.FastPoll = time.Duration(cfg.FastPoll) * time.Second
 		if acfg.MaxBackoff < acfg.PollInterval {
 			acfg.MaxBackoff = acfg.PollInterval
 		}
@@ -364,12 +380,23 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		c.ShowBusy()
 		rec := agent.NewReconciler(c, dem, acfg, cfg.Log)
 		q := quiet{until: from}
+		// The agent's next round: a poll after the last, the fast one
+		// while its Watch holds (a quiet round keeps the last one's).
+		wait := cfg.Poll
+		if f := min(cfg.FastPoll, cfg.Poll); f > 0 {
+			tick = gcd(cfg.Poll, f)
+		}
 		step = func(ctx context.Context, t int64) error {
-			if dem.capa != nil {
+			if dem.capa != nil && (t-from)%cfg.Poll == 0 {
 				dem.capa.step(c.TaskRuns())
 				res.Capacity = append(res.Capacity, CapacityPoint{T: t, Cap: dem.capa.d.Cap, Phase: string(dem.capa.d.Phase)})
 			}
+			if t < due {
+				return nil
+			}
+			polls++
 			if !cfg.everyRound && q.holds(t, c, dem) {
+				due = t + wait
 				return nil
 			}
 			res, err := rec.Round(ctx)
@@ -377,6 +404,8 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 				return err
 			}
 			rounds++
+			wait = int64(rec.NextWait(res) / time.Second)
+			due = t + wait
 			if cfg.Decisions != nil && res.Decision.Acts() {
 				fmt.Fprintf(cfg.Decisions, "%d\t%s\t%s\n", t, res.Decision.Case, res.Decision.Reason)
 			}
@@ -388,7 +417,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 	if step != nil {
 		next := 5
-		for t := from; t < to; t += cfg.Poll {
+		for t := from; t < to; t = nextTime(t, tick, due, cfg.Capacity == nil) {
 			if err := ctx.Err(); err != nil {
 				return Result{}, err
 			}
@@ -408,11 +437,31 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	res.rounds = rounds
+	res.Harvest.Polls = polls
+	if polls > 0 {
+		res.Harvest.PollsPerHour = float64(polls) * 3600 / float64(to-from)
+	}
 	res.Usage = c.Samples()
 	res.Records = c.Records()
 	Measure(&res, c.LostTaskSeconds(), c.WorkRecords(), from, to)
 	res.Foreign.Recorded = compareRecorded(res.Records, recorded, to)
 	return res, nil
+}
+
+// nextTime is the loop's time after t: the agent's next round when nothing
+// else steps in between (skip), else the next tick.
+func nextTime(t, tick, due int64, skip bool) int64 {
+	if skip && due > t+tick {
+		return due
+	}
+	return t + tick
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 func human(s int64) string {

@@ -305,3 +305,45 @@ func TestPerUserFiguresAndFairShareAreByteIdenticalAcrossRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestTheFastPollReleasesPilotsSoonAfterAnEarlyEnd: job A (8 of 16 nodes)
+// ends at 1,003 s, an hour before its limit; job B (12 nodes) has waited
+// since 100 s for A's nodes and 4 of the pilots'. With the fast poll the
+// agent rounds every 2 s while B waits, and B starts within 2 s of A's
+// end; with a fixed 10 s poll it starts at the round at 1,010 s. The fast
+// poll costs rounds only while B waits.
+func TestTheFastPollReleasesPilotsSoonAfterAnEarlyEnd(t *testing.T) {
+	w := Workload{Format: "swf", Jobs: []Job{
+		{ID: "A", Nodes: 8, Submit: 0, TimeLimit: 3600, RunTime: 1003},
+		{ID: "B", Nodes: 12, Submit: 100, TimeLimit: 3600, RunTime: 600},
+	}}
+	startB := func(res Result) int64 {
+		for _, r := range res.Records {
+			if r.ID == "B" {
+				return r.Start
+			}
+		}
+		t.Fatal("B did not start")
+		return 0
+	}
+	mod := func(fast int64) func(*Config) {
+		return func(c *Config) { c.To, c.FastPoll = 4*3600, fast }
+	}
+	fast := runMode(t, w, Harvest, mod(2))
+	slow := runMode(t, w, Harvest, mod(0))
+	if s := startB(fast); s < 1003 || s > 1005 {
+		t.Errorf("fast poll: B started at %d, want within 2 s of A's end at 1003", s)
+	}
+	if s := startB(slow); s != 1010 {
+		t.Errorf("10 s poll: B started at %d, want 1010 (the next round)", s)
+	}
+	t.Logf("B started at %d (fast) and %d (10 s); rounds %d and %d", startB(fast), startB(slow), fast.Harvest.Polls, slow.Harvest.Polls)
+	// 0-100 s and after B starts: 10 s rounds; while B waits (about 900
+	// s): 2 s rounds, about 360 more.
+	if d := fast.Harvest.Polls - slow.Harvest.Polls; d < 300 || d > 400 {
+		t.Errorf("the fast poll made %d rounds, the 10 s poll %d: want about 360 more", fast.Harvest.Polls, slow.Harvest.Polls)
+	}
+	if slow.Harvest.Polls != 4*360 || slow.Harvest.PollsPerHour != 360 {
+		t.Errorf("10 s poll over 4 h: %d rounds, %v an hour; want 1440, 360", slow.Harvest.Polls, slow.Harvest.PollsPerHour)
+	}
+}

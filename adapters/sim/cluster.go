@@ -532,6 +532,18 @@ func (c *Cluster) dirty() {
 	}
 	if c.cfg.BackfillInterval > 0 && c.bfAt < 0 { // (a busy thread has one queued after its first)
 		c.bfAt = max(c.now+c.cfg.Latency, c.lastBF+c.cfg.BackfillInterval)
+		if c.cfg.BackfillBusy {
+			// A busy thread cycles whatever happens: its phase is the
+			// clock's (passes at Latency past multiples of the interval),
+			// not the first change's. Otherwise a harvest run, whose agent
+			// submits pilots at the window's first second, backfilled at
+			// another phase than its baseline, whose first change is the
+			// first job's arrival: on SDSC-SP2 days 60-90 12 s earlier,
+			// which backfilled three jobs its baseline never did and made
+			// a 64-node job and the jobs behind it late.
+			d := c.cfg.BackfillInterval
+			c.bfAt = (c.bfAt-c.cfg.Latency+d-1)/d*d + c.cfg.Latency
+		}
 		c.push(event{t: c.bfAt, kind: evBackfill})
 	}
 }

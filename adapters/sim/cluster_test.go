@@ -167,6 +167,33 @@ func TestScheduleHandComputed(t *testing.T) {
 				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 210, wantEnd: 260},
 			},
 		},
+		{
+			// The first change at 37 does not move the passes: a busy thread
+			// cycles at the clock's phase (60, 90, ... 210), so a harvest run
+			// whose agent acts at another second than its baseline's first
+			// job backfills at the same instants (before: 37, 67, ... 217).
+			name:  "a busy backfill thread keeps the clock's phase whenever the first change comes: J3 still starts at 210",
+			nodes: 2,
+			bf:    30,
+			busy:  true,
+			jobs: []fj{
+				{name: "J1", nodes: 1, limit: 1000, run: 1000, submit: 37, wantStart: 37, wantEnd: 1037},
+				{name: "J2", nodes: 2, limit: 100, run: 100, submit: 38, wantStart: 1037, wantEnd: 1137},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 210, wantEnd: 260},
+			},
+		},
+		{
+			name:    "with a latency the busy passes come that much after the clock's multiples: J3 starts at 212",
+			nodes:   2,
+			latency: 2,
+			bf:      30,
+			busy:    true,
+			jobs: []fj{
+				{name: "J1", nodes: 1, limit: 1000, run: 1000, submit: 7, wantStart: 9, wantEnd: 1009},
+				{name: "J2", nodes: 2, limit: 100, run: 100, submit: 8, wantStart: 1011, wantEnd: 1111},
+				{name: "J3", nodes: 1, limit: 50, run: 50, submit: 200, wantStart: 212, wantEnd: 262},
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

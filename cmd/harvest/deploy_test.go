@@ -177,3 +177,20 @@ func TestTheSnapshotTimeoutIsAFlagWithABound(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPollFlag: --fast-poll reaches the agent's config (default 2 s),
+// 0 turns it off, and a negative one is refused.
+func TestFastPollFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 2 * time.Second}, {[]string{"--fast-poll", "1s"}, time.Second}, {[]string{"--fast-poll", "0"}, 0}} {
+		cfg, _, err := parseAgent(t, tc.args...)
+		if err != nil || cfg.FastPoll != tc.want {
+			t.Errorf("%v: fast poll %v (err %v), want %v", tc.args, cfg.FastPoll, err, tc.want)
+		}
+	}
+	if _, _, err := parseAgent(t, "--fast-poll", "-1s"); err == nil {
+		t.Error("--fast-poll -1s was accepted")
+	}
+}
