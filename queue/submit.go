@@ -481,9 +481,7 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 	if err := validUserName(owner); err != nil {
 		return nil, err
 	}
-	body, _ := json.Marshal(s)
-	sum := sha256.Sum256(body)
-	sub := &Submission{done: make(chan struct{}), hash: hex.EncodeToString(sum[:])}
+	sub := &Submission{done: make(chan struct{}), hash: specHash(s)}
 	k := submitKey{owner, key}
 	var stale int64 // a job a dead agent left SUBMITTING under the key
 	if key != "" {
@@ -593,12 +591,25 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 	return q.Job(ctx, owner, true, id)
 }
 
-// takeOver takes over the keyed submission id another agent left
-// SUBMITTING if that agent is dead (its liveness in the database lapsed);
-// only on a shared database (one agent alone removes its own at start).
+// specHash is the digest of a submission's request, kept with its
+// idempotency key.
+func specHash(s api.JobSpec) string {
+	body, _ := json.Marshal(s)
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// takeOver takes over the keyed submission id left SUBMITTING that no
+// live agent stores. Called under submitMu with no submission of the key
+// under way here; on a shared database another agent may be storing it:
+// taken only if that agent is dead (its liveness in the database lapsed).
+// Alone on its database, the queue knows every submission under way, so
+// the job is what a submission that failed half way could not remove (a
+// full disk): taken.
 func (q *Queue) takeOver(ctx context.Context, id int64) (bool, error) {
 	if !q.cfg.Shared {
-		return false, nil
+		q.log.Warn("replacing a submission that failed half way", "job", id)
+		return true, nil
 	}
 	took, err := q.st.TakeOverSubmission(ctx, id, q.now())
 	if took {
