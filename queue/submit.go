@@ -603,11 +603,15 @@ func specHash(s api.JobSpec) string {
 // live agent stores. Called under submitMu with no submission of the key
 // under way here; on a shared database another agent may be storing it:
 // taken only if that agent is dead (its liveness in the database lapsed).
-// Alone on its database, the queue knows every submission under way, so
-// the job is what a submission that failed half way could not remove (a
-// full disk): taken.
+// On SQLite, which one process holds (the state directory's lock), the
+// queue knows every submission under way, so the job is what a
+// submission that failed half way could not remove (a full disk): taken.
+// A PostgreSQL database is not locked to one process: not taken.
 func (q *Queue) takeOver(ctx context.Context, id int64) (bool, error) {
 	if !q.cfg.Shared {
+		if store.IsURL(q.cfg.DBPath) {
+			return false, nil
+		}
 		q.log.Warn("replacing a submission that failed half way", "job", id)
 		return true, nil
 	}
