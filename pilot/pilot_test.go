@@ -22,6 +22,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 	"github.com/harvest-hpc/harvest/worker"
 )
 
@@ -98,6 +99,7 @@ func startQueue(t *testing.T, mods ...func(*queue.Config)) *realQueue {
 	os.MkdirAll(state, 0o755)
 	cfg := queue.DefaultConfig()
 	cfg.DBPath = filepath.Join(dir, "queue.db")
+	cfg.LookupUID, cfg.LookupGroups = queuetest.TestUIDs, queuetest.TestGroups // the test's users, not the machine's
 	cfg.AllowedRoots = []string{data}
 	cfg.OutputsRoot = filepath.Join(data, "out")
 	cfg.PilotToken = pilotToken

@@ -82,6 +82,10 @@ type Config struct {
 	// user database): an output directory a job names must be its
 	// owner's.
 	LookupUID func(name string) (uint32, error)
+	// LookupGroups maps a user name to the groups of its Unix account
+	// (default: the system's user database): a dataset must be readable
+	// by its submitter's account, not only by the queue's.
+	LookupGroups func(name string) ([]uint32, error)
 
 	// Now is the clock; tests replace it.
 	Now    func() time.Time
@@ -117,6 +121,7 @@ func DefaultConfig() Config {
 		Sites:               siteshare.DefaultConfig(),
 		LookupUser:          systemLookupUser,
 		LookupUID:           systemLookupUID,
+		LookupGroups:        systemLookupGroups,
 		Now:                 time.Now,
 	}
 }
@@ -185,7 +190,7 @@ func (c Config) Validate() error {
 	if err := c.sitesConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.Now == nil || c.LookupUser == nil || c.LookupUID == nil {
+	if c.Now == nil || c.LookupUser == nil || c.LookupUID == nil || c.LookupGroups == nil {
 		return bad("no clock or no user lookup")
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/queue"
@@ -71,5 +72,77 @@ func TestTheQueueDatabaseIsTheOwnersOnly(t *testing.T) {
 	}
 	if fi, _ := os.Stat(filepath.Dir(e.Cfg.DBPath)); fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("the database's directory is %v", fi.Mode().Perm())
+	}
+}
+
+// TestADatasetMustBeReadableByItsSubmitter: the queue (and the harvest
+// account that runs the tasks) may read every user's data, so a dataset
+// bob's own account cannot read was a way for him to read alice's private
+// files: submitted as his job, its entries went through his command into
+// his outputs and his error tails. The submitter's account must be able
+// to reach and read the dataset itself, by the mode bits.
+func TestADatasetMustBeReadableByItsSubmitter(t *testing.T) {
+	var bobGroups []uint32
+	e := queuetest.New(t, func(c *queue.Config) {
+		c.LookupGroups = func(name string) ([]uint32, error) {
+			if name == "bob" {
+				return bobGroups, nil
+			}
+			return nil, nil
+		}
+	})
+	ctx := context.Background()
+	private := filepath.Join(e.Data, "alice-private")
+	ds := filepath.Join(private, "ds")
+	if err := os.MkdirAll(filepath.Join(ds, "e1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Snapshot(t)
+	spec := api.JobSpec{Dataset: ds, Command: []string{"/bin/cat", "{input}"}, BatchSize: 1}
+	if _, err := e.Q.Submit(ctx, "bob", spec); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("bob submitting a dataset under alice's 0700 directory: %v, want forbidden", err)
+	}
+	// Nor through a link of his own that leads there.
+	link := filepath.Join(e.Data, "bobs-link")
+	if err := os.Symlink(ds, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Q.Submit(ctx, "bob", api.JobSpec{Dataset: link, Command: spec.Command, BatchSize: 1}); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("bob submitting alice's dataset through a link: %v, want forbidden", err)
+	}
+	// A dataset he can list but not read is no better.
+	if err := os.Chmod(private, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ds, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Q.Submit(ctx, "bob", spec); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("bob submitting a dataset he cannot list: %v, want forbidden", err)
+	}
+	if after := e.Snapshot(t); after != before {
+		t.Fatalf("a refused submission changed the database:\n%s\n---\n%s", before, after)
+	}
+	// alice, its owner, may.
+	if _, err := e.Q.Submit(ctx, "alice", spec); err != nil {
+		t.Fatalf("alice submitting her own dataset: %v", err)
+	}
+	// bob may when the group he is in may read it.
+	if err := os.Chmod(private, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ds, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobGroups = []uint32{fi.Sys().(*syscall.Stat_t).Gid}
+	if _, err := e.Q.Submit(ctx, "bob", spec); err != nil {
+		t.Fatalf("bob submitting a dataset his group may read: %v", err)
 	}
 }

@@ -193,6 +193,45 @@ func (q *Queue) resolveInRoots(what, p string) (string, error) {
 	return "", invalid("%s %s (resolved to %s) is outside the allowed roots %v", what, p, real, q.cfg.AllowedRoots)
 }
 
+// readableBy checks that owner's Unix account may read the dataset dir
+// (resolved): search permission on every directory from / down, read and
+// search on dir, by the mode bits (ACLs are not consulted). The queue,
+// like the harvest account that runs the tasks, reads every user's data:
+// without this, bob submitted alice's private dataset and got its entries
+// back through his command's outputs and error tails. Root reads
+// everything; an owner without a Unix account (only an admin makes a
+// token for one) is trusted with what the harvest account reads.
+func (q *Queue) readableBy(owner, dir string) error {
+	uid, err := q.cfg.LookupUID(owner)
+	if err != nil || uid == 0 {
+		return nil
+	}
+	gids, _ := q.cfg.LookupGroups(owner) // unknown: no group, fewer rights
+	need, what := uint32(5), "list and read"
+	for p := dir; ; need, what = 1, "enter" {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			return invalid("dataset %s: %s: %v", dir, p, err)
+		}
+		bits := st.Mode & 7 // a file's owner gets the owner's bits only, its group the group's
+		switch {
+		case st.Uid == uid:
+			bits = st.Mode >> 6 & 7
+		case slices.Contains(gids, st.Gid):
+			bits = st.Mode >> 3 & 7
+		}
+		if bits&need != need {
+			return fmt.Errorf("%w: dataset %s: the account of %s may not %s %s (mode %v, uid %d, gid %d); submit a dataset your own account can read",
+				api.ErrForbidden, dir, owner, what, p, fs.FileMode(st.Mode&0o777), st.Uid, st.Gid)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
+}
+
 // listDataset returns the entry names of the dataset directory, sorted;
 // hidden entries (".name") are skipped. listed hears how many entries
 // were read so far. Names must be valid UTF-8 (they travel as JSON text;
@@ -428,6 +467,9 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 	if n.dataset, err = q.resolveInRoots("dataset", s.Dataset); err != nil {
 		return nil, err
 	}
+	if err := q.readableBy(owner, n.dataset); err != nil {
+		return nil, err
+	}
 	if s.Output != "" {
 		if n.output, err = q.resolveOutput(s.Output); err != nil {
 			return nil, err
@@ -439,9 +481,7 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 	if err := validUserName(owner); err != nil {
 		return nil, err
 	}
-	body, _ := json.Marshal(s)
-	sum := sha256.Sum256(body)
-	sub := &Submission{done: make(chan struct{}), hash: hex.EncodeToString(sum[:])}
+	sub := &Submission{done: make(chan struct{}), hash: specHash(s)}
 	k := submitKey{owner, key}
 	var stale int64 // a job a dead agent left SUBMITTING under the key
 	if key != "" {
@@ -551,12 +591,29 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 	return q.Job(ctx, owner, true, id)
 }
 
-// takeOver takes over the keyed submission id another agent left
-// SUBMITTING if that agent is dead (its liveness in the database lapsed);
-// only on a shared database (one agent alone removes its own at start).
+// specHash is the digest of a submission's request, kept with its
+// idempotency key.
+func specHash(s api.JobSpec) string {
+	body, _ := json.Marshal(s)
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// takeOver takes over the keyed submission id left SUBMITTING that no
+// live agent stores. Called under submitMu with no submission of the key
+// under way here; on a shared database another agent may be storing it:
+// taken only if that agent is dead (its liveness in the database lapsed).
+// On SQLite, which one process holds (the state directory's lock), the
+// queue knows every submission under way, so the job is what a
+// submission that failed half way could not remove (a full disk): taken.
+// A PostgreSQL database is not locked to one process: not taken.
 func (q *Queue) takeOver(ctx context.Context, id int64) (bool, error) {
 	if !q.cfg.Shared {
-		return false, nil
+		if store.IsURL(q.cfg.DBPath) {
+			return false, nil
+		}
+		q.log.Warn("replacing a submission that failed half way", "job", id)
+		return true, nil
 	}
 	took, err := q.st.TakeOverSubmission(ctx, id, q.now())
 	if took {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
@@ -223,5 +224,45 @@ func TestAJobNameWithAControlCharacterIsRefused(t *testing.T) {
 	}
 	if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Name: "genomes 2026 — ünïcødé", Dataset: ds, Command: []string{"p"}, BatchSize: 1}); err != nil {
 		t.Fatalf("a printable name: %v", err)
+	}
+}
+
+// TestARetryAfterAFailedStoreIsStoredNotRefused: a submission whose tasks
+// could not be stored, nor its half-stored job removed (the queue's disk
+// was full), left the job SUBMITTING under its idempotency key; the
+// client's retry with that key was then refused with 409 "is being
+// stored" for as long as the queue ran, though nobody stored it. One
+// queue alone on its database knows every submission under way: a
+// SUBMITTING job it is not storing is a leftover, replaced by the retry.
+func TestARetryAfterAFailedStoreIsStoredNotRefused(t *testing.T) {
+	e := queuetest.New(t)
+	if pgtest.Enabled() {
+		t.Skip("a PostgreSQL database is not locked to one queue: its leftover waits for the next start")
+	}
+	spec := api.JobSpec{Dataset: e.Dataset("ds", 3), Command: []string{"p", "{input}"}, BatchSize: 1}
+	left, err := queue.LeaveSubmitting(e.Q, "alice", "k-1", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.Q.StartSubmit(t.Context(), "alice", spec, "k-1")
+	if err != nil {
+		t.Fatalf("the retry with the key of a failed submission: %v", err)
+	}
+	<-sub.Done()
+	j, err := sub.Result()
+	if err != nil || j.Tasks.Total != 3 || j.ID == left {
+		t.Fatalf("the retry stored %+v, %v; want a new job of 3 tasks", j, err)
+	}
+	if n := e.Count(`SELECT COUNT(*) FROM jobs WHERE id = ?`, left); n != 0 {
+		t.Fatalf("the leftover job %d is still there", left)
+	}
+	// The same key again is the job just stored.
+	again, err := e.Q.StartSubmit(t.Context(), "alice", spec, "k-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-again.Done()
+	if j2, err := again.Result(); err != nil || j2.ID != j.ID || !again.Replayed() {
+		t.Fatalf("the key again: %+v %v replayed=%v, want job %d replayed", j2, err, again.Replayed(), j.ID)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
+	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
 type cliQueue struct {
@@ -44,6 +45,7 @@ func startCLIQueue(t *testing.T) *cliQueue {
 	cfg.AllowedRoots = []string{data}
 	cfg.OutputsRoot = data
 	cfg.PilotToken = "pt"
+	cfg.LookupUID, cfg.LookupGroups = queuetest.TestUIDs, queuetest.TestGroups // the test's users, not the machine's
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	q, err := queue.Open(cfg)
 	if err != nil {

@@ -202,17 +202,45 @@ func tokenCommand() *cli.Command {
 				if p == "" {
 					return fmt.Errorf("no config directory to save the token in")
 				}
-				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-					return err
-				}
-				if err := os.WriteFile(p, []byte(strings.TrimSpace(t.Token)+"\n"), 0o600); err != nil {
-					return err
+				if err := saveToken(p, t.Token); err != nil {
+					return fmt.Errorf("save the token in %s: %w", p, err)
 				}
 				fmt.Fprintf(c.App.Writer, "token for %s saved in %s\n", t.User, p)
 				return nil
 			}),
 		}},
 	}
+}
+
+// saveToken writes tok to p, readable by its owner only, replacing the
+// file whole: os.WriteFile kept an existing file's mode (a token file
+// once 0644 stayed readable by everybody) and could leave it half
+// written. The directory is harvest's own: only its owner may enter it.
+func saveToken(p, tok string) error {
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".token-*") // 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after the rename: nothing
+	if _, err := f.WriteString(strings.TrimSpace(tok) + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), p)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -94,6 +94,38 @@ func TestIdempotentCallsAreRetriedOthersAreNot(t *testing.T) {
 			t.Fatalf("submit: %v after %d calls", err, calls.Load())
 		}
 	})
+	// A queue whose disk was full answered 500 at once, every time: each
+	// answer counted as a sign of life and reset the back-off, so harvest
+	// submit asked again every 200 ms for ever, saying nothing.
+	for _, c := range []struct{ name, contentType, body string }{
+		{"a submit the queue keeps failing with a 5xx ends after RetryFor", "application/json",
+			`{"error":"store job: commit: database or disk is full","code":"internal"}`},
+		{"a streamed 5xx error is no sign of life either", api.ContentTypeNDJSON,
+			`{"error":"store tasks of job 1: commit: database or disk is full","code":"internal"}` + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var calls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				w.Header().Set("Content-Type", c.contentType)
+				if c.contentType != api.ContentTypeNDJSON {
+					w.WriteHeader(http.StatusInternalServerError)
+				}
+				w.Write([]byte(c.body))
+			}))
+			defer srv.Close()
+			cfg := DefaultConfig()
+			cfg.URL, cfg.RetryFor = srv.URL, time.Second
+			cl, _ := New(cfg)
+			guard, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			_, err := cl.Submit(guard, api.JobSpec{})
+			var e *Error
+			if !errors.As(err, &e) || e.Status != 500 || guard.Err() != nil {
+				t.Fatalf("submit: %v after %d calls, want the queue's 500 once RetryFor has passed", err, calls.Load())
+			}
+		})
+	}
 	t.Run("a queue that falls silent is asked again", func(t *testing.T) {
 		var calls atomic.Int32
 		release := make(chan struct{})

@@ -44,7 +44,7 @@ func (c *Client) Submit(ctx context.Context, spec api.JobSpec) (api.Job, error) 
 // for a dataset of a million entries takes seconds. The answer streams
 // progress, so there is no overall timeout, only Config.Timeout of silence;
 // a connection that dies or falls silent is retried (for Config.RetryFor
-// since the last sign of life) with the same idempotency key, which joins
+// since the last progress the queue reported) with the same idempotency key, which joins
 // the submission under way or gets the job it made: never a second job.
 // With several queue URLs the retry may go to another agent of the same
 // database, which finds the key there.
@@ -83,7 +83,8 @@ func (c *Client) SubmitWith(ctx context.Context, spec api.JobSpec, o SubmitOptio
 
 // submitOnce is one exchange; errors worth retrying (network, silence,
 // 5xx) are plain, the others backoff.Permanent. alive is called on every
-// line the queue sends.
+// progress line: an answer alone is no sign of life (a queue whose disk is
+// full answers 500 at once, every time, and was asked again for ever).
 func (c *Client) submitOnce(ctx context.Context, ep endpoint, spec api.JobSpec, o SubmitOptions, alive func()) (api.Job, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -105,7 +106,6 @@ func (c *Client) submitOnce(ctx context.Context, ep endpoint, spec api.JobSpec, 
 	body := resp.RawBody()
 	defer body.Close()
 	silence.Reset(c.cfg.Timeout)
-	alive()
 	status := resp.StatusCode()
 	ct := resp.Header().Get("Content-Type")
 	if status >= 300 || !strings.HasPrefix(ct, api.ContentTypeNDJSON) {
@@ -125,7 +125,7 @@ func (c *Client) submitOnce(ctx context.Context, ep endpoint, spec api.JobSpec, 
 			e.Message = http.StatusText(status)
 		}
 		if status >= 500 {
-			return api.Job{}, e
+			return api.Job{}, e // no sign of life: a queue failing at once every time is asked for RetryFor, not for ever
 		}
 		return api.Job{}, backoff.Permanent(e)
 	}
@@ -133,13 +133,13 @@ func (c *Client) submitOnce(ctx context.Context, ep endpoint, spec api.JobSpec, 
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		silence.Reset(c.cfg.Timeout)
-		alive()
 		var ev api.SubmitEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return api.Job{}, fmt.Errorf("queue POST %s: bad line %q: %w", api.PathJobs, sc.Text(), err)
 		}
 		switch {
 		case ev.Progress != nil:
+			alive()
 			if o.Progress != nil {
 				o.Progress(*ev.Progress)
 			}

@@ -52,6 +52,7 @@ func childConfig(dir string) queue.Config {
 	cfg.AllowedRoots = []string{filepath.Join(dir, "data")}
 	cfg.OutputsRoot = filepath.Join(dir, "data", "out")
 	cfg.PilotToken = queuetest.PilotToken
+	cfg.LookupUID, cfg.LookupGroups = queuetest.TestUIDs, queuetest.TestGroups // the test's users, not the machine's
 	cfg.ZombieTimeout = 2 * time.Second
 	cfg.SweepInterval = 300 * time.Millisecond
 	cfg.FlushInterval = 200 * time.Millisecond
@@ -103,7 +104,7 @@ func childWhoami() error {
 // user (name: role), made through a queue opened and closed here.
 func childSetup(t *testing.T, name string, entries int, users map[string]string) (dir, ds string, tokens map[string]string) {
 	t.Helper()
-	dir = t.TempDir()
+	dir = queuetest.SharedDir(t)
 	ds = filepath.Join(dir, "data", "set")
 	for i := 0; i < entries; i++ {
 		if err := os.MkdirAll(filepath.Join(ds, fmt.Sprintf("%s%04d", name, i)), 0o755); err != nil {

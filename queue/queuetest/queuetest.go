@@ -73,6 +73,7 @@ func Config(dir string, clock *Clock) queue.Config {
 	cfg.SweepInterval, cfg.FlushInterval, cfg.ReconcileInterval = time.Hour, time.Hour, time.Hour
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.LookupUID = TestUIDs
+	cfg.LookupGroups = TestGroups
 	return cfg
 }
 
@@ -88,6 +89,22 @@ func TestUIDs(name string) (uint32, error) {
 	}
 	return 0, fmt.Errorf("no Unix account %q", name)
 }
+
+// SharedDir is t.TempDir() where other users (bob) may reach the data,
+// as on a shared file system: a test's temporary directories are 0700,
+// and a dataset must be readable by its submitter's account.
+func SharedDir(t testing.TB) string {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestGroups is the test users' groups: none (bob reads what others may).
+func TestGroups(string) ([]uint32, error) { return nil, nil }
 
 // Env is a queue under test with its directories, clock and tokens.
 type Env struct {
@@ -107,7 +124,7 @@ type Env struct {
 // first) with tokens for alice, bob (users) and admin.
 func New(t testing.TB, mods ...func(*queue.Config)) *Env {
 	t.Helper()
-	dir := t.TempDir()
+	dir := SharedDir(t)
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(filepath.Join(data, "out"), 0o755); err != nil {
 		t.Fatal(err)
