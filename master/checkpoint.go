@@ -344,10 +344,20 @@ func open(path string, epoch int64, journal string) (*Checkpoint, error) {
 		db.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	if err := migrate(db, epoch); err != nil {
+	// The file holds users' commands and entries: 0600 before the first
+	// write, so the rollback journal SQLite then creates takes the same
+	// mode (its unix VFS copies the database's); a journal left by an
+	// older release is tightened too.
+	if err := db.Ping(); err != nil {
 		return fail(err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := os.Chmod(path+"-journal", 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fail(err)
+	}
+	if err := migrate(db, epoch); err != nil {
 		return fail(err)
 	}
 	fi, err := os.Stat(path)

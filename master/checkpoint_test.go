@@ -22,6 +22,32 @@ func addOp(id int64) core.Op {
 	return core.Op{Kind: core.OpAdd, Ref: pilotproto.TaskRef{TaskID: id, Attempt: 1}, Task: &pilotproto.Task{ID: id, JobID: 7, Attempt: 1, BatchSize: 2}}
 }
 
+// The checkpoint and its rollback journal (kept between commits in
+// TRUNCATE mode, and left behind by a kill -9) hold users' commands and
+// entries: neither is readable by other users, whatever the umask.
+func TestCheckpointAndJournalAreOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	c, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Commit([]core.Op{addOp(1)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"master-1.db", "master-1.db-journal"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err) // TRUNCATE, the default, keeps the journal
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", name, fi.Mode().Perm())
+		}
+	}
+}
+
 // TestEachEpochWritesItsOwnFile: epoch 2 copies epoch 1's file into its
 // own and removes 1's; epoch 1, still running, is fenced at its next
 // commit, and nothing of it reaches epoch 2's file.
