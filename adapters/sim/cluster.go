@@ -114,6 +114,10 @@ type job struct {
 	taskSize int
 	taskFrom int64
 	taskGen  int
+	// inBusy: the pilot is in Cluster.busy (set as its first task
+	// starts, cleared when it goes idle: one map write per change, not
+	// per task).
+	inBusy bool
 	// An open charge of pilot harm: blocked since chargeFrom, at most
 	// until chargeUntil (see harm.go).
 	chargeFrom, chargeUntil int64
@@ -218,6 +222,7 @@ type Cluster struct {
 
 	now    int64
 	events eventHeap
+	tasks  taskLane // task events due in order, beside the heap
 	evSeq  int64
 	// jobs are every job by seq; a finished pilot's entry is nil and its
 	// record is in done (see retire): a month of a large machine starts
@@ -437,7 +442,69 @@ func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limi
 func (c *Cluster) push(e event) {
 	c.evSeq++
 	e.seq = c.evSeq
+	if e.kind == evTask && c.tasks.fits(e.t) {
+		c.tasks.push(e)
+		return
+	}
 	c.events.push(e)
+}
+
+// next returns the first event of the heap and the task lane, false if
+// both are empty.
+func (c *Cluster) next() (*event, bool) {
+	h, ok := c.tasks.first()
+	if len(c.events) > 0 && (!ok || c.events[0].before(h)) {
+		return &c.events[0], true
+	}
+	return h, ok
+}
+
+// pop removes the first event of the heap and the task lane.
+func (c *Cluster) pop() event {
+	if h, ok := c.tasks.first(); ok && (len(c.events) == 0 || h.before(&c.events[0])) {
+		return c.tasks.pop()
+	}
+	return c.events.pop()
+}
+
+// taskLane holds task events queued in the order they are due: a task
+// starts now and runs its length, so with tasks of one length (the usual
+// backlog) each is due no earlier than the one queued before it, and the
+// millions of them a month cost a slice append and a read instead of a
+// heap's log n moves. An event due before the lane's last goes to the
+// heap; the lane and the heap are merged by (time, kind, seq), so events
+// run in exactly the order of one heap.
+type taskLane struct {
+	q    []event
+	head int
+}
+
+func (l *taskLane) fits(t int64) bool { return l.head == len(l.q) || l.q[len(l.q)-1].t <= t }
+
+func (l *taskLane) push(e event) {
+	if l.head == len(l.q) {
+		l.q, l.head = l.q[:0], 0
+	} else if l.head >= 1024 && 2*l.head >= len(l.q) {
+		// Slide the queued half down rather than growing.
+		n := copy(l.q, l.q[l.head:])
+		clear(l.q[n:])
+		l.q, l.head = l.q[:n], 0
+	}
+	l.q = append(l.q, e)
+}
+
+func (l *taskLane) first() (*event, bool) {
+	if l.head == len(l.q) {
+		return nil, false
+	}
+	return &l.q[l.head], true
+}
+
+func (l *taskLane) pop() event {
+	e := l.q[l.head]
+	l.q[l.head] = event{} // drop the job pointer
+	l.head++
+	return e
 }
 
 // AdvanceTo processes every event up to and including t, in order, and
@@ -448,8 +515,8 @@ func (c *Cluster) AdvanceTo(t int64) error {
 	if t < c.now {
 		return fmt.Errorf("%w: advance to %d, now %d", ErrPast, t, c.now)
 	}
-	for len(c.events) > 0 && c.events[0].t <= t {
-		e := c.events.pop()
+	for e, ok := c.next(); ok && e.t <= t; e, ok = c.next() {
+		e := c.pop()
 		c.now = e.t
 		c.handle(e)
 	}
@@ -461,10 +528,11 @@ func (c *Cluster) AdvanceTo(t int64) error {
 func (c *Cluster) NextEvent() (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.events) == 0 {
+	e, ok := c.next()
+	if !ok {
 		return 0, false
 	}
-	return c.events[0].t, true
+	return e.t, true
 }
 
 func (c *Cluster) handle(e event) {

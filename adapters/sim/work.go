@@ -114,7 +114,10 @@ func (c *Cluster) pull(j *job) {
 		c.runningTasks++
 		run := stretched(l, c.runningTasks, c.cfg.Contention)
 		j.task, j.taskLen, j.taskRun, j.taskSize, j.taskFrom = w, l, run, int(c.idlePilots+c.busyPilots), c.now
-		c.busy[j.rec.ID] = true
+		if !j.inBusy { // a pilot going on to its next task is there already
+			c.busy[j.rec.ID] = true
+			j.inBusy = true
+		}
 		j.taskGen++
 		c.idlePilots--
 		c.busyPilots++
@@ -181,6 +184,7 @@ func (c *Cluster) taskDone(j *job) {
 	c.pull(j)
 	if j.task == nil {
 		delete(c.busy, j.rec.ID)
+		j.inBusy = false
 		c.changes++ // the pilot went idle
 	}
 	c.sample()
@@ -199,6 +203,7 @@ func (c *Cluster) requeue(j *job) {
 	c.pendingTasks++
 	j.task = nil
 	delete(c.busy, j.rec.ID)
+	j.inBusy = false
 }
 
 // feedIdle hands pending tasks to idle running pilots, oldest first.
