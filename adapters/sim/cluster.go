@@ -281,7 +281,10 @@ type Cluster struct {
 	// busy is the running pilots with a task, by id (Demand).
 	busy map[string]bool
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
-	snapJobs  []cluster.Job
+	snapJobs []cluster.Job
+	// snapRun is the job shown at each index of snapJobs' running part
+	// (see runningView).
+	snapRun   []*job
 	reuseSnap bool
 	// showBusy: snapshots mark the pilots running a task (ShowBusy).
 	showBusy bool
@@ -927,21 +930,13 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		MaxTime:    c.maxTime(),
 	}
 	if c.reuseSnap {
-		s.Jobs = c.snapJobs[:0]
+		s.Jobs = c.runningView()
 		defer func() { c.snapJobs = s.Jobs }()
 	} else {
-		s.Jobs = make([]cluster.Job, 0, len(c.running)+len(c.pending))
-	}
-	s.Jobs = slices.Grow(s.Jobs, len(c.running))
-	for _, j := range c.running {
-		// Written in place: a job is 200 bytes and a round shows thousands.
-		s.Jobs = s.Jobs[:len(s.Jobs)+1]
-		cj := &s.Jobs[len(s.Jobs)-1]
-		c.viewInto(cj, j)
-		cj.State = cluster.Running
-		cj.RunTime = c.now - j.rec.Start
-		cj.StartTime = j.rec.Start
-		cj.Busy = c.showBusy && j.task != nil
+		s.Jobs = make([]cluster.Job, len(c.running), len(c.running)+len(c.pending))
+		for i, j := range c.running {
+			c.runningInto(&s.Jobs[i], j)
+		}
 	}
 	top := true
 	for _, j := range c.pending {
@@ -961,6 +956,53 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		s.Jobs = append(s.Jobs, cj)
 	}
 	return s, nil
+}
+
+// runningView returns the running jobs' part of a reused snapshot, in the
+// previous snapshot's array: a job shown at the same index last time (most
+// of them: a round's changes are a few starts and ends among thousands of
+// jobs) gets only the fields that change while it runs written again,
+// the others are written whole (TestReusedSnapshotsEqualFullOnes).
+func (c *Cluster) runningView() []cluster.Job {
+	n := len(c.running)
+	buf := c.snapJobs
+	if cap(buf) < n {
+		grown := make([]cluster.Job, len(buf), n+n/4+16)
+		copy(grown, buf)
+		buf = grown
+	}
+	buf = buf[:n]
+	shown := c.snapRun
+	for i, j := range c.running {
+		cj := &buf[i]
+		if i < len(shown) && shown[i] == j {
+			// What changes while a job runs: its run time, its limit
+			// (sized, shrunk, preempted), a pilot's task; Master is the
+			// agent's mark (enrich), reset. (A priority is computed only
+			// while a job is pending.)
+			cj.TimeLimit = j.rec.Limit
+			if j.limit != never {
+				cj.TimeLimit = cluster.Limit(j.limit)
+			}
+			cj.RunTime = c.now - j.rec.Start
+			cj.Busy = c.showBusy && j.task != nil
+			cj.Master = false
+			continue
+		}
+		c.runningInto(cj, j)
+	}
+	c.snapRun = append(shown[:0], c.running...)
+	return buf
+}
+
+// runningInto writes the view of running job j.
+func (c *Cluster) runningInto(cj *cluster.Job, j *job) {
+	// Written in place: a job is 200 bytes and a round shows thousands.
+	c.viewInto(cj, j)
+	cj.State = cluster.Running
+	cj.RunTime = c.now - j.rec.Start
+	cj.StartTime = j.rec.Start
+	cj.Busy = c.showBusy && j.task != nil
 }
 
 // maxTime is the snapshot's max_time_s: absent when unlimited.
