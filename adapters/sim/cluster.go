@@ -959,10 +959,13 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 }
 
 // runningView returns the running jobs' part of a reused snapshot, in the
-// previous snapshot's array: a job shown at the same index last time (most
-// of them: a round's changes are a few starts and ends among thousands of
-// jobs) gets only the fields that change while it runs written again,
-// the others are written whole (TestReusedSnapshotsEqualFullOnes).
+// previous snapshot's array. Both lists are in id order, so a job shown
+// last time is found by a merge, its entry moved down over those of the
+// jobs that ended and only the fields that change while it runs written
+// again; the jobs that started are written whole, and so is a job whose
+// old entry was already written over (one started before it moved the
+// rest up). A round's changes are a few starts and ends among thousands of
+// jobs (TestReusedSnapshotsEqualFullOnes).
 func (c *Cluster) runningView() []cluster.Job {
 	n := len(c.running)
 	buf := c.snapJobs
@@ -971,28 +974,37 @@ func (c *Cluster) runningView() []cluster.Job {
 		copy(grown, buf)
 		buf = grown
 	}
-	buf = buf[:n]
-	shown := c.snapRun
+	shown := c.snapRun // buf[k] shows shown[k] while k >= the index written
+	buf = buf[:max(n, len(shown))]
+	k := 0
 	for i, j := range c.running {
+		k = max(k, i)
+		for k < len(shown) && shown[k].seq < j.seq {
+			k++ // it ended
+		}
 		cj := &buf[i]
-		if i < len(shown) && shown[i] == j {
-			// What changes while a job runs: its run time, its limit
-			// (sized, shrunk, preempted), a pilot's task; Master is the
-			// agent's mark (enrich), reset. (A priority is computed only
-			// while a job is pending.)
-			cj.TimeLimit = j.rec.Limit
-			if j.limit != never {
-				cj.TimeLimit = cluster.Limit(j.limit)
-			}
-			cj.RunTime = c.now - j.rec.Start
-			cj.Busy = c.showBusy && j.task != nil
-			cj.Master = false
+		if k >= len(shown) || shown[k] != j {
+			c.runningInto(cj, j)
 			continue
 		}
-		c.runningInto(cj, j)
+		if k != i {
+			*cj = buf[k]
+		}
+		k++
+		// What changes while a job runs: its run time, its limit (sized,
+		// shrunk, preempted), a pilot's task; Master is the agent's mark
+		// (enrich), reset. (A priority is computed only while a job is
+		// pending.)
+		cj.TimeLimit = j.rec.Limit
+		if j.limit != never {
+			cj.TimeLimit = cluster.Limit(j.limit)
+		}
+		cj.RunTime = c.now - j.rec.Start
+		cj.Busy = c.showBusy && j.task != nil
+		cj.Master = false
 	}
 	c.snapRun = append(shown[:0], c.running...)
-	return buf
+	return buf[:n]
 }
 
 // runningInto writes the view of running job j.

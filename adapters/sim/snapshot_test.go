@@ -106,14 +106,14 @@ func TestReusedSnapshotsEqualFullOnes(t *testing.T) {
 	}
 }
 
-// reusable counts the running jobs the next snapshot shows at the same
-// index as the last one did.
+// reusable counts the running jobs the next snapshot finds in the last
+// one.
 func (c *Cluster) reusable() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
-	for i, j := range c.running {
-		if i < len(c.snapRun) && c.snapRun[i] == j {
+	for _, j := range c.running {
+		if slices.Contains(c.snapRun, j) {
 			n++
 		}
 	}
