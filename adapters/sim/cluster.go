@@ -235,6 +235,7 @@ type Cluster struct {
 	users   []*usage // usage's values in the order users appeared
 	pending []*job   // priority order; may hold jobs no longer pending
 	running []*job   // in id order
+	runSeq  []int64  // their seqs (no job read to find one)
 	// byEnd is the running jobs by their end judged by their limits (then
 	// id): the plan reads the releases in order without sorting them at
 	// every pass.
@@ -282,9 +283,12 @@ type Cluster struct {
 	busy map[string]bool
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
 	snapJobs []cluster.Job
-	// snapRun is the job shown at each index of snapJobs' running part
+	// snapSeq is the seq of the job shown at each index of snapJobs'
+	// running part, viewDirty the jobs whose limit or task changed since
 	// (see runningView).
-	snapRun   []*job
+	snapSeq   []int64
+	snapFrom  []int32
+	viewDirty []*job
 	reuseSnap bool
 	// showBusy: snapshots mark the pilots running a task (ShowBusy).
 	showBusy bool
@@ -754,6 +758,7 @@ func (c *Cluster) startAt(j *job, at int64) {
 	j.rec.Start = at
 	i := c.runningIndex(j)
 	c.running = slices.Insert(c.running, i, j)
+	c.runSeq = slices.Insert(c.runSeq, i, j.seq)
 	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
 	if j.preemptible {
 		c.preemptibleFree += j.cores
@@ -781,7 +786,7 @@ func (c *Cluster) startAt(j *job, at int64) {
 
 // runningIndex is where j is, or goes, in the running jobs (id order).
 func (c *Cluster) runningIndex(j *job) int {
-	i, _ := slices.BinarySearchFunc(c.running, j.seq, func(r *job, seq int64) int { return cmp.Compare(r.seq, seq) })
+	i, _ := slices.BinarySearch(c.runSeq, j.seq)
 	return i
 }
 
@@ -792,7 +797,9 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	j.rec.End = c.now
 	j.rec.Killed = killed && !cancelled && !j.rec.Preempted
 	j.rec.Cancelled = cancelled
-	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
+	i := c.runningIndex(j)
+	c.running = slices.Delete(c.running, i, i+1)
+	c.runSeq = slices.Delete(c.runSeq, i, i+1)
 	k := c.endIndex(j)
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	if j.preemptible && !j.preempting {
@@ -959,13 +966,15 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 }
 
 // runningView returns the running jobs' part of a reused snapshot, in the
-// previous snapshot's array. Both lists are in id order, so a job shown
-// last time is found by a merge, its entry moved down over those of the
-// jobs that ended and only the fields that change while it runs written
-// again; the jobs that started are written whole, and so is a job whose
-// old entry was already written over (one started before it moved the
-// rest up). A round's changes are a few starts and ends among thousands of
-// jobs (TestReusedSnapshotsEqualFullOnes).
+// previous snapshot's array. Both lists are in id order, so a merge of
+// their seqs finds where each job shown last time was; its entry moves to
+// its new index (in an order that reads every entry before it is written
+// over: the matching keeps order, so entries moving down never land on one
+// moving up) and gets its run time written again. Only the jobs that
+// started are written whole, and the few whose limit or task changed
+// (viewChanged) written again: a round's changes are a few starts and ends
+// among thousands of jobs, and no job that did not change is read
+// (TestReusedSnapshotsEqualFullOnes).
 func (c *Cluster) runningView() []cluster.Job {
 	n := len(c.running)
 	buf := c.snapJobs
@@ -974,37 +983,66 @@ func (c *Cluster) runningView() []cluster.Job {
 		copy(grown, buf)
 		buf = grown
 	}
-	shown := c.snapRun // buf[k] shows shown[k] while k >= the index written
+	shown := c.snapSeq
 	buf = buf[:max(n, len(shown))]
+	// from[i] is the index job i had last time, -1 if it just started.
+	from := slices.Grow(c.snapFrom[:0], n)[:n]
 	k := 0
-	for i, j := range c.running {
-		k = max(k, i)
-		for k < len(shown) && shown[k].seq < j.seq {
+	for i, seq := range c.runSeq {
+		for k < len(shown) && shown[k] < seq {
 			k++ // it ended
 		}
+		from[i] = -1
+		if k < len(shown) && shown[k] == seq {
+			from[i] = int32(k)
+			k++
+		}
+	}
+	for i, f := range from {
+		if int(f) > i {
+			buf[i] = buf[f]
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		if f := from[i]; f >= 0 && int(f) < i {
+			buf[i] = buf[f]
+		}
+	}
+	for i, f := range from {
 		cj := &buf[i]
-		if k >= len(shown) || shown[k] != j {
-			c.runningInto(cj, j)
+		if f < 0 {
+			c.runningInto(cj, c.running[i])
 			continue
 		}
-		if k != i {
-			*cj = buf[k]
+		cj.RunTime = c.now - cj.StartTime
+		cj.Master = false // the agent's mark (enrich)
+		if !c.showBusy {
+			cj.Busy = false
 		}
-		k++
-		// What changes while a job runs: its run time, its limit (sized,
-		// shrunk, preempted), a pilot's task; Master is the agent's mark
-		// (enrich), reset. (A priority is computed only while a job is
-		// pending.)
+	}
+	for _, j := range c.viewDirty {
+		if j.state != stRunning {
+			continue
+		}
+		cj := &buf[c.runningIndex(j)]
 		cj.TimeLimit = j.rec.Limit
 		if j.limit != never {
 			cj.TimeLimit = cluster.Limit(j.limit)
 		}
-		cj.RunTime = c.now - j.rec.Start
 		cj.Busy = c.showBusy && j.task != nil
-		cj.Master = false
 	}
-	c.snapRun = append(shown[:0], c.running...)
+	c.viewDirty = c.viewDirty[:0]
+	c.snapSeq = append(shown[:0], c.runSeq...)
+	c.snapFrom = from
 	return buf[:n]
+}
+
+// viewChanged notes that running job j's limit or task changed, for the
+// next reused snapshot.
+func (c *Cluster) viewChanged(j *job) {
+	if c.reuseSnap {
+		c.viewDirty = append(c.viewDirty, j)
+	}
 }
 
 // runningInto writes the view of running job j.

@@ -25,6 +25,9 @@ func TestReusedSnapshotsEqualFullOnes(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Nodes, cfg.CoresPerNode, cfg.Latency = 6+r.IntN(20), 1+r.IntN(4), r.Int64N(3)
 			cfg.Preemption = seed%2 == 1
+			if seed%4 == 1 {
+				cfg.GraceTime = 30 + r.Int64N(120) // preempted pilots run on, idle
+			}
 			cfg.TimeMinSizing = seed%3 == 0
 			if seed%4 == 2 {
 				m := DefaultMultifactor()
@@ -35,9 +38,17 @@ func TestReusedSnapshotsEqualFullOnes(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.ReuseSnapshots()
-			c.ShowBusy()
+			showBusy := seed%4 != 3
+			if showBusy {
+				c.ShowBusy()
+			}
 			if err := c.AddWork(Work{ID: "w", Submit: 0, NodeSeconds: 1 << 40, TaskSeconds: 60 + r.Int64N(300)}); err != nil {
 				t.Fatal(err)
+			}
+			for i := range 400 { // short tasks later: idle pilots take them
+				if err := c.AddWork(Work{ID: fmt.Sprint("s", i), Submit: r.Int64N(40000), NodeSeconds: 1 + r.Int64N(300), TaskSeconds: 1 + r.Int64N(30)}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for i := range 300 {
 				cores := 1 + r.IntN(cfg.Nodes*cfg.cores()/2)
@@ -75,13 +86,16 @@ func TestReusedSnapshotsEqualFullOnes(t *testing.T) {
 				}
 				compared++
 				// What the agent does to a snapshot (enrich): marks the
-				// master and the busy pilots; the next one must not show it.
+				// master, and the busy pilots when the cluster does not
+				// (a Busy map); the next one must not show it.
 				var pilots []string
 				for i := range got.Jobs {
 					if j := &got.Jobs[i]; j.Pilot {
 						pilots = append(pilots, j.ID)
 						j.Master = r.IntN(3) == 0
-						j.Busy = r.IntN(2) == 0
+						if !showBusy {
+							j.Busy = r.IntN(2) == 0
+						}
 					}
 				}
 				switch k := r.IntN(10); {
@@ -113,7 +127,7 @@ func (c *Cluster) reusable() int {
 	defer c.mu.Unlock()
 	n := 0
 	for _, j := range c.running {
-		if slices.Contains(c.snapRun, j) {
+		if _, ok := slices.BinarySearch(c.snapSeq, j.seq); ok {
 			n++
 		}
 	}
@@ -125,4 +139,48 @@ func at(jobs []cluster.Job, i int) any {
 		return jobs[i]
 	}
 	return "none"
+}
+
+// TestAReusedSnapshotShowsAnIdlePilotGoingBusy: a pilot shown idle (its
+// next task would not finish before its limit) takes a short task that
+// arrives later; the reused snapshot shows it busy.
+func TestAReusedSnapshotShowsAnIdlePilotGoingBusy(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Nodes = 2
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ReuseSnapshots()
+	c.ShowBusy()
+	if err := c.AddWork(Work{ID: "long", NodeSeconds: 5000, TaskSeconds: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, adapters.PilotSpec{TimeLimit: 600, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	busy := func(at int64) bool {
+		t.Helper()
+		if err := c.AdvanceTo(at); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Jobs) != 1 || s.Jobs[0].State != cluster.Running {
+			t.Fatalf("at %d: %+v, want the pilot running", at, s.Jobs)
+		}
+		return s.Jobs[0].Busy
+	}
+	if !busy(10) || busy(510) {
+		t.Fatal("the pilot should run its first task, then idle (100 s left for a 500 s task)")
+	}
+	if err := c.AddWork(Work{ID: "short", Submit: 520, NodeSeconds: 50, TaskSeconds: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if !busy(530) {
+		t.Fatal("at 530 the pilot runs the short task, the snapshot shows it idle")
+	}
 }

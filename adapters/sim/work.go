@@ -117,6 +117,7 @@ func (c *Cluster) pull(j *job) {
 		if !j.inBusy { // a pilot going on to its next task is there already
 			c.busy[j.rec.ID] = true
 			j.inBusy = true
+			c.viewChanged(j)
 		}
 		j.taskGen++
 		c.idlePilots--
@@ -185,6 +186,7 @@ func (c *Cluster) taskDone(j *job) {
 	if j.task == nil {
 		delete(c.busy, j.rec.ID)
 		j.inBusy = false
+		c.viewChanged(j)
 		c.changes++ // the pilot went idle
 	}
 	c.sample()
@@ -204,6 +206,7 @@ func (c *Cluster) requeue(j *job) {
 	j.task = nil
 	delete(c.busy, j.rec.ID)
 	j.inBusy = false
+	c.viewChanged(j)
 }
 
 // feedIdle hands pending tasks to idle running pilots, oldest first.
