@@ -305,7 +305,10 @@ func (c *Cluster) ShowBusy() {
 }
 
 // ReuseSnapshots makes every Snapshot reuse the previous one's job list:
-// a snapshot is then valid only until the next call. A replay whose agent
+// a snapshot is then valid only until the next call, and its running jobs'
+// entries are kept from one call to the next (runningView), so a caller
+// may write only Master (and Busy, without ShowBusy) in them, as the
+// agent's enrich does. A replay whose agent
 // reads each snapshot within its round (sim.Run) saves allocating and
 // collecting a list as long as the cluster's jobs at every round.
 func (c *Cluster) ReuseSnapshots() {
