@@ -114,6 +114,10 @@ type job struct {
 	taskSize int
 	taskFrom int64
 	taskGen  int
+	// inBusy: the pilot is in Cluster.busy (set as its first task
+	// starts, cleared when it goes idle: one map write per change, not
+	// per task).
+	inBusy bool
 	// An open charge of pilot harm: blocked since chargeFrom, at most
 	// until chargeUntil (see harm.go).
 	chargeFrom, chargeUntil int64
@@ -218,6 +222,7 @@ type Cluster struct {
 
 	now    int64
 	events eventHeap
+	tasks  taskLane // task events due in order, beside the heap
 	evSeq  int64
 	// jobs are every job by seq; a finished pilot's entry is nil and its
 	// record is in done (see retire): a month of a large machine starts
@@ -230,6 +235,7 @@ type Cluster struct {
 	users   []*usage // usage's values in the order users appeared
 	pending []*job   // priority order; may hold jobs no longer pending
 	running []*job   // in id order
+	runSeq  []int64  // their seqs (no job read to find one)
 	// byEnd is the running jobs by their end judged by their limits (then
 	// id): the plan reads the releases in order without sorting them at
 	// every pass.
@@ -276,7 +282,13 @@ type Cluster struct {
 	// busy is the running pilots with a task, by id (Demand).
 	busy map[string]bool
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
-	snapJobs  []cluster.Job
+	snapJobs []cluster.Job
+	// snapSeq is the seq of the job shown at each index of snapJobs'
+	// running part, viewDirty the jobs whose limit or task changed since
+	// (see runningView).
+	snapSeq   []int64
+	snapFrom  []int32
+	viewDirty []*job
 	reuseSnap bool
 	// showBusy: snapshots mark the pilots running a task (ShowBusy).
 	showBusy bool
@@ -293,7 +305,10 @@ func (c *Cluster) ShowBusy() {
 }
 
 // ReuseSnapshots makes every Snapshot reuse the previous one's job list:
-// a snapshot is then valid only until the next call. A replay whose agent
+// a snapshot is then valid only until the next call, and its running jobs'
+// entries are kept from one call to the next (runningView), so a caller
+// may write only Master (and Busy, without ShowBusy) in them, as the
+// agent's enrich does. A replay whose agent
 // reads each snapshot within its round (sim.Run) saves allocating and
 // collecting a list as long as the cluster's jobs at every round.
 func (c *Cluster) ReuseSnapshots() {
@@ -437,7 +452,69 @@ func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limi
 func (c *Cluster) push(e event) {
 	c.evSeq++
 	e.seq = c.evSeq
+	if e.kind == evTask && c.tasks.fits(e.t) {
+		c.tasks.push(e)
+		return
+	}
 	c.events.push(e)
+}
+
+// next returns the first event of the heap and the task lane, false if
+// both are empty.
+func (c *Cluster) next() (*event, bool) {
+	h, ok := c.tasks.first()
+	if len(c.events) > 0 && (!ok || c.events[0].before(h)) {
+		return &c.events[0], true
+	}
+	return h, ok
+}
+
+// pop removes the first event of the heap and the task lane.
+func (c *Cluster) pop() event {
+	if h, ok := c.tasks.first(); ok && (len(c.events) == 0 || h.before(&c.events[0])) {
+		return c.tasks.pop()
+	}
+	return c.events.pop()
+}
+
+// taskLane holds task events queued in the order they are due: a task
+// starts now and runs its length, so with tasks of one length (the usual
+// backlog) each is due no earlier than the one queued before it, and the
+// millions of them a month cost a slice append and a read instead of a
+// heap's log n moves. An event due before the lane's last goes to the
+// heap; the lane and the heap are merged by (time, kind, seq), so events
+// run in exactly the order of one heap.
+type taskLane struct {
+	q    []event
+	head int
+}
+
+func (l *taskLane) fits(t int64) bool { return l.head == len(l.q) || l.q[len(l.q)-1].t <= t }
+
+func (l *taskLane) push(e event) {
+	if l.head == len(l.q) {
+		l.q, l.head = l.q[:0], 0
+	} else if l.head >= 1024 && 2*l.head >= len(l.q) {
+		// Slide the queued half down rather than growing.
+		n := copy(l.q, l.q[l.head:])
+		clear(l.q[n:])
+		l.q, l.head = l.q[:n], 0
+	}
+	l.q = append(l.q, e)
+}
+
+func (l *taskLane) first() (*event, bool) {
+	if l.head == len(l.q) {
+		return nil, false
+	}
+	return &l.q[l.head], true
+}
+
+func (l *taskLane) pop() event {
+	e := l.q[l.head]
+	l.q[l.head] = event{} // drop the job pointer
+	l.head++
+	return e
 }
 
 // AdvanceTo processes every event up to and including t, in order, and
@@ -448,8 +525,8 @@ func (c *Cluster) AdvanceTo(t int64) error {
 	if t < c.now {
 		return fmt.Errorf("%w: advance to %d, now %d", ErrPast, t, c.now)
 	}
-	for len(c.events) > 0 && c.events[0].t <= t {
-		e := c.events.pop()
+	for e, ok := c.next(); ok && e.t <= t; e, ok = c.next() {
+		e := c.pop()
 		c.now = e.t
 		c.handle(e)
 	}
@@ -461,10 +538,11 @@ func (c *Cluster) AdvanceTo(t int64) error {
 func (c *Cluster) NextEvent() (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.events) == 0 {
+	e, ok := c.next()
+	if !ok {
 		return 0, false
 	}
-	return c.events[0].t, true
+	return e.t, true
 }
 
 func (c *Cluster) handle(e event) {
@@ -695,6 +773,7 @@ func (c *Cluster) startAt(j *job, at int64) {
 	j.rec.Start = at
 	i := c.runningIndex(j)
 	c.running = slices.Insert(c.running, i, j)
+	c.runSeq = slices.Insert(c.runSeq, i, j.seq)
 	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
 	if j.preemptible {
 		c.preemptibleFree += j.cores
@@ -722,7 +801,7 @@ func (c *Cluster) startAt(j *job, at int64) {
 
 // runningIndex is where j is, or goes, in the running jobs (id order).
 func (c *Cluster) runningIndex(j *job) int {
-	i, _ := slices.BinarySearchFunc(c.running, j.seq, func(r *job, seq int64) int { return cmp.Compare(r.seq, seq) })
+	i, _ := slices.BinarySearch(c.runSeq, j.seq)
 	return i
 }
 
@@ -733,7 +812,9 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	j.rec.End = c.now
 	j.rec.Killed = killed && !cancelled && !j.rec.Preempted
 	j.rec.Cancelled = cancelled
-	c.running = slices.Delete(c.running, c.runningIndex(j), c.runningIndex(j)+1)
+	i := c.runningIndex(j)
+	c.running = slices.Delete(c.running, i, i+1)
+	c.runSeq = slices.Delete(c.runSeq, i, i+1)
 	k := c.endIndex(j)
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	if j.preemptible && !j.preempting {
@@ -871,21 +952,13 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		MaxTime:    c.maxTime(),
 	}
 	if c.reuseSnap {
-		s.Jobs = c.snapJobs[:0]
+		s.Jobs = c.runningView()
 		defer func() { c.snapJobs = s.Jobs }()
 	} else {
-		s.Jobs = make([]cluster.Job, 0, len(c.running)+len(c.pending))
-	}
-	s.Jobs = slices.Grow(s.Jobs, len(c.running))
-	for _, j := range c.running {
-		// Written in place: a job is 200 bytes and a round shows thousands.
-		s.Jobs = s.Jobs[:len(s.Jobs)+1]
-		cj := &s.Jobs[len(s.Jobs)-1]
-		c.viewInto(cj, j)
-		cj.State = cluster.Running
-		cj.RunTime = c.now - j.rec.Start
-		cj.StartTime = j.rec.Start
-		cj.Busy = c.showBusy && j.task != nil
+		s.Jobs = make([]cluster.Job, len(c.running), len(c.running)+len(c.pending))
+		for i, j := range c.running {
+			c.runningInto(&s.Jobs[i], j)
+		}
 	}
 	top := true
 	for _, j := range c.pending {
@@ -905,6 +978,96 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		s.Jobs = append(s.Jobs, cj)
 	}
 	return s, nil
+}
+
+// runningView returns the running jobs' part of a reused snapshot, in the
+// previous snapshot's array. Both lists are in id order, so a merge of
+// their seqs finds where each job shown last time was; its entry moves to
+// its new index (in an order that reads every entry before it is written
+// over: the matching keeps order, so entries moving down never land on one
+// moving up) and gets its run time written again. Only the jobs that
+// started are written whole, and the few whose limit or task changed
+// (viewChanged) written again: a round's changes are a few starts and ends
+// among thousands of jobs, and no job that did not change is read
+// (TestReusedSnapshotsEqualFullOnes).
+func (c *Cluster) runningView() []cluster.Job {
+	n := len(c.running)
+	buf := c.snapJobs
+	if cap(buf) < n {
+		grown := make([]cluster.Job, len(buf), n+n/4+16)
+		copy(grown, buf)
+		buf = grown
+	}
+	shown := c.snapSeq
+	buf = buf[:max(n, len(shown))]
+	// from[i] is the index job i had last time, -1 if it just started.
+	from := slices.Grow(c.snapFrom[:0], n)[:n]
+	k := 0
+	for i, seq := range c.runSeq {
+		for k < len(shown) && shown[k] < seq {
+			k++ // it ended
+		}
+		from[i] = -1
+		if k < len(shown) && shown[k] == seq {
+			from[i] = int32(k)
+			k++
+		}
+	}
+	for i, f := range from {
+		if int(f) > i {
+			buf[i] = buf[f]
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		if f := from[i]; f >= 0 && int(f) < i {
+			buf[i] = buf[f]
+		}
+	}
+	for i, f := range from {
+		cj := &buf[i]
+		if f < 0 {
+			c.runningInto(cj, c.running[i])
+			continue
+		}
+		cj.RunTime = c.now - cj.StartTime
+		cj.Master = false // the agent's mark (enrich)
+		if !c.showBusy {
+			cj.Busy = false
+		}
+	}
+	for _, j := range c.viewDirty {
+		if j.state != stRunning {
+			continue
+		}
+		cj := &buf[c.runningIndex(j)]
+		cj.TimeLimit = j.rec.Limit
+		if j.limit != never {
+			cj.TimeLimit = cluster.Limit(j.limit)
+		}
+		cj.Busy = c.showBusy && j.task != nil
+	}
+	c.viewDirty = c.viewDirty[:0]
+	c.snapSeq = append(shown[:0], c.runSeq...)
+	c.snapFrom = from
+	return buf[:n]
+}
+
+// viewChanged notes that running job j's limit or task changed, for the
+// next reused snapshot.
+func (c *Cluster) viewChanged(j *job) {
+	if c.reuseSnap {
+		c.viewDirty = append(c.viewDirty, j)
+	}
+}
+
+// runningInto writes the view of running job j.
+func (c *Cluster) runningInto(cj *cluster.Job, j *job) {
+	// Written in place: a job is 200 bytes and a round shows thousands.
+	c.viewInto(cj, j)
+	cj.State = cluster.Running
+	cj.RunTime = c.now - j.rec.Start
+	cj.StartTime = j.rec.Start
+	cj.Busy = c.showBusy && j.task != nil
 }
 
 // maxTime is the snapshot's max_time_s: absent when unlimited.

@@ -95,6 +95,7 @@ func (c *Cluster) endAt(j *job, t int64) {
 	k := c.endIndex(j)
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	j.limit = t - j.rec.Start
+	c.viewChanged(j)
 	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
 	j.endGen++
 	c.push(event{t: t, kind: evEnd, j: j, gen: j.endGen})

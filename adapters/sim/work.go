@@ -114,7 +114,11 @@ func (c *Cluster) pull(j *job) {
 		c.runningTasks++
 		run := stretched(l, c.runningTasks, c.cfg.Contention)
 		j.task, j.taskLen, j.taskRun, j.taskSize, j.taskFrom = w, l, run, int(c.idlePilots+c.busyPilots), c.now
-		c.busy[j.rec.ID] = true
+		if !j.inBusy { // a pilot going on to its next task is there already
+			c.busy[j.rec.ID] = true
+			j.inBusy = true
+			c.viewChanged(j)
+		}
 		j.taskGen++
 		c.idlePilots--
 		c.busyPilots++
@@ -181,6 +185,8 @@ func (c *Cluster) taskDone(j *job) {
 	c.pull(j)
 	if j.task == nil {
 		delete(c.busy, j.rec.ID)
+		j.inBusy = false
+		c.viewChanged(j)
 		c.changes++ // the pilot went idle
 	}
 	c.sample()
@@ -199,6 +205,8 @@ func (c *Cluster) requeue(j *job) {
 	c.pendingTasks++
 	j.task = nil
 	delete(c.busy, j.rec.ID)
+	j.inBusy = false
+	c.viewChanged(j)
 }
 
 // feedIdle hands pending tasks to idle running pilots, oldest first.
