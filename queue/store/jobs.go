@@ -354,20 +354,22 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		var more bool
 		err := s.write(ctx, func(tx *wtx) error {
 			b := s.newBatch(ctx, tx)
-			rows, err := tx.QueryContext(inline(ctx), `SELECT id, first_idx, last_idx, attempt, settled FROM grants WHERE job_id = ? AND state != 'CLOSED' ORDER BY id`, id)
+			rows, err := tx.QueryContext(inline(ctx), `SELECT id, first_idx, last_idx, attempt, settled, done, failed FROM grants WHERE job_id = ? AND state != 'CLOSED' ORDER BY id`, id)
 			if err != nil {
 				return err
 			}
 			n := 0
+			var gs []*grantRow
 			for rows.Next() && n < max(chunk, 1) {
 				g := &grantRow{job: id, state: grantClosed, dirty: true}
 				var settled string
-				if err := rows.Scan(&g.id, &g.first, &g.last, &g.attempt, &settled); err != nil {
+				if err := rows.Scan(&g.id, &g.first, &g.last, &g.attempt, &settled, &g.done, &g.failed); err != nil {
 					rows.Close()
 					return err
 				}
 				g.settled = []byte(settled)
-				b.grants[g.id] = g
+				b.addGrant(g)
+				gs = append(gs, g)
 				n += len(settled)
 			}
 			more = rows.Next()
@@ -375,14 +377,13 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			for _, g := range b.grants {
+			if err := b.readOpen(gs); err != nil {
+				return err
+			}
+			for _, g := range gs {
 				if err := b.closeGrant(g, func(x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) }); err != nil {
 					return err
 				}
-				if _, err := s.exec(ctx, tx, writeGrantStateSQL, g.state, string(g.settled), g.id); err != nil {
-					return err
-				}
-				g.dirty = false
 			}
 			_, err = b.flush(now)
 			return err
@@ -404,8 +405,6 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	}
 	return nil
 }
-
-var writeGrantStateSQL = hot(`UPDATE grants SET state = ?, settled = ?, n_open = 0 WHERE id = ?`)
 
 // closeGrant closes g: each of its open entries becomes an exception row
 // that end fills in, marked closed without a result.

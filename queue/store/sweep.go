@@ -49,7 +49,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 	err := s.write(ctx, func(tx *wtx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state
+		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state, g.done, g.failed
 			FROM grants g WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
 			AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		if err != nil {
@@ -60,16 +60,27 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		for n < max(limit, 1) && rows.Next() {
 			g := &grantRow{dirty: true}
 			var settled string
-			if err := rows.Scan(&g.id, &g.job, &g.first, &g.last, &g.attempt, &settled, &g.open, &g.state); err != nil {
+			if err := rows.Scan(&g.id, &g.job, &g.first, &g.last, &g.attempt, &settled, &g.open, &g.state, &g.done, &g.failed); err != nil {
 				rows.Close()
 				return err
 			}
 			g.settled = []byte(settled)
 			list = append(list, g)
+			b.addGrant(g)
 			n += g.open
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		ids := make([]int64, len(list))
+		for i, g := range list {
+			ids[i] = g.job
+		}
+		if err := b.readJobs(ids); err != nil {
+			return err
+		}
+		if err := b.readOpen(list); err != nil {
 			return err
 		}
 		for _, g := range list {
@@ -101,10 +112,6 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 			if err != nil {
 				return err
 			}
-			if _, err := s.exec(ctx, tx, writeGrantStateSQL, g.state, string(g.settled), g.id); err != nil {
-				return err
-			}
-			g.dirty = false
 		}
 		x.Changes, err = b.flush(now)
 		return err
