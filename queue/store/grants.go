@@ -489,68 +489,36 @@ func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t 
 // first index, attempt, settled) as task references, on a reader; what
 // names the search in its errors.
 func (s *Store) openEntries(ctx context.Context, what, query string, args ...any) ([]pilotproto.TaskRef, error) {
-	rows, err := s.r.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer rows.Close()
 	var out []pilotproto.TaskRef
-	for rows.Next() {
+	return out, s.each(ctx, what, func(r *sql.Rows) error {
 		var job int64
 		var first, attempt int
 		var settled string
-		if err := rows.Scan(&job, &first, &attempt, &settled); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
+		err := r.Scan(&job, &first, &attempt, &settled)
 		for i := 0; i < len(settled); i++ {
 			if settled[i] == open {
 				out = append(out, pilotproto.TaskRef{TaskID: taskID(job, first+i), Attempt: attempt})
 			}
 		}
-	}
-	return out, rows.Err()
+		return err
+	}, query, args...)
 }
 
 // Outstanding counts the active tasks (handed out, not finished) of each
 // pool: the open entries of its live grants.
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, sum(n_open) FROM grants WHERE state != 'CLOSED' GROUP BY pool`)
-	if err != nil {
-		return nil, fmt.Errorf("count outstanding tasks: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var pool string
-		var n int
-		if err := rows.Scan(&pool, &n); err != nil {
-			return nil, fmt.Errorf("count outstanding tasks: %w", err)
-		}
-		if n > 0 {
-			out[pool] = n
-		}
-	}
-	return out, rows.Err()
+	return s.sums(ctx, "count outstanding tasks", `SELECT pool, sum(n_open) FROM grants WHERE state != 'CLOSED' GROUP BY pool HAVING sum(n_open) > 0`)
 }
 
 // JobPools returns, per pool, the done and failed attempts of a job: where
 // its tasks ran (the sums of its grants).
 func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, sum(done), sum(failed) FROM grants WHERE job_id = ? AND pool != '' GROUP BY pool`, job)
-	if err != nil {
-		return nil, fmt.Errorf("job %d per pool: %w", job, err)
-	}
-	defer rows.Close()
 	out := map[string][2]int{}
-	for rows.Next() {
+	return out, s.each(ctx, fmt.Sprintf("job %d per pool", job), func(r *sql.Rows) error {
 		var pool string
 		var d, f int
-		if err := rows.Scan(&pool, &d, &f); err != nil {
-			return nil, fmt.Errorf("job %d per pool: %w", job, err)
-		}
-		if d+f > 0 {
-			out[pool] = [2]int{d, f}
-		}
-	}
-	return out, rows.Err()
+		err := r.Scan(&pool, &d, &f)
+		out[pool] = [2]int{d, f}
+		return err
+	}, `SELECT pool, sum(done), sum(failed) FROM grants WHERE job_id = ? AND pool != '' GROUP BY pool HAVING sum(done) + sum(failed) > 0`, job)
 }

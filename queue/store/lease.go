@@ -91,23 +91,16 @@ func (s *Store) cacheLease(pool string, l rules.Lease) {
 
 // Leases reads every pool's lease.
 func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
-	if err != nil {
-		return nil, fmt.Errorf("read leases: %w", err)
-	}
-	defer rows.Close()
 	out := map[string]rules.Lease{}
-	for rows.Next() {
+	return out, s.each(ctx, "read leases", func(r *sql.Rows) error {
 		var pool string
 		var l rules.Lease
 		var exp int64
-		if err := rows.Scan(&pool, &l.Epoch, &l.Holder, &l.Address, &exp); err != nil {
-			return nil, fmt.Errorf("read leases: %w", err)
-		}
+		err := r.Scan(&pool, &l.Epoch, &l.Holder, &l.Address, &exp)
 		l.Expires = time.UnixMilli(exp)
 		out[pool] = l
-	}
-	return out, rows.Err()
+		return err
+	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
 }
 
 // DecideLease applies rules.DecideLease to a pool's stored lease in one

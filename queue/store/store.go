@@ -577,28 +577,55 @@ func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (
 	return st.QueryContext(inline(ctx), args...)
 }
 
+// each runs a read on the readers and calls scan on every row it answers;
+// what names the read in its error.
+func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) error, query string, args ...any) error {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err == nil {
+		for rows.Next() && err == nil {
+			err = scan(rows)
+		}
+		err = errors.Join(err, rows.Close(), rows.Err())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// do runs one statement in a write transaction of its own and returns how
+// many rows it changed; what names it in its error.
+func (s *Store) do(ctx context.Context, what, query string, args ...any) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(inline(ctx), query, args...)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
+}
+
 // querier is a *sql.DB or a *sql.Tx.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// ids runs a read query whose rows are single ids.
-func ids(ctx context.Context, db querier, query string, args ...any) ([]int64, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+// ids runs a read whose rows are single ids; what names it in its error.
+func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
 	var out []int64
-	for rows.Next() {
+	err := s.each(ctx, what, func(r *sql.Rows) error {
 		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&id)
 		out = append(out, id)
-	}
-	return out, rows.Err()
+		return err
+	}, query, args...)
+	return out, err
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

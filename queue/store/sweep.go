@@ -14,20 +14,9 @@ import (
 // heartbeat is older than cut ZOMBIE, in one transaction, and returns
 // how many.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
-	var n int64
-	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
-			(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sweep zombies: %w", err)
-	}
-	return int(n), nil
+	n, err := s.do(ctx, "sweep zombies", `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
+		(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
+	return int(n), err
 }
 
 // Expired is what ExpireZombies changed.
@@ -124,11 +113,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
 func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
-	if err != nil {
-		return nil, fmt.Errorf("find expired jobs: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "find expired jobs", `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
 }
 
 // ExpireJob makes a job that never started (WAITING, nothing active)
@@ -160,9 +145,5 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 
 // FinalJobsBefore lists the final jobs that finished before cut.
 func (s *Store) FinalJobsBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
-	if err != nil {
-		return nil, fmt.Errorf("find jobs to purge: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "find jobs to purge", `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
 }
