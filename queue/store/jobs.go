@@ -95,7 +95,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		}
 		part := names[:min(len(names), z.size())]
 		names = names[len(part):]
-		d, err := s.writeTimed(ctx, func(tx *wtx) error {
+		d, err := s.transact(ctx, func(tx *wtx) error {
 			next := next // a transaction run again starts over
 			for i := 0; i < len(part); {
 				q, k := insertEntrySQL, 1
@@ -169,7 +169,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	for {
 		var last sql.NullInt64
 		k := z.size()
-		d, err := s.writeTimed(ctx, func(tx *wtx) error {
+		d, err := s.transact(ctx, func(tx *wtx) error {
 			if err := tx.QueryRowContext(inline(ctx), `SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS c`,
 				id, after, k).Scan(&last); err != nil || !last.Valid {
 				return err

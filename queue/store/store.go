@@ -401,7 +401,7 @@ func writer() string {
 		}
 		switch {
 		case strings.HasPrefix(f.Function, "github.com/cenkalti/backoff/"):
-		case name == "store.(*Store).write", name == "store.(*Store).writeTimed", name == "store.(*Store).fenced", name == "store.(*Store).transact", name == "store.(*Store).once":
+		case name == "store.(*Store).write", name == "store.(*Store).do", name == "store.(*Store).fenced", name == "store.(*Store).transact", name == "store.(*Store).once":
 		default:
 			return name
 		}
@@ -422,12 +422,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	return err
 }
 
-// writeTimed is write that also returns how long the transaction held
-// the write lock: a long write sizes its next chunk by it (chunkSizer).
-func (s *Store) writeTimed(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
-	return s.transact(ctx, fn)
-}
-
+// transact is write that also returns how long the transaction held the
+// write lock: a long write sizes its next chunk by it (chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
 	if f, ok := ctx.Value(sweepFenceKey{}).(sweepFence); ok {
 		inner := fn
@@ -551,24 +547,10 @@ func (s *Store) exec(ctx context.Context, tx *wtx, query string, args ...any) (s
 	return st.ExecContext(inline(ctx), args...)
 }
 
-// query runs a hot query in tx, or with a nil tx outside any transaction:
-// on SQLite on the writer connection, a read that takes no write lock but
-// finds the writer's page cache warm (a reader's cache is dropped whenever
-// another connection has written, which here is all the time: reading the
-// hot path's rows there cost ~13 us a row).
+// query runs a hot query in tx.
 func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
 	if s.d.pg {
-		if tx == nil {
-			return s.r.QueryContext(ctx, query, args...)
-		}
 		return tx.QueryContext(inline(ctx), query, args...)
-	}
-	if tx == nil {
-		st := s.stmts[query]
-		if st == nil {
-			return nil, fmt.Errorf("statement %.40q is not registered with hot", query)
-		}
-		return st.QueryContext(inline(ctx), args...)
 	}
 	st, err := s.prepared(ctx, tx, query)
 	if err != nil {
