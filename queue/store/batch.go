@@ -179,7 +179,7 @@ var (
 	// index): the one holding the first (the greatest first index not
 	// above it: one seek of grants_job) and those after it that start
 	// within the run.
-	readGrants = rowsSQL(`SELECT g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.epoch, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at FROM `,
+	readGrants = rowsSQL(`SELECT `+grantCols+` FROM `,
 		[]string{i64, i64, i64, i64}, `JOIN grants g ON g.job_id = v.column1 AND g.attempt = v.column2 AND g.first_idx <= v.column4
 		AND g.first_idx >= coalesce((SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3
 			ORDER BY h.first_idx DESC LIMIT 1), v.column3)`, 0, 0, 0, -1)
@@ -250,17 +250,46 @@ func (b *batch) readGrants(keys []entryKey) error {
 		runs = append(runs, []any{k[0], k[1], k[2], k[2]})
 	}
 	return b.run(readGrants, runs, "", func(rs *sql.Rows) error {
-		g := &grantRow{}
-		var settled string
-		if err := rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &settled, &g.open, &g.done, &g.failed, &g.assigned); err != nil {
-			return err
-		}
-		if b.grants[g.id] == nil {
-			g.settled = []byte(settled)
+		g, err := scanGrant(rs)
+		if err == nil && b.grants[g.id] == nil {
 			b.addGrant(g)
 		}
-		return nil
+		return err
 	})
+}
+
+// grantCols are a grant's columns as scanGrant reads them.
+const grantCols = `g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.epoch, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at`
+
+func scanGrant(rs *sql.Rows) (*grantRow, error) {
+	g := &grantRow{}
+	var settled string
+	err := rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &settled, &g.open, &g.done, &g.failed, &g.assigned)
+	g.settled = []byte(settled)
+	return g, err
+}
+
+// loadGrants reads the grants g that the rest of a query selects, until
+// they hold limit open entries, as the batch's grants to be written back,
+// and says whether more remain.
+func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow, more bool, err error) {
+	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	for n := 0; n < max(limit, 1) && rows.Next(); {
+		g, err := scanGrant(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		g.dirty = true
+		b.addGrant(g)
+		gs = append(gs, g)
+		n += g.open
+	}
+	more = rows.Next()
+	return gs, more, rows.Err()
 }
 
 // addGrant makes g one of the batch's grants.

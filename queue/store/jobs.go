@@ -343,29 +343,11 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		var more bool
 		err := s.write(ctx, func(tx *wtx) error {
 			b := s.newBatch(ctx, tx)
-			rows, err := tx.QueryContext(inline(ctx), `SELECT id, first_idx, last_idx, attempt, settled, done, failed FROM grants WHERE job_id = ? AND state != 'CLOSED' ORDER BY id`, id)
+			gs, m, err := b.loadGrants(chunk, `WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			if err != nil {
 				return err
 			}
-			n := 0
-			var gs []*grantRow
-			for rows.Next() && n < max(chunk, 1) {
-				g := &grantRow{job: id, state: grantClosed, dirty: true}
-				var settled string
-				if err := rows.Scan(&g.id, &g.first, &g.last, &g.attempt, &settled, &g.done, &g.failed); err != nil {
-					rows.Close()
-					return err
-				}
-				g.settled = []byte(settled)
-				b.addGrant(g)
-				gs = append(gs, g)
-				n += len(settled)
-			}
-			more = rows.Next()
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
+			more = m
 			if err := b.readOpen(gs); err != nil {
 				return err
 			}

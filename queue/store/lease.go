@@ -15,10 +15,6 @@ import (
 // first request: a pool never seen has epoch 0 and no holder.
 var leaseQuery = hot(`SELECT epoch, holder, address, expires_at FROM leases WHERE pool = ?`)
 
-func readLease(ctx context.Context, db querier, pool string) (rules.Lease, error) {
-	return scanLease(db.QueryRowContext(ctx, leaseQuery, pool), pool)
-}
-
 // readLeaseTx reads a pool's lease inside a write transaction, with the
 // prepared statement on SQLite, locking the row as lock says (FOR SHARE,
 // FOR UPDATE) on PostgreSQL.
@@ -69,16 +65,13 @@ func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lea
 // PostgreSQL or a shared file (Share) another agent may have granted the
 // lease: the row is read.
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
-	if s.leases == nil {
-		return readLease(ctx, s.r, pool)
-	}
 	s.leaseMu.Lock()
 	l, ok := s.leases[pool]
 	s.leaseMu.Unlock()
 	if ok {
 		return l, nil
 	}
-	return readLease(ctx, s.r, pool)
+	return scanLease(s.r.QueryRowContext(ctx, leaseQuery, pool), pool)
 }
 
 func (s *Store) cacheLease(pool string, l rules.Lease) {

@@ -592,12 +592,6 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (int64,
 	return n, nil
 }
 
-// querier is a *sql.DB or a *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // ids runs a read whose rows are single ids; what names it in its error.
 func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
 	var out []int64

@@ -38,28 +38,9 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 	err := s.write(ctx, func(tx *wtx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state, g.done, g.failed
-			FROM grants g WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
+		list, _, err := b.loadGrants(limit, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
 			AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		if err != nil {
-			return err
-		}
-		var list []*grantRow
-		n := 0
-		for n < max(limit, 1) && rows.Next() {
-			g := &grantRow{dirty: true}
-			var settled string
-			if err := rows.Scan(&g.id, &g.job, &g.first, &g.last, &g.attempt, &settled, &g.open, &g.state, &g.done, &g.failed); err != nil {
-				rows.Close()
-				return err
-			}
-			g.settled = []byte(settled)
-			list = append(list, g)
-			b.addGrant(g)
-			n += g.open
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		ids := make([]int64, len(list))
