@@ -5,7 +5,7 @@ import (
 	"database/sql"
 )
 
-// Query, QueryRow and Exec are the readers' Context methods without a
+// Query and QueryRow are the readers' Context methods without a
 // context, for the tests' checks of the tables.
 func (r *rdb) Query(query string, args ...any) (*sql.Rows, error) {
 	return r.QueryContext(context.Background(), query, args...)
@@ -13,8 +13,4 @@ func (r *rdb) Query(query string, args ...any) (*sql.Rows, error) {
 
 func (r *rdb) QueryRow(query string, args ...any) *sql.Row {
 	return r.QueryRowContext(context.Background(), query, args...)
-}
-
-func (r *rdb) Exec(query string, args ...any) (sql.Result, error) {
-	return r.ExecContext(context.Background(), query, args...)
 }
