@@ -119,7 +119,3 @@ func (r *rdb) QueryContext(ctx context.Context, query string, args ...any) (*sql
 func (r *rdb) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	return r.DB.QueryRowContext(ctx, r.d.sql(query), args...)
 }
-
-func (r *rdb) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return r.DB.ExecContext(ctx, r.d.sql(query), args...)
-}
