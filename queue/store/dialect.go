@@ -119,20 +119,3 @@ func (r *rdb) QueryContext(ctx context.Context, query string, args ...any) (*sql
 func (r *rdb) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	return r.DB.QueryRowContext(ctx, r.d.sql(query), args...)
 }
-
-func (r *rdb) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return r.DB.ExecContext(ctx, r.d.sql(query), args...)
-}
-
-// Query, QueryRow and Exec are the Context methods without a context.
-func (r *rdb) Query(query string, args ...any) (*sql.Rows, error) {
-	return r.QueryContext(context.Background(), query, args...)
-}
-
-func (r *rdb) QueryRow(query string, args ...any) *sql.Row {
-	return r.QueryRowContext(context.Background(), query, args...)
-}
-
-func (r *rdb) Exec(query string, args ...any) (sql.Result, error) {
-	return r.ExecContext(context.Background(), query, args...)
-}

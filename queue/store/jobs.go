@@ -95,7 +95,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		}
 		part := names[:min(len(names), z.size())]
 		names = names[len(part):]
-		d, err := s.writeTimed(ctx, func(tx *wtx) error {
+		d, err := s.transact(ctx, func(tx *wtx) error {
 			next := next // a transaction run again starts over
 			for i := 0; i < len(part); {
 				q, k := insertEntrySQL, 1
@@ -169,7 +169,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	for {
 		var last sql.NullInt64
 		k := z.size()
-		d, err := s.writeTimed(ctx, func(tx *wtx) error {
+		d, err := s.transact(ctx, func(tx *wtx) error {
 			if err := tx.QueryRowContext(inline(ctx), `SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS c`,
 				id, after, k).Scan(&last); err != nil || !last.Valid {
 				return err
@@ -204,11 +204,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 
 // SubmittingJobs lists the jobs whose submission never completed.
 func (s *Store) SubmittingJobs(ctx context.Context) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = ?`, rules.JobSubmitting)
-	if err != nil {
-		return nil, fmt.Errorf("find partial submissions: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ?`, rules.JobSubmitting)
 }
 
 // JobChange is a job's state change made by a write.
@@ -254,22 +250,15 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
+	out := []api.Job{}
+	err := s.each(ctx, "list jobs", func(r *sql.Rows) error {
+		j, err := scanJob(r)
+		out = append(out, j)
+		return err
+	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	defer rows.Close()
-	out := []api.Job{}
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -354,35 +343,18 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		var more bool
 		err := s.write(ctx, func(tx *wtx) error {
 			b := s.newBatch(ctx, tx)
-			rows, err := tx.QueryContext(inline(ctx), `SELECT id, first_idx, last_idx, attempt, settled FROM grants WHERE job_id = ? AND state != 'CLOSED' ORDER BY id`, id)
+			gs, m, err := b.loadGrants(chunk, `WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			if err != nil {
 				return err
 			}
-			n := 0
-			for rows.Next() && n < max(chunk, 1) {
-				g := &grantRow{job: id, state: grantClosed, dirty: true}
-				var settled string
-				if err := rows.Scan(&g.id, &g.first, &g.last, &g.attempt, &settled); err != nil {
-					rows.Close()
-					return err
-				}
-				g.settled = []byte(settled)
-				b.grants[g.id] = g
-				n += len(settled)
-			}
-			more = rows.Next()
-			rows.Close()
-			if err := rows.Err(); err != nil {
+			more = m
+			if err := b.readOpen(gs); err != nil {
 				return err
 			}
-			for _, g := range b.grants {
+			for _, g := range gs {
 				if err := b.closeGrant(g, func(x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) }); err != nil {
 					return err
 				}
-				if _, err := s.exec(ctx, tx, writeGrantStateSQL, g.state, string(g.settled), g.id); err != nil {
-					return err
-				}
-				g.dirty = false
 			}
 			_, err = b.flush(now)
 			return err
@@ -404,8 +376,6 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	}
 	return nil
 }
-
-var writeGrantStateSQL = hot(`UPDATE grants SET state = ?, settled = ?, n_open = 0 WHERE id = ?`)
 
 // closeGrant closes g: each of its open entries becomes an exception row
 // that end fills in, marked closed without a result.
@@ -429,11 +399,7 @@ func (b *batch) closeGrant(g *grantRow, end func(*exceptionRow)) error {
 // PendingKills lists the jobs whose cancel or expiry has tasks still to
 // kill (a crash cut it), by id.
 func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list pending kills: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 }
 
 // CancelledSince lists the jobs cancelled after since, by id. It is asked
@@ -446,31 +412,21 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 // the partial index answers.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
 	if s.d.pg || s.shared.Load() {
-		out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
-		if err != nil {
-			return nil, fmt.Errorf("list cancelled jobs: %w", err)
-		}
-		return append([]int64{}, out...), nil
+		out, err := s.CancelledAfter(ctx, since)
+		return append([]int64{}, out...), err
 	}
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()
 	if s.cancelled == nil {
-		rows, err := s.r.QueryContext(ctx, `SELECT id, cancelled_at FROM jobs WHERE cancelled_at > 0`)
-		if err != nil {
-			return nil, fmt.Errorf("list cancelled jobs: %w", err)
-		}
 		m := map[int64]int64{}
-		for rows.Next() {
+		err := s.each(ctx, "list cancelled jobs", func(r *sql.Rows) error {
 			var id, at int64
-			if err := rows.Scan(&id, &at); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("list cancelled jobs: %w", err)
-			}
+			err := r.Scan(&id, &at)
 			m[id] = at
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("list cancelled jobs: %w", err)
+			return err
+		}, `SELECT id, cancelled_at FROM jobs WHERE cancelled_at > 0`)
+		if err != nil {
+			return nil, err
 		}
 		s.cancelled = m
 	}
@@ -518,25 +474,16 @@ type TaskCounts struct {
 // beyond a task's first.
 func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
 	byOwner = map[string]TaskCounts{}
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
-	if err != nil {
-		return nil, 0, fmt.Errorf("stats: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err = s.each(ctx, "stats", func(rs *sql.Rows) error {
 		var owner string
 		var t TaskCounts
 		var r int
-		if err := rows.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &r); err != nil {
-			return nil, 0, fmt.Errorf("stats: %w", err)
-		}
+		err := rs.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &r)
 		byOwner[owner] = t
 		requeued += r
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("stats: %w", err)
-	}
-	return byOwner, requeued, nil
+		return err
+	}, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
+	return byOwner, requeued, err
 }
 
 // Failures reads up to limit entries of job with task ids above cursor
@@ -548,27 +495,20 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 	if cursor >= taskID(job, 0) {
 		after = cursor - taskID(job, 0)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
+	out := []api.Failure{}
+	err := s.each(ctx, fmt.Sprintf("read job %d's failures", job), func(r *sql.Rows) error {
+		var f api.Failure
+		var idx int
+		err := r.Scan(&idx, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot, &f.StartedAt, &f.DurationMS, &f.ErrorTail)
+		f.TaskID, f.Index = taskID(job, idx), idx
+		out = append(out, f)
+		return err
+	}, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
 			x.tries, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail
 		FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx LEFT JOIN grants g ON g.id = x.grant_id AND x.state = 'GRANTED'
 		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read job %d's failures: %w", job, err)
-	}
-	defer rows.Close()
-	out := []api.Failure{}
-	for rows.Next() {
-		var f api.Failure
-		var idx int
-		if err := rows.Scan(&idx, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot,
-			&f.StartedAt, &f.DurationMS, &f.ErrorTail); err != nil {
-			return nil, fmt.Errorf("read job %d's failures: %w", job, err)
-		}
-		f.TaskID, f.Index = taskID(job, idx), idx
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read job %d's failures: %w", job, err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -587,23 +527,19 @@ type ReadyJob struct {
 // LiveJobs reads every live job (WAITING or RUNNING), by price (highest
 // first), then FIFO.
 func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
-		FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
-	if err != nil {
-		return nil, fmt.Errorf("list live jobs: %w", err)
-	}
-	defer rows.Close()
 	var out []ReadyJob
-	for rows.Next() {
+	err := s.each(ctx, "list live jobs", func(r *sql.Rows) error {
 		var j ReadyJob
 		var cmd string
-		if err := rows.Scan(&j.ID, &j.Owner, &j.Dataset, &j.OutputDir, &cmd, &j.Price, &j.Cores, &j.BatchSize, &j.TimeoutS, &j.Waiting); err != nil {
-			return nil, fmt.Errorf("list live jobs: %w", err)
-		}
-		if err := json.Unmarshal([]byte(cmd), &j.Command); err != nil {
-			return nil, fmt.Errorf("job %d: stored command: %w", j.ID, err)
+		if err := r.Scan(&j.ID, &j.Owner, &j.Dataset, &j.OutputDir, &cmd, &j.Price, &j.Cores, &j.BatchSize, &j.TimeoutS, &j.Waiting); err != nil {
+			return err
 		}
 		out = append(out, j)
-	}
-	return out, rows.Err()
+		if err := json.Unmarshal([]byte(cmd), &out[len(out)-1].Command); err != nil {
+			return fmt.Errorf("job %d: stored command: %w", j.ID, err)
+		}
+		return nil
+	}, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
+		FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
+	return out, err
 }

@@ -15,10 +15,6 @@ import (
 // first request: a pool never seen has epoch 0 and no holder.
 var leaseQuery = hot(`SELECT epoch, holder, address, expires_at FROM leases WHERE pool = ?`)
 
-func readLease(ctx context.Context, db querier, pool string) (rules.Lease, error) {
-	return scanLease(db.QueryRowContext(ctx, leaseQuery, pool), pool)
-}
-
 // readLeaseTx reads a pool's lease inside a write transaction, with the
 // prepared statement on SQLite, locking the row as lock says (FOR SHARE,
 // FOR UPDATE) on PostgreSQL.
@@ -69,16 +65,13 @@ func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lea
 // PostgreSQL or a shared file (Share) another agent may have granted the
 // lease: the row is read.
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
-	if s.leases == nil {
-		return readLease(ctx, s.r, pool)
-	}
 	s.leaseMu.Lock()
 	l, ok := s.leases[pool]
 	s.leaseMu.Unlock()
 	if ok {
 		return l, nil
 	}
-	return readLease(ctx, s.r, pool)
+	return scanLease(s.r.QueryRowContext(ctx, leaseQuery, pool), pool)
 }
 
 func (s *Store) cacheLease(pool string, l rules.Lease) {
@@ -91,23 +84,16 @@ func (s *Store) cacheLease(pool string, l rules.Lease) {
 
 // Leases reads every pool's lease.
 func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
-	if err != nil {
-		return nil, fmt.Errorf("read leases: %w", err)
-	}
-	defer rows.Close()
 	out := map[string]rules.Lease{}
-	for rows.Next() {
+	return out, s.each(ctx, "read leases", func(r *sql.Rows) error {
 		var pool string
 		var l rules.Lease
 		var exp int64
-		if err := rows.Scan(&pool, &l.Epoch, &l.Holder, &l.Address, &exp); err != nil {
-			return nil, fmt.Errorf("read leases: %w", err)
-		}
+		err := r.Scan(&pool, &l.Epoch, &l.Holder, &l.Address, &exp)
 		l.Expires = time.UnixMilli(exp)
 		out[pool] = l
-	}
-	return out, rows.Err()
+		return err
+	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
 }
 
 // DecideLease applies rules.DecideLease to a pool's stored lease in one

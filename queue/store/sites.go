@@ -19,36 +19,32 @@ type Site struct {
 
 // Sites reads every registered site, by name.
 func (s *Store) Sites(ctx context.Context) ([]Site, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("read sites: %w", err)
-	}
-	defer rows.Close()
 	var out []Site
-	for rows.Next() {
-		var st Site
-		var created int64
-		if err := rows.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created); err != nil {
-			return nil, fmt.Errorf("read sites: %w", err)
-		}
-		st.CreatedAt = time.UnixMilli(created)
+	err := s.each(ctx, "read sites", func(r *sql.Rows) error {
+		st, err := scanSite(r)
 		out = append(out, st)
-	}
-	return out, rows.Err()
+		return err
+	}, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites ORDER BY name`)
+	return out, err
+}
+
+func scanSite(r interface{ Scan(...any) error }) (Site, error) {
+	var st Site
+	var created int64
+	err := r.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
+	st.CreatedAt = time.UnixMilli(created)
+	return st, err
 }
 
 // Site reads one registered site; ok is false if there is none.
 func (s *Store) Site(ctx context.Context, name string) (st Site, ok bool, err error) {
-	var created int64
-	err = s.r.QueryRowContext(ctx, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites WHERE name = ?`, name).
-		Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
+	st, err = scanSite(s.r.QueryRowContext(ctx, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Site{}, false, nil
 	}
 	if err != nil {
 		return Site{}, false, fmt.Errorf("read site %s: %w", name, err)
 	}
-	st.CreatedAt = time.UnixMilli(created)
 	return st, true, nil
 }
 
@@ -65,16 +61,11 @@ func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, 
 
 // PutSite stores a registered site's floor, cap and pause.
 func (s *Store) PutSite(ctx context.Context, st Site) error {
-	return s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, b2i(st.Paused), st.Name)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("site %s is not registered", st.Name))
-		}
-		return nil
-	})
+	n, err := s.do(ctx, "store site "+st.Name, `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, b2i(st.Paused), st.Name)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("site %s is not registered", st.Name)
+	}
+	return err
 }
 
 // ReplaceToken makes hash the only token of user with role.
@@ -106,10 +97,13 @@ func (s *Store) GlobalMax(ctx context.Context) (int, error) {
 
 // PutGlobalMax stores the admin's cap on pilots across all sites.
 func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
-	return s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES ('global_max_nodes', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(n))
-		return err
-	})
+	return s.putSetting(ctx, "global_max_nodes", strconv.Itoa(n))
+}
+
+// putSetting stores a row of the settings table.
+func (s *Store) putSetting(ctx context.Context, key, value string) error {
+	_, err := s.do(ctx, "store setting "+key, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
 }
 
 // b2i is a flag as both engines' INTEGER columns store it.

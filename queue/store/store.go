@@ -401,7 +401,7 @@ func writer() string {
 		}
 		switch {
 		case strings.HasPrefix(f.Function, "github.com/cenkalti/backoff/"):
-		case name == "store.(*Store).write", name == "store.(*Store).writeTimed", name == "store.(*Store).fenced", name == "store.(*Store).transact", name == "store.(*Store).once":
+		case name == "store.(*Store).write", name == "store.(*Store).do", name == "store.(*Store).fenced", name == "store.(*Store).transact", name == "store.(*Store).once":
 		default:
 			return name
 		}
@@ -422,12 +422,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	return err
 }
 
-// writeTimed is write that also returns how long the transaction held
-// the write lock: a long write sizes its next chunk by it (chunkSizer).
-func (s *Store) writeTimed(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
-	return s.transact(ctx, fn)
-}
-
+// transact is write that also returns how long the transaction held the
+// write lock: a long write sizes its next chunk by it (chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
 	if f, ok := ctx.Value(sweepFenceKey{}).(sweepFence); ok {
 		inner := fn
@@ -551,24 +547,10 @@ func (s *Store) exec(ctx context.Context, tx *wtx, query string, args ...any) (s
 	return st.ExecContext(inline(ctx), args...)
 }
 
-// query runs a hot query in tx, or with a nil tx outside any transaction:
-// on SQLite on the writer connection, a read that takes no write lock but
-// finds the writer's page cache warm (a reader's cache is dropped whenever
-// another connection has written, which here is all the time: reading the
-// hot path's rows there cost ~13 us a row).
+// query runs a hot query in tx.
 func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
 	if s.d.pg {
-		if tx == nil {
-			return s.r.QueryContext(ctx, query, args...)
-		}
 		return tx.QueryContext(inline(ctx), query, args...)
-	}
-	if tx == nil {
-		st := s.stmts[query]
-		if st == nil {
-			return nil, fmt.Errorf("statement %.40q is not registered with hot", query)
-		}
-		return st.QueryContext(inline(ctx), args...)
 	}
 	st, err := s.prepared(ctx, tx, query)
 	if err != nil {
@@ -577,28 +559,49 @@ func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (
 	return st.QueryContext(inline(ctx), args...)
 }
 
-// querier is a *sql.DB or a *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// each runs a read on the readers and calls scan on every row it answers;
+// what names the read in its error.
+func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) error, query string, args ...any) error {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err == nil {
+		for rows.Next() && err == nil {
+			err = scan(rows)
+		}
+		err = errors.Join(err, rows.Close(), rows.Err())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
-// ids runs a read query whose rows are single ids.
-func ids(ctx context.Context, db querier, query string, args ...any) ([]int64, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
+// do runs one statement in a write transaction of its own and returns how
+// many rows it changed; what names it in its error.
+func (s *Store) do(ctx context.Context, what, query string, args ...any) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(inline(ctx), query, args...)
+		if err == nil {
+			n, err = res.RowsAffected()
 		}
-		out = append(out, id)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	return out, rows.Err()
+	return n, nil
+}
+
+// ids runs a read whose rows are single ids; what names it in its error.
+func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
+	var out []int64
+	err := s.each(ctx, what, func(r *sql.Rows) error {
+		var id int64
+		err := r.Scan(&id)
+		out = append(out, id)
+		return err
+	}, query, args...)
+	return out, err
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

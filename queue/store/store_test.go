@@ -270,3 +270,27 @@ func TestPutUsageWritesAndUpdatesEveryRow(t *testing.T) {
 		t.Fatal("a NaN priority was written")
 	}
 }
+
+// A kill in chunks closes every live grant of the job, the last one too
+// when the grants before it filled the chunks exactly.
+func TestKillTasksInChunksClosesTheLastGrant(t *testing.T) {
+	s, job := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 7)
+	defer s.Close()
+	ctx := context.Background()
+	for range 3 {
+		take(t, s, job, 2) // three grants of two open entries
+	}
+	if _, err := s.CancelJob(ctx, job, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.KillTasks(ctx, job, t0, 2); err != nil {
+		t.Fatal(err)
+	}
+	var live int
+	if err := s.r.QueryRow(`SELECT count(*) FROM grants WHERE job_id = ? AND state != 'CLOSED'`, job).Scan(&live); err != nil || live != 0 {
+		t.Fatalf("%d grants still live after the kill (%v), want 0", live, err)
+	}
+	if n, err := s.Outstanding(ctx); err != nil || len(n) != 0 {
+		t.Fatalf("outstanding %v %v, want none", n, err)
+	}
+}

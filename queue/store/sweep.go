@@ -14,20 +14,9 @@ import (
 // heartbeat is older than cut ZOMBIE, in one transaction, and returns
 // how many.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
-	var n int64
-	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
-			(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sweep zombies: %w", err)
-	}
-	return int(n), nil
+	n, err := s.do(ctx, "sweep zombies", `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
+		(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
+	return int(n), err
 }
 
 // Expired is what ExpireZombies changed.
@@ -49,27 +38,19 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 	err := s.write(ctx, func(tx *wtx) error {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		rows, err := tx.QueryContext(inline(ctx), `SELECT g.id, g.job_id, g.first_idx, g.last_idx, g.attempt, g.settled, g.n_open, g.state
-			FROM grants g WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
+		list, _, err := b.loadGrants(limit, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
 			AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		if err != nil {
 			return err
 		}
-		var list []*grantRow
-		n := 0
-		for n < max(limit, 1) && rows.Next() {
-			g := &grantRow{dirty: true}
-			var settled string
-			if err := rows.Scan(&g.id, &g.job, &g.first, &g.last, &g.attempt, &settled, &g.open, &g.state); err != nil {
-				rows.Close()
-				return err
-			}
-			g.settled = []byte(settled)
-			list = append(list, g)
-			n += g.open
+		ids := make([]int64, len(list))
+		for i, g := range list {
+			ids[i] = g.job
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := b.readJobs(ids); err != nil {
+			return err
+		}
+		if err := b.readOpen(list); err != nil {
 			return err
 		}
 		for _, g := range list {
@@ -101,10 +82,6 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 			if err != nil {
 				return err
 			}
-			if _, err := s.exec(ctx, tx, writeGrantStateSQL, g.state, string(g.settled), g.id); err != nil {
-				return err
-			}
-			g.dirty = false
 		}
 		x.Changes, err = b.flush(now)
 		return err
@@ -117,11 +94,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
 func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
-	if err != nil {
-		return nil, fmt.Errorf("find expired jobs: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "find expired jobs", `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
 }
 
 // ExpireJob makes a job that never started (WAITING, nothing active)
@@ -153,9 +126,5 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 
 // FinalJobsBefore lists the final jobs that finished before cut.
 func (s *Store) FinalJobsBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
-	if err != nil {
-		return nil, fmt.Errorf("find jobs to purge: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "find jobs to purge", `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
 }

@@ -97,25 +97,15 @@ func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
 // another agent takes the sweeps at its next round instead of after the
 // TTL. Nothing happens if holder does not hold it.
 func (s *Store) ReleaseSweep(ctx context.Context, holder string) error {
-	err := s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `UPDATE leases SET expires_at = 0 WHERE pool = ? AND holder = ?`, sweepPool, holder)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("release the sweep lease: %w", err)
-	}
-	return nil
+	_, err := s.do(ctx, "release the sweep lease", `UPDATE leases SET expires_at = 0 WHERE pool = ? AND holder = ?`, sweepPool, holder)
+	return err
 }
 
 // SubmittingBefore lists the jobs whose submission started before cut and
 // never completed: with several agents on one database, a submission
 // still SUBMITTING long after it started is one whose agent died.
 func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
-	if err != nil {
-		return nil, fmt.Errorf("find stale submissions: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "find stale submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
 }
 
 // SiteRound is what a site's agent saw at its last round (pilots held,
@@ -137,48 +127,31 @@ func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) erro
 	if err != nil {
 		return err
 	}
-	err = s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, siteRoundKey+site, string(v))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store the round of site %s: %w", site, err)
-	}
-	return nil
+	return s.putSetting(ctx, siteRoundKey+site, string(v))
 }
 
 // SiteRounds reads every site's latest round.
 func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
-	if err != nil {
-		return nil, fmt.Errorf("read the sites' rounds: %w", err)
-	}
-	defer rows.Close()
 	out := map[string]SiteRound{}
-	for rows.Next() {
+	return out, s.each(ctx, "read the sites' rounds", func(rs *sql.Rows) error {
 		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, fmt.Errorf("read the sites' rounds: %w", err)
-		}
 		var r SiteRound
+		if err := rs.Scan(&k, &v); err != nil {
+			return err
+		}
 		if err := json.Unmarshal([]byte(v), &r); err != nil {
-			return nil, fmt.Errorf("the round of site %s: %w", strings.TrimPrefix(k, siteRoundKey), err)
+			return fmt.Errorf("the round of site %s: %w", strings.TrimPrefix(k, siteRoundKey), err)
 		}
 		out[strings.TrimPrefix(k, siteRoundKey)] = r
-	}
-	return out, rows.Err()
+		return nil
+	}, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
 }
 
 // CancelledAfter lists the jobs cancelled after since, read from the
 // table (CancelledSince answers from this process's memory, which another
 // agent's cancels never reach).
 func (s *Store) CancelledAfter(ctx context.Context, since time.Time) ([]int64, error) {
-	out, err := ids(ctx, s.r, `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
-	if err != nil {
-		return nil, fmt.Errorf("list cancelled jobs: %w", err)
-	}
-	return out, nil
+	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 }
 
 // ErrSubmissionTaken is ActivateJob's error for a submission this agent
@@ -193,42 +166,24 @@ const agentPool = "~agent:"
 // BeatAgent renews this agent's (Share's holder) liveness row until
 // now+ttl.
 func (s *Store) BeatAgent(ctx context.Context, now time.Time, ttl time.Duration) error {
-	err := s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, 0, ?, '', ?)
-			ON CONFLICT (pool) DO UPDATE SET expires_at = excluded.expires_at`, agentPool+s.holder, s.holder, ms(now.Add(ttl)))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("renew this agent's liveness: %w", err)
-	}
-	return nil
+	_, err := s.do(ctx, "renew this agent's liveness", `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, 0, ?, '', ?)
+		ON CONFLICT (pool) DO UPDATE SET expires_at = excluded.expires_at`, agentPool+s.holder, s.holder, ms(now.Add(ttl)))
+	return err
 }
 
 // ReleaseAgent removes this agent's liveness row (an agent that stops):
 // its submissions under way, if any, may be taken over at once.
 func (s *Store) ReleaseAgent(ctx context.Context) error {
-	err := s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `DELETE FROM leases WHERE pool = ?`, agentPool+s.holder)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("remove this agent's liveness: %w", err)
-	}
-	return nil
+	_, err := s.do(ctx, "remove this agent's liveness", `DELETE FROM leases WHERE pool = ?`, agentPool+s.holder)
+	return err
 }
 
 // PruneAgents removes the liveness rows that lapsed before cut: agents
 // killed without a word leave theirs behind (each run of an agent has a
 // name of its own). A missing row counts as a dead agent, like a lapsed one.
 func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
-	err := s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `DELETE FROM leases WHERE pool LIKE ? AND expires_at < ?`, agentPool+"%", ms(cut))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("prune the liveness of dead agents: %w", err)
-	}
-	return nil
+	_, err := s.do(ctx, "prune the liveness of dead agents", `DELETE FROM leases WHERE pool LIKE ? AND expires_at < ?`, agentPool+"%", ms(cut))
+	return err
 }
 
 // TakeOverSubmission frees the idempotency key of the submission id,

@@ -14,61 +14,48 @@ import (
 
 // EnsureUser inserts a user with limits unless the user exists.
 func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
-		return err
-	})
+	_, err := s.do(ctx, "add user "+name, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+		name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
+	return err
 }
 
 // PutUser creates or changes a user's limits.
 func (s *Store) PutUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT(name) DO UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`,
-			name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
-		return err
-	})
+	_, err := s.do(ctx, "store user "+name, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT(name) DO UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`,
+		name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
+	return err
 }
 
 // Users reads every user's limits.
 func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
-	if err != nil {
-		return nil, fmt.Errorf("read users: %w", err)
-	}
-	defer rows.Close()
 	out := map[string]fairshare.Limits{}
-	for rows.Next() {
+	return out, s.each(ctx, "read users", func(r *sql.Rows) error {
 		var n string
 		var l fairshare.Limits
-		if err := rows.Scan(&n, &l.Priority, &l.MaxParallelJobs, &l.MaxTotalRunningTime, &l.MaxTotalCpuCost); err != nil {
-			return nil, fmt.Errorf("read users: %w", err)
-		}
+		err := r.Scan(&n, &l.Priority, &l.MaxParallelJobs, &l.MaxTotalRunningTime, &l.MaxTotalCpuCost)
 		out[n] = l
-	}
-	return out, rows.Err()
+		return err
+	}, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
 }
 
 // RunningCores sums, per owner, the cores of the active tasks (ASSIGNED,
 // RUNNING, ZOMBIE) of live jobs.
 func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(cores * n_active) FROM `+jobsCounted+`
+	return s.sums(ctx, "read running cores", `SELECT owner, sum(cores * n_active) FROM `+jobsCounted+`
 		WHERE state IN ('WAITING', 'RUNNING') AND n_active > 0 GROUP BY owner`)
-	if err != nil {
-		return nil, fmt.Errorf("read running cores: %w", err)
-	}
-	defer rows.Close()
+}
+
+// sums reads a map of names to counts (a query's rows of name and count).
+func (s *Store) sums(ctx context.Context, what, query string, args ...any) (map[string]int, error) {
 	out := map[string]int{}
-	for rows.Next() {
-		var n string
-		var c int
-		if err := rows.Scan(&n, &c); err != nil {
-			return nil, fmt.Errorf("read running cores: %w", err)
-		}
-		out[n] = c
-	}
-	return out, rows.Err()
+	return out, s.each(ctx, what, func(r *sql.Rows) error {
+		var k string
+		var n int
+		err := r.Scan(&k, &n)
+		out[k] = n
+		return err
+	}, query, args...)
 }
 
 // UsageEvent is one result's usage, at its arrival (Unix ms).
@@ -80,29 +67,20 @@ type UsageEvent struct {
 // UsageEvents reads, per owner, the usage of the batches of results
 // received after since, oldest first (the sliding usage window).
 func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]UsageEvent, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, at, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, ms(since))
-	if err != nil {
-		return nil, fmt.Errorf("read usage: %w", err)
-	}
-	defer rows.Close()
 	out := map[string][]UsageEvent{}
-	for rows.Next() {
+	return out, s.each(ctx, "read usage", func(r *sql.Rows) error {
 		var n string
 		var e UsageEvent
-		if err := rows.Scan(&n, &e.At, &e.CPU, &e.Cost); err != nil {
-			return nil, fmt.Errorf("read usage: %w", err)
-		}
+		err := r.Scan(&n, &e.At, &e.CPU, &e.Cost)
 		out[n] = append(out[n], e)
-	}
-	return out, rows.Err()
+		return err
+	}, `SELECT owner, at, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, ms(since))
 }
 
 // PruneUsage deletes the usage logged before cut (out of the window).
 func (s *Store) PruneUsage(ctx context.Context, cut time.Time) error {
-	return s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `DELETE FROM usage_log WHERE at < ?`, ms(cut))
-		return err
-	})
+	_, err := s.do(ctx, "prune usage", `DELETE FROM usage_log WHERE at < ?`, ms(cut))
+	return err
 }
 
 // UsageRow is a user's usage and computedPriority as flushed.
@@ -142,21 +120,7 @@ var putUsageSQL = hot(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_2
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
 // owner when only is set).
 func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
-	if err != nil {
-		return nil, fmt.Errorf("count waiting tasks: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var o string
-		var n int
-		if err := rows.Scan(&o, &n); err != nil {
-			return nil, fmt.Errorf("count waiting tasks: %w", err)
-		}
-		out[o] = n
-	}
-	return out, rows.Err()
+	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
 }
 
 // TokenIdentity returns the user and role of a token's hash; ok is false
@@ -174,46 +138,20 @@ func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role stri
 
 // PutToken stores a token's hash.
 func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
-		return err
-	})
+	_, err := s.do(ctx, "store token", `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
+	return err
 }
 
 // DeleteTokens deletes every token of user with role and counts them.
 func (s *Store) DeleteTokens(ctx context.Context, user, role string) (int, error) {
-	var n int64
-	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ?`, user, role)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	n, err := s.do(ctx, "delete tokens", `DELETE FROM tokens WHERE "user" = ? AND role = ?`, user, role)
 	return int(n), err
 }
 
 // NodeSettings reads the admin's floor and cap of pilot nodes.
 func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes int, err error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes')`)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read node settings: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var v int
-		if err := rows.Scan(&k, &v); err != nil {
-			return 0, 0, fmt.Errorf("read node settings: %w", err)
-		}
-		if k == "min_nodes" {
-			minNodes = v
-		} else {
-			maxNodes = v
-		}
-	}
-	return minNodes, maxNodes, rows.Err()
+	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes')`)
+	return v["min_nodes"], v["max_nodes"], err
 }
 
 // PutNodeSettings stores the admin's floor and cap of pilot nodes.
