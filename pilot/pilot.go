@@ -54,10 +54,11 @@ type Pilot struct {
 	whyNot    error     // the last failed start
 }
 
-// Back-off between failed master starts: 5 s, growing to 5 minutes.
+// Back-off between failed master starts: 5 s, growing to a minute (a
+// pilot held off does not work for another master either: see resolve).
 const (
 	startRetryFirst = 5 * time.Second
-	startRetryMax   = 5 * time.Minute
+	startRetryMax   = time.Minute
 )
 
 func newStartBackOff() *backoff.ExponentialBackOff {
@@ -207,6 +208,10 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		if running {
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
+		// After a failed master start the lease is not asked until the
+		// back-off ends: any question may be granted (a new epoch). The
+		// worker waits meanwhile even if another pilot became master, as
+		// the queue has no question that grants nothing.
 		if err := p.holdingOff(); err != nil {
 			return worker.Endpoint{}, err
 		}
