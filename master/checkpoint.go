@@ -186,22 +186,34 @@ func OpenCheckpoint(dir string, epoch int64, journal string) (*Checkpoint, Resto
 	path := filepath.Join(dir, FileName(epoch))
 	prev, newer, err := epochs(dir, epoch)
 	if err != nil {
-		return nil, info, err
+		return nil, info, stateDirError(dir, err)
 	}
 	if newer > 0 {
 		return nil, info, fmt.Errorf("checkpoint %s exists, we have epoch %d: %w", FileName(newer), epoch, ErrFenced)
 	}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && prev > 0 {
+	_, err = os.Stat(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, info, stateDirError(dir, fmt.Errorf("checkpoint %s: %w", path, err))
+	}
+	// A file this open makes and cannot finish (a full or read-only
+	// directory) is removed: left, the next epoch would restore from it
+	// instead of from the last good one, and every try would leave one more.
+	created := err != nil
+	fail := func(err error) (*Checkpoint, Restored, error) {
+		if created {
+			removeEpoch(path)
+		}
+		return nil, info, stateDirError(dir, err)
+	}
+	if created && prev > 0 {
 		info.From = filepath.Join(dir, FileName(prev))
 		if info.Journal, err = copyEpoch(info.From, path); err != nil {
-			return nil, info, err
+			return fail(err)
 		}
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, info, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	c, err := open(path, epoch, journal)
 	if err != nil {
-		return nil, info, err
+		return fail(err)
 	}
 	// Ours is written (and synced, by the claim's commit): the older
 	// files are superseded.
@@ -326,6 +338,14 @@ func removeOlder(dir string, epoch int64) []string {
 		}
 	}
 	return gone
+}
+
+// removeEpoch removes an epoch's checkpoint file and what SQLite and
+// copyEpoch make beside it.
+func removeEpoch(path string) {
+	for _, p := range []string{path, path + "-journal", path + "-wal", path + "-shm", path + ".tmp"} {
+		os.Remove(p)
+	}
 }
 
 // open opens (creating if needed) the checkpoint file of our epoch.

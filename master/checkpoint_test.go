@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/capacity"
+	"github.com/harvest-hpc/harvest/internal/tinyfs"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/master/core"
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -275,5 +276,74 @@ func TestAPartitionedMasterStopsWritingBeforeItsLeaseCanBeGranted(t *testing.T) 
 		t.Logf("stopped %s after the cut (hold: 3/4 of the %s TTL after the last renewal's request)", time.Since(cut).Round(time.Millisecond), ttl)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the partitioned master still runs 10 s after the cut")
+	}
+}
+
+// TestAFullStateDirectoryFailsTheOpenCleanly (found by the audit): a master
+// whose state directory was full left master-N.db and its journal behind
+// at every try, a file the next epoch then took for the newest checkpoint,
+// and said nothing about the disk. The open says the state directory is
+// full or read-only (ErrStateDir, the directory, the errno), leaves no
+// file of its epoch, and a later epoch restores from the last good one.
+func TestAFullStateDirectoryFailsTheOpenCleanly(t *testing.T) {
+	dir := tinyfs.Mount(t, "512k")
+	one, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Commit([]core.Op{addOp(1), addOp(2)}); err != nil {
+		t.Fatal(err)
+	}
+	one.Close()
+	files := func() []string {
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range ents {
+			if e.Name() != "filler" {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	free := tinyfs.Fill(t, dir)
+	for _, epoch := range []int64{2, 3} {
+		_, _, err := master.OpenCheckpoint(dir, epoch, master.DefaultJournal)
+		if !errors.Is(err, master.ErrStateDir) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
+			t.Fatalf("open of epoch %d in a full directory: %v, want ErrStateDir naming %s and %q", epoch, err, dir, syscall.ENOSPC.Error())
+		}
+		for _, name := range files() {
+			if !strings.HasPrefix(name, "master-1.db") {
+				t.Fatalf("after the failed open of epoch %d the directory holds %v, want epoch 1's files only", epoch, files())
+			}
+		}
+	}
+	free()
+	four, info, err := master.OpenCheckpoint(dir, 4, master.DefaultJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer four.Close()
+	rows, _, err := four.Load()
+	if info.From != filepath.Join(dir, "master-1.db") || err != nil || len(rows) != 2 {
+		t.Fatalf("epoch 4 restored from %s: %d tasks, %v; want master-1.db's 2", info.From, len(rows), err)
+	}
+	four.Close()
+	// Unwritable after start: the file system went read-only.
+	tinyfs.ReadOnly(t, dir)
+	if _, _, err := master.OpenCheckpoint(dir, 5, master.DefaultJournal); !errors.Is(err, master.ErrStateDir) || !strings.Contains(err.Error(), syscall.EROFS.Error()) {
+		t.Fatalf("open of epoch 5 in a read-only directory: %v, want ErrStateDir and %q", err, syscall.EROFS.Error())
+	}
+}
+
+// A fresh state directory that is full keeps no file of the failed epoch.
+func TestAFullEmptyStateDirectoryKeepsNoFile(t *testing.T) {
+	dir := tinyfs.Mount(t, "64k")
+	tinyfs.Fill(t, dir)
+	_, _, err := master.OpenCheckpoint(dir, 1, master.DefaultJournal)
+	if !errors.Is(err, master.ErrStateDir) || !strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
+		t.Fatalf("open in a full directory: %v, want ErrStateDir and %q", err, syscall.ENOSPC.Error())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the directory holds %v, want the filler only", ents)
 	}
 }

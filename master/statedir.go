@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
+
+	"github.com/mattn/go-sqlite3"
 )
 
 // ErrStateDir: the state directory cannot hold the checkpoint.
@@ -69,4 +72,42 @@ func CheckStateDir(dir string) error {
 		return bad("remove a file", err)
 	}
 	return nil
+}
+
+// stateDirError marks err, a failure to open the checkpoint in dir, with
+// ErrStateDir when the directory is the cause: full (ENOSPC, EDQUOT),
+// read-only (EROFS) or not writable by this account (EACCES, EPERM), as
+// the error itself says or, where SQLite gives no errno, as a probe of
+// the directory finds. Other errors (a damaged file) are returned as they
+// are.
+func stateDirError(dir string, err error) error {
+	if errno, ok := stateErrno(err); ok {
+		return fmt.Errorf("%w: %s: %v (%w)", ErrStateDir, dir, errno, err)
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) && (se.Code == sqlite3.ErrReadonly || se.Code == sqlite3.ErrCantOpen || se.Code == sqlite3.ErrIoErr || se.Code == sqlite3.ErrPerm) {
+		if perr := CheckStateDir(dir); perr != nil {
+			return fmt.Errorf("%w (%w)", perr, err)
+		}
+	}
+	return err
+}
+
+// stateErrno finds the errno of a full or unwritable file system in err.
+func stateErrno(err error) (syscall.Errno, bool) {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		if se.Code == sqlite3.ErrFull {
+			return syscall.ENOSPC, true
+		}
+		err = se.SystemErrno
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EACCES, syscall.EPERM:
+			return errno, true
+		}
+	}
+	return 0, false
 }

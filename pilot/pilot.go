@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/master"
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -41,6 +43,29 @@ type Pilot struct {
 	starting chan struct{} // closed when a lease request in flight is settled (and the master it won is up, or failed)
 	mcancel  context.CancelFunc
 	mdone    chan struct{}
+
+	// A master that could not start (a full or unwritable state
+	// directory) has this pilot ask for the lease again only after a
+	// back-off: each grant is a new epoch, and a failing pilot asking at
+	// the worker's pace took one every few seconds.
+	now       func() time.Time // time.Now; tests inject a clock
+	startBO   *backoff.ExponentialBackOff
+	notBefore time.Time // no lease question before this
+	whyNot    error     // the last failed start
+}
+
+// Back-off between failed master starts: 5 s, growing to a minute (a
+// pilot held off does not work for another master either: see resolve).
+const (
+	startRetryFirst = 5 * time.Second
+	startRetryMax   = time.Minute
+)
+
+func newStartBackOff() *backoff.ExponentialBackOff {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = startRetryFirst, startRetryMax, 0
+	bo.Reset()
+	return bo
 }
 
 // Run runs the pilot until ctx ends (SIGTERM) or the deadline (minus
@@ -55,7 +80,7 @@ func Run(ctx context.Context, cfg Config, q master.Queue) error {
 	if err != nil {
 		return fmt.Errorf("pilot: listen %s: %w", cfg.Listen, err)
 	}
-	p := &Pilot{cfg: cfg, q: q, log: cfg.Logger.With("component", "pilot", "pilot", cfg.PilotID)}
+	p := &Pilot{cfg: cfg, q: q, log: cfg.Logger.With("component", "pilot", "pilot", cfg.PilotID), now: time.Now, startBO: newStartBackOff()}
 	p.url, err = advertiseURL(cfg.Advertise, ln.Addr())
 	if err != nil {
 		ln.Close()
@@ -183,6 +208,13 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		if running {
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
+		// After a failed master start the lease is not asked until the
+		// back-off ends: any question may be granted (a new epoch). The
+		// worker waits meanwhile even if another pilot became master, as
+		// the queue has no question that grants nothing.
+		if err := p.holdingOff(); err != nil {
+			return worker.Endpoint{}, err
+		}
 		l, err := p.askLease(ctx)
 		if err != nil {
 			return worker.Endpoint{}, err
@@ -246,9 +278,38 @@ func (p *Pilot) askLease(ctx context.Context) (pilotproto.Lease, error) {
 		if _, rerr := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url, Epoch: l.Epoch, Release: true}); rerr != nil {
 			p.log.Warn("could not give the lease up after a failed start", "epoch", l.Epoch, "error", rerr)
 		}
+		p.failedStart(l.Epoch, err)
 		return l, err
 	}
+	p.mu.Lock()
+	p.startBO.Reset()
+	p.mu.Unlock()
 	return l, nil
+}
+
+// failedStart says why this pilot cannot be master and holds it off the
+// lease for the next back-off.
+func (p *Pilot) failedStart(epoch int64, err error) {
+	p.mu.Lock()
+	wait := p.startBO.NextBackOff()
+	p.notBefore, p.whyNot = p.now().Add(wait), err
+	p.mu.Unlock()
+	if errors.Is(err, master.ErrStateDir) {
+		p.log.Error("cannot be master: the state directory cannot hold the checkpoint (full, read-only or not writable by this account); free space or fix it. Not asking for the lease meanwhile",
+			"state_dir", p.cfg.StateDir, "epoch", epoch, "error", err, "retry_in", wait.Round(time.Second))
+		return
+	}
+	p.log.Error("cannot be master; not asking for the lease meanwhile", "state_dir", p.cfg.StateDir, "epoch", epoch, "error", err, "retry_in", wait.Round(time.Second))
+}
+
+// holdingOff is why this pilot does not ask for the lease now (nil: it may).
+func (p *Pilot) holdingOff() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if left := p.notBefore.Sub(p.now()); left > 0 {
+		return fmt.Errorf("not asking for the master lease for %s: the last master start failed: %w", left.Round(time.Second), p.whyNot)
+	}
+	return nil
 }
 
 // startMaster runs the master of the lease l, asked for at asked (the

@@ -23,7 +23,8 @@ type Config struct {
 	AllowedRoots []string
 	// OutputsRoot, when set, holds the default output directories
 	// (OutputsRoot/<user>/job-<id>); otherwise a job's default output
-	// directory is <dataset>.out-<id> next to the dataset.
+	// directory is <dataset>.out-<id> next to the dataset. A default name
+	// that exists already gives way to the next free one (<name>.2, ...).
 	OutputsRoot string
 	// PilotToken authenticates the local site's pilots (the agent hands it
 	// to pilot jobs as HARVEST_PILOT_TOKEN). Other sites' agents register

@@ -333,23 +333,38 @@ func (q *Queue) ownOutput(owner, p string) error {
 	}
 }
 
+// maxOutputSuffix bounds the names tried for a default output directory
+// whose plain name exists: out, out.2, ... out.<maxOutputSuffix>.
+const maxOutputSuffix = 100
+
 // makeOutput creates the job's output directory before any task runs,
-// without following links: a default one fresh (it must not exist), a
-// named one (already checked to be the owner's) with its missing parents.
-func makeOutput(out string, fresh bool) error {
-	var err error
-	if fresh {
-		err = safefs.MkdirFresh(out, 0o755)
-	} else {
-		var d *os.File
-		if d, err = safefs.MkdirAll(out, 0o755); err == nil {
-			d.Close()
+// without following links, and returns it: a named one (already checked
+// to be the owner's) with its missing parents; a default one fresh. The
+// default name may exist already (a queue reset or restored backup
+// reusing ids, another queue on the same dataset): that directory is not
+// the job's, and it is the queue's name to choose, so the next free one
+// (out.2, out.3, ...) is taken rather than failing the submission, which
+// would use up a job id at every retry.
+func makeOutput(out string, fresh bool) (string, error) {
+	if !fresh {
+		d, err := safefs.MkdirAll(out, 0o755)
+		if err != nil {
+			return "", invalid("cannot create the output directory %s (the harvest account must be able to, and no link may lead there): %v", out, err)
 		}
+		d.Close()
+		return out, nil
 	}
-	if err != nil {
-		return invalid("cannot create the output directory %s (the harvest account must be able to, and no link may lead there): %v", out, err)
+	try := out
+	for k := 2; ; k++ {
+		err := safefs.MkdirFresh(try, 0o755)
+		if err == nil {
+			return try, nil
+		}
+		if !errors.Is(err, fs.ErrExist) || k > maxOutputSuffix {
+			return "", invalid("cannot create the default output directory %s (the harvest account must be able to, and no link may lead there): %v", try, err)
+		}
+		try = fmt.Sprintf("%s.%d", out, k)
 	}
-	return nil
 }
 
 // resolveOutput checks an explicit output directory: it may not exist yet,
@@ -566,7 +581,7 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 			out = fmt.Sprintf("%s.out-%d", n.dataset, id)
 		}
 	}
-	if err := makeOutput(out, n.output == ""); err != nil {
+	if out, err = makeOutput(out, n.output == ""); err != nil {
 		q.dropJob(id)
 		return api.Job{}, err
 	}

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -264,5 +267,71 @@ func TestARetryAfterAFailedStoreIsStoredNotRefused(t *testing.T) {
 	<-again.Done()
 	if j2, err := again.Result(); err != nil || j2.ID != j.ID || !again.Replayed() {
 		t.Fatalf("the key again: %+v %v replayed=%v, want job %d replayed", j2, err, again.Replayed(), j.ID)
+	}
+}
+
+// TestAnExistingDefaultOutputDoesNotBlockSubmission (found by the audit):
+// when the default output directory of the next job id already exists (a
+// queue reset, a restored backup, another queue on the same dataset), the
+// submission failed with "file exists" and every retry used up a job id.
+// The default directory is the queue's to choose: it takes the next free
+// name, leaves the existing directory alone, and consumes no job id.
+func TestAnExistingDefaultOutputDoesNotBlockSubmission(t *testing.T) {
+	for _, root := range []bool{true, false} {
+		t.Run(map[bool]string{true: "outputs-root", false: "beside-dataset"}[root], func(t *testing.T) {
+			e := queuetest.New(t, func(c *queue.Config) {
+				if !root {
+					c.OutputsRoot = ""
+				}
+			})
+			ctx := context.Background()
+			ds := e.Dataset("ds", 2)
+			spec := api.JobSpec{Dataset: ds, Command: []string{"p", "{input}"}, BatchSize: 1}
+			first, err := e.Q.Submit(ctx, "alice", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Where the next job's default output goes, and the one after.
+			next := func(id int64) string {
+				if root {
+					return filepath.Join(e.Cfg.OutputsRoot, "alice", fmt.Sprintf("job-%d", id))
+				}
+				return fmt.Sprintf("%s.out-%d", ds, id)
+			}
+			taken := next(first.ID + 1)
+			for _, p := range []string{taken, taken + ".2"} {
+				if err := os.MkdirAll(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mark := filepath.Join(taken, "someone-elses")
+			if err := os.WriteFile(mark, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			j, err := e.Q.Submit(ctx, "alice", spec)
+			if err != nil {
+				t.Fatalf("a submission whose default output exists: %v, want stored", err)
+			}
+			if j.ID != first.ID+1 {
+				t.Errorf("job id %d, want %d: an id was used up", j.ID, first.ID+1)
+			}
+			if j.OutputDir != taken+".3" {
+				t.Errorf("output %s, want the next free name %s.3", j.OutputDir, taken)
+			}
+			if fi, err := os.Lstat(j.OutputDir); err != nil || !fi.IsDir() {
+				t.Errorf("output %s not made: %v", j.OutputDir, err)
+			}
+			if entries, _ := os.ReadDir(j.OutputDir); len(entries) != 0 {
+				t.Errorf("the new output is not fresh: %v", entries)
+			}
+			if _, err := os.Stat(mark); err != nil {
+				t.Errorf("the existing directory was touched: %v", err)
+			}
+			// The next submission takes the next id and its plain name.
+			j3, err := e.Q.Submit(ctx, "alice", spec)
+			if err != nil || j3.ID != j.ID+1 || j3.OutputDir != next(j.ID+1) {
+				t.Fatalf("the next submission: %+v %v, want job %d in %s", j3, err, j.ID+1, next(j.ID+1))
+			}
+		})
 	}
 }
