@@ -507,6 +507,20 @@ try task-read cat "$REF/genome"
 			}
 		}
 	}
+	// A batched run of a1 and l1 (its entries' targets added together):
+	// it reads both, and still not bob's.
+	var batch []pilotproto.Task
+	for i, entry := range []string{"a1", "l1"} {
+		out := filepath.Join(root, "alice", "out")
+		batch = append(batch, pilotproto.Task{ID: int64(11 + i), Attempt: 1, JobID: 1, Input: filepath.Join(ds, entry), OutputDir: out,
+			Output: filepath.Join(out, entry), Command: []string{"sh", "-c", `cat "$@" && ! cat "$ROOT/bob/ds/b2/r.txt"`, "sh", "{inputs}"},
+			Env: []string{"ROOT=" + root}})
+	}
+	if o := confined.RunBatch(context.Background(), batch); o.Status != pilotproto.StatusDone {
+		t.Errorf("batched run: %s %d %q", o.Status, o.ExitCode, o.ErrorTail)
+	} else if b, _ := os.ReadFile(logOf(batch[0], "out")); string(b) != "a1x" {
+		t.Errorf("batched run printed %q, want a1x", b)
+	}
 	if open := run(newRunner(nil), 9, "a1"); open["other-job"] != "ok" || open["link-dir-target"] != "ok" {
 		t.Errorf("unconfined probe: %v: the probe cannot tell", open)
 	}
