@@ -25,8 +25,9 @@ type Config struct {
 
 	// Confine says whether tasks run confined (package worker/confine):
 	// auto (where the kernel has Landlock), require, off. TaskRoots are
-	// the queue's allowed roots (inputs must resolve inside them; tasks
-	// read them), TaskRead more directories tasks may read. They apply
+	// the queue's allowed roots (inputs must resolve inside them; a task
+	// reads only its job's dataset and linked entry there), TaskRead more
+	// directories every task may read. They apply
 	// when Worker.Runner is nil (the pilot makes an ExecRunner).
 	Confine   confine.Mode
 	TaskRoots []string

@@ -414,3 +414,114 @@ func TestARunnerOutlivesTheBatchSystemsStopSignal(t *testing.T) {
 	cancel()
 	<-res
 }
+
+// TestATaskReadsOnlyItsOwnJobsData: a confined task read everything
+// under the roots, so alice's `cat /data/bob/ds/b2/r.txt > {output}`
+// printed bob's file although the queue refuses alice bob's dataset. A
+// task now reads its job's dataset directory (its input's parent), the
+// target of its own entry when that is a link, the --task-read
+// directories and the system's; not another job's dataset under the
+// same root, nor another task's link target. The same probe unconfined
+// shows the test can tell.
+func TestATaskReadsOnlyItsOwnJobsData(t *testing.T) {
+	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
+		t.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	ref := filepath.Join(dir, "ref") // the admin's --task-read
+	files := map[string]string{
+		filepath.Join(root, "alice", "ds", "a1"):        "a1",
+		filepath.Join(root, "alice", "ds", "a2"):        "a2",
+		filepath.Join(root, "bob", "ds", "b2", "r.txt"): "bob",
+		filepath.Join(root, "shared", "x"):              "x",   // alice's link l1 leads here
+		filepath.Join(root, "shared", "y"):              "y",   // next to it: nobody's entry
+		filepath.Join(root, "lib", "d", "z"):            "z",   // alice's link l2 leads to lib/d
+		filepath.Join(ref, "genome"):                    "ref", // shared reference data
+	}
+	for p, s := range files {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(s), 0o644)
+	}
+	ds := filepath.Join(root, "alice", "ds")
+	os.Symlink(filepath.Join(root, "shared", "x"), filepath.Join(ds, "l1"))
+	os.Symlink(filepath.Join(root, "lib", "d"), filepath.Join(ds, "l2"))
+	const probe = `
+try() { what=$1; shift; if "$@" >/dev/null 2>&1; then echo "$what ok"; else echo "$what denied"; fi; }
+try own-input cat "$1"
+try own-input-dir ls "$1"
+try sibling-entry cat "$DS/a2"
+try other-job cat "$ROOT/bob/ds/b2/r.txt"
+try other-job-dir ls "$ROOT/bob/ds"
+try root ls "$ROOT"
+try link-file-target cat "$ROOT/shared/x"
+try link-file-next cat "$ROOT/shared/y"
+try link-dir-target cat "$ROOT/lib/d/z"
+try task-read cat "$REF/genome"
+`
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One job's tasks share its runner: each its own rules.
+	newRunner := func(jail *confine.Launcher) *worker.ExecRunner {
+		r := worker.DefaultExecRunner()
+		r.Roots, r.Read, r.TempRoot, r.Jail = []string{root}, []string{ref}, dir, jail
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	run := func(r *worker.ExecRunner, id int64, entry string) map[string]string {
+		in := filepath.Join(ds, entry)
+		out := filepath.Join(root, "alice", "out")
+		task := pilotproto.Task{ID: id, Attempt: 1, JobID: 1, Input: in, OutputDir: out, Output: filepath.Join(out, entry),
+			Command: []string{"sh", "-c", probe, "sh", "{input}"},
+			Env:     []string{"DS=" + ds, "ROOT=" + root, "REF=" + ref}}
+		o := r.Run(context.Background(), task)
+		if o.Status != pilotproto.StatusDone {
+			t.Fatalf("probe: %s %d %q", o.Status, o.ExitCode, o.ErrorTail)
+		}
+		b, _ := os.ReadFile(logOf(task, "out"))
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			got[k] = v
+		}
+		return got
+	}
+	confined := newRunner(&confine.Launcher{Exe: exe, Mode: confine.ModeRequire})
+	for i, c := range []struct {
+		entry string
+		want  map[string]string
+	}{
+		{"a1", map[string]string{"own-input": "ok", "sibling-entry": "ok", "other-job": "denied", "other-job-dir": "denied",
+			"root": "denied", "link-file-target": "denied", "link-dir-target": "denied", "task-read": "ok"}},
+		{"l1", map[string]string{"own-input": "ok", "sibling-entry": "ok", "other-job": "denied", "link-file-target": "ok",
+			"link-file-next": "denied", "link-dir-target": "denied", "task-read": "ok"}},
+		{"l2", map[string]string{"own-input-dir": "ok", "link-dir-target": "ok", "link-file-target": "denied",
+			"other-job": "denied", "task-read": "ok"}},
+	} {
+		got := run(confined, int64(i+1), c.entry)
+		for k, v := range c.want {
+			if got[k] != v {
+				t.Errorf("task of entry %s: %s %s, want %s", c.entry, k, got[k], v)
+			}
+		}
+	}
+	// A batched run of a1 and l1 (its entries' targets added together):
+	// it reads both, and still not bob's.
+	var batch []pilotproto.Task
+	for i, entry := range []string{"a1", "l1"} {
+		out := filepath.Join(root, "alice", "out")
+		batch = append(batch, pilotproto.Task{ID: int64(11 + i), Attempt: 1, JobID: 1, Input: filepath.Join(ds, entry), OutputDir: out,
+			Output: filepath.Join(out, entry), Command: []string{"sh", "-c", `cat "$@" && ! cat "$ROOT/bob/ds/b2/r.txt"`, "sh", "{inputs}"},
+			Env: []string{"ROOT=" + root}})
+	}
+	if o := confined.RunBatch(context.Background(), batch); o.Status != pilotproto.StatusDone {
+		t.Errorf("batched run: %s %d %q", o.Status, o.ExitCode, o.ErrorTail)
+	} else if b, _ := os.ReadFile(logOf(batch[0], "out")); string(b) != "a1x" {
+		t.Errorf("batched run printed %q, want a1x", b)
+	}
+	if open := run(newRunner(nil), 9, "a1"); open["other-job"] != "ok" || open["link-dir-target"] != "ok" {
+		t.Errorf("unconfined probe: %v: the probe cannot tell", open)
+	}
+}

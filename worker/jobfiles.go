@@ -27,6 +27,7 @@ type jobFiles struct {
 	outDir  *os.File // O_PATH; nil: the job has no output directory
 	logs    *os.File // OUTDIR/.harvest/logs; nil: FallbackLog
 	input   *os.File // the input the rules name (no roots set); else nil
+	dataset *os.File // the dataset directory each task's rules name (roots set); else nil
 	tmpRoot string
 	tmpDir  *os.File        // tmpRoot, opened: the tasks' directories are made relative to it
 	runner  *confine.Runner // the job's confined task runner; nil: tasks are not confined
@@ -53,8 +54,12 @@ const (
 // jobKey tells apart what gives tasks different files or rules.
 func (r *ExecRunner) jobKey(t pilotproto.Task) string {
 	k := strconv.FormatInt(t.JobID, 10) + "\x00" + t.OutputDir + "\x00" + t.WorkDir
-	if r.Jail != nil && len(r.Roots) == 0 && t.Input != "" {
-		k += "\x00" + t.Input // the rules name the input itself
+	if r.Jail != nil && t.Input != "" {
+		if len(r.Roots) == 0 {
+			k += "\x00" + t.Input // the rules name the input itself
+		} else {
+			k += "\x00" + filepath.Dir(t.Input) // the tasks' rules name the dataset directory
+		}
 	}
 	return k
 }
@@ -152,7 +157,7 @@ func (c *jobCache) closeAll() {
 }
 
 func (j *jobFiles) close() {
-	for _, f := range []*os.File{j.outDir, j.logs, j.input, j.tmpDir} {
+	for _, f := range []*os.File{j.outDir, j.logs, j.input, j.dataset, j.tmpDir} {
 		if f != nil {
 			f.Close()
 		}
@@ -220,6 +225,26 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	if t.WorkDir != "" {
 		pol.Dir = t.WorkDir
 		pol.Read = append(pol.Read, t.WorkDir)
+	}
+	if len(r.Roots) > 0 {
+		// The runner reads the roots (its tasks' linked entries may lead
+		// anywhere in them); each task, in its own domain nested in the
+		// runner's, reads its job's dataset directory (opened without
+		// following links: one put in its place since is refused) and
+		// what its request adds (its entry's link target), not the other
+		// jobs' datasets under the same roots.
+		tasks := confine.Policy{Read: append(append([]string(nil), confine.SystemRead...), r.Read...), Write: pol.Write}
+		if t.Input != "" {
+			if j.dataset, err = safefs.OpenDir(filepath.Dir(t.Input)); err != nil {
+				return nil, fmt.Errorf("dataset directory: %w", err)
+			}
+			files = append(files, j.dataset)
+			tasks.Read = append(tasks.Read, confine.RunnerFile(len(files)-1))
+		}
+		if t.WorkDir != "" {
+			tasks.Read = append(tasks.Read, t.WorkDir)
+		}
+		rp.Tasks = &tasks
 	}
 	rp.Policy = pol
 	if j.runner, err = confine.StartRunner(r.Jail, rp, files); err != nil {

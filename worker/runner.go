@@ -101,9 +101,12 @@ func Substitute(argv []string, t pilotproto.Task) []string {
 //     without following any symbolic link (a link planted after submission
 //     is refused), and its input must resolve inside Roots;
 //   - with a Jail, it runs confined (package confine): it reads the
-//     system directories, Roots, Read and its input, and writes only its
-//     output directory (the one opened above, by descriptor) and its
-//     job's temporary directories on this worker (its own among them).
+//     system directories, Read, its job's dataset directory (its input's
+//     parent) and, when its entry is a link, the link's target (resolved
+//     inside Roots), not the rest of Roots (other users' datasets); it
+//     writes only its output directory (the one opened above, by
+//     descriptor) and its job's temporary directories on this worker
+//     (its own among them).
 //
 // What the tasks of a job share is made once, when the first of them
 // starts (jobfiles.go): the opened output and log directories, the
@@ -119,8 +122,10 @@ type ExecRunner struct {
 	Pilot       string        // the pilot's id, its batch job id (HARVEST_PILOT_ID; "" = not set)
 	TempRoot    string        // where each task's own temporary directory is made
 	// Roots are the queue's allowed roots: inputs must resolve inside
-	// them, and confined tasks may read them. Empty: the task's dataset
-	// directory (its input's parent).
+	// them. A job's runner may read them; each of its confined tasks
+	// only its job's dataset directory and its own entry's link target.
+	// Empty: the task's dataset directory (its input's parent), and a
+	// confined task reads its input only.
 	Roots []string
 	Read  []string          // more directories confined tasks may read (site software)
 	Jail  *confine.Launcher // nil: tasks are not confined; else its Mode says how
@@ -167,6 +172,7 @@ type prepared struct {
 	byRunner         bool
 	outName, errName string
 	tmpLeft          bool
+	read             []string // more paths the task may read (its linked entries' targets)
 }
 
 func (p *prepared) close() {
@@ -196,6 +202,7 @@ func (p *prepared) close() {
 // files once (jobFiles), the run's own here.
 func (r *ExecRunner) prepare(ts []pilotproto.Task) (*prepared, error) {
 	t := ts[0]
+	var read []string
 	for _, t := range ts {
 		if t.Input == "" {
 			continue
@@ -206,8 +213,14 @@ func (r *ExecRunner) prepare(ts []pilotproto.Task) (*prepared, error) {
 		if len(roots) == 0 {
 			roots = []string{filepath.Dir(t.Input)}
 		}
-		if err := safefs.CheckIn(t.Input, roots); err != nil {
+		real, err := safefs.ResolveIn(t.Input, roots)
+		if err != nil {
 			return nil, fmt.Errorf("input: %w", err)
+		}
+		if real != t.Input && len(r.Roots) > 0 {
+			// A linked entry: its target is the task's to read, beside
+			// its job's dataset directory.
+			read = append(read, real)
 		}
 	}
 	job, err := r.jobs.acquire(r, t)
@@ -228,6 +241,7 @@ func (r *ExecRunner) prepare(ts []pilotproto.Task) (*prepared, error) {
 		r.jobs.release(job, false)
 		return nil, err
 	}
+	p.read = read
 	return p, nil
 }
 
@@ -373,10 +387,12 @@ func (r *ExecRunner) start(t pilotproto.Task, argv, env []string, p *prepared) (
 	}
 	if run := p.job.runner; run != nil {
 		var task *confine.Task
+		spec := confine.Spec{Path: prog, Argv: argv, Env: env, Read: p.read}
 		if p.byRunner {
-			task, err = run.StartSpec(confine.Spec{Path: prog, Argv: argv, Env: env, Out: p.outName, Err: p.errName, Tmp: p.tmpName})
+			spec.Out, spec.Err, spec.Tmp = p.outName, p.errName, p.tmpName
+			task, err = run.StartSpec(spec)
 		} else {
-			task, err = run.Start(prog, argv, env, r.jobs.devNull, p.stdout, p.stderr)
+			task, err = run.Start(spec, r.jobs.devNull, p.stdout, p.stderr)
 		}
 		if err != nil {
 			code := -1

@@ -23,11 +23,20 @@ func rusage(who int) time.Duration {
 // another: the worker's own CPU per task (worker-us/task: the task's files,
 // the start, the wait) and its children's (task-us/task: the program, and
 // when confined the job's runner: receiving the request, fork, exec, wait),
-// confined and not. The queue and the master are not in it (harvest bench
-// dispatch --exec has them).
+// confined and not; confined, also with an input in its dataset directory
+// and with an input that is a link (a ruleset per task). The queue and
+// the master are not in it (harvest bench dispatch --exec has them).
 func BenchmarkExecRunnerTrue(b *testing.B) {
-	for _, mode := range []confine.Mode{confine.ModeOff, confine.ModeAuto} {
-		b.Run(string(mode), func(b *testing.B) {
+	// none: no input; entry: an input in its dataset directory (the job's
+	// rules name it); link: an input that is a link (each task a ruleset
+	// of its own, with its target). Confined, the last two.
+	for _, c := range []struct {
+		name  string
+		mode  confine.Mode
+		input string
+	}{{"off", confine.ModeOff, ""}, {"auto", confine.ModeAuto, ""}, {"auto-entry", confine.ModeAuto, "entry"}, {"auto-link", confine.ModeAuto, "link"}} {
+		mode := c.mode
+		b.Run(c.name, func(b *testing.B) {
 			dir := b.TempDir()
 			r := worker.DefaultExecRunner()
 			r.Roots, r.TempRoot = []string{dir}, dir
@@ -40,11 +49,24 @@ func BenchmarkExecRunnerTrue(b *testing.B) {
 			}
 			defer r.Close()
 			out := filepath.Join(dir, "out")
+			in := ""
+			if c.input != "" {
+				ds := filepath.Join(dir, "ds")
+				os.MkdirAll(filepath.Join(dir, "shared"), 0o755)
+				os.Mkdir(ds, 0o755)
+				os.WriteFile(filepath.Join(dir, "shared", "x"), nil, 0o644)
+				in = filepath.Join(ds, "x")
+				if c.input == "link" {
+					os.Symlink(filepath.Join(dir, "shared", "x"), in)
+				} else {
+					os.WriteFile(in, nil, 0o644)
+				}
+			}
 			self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
 			b.ResetTimer()
 			for i := range b.N {
 				o := r.Run(context.Background(), pilotproto.Task{ID: int64(i + 1), Attempt: 1, JobID: 1, OutputDir: out,
-					Output: filepath.Join(out, "x"), Command: []string{"true"}})
+					Input: in, Output: filepath.Join(out, "x"), Command: []string{"true"}})
 				if o.Status != pilotproto.StatusDone {
 					b.Fatalf("%s %q", o.Status, o.ErrorTail)
 				}

@@ -212,21 +212,28 @@ func OpenIn(path string, roots []string) (*os.File, error) {
 // inside a root with no link on it (the common case) costs one openat2;
 // any other goes through OpenIn.
 func CheckIn(path string, roots []string) error {
+	_, err := ResolveIn(path, roots)
+	return err
+}
+
+// ResolveIn is CheckIn that also returns what path resolves to (path
+// itself when no link is on it).
+func ResolveIn(path string, roots []string) (string, error) {
 	if filepath.IsAbs(path) && filepath.Clean(path) == path && Within(path, roots) {
 		fd, err := openat2(unix.AT_FDCWD, path, unix.O_PATH, 0, noLinks)
 		if err == nil {
 			unix.Close(fd)
-			return nil
+			return path, nil
 		}
 		if !errors.Is(err, ErrLink) {
-			return &os.PathError{Op: "open", Path: path, Err: err}
+			return "", &os.PathError{Op: "open", Path: path, Err: err}
 		}
 	}
 	f, err := OpenIn(path, roots)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return f.Close()
+	return f.Name(), f.Close()
 }
 
 // Within reports whether the clean absolute path p is one of dirs or

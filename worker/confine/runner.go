@@ -74,8 +74,9 @@ type request struct {
 	Seq       int64
 	Path      string
 	Argv, Env []string
-	Out, Err  string // "run": the names of the task's logs in the runner's log directory
-	Tmp       string // "run": the name of its temporary directory in the runner's
+	Out, Err  string   // "run": the names of the task's logs in the runner's log directory
+	Tmp       string   // "run": the name of its temporary directory in the runner's
+	Read      []string // more paths the task alone may read (RunnerPolicy.Tasks)
 	Sig       int
 }
 
@@ -104,11 +105,19 @@ const (
 // NamedLogs: the logs are made when each task starts, as where the log
 // directory's file system has no O_TMPFILE (which the runner finds out
 // by itself: NFS).
+//
+// Tasks, if set, are the file rules of each task's own Landlock domain
+// (Read and Write; the rest of it unused), nested in the runner's: a
+// task may then reach only what both allow, and a task's request may add
+// paths that task alone may read (Spec.Read). Without it, a task's domain
+// only scopes signals and sockets, and the task reaches what the runner
+// may.
 type RunnerPolicy struct {
 	Policy
-	Logs      string `json:"logs,omitempty"`
-	Tmp       string `json:"tmp,omitempty"`
-	NamedLogs bool   `json:"named_logs,omitempty"`
+	Tasks     *Policy `json:"tasks,omitempty"`
+	Logs      string  `json:"logs,omitempty"`
+	Tmp       string  `json:"tmp,omitempty"`
+	NamedLogs bool    `json:"named_logs,omitempty"`
 }
 
 // StartRunner starts l's binary as a runner confined by p under l.Mode;
@@ -227,11 +236,16 @@ func (r *Runner) Ended() bool {
 // link in their place is replaced, never followed; a former log of that
 // name is removed), in its temporary directory Tmp, made in the runner's
 // (mode 0700) and removed when the task ends.
+//
+// Read are more paths the task may read, resolved (no link on the way,
+// or it is left out), when the runner's tasks have rules of their own
+// (RunnerPolicy.Tasks): a linked dataset entry's target, say.
 type Spec struct {
 	Path      string
 	Argv, Env []string
 	Out, Err  string
 	Tmp       string
+	Read      []string
 }
 
 // StartSpec starts s without waiting for it: a task that could not
@@ -245,14 +259,15 @@ func (r *Runner) StartSpec(s Spec) (*Task, error) {
 			return nil, &StartError{Code: -1, Err: fmt.Errorf("confine: %q is not a plain file name", name)}
 		}
 	}
-	return r.start(request{Op: "run", Path: s.Path, Argv: s.Argv, Env: s.Env, Out: s.Out, Err: s.Err, Tmp: s.Tmp}, nil)
+	return r.start(request{Op: "run", Path: s.Path, Argv: s.Argv, Env: s.Env, Out: s.Out, Err: s.Err, Tmp: s.Tmp, Read: s.Read}, nil)
 }
 
 // Start is StartSpec with the task's descriptors 0, 1 and 2 the worker's
-// files (its working directory and files are the worker's to make).
-func (r *Runner) Start(path string, argv, env []string, stdin, stdout, stderr *os.File) (*Task, error) {
+// files (its working directory and files are the worker's to make); of
+// s, only Path, Argv, Env and Read are used.
+func (r *Runner) Start(s Spec, stdin, stdout, stderr *os.File) (*Task, error) {
 	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
-	return r.start(request{Op: "start", Path: path, Argv: argv, Env: env}, rights)
+	return r.start(request{Op: "start", Path: s.Path, Argv: s.Argv, Env: s.Env, Read: s.Read}, rights)
 }
 
 func plainName(s string) bool {

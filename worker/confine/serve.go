@@ -29,9 +29,10 @@ type running struct {
 // server is the runner's state (serveRunner).
 type server struct {
 	sock    int
-	scope   int // the Landlock ruleset of each task's own domain (-1: none)
-	logs    int // the log directory (O_PATH; -1: none)
-	tmp     int // the directory of the temporary directories (O_PATH; -1: none)
+	scope   int        // the Landlock ruleset of each task's own domain (-1: none)
+	rules   *taskRules // its file rules (RunnerPolicy.Tasks); nil: it only scopes
+	logs    int        // the log directory (O_PATH; -1: none)
+	tmp     int        // the directory of the temporary directories (O_PATH; -1: none)
 	tmpPath string
 	devnull int
 	eager   bool // the log directory's file system has no O_TMPFILE
@@ -95,11 +96,21 @@ func serveRunner(spec string) (int, error) {
 			return fail(fmt.Errorf("confine the tasks: %w", err))
 		}
 	}
-	scope, err := scopeRuleset()
-	if err != nil {
-		return fail(err)
+	if sup := Probe(); rp.Tasks != nil && p.Mode != ModeOff && sup.ABI > 0 {
+		// Each task's own rules, nested in the runner's (and scoping).
+		if s.rules, err = newTaskRules(*rp.Tasks, sup.ABI); err != nil {
+			return fail(err)
+		}
+		if s.scope, err = s.rules.ruleset(nil); err != nil {
+			return fail(err)
+		}
+	} else {
+		scope, err := scopeRuleset()
+		if err != nil {
+			return fail(err)
+		}
+		s.scope = scope.fd
 	}
-	s.scope = scope.fd
 	// The descriptors the rules were made from are not the tasks'.
 	for fd := 3; fd < 1024; fd++ {
 		unix.CloseOnExec(fd)
@@ -279,7 +290,18 @@ func (s *server) files(t *running, tmp string) error {
 
 // spawn starts q as t with the descriptors fds.
 func (s *server) spawn(t *running, q request, fds [3]int) error {
-	pid, err := spawn(q.Path, q.Argv, q.Env, fds, s.scope)
+	ruleset := s.scope
+	if len(q.Read) > 0 && s.rules != nil {
+		// A task that may read more than its job's rules say: a ruleset
+		// of its own.
+		fd, err := s.rules.ruleset(q.Read)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ruleset = fd
+	}
+	pid, err := spawn(q.Path, q.Argv, q.Env, fds, ruleset)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 // A request is NUL-terminated fields, which neither a path, an argument,
 // a variable nor a name may hold (appendRequest refuses them):
 //
-//	op seq sig path argc envc out err tmp argv... env...
+//	op seq sig path argc envc readc out err tmp argv... env... read...
 //
 // op: "start" (alone in its packet, with 3 descriptors: stdin, stdout,
 // stderr), "run" (the runner makes the task's logs out and err and its
@@ -41,7 +41,7 @@ var errBadPacket = errors.New("confine: malformed runner packet")
 // appendRequest appends q's record to b; a field holding a NUL byte is
 // refused (b is then returned unchanged).
 func appendRequest(b []byte, q request) ([]byte, error) {
-	for _, s := range [][]string{{q.Path, q.Out, q.Err, q.Tmp}, q.Argv, q.Env} {
+	for _, s := range [][]string{{q.Path, q.Out, q.Err, q.Tmp}, q.Argv, q.Env, q.Read} {
 		for _, s := range s {
 			if strings.IndexByte(s, 0) >= 0 {
 				return b, fmt.Errorf("argument, variable or name %q holds a NUL byte", s)
@@ -56,6 +56,7 @@ func appendRequest(b []byte, q request) ([]byte, error) {
 	field(q.Path)
 	num(int64(len(q.Argv)))
 	num(int64(len(q.Env)))
+	num(int64(len(q.Read)))
 	field(q.Out)
 	field(q.Err)
 	field(q.Tmp)
@@ -63,6 +64,9 @@ func appendRequest(b []byte, q request) ([]byte, error) {
 		field(s)
 	}
 	for _, s := range q.Env {
+		field(s)
+	}
+	for _, s := range q.Read {
 		field(s)
 	}
 	return b, nil
@@ -91,7 +95,7 @@ func decodeRequests(b []byte, f func(request)) error {
 	}
 	for len(b) > 0 {
 		var q request
-		var ok [9]bool
+		var ok [10]bool
 		q.Op, ok[0] = next()
 		q.Seq, ok[1] = num()
 		sig, ok2 := num()
@@ -99,7 +103,8 @@ func decodeRequests(b []byte, f func(request)) error {
 		q.Path, ok[3] = next()
 		argc, ok4 := num()
 		envc, ok5 := num()
-		ok[4], ok[5] = ok4, ok5
+		readc, ok9 := num()
+		ok[4], ok[5], ok[9] = ok4, ok5, ok9
 		q.Out, ok[6] = next()
 		q.Err, ok[7] = next()
 		q.Tmp, ok[8] = next()
@@ -108,19 +113,19 @@ func decodeRequests(b []byte, f func(request)) error {
 				return errBadPacket
 			}
 		}
-		if argc < 0 || envc < 0 || argc+envc > int64(len(b)) {
+		if argc < 0 || envc < 0 || readc < 0 || argc+envc+readc > int64(len(b)) {
 			return errBadPacket
 		}
 		q.Argv = make([]string, argc)
 		q.Env = make([]string, envc)
-		for i := range q.Argv {
-			if q.Argv[i], ok[0] = next(); !ok[0] {
-				return errBadPacket
-			}
+		if readc > 0 {
+			q.Read = make([]string, readc)
 		}
-		for i := range q.Env {
-			if q.Env[i], ok[0] = next(); !ok[0] {
-				return errBadPacket
+		for _, ss := range [][]string{q.Argv, q.Env, q.Read} {
+			for i := range ss {
+				if ss[i], ok[0] = next(); !ok[0] {
+					return errBadPacket
+				}
 			}
 		}
 		f(q)

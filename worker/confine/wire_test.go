@@ -10,7 +10,7 @@ import (
 func TestRunnerPacketsRoundTrip(t *testing.T) {
 	qs := []request{
 		{Op: "start", Seq: 1 << 40, Path: "/bin/true", Argv: []string{"true", "", "a b"}, Env: []string{"PATH=/bin", ""}},
-		{Op: "run", Seq: 2, Path: "/bin/x", Argv: []string{"x"}, Env: []string{}, Out: "2.1.out", Err: "2.1.err", Tmp: "task-2.1"},
+		{Op: "run", Seq: 2, Path: "/bin/x", Argv: []string{"x"}, Env: []string{}, Out: "2.1.out", Err: "2.1.err", Tmp: "task-2.1", Read: []string{"/data/shared/x", ""}},
 		{Op: "signal", Seq: 3, Sig: 15, Argv: []string{}, Env: []string{}},
 	}
 	var b []byte
