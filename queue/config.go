@@ -41,6 +41,10 @@ type Config struct {
 	// mirror is rebuilt every ReconcileInterval (set it short: it is how
 	// an agent learns of the others' submissions and cancels).
 	Shared bool
+	// ClaimWait is how long a queue on PostgreSQL asks for its claim of
+	// the database (store.Claim: alone, or shared when Shared) before it
+	// refuses to start: a restarted agent's old session may not be gone.
+	ClaimWait time.Duration
 	// SweepHolder names this agent in the sweep lease (Shared; default:
 	// the site, the host and the process id).
 	SweepHolder string
@@ -97,6 +101,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		DBPath:              "/var/lib/harvest/queue.db",
+		ClaimWait:           15 * time.Second,
 		MinBatchSize:        1,
 		MaxBatchSize:        10000,
 		DefaultMaxAttempts:  3,

@@ -3,8 +3,10 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -144,5 +146,59 @@ func TestADatasetMustBeReadableByItsSubmitter(t *testing.T) {
 	bobGroups = []uint32{fi.Sys().(*syscall.Stat_t).Gid}
 	if _, err := e.Q.Submit(ctx, "bob", spec); err != nil {
 		t.Fatalf("bob submitting a dataset his group may read: %v", err)
+	}
+}
+
+// An entry of a readable dataset that links to another user's private
+// file (or directory) would hand it to the submitter's command as its
+// input: the link's target must be readable by the submitter too, and a
+// refused submission changes nothing.
+func TestADatasetEntryMustNotLinkToWhatItsSubmitterMayNotRead(t *testing.T) {
+	e := queuetest.New(t)
+	ctx := context.Background()
+	private := filepath.Join(e.Data, "alice-private")
+	if err := os.MkdirAll(filepath.Join(private, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(private, "secret")
+	if err := os.WriteFile(secret, []byte("alice's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(e.Data, "open")
+	if err := os.WriteFile(open, []byte("anyone's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(ds string) api.JobSpec {
+		return api.JobSpec{Dataset: ds, Command: []string{"/bin/cat", "{input}"}, BatchSize: 1}
+	}
+	for i, target := range []string{secret, filepath.Join(private, "dir")} {
+		ds := filepath.Join(e.Data, fmt.Sprintf("bobs-ds-%d", i))
+		if err := os.MkdirAll(filepath.Join(ds, "e1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(ds, "e2")); err != nil {
+			t.Fatal(err)
+		}
+		before := e.Snapshot(t)
+		if _, err := e.Q.Submit(ctx, "bob", spec(ds)); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "entry e2 links to") {
+			t.Fatalf("bob's entry linking to %s: %v, want forbidden naming the entry", target, err)
+		}
+		if after := e.Snapshot(t); after != before {
+			t.Fatalf("a refused submission changed the database:\n%s\n---\n%s", before, after)
+		}
+	}
+	// A link to what bob may read is an entry like any other.
+	ds := filepath.Join(e.Data, "bobs-ds-open")
+	if err := os.MkdirAll(filepath.Join(ds, "e1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(open, filepath.Join(ds, "e2")); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := e.Q.Submit(ctx, "bob", spec(ds)); err != nil || j.Tasks.Total != 2 {
+		t.Fatalf("bob's entry linking to a file he may read: %+v %v", j, err)
 	}
 }

@@ -167,6 +167,10 @@ func Open(cfg Config) (*Queue, error) {
 		q.cfg.SweepHolder = fmt.Sprintf("%s@%s:%d:%x", cfg.LocalSite, host, os.Getpid(), b)
 	}
 	ctx := context.Background()
+	if err := st.Claim(ctx, cfg.Shared, cfg.ClaimWait); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if cfg.Shared {
 		st.Share(q.cfg.SweepHolder) // other agents write it: no read answers from this process's copy
 		if err := q.beatAgent(ctx); err != nil {

@@ -202,16 +202,25 @@ func (q *Queue) resolveInRoots(what, p string) (string, error) {
 // everything; an owner without a Unix account (only an admin makes a
 // token for one) is trusted with what the harvest account reads.
 func (q *Queue) readableBy(owner, dir string) error {
+	return q.mayRead(owner, dir, "dataset "+dir)
+}
+
+// mayRead is readableBy for any path (a directory: list and read; a
+// file: read), what naming it in the refusal.
+func (q *Queue) mayRead(owner, path, what string) error {
 	uid, err := q.cfg.LookupUID(owner)
 	if err != nil || uid == 0 {
 		return nil
 	}
 	gids, _ := q.cfg.LookupGroups(owner) // unknown: no group, fewer rights
-	need, what := uint32(5), "list and read"
-	for p := dir; ; need, what = 1, "enter" {
+	need, may := uint32(5), "list and read"
+	for p := path; ; need, may = 1, "enter" {
 		var st syscall.Stat_t
 		if err := syscall.Stat(p, &st); err != nil {
-			return invalid("dataset %s: %s: %v", dir, p, err)
+			return invalid("%s: %s: %v", what, p, err)
+		}
+		if p == path && st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			need, may = 4, "read"
 		}
 		bits := st.Mode & 7 // a file's owner gets the owner's bits only, its group the group's
 		switch {
@@ -221,8 +230,8 @@ func (q *Queue) readableBy(owner, dir string) error {
 			bits = st.Mode >> 3 & 7
 		}
 		if bits&need != need {
-			return fmt.Errorf("%w: dataset %s: the account of %s may not %s %s (mode %v, uid %d, gid %d); submit a dataset your own account can read",
-				api.ErrForbidden, dir, owner, what, p, fs.FileMode(st.Mode&0o777), st.Uid, st.Gid)
+			return fmt.Errorf("%w: %s: the account of %s may not %s %s (mode %v, uid %d, gid %d); submit a dataset your own account can read",
+				api.ErrForbidden, what, owner, may, p, fs.FileMode(st.Mode&0o777), st.Uid, st.Gid)
 		}
 		parent := filepath.Dir(p)
 		if parent == p {
@@ -237,8 +246,10 @@ func (q *Queue) readableBy(owner, dir string) error {
 // were read so far. Names must be valid UTF-8 (they travel as JSON text;
 // others were mangled on the way and the task failed every attempt), and
 // an entry that is a symbolic link must resolve inside the allowed roots
-// (issue 13 item 4: "shadow -> /etc/shadow" became a task's input).
-func (q *Queue) listDataset(dir string, listed func(int)) ([]string, error) {
+// (issue 13 item 4: "shadow -> /etc/shadow" became a task's input) to
+// something owner's account may read (a link to another user's file
+// would hand it to owner's command as its input).
+func (q *Queue) listDataset(owner, dir string, listed func(int)) ([]string, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, invalid("dataset %s: %v", dir, err)
@@ -269,6 +280,9 @@ func (q *Queue) listDataset(dir string, listed func(int)) ([]string, error) {
 				}
 				if !within(real, q.roots) {
 					return nil, invalid("dataset %s: entry %s is a link to %s, outside the allowed roots %v", dir, n, real, q.cfg.AllowedRoots)
+				}
+				if err := q.mayRead(owner, real, fmt.Sprintf("dataset %s: entry %s links to %s", dir, n, real)); err != nil {
+					return nil, err
 				}
 			}
 			out = append(out, n)
@@ -554,7 +568,7 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 
 // store lists the dataset and stores the job and its tasks.
 func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n normalized, key string) (api.Job, error) {
-	names, err := q.listDataset(n.dataset, func(k int) { sub.entries.Store(int64(k)) })
+	names, err := q.listDataset(owner, n.dataset, func(k int) { sub.entries.Store(int64(k)) })
 	if err != nil {
 		return api.Job{}, err
 	}

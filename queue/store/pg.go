@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -60,6 +61,65 @@ func openPG(dsn string) (*Store, error) {
 		return nil, fmt.Errorf("queue database %s: %w", name, err)
 	}
 	return st, nil
+}
+
+// claimKey is the first key of the advisory lock a queue claims its
+// PostgreSQL schema with (Claim); the second is the schema's hash, so
+// queues in different schemas of one database do not meet.
+const claimKey = 0x68617276 // "harv"
+
+// ErrClaimed: another queue runs on the same PostgreSQL schema in a mode
+// that cannot run beside this one's.
+var ErrClaimed = errors.New("another harvest queue uses this database")
+
+// Claim takes the database for this queue, alone or shared (several
+// agents with --peer, Share), and holds it until Close: on PostgreSQL a
+// session advisory lock on the schema, exclusive or shared, so a queue
+// started without --peer refuses to run beside any other (each would
+// take the other's submissions in progress for abandoned ones, and both
+// would sweep), and agents that share refuse to run beside one that
+// does not. A process killed loses its session and so its claim; a
+// restart may find the old session not yet gone, so Claim asks again
+// for up to wait. On SQLite it does nothing: internal/statelock holds
+// the database's directory for one process.
+func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) error {
+	if !s.d.pg {
+		return nil
+	}
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("queue database %s: %w", s.path, err)
+	}
+	fn := "pg_try_advisory_lock"
+	if shared {
+		fn = "pg_try_advisory_lock_shared"
+	}
+	q := `SELECT ` + fn + `(` + fmt.Sprint(claimKey) + `, hashtext(current_schema()))`
+	deadline := time.Now().Add(wait)
+	for {
+		var ok bool
+		if err := conn.QueryRowContext(ctx, q).Scan(&ok); err != nil {
+			conn.Close()
+			return fmt.Errorf("queue database %s: claim: %w", s.path, err)
+		}
+		if ok {
+			s.claim = conn
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			conn.Close()
+			if shared {
+				return fmt.Errorf("queue database %s: %w without --peer (alone): stop it, or start it with --peer like this one", s.path, ErrClaimed)
+			}
+			return fmt.Errorf("queue database %s: %w: run every agent on it with --peer (docs/multisite.md), or give each its own database", s.path, ErrClaimed)
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close()
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Scratch makes a new, empty schema in the PostgreSQL database at dsn

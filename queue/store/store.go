@@ -75,6 +75,7 @@ type Store struct {
 
 	shared atomic.Bool // other processes write the database too (Share): no caches
 	holder string      // this agent's name among them (Share): the storer of its submissions
+	claim  *sql.Conn   // on PostgreSQL, the session holding this queue's claim (Claim)
 }
 
 // Share tells the store that other processes write its database too
@@ -185,6 +186,9 @@ func (s *Store) close() error {
 	var cerr error
 	if !s.d.pg {
 		_, cerr = s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	}
+	if s.claim != nil {
+		s.claim.Close() // its session ends with the pool's below: the claim goes with it
 	}
 	errs := []error{cerr, s.w.Close()}
 	if s.r != nil && s.r.DB != s.w {
