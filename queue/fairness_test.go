@@ -34,6 +34,12 @@ type simReport struct {
 // and the results come back at the end of the step.
 func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Duration) simReport {
 	t.Helper()
+	return simulateBatchIntake(t, users, slots, taskDur, 1)
+}
+
+// simulateBatchIntake is simulateIntake with jobs of the given batch size.
+func simulateBatchIntake(t *testing.T, users []simUser, slots int, taskDur time.Duration, batch int) simReport {
+	t.Helper()
 	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = 365 * 24 * time.Hour })
 	ctx := context.Background()
 	for _, u := range users {
@@ -44,7 +50,7 @@ func simulateIntake(t *testing.T, users []simUser, slots int, taskDur time.Durat
 		if _, err := e.Q.SetUser(ctx, u.name, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Q.Submit(ctx, u.name, api.JobSpec{Dataset: e.Dataset("ds-"+u.name, u.tasks), Command: []string{"p"}, BatchSize: 1}); err != nil {
+		if _, err := e.Q.Submit(ctx, u.name, api.JobSpec{Dataset: e.Dataset("ds-"+u.name, u.tasks), Command: []string{"p"}, BatchSize: batch}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,18 +15,22 @@ func (q *Queue) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotprot
 	return q.Pool(q.cfg.LocalSite).Pull(ctx, req)
 }
 
-// Pull hands out up to req.Max waiting tasks in fair-share order: the user
-// with the highest computedPriority gets the next task, then that user's
-// priority is recomputed with the task's cores counted as running, so users
-// of equal standing interleave within one pull. Within a user: higher
-// price first, then FIFO. Tasks become ASSIGNED to the pool's epoch. With
+// Pull hands out up to req.Max waiting tasks in fair-share order, a job's
+// batch at a time: the user with the highest computedPriority gets the
+// next batch of their first job (higher price first, then FIFO): a
+// contiguous run of min(the job's batch size, its waiting tasks, the
+// user's room under the cores quota / the job's cores, what is left of
+// the pull) tasks, all counted as running before that user's priority is
+// recomputed, so users of equal standing alternate by batches within one
+// pull and a job of batch size 1 goes task by task. Tasks become ASSIGNED
+// to the pool's epoch. With
 // several live sites a pool holds at most its allowance (its slots and an
 // ahead margin by its weight, siteshare.Allowance); beyond it the pull
 // gives nothing until tasks come back.
 //
 // The order comes from the mirror's fair-share index (mirror.go), which
-// updates one user per task: a pull costs O(tasks x log users) in memory
-// plus its transactions, whatever the number of users.
+// updates one user per pick: a pull costs O(batches x log users) in
+// memory plus its transactions, whatever the number of users.
 func (p Pool) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.PullResponse, error) {
 	q := p.q
 	if req.Max < 1 || req.Max > q.cfg.MaxPull {
@@ -55,7 +59,7 @@ func (p Pool) Pull(ctx context.Context, req pilotproto.PullRequest) (pilotproto.
 	return pilotproto.PullResponse{Tasks: tasks, CancelledJobs: cancelled}, nil
 }
 
-// pull plans and assigns chunk by chunk (WriteChunk tasks): each chunk is
+// pull plans and assigns chunk by chunk (WriteChunk picks): each chunk is
 // planned from the mirror and assigned in one fenced transaction under one
 // hold of mu, so the mirror sees exactly what was handed out. The
 // tie-break counts of the pull last across its chunks.
@@ -68,7 +72,7 @@ func (q *Queue) pull(ctx context.Context, site string, epoch int64, want int) ([
 	}()
 	for len(out) < want {
 		q.hook("assign")
-		got, more, err := q.pullChunk(ctx, site, epoch, min(want-len(out), q.cfg.WriteChunk))
+		got, more, err := q.pullChunk(ctx, site, epoch, want-len(out))
 		out = append(out, got...)
 		if err != nil {
 			if len(out) > 0 && (errors.Is(err, api.ErrStaleEpoch) || errors.Is(err, api.ErrLeaseExpired)) {
@@ -83,8 +87,29 @@ func (q *Queue) pull(ctx context.Context, site string, epoch int64, want int) ([
 	return out, nil
 }
 
-// pullChunk plans up to n tasks and assigns them; more is false when the
-// plan ran out of work.
+// pick is one fair-share pick: a contiguous run of n tasks of one job.
+type pick struct {
+	j *liveJob
+	n int
+}
+
+// batchOf is how many tasks the next pick gives job j of user u when
+// left tasks remain in the chunk: the job's batch size, bounded by its
+// waiting tasks, by the user's room under the cores quota and by left. A
+// user in the order is under quota, so a pick gives at least one task
+// (a task of more cores than the room left goes whole, as a single-task
+// pick always did).
+func batchOf(u *userState, j *liveJob, left int) int {
+	n := min(max(j.BatchSize, 1), j.Waiting, left)
+	if j.Cores > 0 {
+		n = min(n, max((u.limits.MaxParallelJobs-u.running)/j.Cores, 1))
+	}
+	return max(n, 1)
+}
+
+// pullChunk plans up to n tasks in at most WriteChunk picks (grants) and
+// assigns them in one transaction; more is false when the plan ran out of
+// work.
 func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) (tasks []pilotproto.Task, more bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -92,26 +117,30 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 	q.slideLocked(now)
 	// Plan: each pick counts at once (running cores, waiting tasks), so
 	// the next pick sees it; a failed transaction gives every pick back.
-	picks := make([]*liveJob, 0, n)
+	var picks []pick
 	var takes []store.Take
 	at := map[int64]int{}
-	for len(picks) < n {
+	planned, dry := 0, false
+	for planned < n && len(picks) < q.cfg.WriteChunk {
 		name, _, ok := q.order.Next()
 		if !ok {
+			dry = true
 			break
 		}
 		u := q.users[name]
 		j := u.ready[0]
-		picks = append(picks, j)
+		k := batchOf(u, j, n-planned)
+		picks = append(picks, pick{j, k})
+		planned += k
 		i, seen := at[j.ID]
 		if !seen {
 			i = len(takes)
 			at[j.ID] = i
 			takes = append(takes, store.Take{Job: j.ID})
 		}
-		takes[i].N++
-		j.Waiting--
-		u.running += j.Cores
+		takes[i].N += k
+		j.Waiting -= k
+		u.running += k * j.Cores
 		q.order.Picked(name)
 		q.listLocked(j) // touches u
 		q.touchLocked(u)
@@ -121,11 +150,11 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 	}
 	taken, err := q.st.Assign(ctx, site, epoch, now, takes)
 	if err != nil {
-		for _, j := range picks {
-			j.Waiting++
-			q.users[j.Owner].running -= j.Cores
-			q.listLocked(j)
-			q.touchLocked(q.users[j.Owner])
+		for _, p := range picks {
+			p.j.Waiting += p.n
+			q.users[p.j.Owner].running -= p.n * p.j.Cores
+			q.listLocked(p.j)
+			q.touchLocked(q.users[p.j.Owner])
 		}
 		return nil, false, err
 	}
@@ -133,20 +162,24 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 		q.dropJobLocked(id)
 	}
 	q.jobChangesLocked(taken.Changes)
-	tasks = make([]pilotproto.Task, 0, len(picks))
+	tasks = make([]pilotproto.Task, 0, planned)
 	short := map[int64]bool{}
-	for _, j := range picks {
-		if ts := taken.Tasks[j.ID]; len(ts) > 0 {
-			tasks = append(tasks, taskOf(j.ReadyJob, ts[0]))
-			taken.Tasks[j.ID] = ts[1:]
+	for _, p := range picks {
+		ts := taken.Tasks[p.j.ID]
+		k := min(p.n, len(ts))
+		for _, t := range ts[:k] {
+			tasks = append(tasks, taskOf(p.j.ReadyJob, t))
+		}
+		taken.Tasks[p.j.ID] = ts[k:]
+		if k == p.n {
 			continue
 		}
-		// The mirror counted a task the table did not have: give the
+		// The mirror counted tasks the table did not have: give the
 		// cores back and believe the table (no more waiting tasks).
-		u := q.users[j.Owner]
-		u.running -= j.Cores
+		u := q.users[p.j.Owner]
+		u.running -= (p.n - k) * p.j.Cores
 		q.touchLocked(u)
-		short[j.ID] = true
+		short[p.j.ID] = true
 	}
 	for id := range short {
 		if j := q.jobs[id]; j != nil {
@@ -156,7 +189,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 		}
 	}
 	q.logChanges(taken.Changes)
-	return tasks, len(picks) == n, nil
+	return tasks, !dry, nil
 }
 
 func (q *Queue) logChanges(cs []store.JobChange) {

@@ -33,7 +33,7 @@ func benchCommand() *cli.Command {
 				"through the master to the queue. The makespan runs from the moment the master may pull (jobs\n" +
 				"stored, workers registered: not timed) until the queue has acknowledged every result.\n" +
 				"--in-memory replaces the queue by an in-memory feed: the master and the workers alone, fed the\n" +
-				"tasks of --users jobs interleaved (as the fair-share order hands them out; --users 1: one job).\n" +
+				"tasks of --users jobs a batch of each in turn (as the fair-share order hands them out; --users 1: one job).\n" +
 				"With --task-time 0 every task is a no-op: the worker marks it done without starting anything,\n" +
 				"so the figure is harvest's own cost per task (queue pull, checkpoint, batch hand-out, result,\n" +
 				"checkpoint, queue report). The report says where the time went: CPU per task of this process\n" +
@@ -52,7 +52,7 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "slots", Value: 4, Usage: "slots per worker"},
 				&cli.IntFlag{Name: "worker-gomaxprocs", Usage: "GOMAXPROCS of each worker process (0: this machine's cores shared out among the workers, at least 1 each, as if each had its own node)"},
 				&cli.IntFlag{Name: "tasks", Value: 50000, Usage: "tasks"},
-				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing, one job each (the tasks are shared out; --in-memory: jobs interleaved)"},
+				&cli.IntFlag{Name: "users", Value: 1000, Usage: "users competing, one job each (the tasks are shared out; --in-memory: a batch of each job in turn)"},
 				&cli.BoolFlag{Name: "in-memory", Usage: "an in-memory feed instead of the real queue: the master and the workers alone"},
 				&cli.BoolFlag{Name: "compare", Usage: "run the in-memory feed with the same settings first, then the real queue, and print the ratio of their throughputs"},
 				&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles of every process to `DIR` (bench.*: queue and master; worker-N.*: the workers; go tool pprof)"},
@@ -188,7 +188,7 @@ func runBench(c *cli.Context) error {
 func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	path := fmt.Sprintf("end to end: real queue (%d users) -> master -> workers -> queue", r.Users)
 	if r.Queue == "memory" {
-		path = fmt.Sprintf("in-memory feed (%d jobs interleaved) -> master -> workers (no queue)", r.Users)
+		path = fmt.Sprintf("in-memory feed (%d jobs, a batch of each in turn) -> master -> workers (no queue)", r.Users)
 	}
 	kind := taskKind(cfg)
 	if !cfg.Batched {

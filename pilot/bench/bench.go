@@ -4,8 +4,8 @@
 // HTTP on 127.0.0.1) over HTTP, and the master feeds N worker processes
 // (`harvest worker`) whose results go back to the queue (endtoend.go).
 // With InMemory, an in-memory task feed (feed.go) stands in for the queue:
-// the master and the workers alone, fed the tasks of Users jobs
-// interleaved as the queue's fair-share order hands them out.
+// the master and the workers alone, fed the tasks of Users jobs in the
+// queue's fair-share order (a batch of each job in turn).
 package bench
 
 import (
@@ -45,7 +45,7 @@ type Config struct {
 	// Confine is the workers' confinement of real tasks (--exec), as a
 	// pilot's --confine: auto confines with Landlock where the kernel can.
 	Confine  string
-	Users    int    // users competing, one job each (the in-memory feed: jobs interleaved)
+	Users    int    // users competing, one job each (the in-memory feed: a batch of each job in turn)
 	InMemory bool   // an in-memory feed instead of the real queue: the master and workers alone
 	Binary   string // the harvest binary to start workers with
 	Dir      string // scratch directory (checkpoint, task logs)
@@ -322,16 +322,31 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return r, nil
 }
 
-// feedTasks are the in-memory feed's tasks.
+// feedTasks are the in-memory feed's tasks, in the order the queue's
+// fair share hands out the real run's jobs (Users users of equal standing,
+// one job each, the tasks shared out as openRealQueue does, no cores
+// quota): the jobs in turn, a batch of each per turn.
 func feedTasks(cfg Config) []pilotproto.Task {
-	tasks := make([]pilotproto.Task, cfg.Tasks)
+	tasks := make([]pilotproto.Task, 0, cfg.Tasks)
 	argv := taskArgv(cfg)
 	out := filepath.Join(cfg.Dir, "out")
-	for i := range tasks {
-		// Jobs interleaved, as the fair-share order of Users users with one
-		// job each hands them out.
-		tasks[i] = pilotproto.Task{ID: int64(i + 1), JobID: int64(i%cfg.Users + 1), Name: strconv.Itoa(i), Command: argv,
-			OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize}
+	left := make([]int, cfg.Users)
+	per, extra := cfg.Tasks/cfg.Users, cfg.Tasks%cfg.Users
+	for u := range left {
+		left[u] = per
+		if u < extra {
+			left[u]++
+		}
+	}
+	for len(tasks) < cfg.Tasks {
+		for u := range left {
+			for k := min(max(cfg.BatchSize, 1), left[u]); k > 0; k-- {
+				i := len(tasks)
+				tasks = append(tasks, pilotproto.Task{ID: int64(i + 1), JobID: int64(u + 1), Name: strconv.Itoa(i), Command: argv,
+					OutputDir: out, Output: filepath.Join(out, strconv.Itoa(i)), BatchSize: cfg.BatchSize})
+				left[u]--
+			}
+		}
 	}
 	return tasks
 }

@@ -91,7 +91,7 @@ func openRealQueue(ctx context.Context, cfg Config) (*realQueue, error) {
 	qc.PilotToken = pilotToken
 	qc.Logger = cfg.Logger
 	// The bench measures dispatch, not the cores quota: lift it (the fair
-	// order still interleaves the users, whose standing is equal).
+	// order still alternates the users by batches, their standing equal).
 	qc.DefaultLimits.MaxParallelJobs = 1 << 30
 	per, extra := cfg.Tasks/cfg.Users, cfg.Tasks%cfg.Users
 	datasets := map[int]string{}

@@ -10,8 +10,8 @@ import "container/heap"
 // those updates one user (the last one all of them).
 //
 // The order is exactly the documented one: highest ComputedPriority
-// first; between equal priorities, the user who got fewer tasks in the
-// current pull, then the smaller name. Users over quota (NoIntake) and
+// first; between equal priorities, the user who got fewer picks (batches)
+// in the current pull, then the smaller name. Users over quota (NoIntake) and
 // users without work are not in the order. Not safe for concurrent use.
 type Index struct {
 	highest float64
@@ -80,7 +80,7 @@ func (x *Index) SetHighest(h float64) {
 // Highest is the highest baseline priority the index computes with.
 func (x *Index) Highest() float64 { return x.highest }
 
-// Next is the user who gets the next task, and their priority; ok is false
+// Next is the user who gets the next pick, and their priority; ok is false
 // when nobody with work is under quota.
 func (x *Index) Next() (name string, prio float64, ok bool) {
 	if len(x.h) == 0 {
@@ -89,8 +89,9 @@ func (x *Index) Next() (name string, prio float64, ok bool) {
 	return x.h[0].name, x.h[0].prio, true
 }
 
-// Picked counts a task handed to name in the current pull (the tie-break
-// between equal priorities). The caller then Sets the user's new usage.
+// Picked counts a pick (a batch of one job) handed to name in the current
+// pull (the tie-break between equal priorities). The caller then Sets the
+// user's new usage.
 func (x *Index) Picked(name string) {
 	e := x.byName[name]
 	if e == nil {
