@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/internal/unixacct"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker/confine"
 	"golang.org/x/sys/unix"
@@ -127,10 +128,16 @@ type ExecRunner struct {
 	// Empty: the task's dataset directory (its input's parent), and a
 	// confined task reads its input only.
 	Roots []string
-	Read  []string          // more directories confined tasks may read (site software)
-	Jail  *confine.Launcher // nil: tasks are not confined; else its Mode says how
+	Read  []string // more directories confined tasks may read (site software)
+	// LookupAccount finds a task owner's Unix account (nil:
+	// unixacct.Lookup): an entry that is a link must lead to something
+	// its owner's account may read when its task starts, as when its job
+	// was submitted (inputowner.go).
+	LookupAccount func(name string) (unixacct.Account, error)
+	Jail          *confine.Launcher // nil: tasks are not confined; else its Mode says how
 
-	jobs jobCache // what the tasks of a job share (jobfiles.go)
+	jobs     jobCache     // what the tasks of a job share (jobfiles.go)
+	accounts accountCache // the tasks' owners' accounts (inputowner.go)
 }
 
 // DefaultPath is the tasks' PATH unless the runner sets another.
@@ -216,6 +223,11 @@ func (r *ExecRunner) prepare(ts []pilotproto.Task) (*prepared, error) {
 		real, err := safefs.ResolveIn(t.Input, roots)
 		if err != nil {
 			return nil, fmt.Errorf("input: %w", err)
+		}
+		if real != t.Input {
+			if err := r.ownerMayRead(t, real); err != nil {
+				return nil, fmt.Errorf("input: %w", err)
+			}
 		}
 		if real != t.Input && len(r.Roots) > 0 {
 			// A linked entry: its target is the task's to read, beside
