@@ -51,6 +51,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// probeConfine asks the kernel for its Landlock ABI (tests set another).
+var probeConfine = confine.Probe
+
 // ErrInvalidConfig marks configuration errors.
 var ErrInvalidConfig = errors.New("invalid pilot config")
 
@@ -82,8 +85,14 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Confine == confine.ModeRequire && c.Worker.Runner == nil {
-		if s := confine.Probe(); !s.Confined(c.Confine) {
+		// Landlock alone is not enough: every task of a kernel older than
+		// the rules need failed at its start, the pilot running on.
+		s, need := probeConfine(), confine.RequiredABI()
+		if !s.Confined(c.Confine) {
 			return bad("confinement required, but tasks cannot be confined here: %s", s.Describe(c.Confine))
+		}
+		if s.ABI < need {
+			return bad("confinement required, but this kernel's Landlock ABI is %d and confined tasks need ABI %d or later (Linux 6.12+): run on a newer kernel, or use --confine auto (best effort: tasks confined with what ABI %d has, not scoped)", s.ABI, need, s.ABI)
 		}
 	}
 	if err := master.CheckStateDir(c.StateDir); err != nil {
