@@ -32,6 +32,9 @@ type Config struct {
 	Confine   confine.Mode
 	TaskRoots []string
 	TaskRead  []string
+	// TaskLogMax bounds each task log (worker.ExecRunner.LogMax): 0, no
+	// limit.
+	TaskLogMax int64
 
 	StopBefore time.Duration // stop this long before the deadline (the batch system's kill follows)
 	LeaseRetry time.Duration // wait between lease questions while no master is known
@@ -46,7 +49,7 @@ type Config struct {
 // DefaultConfig returns production defaults.
 func DefaultConfig() Config {
 	return Config{
-		Slots: 1, Listen: "0.0.0.0:0", Confine: confine.ModeAuto, StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
+		Slots: 1, Listen: "0.0.0.0:0", Confine: confine.ModeAuto, TaskLogMax: worker.DefaultLogMax, StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
 		Master: master.DefaultConfig(), Worker: worker.DefaultConfig(), Logger: slog.Default(),
 	}
 }
@@ -75,6 +78,9 @@ func (c Config) Validate() error {
 		return bad("durations must be positive")
 	case c.Logger == nil:
 		return bad("Logger must be set")
+	}
+	if c.TaskLogMax < 0 {
+		return bad("task log limit %d is negative (0: no limit)", c.TaskLogMax)
 	}
 	if _, err := confine.ParseMode(string(c.Confine)); err != nil {
 		return bad("%v", err)

@@ -138,7 +138,7 @@ func (p *Pilot) taskRunner() (worker.Runner, string, error) {
 		}
 		r.Roots = append(r.Roots, real)
 	}
-	r.Read = p.cfg.TaskRead
+	r.Read, r.LogMax = p.cfg.TaskRead, p.cfg.TaskLogMax
 	sup := confine.Probe()
 	mode := p.cfg.Confine
 	desc := sup.Describe(mode)
