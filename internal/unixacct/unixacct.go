@@ -6,7 +6,6 @@
 package unixacct
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os/user"
@@ -93,10 +92,4 @@ func (a Account) MayRead(path string) error {
 		}
 		p = parent
 	}
-}
-
-// IsDenied reports whether err is a refusal by MayRead.
-func IsDenied(err error) bool {
-	var d *Denied
-	return errors.As(err, &d)
 }
