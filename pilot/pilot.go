@@ -307,8 +307,9 @@ func (p *Pilot) failedStart(epoch int64, err error) {
 
 // otherMaster finds, without asking for the lease, a live master of
 // another pilot that answers at its address (Peek). A queue older than
-// Peek grants the question as a plain one: the lease is given back at
-// once, as after a failed start.
+// Peek refuses the question (400: unknown field); were a queue to grant
+// it as a plain one, the lease is given back at once, as after a failed
+// start.
 func (p *Pilot) otherMaster(ctx context.Context) (worker.Endpoint, bool) {
 	l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url, Peek: true})
 	if err != nil {

@@ -39,7 +39,7 @@ type LeaseRequest struct {
 	// Peek only asks where the master is: never granted, nothing
 	// written (a pilot held off the lease after a failed master start
 	// still finds another pilot's master for its worker). A queue older
-	// than Peek grants it as a plain question: the asker releases it.
+	// than Peek refuses it (unknown field): the worker then waits.
 	Peek bool `json:"peek,omitempty"`
 }
 
