@@ -286,6 +286,10 @@ func copyEpoch(src, dst string) (rolledBack bool, err error) {
 	os.Remove(tmp) // an earlier try's, never renamed: nobody else writes our epoch's names
 	if _, err := db.Exec(`VACUUM INTO ?`, tmp); err != nil {
 		os.Remove(tmp)
+		if errno, ok := stateErrno(err); ok {
+			// Not a damaged file: moving it away would lose the tasks.
+			return rolledBack, fmt.Errorf("checkpoint: copy %s: %w (%v: free space in %s, or make it writable, and keep the file: the next master restores from it)", src, err, errno, filepath.Dir(dst))
+		}
 		return rolledBack, fmt.Errorf("checkpoint: copy %s: %w (if the file is damaged, move it away: the next master starts empty and the queue requeues its tasks)", src, err)
 	}
 	// The pilots' account only: the checkpoint holds every task's command.

@@ -32,6 +32,9 @@ type Config struct {
 	Confine   confine.Mode
 	TaskRoots []string
 	TaskRead  []string
+	// TaskLogMax bounds each task log (worker.ExecRunner.LogMax): 0, no
+	// limit.
+	TaskLogMax int64
 
 	StopBefore time.Duration // stop this long before the deadline (the batch system's kill follows)
 	LeaseRetry time.Duration // wait between lease questions while no master is known
@@ -46,10 +49,13 @@ type Config struct {
 // DefaultConfig returns production defaults.
 func DefaultConfig() Config {
 	return Config{
-		Slots: 1, Listen: "0.0.0.0:0", Confine: confine.ModeAuto, StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
+		Slots: 1, Listen: "0.0.0.0:0", Confine: confine.ModeAuto, TaskLogMax: worker.DefaultLogMax, StopBefore: 5 * time.Second, LeaseRetry: 2 * time.Second, LeasePoll: 200 * time.Millisecond,
 		Master: master.DefaultConfig(), Worker: worker.DefaultConfig(), Logger: slog.Default(),
 	}
 }
+
+// probeConfine asks the kernel for its Landlock ABI (tests set another).
+var probeConfine = confine.Probe
 
 // ErrInvalidConfig marks configuration errors.
 var ErrInvalidConfig = errors.New("invalid pilot config")
@@ -73,6 +79,9 @@ func (c Config) Validate() error {
 	case c.Logger == nil:
 		return bad("Logger must be set")
 	}
+	if c.TaskLogMax < 0 {
+		return bad("task log limit %d is negative (0: no limit)", c.TaskLogMax)
+	}
 	if _, err := confine.ParseMode(string(c.Confine)); err != nil {
 		return bad("%v", err)
 	}
@@ -82,8 +91,14 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Confine == confine.ModeRequire && c.Worker.Runner == nil {
-		if s := confine.Probe(); !s.Confined(c.Confine) {
+		// Landlock alone is not enough: every task of a kernel older than
+		// the rules need failed at its start, the pilot running on.
+		s, need := probeConfine(), confine.RequiredABI()
+		if !s.Confined(c.Confine) {
 			return bad("confinement required, but tasks cannot be confined here: %s", s.Describe(c.Confine))
+		}
+		if s.ABI < need {
+			return bad("confinement required, but this kernel's Landlock ABI is %d and confined tasks need ABI %d or later (Linux 6.12+): run on a newer kernel, or use --confine auto (best effort: tasks confined with what ABI %d has, not scoped)", s.ABI, need, s.ABI)
 		}
 	}
 	if err := master.CheckStateDir(c.StateDir); err != nil {

@@ -138,7 +138,7 @@ func (p *Pilot) taskRunner() (worker.Runner, string, error) {
 		}
 		r.Roots = append(r.Roots, real)
 	}
-	r.Read = p.cfg.TaskRead
+	r.Read, r.LogMax = p.cfg.TaskRead, p.cfg.TaskLogMax
 	sup := confine.Probe()
 	mode := p.cfg.Confine
 	desc := sup.Describe(mode)
@@ -210,9 +210,12 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		}
 		// After a failed master start the lease is not asked until the
 		// back-off ends: any question may be granted (a new epoch). The
-		// worker waits meanwhile even if another pilot became master, as
-		// the queue has no question that grants nothing.
+		// worker serves another pilot's master meanwhile, found by a
+		// question that grants nothing; it waits only while there is none.
 		if err := p.holdingOff(); err != nil {
+			if ep, ok := p.otherMaster(ctx); ok {
+				return ep, nil
+			}
 			return worker.Endpoint{}, err
 		}
 		l, err := p.askLease(ctx)
@@ -300,6 +303,28 @@ func (p *Pilot) failedStart(epoch int64, err error) {
 		return
 	}
 	p.log.Error("cannot be master; not asking for the lease meanwhile", "state_dir", p.cfg.StateDir, "epoch", epoch, "error", err, "retry_in", wait.Round(time.Second))
+}
+
+// otherMaster finds, without asking for the lease, a live master of
+// another pilot that answers at its address (Peek). A queue older than
+// Peek refuses the question (400: unknown field); were a queue to grant
+// it as a plain one, the lease is given back at once, as after a failed
+// start.
+func (p *Pilot) otherMaster(ctx context.Context) (worker.Endpoint, bool) {
+	l, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url, Peek: true})
+	if err != nil {
+		return worker.Endpoint{}, false
+	}
+	if l.Granted {
+		if _, err := p.q.Lease(ctx, pilotproto.LeaseRequest{PilotID: p.cfg.PilotID, Address: p.url, Epoch: l.Epoch, Release: true}); err != nil {
+			p.log.Warn("could not give back a lease a peek was granted (a queue older than this pilot)", "epoch", l.Epoch, "error", err)
+		}
+		return worker.Endpoint{}, false
+	}
+	if l.Address == "" || l.Holder == p.cfg.PilotID || l.LeftMS <= 0 || master.NothingListens(ctx, l.Address) {
+		return worker.Endpoint{}, false
+	}
+	return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, true
 }
 
 // holdingOff is why this pilot does not ask for the lease now (nil: it may).

@@ -36,6 +36,11 @@ type LeaseRequest struct {
 	// time limit), so the next asker becomes master at once instead of
 	// after the TTL. Only the holder, with its current epoch, may release.
 	Release bool `json:"release,omitempty"`
+	// Peek only asks where the master is: never granted, nothing
+	// written (a pilot held off the lease after a failed master start
+	// still finds another pilot's master for its worker). A queue older
+	// than Peek refuses it (unknown field): the worker then waits.
+	Peek bool `json:"peek,omitempty"`
 }
 
 // Lease is the answer: Granted says whether the asker is (still) master.

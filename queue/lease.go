@@ -38,6 +38,9 @@ func (p Pool) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotprot
 	if req.Epoch < 0 {
 		return pilotproto.Lease{}, invalid("epoch must not be negative")
 	}
+	if req.Peek && (req.Release || req.Epoch != 0) {
+		return pilotproto.Lease{}, invalid("peek asks where the master is: no epoch, no release")
+	}
 	now := q.now()
 	prev, d, err := q.st.DecideLease(ctx, p.site, req, now, q.cfg.LeaseTTL)
 	if err != nil {

@@ -151,7 +151,11 @@ func Open(cfg Config) (*Queue, error) {
 	}
 	st, err := store.Open(cfg.DBPath)
 	if err != nil {
-		return nil, err
+		return nil, diskFullError(cfg.DBPath, err)
+	}
+	fail := func(err error) (*Queue, error) {
+		st.Close()
+		return nil, diskFullError(cfg.DBPath, err)
 	}
 	q := &Queue{
 		cfg: cfg, log: log.With("component", "queue"), st: st, roots: roots,
@@ -168,32 +172,26 @@ func Open(cfg Config) (*Queue, error) {
 	}
 	ctx := context.Background()
 	if err := st.Claim(ctx, cfg.Shared, cfg.ClaimWait); err != nil {
-		st.Close()
-		return nil, err
+		return fail(err)
 	}
 	if cfg.Shared {
 		st.Share(q.cfg.SweepHolder) // other agents write it: no read answers from this process's copy
 		if err := q.beatAgent(ctx); err != nil {
-			st.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	if !cfg.Shared { // else another agent may be storing them: the sweeps remove stale ones
 		if err := q.cleanupPartialSubmits(ctx); err != nil {
-			st.Close()
-			return nil, err
+			return fail(err)
 		}
 	} else if err := q.registerLocalPilots(ctx); err != nil {
-		st.Close()
-		return nil, err
+		return fail(err)
 	}
 	if err := q.finishKills(ctx); err != nil {
-		st.Close()
-		return nil, err
+		return fail(err)
 	}
 	if err := q.Reconcile(ctx); err != nil {
-		st.Close()
-		return nil, err
+		return fail(err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	q.bg, q.stop = bg, cancel

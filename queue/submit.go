@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/internal/unixacct"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
@@ -206,39 +207,23 @@ func (q *Queue) readableBy(owner, dir string) error {
 }
 
 // mayRead is readableBy for any path (a directory: list and read; a
-// file: read), what naming it in the refusal.
+// file: read), what naming it in the refusal. The worker checks a linked
+// entry again when its task starts (worker.ExecRunner.LookupAccount).
 func (q *Queue) mayRead(owner, path, what string) error {
 	uid, err := q.cfg.LookupUID(owner)
 	if err != nil || uid == 0 {
 		return nil
 	}
 	gids, _ := q.cfg.LookupGroups(owner) // unknown: no group, fewer rights
-	need, may := uint32(5), "list and read"
-	for p := path; ; need, may = 1, "enter" {
-		var st syscall.Stat_t
-		if err := syscall.Stat(p, &st); err != nil {
-			return invalid("%s: %s: %v", what, p, err)
-		}
-		if p == path && st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-			need, may = 4, "read"
-		}
-		bits := st.Mode & 7 // a file's owner gets the owner's bits only, its group the group's
-		switch {
-		case st.Uid == uid:
-			bits = st.Mode >> 6 & 7
-		case slices.Contains(gids, st.Gid):
-			bits = st.Mode >> 3 & 7
-		}
-		if bits&need != need {
-			return fmt.Errorf("%w: %s: the account of %s may not %s %s (mode %v, uid %d, gid %d); submit a dataset your own account can read",
-				api.ErrForbidden, what, owner, may, p, fs.FileMode(st.Mode&0o777), st.Uid, st.Gid)
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			return nil
-		}
-		p = parent
+	err = unixacct.Account{UID: uid, GIDs: gids}.MayRead(path)
+	var d *unixacct.Denied
+	if errors.As(err, &d) {
+		return fmt.Errorf("%w: %s: the account of %s %v; submit a dataset your own account can read", api.ErrForbidden, what, owner, d)
 	}
+	if err != nil {
+		return invalid("%s: %v", what, err)
+	}
+	return nil
 }
 
 // listDataset returns the entry names of the dataset directory, sorted;

@@ -206,7 +206,7 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	// The runner makes its tasks' temporary directories in the job's,
 	// and their logs in its log directory: it may write both anyway, as
 	// its tasks do.
-	rp := confine.RunnerPolicy{Tmp: j.tmpRoot}
+	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax}
 	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
 	if j.outDir != nil {
 		files = append(files, j.outDir)

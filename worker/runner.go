@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/safefs"
+	"github.com/harvest-hpc/harvest/internal/unixacct"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/worker/confine"
 	"golang.org/x/sys/unix"
@@ -129,18 +130,28 @@ type ExecRunner struct {
 	Roots []string
 	Read  []string          // more directories confined tasks may read (site software)
 	Jail  *confine.Launcher // nil: tasks are not confined; else its Mode says how
+	// LookupAccount finds a task owner's Unix account (nil:
+	// unixacct.Lookup): an entry that is a link must lead to something
+	// its owner's account may read when its task starts, as when its job
+	// was submitted (inputowner.go).
+	LookupAccount func(name string) (unixacct.Account, error)
+	// LogMax bounds each task log (stdout, stderr): past it the log keeps
+	// its first LogMax bytes, a marker line and its last 8 KiB, the task
+	// runs on (logcap.go). 0: no limit.
+	LogMax int64
 
-	jobs jobCache // what the tasks of a job share (jobfiles.go)
+	jobs     jobCache     // what the tasks of a job share (jobfiles.go)
+	accounts accountCache // the tasks' owners' accounts (inputowner.go)
 }
 
 // DefaultPath is the tasks' PATH unless the runner sets another.
 const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 
-// DefaultExecRunner returns an unconfined ExecRunner with a 2 s kill grace
-// and a 2 KB tail.
+// DefaultExecRunner returns an unconfined ExecRunner with a 2 s kill grace,
+// a 2 KB tail and logs cut at DefaultLogMax.
 func DefaultExecRunner() *ExecRunner {
 	return &ExecRunner{KillGrace: 2 * time.Second, TailBytes: 2048, FallbackLog: filepath.Join(os.TempDir(), "harvest-logs"),
-		Path: DefaultPath, TempRoot: os.TempDir()}
+		Path: DefaultPath, TempRoot: os.TempDir(), LogMax: DefaultLogMax}
 }
 
 // Env returns the environment of task t whose temporary directory is tmp.
@@ -216,6 +227,11 @@ func (r *ExecRunner) prepare(ts []pilotproto.Task) (*prepared, error) {
 		real, err := safefs.ResolveIn(t.Input, roots)
 		if err != nil {
 			return nil, fmt.Errorf("input: %w", err)
+		}
+		if real != t.Input {
+			if err := r.ownerMayRead(t, real); err != nil {
+				return nil, fmt.Errorf("input: %w", err)
+			}
 		}
 		if real != t.Input && len(r.Roots) > 0 {
 			// A linked entry: its target is the task's to read, beside
@@ -486,6 +502,7 @@ func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []strin
 	if err != nil {
 		return fail(code, fmt.Errorf("start %s: %w", argv[0], err))
 	}
+	logsCut := r.watchLogs(p, pr.done())
 	// (Bounded well below time.Duration's range: a year's timeout times
 	// a thousand entries would overflow it.)
 	timeoutS := min(t.TimeoutS*int64(len(ts)), 100*365*24*3600)
@@ -504,6 +521,7 @@ func (r *ExecRunner) run(ctx context.Context, ts []pilotproto.Task, argv []strin
 		timedOut = true
 		r.kill(pr)
 	}
+	logsCut()
 	ws, werr := pr.result()
 	if rp, ok := pr.(runnerProc); ok && p.byRunner {
 		p.tmpLeft = rp.t.TmpLeft()

@@ -59,6 +59,7 @@ func pilotCommand() *cli.Command {
 			&cli.StringFlag{Name: "site", EnvVars: []string{"HARVEST_SITE"}, Usage: "the site (cluster) this pilot runs at; its tasks see it as HARVEST_SITE (the agent sets it)"},
 			&cli.StringSliceFlag{Name: "task-roots", EnvVars: []string{"HARVEST_TASK_ROOTS"}, Usage: "the queue's allowed roots `DIR`s: inputs must resolve inside them; a confined task reads only its own job's dataset and linked entry there (the agent sets it)"},
 			&cli.StringSliceFlag{Name: "task-read", EnvVars: []string{"HARVEST_TASK_READ"}, Usage: "more `DIR`s every confined task may read (site software, shared reference data), separated by commas or colons: /cvmfs:/apps"},
+			&cli.Int64Flag{Name: "task-log-max-mb", EnvVars: []string{"HARVEST_TASK_LOG_MAX_MB"}, Value: worker.DefaultLogMax >> 20, Usage: "each task log (stdout, stderr) keeps its first `MB` MiB, a marker line and its last 8 KiB; the task runs on (0: no limit)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HARVEST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"HARVEST_LOG_JSON"}, Usage: "log as JSON lines"},
 		},
@@ -102,6 +103,11 @@ func runPilot(c *cli.Context) error {
 	}
 	cfg.Confine, cfg.TaskRoots, cfg.TaskRead = mode, dirList(c.StringSlice("task-roots")), dirList(c.StringSlice("task-read"))
 	cfg.Site = c.String("site")
+	mb := c.Int64("task-log-max-mb")
+	if mb < 0 || mb > 1<<30 {
+		return cli.Exit(fmt.Sprintf("harvest pilot: --task-log-max-mb %d: want 0 (no limit) to %d", mb, int64(1<<30)), 2)
+	}
+	cfg.TaskLogMax = mb << 20
 	cfg.Master.SafetyMargin = c.Duration("safety-margin")
 	cfg.Master.WorkerTimeout, cfg.Master.ReconnectGrace = c.Duration("worker-timeout"), c.Duration("reconnect-grace")
 	// The lease is renewed every second whatever the heartbeat (master

@@ -51,6 +51,9 @@ type LeaseDecision struct {
 // harmless). An epoch other than the current one is stale. Only the holder,
 // with its epoch, may release; the lease then expires at once.
 func DecideLease(cur Lease, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (LeaseDecision, error) {
+	if req.Peek {
+		return LeaseDecision{Next: cur}, nil // where the master is; nothing granted
+	}
 	if req.Epoch != 0 && req.Epoch < cur.Epoch {
 		return LeaseDecision{}, fmt.Errorf("%w: epoch %d is older than the current epoch %d", api.ErrStaleEpoch, req.Epoch, cur.Epoch)
 	}

@@ -116,6 +116,9 @@ func TestLeaseDecisions(t *testing.T) {
 			LeaseDecision{Next: Lease{3, "p1", "a1", t0}, Write: true}, nil},
 		{"a release without the epoch is refused", held, pilotproto.LeaseRequest{PilotID: "p1", Release: true}, LeaseDecision{}, api.ErrStaleEpoch},
 		{"a release by another pilot is refused", held, pilotproto.LeaseRequest{PilotID: "p2", Epoch: 3, Release: true}, LeaseDecision{}, api.ErrStaleEpoch},
+		{"a peek at a free lease grants nothing", Lease{}, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1", Peek: true}, LeaseDecision{}, nil},
+		{"a peek after expiry grants nothing", expired, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2", Peek: true}, LeaseDecision{Next: expired}, nil},
+		{"a peek by the holder renews nothing", held, pilotproto.LeaseRequest{PilotID: "p1", Peek: true}, LeaseDecision{Next: held}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecideLease(tc.cur, tc.req, t0, ttl)

@@ -70,8 +70,8 @@ func (z *chunkSizer) took(rows int, d time.Duration) {
 
 // chunkBytes bounds what one write transaction carries where rows differ
 // in size: a result's error tail (up to 64 KiB by the API, 2 KiB from the
-// worker by default) goes into the journal entry of the results' batch,
-// then, folded, into the task's row and the result's. A row count alone
+// worker by default) goes into its task's exceptions row (error_tail),
+// with the pilot's name. A row count alone
 // let 100 results with 64 KiB tails hold the lock over 50 ms in one
 // transaction (docs/queue.md, "Long writes").
 const chunkBytes = 64 << 10
@@ -82,7 +82,8 @@ const rowOverhead = 128
 
 // ResultsChunk is how many of rs, from the first, one ApplyResults
 // transaction should apply: at most limit, and no more than chunkBytes of
-// them as the journal stores them (escapes included), but at least one.
+// them weighed as JSON text (escapes included: more than the raw text the
+// rows store, never less), but at least one.
 func ResultsChunk(rs []pilotproto.Result, limit int) int {
 	n, size := 0, 0
 	for n < min(len(rs), max(limit, 1)) {
@@ -95,9 +96,9 @@ func ResultsChunk(rs []pilotproto.Result, limit int) int {
 	return n
 }
 
-// jsonLen is the length appendString gives s, escapes included: a control
-// byte is 6 bytes (\u001b), as json.Marshal writes it, so a tail of
-// terminal colour codes weighs what it costs.
+// jsonLen is s's length as a JSON string, escapes included: a control
+// byte is 6 bytes (\u001b), as json.Marshal writes it. A tail of terminal
+// colour codes weighs what it costs on the wire that brought it.
 func jsonLen(s string) int {
 	n := len(s) + 2
 	for i := 0; i < len(s); i++ {

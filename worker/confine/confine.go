@@ -180,7 +180,7 @@ func launch(spec string, argv []string) (int, error) {
 
 // restrict applies p to this process (all its threads) and what it execs.
 func restrict(p Policy) error {
-	cfg := landlock.MustConfig(landlock.V7.HandledAccessFS, landlock.V7.Scoped)
+	cfg := required
 	if p.Mode != ModeRequire {
 		cfg = cfg.BestEffort()
 	}

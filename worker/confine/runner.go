@@ -118,6 +118,8 @@ type RunnerPolicy struct {
 	Logs      string  `json:"logs,omitempty"`
 	Tmp       string  `json:"tmp,omitempty"`
 	NamedLogs bool    `json:"named_logs,omitempty"`
+	// LogMax bounds each log the runner makes (internal/logcap); 0: no limit.
+	LogMax int64 `json:"log_max,omitempty"`
 }
 
 // StartRunner starts l's binary as a runner confined by p under l.Mode;

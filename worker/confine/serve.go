@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 
+	"github.com/harvest-hpc/harvest/internal/logcap"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,6 +43,10 @@ type server struct {
 	spare  []int
 	tasks  []*running
 	events []byte // this turn's answer
+	// logMax bounds the logs it makes (logcap.Cut every logcap.Interval
+	// while their task runs, and when it ends); 0: no limit.
+	logMax  int64
+	lastCut time.Time
 }
 
 // serveRunner is the runner's side: confine, say ready, serve requests
@@ -82,7 +88,7 @@ func serveRunner(spec string) (int, error) {
 			return fail(fmt.Errorf("confine: %s: %w", d.path, err))
 		}
 	}
-	s.tmpPath, s.eager = rp.Tmp, rp.NamedLogs
+	s.tmpPath, s.eager, s.logMax = rp.Tmp, rp.NamedLogs, rp.LogMax
 	if s.devnull, err = unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		return fail(fmt.Errorf("confine: %s: %w", os.DevNull, err))
 	}
@@ -158,7 +164,7 @@ func (s *server) serve() error {
 		for _, t := range s.tasks {
 			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
 		}
-		if err := rawPoll(polls); err != nil {
+		if err := rawPoll(polls, s.cutLogs()); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
@@ -269,13 +275,13 @@ func (s *server) files(t *running, tmp string) error {
 			continue
 		}
 		if !s.eager {
-			*l.fd, err = unix.Openat(s.logs, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			*l.fd, err = unix.Openat(s.logs, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o644) // read: logcap keeps the end of a cut log
 			if err == unix.EOPNOTSUPP || err == unix.EISDIR || err == unix.EINVAL {
 				s.eager = true
 			}
 		}
 		if s.eager {
-			*l.fd, err = unix.Openat(s.logs, l.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+			*l.fd, err = unix.Openat(s.logs, l.name, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 		}
 		if err != nil {
 			*l.fd = -1
@@ -343,6 +349,10 @@ func (s *server) reap(t *running) {
 	// Nothing of the task's may write to an empty log the next task gets:
 	// only a task whose whole group has ended gives its logs back.
 	alone := syscall.Kill(-t.pid, 0) == syscall.ESRCH
+	if s.logMax > 0 {
+		logcap.Cut(t.out, s.logMax)
+		logcap.Cut(t.err, s.logMax)
+	}
 	s.nameLog(&t.out, t.outName, alone)
 	s.nameLog(&t.err, t.errName, alone)
 	s.closeFiles(t)
@@ -409,8 +419,8 @@ func (s *server) removeTmp(t *running) bool {
 // again every 20 us while the poll waits (futex and nanosleep calls,
 // measured: 3-4% of the runner's CPU). A garbage collection that starts
 // meanwhile finishes when the poll returns.
-func rawPoll(polls []unix.PollFd) error {
-	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), 0, 0, 0, 0)
+func rawPoll(polls []unix.PollFd, timeout *unix.Timespec) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), uintptr(unsafe.Pointer(timeout)), 0, 0, 0)
 	if e != 0 {
 		return e
 	}
@@ -432,4 +442,28 @@ func receivedFDs(oob []byte) []int {
 		all = append(all, fds...)
 	}
 	return all
+}
+
+// cutLogs cuts the running tasks' logs at logMax if logcap.Interval
+// passed since it last did, and returns how long the loop's poll may
+// wait before it is due again (nil: no limit, or no log to watch).
+func (s *server) cutLogs() *unix.Timespec {
+	if s.logMax <= 0 || len(s.tasks) == 0 {
+		return nil
+	}
+	now := time.Now()
+	if since := now.Sub(s.lastCut); since < logcap.Interval {
+		ts := unix.NsecToTimespec(int64(logcap.Interval - since))
+		return &ts
+	}
+	s.lastCut = now
+	for _, t := range s.tasks {
+		for _, fd := range []int{t.out, t.err} {
+			if fd >= 0 {
+				logcap.Cut(fd, s.logMax)
+			}
+		}
+	}
+	ts := unix.NsecToTimespec(int64(logcap.Interval))
+	return &ts
 }

@@ -1,0 +1,21 @@
+package confine
+
+import "github.com/landlock-lsm/go-landlock/landlock"
+
+// required is what a confined task's Landlock rules handle (restrict).
+// Under ModeRequire the kernel must know all of it: else every task fails
+// at its start ("missing kernel Landlock support").
+var required = landlock.MustConfig(landlock.V7.HandledAccessFS, landlock.V7.Scoped)
+
+// RequiredABI is the oldest Landlock ABI that handles all of required:
+// ModeRequire needs it (ABI 6: Linux 6.12, which added the scoping of
+// signals and abstract sockets). ModeAuto confines with what older ones
+// have.
+func RequiredABI() int {
+	for i, v := range []landlock.Config{landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5, landlock.V6, landlock.V7} {
+		if required.HandledAccessFS&^v.HandledAccessFS == 0 && required.Scoped&^v.Scoped == 0 {
+			return i + 1
+		}
+	}
+	return 7
+}
