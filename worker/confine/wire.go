@@ -34,12 +34,12 @@ import (
 // flags: evReady, evDone, evTmpLeft, evFiles, evTimedOut, evSkipped.
 
 const (
-	evReady   = 1 << iota // the runner is confined and serves
-	evDone                // the task ended (or could not start: err)
-	evTmpLeft             // its temporary directory was not empty: the worker removes it
-	evFiles               // it could not start: its logs or temporary directory could not be made
-	evTimedOut            // the runner stopped it at its timeout
-	evSkipped             // a queued task stopped before it started
+	evReady    = 1 << iota // the runner is confined and serves
+	evDone                 // the task ended (or could not start: err)
+	evTmpLeft              // its temporary directory was not empty: the worker removes it
+	evFiles                // it could not start: its logs or temporary directory could not be made
+	evTimedOut             // the runner stopped it at its timeout
+	evSkipped              // a queued task stopped before it started
 )
 
 var errBadPacket = errors.New("confine: malformed runner packet")
