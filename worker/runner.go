@@ -435,8 +435,20 @@ func (r *ExecRunner) start(t pilotproto.Task, argv, env []string, p *prepared) (
 	return c, 0, nil
 }
 
-// Run implements Runner.
+// Run implements Runner. A task its job's runner may run in a group
+// (GroupKey) runs as a group of one, as the worker's groups do.
 func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
+	if r.GroupKey(t) != "" {
+		ch := make(chan Outcome, 1)
+		g := r.StartGroup([]pilotproto.Task{t}, 1, func(_ []int, os []Outcome) { ch <- os[0] })
+		select {
+		case o := <-ch:
+			return o
+		case <-ctx.Done():
+			g.Stop(0)
+			return <-ch
+		}
+	}
 	return r.run(ctx, []pilotproto.Task{t}, Substitute(t.Command, t), true)
 }
 

@@ -69,6 +69,7 @@ type Task struct {
 	// Of a queued task (Queue): the runner stopped it at its timeout, or
 	// before it started; tag, its caller's; wave, told when it ends.
 	timedOut, skipped bool
+	ran               time.Duration
 	tag               int
 	wave              *wave
 }
@@ -95,6 +96,7 @@ type event struct {
 	Flags  byte // ev*
 	Status int  // wait status
 	Code   int  // could not start: the shell's code
+	Micros int64 // a queued task's run time, from its start to its reaping
 	Err    string
 }
 
@@ -213,6 +215,7 @@ func (r *Runner) read(buf []byte) {
 				t.status = syscall.WaitStatus(ev.Status)
 				t.tmpLeft = ev.Flags&evTmpLeft != 0
 				t.timedOut, t.skipped = ev.Flags&evTimedOut != 0, ev.Flags&evSkipped != 0
+				t.ran = time.Duration(ev.Micros) * time.Microsecond
 				if ev.Err != "" {
 					t.err = &StartError{Code: ev.Code, Err: errors.New(ev.Err), Files: ev.Flags&evFiles != 0}
 				}
@@ -402,6 +405,9 @@ func (r *Runner) send(qs ...request) {
 	r.flushLocked()
 	r.wmu.Unlock()
 }
+
+// Ran is, once a queued task ended, how long it ran (0: it did not).
+func (t *Task) Ran() time.Duration { <-t.done; return t.ran }
 
 // Tag is the tag Queue gave the task.
 func (t *Task) Tag() int { return t.tag }

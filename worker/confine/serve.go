@@ -29,6 +29,7 @@ type running struct {
 	// its timeout; killAt: SIGKILL to its group, the grace after a stop.
 	queued           bool
 	timedOut         bool
+	started          time.Time
 	deadline, killAt time.Time
 }
 
@@ -328,6 +329,7 @@ func (s *server) run(q request, queued bool) {
 	}
 	if queued {
 		s.inSlots++
+		t.started = time.Now()
 		if q.TimeoutMS > 0 {
 			t.deadline = time.Now().Add(time.Duration(q.TimeoutMS) * time.Millisecond)
 		}
@@ -449,7 +451,11 @@ func (s *server) reap(t *running) {
 	if t.queued {
 		s.inSlots--
 	}
-	s.event(event{Seq: t.seq, Flags: flags, Status: int(ws)})
+	ev := event{Seq: t.seq, Flags: flags, Status: int(ws)}
+	if t.queued {
+		ev.Micros = time.Since(t.started).Microseconds()
+	}
+	s.event(ev)
 }
 
 // nameLog links the unnamed log *fd as name in the log directory if the

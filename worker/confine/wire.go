@@ -29,7 +29,7 @@ import (
 //
 // An event is varints and bytes:
 //
-//	seq flags status code len(err) err
+//	seq flags status code micros len(err) err
 //
 // flags: evReady, evDone, evTmpLeft, evFiles, evTimedOut, evSkipped.
 
@@ -147,6 +147,7 @@ func appendEvent(b []byte, e event) []byte {
 	b = append(b, e.Flags)
 	b = binary.AppendVarint(b, int64(e.Status))
 	b = binary.AppendVarint(b, int64(e.Code))
+	b = binary.AppendVarint(b, e.Micros)
 	b = binary.AppendUvarint(b, uint64(len(e.Err)))
 	return append(b, e.Err...)
 }
@@ -175,6 +176,12 @@ func decodeEvents(b []byte, f func(event)) error {
 			return errBadPacket
 		}
 		b = b[n:]
+		us, n := binary.Varint(b)
+		if n <= 0 {
+			return errBadPacket
+		}
+		b = b[n:]
+		e.Micros = us
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
 			return errBadPacket

@@ -30,7 +30,7 @@ func TestRunnerPacketsRoundTrip(t *testing.T) {
 		t.Error("an argument with a NUL byte was encoded")
 	}
 	evs := []event{{Flags: evReady}, {Seq: 7, Flags: evDone, Status: 0x0f00}, {Seq: -1, Flags: evDone | evFiles, Code: 127, Err: "start x: no such file"},
-		{Seq: 8, Flags: evDone | evTmpLeft}, {Seq: 9, Flags: evDone | evTimedOut, Status: 9}, {Seq: 10, Flags: evDone | evSkipped}}
+		{Seq: 8, Flags: evDone | evTmpLeft}, {Seq: 9, Flags: evDone | evTimedOut, Status: 9, Micros: 1_500_000}, {Seq: 10, Flags: evDone | evSkipped}}
 	var eb []byte
 	for _, e := range evs {
 		eb = appendEvent(eb, e)
