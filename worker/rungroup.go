@@ -56,11 +56,11 @@ type execGroup struct {
 	ended func([]int, []Outcome)
 
 	mu      sync.Mutex
-	tasks   []*confine.Task             // by index; nil: not handed to the runner
+	tasks   []*confine.Task            // by index; nil: not handed to the runner
 	retries map[int]context.CancelFunc // tasks run again alone (their files could not be made)
-	stopped map[int]bool                // asked to stop (a retry does not start)
-	left    int                         // tasks not ended: the job is released at 0
-	slots   int                         // this group's share of the runner's slots
+	stopped map[int]bool               // asked to stop (a retry does not start)
+	left    int                        // tasks not ended: the job is released at 0
+	slots   int                        // this group's share of the runner's slots
 }
 
 // StartGroup implements GroupRunner.

@@ -93,9 +93,9 @@ type request struct {
 
 type event struct {
 	Seq    int64
-	Flags  byte // ev*
-	Status int  // wait status
-	Code   int  // could not start: the shell's code
+	Flags  byte  // ev*
+	Status int   // wait status
+	Code   int   // could not start: the shell's code
 	Micros int64 // a queued task's run time, from its start to its reaping
 	Err    string
 }
