@@ -508,24 +508,39 @@ func (s *server) removeTmp(t *running) bool {
 	return err == nil || err == unix.ENOENT
 }
 
-// rawPoll waits for polls without telling the Go runtime it is in a
-// system call: the runner's one goroutine is all it runs, and a runtime
-// told would have its monitor thread take the goroutine's P away and wake
-// again every 20 us while the poll waits (futex and nanosleep calls,
-// measured: 3-4% of the runner's CPU). A garbage collection that starts
-// meanwhile finishes when the poll returns. wait < 0: no timeout.
+// rawPoll waits for polls, at first without telling the Go runtime it is
+// in a system call: the runner's one goroutine is all it runs, and a
+// runtime told would have its monitor thread take the goroutine's P away
+// and wake again every 20 us while the poll waits (futex and nanosleep
+// calls, measured: 3-4% of the runner's CPU). But a garbage collection
+// (the runtime forces one every 2 minutes) waits, its threads spinning,
+// for a goroutine that does not return to Go: so the raw poll waits at
+// most rawWait, and a longer wait (an idle runner, long tasks) goes on
+// in a poll the runtime knows of. wait < 0: no timeout.
 func rawPoll(polls []unix.PollFd, wait time.Duration) error {
-	var ts *unix.Timespec
-	if wait >= 0 {
-		t := unix.NsecToTimespec(int64(wait))
-		ts = &t
+	first := rawWait
+	if wait >= 0 && wait < first {
+		first = wait
 	}
-	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+	t := unix.NsecToTimespec(int64(first))
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), uintptr(unsafe.Pointer(&t)), 0, 0, 0)
 	if e != 0 {
 		return e
 	}
-	return nil
+	if n > 0 || (wait >= 0 && wait <= first) {
+		return nil
+	}
+	var rest *unix.Timespec
+	if wait >= 0 {
+		r := unix.NsecToTimespec(int64(wait - first))
+		rest = &r
+	}
+	_, err := unix.Ppoll(polls, rest, nil)
+	return err
 }
+
+// rawWait bounds a poll the Go runtime does not know of.
+const rawWait = 20 * time.Millisecond
 
 // receivedFDs returns the descriptors passed with a request.
 func receivedFDs(oob []byte) []int {
