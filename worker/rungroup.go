@@ -199,7 +199,14 @@ func (g *execGroup) done(n int) {
 		g.job.slots -= g.slots
 		g.slots = 0
 		c.mu.Unlock()
-		g.r.jobs.release(g.job, g.job.runner.Ended())
+		// Not on the runner's reader, which calls done: a release may
+		// close the job's runner, and that waits for its reader to end.
+		// A runner that ended is not handed out again from now on.
+		ended := g.job.runner.Ended()
+		if ended {
+			g.r.jobs.retire(g.job)
+		}
+		go g.r.jobs.release(g.job, ended)
 	}
 }
 
