@@ -197,7 +197,7 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	if j.tmpDir, err = os.OpenFile(j.tmpRoot, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	if r.Jail == nil || r.Jail.Mode == confine.ModeOff || (r.Jail.Mode == confine.ModeAuto && !confine.Probe().Confined(confine.ModeAuto)) {
+	if !r.confined() {
 		ok = true
 		return j, nil
 	}

@@ -41,11 +41,20 @@ type TaskGroup interface {
 // GroupKey implements GroupRunner: the confined tasks of a job with an
 // output directory (its runner makes their files), one task per run.
 func (r *ExecRunner) GroupKey(t pilotproto.Task) string {
-	if r.Jail == nil || r.Jail.Mode == confine.ModeOff || t.OutputDir == "" || pilotproto.Batched(t.Command) ||
-		(r.Jail.Mode == confine.ModeAuto && !confine.Probe().Confined(confine.ModeAuto)) {
+	if !r.confined() || t.OutputDir == "" || pilotproto.Batched(t.Command) {
 		return ""
 	}
 	return r.jobKey(t)
+}
+
+// confined reports whether tasks run confined, by a runner per job: the
+// kernel asked once (a system call per task otherwise).
+func (r *ExecRunner) confined() bool {
+	if r.Jail == nil || r.Jail.Mode == confine.ModeOff {
+		return false
+	}
+	r.probe.Do(func() { r.landlock = confine.Probe().Confined(confine.ModeAuto) })
+	return r.Jail.Mode != confine.ModeAuto || r.landlock
 }
 
 // execGroup is a group of one job's tasks in its runner.

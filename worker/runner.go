@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -131,6 +132,9 @@ type ExecRunner struct {
 	Jail  *confine.Launcher // nil: tasks are not confined; else its Mode says how
 
 	jobs jobCache // what the tasks of a job share (jobfiles.go)
+	// landlock: auto mode confines (probed once).
+	probe    sync.Once
+	landlock bool
 }
 
 // DefaultPath is the tasks' PATH unless the runner sets another.
