@@ -723,6 +723,7 @@ func (w *Worker) groupEnded(g *group, idx []int, outs []Outcome) {
 				w.mu.Lock()
 				if !g.ended[i] {
 					w.endGroupTask(g, i, *g.held[i])
+					w.notify()
 				}
 				w.mu.Unlock()
 				w.syncSlots(g)
@@ -731,12 +732,13 @@ func (w *Worker) groupEnded(g *group, idx []int, outs []Outcome) {
 		}
 		w.endGroupTask(g, i, o)
 	}
+	w.notify()
 	w.mu.Unlock()
 	w.syncSlots(g)
 }
 
 // endGroupTask reports g's i-th task with o, as its cause says; called
-// with mu held.
+// with mu held, the caller wakes the loops (notify: once per wave).
 func (w *Worker) endGroupTask(g *group, i int, o Outcome) {
 	g.ended[i], g.held[i] = true, nil
 	g.left--
@@ -759,7 +761,6 @@ func (w *Worker) endGroupTask(g *group, i int, o Outcome) {
 		}
 		w.tasks.Done()
 	}
-	w.notify()
 }
 
 // settle gives an outcome the status its cause says, and learns the
