@@ -33,6 +33,7 @@ type jobFiles struct {
 	runner  *confine.Runner // the job's confined task runner; nil: tasks are not confined
 	progs   sync.Map        // program name -> path found in PATH (lookPath)
 	refs    int             // tasks using it
+	slots   int             // its runner's slots: the sum of its groups' (under the cache's mu)
 	idle    time.Time       // since when refs is 0
 	stale   bool            // no longer handed out
 }
@@ -196,7 +197,7 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	if j.tmpDir, err = os.OpenFile(j.tmpRoot, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	if r.Jail == nil || r.Jail.Mode == confine.ModeOff || (r.Jail.Mode == confine.ModeAuto && !confine.Probe().Confined(confine.ModeAuto)) {
+	if !r.confined() {
 		ok = true
 		return j, nil
 	}
@@ -206,7 +207,7 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	// The runner makes its tasks' temporary directories in the job's,
 	// and their logs in its log directory: it may write both anyway, as
 	// its tasks do.
-	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax}
+	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax, GraceMS: max(r.KillGrace.Milliseconds(), 1)}
 	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
 	if j.outDir != nil {
 		files = append(files, j.outDir)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -142,6 +143,9 @@ type ExecRunner struct {
 
 	jobs     jobCache     // what the tasks of a job share (jobfiles.go)
 	accounts accountCache // the tasks' owners' accounts (inputowner.go)
+	// landlock: auto mode confines (probed once).
+	probe    sync.Once
+	landlock bool
 }
 
 // DefaultPath is the tasks' PATH unless the runner sets another.
@@ -451,8 +455,20 @@ func (r *ExecRunner) start(t pilotproto.Task, argv, env []string, p *prepared) (
 	return c, 0, nil
 }
 
-// Run implements Runner.
+// Run implements Runner. A task its job's runner may run in a group
+// (GroupKey) runs as a group of one, as the worker's groups do.
 func (r *ExecRunner) Run(ctx context.Context, t pilotproto.Task) Outcome {
+	if r.GroupKey(t) != "" {
+		ch := make(chan Outcome, 1)
+		g := r.StartGroup([]pilotproto.Task{t}, 1, func(_ []int, os []Outcome) { ch <- os[0] })
+		select {
+		case o := <-ch:
+			return o
+		case <-ctx.Done():
+			g.Stop(0)
+			return <-ch
+		}
+	}
 	return r.run(ctx, []pilotproto.Task{t}, Substitute(t.Command, t), true)
 }
 

@@ -49,7 +49,26 @@ func refOf(t pilotproto.Task) ref { return ref{TaskID: t.ID, Attempt: t.Attempt}
 
 type running struct {
 	t      pilotproto.Task
-	cancel context.CancelCauseFunc
+	cancel context.CancelCauseFunc // a task of its own; else g's i-th
+	g      *group
+	i      int
+}
+
+// group is tasks of one job handed together to a GroupRunner, which runs
+// up to allot of them at once; the worker counts slots = min(allot,
+// left) of its slots busy with them, and the rest as held. All of it
+// under the worker's mu, but h's calls.
+type group struct {
+	ts           []pilotproto.Task
+	h            TaskGroup // nil until StartGroup returned
+	smu          sync.Mutex
+	allot, left  int
+	slots        int
+	cause        []error    // why the worker stopped each task (nil: it did not)
+	ended        []bool     // reported (or dropped)
+	held         []*Outcome // ended by a stop signal: the pilot's decision awaited
+	stops        []int      // asked before h was set
+	initialSlots int        // what StartGroup was given
 }
 
 // Worker is one worker process (or the side worker of a master's pilot).
@@ -65,6 +84,7 @@ type Worker struct {
 	queue    []pilotproto.Task
 	running  map[ref]*running
 	busy     int                 // slots in use (a batched command's run takes one for all its tasks)
+	groups   []*group            // groups not ended, oldest first
 	unitOf   map[ref]int64       // queued tasks of a batched command: their batch
 	dropped  map[ref]bool        // running tasks the master gave to someone else: not reported
 	results  []pilotproto.Result // not yet acknowledged by a master
@@ -507,12 +527,14 @@ func (w *Worker) drop(refs []ref) {
 		}
 	}
 	w.queue = q
+	stops := map[*group][]int{}
 	for k, r := range w.running {
 		if set[k] {
 			w.dropped[k] = true
-			r.cancel(errDropped)
+			w.stopRunning(r, errDropped, stops)
 		}
 	}
+	w.stopGroups(stops)
 	w.notify()
 }
 
@@ -537,11 +559,13 @@ func (w *Worker) killJobs(jobs []int64) {
 		q = append(q, t)
 	}
 	w.queue = q
+	stops := map[*group][]int{}
 	for _, r := range w.running {
 		if set[r.t.JobID] {
-			r.cancel(errKilled)
+			w.stopRunning(r, errKilled, stops)
 		}
 	}
+	w.stopGroups(stops)
 	w.notify()
 }
 
@@ -555,6 +579,9 @@ func (w *Worker) result(t pilotproto.Task, o Outcome) pilotproto.Result {
 // batched command, which run once). Called with mu held.
 func (w *Worker) held() int {
 	n := w.busy
+	for _, g := range w.groups {
+		n += g.left - g.slots // handed to the runner, not yet in a slot
+	}
 	last, prev := int64(0), false
 	for _, t := range w.queue {
 		id, ok := w.unitOf[refOf(t)]
@@ -567,11 +594,32 @@ func (w *Worker) held() int {
 }
 
 // dispatch starts queued tasks while slots are free: a task, or the
-// queued tasks of one batch of a batched command, per slot.
+// queued tasks of one batch of a batched command, per slot; with a
+// GroupRunner, the queued tasks of one job (GroupKey) at once, as a group
+// that keeps its slots full itself. Free slots go to the groups that have
+// tasks waiting first.
 func (w *Worker) dispatch(ctx context.Context) {
+	gr, _ := w.cfg.Runner.(GroupRunner)
 	for {
 		w.mu.Lock()
+		var grown []*group
+		for _, g := range w.groups {
+			if free := w.slots - w.busy; !w.draining && free > 0 && g.left > g.allot {
+				g.allot += min(free, g.left-g.allot)
+				w.regroup(g)
+				grown = append(grown, g)
+			}
+		}
 		for !w.draining && w.busy < w.slots && len(w.queue) > 0 {
+			if key := w.groupKey(gr, w.queue[0]); key != "" {
+				n := 1
+				for n < len(w.queue) && w.groupKey(gr, w.queue[n]) == key {
+					n++
+				}
+				w.startGroup(gr, w.queue[:n:n])
+				w.queue = w.queue[n:]
+				continue
+			}
 			n := 1
 			if id, ok := w.unitOf[refOf(w.queue[0])]; ok {
 				for n < len(w.queue) {
@@ -590,11 +638,179 @@ func (w *Worker) dispatch(ctx context.Context) {
 		}
 		ch := w.changed
 		w.mu.Unlock()
+		for _, g := range grown {
+			w.syncSlots(g)
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// groupKey is t's GroupKey ("": t runs alone). Called with mu held.
+func (w *Worker) groupKey(gr GroupRunner, t pilotproto.Task) string {
+	if gr == nil {
+		return ""
+	}
+	if _, ok := w.unitOf[refOf(t)]; ok {
+		return ""
+	}
+	return gr.GroupKey(t)
+}
+
+// startGroup hands ts to the GroupRunner as a group, with as many slots
+// as are free; called with mu held.
+func (w *Worker) startGroup(gr GroupRunner, ts []pilotproto.Task) {
+	g := &group{ts: ts, allot: min(w.slots-w.busy, len(ts)), left: len(ts),
+		cause: make([]error, len(ts)), ended: make([]bool, len(ts)), held: make([]*Outcome, len(ts))}
+	w.regroup(g)
+	g.initialSlots = g.slots
+	for i, t := range ts {
+		w.running[refOf(t)] = &running{t: t, g: g, i: i}
+	}
+	w.groups = append(w.groups, g)
+	w.tasks.Add(1)
+	go func() {
+		h := gr.StartGroup(ts, g.initialSlots, func(idx []int, os []Outcome) { w.groupEnded(g, idx, os) })
+		w.mu.Lock()
+		g.h = h
+		stops := g.stops
+		g.stops = nil
+		w.mu.Unlock()
+		if len(stops) > 0 {
+			h.Stop(stops...)
+		}
+		w.syncSlots(g)
+	}()
+}
+
+// regroup counts g's busy slots anew: min(allot, left). Called with mu
+// held; syncSlots tells its runner.
+func (w *Worker) regroup(g *group) {
+	n := min(g.allot, g.left)
+	w.busy += n - g.slots
+	g.slots = n
+}
+
+// syncSlots tells g's runner its slots as they are now (in order: the
+// last call sends the last figure). Called without mu.
+func (w *Worker) syncSlots(g *group) {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	w.mu.Lock()
+	h, n := g.h, g.slots
+	w.mu.Unlock()
+	if h != nil && n > 0 {
+		h.SetSlots(n)
+	}
+}
+
+// groupEnded takes a wave of g's ended tasks.
+func (w *Worker) groupEnded(g *group, idx []int, outs []Outcome) {
+	w.mu.Lock()
+	for k, i := range idx {
+		o := outs[k]
+		if g.ended[i] {
+			continue
+		}
+		if g.cause[i] == nil && o.Status == pilotproto.StatusFailed && (w.stopping() || stopSignal(o)) {
+			// As for a task of its own (start): the pilot decides within
+			// the grace whether it was interrupted.
+			g.held[i] = &o
+			time.AfterFunc(w.cfg.StopGrace, func() {
+				w.mu.Lock()
+				if !g.ended[i] {
+					w.endGroupTask(g, i, *g.held[i])
+					w.notify()
+				}
+				w.mu.Unlock()
+				w.syncSlots(g)
+			})
+			continue
+		}
+		w.endGroupTask(g, i, o)
+	}
+	w.notify()
+	w.mu.Unlock()
+	w.syncSlots(g)
+}
+
+// endGroupTask reports g's i-th task with o, as its cause says; called
+// with mu held, the caller wakes the loops (notify: once per wave).
+func (w *Worker) endGroupTask(g *group, i int, o Outcome) {
+	g.ended[i], g.held[i] = true, nil
+	g.left--
+	o = w.settle(o, g.cause[i])
+	k := refOf(g.ts[i])
+	delete(w.running, k)
+	if w.dropped[k] {
+		delete(w.dropped, k)
+	} else {
+		w.finished.Add(1)
+		w.results = append(w.results, w.result(g.ts[i], o))
+	}
+	w.regroup(g)
+	if g.left == 0 {
+		for j, o := range w.groups {
+			if o == g {
+				w.groups = append(w.groups[:j], w.groups[j+1:]...)
+				break
+			}
+		}
+		w.tasks.Done()
+	}
+}
+
+// settle gives an outcome the status its cause says, and learns the
+// task's time; called with mu held.
+func (w *Worker) settle(o Outcome, cause error) Outcome {
+	switch {
+	case errors.Is(cause, errDropped), errors.Is(cause, errInterrupted):
+		// Dropped: the others of a batched run one of whose tasks went
+		// to another worker; not run to an end here, no attempt.
+		o.Status = pilotproto.StatusInterrupted
+	case errors.Is(cause, errKilled):
+		o.Status = pilotproto.StatusKilled
+	}
+	if o.Status == pilotproto.StatusDone || o.Status == pilotproto.StatusFailed {
+		w.taskTime, w.timed = ewma(w.taskTime, o.Duration), true
+	}
+	return o
+}
+
+// stopRunning stops a running task for cause: its own, at once; a
+// group's, through stops (stopGroups), or at once if it ended already
+// and waits for the pilot's decision. Called with mu held.
+func (w *Worker) stopRunning(r *running, cause error, stops map[*group][]int) {
+	if r.g == nil {
+		r.cancel(cause)
+		return
+	}
+	g, i := r.g, r.i
+	if g.ended[i] {
+		return
+	}
+	if g.cause[i] == nil {
+		g.cause[i] = cause
+	}
+	if o := g.held[i]; o != nil {
+		w.endGroupTask(g, i, *o)
+		return
+	}
+	stops[g] = append(stops[g], i)
+}
+
+// stopGroups sends the stops stopRunning collected, off mu (a group not
+// started yet gets them when it is); called with mu held.
+func (w *Worker) stopGroups(stops map[*group][]int) {
+	for g, idx := range stops {
+		if g.h == nil {
+			g.stops = append(g.stops, idx...)
+			continue
+		}
+		go g.h.Stop(idx...)
 	}
 }
 
@@ -627,22 +843,10 @@ func (w *Worker) start(ts []pilotproto.Task) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.busy--
-		switch {
-		case errors.Is(cause, errDropped):
-			// The others of a batched run one of whose tasks went to
-			// another worker: not run to an end here, no attempt.
-			o.Status = pilotproto.StatusInterrupted
-		case errors.Is(cause, errInterrupted):
-			o.Status = pilotproto.StatusInterrupted
-		case errors.Is(cause, errKilled):
-			o.Status = pilotproto.StatusKilled
-		}
 		// The prefetch counts runs (a batched run takes a slot as a task
 		// does); each entry of a batched run reports its share of the
 		// run's time: the master learns a task's time per entry.
-		if o.Status == pilotproto.StatusDone || o.Status == pilotproto.StatusFailed {
-			w.taskTime, w.timed = ewma(w.taskTime, o.Duration), true
-		}
+		o = w.settle(o, cause)
 		o.Duration /= time.Duration(len(ts))
 		for _, t := range ts {
 			k := refOf(t)
@@ -716,9 +920,11 @@ func (w *Worker) shutdown() {
 	}
 	w.queue = nil
 	clear(w.unitOf)
+	stops := map[*group][]int{}
 	for _, r := range w.running {
-		r.cancel(errInterrupted)
+		w.stopRunning(r, errInterrupted, stops)
 	}
+	w.stopGroups(stops)
 	w.notify()
 	c := w.cur
 	w.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,7 +66,16 @@ type Task struct {
 	// TmpLeft: the task left files in its temporary directory, which the
 	// runner did not remove (the worker does, off the runner's loop).
 	tmpLeft bool
+	// Of a queued task (Queue): the runner stopped it at its timeout, or
+	// before it started; tag, its caller's; wave, told when it ends.
+	timedOut, skipped bool
+	ran               time.Duration
+	tag               int
+	wave              *wave
 }
+
+// A wave is whom a Queue's tasks are told to when they end.
+type wave struct{ ended func([]*Task) }
 
 // request goes worker -> runner, event runner -> worker, several per
 // packet (encoded in wire.go).
@@ -78,13 +88,15 @@ type request struct {
 	Tmp       string   // "run": the name of its temporary directory in the runner's
 	Read      []string // more paths the task alone may read (RunnerPolicy.Tasks)
 	Sig       int
+	TimeoutMS int64 // "queue": stopped after this long (0: never)
 }
 
 type event struct {
 	Seq    int64
-	Flags  byte // ev*
-	Status int  // wait status
-	Code   int  // could not start: the shell's code
+	Flags  byte  // ev*
+	Status int   // wait status
+	Code   int   // could not start: the shell's code
+	Micros int64 // a queued task's run time, from its start to its reaping
 	Err    string
 }
 
@@ -120,6 +132,9 @@ type RunnerPolicy struct {
 	NamedLogs bool    `json:"named_logs,omitempty"`
 	// LogMax bounds each log the runner makes (internal/logcap); 0: no limit.
 	LogMax int64 `json:"log_max,omitempty"`
+	// GraceMS is how long a task stopped by the runner (Stop, its
+	// timeout) has after SIGTERM before SIGKILL.
+	GraceMS int64 `json:"grace_ms,omitempty"`
 }
 
 // StartRunner starts l's binary as a runner confined by p under l.Mode;
@@ -189,21 +204,30 @@ func (r *Runner) receive(buf []byte, lock bool, f func(event)) error {
 	return decodeEvents(buf[:n], f)
 }
 
-// read dispatches the runner's events until it ends.
+// read dispatches the runner's events until it ends: a packet's queued
+// tasks are told to their Queue's callers together, once per packet.
 func (r *Runner) read(buf []byte) {
 	var err error
+	var ended []*Task
 	for {
+		ended = ended[:0]
 		err = r.receive(buf, true, func(ev event) {
 			if t := r.pending[ev.Seq]; t != nil && ev.Flags&evDone != 0 {
 				delete(r.pending, ev.Seq)
 				t.status = syscall.WaitStatus(ev.Status)
 				t.tmpLeft = ev.Flags&evTmpLeft != 0
+				t.timedOut, t.skipped = ev.Flags&evTimedOut != 0, ev.Flags&evSkipped != 0
+				t.ran = time.Duration(ev.Micros) * time.Microsecond
 				if ev.Err != "" {
 					t.err = &StartError{Code: ev.Code, Err: errors.New(ev.Err), Files: ev.Flags&evFiles != 0}
 				}
 				close(t.done)
+				if t.wave != nil {
+					ended = append(ended, t)
+				}
 			}
 		})
+		tellWaves(ended)
 		if err != nil {
 			break
 		}
@@ -212,13 +236,37 @@ func (r *Runner) read(buf []byte) {
 	werr := r.cmd.Wait()
 	r.mu.Lock()
 	r.err = fmt.Errorf("the job's task runner ended (%v, %v)", err, werr)
+	ended = ended[:0]
 	for seq, t := range r.pending {
 		delete(r.pending, seq)
 		t.err = r.err
 		close(t.done)
+		if t.wave != nil {
+			ended = append(ended, t)
+		}
 	}
 	r.mu.Unlock()
 	close(r.ended)
+	tellWaves(ended)
+}
+
+// tellWaves tells each Queue's caller which of its tasks in ended ended
+// (in one call per caller; no lock held).
+func tellWaves(ended []*Task) {
+	for len(ended) > 0 {
+		w := ended[0].wave
+		mine := make([]*Task, 0, len(ended))
+		rest := ended[:0]
+		for _, t := range ended {
+			if t.wave == w {
+				mine = append(mine, t)
+			} else {
+				rest = append(rest, t)
+			}
+		}
+		w.ended(mine)
+		ended = rest
+	}
 }
 
 // Ended reports whether the runner is gone (its tasks with it).
@@ -271,6 +319,107 @@ func (r *Runner) Start(s Spec, stdin, stdout, stderr *os.File) (*Task, error) {
 	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
 	return r.start(request{Op: "start", Path: s.Path, Argv: s.Argv, Env: s.Env, Read: s.Read}, rights)
 }
+
+// Queue hands the runner specs to run in its slots (SetSlots: how many
+// at once; all, until set), in order, each stopped after timeout (0:
+// never) with SIGTERM, then SIGKILL after the runner's grace; ended is
+// called, from the runner's reader and with no lock held, with the tasks
+// that ended, in one call per packet of the runner's: its waves. A spec
+// that cannot be sent fails them all (nothing is queued); a task whose
+// request could not be written, or whose runner ended, ends with the
+// error (Wait), told to ended as well (then from a goroutine of its
+// own). The i-th task's Tag is tags[i].
+func (r *Runner) Queue(specs []Spec, tags []int, timeout time.Duration, ended func([]*Task)) ([]*Task, error) {
+	w := &wave{ended: ended}
+	ms := int64(0)
+	if timeout > 0 {
+		ms = max(timeout.Milliseconds(), 1)
+	}
+	ts := make([]*Task, len(specs))
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return nil, &StartError{Code: -1, Err: r.err}
+	}
+	n0, recs0 := len(r.out), len(r.outRec)
+	for i, sp := range specs {
+		var err error
+		for _, name := range []string{sp.Out, sp.Err, sp.Tmp} {
+			if !plainName(name) {
+				err = fmt.Errorf("confine: %q is not a plain file name", name)
+			}
+		}
+		n := len(r.out)
+		if err == nil {
+			r.out, err = appendRequest(r.out, request{Op: "queue", Seq: r.seq + 1, TimeoutMS: ms, Path: sp.Path, Argv: sp.Argv, Env: sp.Env,
+				Out: sp.Out, Err: sp.Err, Tmp: sp.Tmp, Read: sp.Read})
+		}
+		if err == nil && len(r.out)-n > maxPacket {
+			err = fmt.Errorf("command line and environment of %d bytes, over %d", len(r.out)-n, maxPacket)
+		}
+		if err != nil {
+			for _, t := range ts[:i] {
+				delete(r.pending, t.seq)
+			}
+			r.out, r.outRec = r.out[:n0], r.outRec[:recs0]
+			r.mu.Unlock()
+			return nil, &StartError{Code: -1, Err: err}
+		}
+		r.seq++
+		t := &Task{r: r, seq: r.seq, done: make(chan struct{}), tag: tags[i], wave: w}
+		ts[i] = t
+		r.pending[t.seq] = t
+		r.outRec = append(r.outRec, outRecord{end: len(r.out), seq: t.seq})
+	}
+	r.mu.Unlock()
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
+	return ts, nil
+}
+
+// SetSlots sets how many of its queued tasks the runner runs at once.
+func (r *Runner) SetSlots(n int) { r.send(request{Op: "slots", Sig: n}) }
+
+// Stop stops the queued tasks ts (one packet): those not started never
+// start (Skipped), the others get SIGTERM and, after the runner's grace,
+// SIGKILL (their groups).
+func (r *Runner) Stop(ts ...*Task) {
+	qs := make([]request, len(ts))
+	for i, t := range ts {
+		qs[i] = request{Op: "stop", Seq: t.seq}
+	}
+	r.send(qs...)
+}
+
+// send writes requests that start no task.
+func (r *Runner) send(qs ...request) {
+	r.mu.Lock()
+	for _, q := range qs {
+		out, err := appendRequest(r.out, q)
+		if err == nil {
+			r.out = out
+			r.outRec = append(r.outRec, outRecord{end: len(r.out)})
+		}
+	}
+	r.mu.Unlock()
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
+}
+
+// Ran is, once a queued task ended, how long it ran (0: it did not).
+func (t *Task) Ran() time.Duration { <-t.done; return t.ran }
+
+// Tag is the tag Queue gave the task.
+func (t *Task) Tag() int { return t.tag }
+
+// TimedOut reports, once a queued task ended, whether its timeout stopped it.
+func (t *Task) TimedOut() bool { <-t.done; return t.timedOut }
+
+// Skipped reports, once a queued task ended, whether it was stopped
+// before it started (it never ran).
+func (t *Task) Skipped() bool { <-t.done; return t.skipped }
 
 func plainName(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
@@ -347,15 +496,24 @@ func (r *Runner) write(rights []byte) bool {
 	}
 	r.mu.Unlock()
 	if _, _, err := r.conn.WriteMsgUnix(r.packet, rights, nil); err != nil {
+		var ended []*Task
 		r.mu.Lock()
 		for _, rec := range r.recs {
 			if t := r.pending[rec.seq]; t != nil {
 				delete(r.pending, rec.seq)
 				t.err = &StartError{Code: -1, Err: err}
 				close(t.done)
+				if t.wave != nil {
+					ended = append(ended, t)
+				}
 			}
 		}
 		r.mu.Unlock()
+		if len(ended) > 0 {
+			// Not from the writer's goroutine: its caller may hold the
+			// lock the callback takes.
+			go tellWaves(ended)
+		}
 	}
 	return true
 }
@@ -393,17 +551,7 @@ func (t *Task) TmpLeft() bool {
 // knows whether the task was reaped: never a reused pid). After a signal,
 // the runner kills what is left of the group when the task ends.
 func (t *Task) Signal(sig syscall.Signal) {
-	r := t.r
-	r.mu.Lock()
-	out, err := appendRequest(r.out, request{Op: "signal", Seq: t.seq, Sig: int(sig)})
-	if err == nil {
-		r.out = out
-		r.outRec = append(r.outRec, outRecord{end: len(r.out)})
-	}
-	r.mu.Unlock()
-	r.wmu.Lock()
-	r.flushLocked()
-	r.wmu.Unlock()
+	t.r.send(request{Op: "signal", Seq: t.seq, Sig: int(sig)})
 }
 
 // Close ends the runner: the tasks it still runs are killed.

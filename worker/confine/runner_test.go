@@ -4,7 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestMain lets this test binary serve as a task runner.
@@ -87,5 +91,103 @@ func TestARunnerWithNamedLogs(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(tmp, "t3")); !os.IsNotExist(err) {
 		t.Fatalf("the task's empty temporary directory is left: %v", err)
+	}
+}
+
+// Queued tasks run in the runner's slots, no more at once; one stopped
+// while it waits never starts; the runner stops a task at its timeout,
+// with SIGKILL after the grace if SIGTERM does not end it; the tasks that
+// end are told to the caller in waves, each once.
+func TestARunnerKeepsItsSlotsAndTimeouts(t *testing.T) {
+	dir := t.TempDir()
+	logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
+	for _, d := range []string{logs, tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, GraceMS: 50}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sh, err := LookPath("sh", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	told := map[int]int{}
+	ended := make(chan struct{}, 16)
+	tell := func(ts []*Task) {
+		mu.Lock()
+		for _, task := range ts {
+			told[task.Tag()]++
+		}
+		mu.Unlock()
+		ended <- struct{}{}
+	}
+	spec := func(i int, script string) Spec {
+		n := strconv.Itoa(i)
+		return Spec{Path: sh, Argv: []string{"sh", "-c", script, n}, Env: []string{"D=" + dir}, Out: n + ".out", Err: n + ".err", Tmp: "t" + n}
+	}
+	wait := `touch "$D/started.$0"; while [ ! -e "$D/go" ]; do sleep 0.01; done`
+	r.SetSlots(2)
+	ts, err := r.Queue([]Spec{spec(0, wait), spec(1, wait), spec(2, wait), spec(3, wait)}, []int{0, 1, 2, 3}, 0, tell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, _ := filepath.Glob(filepath.Join(dir, "started.*"))
+		if len(m) == 2 {
+			break
+		}
+		if len(m) > 2 || time.Now().After(deadline) {
+			t.Fatalf("started with 2 slots: %v", m)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Nothing ended: the last two wait; the fourth, stopped, never runs.
+	r.Stop(ts[3])
+	if !ts[3].Skipped() {
+		t.Fatal("a waiting task stopped was not skipped")
+	}
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o600)
+	for _, i := range []int{0, 1, 2} {
+		if ws, err := ts[i].Wait(); err != nil || ws.ExitStatus() != 0 || ts[i].Skipped() || ts[i].TimedOut() {
+			t.Fatalf("task %d: %v %v", i, ws, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "started.3")); !os.IsNotExist(err) {
+		t.Fatalf("the stopped task ran: %v", err)
+	}
+	// Timeouts: one that SIGTERM ends, one that ignores it.
+	ts, err = r.Queue([]Spec{spec(4, "exec sleep 30"), spec(5, `trap "" TERM; sleep 30; true`)}, []int{4, 5}, 100*time.Millisecond, tell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		ws, err := ts[i].Wait()
+		if err != nil || !ws.Signaled() || ws.Signal() != sig || !ts[i].TimedOut() {
+			t.Fatalf("task %d past its timeout: %v %v, timed out %v", 4+i, ws, err, ts[i].TimedOut())
+		}
+	}
+	for {
+		mu.Lock()
+		n := len(told)
+		mu.Unlock()
+		if n == 6 {
+			break
+		}
+		<-ended
+	}
+	for i, n := range told {
+		if n != 1 {
+			t.Errorf("task %d told %d times", i, n)
+		}
 	}
 }

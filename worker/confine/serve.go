@@ -26,6 +26,12 @@ type running struct {
 	out, err         int
 	outName, errName string
 	tmp              string
+	// A queued task ("queue") holds one of the runner's slots; deadline:
+	// its timeout; killAt: SIGKILL to its group, the grace after a stop.
+	queued           bool
+	timedOut         bool
+	started          time.Time
+	deadline, killAt time.Time
 }
 
 // server is the runner's state (serveRunner).
@@ -47,6 +53,13 @@ type server struct {
 	// while their task runs, and when it ends); 0: no limit.
 	logMax  int64
 	lastCut time.Time
+	// The queued tasks waiting for a slot, in order; slots: how many may
+	// run at once (0: any number), inSlots: how many do; grace: SIGTERM
+	// to SIGKILL when the runner stops a task.
+	waiting []request
+	slots   int
+	inSlots int
+	grace   time.Duration
 }
 
 // serveRunner is the runner's side: confine, say ready, serve requests
@@ -89,6 +102,7 @@ func serveRunner(spec string) (int, error) {
 		}
 	}
 	s.tmpPath, s.eager, s.logMax = rp.Tmp, rp.NamedLogs, rp.LogMax
+	s.grace = time.Duration(rp.GraceMS) * time.Millisecond
 	if s.devnull, err = unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		return fail(fmt.Errorf("confine: %s: %w", os.DevNull, err))
 	}
@@ -161,10 +175,23 @@ func (s *server) serve() error {
 	buf, oob := make([]byte, maxPacket+fullPacket), make([]byte, unix.CmsgSpace(3*4))
 	for {
 		polls = append(polls[:0], unix.PollFd{Fd: int32(s.sock), Events: unix.POLLIN})
+		var next time.Time // the next deadline or kill, if any
 		for _, t := range s.tasks {
 			polls = append(polls, unix.PollFd{Fd: int32(t.pidfd), Events: unix.POLLIN})
+			for _, d := range []time.Time{t.deadline, t.killAt} {
+				if !d.IsZero() && (next.IsZero() || d.Before(next)) {
+					next = d
+				}
+			}
 		}
-		if err := rawPoll(polls, s.cutLogs()); err != nil {
+		wait := time.Duration(-1)
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		if c := s.cutLogs(); c >= 0 && (wait < 0 || c < wait) {
+			wait = c
+		}
+		if err := rawPoll(polls, wait); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
@@ -182,6 +209,9 @@ func (s *server) serve() error {
 		}
 		clear(s.tasks[len(kept):])
 		s.tasks = kept
+		if !next.IsZero() {
+			s.expire(time.Now())
+		}
 		if polls[0].Revents != 0 {
 			n, oobn, _, _, err := unix.Recvmsg(s.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 			if err != unix.EINTR {
@@ -191,6 +221,7 @@ func (s *server) serve() error {
 				s.serveRequests(buf[:n], receivedFDs(oob[:oobn]))
 			}
 		}
+		s.fill()
 		s.send()
 	}
 	s.send()
@@ -223,7 +254,13 @@ func (s *server) serveRequests(b []byte, fds []int) {
 				s.startFailed(q, err, 0)
 			}
 		case "run":
-			s.run(q)
+			s.run(q, false)
+		case "queue":
+			s.waiting = append(s.waiting, q)
+		case "slots":
+			s.slots = max(q.Sig, 0)
+		case "stop":
+			s.stop(q.Seq)
 		}
 	})
 	for _, fd := range fds {
@@ -231,9 +268,62 @@ func (s *server) serveRequests(b []byte, fds []int) {
 	}
 }
 
-// run makes a task's temporary directory and logs and starts it.
-func (s *server) run(q request) {
-	t := &running{seq: q.Seq, out: -1, err: -1, outName: q.Out, errName: q.Err}
+// fill starts waiting tasks while the runner has slots free.
+func (s *server) fill() {
+	n := 0
+	for n < len(s.waiting) && (s.slots == 0 || s.inSlots < s.slots) {
+		s.run(s.waiting[n], true)
+		n++
+	}
+	if n > 0 {
+		s.waiting = s.waiting[:copy(s.waiting, s.waiting[n:])]
+	}
+}
+
+// stop stops task seq: a waiting one is not started (and ends at once),
+// a running one gets SIGTERM, and SIGKILL after the grace if its group
+// is still there.
+func (s *server) stop(seq int64) {
+	for i, q := range s.waiting {
+		if q.Seq == seq {
+			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+			s.event(event{Seq: seq, Flags: evDone | evSkipped})
+			return
+		}
+	}
+	for _, t := range s.tasks {
+		if t.seq == seq && t.killAt.IsZero() {
+			s.terminate(t, time.Now())
+		}
+	}
+}
+
+// terminate sends SIGTERM to t's group and sets its SIGKILL.
+func (s *server) terminate(t *running, now time.Time) {
+	t.signalled, t.deadline = true, time.Time{}
+	syscall.Kill(-t.pid, syscall.SIGTERM)
+	t.killAt = now.Add(max(s.grace, time.Millisecond))
+}
+
+// expire stops the tasks past their timeout and kills the groups past
+// their grace.
+func (s *server) expire(now time.Time) {
+	for _, t := range s.tasks {
+		switch {
+		case !t.deadline.IsZero() && !now.Before(t.deadline):
+			t.timedOut = true
+			s.terminate(t, now)
+		case !t.killAt.IsZero() && !now.Before(t.killAt):
+			t.killAt = time.Time{}
+			syscall.Kill(-t.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// run makes a task's temporary directory and logs and starts it; queued:
+// in one of the runner's slots, stopped at its timeout.
+func (s *server) run(q request, queued bool) {
+	t := &running{seq: q.Seq, out: -1, err: -1, outName: q.Out, errName: q.Err, queued: queued}
 	if err := s.files(t, q.Tmp); err != nil {
 		s.closeFiles(t)
 		s.removeTmp(t)
@@ -244,6 +334,14 @@ func (s *server) run(q request) {
 		s.closeFiles(t)
 		s.removeTmp(t)
 		s.startFailed(q, err, 0)
+		return
+	}
+	if queued {
+		s.inSlots++
+		t.started = time.Now()
+		if q.TimeoutMS > 0 {
+			t.deadline = time.Now().Add(time.Duration(q.TimeoutMS) * time.Millisecond)
+		}
 	}
 }
 
@@ -360,7 +458,17 @@ func (s *server) reap(t *running) {
 	if !s.removeTmp(t) {
 		flags |= evTmpLeft
 	}
-	s.event(event{Seq: t.seq, Flags: flags, Status: int(ws)})
+	if t.timedOut {
+		flags |= evTimedOut
+	}
+	if t.queued {
+		s.inSlots--
+	}
+	ev := event{Seq: t.seq, Flags: flags, Status: int(ws)}
+	if t.queued {
+		ev.Micros = time.Since(t.started).Microseconds()
+	}
+	s.event(ev)
 }
 
 // nameLog links the unnamed log *fd as name in the log directory if the
@@ -413,19 +521,39 @@ func (s *server) removeTmp(t *running) bool {
 	return err == nil || err == unix.ENOENT
 }
 
-// rawPoll waits for polls without telling the Go runtime it is in a
-// system call: the runner's one goroutine is all it runs, and a runtime
-// told would have its monitor thread take the goroutine's P away and wake
-// again every 20 us while the poll waits (futex and nanosleep calls,
-// measured: 3-4% of the runner's CPU). A garbage collection that starts
-// meanwhile finishes when the poll returns.
-func rawPoll(polls []unix.PollFd, timeout *unix.Timespec) error {
-	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), uintptr(unsafe.Pointer(timeout)), 0, 0, 0)
+// rawPoll waits for polls, at first without telling the Go runtime it is
+// in a system call: the runner's one goroutine is all it runs, and a
+// runtime told would have its monitor thread take the goroutine's P away
+// and wake again every 20 us while the poll waits (futex and nanosleep
+// calls, measured: 3-4% of the runner's CPU). But a garbage collection
+// (the runtime forces one every 2 minutes) waits, its threads spinning,
+// for a goroutine that does not return to Go: so the raw poll waits at
+// most rawWait, and a longer wait (an idle runner, long tasks) goes on
+// in a poll the runtime knows of. wait < 0: no timeout.
+func rawPoll(polls []unix.PollFd, wait time.Duration) error {
+	first := rawWait
+	if wait >= 0 && wait < first {
+		first = wait
+	}
+	t := unix.NsecToTimespec(int64(first))
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&polls[0])), uintptr(len(polls)), uintptr(unsafe.Pointer(&t)), 0, 0, 0)
 	if e != 0 {
 		return e
 	}
-	return nil
+	if n > 0 || (wait >= 0 && wait <= first) {
+		return nil
+	}
+	var rest *unix.Timespec
+	if wait >= 0 {
+		r := unix.NsecToTimespec(int64(wait - first))
+		rest = &r
+	}
+	_, err := unix.Ppoll(polls, rest, nil)
+	return err
 }
+
+// rawWait bounds a poll the Go runtime does not know of.
+const rawWait = 20 * time.Millisecond
 
 // receivedFDs returns the descriptors passed with a request.
 func receivedFDs(oob []byte) []int {
@@ -446,15 +574,14 @@ func receivedFDs(oob []byte) []int {
 
 // cutLogs cuts the running tasks' logs at logMax if logcap.Interval
 // passed since it last did, and returns how long the loop's poll may
-// wait before it is due again (nil: no limit, or no log to watch).
-func (s *server) cutLogs() *unix.Timespec {
+// wait before it is due again (-1: no limit, or no log to watch).
+func (s *server) cutLogs() time.Duration {
 	if s.logMax <= 0 || len(s.tasks) == 0 {
-		return nil
+		return -1
 	}
 	now := time.Now()
 	if since := now.Sub(s.lastCut); since < logcap.Interval {
-		ts := unix.NsecToTimespec(int64(logcap.Interval - since))
-		return &ts
+		return logcap.Interval - since
 	}
 	s.lastCut = now
 	for _, t := range s.tasks {
@@ -464,6 +591,5 @@ func (s *server) cutLogs() *unix.Timespec {
 			}
 		}
 	}
-	ts := unix.NsecToTimespec(int64(logcap.Interval))
-	return &ts
+	return logcap.Interval
 }

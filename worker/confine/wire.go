@@ -17,23 +17,29 @@ import (
 // A request is NUL-terminated fields, which neither a path, an argument,
 // a variable nor a name may hold (appendRequest refuses them):
 //
-//	op seq sig path argc envc readc out err tmp argv... env... read...
+//	op seq sig timeout path argc envc readc out err tmp argv... env... read...
 //
 // op: "start" (alone in its packet, with 3 descriptors: stdin, stdout,
 // stderr), "run" (the runner makes the task's logs out and err and its
-// temporary directory tmp), "signal" (sig to task seq's group).
+// temporary directory tmp), "queue" (a "run" that waits for one of the
+// runner's slots and is stopped after timeout milliseconds, 0: never),
+// "slots" (sig: how many queued tasks may run at once, 0: any number),
+// "signal" (sig to task seq's group), "stop" (task seq: not started if
+// it waits; else SIGTERM to its group, SIGKILL after the runner's grace).
 //
 // An event is varints and bytes:
 //
-//	seq flags status code len(err) err
+//	seq flags status code micros len(err) err
 //
-// flags: evReady, evDone, evTmpLeft, evFiles.
+// flags: evReady, evDone, evTmpLeft, evFiles, evTimedOut, evSkipped.
 
 const (
-	evReady   = 1 << iota // the runner is confined and serves
-	evDone                // the task ended (or could not start: err)
-	evTmpLeft             // its temporary directory was not empty: the worker removes it
-	evFiles               // it could not start: its logs or temporary directory could not be made
+	evReady    = 1 << iota // the runner is confined and serves
+	evDone                 // the task ended (or could not start: err)
+	evTmpLeft              // its temporary directory was not empty: the worker removes it
+	evFiles                // it could not start: its logs or temporary directory could not be made
+	evTimedOut             // the runner stopped it at its timeout
+	evSkipped              // a queued task stopped before it started
 )
 
 var errBadPacket = errors.New("confine: malformed runner packet")
@@ -53,6 +59,7 @@ func appendRequest(b []byte, q request) ([]byte, error) {
 	field(q.Op)
 	num(q.Seq)
 	num(int64(q.Sig))
+	num(q.TimeoutMS)
 	field(q.Path)
 	num(int64(len(q.Argv)))
 	num(int64(len(q.Env)))
@@ -95,11 +102,12 @@ func decodeRequests(b []byte, f func(request)) error {
 	}
 	for len(b) > 0 {
 		var q request
-		var ok [10]bool
+		var ok [11]bool
 		q.Op, ok[0] = next()
 		q.Seq, ok[1] = num()
 		sig, ok2 := num()
 		q.Sig, ok[2] = int(sig), ok2
+		q.TimeoutMS, ok[10] = num()
 		q.Path, ok[3] = next()
 		argc, ok4 := num()
 		envc, ok5 := num()
@@ -139,6 +147,7 @@ func appendEvent(b []byte, e event) []byte {
 	b = append(b, e.Flags)
 	b = binary.AppendVarint(b, int64(e.Status))
 	b = binary.AppendVarint(b, int64(e.Code))
+	b = binary.AppendVarint(b, e.Micros)
 	b = binary.AppendUvarint(b, uint64(len(e.Err)))
 	return append(b, e.Err...)
 }
@@ -167,6 +176,12 @@ func decodeEvents(b []byte, f func(event)) error {
 			return errBadPacket
 		}
 		b = b[n:]
+		us, n := binary.Varint(b)
+		if n <= 0 {
+			return errBadPacket
+		}
+		b = b[n:]
+		e.Micros = us
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
 			return errBadPacket

@@ -12,6 +12,8 @@ func TestRunnerPacketsRoundTrip(t *testing.T) {
 		{Op: "start", Seq: 1 << 40, Path: "/bin/true", Argv: []string{"true", "", "a b"}, Env: []string{"PATH=/bin", ""}},
 		{Op: "run", Seq: 2, Path: "/bin/x", Argv: []string{"x"}, Env: []string{}, Out: "2.1.out", Err: "2.1.err", Tmp: "task-2.1", Read: []string{"/data/shared/x", ""}},
 		{Op: "signal", Seq: 3, Sig: 15, Argv: []string{}, Env: []string{}},
+		{Op: "queue", Seq: 4, TimeoutMS: 90_000, Path: "/bin/y", Argv: []string{"y"}, Env: []string{}, Out: "4.1.out", Err: "4.1.err", Tmp: "task-4.1"},
+		{Op: "slots", Sig: 3, Argv: []string{}, Env: []string{}},
 	}
 	var b []byte
 	for _, q := range qs {
@@ -28,7 +30,7 @@ func TestRunnerPacketsRoundTrip(t *testing.T) {
 		t.Error("an argument with a NUL byte was encoded")
 	}
 	evs := []event{{Flags: evReady}, {Seq: 7, Flags: evDone, Status: 0x0f00}, {Seq: -1, Flags: evDone | evFiles, Code: 127, Err: "start x: no such file"},
-		{Seq: 8, Flags: evDone | evTmpLeft}}
+		{Seq: 8, Flags: evDone | evTmpLeft}, {Seq: 9, Flags: evDone | evTimedOut, Status: 9, Micros: 1_500_000}, {Seq: 10, Flags: evDone | evSkipped}}
 	var eb []byte
 	for _, e := range evs {
 		eb = appendEvent(eb, e)
