@@ -56,6 +56,26 @@ type Adapter interface {
 	Shrink(ctx context.Context, id PilotID, end int64) error
 }
 
+// InProcess is implemented by an adapter that is not a batch system's
+// client but the cluster itself, in the agent's process (the simulator).
+// When InProcess reports true, the adapter promises that
+//   - its calls never wait on anything (no batch system, no network), so
+//     the agent gives them no deadline of their own (a context and a timer
+//     per call were a thirtieth of a simulated month); the caller's context
+//     still stops them;
+//   - every job of its snapshots passed cluster.Job.Check when the adapter
+//     wrote it, and no two jobs it shows have the same id (its own
+//     bookkeeping makes ids unique), so the agent checks only the
+//     snapshot's figures (cluster.Snapshot.ValidateFigures): a simulator
+//     that keeps its snapshot's entries from one call to the next checks
+//     the few it writes, not thousands per round.
+//
+// An adapter behind a plugin boundary never is: the RPC client does not
+// implement it, and its snapshots are checked whole.
+type InProcess interface {
+	InProcess() bool
+}
+
 // PilotID is the batch system's id of a pilot job ("1234" in SLURM,
 // "12.0" in HTCondor).
 type PilotID string

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"hash/maphash"
 	"sort"
 
 	"github.com/harvest-hpc/harvest/adapters"
@@ -32,8 +31,6 @@ type Ledger struct {
 	seenBuilt   bool
 }
 
-var seenSeed = maphash.MakeSeed()
-
 type entry struct {
 	limit       cluster.Limit
 	at          int64
@@ -59,7 +56,7 @@ func (l *Ledger) wasSeen(id string) bool {
 		clear(l.seenSet)
 		mask := uint64(size - 1)
 		for i, s := range l.seen {
-			k := maphash.String(seenSeed, s) & mask
+			k := cluster.IDHash(s) & mask
 			for l.seenSet[k] != 0 {
 				k = (k + 1) & mask
 			}
@@ -68,7 +65,7 @@ func (l *Ledger) wasSeen(id string) bool {
 		l.seenBuilt = true
 	}
 	mask := uint64(len(l.seenSet) - 1)
-	for k := maphash.String(seenSeed, id) & mask; l.seenSet[k] != 0; k = (k + 1) & mask {
+	for k := cluster.IDHash(id) & mask; l.seenSet[k] != 0; k = (k + 1) & mask {
 		if l.seen[l.seenSet[k]-1] == id {
 			return true
 		}
@@ -94,23 +91,42 @@ func (l *Ledger) Unknown(limit cluster.Limit, preemptible bool, now int64) {
 // new unexpected pilots settle unknown submits, old entries expire.
 func (l *Ledger) Observe(s cluster.Snapshot) {
 	visible := l.spare[:0]
-	fresh := 0
-	for i := range s.Jobs {
-		j := &s.Jobs[i] // not a copy of every job a round
-		if !j.Pilot {
-			continue
+	if len(l.unknown) == 0 {
+		// Nothing to settle: the visible pilots (thousands) are listed,
+		// and the few submitted ones not seen yet looked up in them,
+		// rather than every visible one in the map (a twelfth of a
+		// simulated month). The set built for it is this snapshot's seen
+		// set, which a submit in this round reads again.
+		for i := range s.Jobs {
+			if j := &s.Jobs[i]; j.Pilot {
+				visible = append(visible, j.ID)
+			}
 		}
-		visible = append(visible, j.ID)
-		if _, ok := l.known[j.ID]; ok {
-			delete(l.known, j.ID)
-		} else if len(l.unknown) > 0 && !l.wasSeen(j.ID) {
-			fresh++
+		l.seen, l.spare, l.seenBuilt = visible, l.seen, false
+		for id := range l.known {
+			if l.wasSeen(id) {
+				delete(l.known, id)
+			}
 		}
+	} else {
+		fresh := 0
+		for i := range s.Jobs {
+			j := &s.Jobs[i] // not a copy of every job a round
+			if !j.Pilot {
+				continue
+			}
+			visible = append(visible, j.ID)
+			if _, ok := l.known[j.ID]; ok {
+				delete(l.known, j.ID)
+			} else if !l.wasSeen(j.ID) {
+				fresh++
+			}
+		}
+		l.unknown = l.unknown[min(fresh, len(l.unknown)):]
+		// Forget ids no longer visible so the set does not grow forever; a
+		// pilot never comes back once it has left the batch system.
+		l.seen, l.spare, l.seenBuilt = visible, l.seen, false
 	}
-	l.unknown = l.unknown[min(fresh, len(l.unknown)):]
-	// Forget ids no longer visible so the set does not grow forever; a
-	// pilot never comes back once it has left the batch system.
-	l.seen, l.spare, l.seenBuilt = visible, l.seen, false
 	for id, e := range l.known {
 		if s.Now-e.at > l.TTL {
 			delete(l.known, id)

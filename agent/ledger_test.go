@@ -1,8 +1,14 @@
 package agent
 
 import (
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
@@ -55,4 +61,123 @@ func TestLedger(t *testing.T) {
 			t.Fatalf("Len = %d unknown = %d, want the unknown entry kept", l.Len(), len(l.unknown))
 		}
 	})
+}
+
+// refLedger is the ledger's rule written plainly (maps, every visible
+// pilot looked up): what the ledger must equal whatever it skips.
+type refLedger struct {
+	ttl     int64
+	known   map[string]entry
+	unknown []entry
+	seen    map[string]bool
+}
+
+func (l *refLedger) submitted(id string, limit cluster.Limit, pre bool, now int64) {
+	if !l.seen[id] {
+		l.known[id] = entry{limit, now, pre}
+	}
+}
+
+func (l *refLedger) observe(s cluster.Snapshot) {
+	fresh, seen := 0, map[string]bool{}
+	for _, j := range s.Jobs {
+		if !j.Pilot {
+			continue
+		}
+		seen[j.ID] = true
+		if _, ok := l.known[j.ID]; ok {
+			delete(l.known, j.ID)
+		} else if len(l.unknown) > 0 && !l.seen[j.ID] {
+			fresh++
+		}
+	}
+	l.unknown = l.unknown[min(fresh, len(l.unknown)):]
+	l.seen = seen
+	for id, e := range l.known {
+		if s.Now-e.at > l.ttl {
+			delete(l.known, id)
+		}
+	}
+	var kept []entry
+	for _, e := range l.unknown {
+		if s.Now-e.at <= l.ttl {
+			kept = append(kept, e)
+		}
+	}
+	l.unknown = kept
+}
+
+// TestLedgerEqualsThePlainRule runs random rounds (pilots submitted, shown
+// late or never, cancelled, submits of unknown outcome, expiries) through
+// the ledger and the plain rule and compares what the policy reads after
+// every step.
+func TestLedgerEqualsThePlainRule(t *testing.T) {
+	for seed := int64(1); seed <= 30; seed++ {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		l := NewLedger(50)
+		ref := &refLedger{ttl: 50, known: map[string]entry{}, seen: map[string]bool{}}
+		var shown []string // the pilots the batch system shows
+		hidden := map[string]int64{}
+		next, now := 0, int64(0)
+		for step := 0; step < 400; step++ {
+			now += rng.Int64N(8)
+			switch r := rng.IntN(10); {
+			case r < 4: // a submit, visible at once, later or never
+				next++
+				id := strconv.Itoa(next)
+				pre := rng.IntN(2) == 0
+				l.Submitted(adapters.PilotID(id), 600, pre, now)
+				ref.submitted(id, 600, pre, now)
+				switch rng.IntN(3) {
+				case 0:
+					shown = append(shown, id)
+				case 1:
+					hidden[id] = now + rng.Int64N(80)
+				}
+			case r < 5: // an unknown outcome; the pilot may exist
+				l.Unknown(600, false, now)
+				ref.unknown = append(ref.unknown, entry{600, now, false})
+				if rng.IntN(2) == 0 {
+					next++
+					shown = append(shown, strconv.Itoa(next))
+				}
+			case r < 6 && len(shown) > 0: // a pilot ends or is cancelled
+				k := rng.IntN(len(shown))
+				l.Forget(shown[k])
+				delete(ref.known, shown[k])
+				shown = slices.Delete(shown, k, k+1)
+			case r < 7: // a pilot submitted by someone else (the same tag)
+				next++
+				shown = append(shown, "x"+strconv.Itoa(next))
+			default: // a round
+				for id, at := range hidden {
+					if at <= now {
+						shown = append(shown, id)
+						delete(hidden, id)
+					}
+				}
+				s := cluster.Snapshot{Now: now}
+				for i, id := range shown {
+					s.Jobs = append(s.Jobs, pilotJob(id))
+					if i%3 == 0 {
+						s.Jobs = append(s.Jobs, cluster.Job{ID: "f" + id, State: cluster.Running, Nodes: 1, TimeLimit: 60})
+					}
+				}
+				l.Observe(s)
+				ref.observe(s)
+			}
+			var want []policy.Upcoming
+			ids := slices.Sorted(maps.Keys(ref.known))
+			for _, id := range ids {
+				e := ref.known[id]
+				want = append(want, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at, Preemptible: e.preemptible})
+			}
+			for _, e := range ref.unknown {
+				want = append(want, policy.Upcoming{Count: 1, TimeLimit: e.limit, SubmittedAt: e.at, Preemptible: e.preemptible})
+			}
+			if got := l.Upcoming(); !slices.Equal(got, want) || l.Len() != len(want) {
+				t.Fatalf("seed %d step %d: upcoming %v (len %d), the plain rule %v", seed, step, got, l.Len(), want)
+			}
+		}
+	}
 }

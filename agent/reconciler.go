@@ -192,13 +192,17 @@ var ErrBatchSystem = errors.New("batch system")
 // Round runs one round. An error wrapping ErrNoSnapshot means nothing was
 // done; other action errors are in the result.
 func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.SnapshotTimeout)
+	sctx, cancel := r.deadline(ctx, r.cfg.SnapshotTimeout)
 	snap, err := r.ad.Snapshot(sctx)
 	cancel()
 	if err != nil {
 		return RoundResult{}, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
-	if err := snap.Validate(); err != nil {
+	validate := snap.Validate
+	if r.inProcess() {
+		validate = snap.ValidateFigures // the adapter checked its jobs (adapters.InProcess)
+	}
+	if err := validate(); err != nil {
 		return RoundResult{}, fmt.Errorf("%w: %w: adapter returned %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	if err := r.plausible(snap); err != nil {
@@ -234,6 +238,24 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 		r.OnRound(res)
 	}
 	return res, nil
+}
+
+// inProcess reports whether the adapter is the cluster itself, in this
+// process (adapters.InProcess): its calls need no deadline and its
+// snapshots' jobs are checked already.
+func (r *Reconciler) inProcess() bool {
+	ip, ok := r.ad.(adapters.InProcess)
+	return ok && ip.InProcess()
+}
+
+// deadline is context.WithTimeout for a call of the adapter, and ctx
+// itself for an adapter in process, whose calls never wait: a context and
+// a timer per submit and cancel were a thirtieth of a simulated month.
+func (r *Reconciler) deadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if r.inProcess() {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // seen sums up a snapshot for the queue.
@@ -303,7 +325,7 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		r.log.Debug("decision", decisionAttrs(dec)...)
 	}
 	for _, id := range dec.Release {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.CancelTimeout)
+		cctx, cancel := r.deadline(ctx, r.cfg.CancelTimeout)
 		t0 := time.Now()
 		err := r.ad.Cancel(cctx, adapters.PilotID(id))
 		cancel()
@@ -318,7 +340,7 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		r.log.Info("released pilot", "pilot", id, "case", dec.Case)
 	}
 	for _, sh := range dec.Shrink {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.CancelTimeout)
+		cctx, cancel := r.deadline(ctx, r.cfg.CancelTimeout)
 		err := r.ad.Shrink(cctx, adapters.PilotID(sh.ID), sh.End)
 		cancel()
 		if err != nil {
@@ -356,7 +378,7 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		// The first go to the floor, the rest to the preemptible tier.
 		spec.Preemptible = i >= dec.Submit.Count-dec.Submit.Preemptible
 		timeout := r.SubmitTimeout()
-		sctx, cancel := context.WithTimeout(ctx, timeout)
+		sctx, cancel := r.deadline(ctx, timeout)
 		t0 := time.Now()
 		id, err := r.ad.Submit(sctx, spec)
 		// A timeout is the agent's own deadline passing (or the adapter's

@@ -445,3 +445,60 @@ func TestFastPollWhilePilotsStandBetweenAJobAndOneEnd(t *testing.T) {
 		t.Error("a negative fast poll validated")
 	}
 }
+
+// inProcess is a memory cluster that says it is in process
+// (adapters.InProcess) and records whether its calls got a deadline; dup
+// makes its snapshots show a job twice, which only the whole check finds.
+type inProcess struct {
+	*adaptertest.Memory
+	says      bool
+	dup       bool
+	deadlines atomic.Int32
+}
+
+func (m *inProcess) InProcess() bool { return m.says }
+
+func (m *inProcess) note(ctx context.Context) {
+	if _, ok := ctx.Deadline(); ok {
+		m.deadlines.Add(1)
+	}
+}
+
+func (m *inProcess) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	m.note(ctx)
+	s, err := m.Memory.Snapshot(ctx)
+	if err == nil && m.dup && len(s.Jobs) > 0 {
+		s.Jobs = append(s.Jobs, s.Jobs[0])
+	}
+	return s, err
+}
+
+func (m *inProcess) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters.PilotID, error) {
+	m.note(ctx)
+	return m.Memory.Submit(ctx, spec)
+}
+
+// An adapter in process gets no deadline per call and its snapshots'
+// jobs are not checked again (it checked them as it wrote them); the
+// figures still are. Any other adapter gets both.
+func TestAnAdapterInProcessGetsNoDeadlineAndOnlyItsFiguresChecked(t *testing.T) {
+	for _, says := range []bool{false, true} {
+		m := &inProcess{Memory: adaptertest.NewMemory(4), says: says}
+		r := NewReconciler(m, nil, testConfig(), nil)
+		res, err := r.Round(context.Background())
+		if err != nil || len(res.Submitted) != 4 {
+			t.Fatalf("in process %v: submitted %v, err %v", says, res.Submitted, err)
+		}
+		if got, want := m.deadlines.Load(), int32(5); says && got != 0 || !says && got != want {
+			t.Fatalf("in process %v: %d calls with a deadline of 5", says, got)
+		}
+		m.dup = true
+		_, err = r.Round(context.Background())
+		if says && err != nil {
+			t.Fatalf("in process: the jobs were checked again: %v", err)
+		}
+		if !says && !errors.Is(err, cluster.ErrInvalidSnapshot) {
+			t.Fatalf("not in process: a job shown twice passed: %v", err)
+		}
+	}
+}

@@ -255,21 +255,35 @@ func validateJobs(jobs []Job) error {
 		if i == dup {
 			return bad("job id %q appears twice", j.ID)
 		}
-		if j.State != Pending && j.State != Running {
-			return bad("job %s: state %q is neither %q nor %q", j.ID, j.State, Pending, Running)
+		if err := j.Check(); err != nil {
+			return err
 		}
-		if j.Nodes <= 0 {
-			return bad("job %s: nodes must be positive, got %d", j.ID, j.Nodes)
-		}
-		if j.TimeLimit == 0 {
-			return bad("job %s: time_limit_s missing or zero (null means unlimited)", j.ID)
-		}
-		if j.TimeLimit < Unlimited {
-			return bad("job %s: negative time limit", j.ID)
-		}
-		if j.RunTime < 0 {
-			return bad("job %s: negative run_time_s", j.ID)
-		}
+	}
+	return nil
+}
+
+// Check is Validate's check of one job, all but the uniqueness of its id:
+// for an adapter that checks the jobs it writes into a snapshot as it
+// writes them (the simulator keeps its entries from one snapshot to the
+// next and writes only those that changed).
+func (j *Job) Check() error {
+	if j.ID == "" {
+		return bad("a job has no id")
+	}
+	if j.State != Pending && j.State != Running {
+		return bad("job %s: state %q is neither %q nor %q", j.ID, j.State, Pending, Running)
+	}
+	if j.Nodes <= 0 {
+		return bad("job %s: nodes must be positive, got %d", j.ID, j.Nodes)
+	}
+	if j.TimeLimit == 0 {
+		return bad("job %s: time_limit_s missing or zero (null means unlimited)", j.ID)
+	}
+	if j.TimeLimit < Unlimited {
+		return bad("job %s: negative time limit", j.ID)
+	}
+	if j.RunTime < 0 {
+		return bad("job %s: negative run_time_s", j.ID)
 	}
 	return nil
 }
@@ -279,11 +293,12 @@ var (
 	idTable = sync.Pool{New: func() any { return new([]int32) }}
 )
 
-// idHash hashes a job id for firstDuplicate: FNV-1a, inline, for the
-// short ids of batch systems (a call of maphash per id was a tenth of a
-// simulated month), maphash for long ones. Its quality only bounds the
-// probes: equal ids are found whatever it returns.
-func idHash(id string) uint64 {
+// IDHash hashes a job id for a set of ids (firstDuplicate, the agent's
+// ledger): FNV-1a, inline, for the short ids of batch systems (a call of
+// maphash per id was a tenth of a simulated month), maphash for long ones.
+// Its quality only bounds the probes: equal ids are found whatever it
+// returns.
+func IDHash(id string) uint64 {
 	if len(id) > 24 {
 		return maphash.String(idSeed, id)
 	}
@@ -312,7 +327,7 @@ func firstDuplicate(jobs []Job) int {
 	clear(t)
 	mask := uint64(size - 1)
 	for i := range jobs {
-		k := idHash(jobs[i].ID) & mask
+		k := IDHash(jobs[i].ID) & mask
 		for t[k] != 0 {
 			if jobs[t[k]-1].ID == jobs[i].ID {
 				return i

@@ -951,13 +951,18 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		Partition:  "sim",
 		MaxTime:    c.maxTime(),
 	}
+	// Every entry written is checked as it is written (InProcess): an
+	// entry kept from the last snapshot changed only its run time, the
+	// time since its start, which virtual time never makes negative.
+	var bad error
 	if c.reuseSnap {
-		s.Jobs = c.runningView()
+		s.Jobs, bad = c.runningView()
 		defer func() { c.snapJobs = s.Jobs }()
 	} else {
 		s.Jobs = make([]cluster.Job, len(c.running), len(c.running)+len(c.pending))
 		for i, j := range c.running {
 			c.runningInto(&s.Jobs[i], j)
+			bad = cmp.Or(bad, s.Jobs[i].Check())
 		}
 	}
 	top := true
@@ -975,10 +980,22 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 				cj.ExpectedStart = es
 			}
 		}
+		bad = cmp.Or(bad, cj.Check())
 		s.Jobs = append(s.Jobs, cj)
+	}
+	if bad != nil {
+		return cluster.Snapshot{}, fmt.Errorf("sim: %w", bad)
 	}
 	return s, nil
 }
+
+// InProcess implements adapters.InProcess: the cluster's calls never wait,
+// and its snapshots' jobs are checked as Snapshot writes them (an entry
+// kept from the last one changes only its run time, never negative); no
+// two jobs alive have the same id, as newJob makes each id unique among
+// the jobs in byID, which holds every pending and running job (retire
+// drops only finished pilots).
+func (c *Cluster) InProcess() bool { return true }
 
 // runningView returns the running jobs' part of a reused snapshot, in the
 // previous snapshot's array. Both lists are in id order, so a merge of
@@ -990,7 +1007,7 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 // (viewChanged) written again: a round's changes are a few starts and ends
 // among thousands of jobs, and no job that did not change is read
 // (TestReusedSnapshotsEqualFullOnes).
-func (c *Cluster) runningView() []cluster.Job {
+func (c *Cluster) runningView() ([]cluster.Job, error) {
 	n := len(c.running)
 	buf := c.snapJobs
 	if cap(buf) < n {
@@ -1023,10 +1040,12 @@ func (c *Cluster) runningView() []cluster.Job {
 			buf[i] = buf[f]
 		}
 	}
+	var bad error
 	for i, f := range from {
 		cj := &buf[i]
 		if f < 0 {
 			c.runningInto(cj, c.running[i])
+			bad = cmp.Or(bad, cj.Check())
 			continue
 		}
 		cj.RunTime = c.now - cj.StartTime
@@ -1045,11 +1064,12 @@ func (c *Cluster) runningView() []cluster.Job {
 			cj.TimeLimit = cluster.Limit(j.limit)
 		}
 		cj.Busy = c.showBusy && j.task != nil
+		bad = cmp.Or(bad, cj.Check())
 	}
 	c.viewDirty = c.viewDirty[:0]
 	c.snapSeq = append(shown[:0], c.runSeq...)
 	c.snapFrom = from
-	return buf[:n]
+	return buf[:n], bad
 }
 
 // viewChanged notes that running job j's limit or task changed, for the

@@ -84,6 +84,11 @@ func TestReusedSnapshotsEqualFullOnes(t *testing.T) {
 						}
 					}
 				}
+				// InProcess: the agent checks only the figures of what the
+				// cluster checked entry by entry; the whole check must pass.
+				if err := got.Validate(); err != nil {
+					t.Fatalf("at %d: a reused snapshot fails the agent's whole check: %v", now, err)
+				}
 				compared++
 				// What the agent does to a snapshot (enrich): marks the
 				// master, and the busy pilots when the cluster does not

@@ -67,8 +67,23 @@ func newPlan(free int, ends []freeing) plan {
 // sortedPlan is newPlan of ends already sorted by when they free their
 // nodes (the plan depends on the groups, not on their order).
 func sortedPlan(free int, ends []freeing) plan {
-	p := plan{times: make([]int64, 1, len(ends)+1), free: make([]int, 1, len(ends)+1)}
-	p.free[0] = free
+	var p plan
+	p.fill(free, ends)
+	return p
+}
+
+// fill makes p sortedPlan(free, ends) in p's own arrays (and its search
+// memos emptied): the probe walks of releaseFor reuse one plan.
+func (p *plan) fill(free int, ends []freeing) {
+	if cap(p.times) < len(ends)+1 {
+		p.times, p.free = make([]int64, 0, len(ends)+1), make([]int, 0, len(ends)+1)
+	}
+	p.times = append(p.times[:0], 0)
+	p.free = append(p.free[:0], free)
+	if p.fits != nil {
+		clear(p.fits)
+		clear(p.starts)
+	}
 	for _, e := range ends {
 		if e.after.IsUnlimited() {
 			break
@@ -79,7 +94,6 @@ func sortedPlan(free int, ends []freeing) plan {
 			p.free[k] += e.nodes
 		}
 	}
-	return p
 }
 
 // split makes t a breakpoint and returns its index.
@@ -182,7 +196,16 @@ type walked struct {
 // their places in the order (they are pending jobs to the batch system:
 // one that does not fit its plan stays queued and takes no node).
 func (v *view) walkQueue(p plan, queued bool, gone []bool) walked {
-	w := walked{plan: p, topAt: never, at: map[int]int64{}}
+	w := walked{plan: p, at: map[int]int64{}}
+	v.walkInto(&w, queued, gone)
+	return w
+}
+
+// walkInto is walkQueue on w.plan, with w's start list and map emptied
+// and reused.
+func (v *view) walkInto(w *walked, queued bool, gone []bool) {
+	w.starts, w.nodes, w.topAt = w.starts[:0], 0, never
+	clear(w.at)
 	reserved, placed := 0, 0
 	for _, i := range v.walkBase().pending {
 		j := &v.s.Jobs[i]
@@ -215,7 +238,6 @@ func (v *view) walkQueue(p plan, queued bool, gone []bool) walked {
 			reserved++
 		}
 	}
-	return w
 }
 
 // batch is the batch system's walk with the pilots in gone (by index in
@@ -229,7 +251,17 @@ func (v *view) batch(gone []bool) walked {
 		}
 		return *v.batch0
 	}
-	return v.walkQueue(v.batchPlan(gone), true, gone)
+	// releaseFor's searches walk a dozen release sets a round and read
+	// each walk only until the next: one walk's arrays and maps serve
+	// them all (fresh ones were a twentieth of a simulated month). The
+	// result is valid until the next call with gone != nil.
+	b := v.walkBase()
+	if b.probe.at == nil {
+		b.probe.at = map[int]int64{}
+	}
+	v.batchFree(gone, &b.probe.plan)
+	v.walkInto(&b.probe, true, gone)
+	return b.probe
 }
 
 // ideal is the walk with the pilots above the floor gone.
@@ -257,6 +289,7 @@ type walkBase struct {
 	// tier: free in every view.
 	tierFree int
 	ends     []freeing // scratch for batchPlan
+	probe    walked    // scratch for batch(gone), gone != nil
 }
 
 type heldBy struct {
@@ -392,6 +425,13 @@ func (v *view) ledgerTakes(n int, take func(int, cluster.Limit)) {
 }
 
 func (v *view) batchPlan(gone []bool) plan {
+	var p plan
+	v.batchFree(gone, &p)
+	return p
+}
+
+// batchFree is batchPlan in p's arrays.
+func (v *view) batchFree(gone []bool, p *plan) {
 	b := v.walkBase()
 	free := v.s.IdleNodes + b.tierFree
 	ends := b.ends[:0]
@@ -413,7 +453,7 @@ func (v *view) batchPlan(gone []bool) plan {
 	})
 	ends = mergeEnds(ends, led)
 	b.ends = ends
-	return sortedPlan(free, ends)
+	p.fill(free, ends)
 }
 
 // overdue reads a running job past its limit as ending in a second, not

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -69,6 +70,10 @@ func refPlan(v *view, ideal bool, gone map[string]bool) plan {
 	return newPlan(free, ends)
 }
 
+func sameWalk(a, b walked) bool {
+	return slices.Equal(a.starts, b.starts) && a.nodes == b.nodes && a.topAt == b.topAt && samePlan(a.plan, b.plan) && maps.Equal(a.at, b.at)
+}
+
 func samePlan(a, b plan) bool {
 	return slices.Equal(a.times, b.times) && slices.Equal(a.free, b.free)
 }
@@ -117,6 +122,13 @@ func TestWalkPlansEqualAFullRebuild(t *testing.T) {
 			gone := v.with(nil, set)
 			if got, want := v.batchPlan(gone), refPlan(v, false, ids); !samePlan(got, want) {
 				t.Fatalf("round %d: batch plan without %v: %v/%v, rebuilt %v/%v", i, ids, got.times, got.free, want.times, want.free)
+			}
+			// The probe walk reuses one walk's arrays and maps from set
+			// to set (releaseFor's searches): it must equal a fresh one.
+			probe, fresh := v.batch(gone), v.walkQueue(refPlan(v, false, ids), true, gone)
+			if !sameWalk(probe, fresh) {
+				t.Fatalf("round %d: the probe walk without %v: starts %v top %d plan %v/%v at %v; fresh: %v %d %v/%v %v", i, ids,
+					probe.starts, probe.topAt, probe.plan.times, probe.plan.free, probe.at, fresh.starts, fresh.topAt, fresh.plan.times, fresh.plan.free, fresh.at)
 			}
 		}
 		fresh := v.walkQueue(refPlan(v, false, nil), true, nil)
