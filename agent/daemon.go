@@ -12,7 +12,9 @@ import (
 )
 
 // Run runs rounds every PollInterval (FastPoll while a round's Watch is
-// set: see NextWait) until ctx is done. While the batch
+// set: see NextWait), and at once when a job-event check between rounds
+// (every EventCheck) sees a job submitted, ended or cancelled, until ctx
+// is done. While the batch
 // system is unreachable it backs off exponentially (capped at MaxBackoff)
 // and does nothing else: a failed snapshot never leads to a cancel.
 func (r *Reconciler) Run(ctx context.Context) error {
@@ -51,14 +53,66 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			failing = false
 			bo.Reset()
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		check := r.cfg.EventCheck
+		if failing {
+			check = 0 // the batch system does not answer: just back off
+		}
+		if !waitRound(ctx, wait, check, sleep, r.eventCheck) {
 			return nil
-		case <-t.C:
 		}
 	}
+}
+
+// eventCheck is one check between rounds: whether a round should come now.
+func (r *Reconciler) eventCheck(ctx context.Context) (moved, ok bool) {
+	moved, ok, err := r.EventsMoved(ctx)
+	if err != nil && ctx.Err() == nil {
+		// The next check or round asks again; a round still comes at its time.
+		r.log.Debug("job-event check failed", "error", err)
+	}
+	return moved, ok
+}
+
+// sleep waits d or until ctx is done (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// waitRound waits until the next round is due: wait from now, or sooner if
+// a check (every check, when positive) says the job events moved. It
+// returns false when ctx ends first. A check that reports the adapter
+// cannot count (ok false) stops the checks: the rest is one wait.
+func waitRound(ctx context.Context, wait, check time.Duration,
+	sleep func(context.Context, time.Duration) bool,
+	moved func(context.Context) (moved, ok bool)) bool {
+	for wait > 0 {
+		step := wait
+		if check > 0 {
+			step = min(wait, check)
+		}
+		if !sleep(ctx, step) {
+			return false
+		}
+		wait -= step
+		if wait <= 0 || check <= 0 {
+			break
+		}
+		m, ok := moved(ctx)
+		if m {
+			return true
+		}
+		if !ok {
+			check = 0
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // WaitForAdapter asks the adapter for its Info until it answers, backing
