@@ -61,9 +61,9 @@ type Adapter interface {
 // cancelled implements it, and the agent asks it between rounds (every
 // agent.Config.EventCheck) to start a round at once when the count moves:
 // a job that arrives onto nodes the pilots hold then waits about one check,
-// not one poll. On SLURM it is sdiag's counters, one RPC that takes none of
-// slurmctld's job locks (docs/slurm.md). The count may be reset by the
-// batch system (sdiag's at midnight): only a change means something.
+// not one poll. On SLURM it is sdiag's counters, one RPC that takes none
+// of slurmctld's job locks (docs/policy.md, "The event check"). The batch
+// system may reset the count (sdiag's at midnight): only a change counts.
 // ErrNotImplemented (an adapter, or a plugin built without it) turns the
 // check off.
 type JobEventCounter interface {

@@ -121,3 +121,23 @@ func TestWaitRoundChecksBetweenRounds(t *testing.T) {
 		t.Error("waitRound went on after its context ended")
 	}
 }
+
+// TestTheInstrumentedAdapterKeepsTheEventCount: the agent checks through
+// the metrics wrapper; a wrapper that hid JobEvents turned the check off
+// in the real agent (found on the mini-cluster: a burst waited for the
+// 10 s poll).
+func TestTheInstrumentedAdapterKeepsTheEventCount(t *testing.T) {
+	ctx := context.Background()
+	m := NewMetrics(nil)
+	a := &counting{Memory: adaptertest.NewMemory(4), n: 7}
+	r := NewReconciler(m.InstrumentAdapter(a), nil, testConfig(), nil)
+	r.EventsMoved(ctx)
+	a.n = 8
+	if moved, ok, err := r.EventsMoved(ctx); !moved || !ok || err != nil {
+		t.Errorf("through the metrics wrapper: moved %v, ok %v, err %v; want true, true, nil", moved, ok, err)
+	}
+	plain := NewReconciler(m.InstrumentAdapter(adaptertest.NewMemory(4)), nil, testConfig(), nil)
+	if _, ok, err := plain.EventsMoved(ctx); ok || err != nil {
+		t.Errorf("a wrapped adapter without a count: ok %v, err %v; want false, nil", ok, err)
+	}
+}
