@@ -90,34 +90,47 @@ func TestWaitRoundChecksBetweenRounds(t *testing.T) {
 		want        bool
 		sleeps      []time.Duration
 		checks      int
+		checkTakes  time.Duration // each check's own time on the fake clock
 	}{
-		{"no change: a check a second, none at the round's time", 10 * s, s, nil, false, true, slices.Repeat([]time.Duration{s}, 10), 9},
-		{"a change at the third check ends the wait", 10 * s, s, []bool{false, false, true}, false, true, []time.Duration{s, s, s}, 3},
-		{"checks every 3 s: the last step is what is left", 10 * s, 3 * s, nil, false, true, []time.Duration{3 * s, 3 * s, 3 * s, s}, 3},
-		{"no check: one wait", 10 * s, 0, nil, false, true, []time.Duration{10 * s}, 0},
-		{"a check longer than the wait: one wait", 2 * s, 5 * s, nil, false, true, []time.Duration{2 * s}, 0},
-		{"an adapter that cannot count: the rest in one wait", 10 * s, s, []bool{}, true, true, []time.Duration{s, 9 * s}, 1},
+		{"no change: a check a second, none at the round's time", 10 * s, s, nil, false, true, slices.Repeat([]time.Duration{s}, 10), 9, 0},
+		{"a change at the third check ends the wait", 10 * s, s, []bool{false, false, true}, false, true, []time.Duration{s, s, s}, 3, 0},
+		{"checks every 3 s: the last step is what is left", 10 * s, 3 * s, nil, false, true, []time.Duration{3 * s, 3 * s, 3 * s, s}, 3, 0},
+		{"no check: one wait", 10 * s, 0, nil, false, true, []time.Duration{10 * s}, 0, 0},
+		{"a check longer than the wait: one wait", 2 * s, 5 * s, nil, false, true, []time.Duration{2 * s}, 0, 0},
+		{"an adapter that cannot count: the rest in one wait", 10 * s, s, []bool{}, true, true, []time.Duration{s, 9 * s}, 1, 0},
+		{"slow checks do not push the round back", 10 * s, s, nil, false, true, []time.Duration{s, s, s, s}, 4, 1500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sleeps []time.Duration
 			checks := 0
-			sleep := func(_ context.Context, d time.Duration) bool { sleeps = append(sleeps, d); return true }
+			clock := time.Unix(1_000_000, 0)
+			now := func() time.Time { return clock }
+			sleep := func(_ context.Context, d time.Duration) bool {
+				sleeps = append(sleeps, d)
+				clock = clock.Add(d)
+				return true
+			}
 			moved := func(context.Context) (bool, bool) {
+				clock = clock.Add(tc.checkTakes)
 				checks++
 				if checks <= len(tc.answers) {
 					return tc.answers[checks-1], true
 				}
 				return false, !tc.short
 			}
-			got := waitRound(context.Background(), tc.wait, tc.check, sleep, moved)
+			start := clock
+			got := waitRound(context.Background(), tc.wait, tc.check, now, sleep, moved)
 			if got != tc.want || !slices.Equal(sleeps, tc.sleeps) || checks != tc.checks {
 				t.Errorf("returned %v after sleeping %v with %d checks; want %v, %v, %d", got, sleeps, checks, tc.want, tc.sleeps, tc.checks)
+			}
+			if len(tc.answers) == 0 && !tc.short && clock.Sub(start) > tc.wait+tc.checkTakes {
+				t.Errorf("the round came %v after the last, want at most %v", clock.Sub(start), tc.wait+tc.checkTakes)
 			}
 		})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if waitRound(ctx, 10*s, s, func(context.Context, time.Duration) bool { return false }, nil) {
+	if waitRound(ctx, 10*s, s, time.Now, func(context.Context, time.Duration) bool { return false }, nil) {
 		t.Error("waitRound went on after its context ended")
 	}
 }
