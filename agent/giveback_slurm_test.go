@@ -61,7 +61,7 @@ var gbModes = []gbMode{
 
 // gbEventMode is the default poll with the event check; its bound is
 // issue 33's target, one poll (10 s) plus 2 s. Measured: the burst's last
-// job 6.9 s later than the baseline (10.0 and 17.4 s while the check could
+// job 6.9 s later than the baseline (11.1 and 17.4 s while the check could
 // not reach the plugin or pushed the round back).
 const gbEventMode = "polling, 10 s poll + event check"
 
