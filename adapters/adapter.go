@@ -76,6 +76,20 @@ type InProcess interface {
 	InProcess() bool
 }
 
+// JobEventCounter is optional: an adapter whose batch system can say
+// cheaply, without listing jobs, that a job was submitted, ended or was
+// cancelled implements it, and the agent asks it between rounds (every
+// agent.Config.EventCheck) to start a round at once when the count moves:
+// a job that arrives onto nodes the pilots hold then waits about one check,
+// not one poll. On SLURM it is sdiag's counters, one RPC that takes none
+// of slurmctld's job locks (docs/policy.md, "The event check"). The batch
+// system may reset the count (sdiag's at midnight): only a change counts.
+// ErrNotImplemented (an adapter, or a plugin built without it) turns the
+// check off.
+type JobEventCounter interface {
+	JobEvents(ctx context.Context) (int64, error)
+}
+
 // PilotID is the batch system's id of a pilot job ("1234" in SLURM,
 // "12.0" in HTCondor).
 type PilotID string

@@ -41,6 +41,17 @@ func TestAnExternalPluginBinaryPassesTheSuite(t *testing.T) {
 		New:    func(t *testing.T) adapters.Adapter { return launch(t, map[string]string{"nodes": "3"}) },
 		Settle: func(*testing.T) {},
 	})
+	t.Run("the job-event count is asked of the plugin", func(t *testing.T) {
+		// The example plugin keeps no count: its answer, not the
+		// wrapper's, says so (a Launched that hid JobEvents is no counter).
+		jc, ok := launch(t, nil).(adapters.JobEventCounter)
+		if !ok {
+			t.Fatal("a launched plugin is no JobEventCounter")
+		}
+		if _, err := jc.JobEvents(context.Background()); !errors.Is(err, adapters.ErrNotImplemented) {
+			t.Fatalf("JobEvents: %v, want ErrNotImplemented", err)
+		}
+	})
 	t.Run("options reach the plugin", func(t *testing.T) {
 		s, err := launch(t, map[string]string{"nodes": "7"}).Snapshot(context.Background())
 		if err != nil || s.TotalNodes != 7 {

@@ -78,6 +78,16 @@ type Launched struct {
 	client *plugin.Client
 }
 
+// JobEvents passes the plugin's job-event count on (the embedded Adapter
+// alone would hide it): ErrNotImplemented from a plugin that keeps none.
+func (l *Launched) JobEvents(ctx context.Context) (int64, error) {
+	jc, ok := l.Adapter.(JobEventCounter)
+	if !ok {
+		return 0, fmt.Errorf("job events: %w", ErrNotImplemented)
+	}
+	return jc.JobEvents(ctx)
+}
+
 // Close kills the plugin process.
 func (l *Launched) Close() { l.client.Kill() }
 

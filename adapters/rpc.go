@@ -72,6 +72,18 @@ var methods = map[string]method{
 		}
 		return struct{}{}, s.impl.Shrink(ctx, r.ID, r.End)
 	},
+	"JobEvents": func(s *server, ctx context.Context, _ []byte) (any, error) {
+		jc, ok := s.impl.(JobEventCounter)
+		if !ok {
+			return nil, fmt.Errorf("job events: %w", ErrNotImplemented)
+		}
+		n, err := jc.JobEvents(ctx)
+		return jobEventsReply{Count: n}, err
+	},
+}
+
+type jobEventsReply struct {
+	Count int64 `json:"count"`
 }
 
 type submitReply struct {
@@ -94,7 +106,7 @@ var serviceDesc = func() grpc.ServiceDesc {
 		Metadata:    "harvest/adapter/v1",
 	}
 	d.Streams = []grpc.StreamDesc{{StreamName: "SnapshotParts", Handler: serveSnapshotParts, ServerStreams: true}}
-	for _, name := range []string{"Info", "Snapshot", "Submit", "Cancel", "Shrink"} {
+	for _, name := range []string{"Info", "Snapshot", "Submit", "Cancel", "Shrink", "JobEvents"} {
 		m := methods[name]
 		d.Methods = append(d.Methods, grpc.MethodDesc{
 			MethodName: name,
@@ -137,7 +149,10 @@ func toStatus(err error) error {
 // Client is the host side of an adapter plugin.
 type Client struct{ conn *grpc.ClientConn }
 
-var _ Adapter = (*Client)(nil)
+var (
+	_ Adapter         = (*Client)(nil)
+	_ JobEventCounter = (*Client)(nil)
+)
 
 func (c *Client) call(ctx context.Context, name string, req, reply any) error {
 	var body []byte
@@ -241,4 +256,12 @@ func (c *Client) Cancel(ctx context.Context, id PilotID) error {
 func (c *Client) Shrink(ctx context.Context, id PilotID, end int64) error {
 	var out struct{}
 	return c.call(ctx, "Shrink", shrinkRequest{ID: id, End: end}, &out)
+}
+
+// JobEvents implements JobEventCounter: ErrNotImplemented when the plugin
+// does not count job events (or was built before the method).
+func (c *Client) JobEvents(ctx context.Context) (int64, error) {
+	var out jobEventsReply
+	err := c.call(ctx, "JobEvents", nil, &out)
+	return out.Count, err
 }

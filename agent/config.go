@@ -24,6 +24,13 @@ type Config struct {
 	// PollInterval. 0 = always PollInterval; one above PollInterval
 	// acts as PollInterval.
 	FastPoll time.Duration
+	// EventCheck, when positive, is how often the agent asks the
+	// adapter's job-event count between rounds (adapters.JobEventCounter;
+	// SLURM: sdiag, one RPC that lists no jobs); a change (a job
+	// submitted, ended or cancelled) starts a round at once, so a job that
+	// arrives onto nodes the pilots hold waits about EventCheck, not up to
+	// PollInterval. 0, or an adapter that does not count, = off.
+	EventCheck time.Duration
 	// SubmitTimeout is the first submit timeout; it grows by SubmitTimeoutStep
 	// after each timeout and resets after a success (DESIGN.md).
 	SubmitTimeout     time.Duration
@@ -65,6 +72,7 @@ func DefaultConfig() Config {
 		Policy:            policy.DefaultConfig(),
 		PollInterval:      10 * time.Second,
 		FastPoll:          2 * time.Second,
+		EventCheck:        time.Second,
 		SubmitTimeout:     5 * time.Second,
 		SubmitTimeoutStep: 5 * time.Second,
 		CancelTimeout:     10 * time.Second,
@@ -88,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if c.FastPoll < 0 {
 		errs = append(errs, fmt.Errorf("fast poll must not be negative (0 = off), got %v", c.FastPoll))
+	}
+	if c.EventCheck < 0 {
+		errs = append(errs, fmt.Errorf("event check must not be negative (0 = off), got %v", c.EventCheck))
 	}
 	if c.SubmitTimeout <= 0 || c.SubmitTimeoutStep < 0 {
 		errs = append(errs, fmt.Errorf("submit timeout must be positive (got %v) and its step not negative (got %v)", c.SubmitTimeout, c.SubmitTimeoutStep))

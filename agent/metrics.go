@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -369,6 +370,17 @@ func (a *instrumented) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 		a.m.snapshotFailures.Inc()
 	}
 	return s, err
+}
+
+// JobEvents passes the inner adapter's job-event count on (the embedded
+// interface alone would hide it and turn the agent's event check off);
+// ErrNotImplemented when the inner adapter keeps none.
+func (a *instrumented) JobEvents(ctx context.Context) (int64, error) {
+	jc, ok := a.Adapter.(adapters.JobEventCounter)
+	if !ok {
+		return 0, fmt.Errorf("job events: %w", adapters.ErrNotImplemented)
+	}
+	return jc.JobEvents(ctx)
 }
 
 func b2f(b bool) float64 {

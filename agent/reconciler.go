@@ -121,6 +121,40 @@ type Reconciler struct {
 	OnRound func(RoundResult)
 	// Health, if set, learns whether the batch system answers.
 	Health *Health
+
+	// events is the job-event count the last EventsMoved saw (seen: it
+	// saw one); noEvents: the adapter does not count, the check is off.
+	events         int64
+	seen, noEvents bool
+}
+
+// EventsMoved asks the adapter's job-event count (Config.EventCheck) and
+// reports whether it moved since the last ask; the first ask only takes
+// the count. An adapter that does not count (adapters.ErrNotImplemented)
+// turns the check off: ok false from then on, without asking again.
+func (r *Reconciler) EventsMoved(ctx context.Context) (moved, ok bool, err error) {
+	r.mu.Lock()
+	off := r.noEvents || r.cfg.EventCheck <= 0
+	r.mu.Unlock()
+	jc, can := r.ad.(adapters.JobEventCounter)
+	if off || !can {
+		return false, false, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.SnapshotTimeout)
+	n, err := jc.JobEvents(cctx)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case errors.Is(err, adapters.ErrNotImplemented):
+		r.noEvents = true
+		return false, false, nil
+	case err != nil:
+		return false, true, err
+	}
+	moved = r.seen && n != r.events
+	r.events, r.seen = n, true
+	return moved, true, nil
 }
 
 // NewReconciler returns a reconciler; cfg must be valid.

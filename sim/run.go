@@ -104,6 +104,12 @@ type Config struct {
 	// FastPoll is the agent's round interval while a round's Watch is set
 	// (agent.Config.FastPoll, in seconds; 0 = always Poll). Harvest mode.
 	FastPoll int64
+	// EventCheck is how often the agent asks the cluster's job-event
+	// count between rounds (agent.Config.EventCheck, in seconds; 0 = off):
+	// a count that moved since the last check brings the round one
+	// second after the check (the check's answer, then the snapshot).
+	// Harvest mode.
+	EventCheck int64
 	// Cluster configures the simulated batch system (nodes are set from Nodes).
 	Cluster simcluster.Config
 	// Agent configures the reconciler and policy in harvest mode.
@@ -139,6 +145,7 @@ func DefaultConfig() Config {
 		TaskSeconds:  60,
 		Poll:         int64(agent.DefaultConfig().PollInterval / time.Second),
 		FastPoll:     int64(agent.DefaultConfig().FastPoll / time.Second),
+		EventCheck:   int64(agent.DefaultConfig().EventCheck / time.Second),
 		Cluster:      simcluster.DefaultConfig(),
 		Agent:        agent.DefaultConfig(),
 	}
@@ -168,6 +175,8 @@ func (c Config) Validate() error {
 		return bad("poll must be positive, got %d s", c.Poll)
 	case c.FastPoll < 0:
 		return bad("fast poll must not be negative (0 = off), got %d s", c.FastPoll)
+	case c.EventCheck < 0:
+		return bad("event check must not be negative (0 = off), got %d s", c.EventCheck)
 	case c.ProcsPerNode < 1:
 		return bad("processors per node must be at least 1, got %d", c.ProcsPerNode)
 	case c.CoresPerNode < 0 || c.CoresPerNode > 1 && c.ProcsPerNode > 1:
@@ -272,9 +281,13 @@ type Harvested struct {
 	// Polls counts the agent's rounds, the ones skipped as quiet
 	// included (each is a snapshot: on SLURM one squeue, one sinfo and
 	// one scontrol call); PollsPerHour is Polls over the window's hours.
-	Polls        int          `json:"polls"`
-	PollsPerHour float64      `json:"polls_per_hour"`
-	Jobs         []HarvestJob `json:"jobs"`
+	Polls        int     `json:"polls"`
+	PollsPerHour float64 `json:"polls_per_hour"`
+	// EventChecks counts the job-event checks between rounds (on SLURM
+	// one sdiag each), EventChecksPerHour over the window's hours.
+	EventChecks        int          `json:"event_checks,omitempty"`
+	EventChecksPerHour float64      `json:"event_checks_per_hour,omitempty"`
+	Jobs               []HarvestJob `json:"jobs"`
 	// BoundedSlowdown and Users count every completed task as a one-node
 	// job that waited from its harvest job's submit (in baseline, the
 	// thesis Calibration batch jobs as they ran).
@@ -342,7 +355,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 
 	var step func(context.Context, int64) error
-	rounds, polls := 0, 0
+	rounds, polls, checks := 0, 0, 0
 	tick := cfg.Poll // the loop's step: the gcd of the polls in harvest mode
 	// due is the agent's next round (harvest mode): the loop goes straight
 	// there unless the capacity rule steps at every poll.
@@ -362,6 +375,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		}
 		acfg.PollInterval = time.Duration(cfg.Poll) * time.Second
 		acfg.FastPoll = time.Duration(cfg.FastPoll) * time.Second
+		acfg.EventCheck = time.Duration(cfg.EventCheck) * time.Second
 		if acfg.MaxBackoff < acfg.PollInterval {
 			acfg.MaxBackoff = acfg.PollInterval
 		}
@@ -386,10 +400,23 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		if f := min(cfg.FastPoll, cfg.Poll); f > 0 {
 			tick = gcd(cfg.Poll, f)
 		}
+		if cfg.EventCheck > 0 {
+			tick = 1 // a check's round comes a second after it
+		}
 		step = func(ctx context.Context, t int64) error {
 			if dem.capa != nil && (t-from)%cfg.Poll == 0 {
 				dem.capa.step(c.TaskRuns())
 				res.Capacity = append(res.Capacity, CapacityPoint{T: t, Cap: dem.capa.d.Cap, Phase: string(dem.capa.d.Phase)})
+			}
+			if t < due && cfg.EventCheck > 0 && (t-from)%cfg.EventCheck == 0 {
+				checks++
+				moved, _, err := rec.EventsMoved(ctx)
+				if err != nil {
+					return err
+				}
+				if moved {
+					due = min(due, t+1)
+				}
 			}
 			if t < due {
 				return nil
@@ -417,7 +444,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 	if step != nil {
 		next := 5
-		for t := from; t < to; t = nextTime(t, tick, due, cfg.Capacity == nil) {
+		for t := from; t < to; t = nextTime(t, tick, due, cfg.Capacity == nil && cfg.EventCheck == 0) {
 			if err := ctx.Err(); err != nil {
 				return Result{}, err
 			}
@@ -440,6 +467,10 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	res.Harvest.Polls = polls
 	if polls > 0 {
 		res.Harvest.PollsPerHour = float64(polls) * 3600 / float64(to-from)
+	}
+	res.Harvest.EventChecks = checks
+	if checks > 0 {
+		res.Harvest.EventChecksPerHour = float64(checks) * 3600 / float64(to-from)
 	}
 	res.Usage = c.Samples()
 	res.Records = c.Records()

@@ -32,7 +32,7 @@ func TestFasterRoundsDecideAsBefore(t *testing.T) {
 			cfg.Mode, cfg.GiveBack, cfg.Nodes = Harvest, gb, 100
 			cfg.From, cfg.To = 5783850, 5783850+30*86400
 			cfg.HarvestBacklog, cfg.TaskSeconds = 1_000_000_000, 300
-			cfg.FastPoll = 0 // the hashes are of the fixed 10 s poll
+			cfg.FastPoll, cfg.EventCheck = 0, 0 // the hashes are of the fixed 10 s poll
 			var dec bytes.Buffer
 			cfg.Decisions = &dec
 			res, err := Run(context.Background(), kth, cfg)

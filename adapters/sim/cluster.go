@@ -279,6 +279,9 @@ type Cluster struct {
 	// changes counts every change a snapshot or the busy pilots could
 	// show (see Changes).
 	changes int64
+	// jobEvents counts submissions (foreign and pilot), ends and cancels:
+	// SLURM's sdiag counters (see JobEvents).
+	jobEvents int64
 	// busy is the running pilots with a task, by id (Demand).
 	busy map[string]bool
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
@@ -346,6 +349,18 @@ func (c *Cluster) Changes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.changes
+}
+
+// JobEvents implements adapters.JobEventCounter: the jobs submitted
+// (foreign arrivals and pilots), ended and cancelled so far, what SLURM's
+// sdiag counts ("Jobs submitted", "completed", "canceled", "failed").
+func (c *Cluster) JobEvents(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.jobEvents, nil
 }
 
 // OnStartEnd registers a function called (with the lock held, so it must
@@ -554,6 +569,7 @@ func (c *Cluster) handle(e event) {
 		e.j.state = stPending
 		c.enqueue(e.j)
 		c.changes++
+		c.jobEvents++
 		c.dirty()
 	case evEnd:
 		if e.j.state != stRunning || e.j.endGen != e.gen {
@@ -808,6 +824,7 @@ func (c *Cluster) runningIndex(j *job) int {
 // finish ends a running job now.
 func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	c.changes++
+	c.jobEvents++
 	j.state = stDone
 	j.rec.End = c.now
 	j.rec.Killed = killed && !cancelled && !j.rec.Preempted
@@ -1146,6 +1163,7 @@ func (c *Cluster) Submit(ctx context.Context, spec adapters.PilotSpec) (adapters
 	j.state = stPending
 	c.enqueue(j)
 	c.changes++
+	c.jobEvents++
 	c.dirty()
 	return adapters.PilotID(j.rec.ID), nil
 }
@@ -1171,6 +1189,7 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 		j.rec.Cancelled = true
 		c.retire(j)
 		c.changes++
+		c.jobEvents++
 		c.dirty()
 	case stRunning:
 		c.finish(j, false, true)

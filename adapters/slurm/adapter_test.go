@@ -27,8 +27,8 @@ type call struct {
 
 // fakeSlurm answers commands with closure fields, one per binary.
 type fakeSlurm struct {
-	calls                                    []call
-	squeue, sinfo, scontrol, sbatch, scancel func(c call) (result, error)
+	calls                                           []call
+	squeue, sinfo, scontrol, sbatch, scancel, sdiag func(c call) (result, error)
 	// version answers `sinfo --version`, config `scontrol show config`
 	// and update `scontrol update`.
 	version, config, update func(c call) (result, error)
@@ -58,6 +58,8 @@ func (f *fakeSlurm) run(ctx context.Context, name string, args, env []string, st
 		h = f.sbatch
 	case "scancel":
 		h = f.scancel
+	case "sdiag":
+		h = f.sdiag
 	}
 	if h == nil {
 		return result{}, fmt.Errorf("%w %s: unexpected command", errStart, name)

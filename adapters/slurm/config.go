@@ -58,10 +58,10 @@ type Config struct {
 	// MaxJobCount) and 100,000 nodes (ten times the largest clusters);
 	// about 160 MB of snapshot at both.
 	MaxJobs, MaxNodes int
-	// BinDir holds squeue, sinfo, scontrol, sbatch and scancel; empty =
+	// BinDir holds squeue, sinfo, scontrol, sbatch, scancel and sdiag; empty =
 	// found on PATH. The individual paths below override it.
-	BinDir                                   string
-	Squeue, Sinfo, Scontrol, Sbatch, Scancel string
+	BinDir                                          string
+	Squeue, Sinfo, Scontrol, Sbatch, Scancel, Sdiag string
 	// SlurmConf is passed to every command as SLURM_CONF; empty = the
 	// agent's own SLURM_CONF, or SLURM's default (/etc/slurm/slurm.conf).
 	SlurmConf string

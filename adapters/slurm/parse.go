@@ -704,6 +704,44 @@ func ParseVersion(out []byte) (string, error) {
 	return f[1], nil
 }
 
+// sdiagCounters are the lines of sdiag's job counters JobEvents sums:
+// every submission, end and cancel (not "Jobs started": a job starting
+// frees no node a waiting job could use).
+var sdiagCounters = []string{"Jobs submitted:", "Jobs completed:", "Jobs canceled:", "Jobs failed:"}
+
+// ParseSdiag parses `sdiag` (SLURM 22.05's layout: "Jobs submitted: 12",
+// one counter a line) into the sum of its submitted, completed, canceled
+// and failed counters. Every one of them must be there, once.
+func ParseSdiag(out []byte) (int64, error) {
+	ls, err := lines(out, "sdiag")
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	found := make([]bool, len(sdiagCounters))
+	for _, line := range ls {
+		line = strings.TrimSpace(line)
+		for i, name := range sdiagCounters {
+			v, ok := strings.CutPrefix(line, name)
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || n < 0 || found[i] {
+				return 0, parseErr("sdiag printed %q", trunc(line))
+			}
+			found[i] = true
+			sum += n
+		}
+	}
+	for i, ok := range found {
+		if !ok {
+			return 0, parseErr("sdiag printed no %q line: %q", sdiagCounters[i], trunc(string(out)))
+		}
+	}
+	return sum, nil
+}
+
 // Holder is a job that holds nodes, as CrossCheck sees it.
 type Holder struct {
 	ID, Partition, State string

@@ -39,6 +39,7 @@ func agentFlags() []cli.Flag {
 	own := []cli.Flag{
 		&cli.StringFlag{Name: "config", EnvVars: []string{"HARVEST_CONFIG"}, Usage: "read settings from this YAML `FILE` (keys are the flag names)"},
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "poll", Value: def.PollInterval, EnvVars: []string{"HARVEST_POLL"}, Usage: "time between rounds"}),
+		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "event-check", Value: def.EventCheck, EnvVars: []string{"HARVEST_EVENT_CHECK"}, Usage: "between rounds, how often to ask the batch system's job-event count (SLURM: one sdiag, which lists no jobs); a job submitted, ended or cancelled starts a round at once (0 = off; see docs/policy.md)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "fast-poll", Value: def.FastPoll, EnvVars: []string{"HARVEST_FAST_POLL"}, Usage: "time between rounds while pilots hold nodes a waiting job could start on once one running job ends (0 = always --poll; see docs/policy.md)"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "min-nodes", Value: def.Policy.MinNodes, EnvVars: []string{"HARVEST_MIN_NODES"}, Usage: "nodes the harvest keeps even when others wait (the admin's floor of MiniNode)"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-nodes", Value: def.Policy.MaxNodes, EnvVars: []string{"HARVEST_MAX_NODES"}, Usage: "most pilots held at once (0 = no cap)"}),
@@ -116,6 +117,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.DefaultConfig()
 	cfg.PollInterval = c.Duration("poll")
 	cfg.FastPoll = c.Duration("fast-poll")
+	cfg.EventCheck = c.Duration("event-check")
 	if cfg.MaxBackoff < cfg.PollInterval {
 		cfg.MaxBackoff = 12 * cfg.PollInterval
 	}

@@ -52,6 +52,7 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes even with no backlog"},
 			&cli.DurationFlag{Name: "poll", Usage: "agent round interval (virtual time)", Value: 10 * time.Second},
 			&cli.DurationFlag{Name: "fast-poll", Usage: "agent round interval while pilots hold nodes a waiting job could start on once one running job ends (harvest agent --fast-poll; 0 = always --poll)", Value: time.Duration(sim.DefaultConfig().FastPoll) * time.Second},
+			&cli.DurationFlag{Name: "event-check", Usage: "how often the agent asks the job-event count between rounds; a change brings a round a second later (harvest agent --event-check; SLURM: one sdiag; 0 = off)", Value: time.Duration(sim.DefaultConfig().EventCheck) * time.Second},
 			&cli.DurationFlag{Name: "latency", Usage: "batch system reaction latency (scheduler interval)", Value: 0},
 			&cli.DurationFlag{Name: "bf-interval", Usage: "backfill only every `D` (SLURM's bf_interval; 30s is its default): between backfill passes the main scheduler starts jobs in priority order and stops at the first that cannot start (0 = every pass backfills)"},
 			&cli.BoolFlag{Name: "bf-busy", Usage: "with --bf-interval: backfill every interval even when nothing changed (a site whose job traffic keeps SLURM's backfill thread busy)"},
@@ -139,6 +140,7 @@ func runSim(c *cli.Context) error {
 	cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
 	cfg.Poll = int64(c.Duration("poll") / time.Second)
 	cfg.FastPoll = int64(c.Duration("fast-poll") / time.Second)
+	cfg.EventCheck = int64(c.Duration("event-check") / time.Second)
 	cfg.Cluster.Latency = int64(c.Duration("latency") / time.Second)
 	cfg.Cluster.BackfillInterval = int64(c.Duration("bf-interval") / time.Second)
 	cfg.Cluster.BackfillBusy = c.Bool("bf-busy")

@@ -194,3 +194,20 @@ func TestFastPollFlag(t *testing.T) {
 		t.Error("--fast-poll -1s was accepted")
 	}
 }
+
+// TestEventCheckFlag: --event-check reaches the agent's config (default
+// 1 s), 0 turns it off, and a negative one is refused.
+func TestEventCheckFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, time.Second}, {[]string{"--event-check", "2s"}, 2 * time.Second}, {[]string{"--event-check", "0"}, 0}} {
+		cfg, _, err := parseAgent(t, tc.args...)
+		if err != nil || cfg.EventCheck != tc.want {
+			t.Errorf("%v: event check %v (err %v), want %v", tc.args, cfg.EventCheck, err, tc.want)
+		}
+	}
+	if _, _, err := parseAgent(t, "--event-check", "-1s"); err == nil {
+		t.Error("--event-check -1s was accepted")
+	}
+}
