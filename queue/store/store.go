@@ -224,7 +224,16 @@ func (s *Store) migrate() error {
 	if _, err := t.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	applied, err := appliedNames(ctx, t, `SELECT name FROM schema_migrations ORDER BY name`)
+	applied := map[string]bool{}
+	rows, err := t.QueryContext(ctx, `SELECT name FROM schema_migrations`)
+	if err == nil {
+		for rows.Next() && err == nil {
+			var n string
+			err = rows.Scan(&n)
+			applied[n] = true
+		}
+		err = errors.Join(err, rows.Close(), rows.Err())
+	}
 	if err != nil {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
@@ -260,24 +269,6 @@ func (s *Store) migrate() error {
 		return fmt.Errorf("commit migrations: %w", err)
 	}
 	return nil
-}
-
-// appliedNames reads the set of names a query answers in t.
-func appliedNames(ctx context.Context, t *wtx, query string) (map[string]bool, error) {
-	rows, err := t.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out[n] = true
-	}
-	return out, rows.Err()
 }
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
