@@ -197,16 +197,7 @@ func TestOnePullHandsOutTheRetriesOfSeveralJobs(t *testing.T) {
 	s, a := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 6)
 	defer s.Close()
 	ctx := context.Background()
-	b, err := s.CreateJob(ctx, NewJob{Owner: "bob", Dataset: "/e", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 3, Submitted: t0, Expires: t0.Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.InsertTasks(ctx, b, []string{"u0", "u1", "u2", "u3"}, t0, 100, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ActivateJob(ctx, b, "/o", 4); err != nil {
-		t.Fatal(err)
-	}
+	b := job(t, s, t0, "u0", "u1", "u2", "u3")
 	ta, tb := take(t, s, a, 4), take(t, s, b, 3)
 	reportIn(t, s, "local", pilotproto.StatusFailed, ta[1], ta[2], ta[3])
 	reportIn(t, s, "local", pilotproto.StatusFailed, tb[0], tb[2])
