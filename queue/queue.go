@@ -37,6 +37,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/siteshare"
 	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 // Queue is the queue service. All methods are safe for concurrent use.
@@ -216,7 +217,7 @@ func (q *Queue) logSlowWrites(context.Context) error {
 
 // logSlow logs the slow transactions of ws after the first logged ones
 // and returns how many are logged now.
-func logSlow(log *slog.Logger, ws store.WriteStats, logged int64) int64 {
+func logSlow(log *slog.Logger, ws txstats.Stats, logged int64) int64 {
 	if ws.Slow < logged { // the figures were reset (benchmarks)
 		logged = 0
 	}
@@ -300,7 +301,7 @@ func (q *Queue) Closing() <-chan struct{} { return q.closed }
 func (q *Queue) Logger() *slog.Logger { return q.log }
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
-func (q *Queue) WriteStats(reset bool) store.WriteStats { return q.st.WriteStats(reset) }
+func (q *Queue) WriteStats(reset bool) txstats.Stats { return q.st.WriteStats(reset) }
 
 // WALStats reports the database's WAL.
 func (q *Queue) WALStats() store.WALStats { return q.st.WALStats() }

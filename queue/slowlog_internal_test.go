@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 // Each slow transaction is logged once, with its method and lock time; more
@@ -16,11 +16,11 @@ func TestSlowWriteTransactionsAreLoggedOnceEach(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	at := time.Date(2026, 11, 24, 2, 40, 0, 0, time.UTC)
-	slow := func(i int) store.SlowTransaction {
-		return store.SlowTransaction{At: at.Add(time.Duration(i) * time.Second), In: "store.(*Store).trimJournal",
+	slow := func(i int) txstats.Slow {
+		return txstats.Slow{At: at.Add(time.Duration(i) * time.Second), In: "store.(*Store).trimJournal",
 			Lock: 35*time.Millisecond + time.Duration(i)*time.Millisecond}
 	}
-	ws := store.WriteStats{Slow: 2, Recent: []store.SlowTransaction{slow(0), slow(1)}}
+	ws := txstats.Stats{Slow: 2, Recent: []txstats.Slow{slow(0), slow(1)}}
 	lines := func() []string {
 		defer buf.Reset()
 		return strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -39,18 +39,18 @@ func TestSlowWriteTransactionsAreLoggedOnceEach(t *testing.T) {
 	// 40 more, of which the store kept the last RecentSlow.
 	ws.Slow = 42
 	ws.Recent = nil
-	for i := 10; i < 10+store.RecentSlow; i++ {
+	for i := 10; i < 10+txstats.RecentSlow; i++ {
 		ws.Recent = append(ws.Recent, slow(i))
 	}
 	if n := logSlow(log, ws, 2); n != 42 {
 		t.Fatalf("logged %d, want 42", n)
 	}
 	got = lines()
-	if len(got) != 1+store.RecentSlow || !strings.Contains(got[0], "not logged one by one") || !strings.Contains(got[0], "count=8") || !strings.Contains(got[1], "lock_ms=45") {
+	if len(got) != 1+txstats.RecentSlow || !strings.Contains(got[0], "not logged one by one") || !strings.Contains(got[0], "count=8") || !strings.Contains(got[1], "lock_ms=45") {
 		t.Fatalf("40 new, 32 kept: %d lines, first %q", len(got), got[:2])
 	}
 	// After a reset of the figures, the new ones are logged.
-	if n := logSlow(log, store.WriteStats{Slow: 1, Recent: []store.SlowTransaction{slow(99)}}, 42); n != 1 || len(lines()) != 1 {
+	if n := logSlow(log, txstats.Stats{Slow: 1, Recent: []txstats.Slow{slow(99)}}, 42); n != 1 || len(lines()) != 1 {
 		t.Fatalf("after a reset: logged %d", n)
 	}
 }

@@ -137,8 +137,8 @@ type Stats struct {
 	LostTaskSeconds float64
 	// The SQLite write lock since the queue opened: transactions, the
 	// time they held it (and their distribution in buckets of
-	// store.HistBucket), those over store.SlowTx (5 ms) and those by
-	// store method (store.WriteStats.SlowBy).
+	// txstats.HistBucket), those over txstats.SlowTx (5 ms) and those by
+	// store method (txstats.Stats.SlowBy).
 	WriteTransactions int64
 	WriteLockSeconds  float64
 	WriteHist         []int64

@@ -24,6 +24,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/httpapi"
 	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/dbcopy"
 )
 
 // queueCommand runs the queue on its own (tests, development, or a site
@@ -91,7 +92,7 @@ func runQueueMigrate(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("harvest queue migrate: %v", err), 1)
 	}
 	defer lock.Release()
-	copied, err := store.Migrate(c.Context, from, to)
+	copied, err := dbcopy.Migrate(c.Context, from, to)
 	if err != nil {
 		return cli.Exit("harvest queue "+err.Error(), 1)
 	}
@@ -111,7 +112,7 @@ func runQueueBackup(c *cli.Context) error {
 	// creation (SQLite creates it with the process's umask).
 	syscall.Umask(0o077)
 	dest := c.Args().First()
-	jobs, err := store.Backup(c.Context, c.String("db"), dest)
+	jobs, err := dbcopy.Backup(c.Context, c.String("db"), dest)
 	if err != nil {
 		return cli.Exit("harvest queue "+err.Error(), 1)
 	}

@@ -46,9 +46,9 @@ type Breakdown struct {
 	LongestTxMS  float64          `json:"longest_tx_ms"`
 	LongestTxIn  string           `json:"longest_tx_in"` // the queue store's method that ran it
 	Transactions int64            `json:"transactions"`
-	SlowTx       int64            `json:"slow_transactions"`              // longer than store.SlowTx (5 ms)
+	SlowTx       int64            `json:"slow_transactions"`              // longer than txstats.SlowTx (5 ms)
 	SlowTxIn     map[string]int64 `json:"slow_transactions_in,omitempty"` // per store method
-	P99TxMS      float64          `json:"p99_tx_ms"`                      // to store.HistBucket
+	P99TxMS      float64          `json:"p99_tx_ms"`                      // to txstats.HistBucket
 	// The WAL file's size at the end of the run.
 	WALMB float64 `json:"wal_mb"`
 	// CPU: this process (queue, master, both ends of their HTTP) and the

@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/quantile"
-	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 	"golang.org/x/sys/unix"
 )
 
 // The host probe: what the machine alone does to a write transaction.
 //
-// The queue's write transactions are counted slow past 5 ms (store.SlowTx)
+// The queue's write transactions are counted slow past 5 ms (txstats.SlowTx)
 // and aim to stay under it. On a virtual machine the hypervisor can take
 // the vCPU away in the middle of any of them, for longer than that, and
 // no software in the guest can prevent it. The probe measures that floor
@@ -27,7 +27,7 @@ import (
 //
 // A host that stretches R computations per second of computing past the
 // threshold will stretch about R x T of the transactions of a run whose
-// write lock was held T seconds (store.WriteStats.Total): the slow
+// write lock was held T seconds (txstats.Stats.Total): the slow
 // transactions to expect with no fault of the queue's.
 
 // MaxHostDuration bounds a probe's duration (its samples stay in memory).
@@ -49,7 +49,7 @@ type HostConfig struct {
 // held about a third of the time; a pause of 1 ms after each 0.5 ms
 // computation keeps the probe's thread busy about as much.
 func DefaultHostConfig() HostConfig {
-	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: store.SlowTx}
+	return HostConfig{Duration: 30 * time.Second, Work: 500 * time.Microsecond, Pause: time.Millisecond, Threshold: txstats.SlowTx}
 }
 
 // HostReport is what the probe measured.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 // Queue is the read-only part of the queue read at scrape time
@@ -223,7 +223,7 @@ func (c *collector) collectStats(ch chan<- prometheus.Metric, st queue.Stats) {
 var writeBounds = []float64{0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05}
 
 // writeBuckets turns the store's fine histogram (buckets of
-// store.HistBucket, the last open-ended) into Prometheus's cumulative
+// txstats.HistBucket, the last open-ended) into Prometheus's cumulative
 // counts at writeBounds.
 func writeBuckets(hist []int64) map[float64]uint64 {
 	out := make(map[float64]uint64, len(writeBounds))
@@ -231,7 +231,7 @@ func writeBuckets(hist []int64) map[float64]uint64 {
 		var n uint64
 		for i, c := range hist {
 			// bucket i holds [i, i+1) x HistBucket; the last one is open
-			if i < len(hist)-1 && float64(i+1)*store.HistBucket.Seconds() <= b+1e-12 {
+			if i < len(hist)-1 && float64(i+1)*txstats.HistBucket.Seconds() <= b+1e-12 {
 				n += uint64(c)
 			}
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/httpapi"
 	"github.com/harvest-hpc/harvest/queue/metrics"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
-	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 // fakeQueue is a metrics.Queue with closure fields.
@@ -334,9 +334,9 @@ func TestARealQueueWithTwoSitesScrapedThroughItsAuthentication(t *testing.T) {
 	}
 }
 
-// histOf is a store.WriteStats histogram with the given buckets' counts.
+// histOf is a txstats.Stats histogram with the given buckets' counts.
 func histOf(c map[int]int64) []int64 {
-	var h store.WriteStats
+	var h txstats.Stats
 	for i, n := range c {
 		h.Hist[i] = n
 	}

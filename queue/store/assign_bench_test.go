@@ -105,3 +105,56 @@ func BenchmarkFailedResultsWithLongTails(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAssignRetriesOf250Jobs assigns two tasks of each of 250 jobs
+// whose failed entries wait to be retried (each job's two lowest retries
+// handed out, attempt 2), in one transaction; each round's results fail
+// them again, not timed, so every pull finds retries. It reports the
+// store's write-lock time per pull.
+func BenchmarkAssignRetriesOf250Jobs(b *testing.B) {
+	s := leasedStore(b)
+	ctx := context.Background()
+	names := make([]string, 8)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+	}
+	takes := make([]Take, 250)
+	for u := range takes {
+		id, _ := s.CreateJob(ctx, NewJob{Owner: fmt.Sprintf("u%04d", u), Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1 << 30, Submitted: t0, Expires: t0.Add(time.Hour)})
+		s.InsertTasks(ctx, id, names, t0, 1000, nil)
+		s.ActivateJob(ctx, id, "/o", len(names))
+		takes[u] = Take{Job: id, N: len(names)}
+	}
+	fail := func(got Taken) {
+		var rs []pilotproto.Result
+		for _, ts := range got.Tasks {
+			for _, tk := range ts {
+				rs = append(rs, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusFailed, Pilot: "p1"})
+			}
+		}
+		if _, err := s.ApplyResults(ctx, "local", 1, t0, rs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	got, err := s.Assign(ctx, "local", 1, t0, takes) // every entry handed out, then failed: all retries
+	if err != nil {
+		b.Fatal(err)
+	}
+	fail(got)
+	for i := range takes {
+		takes[i].N = 2
+	}
+	var lock time.Duration
+	for b.Loop() {
+		s.WriteStats(true)
+		got, err := s.Assign(ctx, "local", 1, t0, takes)
+		if err != nil || len(got.Tasks) != len(takes) || got.Tasks[takes[0].Job][0].Attempt < 2 {
+			b.Fatalf("%d jobs served, %v", len(got.Tasks), err)
+		}
+		lock += s.WriteStats(true).Total
+		b.StopTimer()
+		fail(got)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(lock.Microseconds())/float64(b.N)/1000, "lock-ms/pull")
+}

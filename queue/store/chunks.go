@@ -70,44 +70,25 @@ func (z *chunkSizer) took(rows int, d time.Duration) {
 
 // chunkBytes bounds what one write transaction carries where rows differ
 // in size: a result's error tail (up to 64 KiB by the API, 2 KiB from the
-// worker by default) goes into its task's exceptions row (error_tail),
-// with the pilot's name. A row count alone
-// let 100 results with 64 KiB tails hold the lock over 50 ms in one
-// transaction (docs/queue.md, "Long writes").
+// worker by default) is stored whole in its entry's exception row. A row
+// count alone let 100 results with 64 KiB tails hold the lock over 50 ms
+// in one transaction (docs/queue.md, "Long writes").
 const chunkBytes = 64 << 10
 
-// rowOverhead is a task's or a result's size without its strings, for
-// chunkBytes.
+// rowOverhead is a result's size without its strings, for chunkBytes.
 const rowOverhead = 128
 
 // ResultsChunk is how many of rs, from the first, one ApplyResults
 // transaction should apply: at most limit, and no more than chunkBytes of
-// them weighed as JSON text (escapes included: more than the raw text the
-// rows store, never less), but at least one.
+// them, but at least one.
 func ResultsChunk(rs []pilotproto.Result, limit int) int {
 	n, size := 0, 0
 	for n < min(len(rs), max(limit, 1)) {
-		size += rowOverhead + jsonLen(rs[n].ErrorTail) + len(rs[n].Pilot)
+		size += rowOverhead + len(rs[n].ErrorTail) + len(rs[n].Pilot)
 		if n > 0 && size > chunkBytes {
 			break
 		}
 		n++
-	}
-	return n
-}
-
-// jsonLen is s's length as a JSON string, escapes included: a control
-// byte is 6 bytes (\u001b), as json.Marshal writes it. A tail of terminal
-// colour codes weighs what it costs on the wire that brought it.
-func jsonLen(s string) int {
-	n := len(s) + 2
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\n' || c == '\r' || c == '\t' || c == '"' || c == '\\':
-			n++
-		case c < 0x20 || c == '<' || c == '>' || c == '&':
-			n += 5
-		}
 	}
 	return n
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,8 +64,15 @@ type Taken struct {
 }
 
 var (
-	retriesSQL = hot(`SELECT x.idx, x.attempt, e.name FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx
-		WHERE x.job_id = ? AND x.state = 'WAITING' ORDER BY x.idx LIMIT ?`)
+	// The first n waiting retries of each job (job, n), an index seek
+	// each (exceptions_waiting): SQLite allows no LIMIT that names an
+	// outer row, so the walk is a recursive query.
+	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (
+		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM `,
+		[]string{i64, i64}, `UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
+		FROM r WHERE r.k < r.n AND r.idx IS NOT NULL)
+		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
+		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
 	// Grants, fresh or of a retried entry (whose exception row is then
 	// marked GRANTED to it).
 	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM `,
@@ -115,6 +124,9 @@ func (b *batch) names(ranges [][]any, out map[int64][]TakenTask) error {
 	})
 }
 
+// Assign hands out, for each take, the job's waiting entries of lowest
+// index (its retries, then fresh ones) to the pool's lease holder under
+// epoch, in one fenced transaction: a grant of the fresh entries and one
 // per retried entry, and the job's counter row.
 func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
 	var out Taken
@@ -129,14 +141,35 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		if err := b.readJobs(ids); err != nil {
 			return err
 		}
+		// The jobs' retries, read at once.
+		want := map[int64]int{}
+		for _, t := range takes {
+			if j := b.jobs[t.Job]; j != nil && j.retry > 0 && t.N > 0 {
+				want[t.Job] = min(want[t.Job]+t.N, j.retry)
+			}
+		}
+		var asked [][]any
+		for _, id := range slices.Sorted(maps.Keys(want)) {
+			asked = append(asked, []any{id, want[id]})
+		}
+		retries := map[int64][]TakenTask{}
+		err := b.run(readRetries, asked, "", func(rs *sql.Rows) error {
+			var job int64
+			var r TakenTask
+			var idx int
+			err := rs.Scan(&job, &idx, &r.Attempt, &r.Name)
+			r.ID = taskID(job, idx)
+			retries[job] = append(retries[job], r)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("read retries: %w", err)
+		}
 		at := ms(now)
 		var grants [][]any // the new grants' rows: a range of fresh entries, or one retried entry
 		var ranges [][]any // the fresh ranges (job, first, last)
 		for _, t := range takes {
-			j, err := b.job(t.Job)
-			if err != nil {
-				return err
-			}
+			j := b.jobs[t.Job]
 			if j == nil && s.d.pg {
 				// Skipped (another agent's write holds it), or gone.
 				var n int
@@ -152,39 +185,18 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				continue
 			}
 			n := max(t.N, 0)
-			var got []TakenTask
-			if n > 0 && j.retry > 0 {
-				type retry struct {
-					idx, attempt int
-					name         string
-				}
-				var rs []retry
-				rows, err := s.query(ctx, tx, retriesSQL, t.Job, n)
-				if err != nil {
-					return err
-				}
-				for rows.Next() {
-					var r retry
-					if err := rows.Scan(&r.idx, &r.attempt, &r.name); err != nil {
-						rows.Close()
-						return err
-					}
-					rs = append(rs, r)
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
-				for _, r := range rs {
-					// Attempt 1 is a fresh grant's, and only its.
-					a := max(r.attempt+1, 2)
-					grants = append(grants, []any{t.Job, r.idx, r.idx, a, pool, epoch, l.Holder, at, at, "ASSIGNED", string(rune(open)), 1})
-					got = append(got, TakenTask{ID: taskID(t.Job, r.idx), Name: r.name, Attempt: a})
-					j.retry--
-					j.requd++
-				}
-				n -= len(rs)
+			rs := retries[t.Job][:min(n, len(retries[t.Job]))]
+			retries[t.Job] = retries[t.Job][len(rs):]
+			for _, r := range rs {
+				// Attempt 1 is a fresh grant's, and only its.
+				r.Attempt = max(r.Attempt+1, 2)
+				_, idx := entryOf(r.ID)
+				grants = append(grants, []any{t.Job, idx, idx, r.Attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", string(rune(open)), 1})
+				out.Tasks[t.Job] = append(out.Tasks[t.Job], r)
 			}
+			j.retry -= len(rs)
+			j.requd += len(rs)
+			n -= len(rs)
 			if k := min(n, j.c.Total-j.next); k > 0 {
 				grants = append(grants, []any{t.Job, j.next, j.next + k - 1, 1, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), k), k})
 				ranges = append(ranges, []any{t.Job, j.next, j.next + k - 1})
@@ -199,9 +211,6 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 					j.started, j.startSet = at, true
 				}
 			}
-			if len(got) > 0 {
-				out.Tasks[t.Job] = got
-			}
 		}
 		if err := b.insertGrants(grants); err != nil {
 			return err
@@ -209,7 +218,6 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		if err := b.names(ranges, out.Tasks); err != nil {
 			return err
 		}
-		var err error
 		out.Changes, err = b.flush(now)
 		return err
 	})
@@ -467,28 +475,25 @@ var beatGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v.
 // ActiveTasksBefore lists the pool's active tasks handed out under an
 // epoch older than epoch.
 func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks of older epochs", `SELECT job_id, first_idx, attempt, settled FROM grants
-		WHERE state != 'CLOSED' AND pool = ? AND epoch < ?`, pool, epoch)
+	return s.openEntries(ctx, "find tasks of older epochs", `epoch < ?`, pool, epoch)
 }
 
 // ActiveTasksOfEpochBefore lists the pool's active tasks handed out under
 // epoch before t.
 func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks handed out before the open", `SELECT job_id, first_idx, attempt, settled FROM grants
-		WHERE state != 'CLOSED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+	return s.openEntries(ctx, "find tasks handed out before the open", `epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
 }
 
 // AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
 // heartbeat has listed them) that were handed out before t.
 func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks never acknowledged", `SELECT job_id, first_idx, attempt, settled FROM grants
-		WHERE state != 'CLOSED' AND state = 'ASSIGNED' AND pool = ? AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+	return s.openEntries(ctx, "find tasks never acknowledged", `state = 'ASSIGNED' AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
 }
 
-// openEntries lists the open entries of the grants query selects (job,
-// first index, attempt, settled) as task references, on a reader; what
-// names the search in its errors.
-func (s *Store) openEntries(ctx context.Context, what, query string, args ...any) ([]pilotproto.TaskRef, error) {
+// openEntries lists the open entries of a pool's live grants that where
+// (with the arguments after pool) selects as task references, on a
+// reader; what names the search in its errors.
+func (s *Store) openEntries(ctx context.Context, what, where, pool string, args ...any) ([]pilotproto.TaskRef, error) {
 	var out []pilotproto.TaskRef
 	return out, s.each(ctx, what, func(r *sql.Rows) error {
 		var job int64
@@ -501,7 +506,7 @@ func (s *Store) openEntries(ctx context.Context, what, query string, args ...any
 			}
 		}
 		return err
-	}, query, args...)
+	}, `SELECT job_id, first_idx, attempt, settled FROM grants WHERE state != 'CLOSED' AND pool = ? AND `+where, append([]any{pool}, args...)...)
 }
 
 // Outstanding counts the active tasks (handed out, not finished) of each

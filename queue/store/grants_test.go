@@ -189,3 +189,36 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 		s.Close()
 	}
 }
+
+// One pull over several jobs with retries hands each job its retries of
+// lowest index first (attempt 2), up to what it asks for, then its fresh
+// entries; a job's retries left over wait for the next pull.
+func TestOnePullHandsOutTheRetriesOfSeveralJobs(t *testing.T) {
+	s, a := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 6)
+	defer s.Close()
+	ctx := context.Background()
+	b := job(t, s, t0, "u0", "u1", "u2", "u3")
+	ta, tb := take(t, s, a, 4), take(t, s, b, 3)
+	reportIn(t, s, "local", pilotproto.StatusFailed, ta[1], ta[2], ta[3])
+	reportIn(t, s, "local", pilotproto.StatusFailed, tb[0], tb[2])
+	got, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: a, N: 2}, {Job: b, N: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := func(ts []TakenTask) string {
+		out := ""
+		for _, tk := range ts {
+			out += fmt.Sprintf("%s/%d ", tk.Name, tk.Attempt)
+		}
+		return out
+	}
+	if g := str(got.Tasks[a]); g != "t001/2 t002/2 " {
+		t.Errorf("job a: %s", g)
+	}
+	if g := str(got.Tasks[b]); g != "u0/2 u2/2 u3/1 " {
+		t.Errorf("job b: %s", g)
+	}
+	if g := str(take(t, s, a, 3)); g != "t003/2 t004/1 t005/1 " {
+		t.Errorf("job a, next pull: %s", g)
+	}
+}

@@ -296,12 +296,7 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 		if api.JobFinal(state) {
 			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
 		}
-		if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'KILLED', cancelled_at = ?, finished_at = ?, kill_states = ? WHERE id = ?`,
-			ms(now), ms(now), cancelKills, id); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = ?`, id)
-		return err
+		return killJob(ctx, tx, id, api.JobKilled, ms(now), ms(now), cancelKills)
 	})
 	if err != nil {
 		return c, fmt.Errorf("cancel job %d: %w", id, err)
@@ -310,6 +305,17 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 		s.noteCancelled(id, ms(now))
 	}
 	return c, nil
+}
+
+// killJob makes job id final in state, every waiting and active task
+// counted killed, and records which tasks KillTasks is to kill.
+func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
+	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, cancelled_at = ?, finished_at = ?, kill_states = ? WHERE id = ?`,
+		state, cancelled, finished, kills, id); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = ?`, id)
+	return err
 }
 
 // KillTasks kills the tasks of a KILLED or ERROR_EW job that its cancel

@@ -29,10 +29,12 @@ func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (ru
 	return scanLease(st.QueryRowContext(inline(ctx), pool), pool)
 }
 
-func scanLease(row *sql.Row, pool string) (rules.Lease, error) {
+// scanLease reads a lease row (after the columns first, if any); no row
+// is a pool never seen, the zero lease.
+func scanLease(row interface{ Scan(...any) error }, pool string, first ...any) (rules.Lease, error) {
 	var l rules.Lease
 	var exp int64
-	err := row.Scan(&l.Epoch, &l.Holder, &l.Address, &exp)
+	err := row.Scan(append(first, &l.Epoch, &l.Holder, &l.Address, &exp)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return rules.Lease{}, nil
 	}
@@ -87,10 +89,7 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 	out := map[string]rules.Lease{}
 	return out, s.each(ctx, "read leases", func(r *sql.Rows) error {
 		var pool string
-		var l rules.Lease
-		var exp int64
-		err := r.Scan(&pool, &l.Epoch, &l.Holder, &l.Address, &exp)
-		l.Expires = time.UnixMilli(exp)
+		l, err := scanLease(r, "", &pool)
 		out[pool] = l
 		return err
 	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)

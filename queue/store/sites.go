@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -84,15 +85,8 @@ func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now tim
 
 // GlobalMax reads the admin's cap on pilots across all sites (0 = none).
 func (s *Store) GlobalMax(ctx context.Context) (int, error) {
-	var v string
-	err := s.r.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = 'global_max_nodes'`).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the global cap: %w", err)
-	}
-	return strconv.Atoi(v)
+	v, err := s.sums(ctx, "read the global cap", `SELECT key, value FROM settings WHERE key = 'global_max_nodes'`)
+	return v["global_max_nodes"], err
 }
 
 // PutGlobalMax stores the admin's cap on pilots across all sites.
@@ -100,9 +94,15 @@ func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
 	return s.putSetting(ctx, "global_max_nodes", strconv.Itoa(n))
 }
 
-// putSetting stores a row of the settings table.
-func (s *Store) putSetting(ctx context.Context, key, value string) error {
-	_, err := s.do(ctx, "store setting "+key, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+// putSetting stores rows of the settings table (key, value, key, value,
+// ...) in one statement.
+func (s *Store) putSetting(ctx context.Context, kv ...string) error {
+	args := make([]any, len(kv))
+	for i, v := range kv {
+		args[i] = v
+	}
+	_, err := s.do(ctx, "store setting "+kv[0], `INSERT INTO settings (key, value) VALUES (?, ?)`+strings.Repeat(", (?, ?)", len(kv)/2-1)+
+		` ON CONFLICT (key) DO UPDATE SET value = excluded.value`, args...)
 	return err
 }
 

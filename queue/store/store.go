@@ -8,7 +8,7 @@
 // master can be granted between the check and the write. The rules
 // the store applies inside its transactions are pure functions of
 // queue/rules; the store never calls back into the service and takes no
-// lock of its own but the stats mutex (a leaf).
+// lock of its own but txstats' (a leaf).
 package store
 
 import (
@@ -18,8 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -36,6 +34,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/harvest-hpc/harvest/queue/rules"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 //go:embed migrations/*.sql migrations/postgres/*.sql
@@ -50,10 +49,7 @@ type Store struct {
 	r *rdb    // readers (SQLite's WAL lets them read while the writer writes); PostgreSQL: the same pool
 	d *dialect
 
-	stats struct {
-		mu sync.Mutex
-		s  WriteStats
-	}
+	stats txstats.Recorder
 	stmts map[string]*sql.Stmt // SQLite: the hot queries, prepared on w; read-only after Open
 	path  string               // SQLite: the database file
 
@@ -228,7 +224,16 @@ func (s *Store) migrate() error {
 	if _, err := t.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	applied, err := appliedNames(ctx, t, `SELECT name FROM schema_migrations ORDER BY name`)
+	applied := map[string]bool{}
+	rows, err := t.QueryContext(ctx, `SELECT name FROM schema_migrations`)
+	if err == nil {
+		for rows.Next() && err == nil {
+			var n string
+			err = rows.Scan(&n)
+			applied[n] = true
+		}
+		err = errors.Join(err, rows.Close(), rows.Err())
+	}
 	if err != nil {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
@@ -266,134 +271,11 @@ func (s *Store) migrate() error {
 	return nil
 }
 
-// appliedNames reads the set of names a query answers in t.
-func appliedNames(ctx context.Context, t *wtx, query string) (map[string]bool, error) {
-	rows, err := t.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out[n] = true
-	}
-	return out, rows.Err()
-}
-
-// WriteStats measures how long the queue holds SQLite's write lock: the
-// transactions' count, time and distribution (exported as a Prometheus
-// histogram by queue/metrics), and the slow ones by store method.
-type WriteStats struct {
-	Transactions int64
-	Total        time.Duration
-	Longest      time.Duration
-	LongestIn    string // the store method that ran the longest transaction
-	Slow         int64  // transactions longer than SlowTx
-	// SlowBy counts the slow transactions by store method (nil until one
-	// is slow).
-	SlowBy map[string]int64
-	// Hist counts the transactions by lock time in buckets of HistBucket
-	// (the last one: everything longer).
-	Hist [histBuckets]int64
-	// Recent are the last RecentSlow slow transactions, oldest first:
-	// which one, when and how long, for the queue's log.
-	Recent []SlowTransaction
-}
-
-// RecentSlow is how many slow transactions WriteStats.Recent keeps.
-const RecentSlow = 32
-
-// SlowTransaction is one write transaction that held the lock over
-// SlowTx: when it committed, the store method that ran it, the lock time.
-type SlowTransaction struct {
-	At   time.Time
-	In   string
-	Lock time.Duration
-}
-
-// SlowTx is the write transaction the queue aims to stay under (issue 17):
-// WriteStats counts the longer ones, to tell a tail from an outlier.
-const SlowTx = 5 * time.Millisecond
-
-// HistBucket is the width of a bucket of WriteStats.Hist.
-const (
-	HistBucket  = 250 * time.Microsecond
-	histBuckets = 4 * 50 // up to 50 ms
-)
-
-// Quantile returns the lock time that a fraction q of the transactions
-// did not exceed, to a bucket's width (0 without transactions).
-func (w WriteStats) Quantile(q float64) time.Duration {
-	var n int64
-	for _, c := range w.Hist {
-		n += c
-	}
-	if n == 0 {
-		return 0
-	}
-	need := int64(math.Ceil(q * float64(n)))
-	var seen int64
-	for i, c := range w.Hist {
-		if seen += c; seen >= need {
-			if i == histBuckets-1 {
-				return w.Longest
-			}
-			return time.Duration(i+1) * HistBucket
-		}
-	}
-	return w.Longest
-}
-
 // WriteStats returns the write-lock figures since Open (or the last reset).
-func (s *Store) WriteStats(reset bool) WriteStats {
-	s.stats.mu.Lock()
-	defer s.stats.mu.Unlock()
-	st := s.stats.s
-	st.SlowBy = maps.Clone(st.SlowBy)
-	st.Recent = slices.Clone(st.Recent)
-	if reset {
-		s.stats.s = WriteStats{}
-	}
-	return st
-}
-
-// addStat records a transaction that held the lock for d.
-func (s *Store) addStat(d time.Duration) {
-	s.stats.mu.Lock()
-	defer s.stats.mu.Unlock()
-	st := &s.stats.s
-	st.Transactions++
-	st.Total += d
-	st.Hist[min(int(d/HistBucket), histBuckets-1)]++
-	var in string
-	if d > SlowTx {
-		st.Slow++
-		in = writer()
-		if st.SlowBy == nil {
-			st.SlowBy = map[string]int64{}
-		}
-		st.SlowBy[in]++
-		if len(st.Recent) == RecentSlow {
-			st.Recent = append(st.Recent[:0], st.Recent[1:]...)
-		}
-		st.Recent = append(st.Recent, SlowTransaction{At: time.Now(), In: in, Lock: d})
-	}
-	if d > st.Longest {
-		if in == "" {
-			in = writer()
-		}
-		st.Longest = d
-		st.LongestIn = in
-	}
-}
+func (s *Store) WriteStats(reset bool) txstats.Stats { return s.stats.Read(reset) }
 
 // writer names the store method that called write (through fenced or
-// not), for WriteStats.LongestIn and SlowBy: looked up only for a slow
-// transaction or a new longest.
+// not), for the figures' LongestIn and SlowBy.
 func writer() string {
 	var pcs [16]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
@@ -470,7 +352,7 @@ func (s *Store) once(ctx context.Context, opts *sql.TxOptions, fn func(tx *wtx) 
 		return 0, fmt.Errorf("commit: %w", err)
 	}
 	d := time.Since(start)
-	s.addStat(d)
+	s.stats.Add(d, writer)
 	return d, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
+	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
@@ -168,42 +169,43 @@ func TestCancelledSinceFollowsCancelsAndDrops(t *testing.T) {
 	}
 }
 
-// WriteStats counts the transactions over SlowTx per store method, and a
+// WriteStats counts the transactions over txstats.SlowTx per store method, and a
 // reset starts the counts again.
 func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 	s, _ := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 1)
 	defer s.Close()
 	s.WriteStats(true)
-	s.addStat(SlowTx + time.Millisecond)
-	s.addStat(SlowTx / 2)
-	s.addStat(3 * SlowTx)
+	add := func(d time.Duration) { s.stats.Add(d, writer) }
+	add(txstats.SlowTx + time.Millisecond)
+	add(txstats.SlowTx / 2)
+	add(3 * txstats.SlowTx)
 	ws := s.WriteStats(true)
-	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*SlowTx || len(ws.SlowBy) != 1 || ws.SlowBy[ws.LongestIn] != 2 {
-		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x SlowTx", ws)
+	if ws.Transactions != 3 || ws.Slow != 2 || ws.Longest != 3*txstats.SlowTx || len(ws.SlowBy) != 1 || ws.SlowBy[ws.LongestIn] != 2 {
+		t.Fatalf("stats %+v, want 3 transactions, 2 slow in one method, the longest 3 x txstats.SlowTx", ws)
 	}
 	// The slow ones, oldest first.
-	if r := ws.Recent; len(r) != 2 || r[0].Lock != SlowTx+time.Millisecond || r[1].Lock != 3*SlowTx || r[1].In != ws.LongestIn || r[1].At.Before(r[0].At) {
+	if r := ws.Recent; len(r) != 2 || r[0].Lock != txstats.SlowTx+time.Millisecond || r[1].Lock != 3*txstats.SlowTx || r[1].In != ws.LongestIn || r[1].At.Before(r[0].At) {
 		t.Fatalf("recent slow transactions %+v", r)
 	}
-	for i := range RecentSlow + 3 {
-		s.addStat(SlowTx + time.Duration(i)*time.Microsecond)
+	for i := range txstats.RecentSlow + 3 {
+		add(txstats.SlowTx + time.Duration(i)*time.Microsecond)
 	}
-	if r := s.WriteStats(true).Recent; len(r) != RecentSlow || r[0].Lock != SlowTx+3*time.Microsecond || r[RecentSlow-1].Lock != SlowTx+time.Duration(RecentSlow+2)*time.Microsecond {
-		t.Fatalf("after %d slow ones: %d kept, from %v to %v; want the last %d", RecentSlow+3, len(r), r[0].Lock, r[len(r)-1].Lock, RecentSlow)
+	if r := s.WriteStats(true).Recent; len(r) != txstats.RecentSlow || r[0].Lock != txstats.SlowTx+3*time.Microsecond || r[txstats.RecentSlow-1].Lock != txstats.SlowTx+time.Duration(txstats.RecentSlow+2)*time.Microsecond {
+		t.Fatalf("after %d slow ones: %d kept, from %v to %v; want the last %d", txstats.RecentSlow+3, len(r), r[0].Lock, r[len(r)-1].Lock, txstats.RecentSlow)
 	}
-	s.addStat(2500 * time.Microsecond)
-	s.addStat(6 * time.Millisecond)
-	s.addStat(15 * time.Millisecond)
+	add(2500 * time.Microsecond)
+	add(6 * time.Millisecond)
+	add(15 * time.Millisecond)
 	ws = s.WriteStats(true)
 	// 2.5 ms, 6 ms, 15 ms: the median's bucket ends at 6.25 ms, the
 	// longest is the top quantile.
-	if q := ws.Quantile(0.5); q != 6*time.Millisecond+HistBucket {
+	if q := ws.Quantile(0.5); q != 6*time.Millisecond+txstats.HistBucket {
 		t.Fatalf("median %v, want 6.25 ms", q)
 	}
-	if q := ws.Quantile(1); q != 15*time.Millisecond+HistBucket {
+	if q := ws.Quantile(1); q != 15*time.Millisecond+txstats.HistBucket {
 		t.Fatalf("top quantile %v, want the 15 ms bucket's end", q)
 	}
-	if q := (WriteStats{}).Quantile(0.99); q != 0 {
+	if q := (txstats.Stats{}).Quantile(0.99); q != 0 {
 		t.Fatalf("no transactions: quantile %v", q)
 	}
 	if ws := s.WriteStats(false); ws.Transactions != 0 || ws.SlowBy != nil {

@@ -112,11 +112,7 @@ func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting
 			return err
 		}
 		ok = true
-		if _, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET state = 'ERROR_EW', finished_at = ?, kill_states = ? WHERE id = ?`, ms(now), expiryKills, id); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting, n_waiting = 0, n_retry = 0 WHERE job_id = ?`, id)
-		return err
+		return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills) // nothing active: the job is WAITING, n_active 0
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("expire job %d: %w", id, err)

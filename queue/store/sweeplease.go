@@ -27,21 +27,15 @@ const sweepPool = "~sweeps"
 // whether holder holds it now (the epoch changes when the holder does).
 func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
-		var cur string
-		var exp int64
-		err := tx.QueryRowContext(inline(ctx), `SELECT epoch, holder, expires_at FROM leases WHERE pool = ?`, sweepPool).Scan(&epoch, &cur, &exp)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
+		l, err := s.readLeaseTx(ctx, tx, sweepPool, "FOR UPDATE")
+		if err != nil || l.Holder != holder && l.Expires.After(now) {
+			return err // another agent's, alive
 		}
-		if cur != holder && exp > ms(now) {
-			return nil // another agent's, alive
+		if l.Holder != holder {
+			l.Epoch++
 		}
-		if cur != holder {
-			epoch++
-		}
-		_, err = tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, '', ?)
-			ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, expires_at = excluded.expires_at`,
-			sweepPool, epoch, holder, ms(now.Add(ttl)))
+		epoch = l.Epoch
+		err = s.saveLease(ctx, tx, sweepPool, rules.Lease{Epoch: l.Epoch, Holder: holder, Expires: now.Add(ttl)})
 		held = err == nil
 		return err
 	})
@@ -77,18 +71,12 @@ func SweepFenced(ctx context.Context, holder string, epoch int64) context.Contex
 
 // checkSweep is SweepFenced's check, inside tx.
 func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
-	q := `SELECT epoch, holder FROM leases WHERE pool = ?`
-	if s.d.pg {
-		q += " FOR SHARE"
+	l, err := s.readLeaseTx(ctx, tx, sweepPool, "FOR SHARE")
+	if err != nil {
+		return err
 	}
-	var epoch int64
-	var holder string
-	err := tx.QueryRowContext(inline(ctx), q, sweepPool).Scan(&epoch, &holder)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("read the sweep lease: %w", err)
-	}
-	if epoch != f.epoch || holder != f.holder {
-		return fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, epoch, holder, f.epoch, f.holder)
+	if l.Epoch != f.epoch || l.Holder != f.holder {
+		return fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, l.Epoch, l.Holder, f.epoch, f.holder)
 	}
 	return nil
 }

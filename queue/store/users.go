@@ -156,15 +156,5 @@ func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes int, err e
 
 // PutNodeSettings stores the admin's floor and cap of pilot nodes.
 func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes int) error {
-	return s.write(ctx, func(tx *wtx) error {
-		for _, kv := range []struct {
-			k string
-			v int
-		}{{"min_nodes", minNodes}, {"max_nodes", maxNodes}} {
-			if _, err := tx.ExecContext(inline(ctx), `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, kv.k, strconv.Itoa(kv.v)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return s.putSetting(ctx, "min_nodes", strconv.Itoa(minNodes), "max_nodes", strconv.Itoa(maxNodes))
 }

@@ -1,4 +1,4 @@
-package store
+package store_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/harvest-hpc/harvest/queue/store"
+	"github.com/harvest-hpc/harvest/queue/store/dbcopy"
 )
 
 // Backup copies an open, working database through SQLite: the copy opens
@@ -15,19 +18,19 @@ import (
 func TestBackupCopiesAnOpenDatabaseConsistently(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "q.db")
-	s, id := openWithJob(t, path, 50)
+	s, id := store.OpenWithJob(t, path, 50)
 	defer s.Close()
-	take(t, s, id, 5) // a hand-out in the journal, not folded
+	store.TakeTasks(t, s, id, 5) // a hand-out in the journal, not folded
 	ctx := context.Background()
 	dest := filepath.Join(dir, "copy.db")
-	jobs, err := Backup(ctx, path, dest)
+	jobs, err := dbcopy.Backup(ctx, path, dest)
 	if err != nil || jobs != 1 {
 		t.Fatalf("backup: %d jobs, %v", jobs, err)
 	}
 	if fi, err := os.Stat(dest); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Fatalf("the copy: %v, mode %v; want the owner's only", err, fi.Mode())
 	}
-	c, err := Open(dest)
+	c, err := store.Open(dest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,17 +39,17 @@ func TestBackupCopiesAnOpenDatabaseConsistently(t *testing.T) {
 		t.Fatalf("the copy's job: %+v %v; want 50 tasks, 5 handed out", j.Tasks, err)
 	}
 	c.Close()
-	if _, err := Backup(ctx, path, dest); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, err := dbcopy.Backup(ctx, path, dest); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("a second backup onto the copy: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "other.db"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Backup(ctx, filepath.Join(dir, "other.db"), filepath.Join(dir, "x.db")); err == nil || !strings.Contains(err.Error(), "not a harvest queue database") {
+	if _, err := dbcopy.Backup(ctx, filepath.Join(dir, "other.db"), filepath.Join(dir, "x.db")); err == nil || !strings.Contains(err.Error(), "not a harvest queue database") {
 		t.Fatalf("backup of another file: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "x.db")); err == nil {
 		t.Fatal("a refused backup wrote its destination")
 	}
-	take(t, s, id, 5) // the original works on
+	store.TakeTasks(t, s, id, 5) // the original works on
 }
