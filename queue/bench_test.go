@@ -72,7 +72,9 @@ func BenchmarkPull100Pullers(b *testing.B) {
 }
 
 // TestSubmit100kEntries checks that a dataset of 100,000 entries is
-// accepted in seconds, in short transactions.
+// accepted in short transactions: several, not one holding the write lock
+// for the whole listing. Its speed is a benchmark's figure (`harvest bench
+// submit`), not a wall-clock limit here that a loaded machine would break.
 func TestSubmit100kEntries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates 100,000 files")
@@ -99,8 +101,8 @@ func TestSubmit100kEntries(t *testing.T) {
 	if j.Tasks.Total != 100_000 || j.State != api.JobWaiting {
 		t.Fatalf("job: %s %+v", j.State, j.Tasks)
 	}
-	if el > 10*time.Second {
-		t.Fatalf("submit took %v, want seconds", el)
+	if ws.Transactions < 2 {
+		t.Fatalf("100,000 entries went in %d write transaction(s), want them split", ws.Transactions)
 	}
 }
 
