@@ -140,7 +140,7 @@ func (r *Reconciler) EventsMoved(ctx context.Context) (moved, ok bool, err error
 	if off || !can {
 		return false, false, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.SnapshotTimeout)
+	cctx, cancel := r.deadline(ctx, r.cfg.SnapshotTimeout)
 	n, err := jc.JobEvents(cctx)
 	cancel()
 	r.mu.Lock()
