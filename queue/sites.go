@@ -352,7 +352,7 @@ func (q *Queue) syncPeers(ctx context.Context) error {
 		return err
 	}
 	now := q.now()
-	cancelled, err := q.st.CancelledAfter(ctx, now.Add(-q.cfg.CancelNotice))
+	cancelled, err := q.st.CancelledSince(ctx, now.Add(-q.cfg.CancelNotice))
 	if err != nil {
 		return err
 	}

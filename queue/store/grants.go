@@ -430,8 +430,6 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 // transaction: one UPDATE of the grants, nothing per task. It returns the
 // renewed lease.
 func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
-	s.leaseWrite.Lock()
-	defer s.leaseWrite.Unlock()
 	var next rules.Lease
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
 		next = l
@@ -465,7 +463,6 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
 	}
-	s.cacheLease(pool, next)
 	return next, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -198,7 +197,6 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	if err != nil {
 		return fmt.Errorf("drop job %d: %w", id, err)
 	}
-	s.noteCancelled(id, 0)
 	return nil
 }
 
@@ -300,9 +298,6 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	})
 	if err != nil {
 		return c, fmt.Errorf("cancel job %d: %w", id, err)
-	}
-	if !c.Already {
-		s.noteCancelled(id, ms(now))
 	}
 	return c, nil
 }
@@ -408,57 +403,15 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 }
 
-// CancelledSince lists the jobs cancelled after since, by id. It is asked
-// at every pull and every batch of results, so on SQLite (this process the
-// only writer) it answers from memory: the cancelled jobs and their times
-// are read once (through the partial index, whose WHERE term must be
-// repeated for SQLite to use it), then CancelJob adds to them and DropJob
-// takes away, under s.cancelMu. On PostgreSQL or a shared file (Share)
-// other agents cancel too:
-// the partial index answers.
+// CancelledSince lists the jobs cancelled after since, by id, through the
+// partial index on cancelled_at (whose WHERE term the query repeats, so
+// SQLite uses it). The queue asks at every pull and batch of results.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	if s.d.pg || s.shared.Load() {
-		out, err := s.CancelledAfter(ctx, since)
-		return append([]int64{}, out...), err
+	out, err := s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
+	if out == nil {
+		out = []int64{}
 	}
-	s.cancelMu.Lock()
-	defer s.cancelMu.Unlock()
-	if s.cancelled == nil {
-		m := map[int64]int64{}
-		err := s.each(ctx, "list cancelled jobs", func(r *sql.Rows) error {
-			var id, at int64
-			err := r.Scan(&id, &at)
-			m[id] = at
-			return err
-		}, `SELECT id, cancelled_at FROM jobs WHERE cancelled_at > 0`)
-		if err != nil {
-			return nil, err
-		}
-		s.cancelled = m
-	}
-	out := []int64{}
-	for id, at := range s.cancelled {
-		if at > ms(since) {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// noteCancelled keeps CancelledSince's memory in step with a committed
-// cancel (at > 0) or drop (at = 0).
-func (s *Store) noteCancelled(id, at int64) {
-	s.cancelMu.Lock()
-	defer s.cancelMu.Unlock()
-	if s.cancelled == nil {
-		return // not read yet: the first read will see the table
-	}
-	if at > 0 {
-		s.cancelled[id] = at
-	} else {
-		delete(s.cancelled, id)
-	}
+	return out, err
 }
 
 // Demand sums the waiting and the active tasks of live jobs.

@@ -57,31 +57,13 @@ func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lea
 	return nil
 }
 
-// Lease returns a pool's current lease (for display and the queue's early
-// check, not for fencing: a fenced write reads the row in its own
-// transaction). On SQLite it comes from memory: the queue checks an epoch
-// before every pull and batch of results, and a reader's query cost more
-// than the check; this process is the only writer, and the cache is filled
-// at Open and set after every commit that changes a lease (DecideLease,
-// Heartbeat, both under s.leaseWrite so their updates cannot cross). On
-// PostgreSQL or a shared file (Share) another agent may have granted the
-// lease: the row is read.
+// Lease returns a pool's current lease, read on a reader (for display and
+// the queue's early check, not for fencing: a fenced write reads the row
+// in its own transaction). A master asks once per pull or batch of
+// results, each of many tasks: a read of one row by its key is nothing
+// beside them.
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
-	s.leaseMu.Lock()
-	l, ok := s.leases[pool]
-	s.leaseMu.Unlock()
-	if ok {
-		return l, nil
-	}
 	return scanLease(s.r.QueryRowContext(ctx, leaseQuery, pool), pool)
-}
-
-func (s *Store) cacheLease(pool string, l rules.Lease) {
-	s.leaseMu.Lock()
-	defer s.leaseMu.Unlock()
-	if s.leases != nil {
-		s.leases[pool] = l
-	}
 }
 
 // Leases reads every pool's lease.
@@ -98,13 +80,6 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 // DecideLease applies rules.DecideLease to a pool's stored lease in one
 // write transaction and returns the previous lease and the decision.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
-	s.leaseWrite.Lock()
-	defer s.leaseWrite.Unlock()
-	defer func() {
-		if err == nil && d.Write {
-			s.cacheLease(pool, d.Next)
-		}
-	}()
 	err = s.write(ctx, func(tx *wtx) error {
 		if prev, err = s.readLeaseTx(ctx, tx, pool, "FOR UPDATE"); err != nil {
 			return err

@@ -28,7 +28,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -56,39 +55,15 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// Caches of what only this process writes: on SQLite alone (one
-	// process holds the file, internal/statelock); on PostgreSQL, or a
-	// file several agents share (Share), other agents write the same
-	// rows, and the database answers.
-	// leaseWrite orders the lease writes (DecideLease, Heartbeat) with
-	// their updates of the cache, so two cannot cross.
-	leaseWrite sync.Mutex
-	leaseMu    sync.Mutex
-	leases     map[string]rules.Lease // as last committed (lease.go); nil on PostgreSQL or shared
-
-	cancelMu  sync.Mutex
-	cancelled map[int64]int64 // cancelled jobs' times, Unix ms (CancelledSince); nil until read
-
-	shared atomic.Bool // other processes write the database too (Share): no caches
-	holder string      // this agent's name among them (Share): the storer of its submissions
-	claim  *sql.Conn   // on PostgreSQL, the session holding this queue's claim (Claim)
+	holder string    // this agent's name among those sharing the database (Share): the storer of its submissions
+	claim  *sql.Conn // on PostgreSQL, the session holding this queue's claim (Claim)
 }
 
 // Share tells the store that other processes write its database too
 // (several agents on one PostgreSQL database or SQLite file), holder
-// naming this one: it drops its caches of what only this process used to
-// write (the leases, the cancelled jobs), and every read of those asks the
-// database from now on. Call it right after Open.
-func (s *Store) Share(holder string) {
-	s.holder = holder
-	s.shared.Store(true)
-	s.leaseMu.Lock()
-	s.leases = nil
-	s.leaseMu.Unlock()
-	s.cancelMu.Lock()
-	s.cancelled = nil
-	s.cancelMu.Unlock()
-}
+// naming this one. Call it right after Open. The store keeps no copy of
+// any row, so nothing else changes: every read asks the database.
+func (s *Store) Share(holder string) { s.holder = holder }
 
 // Open opens (creating or migrating) the queue database: a PostgreSQL
 // database named by a postgres:// (or postgresql://) URL, else the SQLite
@@ -154,10 +129,6 @@ func Open(path string) (*Store, error) {
 	r.SetMaxOpenConns(4)
 	st.r = &rdb{r, st.d}
 	if err := st.prepare(); err != nil {
-		st.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if st.leases, err = st.Leases(context.Background()); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

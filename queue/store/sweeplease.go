@@ -135,13 +135,6 @@ func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
 	}, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
 }
 
-// CancelledAfter lists the jobs cancelled after since, read from the
-// table (CancelledSince answers from this process's memory, which another
-// agent's cancels never reach).
-func (s *Store) CancelledAfter(ctx context.Context, since time.Time) ([]int64, error) {
-	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
-}
-
 // ErrSubmissionTaken is ActivateJob's error for a submission this agent
 // no longer stores: another agent took it over (TakeOverSubmission).
 var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
