@@ -7,12 +7,15 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store"
 )
 
 // Identity is who a request comes from.
@@ -143,11 +146,74 @@ func (q *Queue) CreateToken(ctx context.Context, name, role string) (api.Token, 
 		return api.Token{}, fmt.Errorf("token: %w", err)
 	}
 	tok := "hv_" + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := q.st.PutToken(ctx, hashToken(tok), name, role, q.now()); err != nil {
-		return api.Token{}, fmt.Errorf("store token: %w", err)
+	if err := q.st.PutToken(ctx, hashToken(tok), name, role, q.now(), q.cfg.MaxTokensPerUser); err != nil {
+		if errors.Is(err, store.ErrTokenCap) {
+			return api.Token{}, fmt.Errorf("%w: %s already holds %d %s tokens, the most this queue allows (--max-tokens-per-user): revoke one you no longer use (`harvest token list`, `harvest token revoke ID`)",
+				api.ErrConflict, name, q.cfg.MaxTokensPerUser, role)
+		}
+		return api.Token{}, err
 	}
 	q.log.Info("token created", "user", name, "role", role)
 	return api.Token{User: name, Role: role, Token: tok}, nil
+}
+
+// Tokens lists user's user and admin tokens, oldest first: their IDs,
+// never the tokens.
+func (q *Queue) Tokens(ctx context.Context, user string) ([]api.TokenInfo, error) {
+	if err := validUserName(user); err != nil {
+		return nil, err
+	}
+	ts, err := q.st.Tokens(ctx, user, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.TokenInfo, 0, len(ts))
+	for _, t := range ts {
+		if t.Role != api.RoleUser && t.Role != api.RoleAdmin {
+			continue // a site's agent token, under its site's name
+		}
+		out = append(out, api.TokenInfo{ID: t.Hash[:min(len(t.Hash), api.TokenIDLen)], User: t.User, Role: t.Role, CreatedAt: t.Created.Unix()})
+	}
+	return out, nil
+}
+
+// RevokeToken deletes user's token whose ID (the start of its hash, as
+// Tokens shows it; at least 8 hex digits) is id.
+func (q *Queue) RevokeToken(ctx context.Context, user, id string) error {
+	if err := validUserName(user); err != nil {
+		return err
+	}
+	if len(id) < 8 || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "" {
+		return invalid("a token ID is 8 to 64 lower-case hex digits (`harvest token list` shows them), got %q", id)
+	}
+	ts, err := q.Tokens(ctx, user)
+	if err != nil {
+		return err
+	}
+	var match []api.TokenInfo
+	for _, t := range ts {
+		if strings.HasPrefix(t.ID, id[:min(len(id), len(t.ID))]) {
+			match = append(match, t)
+		}
+	}
+	switch {
+	case len(match) == 0:
+		return fmt.Errorf("%w: %s has no token %s", api.ErrNotFound, user, id)
+	case len(match) > 1:
+		return invalid("%s has %d tokens whose ID starts with %s: give more digits", user, len(match), id)
+	}
+	// The store matches the whole prefix given (up to the full hash) and
+	// the role: another role's token under the same name (a site's agent
+	// token) is never touched.
+	k, err := q.st.DeleteToken(ctx, user, match[0].Role, id)
+	if err != nil {
+		return err
+	}
+	if k != 1 {
+		return fmt.Errorf("%w: %s has no token %s (revoked meanwhile?)", api.ErrNotFound, user, id)
+	}
+	q.log.Info("token revoked", "user", user, "id", id)
+	return nil
 }
 
 // RevokeTokens deletes every token of user with role (user or admin) and

@@ -61,6 +61,10 @@ type Config struct {
 	DefaultExpiry              time.Duration // a job still waiting after this is ERROR_EW
 	Retention                  time.Duration // final jobs are purged after this
 	MaxTasksPerJob             int
+	// MaxTokensPerUser caps the tokens a user holds per role: each is a
+	// row, and a user who scripts token creation would otherwise grow the
+	// table without end.
+	MaxTokensPerUser int
 
 	LeaseTTL          time.Duration
 	ZombieTimeout     time.Duration // no heartbeat for this: ZOMBIE; twice this: EXPIRED
@@ -97,6 +101,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxTokensPerUser is Config.MaxTokensPerUser's default: room for
+// a token per machine or script a user runs, not for one per run.
+const DefaultMaxTokensPerUser = 20
+
 // DefaultConfig returns the defaults of DESIGN.md.
 func DefaultConfig() Config {
 	return Config{
@@ -108,6 +116,7 @@ func DefaultConfig() Config {
 		DefaultExpiry:       7 * 24 * time.Hour,
 		Retention:           5 * 24 * time.Hour,
 		MaxTasksPerJob:      1_000_000,
+		MaxTokensPerUser:    DefaultMaxTokensPerUser,
 		LeaseTTL:            4 * time.Second, // short: a killed master is replaced within it (completions resume within 5 s); fencing makes that safe, the master renews every second
 		ZombieTimeout:       5 * time.Minute,
 		CancelNotice:        10 * time.Minute,
@@ -180,6 +189,9 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)
 		}
+	}
+	if c.MaxTokensPerUser < 1 {
+		return bad("max tokens per user must be at least 1, got %d", c.MaxTokensPerUser)
 	}
 	if c.MaxTasksPerJob < 1 || c.MaxPull < 1 || c.InsertChunk < 1 || c.WriteChunk < 1 {
 		return bad("max tasks per job, max pull and chunk sizes must be positive")

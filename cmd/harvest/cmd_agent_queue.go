@@ -39,6 +39,7 @@ func queueFlags() []cli.Flag {
 		altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: "admin", EnvVars: []string{"HARVEST_ADMINS"}, Usage: "user `NAME` who is admin on the Unix socket (root always is; repeatable)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "lease-ttl", Value: queue.DefaultConfig().LeaseTTL, EnvVars: []string{"HARVEST_LEASE_TTL"}, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "realtime-writer", EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "ignored: the queue no longer runs any thread real-time (kept so that existing configurations start)", Hidden: true}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-tokens-per-user", Value: queue.DefaultMaxTokensPerUser, EnvVars: []string{"HARVEST_MAX_TOKENS_PER_USER"}, Usage: "tokens a user may hold per role (user, admin); more are refused until one is revoked"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "zombie-timeout", Value: queue.DefaultConfig().ZombieTimeout, EnvVars: []string{"HARVEST_ZOMBIE_TIMEOUT"}, Usage: "a task without heartbeat for this long is ZOMBIE; twice this, EXPIRED and requeued"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"HARVEST_TLS_CERT"}, Usage: "TLS certificate `FILE` for --listen (with --tls-key)"}),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "tls-key", EnvVars: []string{"HARVEST_TLS_KEY"}, Usage: "TLS key `FILE` for --listen"}),

@@ -135,6 +135,7 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 		&cli.StringFlag{Name: "site", Value: api.LocalSite, EnvVars: []string{"HARVEST_SITE"}, Usage: "`NAME` of the site whose pilots use --pilot-token"},
 		&cli.StringSliceFlag{Name: "admin", Usage: "`USER` who is admin on the Unix socket besides root (repeatable)"},
 		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
+		&cli.IntFlag{Name: "max-tokens-per-user", Value: def.MaxTokensPerUser, Usage: "tokens a user may hold per role (user, admin); more are refused until one is revoked"},
 		&cli.BoolFlag{Name: "realtime-writer", EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "ignored: the queue no longer runs any thread real-time (kept so that existing configurations start)", Hidden: true},
 		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"},
@@ -164,6 +165,7 @@ func queueSharedConfig(c *cli.Context) queue.Config {
 	cfg.ZombieTimeout = c.Duration("zombie-timeout")
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.LocalSite = c.String("site")
+	cfg.MaxTokensPerUser = c.Int("max-tokens-per-user")
 	return cfg
 }
 

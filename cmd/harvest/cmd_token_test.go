@@ -51,3 +51,42 @@ func TestASavedTokenIsTheUsersOnlyEvenOverAnOldReadableFile(t *testing.T) {
 		t.Fatalf("jobs with the saved token: exit %d: %s", code, msg)
 	}
 }
+
+// `harvest token list` shows the caller's tokens by ID and `harvest token
+// revoke ID` revokes one: the revoked token stops working, the others do
+// not; a bad ID is a usage error that names the list command.
+func TestTokenListAndRevoke(t *testing.T) {
+	q := startCLIQueue(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	extra, msg, code := run(t, "token", "create", "--queue", q.url, "--token", q.token)
+	if code != 0 {
+		t.Fatalf("token create: exit %d: %s", code, msg)
+	}
+	extra = strings.TrimSpace(extra)
+	out, msg, code := run(t, "token", "list", "--queue", q.url, "--token", q.token)
+	if code != 0 {
+		t.Fatalf("token list: exit %d: %s", code, msg)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") {
+		t.Fatalf("token list printed %q, want a header and two tokens", out)
+	}
+	id := strings.Fields(lines[1])[0]
+	if _, msg, code := run(t, "token", "revoke", id, "--queue", q.url, "--token", extra); code != 0 {
+		t.Fatalf("token revoke %s: exit %d: %s", id, code, msg)
+	}
+	// Exactly one of the two tokens was revoked: it fails, the other works.
+	var works []string
+	for _, tok := range []string{q.token, extra} {
+		if _, _, code := run(t, "token", "list", "--queue", q.url, "--token", tok); code == 0 {
+			works = append(works, tok)
+		}
+	}
+	if len(works) != 1 {
+		t.Fatalf("after revoking one of two tokens, %d work", len(works))
+	}
+	kept := works[0]
+	if _, msg, code := run(t, "token", "revoke", "not-hex", "--queue", q.url, "--token", kept); code == 0 || !strings.Contains(msg, "harvest token list") {
+		t.Errorf("revoke of a bad ID: exit %d: %q, want an error naming harvest token list", code, msg)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -206,6 +207,43 @@ func tokenCommand() *cli.Command {
 					return fmt.Errorf("save the token in %s: %w", p, err)
 				}
 				fmt.Fprintf(c.App.Writer, "token for %s saved in %s\n", t.User, p)
+				return nil
+			}),
+		}, {
+			Name:  "list",
+			Usage: "list your tokens: their IDs (the start of each token's hash: the queue keeps no token itself), roles and ages",
+			Flags: append(clientFlags(), &cli.StringFlag{Name: "user", Usage: "(admin) list `USER`'s tokens"}),
+			Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
+				if len(a.pos) != 0 {
+					return cli.Exit("harvest token list: usage: harvest token list [--user USER]", 2)
+				}
+				ts, err := cl.Tokens(c.Context, c.String("user"))
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					return printJSON(c.App.Writer, api.TokenList{Tokens: ts})
+				}
+				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tUSER\tROLE\tCREATED")
+				for _, t := range ts {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.User, t.Role, time.Unix(t.CreatedAt, 0).UTC().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			}),
+		}, {
+			Name:      "revoke",
+			Usage:     "revoke your token ID (as `harvest token list` shows it): it stops working at once",
+			ArgsUsage: "ID",
+			Flags:     append(clientFlags(), &cli.StringFlag{Name: "user", Usage: "(admin) revoke `USER`'s token"}),
+			Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
+				if len(a.pos) != 1 {
+					return cli.Exit("harvest token revoke: usage: harvest token revoke ID [--user USER]", 2)
+				}
+				if err := cl.RevokeToken(c.Context, c.String("user"), a.pos[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "token %s revoked\n", a.pos[0])
 				return nil
 			}),
 		}},

@@ -10,7 +10,8 @@ const (
 	PathUsers      = "/v1/users"       // GET
 	PathUser       = "/v1/users/"      // + name: GET, PUT (admin)
 	PathNodes      = "/v1/admin/nodes" // GET, PUT (admin)
-	PathTokens     = "/v1/tokens"      // POST: a token for the caller (or, admin, for anyone)
+	PathTokens     = "/v1/tokens"      // POST: a token for the caller (or, admin, for anyone); GET: the caller's tokens (admin: ?user=)
+	PathToken      = "/v1/tokens/"     // + ID: DELETE revokes the caller's token ID (admin: ?user=)
 	PathWhoami     = "/v1/whoami"      // GET
 	DefaultSocket  = "/run/harvest/queue.sock"
 	MaxPageLimit   = 1000
@@ -197,6 +198,24 @@ type Token struct {
 	Role  string `json:"role"`
 	Token string `json:"token"`
 }
+
+// TokenInfo is a stored token as GET /v1/tokens shows it: its ID (the
+// start of the token's sha256, all the queue keeps of it), its user and
+// role, and when it was made (Unix seconds).
+type TokenInfo struct {
+	ID        string `json:"id"`
+	User      string `json:"user"`
+	Role      string `json:"role"`
+	CreatedAt int64  `json:"created_at"`
+}
+
+// TokenList is the answer of GET /v1/tokens.
+type TokenList struct {
+	Tokens []TokenInfo `json:"tokens"`
+}
+
+// TokenIDLen is how many hex digits of a token's hash its ID shows.
+const TokenIDLen = 12
 
 // Whoami tells a caller who the queue thinks they are.
 type Whoami struct {

@@ -348,6 +348,26 @@ func (c *Client) CreateToken(ctx context.Context, req api.TokenRequest) (api.Tok
 	return t, c.do(ctx, http.MethodPost, api.PathTokens, nil, req, &t, false)
 }
 
+// Tokens lists the caller's tokens (an admin may name another user).
+func (c *Client) Tokens(ctx context.Context, user string) ([]api.TokenInfo, error) {
+	var l api.TokenList
+	var q url.Values
+	if user != "" {
+		q = url.Values{"user": {user}}
+	}
+	return l.Tokens, c.do(ctx, http.MethodGet, api.PathTokens, q, nil, &l, true)
+}
+
+// RevokeToken revokes the caller's token id (an admin may name another
+// user): the start of its hash, as Tokens shows it.
+func (c *Client) RevokeToken(ctx context.Context, user, id string) error {
+	var q url.Values
+	if user != "" {
+		q = url.Values{"user": {user}}
+	}
+	return c.do(ctx, http.MethodDelete, api.PathToken+url.PathEscape(id), q, nil, nil, false)
+}
+
 // Whoami says who the queue thinks the caller is.
 func (c *Client) Whoami(ctx context.Context) (api.Whoami, error) {
 	var w api.Whoami

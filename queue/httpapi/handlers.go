@@ -254,6 +254,40 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id queue.Id
 	return t, http.StatusCreated, err
 }
 
+// tokenOwner is whose tokens a request lists or revokes: the caller's, or
+// (admin) the user ?user= names.
+func tokenOwner(r *http.Request, id queue.Identity) (string, error) {
+	u := r.URL.Query().Get("user")
+	if u == "" || u == id.User {
+		return id.User, nil
+	}
+	if id.Role != api.RoleAdmin {
+		return "", fmt.Errorf("%w: you can list and revoke only your own tokens", api.ErrForbidden)
+	}
+	return u, nil
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	u, err := tokenOwner(r, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	ts, err := s.q.Tokens(r.Context(), u)
+	return api.TokenList{Tokens: ts}, http.StatusOK, err
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
+	u, err := tokenOwner(r, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	tid := r.PathValue("id")
+	if err := s.q.RevokeToken(r.Context(), u, tid); err != nil {
+		return nil, 0, err
+	}
+	return api.TokenInfo{ID: tid, User: u}, http.StatusOK, nil
+}
+
 func (s *Server) pilotLease(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
 	var req pilotproto.LeaseRequest
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {

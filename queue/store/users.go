@@ -136,10 +136,68 @@ func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role stri
 	return user, role, true, nil
 }
 
-// PutToken stores a token's hash.
-func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time) error {
-	_, err := s.do(ctx, "store token", `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
-	return err
+// ErrTokenCap is PutToken's error when the user already holds the most
+// tokens of the role the queue allows.
+var ErrTokenCap = errors.New("too many tokens")
+
+// PutToken stores a token's hash, unless user already holds limit tokens
+// of role (ErrTokenCap, nothing stored): the count and the insert are one
+// transaction, so two requests at once cannot both take the last place.
+func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time, limit int) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		var n int
+		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ?`, user, role).Scan(&n); err != nil {
+			return err
+		}
+		if n >= limit {
+			return fmt.Errorf("%w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, n, role)
+		}
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store token: %w", err)
+	}
+	return nil
+}
+
+// TokenInfo is a stored token as its owner sees it: the start of its hash
+// (the token itself is never stored), its role and when it was made.
+type TokenInfo struct {
+	Hash, User, Role string
+	Created          time.Time
+}
+
+// Tokens lists user's tokens of role ("" = every role), oldest first.
+func (s *Store) Tokens(ctx context.Context, user, role string) ([]TokenInfo, error) {
+	out := []TokenInfo{}
+	return out, s.each(ctx, "list tokens", func(r *sql.Rows) error {
+		var t TokenInfo
+		var at int64
+		err := r.Scan(&t.Hash, &t.User, &t.Role, &at)
+		t.Created = time.UnixMilli(at)
+		out = append(out, t)
+		return err
+	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? AND (CAST(? AS TEXT) = '' OR role = ?) ORDER BY created_at, hash`, user, role, role)
+}
+
+// DeleteToken deletes user's token of role whose hash starts with prefix
+// (hex digits only: no LIKE wildcard), if exactly one does, and reports
+// how many matched (0: none deleted; more than 1: ambiguous, none
+// deleted).
+func (s *Store) DeleteToken(ctx context.Context, user, role, prefix string) (int, error) {
+	var n int
+	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%").Scan(&n); err != nil || n != 1 {
+			return err
+		}
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%")
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete token: %w", err)
+	}
+	return n, nil
 }
 
 // DeleteTokens deletes every token of user with role and counts them.
