@@ -99,7 +99,7 @@ func startQueue(t *testing.T, mods ...func(*queue.Config)) *realQueue {
 	os.MkdirAll(state, 0o755)
 	cfg := queue.DefaultConfig()
 	cfg.DBPath = filepath.Join(dir, "queue.db")
-	cfg.LookupUID, cfg.LookupGroups = queuetest.TestUIDs, queuetest.TestGroups // the test's users, not the machine's
+	cfg.LookupAccount = queuetest.TestAccount // the test's users, not the machine's
 	cfg.AllowedRoots = []string{data}
 	cfg.OutputsRoot = filepath.Join(data, "out")
 	cfg.PilotToken = pilotToken

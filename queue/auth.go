@@ -89,39 +89,6 @@ func systemLookupUser(uid uint32) (string, error) {
 	return u.Username, nil
 }
 
-// systemLookupUID maps a user name to its uid through the system's user
-// database.
-func systemLookupUID(name string) (uint32, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return 0, err
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	return uint32(uid), err
-}
-
-// systemLookupGroups lists the groups of a user's account (its primary
-// group too) through the system's user database.
-func systemLookupGroups(name string) ([]uint32, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := u.GroupIds()
-	if err != nil {
-		return nil, err
-	}
-	gids := make([]uint32, 0, len(ids))
-	for _, id := range ids {
-		gid, err := strconv.ParseUint(id, 10, 32)
-		if err != nil {
-			return nil, err
-		}
-		gids = append(gids, uint32(gid))
-	}
-	return gids, nil
-}
-
 func hashToken(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
 	return hex.EncodeToString(sum[:])

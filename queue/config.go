@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/unixacct"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/siteshare"
@@ -87,14 +88,12 @@ type Config struct {
 	// LookupUser maps a Unix-socket peer's uid to a user name (default:
 	// the system's user database).
 	LookupUser func(uid uint32) (string, error)
-	// LookupUID maps a user name to its Unix uid (default: the system's
-	// user database): an output directory a job names must be its
-	// owner's.
-	LookupUID func(name string) (uint32, error)
-	// LookupGroups maps a user name to the groups of its Unix account
-	// (default: the system's user database): a dataset must be readable
-	// by its submitter's account, not only by the queue's.
-	LookupGroups func(name string) ([]uint32, error)
+	// LookupAccount finds a user's Unix account, its uid and groups
+	// (default: unixacct.Lookup, the system's user database, as the
+	// worker's check at a task's start): an output directory a job names
+	// must be its owner's, and a dataset readable by its submitter's
+	// account, not only by the queue's.
+	LookupAccount func(name string) (unixacct.Account, error)
 
 	// Now is the clock; tests replace it.
 	Now    func() time.Time
@@ -135,8 +134,7 @@ func DefaultConfig() Config {
 		LocalSite:           api.LocalSite,
 		Sites:               siteshare.DefaultConfig(),
 		LookupUser:          systemLookupUser,
-		LookupUID:           systemLookupUID,
-		LookupGroups:        systemLookupGroups,
+		LookupAccount:       unixacct.Lookup,
 		Now:                 time.Now,
 	}
 }
@@ -208,7 +206,7 @@ func (c Config) Validate() error {
 	if err := c.sitesConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.Now == nil || c.LookupUser == nil || c.LookupUID == nil || c.LookupGroups == nil {
+	if c.Now == nil || c.LookupUser == nil || c.LookupAccount == nil {
 		return bad("no clock or no user lookup")
 	}
 	return nil

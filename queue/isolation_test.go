@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/internal/unixacct"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
@@ -86,11 +87,12 @@ func TestTheQueueDatabaseIsTheOwnersOnly(t *testing.T) {
 func TestADatasetMustBeReadableByItsSubmitter(t *testing.T) {
 	var bobGroups []uint32
 	e := queuetest.New(t, func(c *queue.Config) {
-		c.LookupGroups = func(name string) ([]uint32, error) {
+		c.LookupAccount = func(name string) (unixacct.Account, error) {
+			a, err := queuetest.TestAccount(name)
 			if name == "bob" {
-				return bobGroups, nil
+				a.GIDs = bobGroups
 			}
-			return nil, nil
+			return a, err
 		}
 	})
 	ctx := context.Background()

@@ -210,12 +210,11 @@ func (q *Queue) readableBy(owner, dir string) error {
 // file: read), what naming it in the refusal. The worker checks a linked
 // entry again when its task starts (worker.ExecRunner.LookupAccount).
 func (q *Queue) mayRead(owner, path, what string) error {
-	uid, err := q.cfg.LookupUID(owner)
-	if err != nil || uid == 0 {
+	a, err := q.cfg.LookupAccount(owner)
+	if err != nil || a.UID == 0 {
 		return nil
 	}
-	gids, _ := q.cfg.LookupGroups(owner) // unknown: no group, fewer rights
-	err = unixacct.Account{UID: uid, GIDs: gids}.MayRead(path)
+	err = a.MayRead(path)
 	var d *unixacct.Denied
 	if errors.As(err, &d) {
 		return fmt.Errorf("%w: %s: the account of %s %v; submit a dataset your own account can read", api.ErrForbidden, what, owner, d)
@@ -307,7 +306,8 @@ func within(p string, dirs []string) bool {
 // where it does not exist yet its nearest existing ancestor, must belong
 // to the owner's Unix account.
 func (q *Queue) ownOutput(owner, p string) error {
-	uid, err := q.cfg.LookupUID(owner)
+	a, err := q.cfg.LookupAccount(owner)
+	uid := a.UID
 	if err != nil {
 		return fmt.Errorf("%w: output %s: %s has no Unix account to own it (%v); leave output out for a fresh directory", api.ErrForbidden, p, owner, err)
 	}

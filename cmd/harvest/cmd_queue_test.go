@@ -45,7 +45,7 @@ func startCLIQueue(t *testing.T) *cliQueue {
 	cfg.AllowedRoots = []string{data}
 	cfg.OutputsRoot = data
 	cfg.PilotToken = "pt"
-	cfg.LookupUID, cfg.LookupGroups = queuetest.TestUIDs, queuetest.TestGroups // the test's users, not the machine's
+	cfg.LookupAccount = queuetest.TestAccount // the test's users, not the machine's
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	q, err := queue.Open(cfg)
 	if err != nil {

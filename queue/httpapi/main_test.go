@@ -52,7 +52,7 @@ func childConfig(dir string) queue.Config {
 	cfg.AllowedRoots = []string{filepath.Join(dir, "data")}
 	cfg.OutputsRoot = filepath.Join(dir, "data", "out")
 	cfg.PilotToken = queuetest.PilotToken
-	cfg.LookupUID, cfg.LookupGroups = queuetest.TestUIDs, queuetest.TestGroups // the test's users, not the machine's
+	cfg.LookupAccount = queuetest.TestAccount // the test's users, not the machine's
 	cfg.ZombieTimeout = 2 * time.Second
 	cfg.SweepInterval = 300 * time.Millisecond
 	cfg.FlushInterval = 200 * time.Millisecond

@@ -25,6 +25,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the read-only view of the database
 
 	"github.com/harvest-hpc/harvest/internal/pgtest"
+	"github.com/harvest-hpc/harvest/internal/unixacct"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -72,8 +73,7 @@ func Config(dir string, clock *Clock) queue.Config {
 	cfg.Now = clock.Now
 	cfg.SweepInterval, cfg.FlushInterval, cfg.ReconcileInterval = time.Hour, time.Hour, time.Hour
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.LookupUID = TestUIDs
-	cfg.LookupGroups = TestGroups
+	cfg.LookupAccount = TestAccount
 	return cfg
 }
 
@@ -103,8 +103,12 @@ func SharedDir(t testing.TB) string {
 	return dir
 }
 
-// TestGroups is the test users' groups: none (bob reads what others may).
-func TestGroups(string) ([]uint32, error) { return nil, nil }
+// TestAccount is the test users' Unix accounts: TestUIDs' uids, no
+// groups (bob reads what others may).
+func TestAccount(name string) (unixacct.Account, error) {
+	uid, err := TestUIDs(name)
+	return unixacct.Account{UID: uid}, err
+}
 
 // Env is a queue under test with its directories, clock and tokens.
 type Env struct {
