@@ -65,15 +65,34 @@ func (r *ExecRunner) jobKey(t pilotproto.Task) string {
 	return k
 }
 
+// closeJob closes job files the cache let go of. The cache calls it
+// without its lock held: closing a runner waits for it to end (its tasks
+// killed) and a job's temporary root is removed whole, and neither may
+// hold up the tasks of other jobs. A test replaces it.
+var closeJob = (*jobFiles).close
+
+// closeJobs closes js (outside the cache's lock).
+func closeJobs(js []*jobFiles) {
+	for _, j := range js {
+		closeJob(j)
+	}
+}
+
 // acquire returns t's job files, made if need be; release gives them back.
 func (c *jobCache) acquire(r *ExecRunner, t pilotproto.Task) (*jobFiles, error) {
 	key := r.jobKey(t)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	j, evicted, err := c.acquireLocked(r, key, t)
+	c.mu.Unlock()
+	closeJobs(evicted)
+	return j, err
+}
+
+func (c *jobCache) acquireLocked(r *ExecRunner, key string, t pilotproto.Task) (*jobFiles, []*jobFiles, error) {
 	if c.devNull == nil {
 		f, err := os.Open(os.DevNull)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c.devNull = f
 	}
@@ -82,22 +101,25 @@ func (c *jobCache) acquire(r *ExecRunner, t pilotproto.Task) (*jobFiles, error) 
 	}
 	if j := c.m[key]; j != nil {
 		j.refs++
-		return j, nil
+		return j, nil, nil
 	}
 	j, err := r.openJob(key, t)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	j.refs = 1
 	c.m[key] = j
-	c.evict(time.Now())
-	return j, nil
+	return j, c.evict(time.Now()), nil
 }
 
 // release ends a task's use of j; stale: j is not to be handed out again.
 func (c *jobCache) release(j *jobFiles, stale bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var done []*jobFiles
+	defer func() {
+		c.mu.Unlock()
+		closeJobs(done)
+	}()
 	j.refs--
 	if stale && !j.stale {
 		j.stale = true
@@ -108,9 +130,9 @@ func (c *jobCache) release(j *jobFiles, stale bool) {
 	now := time.Now()
 	j.idle = now
 	if j.stale && j.refs == 0 {
-		j.close()
+		done = append(done, j)
 	}
-	c.evict(now)
+	done = append(done, c.evict(now)...)
 }
 
 // retire stops handing out j (its directory was removed or replaced
@@ -126,8 +148,9 @@ func (c *jobCache) retire(j *jobFiles) {
 	}
 }
 
-// evict closes the job files idle too long, or beyond maxIdleJobs.
-func (c *jobCache) evict(now time.Time) {
+// evict lets go of the job files idle too long, or beyond maxIdleJobs,
+// and returns them to be closed once the lock is released.
+func (c *jobCache) evict(now time.Time) (out []*jobFiles) {
 	idle := 0
 	for _, j := range c.m {
 		if j.refs == 0 {
@@ -137,24 +160,27 @@ func (c *jobCache) evict(now time.Time) {
 	for k, j := range c.m {
 		if j.refs == 0 && (now.Sub(j.idle) > jobIdle || idle > maxIdleJobs) {
 			delete(c.m, k)
-			j.close()
+			out = append(out, j)
 			idle--
 		}
 	}
+	return out
 }
 
 // closeAll releases every job's files (tasks still running keep theirs
 // until they end).
 func (c *jobCache) closeAll() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var done []*jobFiles
 	for k, j := range c.m {
 		delete(c.m, k)
 		j.stale = true
 		if j.refs == 0 {
-			j.close()
+			done = append(done, j)
 		}
 	}
+	c.mu.Unlock()
+	closeJobs(done)
 }
 
 func (j *jobFiles) close() {
