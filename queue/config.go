@@ -62,6 +62,11 @@ type Config struct {
 	DefaultExpiry              time.Duration // a job still waiting after this is ERROR_EW
 	Retention                  time.Duration // final jobs are purged after this
 	MaxTasksPerJob             int
+	// MaxUnfinishedPerUser caps a user's unfinished tasks (waiting or
+	// running, over their live jobs) a new job may bring them to; 0: no
+	// cap. Every entry is a row: without it one user could fill the
+	// queue's disk with jobs of MaxTasksPerJob entries each.
+	MaxUnfinishedPerUser int
 	// MaxTokensPerUser caps the tokens a user holds per role: each is a
 	// row, and a user who scripts token creation would otherwise grow the
 	// table without end.
@@ -107,35 +112,36 @@ const DefaultMaxTokensPerUser = 20
 // DefaultConfig returns the defaults of DESIGN.md.
 func DefaultConfig() Config {
 	return Config{
-		DBPath:              "/var/lib/harvest/queue.db",
-		ClaimWait:           15 * time.Second,
-		MinBatchSize:        1,
-		MaxBatchSize:        10000,
-		DefaultMaxAttempts:  3,
-		DefaultExpiry:       7 * 24 * time.Hour,
-		Retention:           5 * 24 * time.Hour,
-		MaxTasksPerJob:      1_000_000,
-		MaxTokensPerUser:    DefaultMaxTokensPerUser,
-		LeaseTTL:            4 * time.Second, // short: a killed master is replaced within it (completions resume within 5 s); fencing makes that safe, the master renews every second
-		ZombieTimeout:       5 * time.Minute,
-		CancelNotice:        10 * time.Minute,
-		RecommendationTTL:   2 * time.Minute,
-		MaxPull:             10000,
-		SweepInterval:       10 * time.Second,
-		FlushInterval:       5 * time.Second,
-		ReconcileInterval:   5 * time.Minute,
-		StaleSubmission:     time.Hour,
-		SlowLogInterval:     time.Second,
-		UsageWindow:         24 * time.Hour,
-		InsertChunk:         1000,
-		WriteChunk:          100,
-		DefaultLimits:       fairshare.DefaultLimits(),
-		DefaultSlotsPerNode: 1,
-		LocalSite:           api.LocalSite,
-		Sites:               siteshare.DefaultConfig(),
-		LookupUser:          systemLookupUser,
-		LookupAccount:       unixacct.Lookup,
-		Now:                 time.Now,
+		DBPath:               "/var/lib/harvest/queue.db",
+		ClaimWait:            15 * time.Second,
+		MinBatchSize:         1,
+		MaxBatchSize:         10000,
+		DefaultMaxAttempts:   3,
+		DefaultExpiry:        7 * 24 * time.Hour,
+		Retention:            5 * 24 * time.Hour,
+		MaxTasksPerJob:       1_000_000,
+		MaxTokensPerUser:     DefaultMaxTokensPerUser,
+		MaxUnfinishedPerUser: 10_000_000,
+		LeaseTTL:             4 * time.Second, // short: a killed master is replaced within it (completions resume within 5 s); fencing makes that safe, the master renews every second
+		ZombieTimeout:        5 * time.Minute,
+		CancelNotice:         10 * time.Minute,
+		RecommendationTTL:    2 * time.Minute,
+		MaxPull:              10000,
+		SweepInterval:        10 * time.Second,
+		FlushInterval:        5 * time.Second,
+		ReconcileInterval:    5 * time.Minute,
+		StaleSubmission:      time.Hour,
+		SlowLogInterval:      time.Second,
+		UsageWindow:          24 * time.Hour,
+		InsertChunk:          1000,
+		WriteChunk:           100,
+		DefaultLimits:        fairshare.DefaultLimits(),
+		DefaultSlotsPerNode:  1,
+		LocalSite:            api.LocalSite,
+		Sites:                siteshare.DefaultConfig(),
+		LookupUser:           systemLookupUser,
+		LookupAccount:        unixacct.Lookup,
+		Now:                  time.Now,
 	}
 }
 
@@ -187,6 +193,9 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)
 		}
+	}
+	if c.MaxUnfinishedPerUser < 0 {
+		return bad("max unfinished tasks per user must not be negative (0: no cap), got %d", c.MaxUnfinishedPerUser)
 	}
 	if c.MaxTokensPerUser < 1 {
 		return bad("max tokens per user must be at least 1, got %d", c.MaxTokensPerUser)

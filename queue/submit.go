@@ -551,10 +551,33 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 	return sub, nil
 }
 
+// checkUnfinished refuses a job of n tasks that would take owner past
+// MaxUnfinishedPerUser unfinished tasks. Submissions of one user under way
+// at once are counted once they are stored, so together they may pass the
+// cap by what they bring (each at most MaxTasksPerJob).
+func (q *Queue) checkUnfinished(ctx context.Context, owner string, n int) error {
+	limit := q.cfg.MaxUnfinishedPerUser
+	if limit <= 0 {
+		return nil
+	}
+	have, err := q.st.UnfinishedOf(ctx, owner)
+	if err != nil {
+		return err
+	}
+	if have+n > limit {
+		return fmt.Errorf("%w: %s has %d unfinished tasks; this job's %d would pass the queue's cap of %d per user (--max-unfinished-tasks-per-user): wait for some to finish, or cancel a job",
+			api.ErrConflict, owner, have, n, limit)
+	}
+	return nil
+}
+
 // store lists the dataset and stores the job and its tasks.
 func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n normalized, key string) (api.Job, error) {
 	names, err := q.listDataset(owner, n.dataset, func(k int) { sub.entries.Store(int64(k)) })
 	if err != nil {
+		return api.Job{}, err
+	}
+	if err := q.checkUnfinished(ctx, owner, len(names)); err != nil {
 		return api.Job{}, err
 	}
 	sub.storing.Store(true)

@@ -123,6 +123,16 @@ func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int
 	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
 }
 
+// UnfinishedOf counts owner's unfinished tasks: waiting or active in the
+// live jobs.
+func (s *Store) UnfinishedOf(ctx context.Context, owner string) (int, error) {
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(n_waiting + n_active), 0) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND owner = ?`, owner).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count unfinished tasks of %s: %w", owner, err)
+	}
+	return n, nil
+}
+
 // TokenIdentity returns the user and role of a token's hash; ok is false
 // for an unknown token.
 func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
