@@ -444,7 +444,6 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 		w.mu.Lock()
 		req := workerproto.HeartbeatRequest{WorkerID: w.cfg.ID, Complete: true}
 		for k := range w.running {
-			req.Running = append(req.Running, k)
 			req.Held = append(req.Held, k)
 		}
 		for _, t := range w.queue {

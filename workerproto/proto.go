@@ -195,10 +195,11 @@ type ResultsResponse struct {
 // Complete set, Held lists every task the worker has (queued, running, or
 // finished with its result not yet acknowledged): a task the master
 // handed to it long ago that it does not hold was lost on the way (a pull
-// answer that never arrived) and is requeued.
+// answer that never arrived) and is requeued. (Workers before this
+// release also sent "running", the same tasks again less the queued and
+// finished ones, which no master read; a master ignores it.)
 type HeartbeatRequest struct {
 	WorkerID string               `json:"worker_id"`
-	Running  []pilotproto.TaskRef `json:"running,omitempty"`
 	Held     []pilotproto.TaskRef `json:"held,omitempty"`
 	Complete bool                 `json:"complete,omitempty"`
 }

@@ -368,7 +368,7 @@ func (s *scenario) event(b block, kv map[string]string, pos []string) (core.Even
 			return nil, err
 		}
 		return core.Heartbeat{Req: req(), HeartbeatRequest: workerproto.HeartbeatRequest{
-			WorkerID: worker, Held: held, Running: held, Complete: !slices.Contains(pos, "partial")}}, nil
+			WorkerID: worker, Held: held, Complete: !slices.Contains(pos, "partial")}}, nil
 	case "gone":
 		n, err := strconv.Atoi(strings.TrimPrefix(worker, "#"))
 		if err != nil {
