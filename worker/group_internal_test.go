@@ -136,3 +136,69 @@ func TestAJobsTasksRunAsAGroupInTheWorkersSlots(t *testing.T) {
 		t.Errorf("busy %d, running %d, groups %d, held %d after the end", w.busy, len(w.running), len(w.groups), w.held())
 	}
 }
+
+// A new master that grants fewer slots than the last: the groups running
+// give the excess back (the latest first, each keeping one), and no task
+// starts until the worker runs within its new slots.
+func TestAGroupGivesSlotsBackWhenANewMasterGrantsFewer(t *testing.T) {
+	fg := &fakeGroups{made: make(chan *fakeGroup, 4)}
+	w := &Worker{slots: 4, cfg: Config{Prefetch: 0, Runner: fg, StopGrace: time.Second}, running: map[ref]*running{}, unitOf: map[ref]int64{},
+		dropped: map[ref]bool{}, changed: make(chan struct{})}
+	batch := func(job int64, first int64, n int) workerproto.Batch {
+		b := workerproto.Batch{ID: job}
+		for i := range n {
+			b.Tasks = append(b.Tasks, pilotproto.Task{ID: first + int64(i), Attempt: 1, JobID: job, Command: []string{"true"}})
+		}
+		return b
+	}
+	w.accept([]workerproto.Batch{batch(1, 1, 3), batch(2, 10, 6)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.dispatch(ctx)
+	a, b := <-fg.made, <-fg.made
+	if a.ts[0].JobID != 1 {
+		a, b = b, a
+	}
+	if a.slotsNow() != 3 || b.slotsNow() != 1 {
+		t.Fatalf("groups given %d and %d slots, want 3 and 1", a.slotsNow(), b.slotsNow())
+	}
+	// A new master: 2 slots.
+	w.mu.Lock()
+	w.slots = 2
+	w.notify()
+	w.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.slotsNow() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a new master granted 2 slots the groups hold %d and %d, want 1 and 1", a.slotsNow(), b.slotsNow())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.mu.Lock()
+	if w.busy != 2 || b.slotsNow() != 1 {
+		t.Errorf("busy %d, groups %d and %d; want 2 busy, 1 and 1", w.busy, a.slotsNow(), b.slotsNow())
+	}
+	w.mu.Unlock()
+	// A third job waits: the worker is at its slots.
+	w.accept([]workerproto.Batch{batch(3, 20, 2)})
+	select {
+	case g := <-fg.made:
+		t.Errorf("a third group started with %d slots while the worker was at its 2", g.slots)
+	default:
+	}
+	// The first job's tasks end: its slot goes to the second job, which
+	// has tasks waiting, before any new group.
+	done := Outcome{Status: pilotproto.StatusDone}
+	a.ended([]int{0, 1, 2}, []Outcome{done, done, done})
+	for b.slotsNow() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second job holds %d slots after the first ended, want 2", b.slotsNow())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.mu.Lock()
+	if w.busy != w.slots {
+		t.Errorf("busy %d, slots %d: want the worker at its slots", w.busy, w.slots)
+	}
+	w.mu.Unlock()
+}

@@ -602,6 +602,19 @@ func (w *Worker) dispatch(ctx context.Context) {
 	for {
 		w.mu.Lock()
 		var grown []*group
+		// A new master may grant fewer slots than the last: the groups
+		// give the excess back, the latest first, each keeping one. Their
+		// runners start no task until they run fewer than their new
+		// count (nothing running is stopped), and nothing new starts here
+		// while the worker is at its slots.
+		for i := len(w.groups) - 1; i >= 0 && w.busy > w.slots; i-- {
+			g := w.groups[i]
+			if cut := min(w.busy-w.slots, g.allot-1); cut > 0 {
+				g.allot -= cut
+				w.regroup(g)
+				grown = append(grown, g)
+			}
+		}
 		for _, g := range w.groups {
 			if free := w.slots - w.busy; !w.draining && free > 0 && g.left > g.allot {
 				g.allot += min(free, g.left-g.allot)
