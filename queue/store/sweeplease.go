@@ -170,30 +170,8 @@ func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
 // ErrSubmissionTaken); the caller drops the job. ok is false, nothing
 // changed, while the storer lives or the job is no longer SUBMITTING.
 func (s *Store) TakeOverSubmission(ctx context.Context, id int64, now time.Time) (ok bool, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
-		ok = false
-		var storer string
-		err := tx.QueryRowContext(inline(ctx), `SELECT storer FROM jobs WHERE id = ? AND state = ?`, id, rules.JobSubmitting).Scan(&storer)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && storer == s.holder {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var exp int64
-		err = tx.QueryRowContext(inline(ctx), `SELECT expires_at FROM leases WHERE pool = ?`, agentPool+storer).Scan(&exp)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if exp > ms(now) {
-			return nil // its agent is alive: it is being stored
-		}
-		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET idem_key = '', storer = '' WHERE id = ?`, id)
-		ok = err == nil
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("take over the submission of job %d: %w", id, err)
-	}
-	return ok, nil
+	n, err := s.do(ctx, fmt.Sprintf("take over the submission of job %d", id), `UPDATE jobs SET idem_key = '', storer = ''
+		WHERE id = ? AND state = ? AND storer <> ? AND NOT EXISTS (SELECT 1 FROM leases WHERE pool = CAST(? AS TEXT) || jobs.storer AND expires_at > ?)`,
+		id, rules.JobSubmitting, s.holder, agentPool, ms(now))
+	return n == 1, err
 }
