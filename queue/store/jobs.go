@@ -69,11 +69,9 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 	return id, hash, state, true, nil
 }
 
-// InsertTasks stores names as the entries of a SUBMITTING job, after
-// those stored already, in transactions of at most chunk entries sized to
-// hold the write lock about chunkBudget each (chunkSizer); stored, when
-// set, hears how many are stored after each. Entries are written once and
-// never rewritten.
+// InsertTasks appends names to the entries of a SUBMITTING job, in
+// transactions of at most chunk entries (chunkSizer); stored, if set,
+// hears how many each stored.
 func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
 	for _, n := range names {
 		if !utf8.ValidString(n) {
@@ -125,9 +123,8 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 	return nil
 }
 
-// insertRows is how many entries one prepared INSERT stores: a statement
-// prepared once, where a VALUES list of any length was compiled again in
-// every transaction (and a statement per row cost a cgo call per row).
+// insertRows is how many entries one prepared INSERT stores (a VALUES
+// list of any length was compiled again in every transaction).
 const insertRows = 64
 
 var (
@@ -159,31 +156,22 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 	return nil
 }
 
-// DropJob deletes a job, its entries, grants and exceptions, the entries
-// in transactions of at most chunk sized to hold the write lock about
-// chunkBudget each.
+// DropJob deletes a job, its grants, exceptions and entries (these in
+// transactions of at most chunk, chunkSizer).
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
-	z := s.chunks(chunk)
-	after := -1
-	for {
-		var last sql.NullInt64
+	for z, n := s.chunks(chunk), int64(1); n > 0; {
 		k := z.size()
 		d, err := s.transact(ctx, func(tx *wtx) error {
-			if err := tx.QueryRowContext(inline(ctx), `SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS c`,
-				id, after, k).Scan(&last); err != nil || !last.Valid {
-				return err
+			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = ? AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? ORDER BY idx LIMIT ?) AS c)`, id, id, k)
+			if err == nil {
+				n, err = res.RowsAffected()
 			}
-			_, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = ? AND idx <= ?`, id, last.Int64)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("drop job %d: %w", id, err)
 		}
-		if !last.Valid {
-			break
-		}
 		z.took(k, d)
-		after = int(last.Int64)
 	}
 	err := s.write(ctx, func(tx *wtx) error {
 		for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
@@ -274,11 +262,9 @@ const (
 	expiryKills = "WAITING"
 )
 
-// CancelJob marks a live job KILLED (its counters: every waiting and
-// active task killed) and records that its tasks are to be killed, in one
-// transaction. A job KILLED already is Already (a repeated cancel: its
-// tasks' kill may still be pending); another final job is
-// api.ErrConflict. Its tasks follow with KillTasks.
+// CancelJob makes a live job KILLED (every waiting and active task
+// counted killed) and records its tasks to kill (KillTasks). A KILLED job
+// is Already; another final job is api.ErrConflict.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
 	err := s.write(ctx, func(tx *wtx) error {
@@ -313,15 +299,12 @@ func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, fi
 	return err
 }
 
-// KillTasks kills the tasks of a KILLED or ERROR_EW job that its cancel
-// or expiry recorded (jobs.kill_states): its waiting exceptions, and the
-// open entries of its live grants (an exception row each), a grant at a
-// time in transactions of at most chunk entries; the last one clears the
-// record. Its fresh waiting entries need no row: an entry above the job's
-// next index of a killed job is killed. Its counters were set when the
-// job was; results and sweeps leave a job that is not live alone in the
-// meantime (rules.JobLive). A crash in between leaves the record, and the
-// queue finishes it at Open (PendingKills).
+// KillTasks kills the tasks a cancel or expiry recorded (kill_states):
+// the open entries of live grants (an exception row each), in
+// transactions of at most chunk entries, then the waiting exceptions, and
+// clears the record. Fresh entries of a killed job need no row; the
+// counters were set with the job's state. A crash leaves the record for
+// Open to finish (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	if err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending); err != nil {
@@ -330,17 +313,10 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	if pending == "" {
 		return nil
 	}
-	active := false
-	for _, st := range strings.Split(pending, ",") {
-		switch st {
-		case api.TaskWaiting:
-		case api.TaskAssigned, api.TaskRunning, api.TaskZombie:
-			active = true
-		default:
-			return fmt.Errorf("kill tasks of job %d: unknown state %q recorded", id, st)
-		}
+	if pending != cancelKills && pending != expiryKills {
+		return fmt.Errorf("kill tasks of job %d: unknown states %q recorded", id, pending)
 	}
-	for active {
+	for active := pending == cancelKills; active; {
 		var more bool
 		err := s.write(ctx, func(tx *wtx) error {
 			b := s.newBatch(ctx, tx)
@@ -445,10 +421,8 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 	return byOwner, requeued, err
 }
 
-// Failures reads up to limit entries of job with task ids above cursor
-// that failed at least once (tries > 0), in index order, each with its
-// last failed, timed-out or expired attempt: the job's exception rows, on
-// a reader.
+// Failures reads up to limit entries of job above cursor that failed at
+// least once, in index order, each with its last failed attempt.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	after := int64(-1)
 	if cursor >= taskID(job, 0) {

@@ -1,14 +1,9 @@
-// Package store is the queue's SQLite storage: the schema and its
-// embedded migrations, and every SQL statement of the queue. Each method
-// is one short write transaction (or a series of them, for work in
-// chunks) or a read on the reader pool. Every site's pilots form a pool
-// with a lease of its own. Writes of a pool's master (assign, results,
-// heartbeat, recommendation) are fenced: the pool's lease row is read and
-// the master's epoch checked inside the same write transaction, so no new
-// master can be granted between the check and the write. The rules
-// the store applies inside its transactions are pure functions of
-// queue/rules; the store never calls back into the service and takes no
-// lock of its own but txstats' (a leaf).
+// Package store is the queue's storage (SQLite or PostgreSQL): the
+// schema, its migrations and every SQL statement of the queue. Each method
+// is a short write transaction (or a series, for work in chunks) or a
+// read. A pool master's writes are fenced by its lease, checked inside the
+// same transaction (fenced). The rules applied are queue/rules' pure
+// functions; the store never calls back into the service.
 package store
 
 import (
@@ -95,17 +90,13 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	// Every job and command is in here: the owner's only (issue 13 item 8).
-	// SQLite created the file (the queue never opens it itself: a close of
-	// another descriptor of the file would drop SQLite's POSIX locks, see
-	// docs/operations.md); its WAL and shared-memory files take the
-	// database file's mode.
+	// Every job and command is in here: the owner's only. SQLite made the
+	// file (its WAL and shm files take its mode); see docs/operations.md.
 	if err := private(path); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("database %s: %w", path, err)
 	}
-	// SQLite checkpoints by itself (wal_autocheckpoint, 1,000 pages) and
-	// truncates a WAL grown past journal_size_limit after a checkpoint.
+	// SQLite checkpoints by itself and truncates the WAL to the limit.
 	for _, p := range []string{"PRAGMA journal_mode = WAL", "PRAGMA temp_store = MEMORY",
 		fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit)} {
 		if _, err := w.Exec(p); err != nil {
@@ -208,9 +199,7 @@ func (s *Store) migrate() error {
 	if err != nil {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
-	// A database that a newer harvest migrated further is refused: this
-	// binary would not know its tables' meaning, and would write them
-	// wrong.
+	// A newer harvest's schema is refused: this binary would write it wrong.
 	var unknown []string
 	for n := range applied {
 		if !slices.Contains(names, n) {
@@ -268,19 +257,16 @@ func writer() string {
 	}
 }
 
-// write runs fn in one write transaction (SQLite: IMMEDIATE, on the
-// writer connection; PostgreSQL: SERIALIZABLE, run again from its start
-// when another transaction's commit made it fail) and records how long
-// the write lock was held (BEGIN to COMMIT). fn must be bounded (a batch,
-// a chunk of rows) and must set everything it returns from the start: it
-// may run more than once.
+// write runs fn in one write transaction (SQLite: IMMEDIATE on the
+// writer; PostgreSQL: SERIALIZABLE, run again after a serialisation
+// failure, so fn must set everything it returns from the start) and
+// records how long it held the write lock.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	_, err := s.transact(ctx, fn)
 	return err
 }
 
-// transact is write that also returns how long the transaction held the
-// write lock: a long write sizes its next chunk by it (chunkSizer).
+// transact is write that also returns the lock time (for chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (time.Duration, error) {
 	if f, ok := ctx.Value(sweepFenceKey{}).(sweepFence); ok {
 		inner := fn
@@ -311,8 +297,7 @@ func (s *Store) once(ctx context.Context, opts *sql.TxOptions, fn func(tx *wtx) 
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
-	// BEGIN IMMEDIATE has taken the lock: pool waits are not lock time.
-	// A region "write" of a Go trace (harvest bench --trace).
+	// BEGIN IMMEDIATE has taken the lock. A "write" trace region.
 	defer trace.StartRegion(ctx, "write").End()
 	start := time.Now()
 	if err := fn(&wtx{tx, s.d}); err != nil {
@@ -328,13 +313,9 @@ func (s *Store) once(ctx context.Context, opts *sql.TxOptions, fn func(tx *wtx) 
 }
 
 // fenced is write for a pool's master: inside the transaction, before fn,
-// it reads the pool's lease and checks that epoch is current and alive at
-// now. A lease granted to a newer master commits either before this
-// transaction (and the check refuses) or after it (and this write was the
-// current master's): there is no window between check and write. On
-// PostgreSQL the read takes the lease row FOR SHARE, so a new grant of
-// the lease waits for this transaction's commit (and one committed since
-// this transaction began fails it, to be run again).
+// it checks that epoch is the pool's current lease, alive at now. A newer
+// grant commits before (the check refuses) or after this write: no window.
+// On PostgreSQL the row is read FOR SHARE.
 func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *wtx, l rules.Lease) error) error {
 	return s.write(ctx, func(tx *wtx) error {
 		l, err := s.readLeaseTx(ctx, tx, pool, "FOR SHARE")
@@ -348,12 +329,9 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 	})
 }
 
-// hotQueries are the statements of the master's hot path (a hand-out, a
-// batch of results, a heartbeat, the fence), prepared once on SQLite's
-// writer when the store opens: SQLite would otherwise parse and plan them
-// at every call, which costs more than running them. (pgx prepares and
-// caches every statement per connection by itself.) A query is registered
-// with hot by the package variable that holds it.
+// hotQueries are the master's hot statements (registered by hot), which
+// SQLite's writer prepares at Open: parsing each at every call cost more
+// than running it. (pgx caches its statements by itself.)
 var hotQueries []string
 
 func hot(query string) string {
@@ -374,13 +352,9 @@ func (s *Store) prepare() error {
 	return nil
 }
 
-// inline strips ctx of its cancellation for a statement on the writer.
-// go-sqlite3 runs a statement whose context can be cancelled on a
-// goroutine of its own and has the caller wait for it (to interrupt it on
-// cancellation): every statement of a write transaction cost a goroutine
-// and a trip through the Go scheduler, with the write lock held, and the
-// writer thread's CPU clock missed the statement's work. The writer's
-// statements take milliseconds; none is worth interrupting mid-transaction.
+// inline strips ctx of its cancellation for a statement on the writer:
+// go-sqlite3 runs a cancellable statement on a goroutine of its own, a
+// scheduler trip per statement with the write lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // prepared returns the prepared statement of a hot query inside tx.

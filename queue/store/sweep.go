@@ -30,9 +30,9 @@ type Expired struct {
 // expiredError is the last error of a task whose attempt expired.
 const expiredError = "no heartbeat: expired"
 
-// ExpireZombies closes ZOMBIE grants of live jobs silent since before cut,
-// up to about limit entries in one transaction: each open entry becomes
-// an exception, moved as rules.AfterExpiry says.
+// ExpireZombies closes ZOMBIE grants of live jobs silent since cut (about
+// limit entries in one transaction), each open entry moved as
+// rules.AfterExpiry says.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
 	var x Expired
 	err := s.write(ctx, func(tx *wtx) error {
@@ -97,10 +97,9 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 	return s.ids(ctx, "find expired jobs", `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
 }
 
-// ExpireJob makes a job that never started (WAITING, nothing active)
-// ERROR_EW, its waiting tasks counted as killed, and returns how many
-// were waiting; ok is false when the job has changed since it was listed.
-// Its tasks follow with KillTasks.
+// ExpireJob makes a job that never started ERROR_EW, its waiting tasks
+// counted killed (KillTasks follows), and returns how many were waiting;
+// ok is false when the job changed since it was listed.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		ok = false

@@ -12,14 +12,10 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// Several agents may serve one database (the queue's Config.Shared). The
-// periodic sweeps (ZOMBIE,
-// EXPIRED, job expiry, purge, stale submissions) must run at one of them
-// at a time. The lease on them is a row of the leases table under a name
-// no site can have (site names start with a letter or digit): its holder
-// names the agent, its epoch rises with every change of holder (the
-// fencing token), and it lapses at expires_at unless renewed. Plain SQL
-// that both engines run as written.
+// Several agents may serve one database (Config.Shared); the sweeps run
+// at one at a time. Their lease is a leases row under a name no site can
+// have: the holder names the agent, the epoch (the fencing token) rises
+// with every change of holder, and it lapses unless renewed.
 const sweepPool = "~sweeps"
 
 // TakeSweep grants the sweep lease to holder, or renews it, until now+ttl,
@@ -56,15 +52,11 @@ type sweepFence struct {
 	epoch  int64
 }
 
-// SweepFenced returns ctx for the writes of a sweep: every write
-// transaction of the store under it first checks, inside the transaction,
-// that holder still holds the sweep lease at epoch, and fails with
-// ErrSweepLost, changing nothing, if another agent has taken it since (an
-// agent paused past its lease, then resumed, sweeps no more). A lease that
-// lapsed but nobody took keeps its epoch: its holder may still sweep, as
-// nobody else does. On PostgreSQL the read takes the lease row FOR SHARE
-// and the transaction is SERIALIZABLE, so a grant to another agent commits
-// either before the check (which refuses) or after the write.
+// SweepFenced returns ctx for a sweep's writes: each write transaction
+// under it first checks that holder still holds the sweep lease at epoch,
+// else fails with ErrSweepLost, changing nothing. A lapsed lease nobody
+// took keeps its epoch: its holder may still sweep. (PostgreSQL: FOR
+// SHARE in a SERIALIZABLE transaction, as fenced.)
 func SweepFenced(ctx context.Context, holder string, epoch int64) context.Context {
 	return context.WithValue(ctx, sweepFenceKey{}, sweepFence{holder, epoch})
 }
@@ -81,9 +73,8 @@ func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
 	return nil
 }
 
-// ReleaseSweep gives up holder's sweep lease (an agent that stops), so
-// another agent takes the sweeps at its next round instead of after the
-// TTL. Nothing happens if holder does not hold it.
+// ReleaseSweep gives up holder's sweep lease (if held), so another agent
+// takes the sweeps at its next round, not after the TTL.
 func (s *Store) ReleaseSweep(ctx context.Context, holder string) error {
 	_, err := s.do(ctx, "release the sweep lease", `UPDATE leases SET expires_at = 0 WHERE pool = ? AND holder = ?`, sweepPool, holder)
 	return err
@@ -159,47 +150,21 @@ func (s *Store) ReleaseAgent(ctx context.Context) error {
 	return err
 }
 
-// PruneAgents removes the liveness rows that lapsed before cut: agents
-// killed without a word leave theirs behind (each run of an agent has a
-// name of its own). A missing row counts as a dead agent, like a lapsed one.
+// PruneAgents removes the liveness rows that lapsed before cut (killed
+// agents leave theirs). A missing row counts as a dead agent.
 func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
 	_, err := s.do(ctx, "prune the liveness of dead agents", `DELETE FROM leases WHERE pool LIKE ? AND expires_at < ?`, agentPool+"%", ms(cut))
 	return err
 }
 
-// TakeOverSubmission frees the idempotency key of the submission id,
-// still SUBMITTING, if the agent storing it is dead (its liveness row
-// lapsed at now, or is gone), so a retry of the submission at this agent
-// stores a new job under the key. In the same transaction the job loses
-// its storer: that agent, should it resume, cannot activate it
-// (ErrSubmissionTaken). The job, keyless and invisible, is left for the
-// caller to drop. ok is false, and nothing changes, while the storer is
-// alive or when the job is no longer SUBMITTING.
+// TakeOverSubmission frees the idempotency key of the SUBMITTING job id
+// if its storer is dead (liveness row lapsed or gone), so a retry here
+// stores a new job, and takes the storer away (a resumed storer gets
+// ErrSubmissionTaken); the caller drops the job. ok is false, nothing
+// changed, while the storer lives or the job is no longer SUBMITTING.
 func (s *Store) TakeOverSubmission(ctx context.Context, id int64, now time.Time) (ok bool, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
-		ok = false
-		var storer string
-		err := tx.QueryRowContext(inline(ctx), `SELECT storer FROM jobs WHERE id = ? AND state = ?`, id, rules.JobSubmitting).Scan(&storer)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && storer == s.holder {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var exp int64
-		err = tx.QueryRowContext(inline(ctx), `SELECT expires_at FROM leases WHERE pool = ?`, agentPool+storer).Scan(&exp)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if exp > ms(now) {
-			return nil // its agent is alive: it is being stored
-		}
-		_, err = tx.ExecContext(inline(ctx), `UPDATE jobs SET idem_key = '', storer = '' WHERE id = ?`, id)
-		ok = err == nil
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("take over the submission of job %d: %w", id, err)
-	}
-	return ok, nil
+	n, err := s.do(ctx, fmt.Sprintf("take over the submission of job %d", id), `UPDATE jobs SET idem_key = '', storer = ''
+		WHERE id = ? AND state = ? AND storer <> ? AND NOT EXISTS (SELECT 1 FROM leases WHERE pool = CAST(? AS TEXT) || jobs.storer AND expires_at > ?)`,
+		id, rules.JobSubmitting, s.holder, agentPool, ms(now))
+	return n == 1, err
 }
