@@ -22,9 +22,9 @@ func TestFasterRoundsDecideAsBefore(t *testing.T) {
 		t.Skip("no KTH trace")
 	}
 	want := map[GiveBack]string{
-		Polling:          "f9eefb9ae362baa7a25e401488dbdd41ee563ddb99347f3268ed5dd4b25ec3f5",
-		Preemption:       "badc7d027ec3979de4ce18ea5e931b57c5e7cc5186415d6ead22675bc579f9c7",
-		PreemptionSizing: "e20bad93a05d01051736d2d14903ef4d0705daf43e0cd057cdffa34ac253db66",
+		Polling:          "4558c785e6a45326878ab4467b41f5fd07172bba5b8ab946a54f3089e0b3ad6b",
+		Preemption:       "510562ad75a14adf0932ab8326c9f892f7ece835f1de8c9d495729a13b7156af",
+		PreemptionSizing: "e40dd100bad665a848a12b4489a3d31947c98cb2ba22f86694e458f2719ea79b",
 	}
 	for _, gb := range []GiveBack{Polling, Preemption, PreemptionSizing} {
 		t.Run(string(gb), func(t *testing.T) {

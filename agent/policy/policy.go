@@ -363,6 +363,7 @@ func (v *view) holeLimit(ideal walked, mt cluster.Limit) cluster.Limit {
 	// that then delays J_top for its whole limit (KTH-SP2: a 33-node job
 	// backfilled the second a 40-node job ended early, J_top 1.5 h late).
 	t = min(t, ideal.topAt)
+	t = min(t, ideal.unreservedNeed(v, n))
 	l := cluster.Unlimited
 	if t != never {
 		l = cluster.Limit(t)
