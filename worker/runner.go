@@ -160,10 +160,12 @@ func DefaultExecRunner() *ExecRunner {
 
 // Env returns the environment of task t whose temporary directory is tmp.
 func (r *ExecRunner) Env(t pilotproto.Task, tmp string) []string {
-	env := []string{"PATH=" + r.Path, "HOME=" + tmp, "TMPDIR=" + tmp, "LANG=C.UTF-8",
-		"HARVEST_TASK_ID=" + strconv.FormatInt(t.ID, 10),
-		"HARVEST_JOB_ID=" + strconv.FormatInt(t.JobID, 10),
-		"HARVEST_ATTEMPT=" + strconv.Itoa(t.Attempt)}
+	// One allocation for the slice: this runs once per task of a group.
+	env := make([]string, 0, 9+len(t.Env))
+	env = append(env, "PATH="+r.Path, "HOME="+tmp, "TMPDIR="+tmp, "LANG=C.UTF-8",
+		"HARVEST_TASK_ID="+strconv.FormatInt(t.ID, 10),
+		"HARVEST_JOB_ID="+strconv.FormatInt(t.JobID, 10),
+		"HARVEST_ATTEMPT="+strconv.Itoa(t.Attempt))
 	if r.Site != "" {
 		env = append(env, "HARVEST_SITE="+r.Site)
 	}
