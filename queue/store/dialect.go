@@ -14,10 +14,9 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-// The store's statements are written once, in SQL that SQLite and
-// PostgreSQL both run, with ? placeholders; the dialect is where the two
-// engines differ: PostgreSQL's placeholders ($1, $2, ...), its row locks,
-// its error codes and its retries of serialization failures.
+// The store's statements are written once, with ? placeholders, in SQL
+// that SQLite and PostgreSQL both run; the dialect is where the engines
+// differ: placeholders ($1, $2, ...), error codes, retries.
 type dialect struct {
 	pg      bool
 	rebound sync.Map // query -> PostgreSQL's spelling
@@ -70,23 +69,20 @@ func duplicate(err error) bool {
 }
 
 // retryable is whether a transaction failed only because another
-// committed first: PostgreSQL's serialization failure or deadlock, to be
+// committed first (PostgreSQL's serialization failure or deadlock): to be
 // run again from its start.
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// retries is how a PostgreSQL transaction is run again: at once, then
-// after growing, jittered waits, for at most retryFor.
+// retries runs a PostgreSQL transaction again at once, then after
+// growing, jittered waits, for at most 10 s.
 func retries(ctx context.Context) backoff.BackOff {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, retryFor
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, 10*time.Second
 	return backoff.WithContext(b, ctx)
 }
-
-// retryFor bounds the retries of one write transaction.
-const retryFor = 10 * time.Second
 
 // wtx is a write transaction; its statements are spelled for the engine.
 type wtx struct {
