@@ -14,10 +14,9 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// A write transaction of the hot path (a pull, results, a heartbeat, a
-// sweep, a kill) reads the rows it needs a kind at a time, changes them in
-// memory and writes each kind back at once (flush): a statement per kind
-// and up to 128 rows (rowsSQL), not one per task, grant or job.
+// A hot-path transaction (a pull, results, a heartbeat, a sweep, a kill)
+// reads its rows a kind at a time, changes them in memory and writes each
+// kind back (flush): a statement per kind and 128 rows, not one per row.
 
 // jobRow is a job's row and counter row, read and written in one
 // transaction so that its state is derived in Go (rules.JobState).
@@ -86,10 +85,8 @@ type batch struct {
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
 	order      []*exceptionRow            // the exception rows to write, in the order they changed
 	usage      map[string]UsageEvent      // per owner, of a batch of results
-	// lock is how readJobs locks the counter rows on PostgreSQL: FOR
-	// UPDATE (results wait for another writer of the job), or with SKIP
-	// LOCKED (a pull passes over a job another agent holds: pulls at once
-	// take disjoint grants).
+	// lock is readJobs' lock of the counter rows on PostgreSQL; a pull's
+	// skips those another agent holds (pulls at once take disjoint grants).
 	lock string
 }
 

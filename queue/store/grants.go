@@ -75,7 +75,7 @@ var (
 	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM`,
 		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0, 0)
 	// The entries of ranges (job, first, last).
-	readNames = rowsSQL(`SELECT e.job_id, e.idx, e.name FROM`,
+	readNames = rowsSQL(`SELECT e.job_id, e.idx, 1, e.name FROM`,
 		`JOIN entries e ON e.job_id = v.column1 AND e.idx >= v.column2 AND e.idx <= v.column3 ORDER BY e.job_id, e.idx`, 0, 1, 0)
 )
 
@@ -106,17 +106,8 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		for _, id := range slices.Sorted(maps.Keys(want)) {
 			asked = append(asked, []any{id, want[id]})
 		}
-		retries := map[int64][]TakenTask{}
-		err := b.run(readRetries, asked, "", func(rs *sql.Rows) error {
-			var job int64
-			var idx int
-			var r TakenTask
-			err := rs.Scan(&job, &idx, &r.Attempt, &r.Name)
-			r.ID = taskID(job, idx)
-			retries[job] = append(retries[job], r)
-			return err
-		})
-		if err != nil {
+		retries := map[int64][]TakenTask{} // with their last attempt
+		if err := b.run(readRetries, asked, "", scanTasks(retries)); err != nil {
 			return err
 		}
 		at := ms(now)
@@ -164,7 +155,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			}
 		}
 		var marks [][]any // the retried entries' exception rows, now GRANTED
-		err = b.run(insertGrants, grants, "", func(rs *sql.Rows) error {
+		err := b.run(insertGrants, grants, "", func(rs *sql.Rows) error {
 			var id, job int64
 			var idx, attempt int
 			err := rs.Scan(&id, &job, &idx, &attempt)
@@ -177,15 +168,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			err = b.run(markGranted, marks, "", nil)
 		}
 		if err == nil {
-			err = b.run(readNames, ranges, "", func(rs *sql.Rows) error {
-				var job int64
-				var idx int
-				t := TakenTask{Attempt: 1}
-				err := rs.Scan(&job, &idx, &t.Name)
-				t.ID = taskID(job, idx)
-				out.Tasks[job] = append(out.Tasks[job], t)
-				return err
-			})
+			err = b.run(readNames, ranges, "", scanTasks(out.Tasks))
 		}
 		if err == nil {
 			out.Changes, err = b.flush(now)
@@ -196,6 +179,20 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		return Taken{}, fmt.Errorf("assign: %w", err)
 	}
 	return out, nil
+}
+
+// scanTasks appends each task a statement answers (job, index, attempt,
+// name) to its job's in out.
+func scanTasks(out map[int64][]TakenTask) func(*sql.Rows) error {
+	return func(rs *sql.Rows) error {
+		var job int64
+		var idx int
+		var t TakenTask
+		err := rs.Scan(&job, &idx, &t.Attempt, &t.Name)
+		t.ID = taskID(job, idx)
+		out[job] = append(out[job], t)
+		return err
+	}
 }
 
 // OwnedEvent is a usage event and whose it is.
@@ -212,9 +209,7 @@ type Applied struct {
 	Events                       []OwnedEvent   // the usage of every result recorded (applied or stale)
 	Changes                      []JobChange
 	Outcomes                     []Outcome // the applied results, for the per-site figures
-	// LostMS is the run time of the interrupted attempts recorded: task
-	// time lost to pilots that ended under their tasks.
-	LostMS int64
+	LostMS                       int64     // run time of the interrupted attempts recorded (pilots that ended under them)
 }
 
 // Outcome is an applied result: its job, status, time from hand-out to
@@ -225,22 +220,19 @@ type Outcome struct {
 	TurnaroundMS, DurationMS int64
 }
 
-// ApplyResults records a pool's results in one transaction fenced by the
-// pool's epoch, idempotent by (task, attempt): each names an entry of a
-// grant, whose settled mark says whether a result was recorded before (a
-// duplicate changes nothing). A result for an entry its grant no longer
-// holds open (expired, requeued, its job killed) is recorded for usage
-// but moves no counter; a current one moves its entry as
-// rules.AfterResult says. A result for the open entry of another pool's
-// grant is ignored, so it cannot take the place of the real one. Plain
-// success writes no row of its own.
+// ApplyResults records a pool's results in one transaction fenced by its
+// epoch, idempotent by (task, attempt): the entry's settled mark in its
+// grant tells a duplicate. A result for an entry no longer open (expired,
+// requeued, its job killed) counts for usage only; a current one moves
+// its entry as rules.AfterResult says; one for another pool's open entry
+// is ignored. Plain success writes no row of its own.
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		// Their jobs, grants, and the exception rows of the entries that
-		// are not a first attempt's plain success, a statement per kind.
+		// Their jobs, grants, and the exception rows of all but first
+		// attempts' plain successes.
 		ids := make([]int64, len(results))
 		keys := make([]entryKey, len(results))
 		var excepts [][2]int64
