@@ -27,33 +27,28 @@ func (d *dialect) sql(query string) string {
 	if !d.pg {
 		return query
 	}
-	if q, ok := d.rebound.Load(query); ok {
-		return q.(string)
+	q, ok := d.rebound.Load(query)
+	if !ok {
+		q, _ = d.rebound.LoadOrStore(query, Rebind(query))
 	}
-	q := Rebind(query)
-	d.rebound.Store(query, q)
-	return q
+	return q.(string)
 }
 
 // Rebind numbers the ? placeholders of query outside string literals and
 // quoted names: a statement of the store (or a test) as PostgreSQL spells it.
 func Rebind(query string) string {
 	var b strings.Builder
-	n := 0
-	var quote byte
-	for i := 0; i < len(query); i++ {
-		c := query[i]
+	n, quote := 0, byte(0)
+	for _, c := range []byte(query) {
 		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == '?':
+		case quote == 0 && c == '?':
 			n++
 			b.WriteString("$" + strconv.Itoa(n))
 			continue
+		case quote == 0 && (c == '\'' || c == '"'):
+			quote = c
+		case c == quote:
+			quote = 0
 		}
 		b.WriteByte(c)
 	}
