@@ -392,15 +392,9 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 }
 
 // ActiveTasksBefore lists the pool's active tasks handed out under an
-// epoch older than epoch.
-func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks of older epochs", `epoch < ?`, pool, epoch)
-}
-
-// ActiveTasksOfEpochBefore lists the pool's active tasks handed out under
-// epoch before t.
-func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks handed out before the open", `epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+// epoch older than epoch, or under epoch before t (the zero time: none).
+func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
+	return s.openEntries(ctx, "find tasks of older epochs", `(epoch < ? OR epoch = ? AND assigned_at < ?)`, pool, epoch, epoch, ms(t))
 }
 
 // AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
