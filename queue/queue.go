@@ -303,8 +303,8 @@ func (q *Queue) Logger() *slog.Logger { return q.log }
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (q *Queue) WriteStats(reset bool) txstats.Stats { return q.st.WriteStats(reset) }
 
-// WALStats reports the database's WAL.
-func (q *Queue) WALStats() store.WALStats { return q.st.WALStats() }
+// WALBytes is the size of the database's WAL file (0 on PostgreSQL).
+func (q *Queue) WALBytes() int64 { return q.st.WALBytes() }
 
 func (q *Queue) now() time.Time { return q.cfg.Now() }
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/siteshare"
@@ -185,22 +186,19 @@ func (q *Queue) requeueOrphans(ctx context.Context, site string, req pilotproto.
 	for _, r := range req.Running {
 		listed[r.TaskID] = true
 	}
-	older, err := q.st.ActiveTasksBefore(ctx, site, req.Epoch)
-	if err != nil {
-		return err
-	}
 	// The pool's first heartbeat since this queue process opened also
 	// answers for the tasks its own epoch was handed before the open: a
 	// holder renews its epoch even past expiry, so a pull whose answer the
 	// restart cut (committed, never received) would otherwise wait for the
 	// zombie timeout. Tasks handed out since the open are not asked about:
 	// their answer may still be on its way.
+	var opened time.Time
 	if q.orphansChecked[site] == 0 {
-		cut, err := q.st.ActiveTasksOfEpochBefore(ctx, site, req.Epoch, q.opened)
-		if err != nil {
-			return err
-		}
-		older = append(older, cut...)
+		opened = q.opened
+	}
+	older, err := q.st.ActiveTasksBefore(ctx, site, req.Epoch, opened)
+	if err != nil {
+		return err
 	}
 	var orphans []pilotproto.Result
 	now := q.now().UnixMilli()

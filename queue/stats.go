@@ -169,7 +169,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	ws := q.st.WriteStats(false)
 	st.WriteTransactions, st.WriteLockSeconds, st.SlowWrites, st.SlowWritesBy = ws.Transactions, ws.Total.Seconds(), ws.Slow, ws.SlowBy
 	st.WriteHist = ws.Hist[:]
-	st.WALBytes = q.st.WALStats().Bytes
+	st.WALBytes = q.st.WALBytes()
 	return st, nil
 }
 

@@ -18,9 +18,7 @@ package pgtest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,6 +32,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql's "pgx"
+
+	"github.com/harvest-hpc/harvest/internal/pgscratch"
 )
 
 // Env selects the engine of the suites that run on both: "postgres", or
@@ -74,38 +74,16 @@ func URL(t testing.TB) string {
 	if onceErr != nil {
 		t.Fatalf("PostgreSQL for the tests: %v", onceErr)
 	}
-	db, err := sql.Open("pgx", base)
+	u, drop, err := pgscratch.New(context.Background(), base, "t_")
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	if _, err := db.Exec(`CREATE SCHEMA ` + schema); err != nil {
 		t.Fatalf("PostgreSQL for the tests: %v", err)
 	}
 	t.Cleanup(func() {
-		db, err := sql.Open("pgx", base)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer db.Close()
-		if _, err := db.Exec(`DROP SCHEMA ` + schema + ` CASCADE`); err != nil {
+		if err := drop(); err != nil {
 			t.Errorf("drop the test's schema: %v", err)
 		}
 	})
-	return with(base, "search_path", schema)
-}
-
-// with adds a parameter to a URL's query.
-func with(u, k, v string) string {
-	sep := "?"
-	if bytes.ContainsRune([]byte(u), '?') {
-		sep = "&"
-	}
-	return u + sep + k + "=" + v
+	return u
 }
 
 // Dir is the cluster's directory: $HARVEST_PG_DIR, or one per user under

@@ -317,7 +317,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	b.EmptyPulls = g.empty.Load()
 	b.ResultsCalls, b.ResultsMS = rq.timer.get(pilotproto.PathResults)
 	b.HeartbeatCalls, b.HeartbeatMS = rq.timer.get(pilotproto.PathHeartbeat)
-	b.WALMB = float64(rq.q.WALStats().Bytes) / (1 << 20)
+	b.WALMB = float64(rq.q.WALBytes()) / (1 << 20)
 	r.Breakdown = b
 	return r, nil
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/pgscratch"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -82,7 +83,7 @@ func openRealQueue(ctx context.Context, cfg Config) (*realQueue, error) {
 	qc.DBPath = filepath.Join(dir, "queue.db")
 	var drop func() error
 	if store.IsURL(cfg.DB) {
-		if qc.DBPath, drop, err = store.Scratch(ctx, cfg.DB, "harvest_bench_"); err != nil {
+		if qc.DBPath, drop, err = pgscratch.New(ctx, cfg.DB, "harvest_bench_"); err != nil {
 			return nil, err
 		}
 	}

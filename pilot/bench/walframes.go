@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/harvest-hpc/harvest/internal/pgscratch"
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
@@ -36,7 +37,7 @@ func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames
 	path := filepath.Join(dir, "walframes.db")
 	pg := store.IsURL(db)
 	if pg {
-		u, drop, err := store.Scratch(ctx, db, "harvest_walbytes_")
+		u, drop, err := pgscratch.New(ctx, db, "harvest_walbytes_")
 		if err != nil {
 			return w, err
 		}
@@ -48,8 +49,12 @@ func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames
 		return w, err
 	}
 	defer s.Close()
-	// A connection of its own for the checkpoints, through the driver.
+	// A connection of its own for the checkpoints (PostgreSQL: the WAL
+	// position), through the driver.
 	ck, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000")
+	if pg {
+		ck, err = sql.Open("pgx", path)
+	}
 	if err != nil {
 		return w, err
 	}
@@ -57,7 +62,7 @@ func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames
 	var mark int64 // PostgreSQL: the WAL position at the last mark
 	frames := func(mode string) (int64, error) {
 		if pg {
-			at, err := s.WALPosition(ctx)
+			at, err := pgscratch.WALPosition(ctx, ck)
 			d := at - mark
 			mark = at
 			return d, err

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,16 +14,12 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// A write transaction of the hot path (a pull, a batch of results, a
-// heartbeat, a sweep) reads the rows it needs in a few set-based
-// statements (every job of the call in one, every grant in one, every
-// exception in one), changes them in memory, and writes each kind back in
-// one statement (batch.flush). Each statement takes the call's rows as a
-// VALUES list (rowStatements), so its cost is a statement per kind, not
-// one per task, grant or job.
+// A hot-path transaction (a pull, results, a heartbeat, a sweep, a kill)
+// reads its rows a kind at a time, changes them in memory and writes each
+// kind back (flush): a statement per kind and 128 rows, not one per row.
 
-// jobRow is a job's state and counter row, read and written inside one
-// transaction so the state can be derived in Go (rules.JobState).
+// jobRow is a job's row and counter row, read and written in one
+// transaction so that its state is derived in Go (rules.JobState).
 type jobRow struct {
 	id                 int64
 	state, from        string
@@ -38,17 +35,17 @@ type jobRow struct {
 
 // grantRow is a grant's row.
 type grantRow struct {
-	id, job      int64
-	first, last  int
-	attempt      int
-	pool         string
-	epoch        int64
-	state        string
-	settled      []byte
-	open         int
-	done, failed int
-	assigned     int64
-	dirty, beat  bool
+	id, job        int64
+	first, last    int
+	attempt        int
+	pool           string
+	epoch          int64
+	state          string
+	settled        []byte
+	open           int
+	done, failed   int
+	assigned, beat int64
+	dirty          bool
 }
 
 // exceptionRow is an exceptional entry's row.
@@ -60,131 +57,117 @@ type exceptionRow struct {
 	grant             int64
 	queued, finished  int64
 	failAttempt       int
-	status, pool      string
+	status            string
 	exit              int
-	pilot, tail       string
+	pool, pilot       string
 	started, duration int64
+	tail              string
 	dirty             bool
 }
 
-// batch caches the rows one transaction reads and writes them back once.
+// exceptionCols are an exception row's columns, in the order of fields.
+const exceptionCols = `job_id, idx, state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail`
+
+// fields are x's columns, to scan into and to write (database/sql passes
+// a pointer's value).
+func (x *exceptionRow) fields() []any {
+	return []any{&x.job, &x.idx, &x.state, &x.attempt, &x.tries, &x.grant, &x.queued, &x.finished, &x.failAttempt,
+		&x.status, &x.exit, &x.pool, &x.pilot, &x.started, &x.duration, &x.tail}
+}
+
+// batch holds the rows one transaction read, to write back once.
 type batch struct {
 	s          *Store
 	ctx        context.Context
 	tx         *wtx
 	jobs       map[int64]*jobRow          // nil: no such job (or, skipped: locked by another agent)
-	grants     map[int64]*grantRow        // by id
 	byJob      map[[2]int64][]*grantRow   // (job, attempt)
-	asked      map[entryKey]bool          // entries whose grant was looked up
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
 	order      []*exceptionRow            // the exception rows to write, in the order they changed
 	usage      map[string]UsageEvent      // per owner, of a batch of results
-	// lock is how readJobs locks the counter rows it reads on
-	// PostgreSQL: FOR UPDATE (a batch of results waits for another
-	// writer of the job), or FOR UPDATE SKIP LOCKED (a pull passes over
-	// a job another agent's pull or results hold: pulls at once take
-	// disjoint grants).
+	// lock is readJobs' lock of the counter rows on PostgreSQL; a pull's
+	// skips those another agent holds (pulls at once take disjoint grants).
 	lock string
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
-	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, grants: map[int64]*grantRow{},
-		byJob: map[[2]int64][]*grantRow{}, asked: map[entryKey]bool{}, exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{},
-		lock: "FOR UPDATE OF c"}
+	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, byJob: map[[2]int64][]*grantRow{},
+		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, lock: "FOR UPDATE OF c"}
 }
 
-// rowSizes are the numbers of rows a rowStatements is spelled for.
+// rowSizes are the row counts rowsSQL spells a statement for.
 var rowSizes = []int{1, 4, 16, 64, 128}
 
-// rowStatements is a statement over a VALUES list of rows ("v", columns
-// column1.. in SQLite and PostgreSQL alike), spelled for each of rowSizes
-// and each spelling prepared once (hot): a call's rows of one kind go in
-// one statement (up to the largest size), the list padded to the next
-// size with pad rows, which match or write nothing. Every placeholder is
-// cast to its column's type, which PostgreSQL cannot infer for a VALUES
-// list.
+// rowStatements is head (VALUES rows) AS v tail, v's columns column1..
+// on both engines, spelled for each of rowSizes and prepared once (hot):
+// a call's rows go in as few statements as the sizes allow, the last one
+// padded with pad rows, which match or write nothing. Each placeholder is
+// cast to its pad value's type: PostgreSQL cannot infer it in VALUES.
 type rowStatements struct {
 	bySize []string
 	pad    []any
 }
 
-// rowsSQL spells head (VALUES rows of types) AS v tail, pad being the
-// row that fills the list.
-func rowsSQL(head string, types []string, tail string, pad ...any) rowStatements {
-	cols := make([]string, len(types))
-	for i, t := range types {
-		cols[i] = "CAST(? AS " + t + ")"
+func rowsSQL(head, tail string, pad ...any) rowStatements {
+	cols := make([]string, len(pad))
+	for i, v := range pad {
+		cols[i] = "CAST(? AS BIGINT)"
+		switch v.(type) {
+		case string, *string:
+			cols[i] = "CAST(? AS TEXT)"
+		case float64:
+			cols[i] = "CAST(? AS DOUBLE PRECISION)"
+		}
 	}
 	row := "(" + strings.Join(cols, ", ") + ")"
 	st := rowStatements{pad: pad}
 	for _, n := range rowSizes {
-		st.bySize = append(st.bySize, hot(head+"(VALUES "+strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")+") AS v "+tail))
+		st.bySize = append(st.bySize, hot(head+" (VALUES "+strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")+") AS v "+tail))
 	}
 	return st
 }
 
-// run runs st over rows, as few statements as rowSizes allow; with scan,
-// as queries (tail appended: PostgreSQL's row locks), calling scan on
-// every row they answer.
+// run runs st over rows, tail appended (PostgreSQL's row locks), and
+// calls scan, if any, on every row the statements answer.
 func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.Rows) error) error {
 	for len(rows) > 0 {
 		k := 0
 		for k < len(rowSizes)-1 && rowSizes[k] < len(rows) {
 			k++
 		}
-		part := rows[:min(len(rows), rowSizes[k])]
-		rows = rows[len(part):]
-		args := make([]any, 0, rowSizes[k]*len(st.pad))
-		for _, r := range part {
-			args = append(args, r...)
-		}
-		for range rowSizes[k] - len(part) {
+		n := min(len(rows), rowSizes[k])
+		args := slices.Concat(rows[:n]...)
+		for range rowSizes[k] - n {
 			args = append(args, st.pad...)
 		}
-		if scan == nil {
-			if _, err := b.s.exec(b.ctx, b.tx, st.bySize[k], args...); err != nil {
-				return err
-			}
-			continue
-		}
+		rows = rows[n:]
 		rs, err := b.s.query(b.ctx, b.tx, st.bySize[k]+tail, args...)
 		if err != nil {
-			return err
+			return fmt.Errorf("%.40s: %w", st.bySize[0], err)
 		}
-		for rs.Next() {
-			if err := scan(rs); err != nil {
-				rs.Close()
-				return err
+		for err == nil && rs.Next() { // SQLite runs a statement in Next
+			if scan != nil {
+				err = scan(rs)
 			}
 		}
-		rs.Close()
-		if err := rs.Err(); err != nil {
-			return err
+		if err = errors.Join(err, rs.Close(), rs.Err()); err != nil {
+			return fmt.Errorf("%.40s: %w", st.bySize[0], err)
 		}
 	}
 	return nil
 }
 
-const (
-	i64 = "BIGINT"
-	txt = "TEXT"
-	f64 = "DOUBLE PRECISION"
-)
-
 var (
 	readJobs = rowsSQL(`SELECT j.id, j.state, j.owner, j.cores, j.price, j.max_attempts, j.started_at, j.finished_at, j.n_total,
-		c.next_idx, c.n_waiting, c.n_retry, c.n_active, c.n_done, c.n_failed, c.n_killed, c.n_requeued FROM `,
-		[]string{i64}, `JOIN jobs j ON j.id = v.column1 JOIN counts c ON c.job_id = j.id`, 0)
+		c.next_idx, c.n_waiting, c.n_retry, c.n_active, c.n_done, c.n_failed, c.n_killed, c.n_requeued FROM`,
+		`JOIN jobs j ON j.id = v.column1 JOIN counts c ON c.job_id = j.id`, 0)
 	// The grants that hold a run of entries (job, attempt, first, last
 	// index): the one holding the first (the greatest first index not
-	// above it: one seek of grants_job) and those after it that start
-	// within the run.
-	readGrants = rowsSQL(`SELECT `+grantCols+` FROM `,
-		[]string{i64, i64, i64, i64}, `JOIN grants g ON g.job_id = v.column1 AND g.attempt = v.column2 AND g.first_idx <= v.column4
+	// above it: one seek of grants_job) and those after it within the run.
+	readGrants = rowsSQL(`SELECT `+grantCols+` FROM`, `JOIN grants g ON g.job_id = v.column1 AND g.attempt = v.column2 AND g.first_idx <= v.column4
 		AND g.first_idx >= coalesce((SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3
 			ORDER BY h.first_idx DESC LIMIT 1), v.column3)`, 0, 0, 0, -1)
-	readExceptions = rowsSQL(`SELECT x.job_id, x.idx, x.state, x.attempt, x.tries, x.grant_id, x.queued_at, x.finished_at, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail FROM `,
-		[]string{i64, i64}, `JOIN exceptions x ON x.job_id = v.column1 AND x.idx = v.column2`, 0, -1)
+	readExceptions = rowsSQL(`SELECT `+exceptionCols+` FROM`, `JOIN exceptions x ON x.job_id = v.column1 AND x.idx = v.column2`, 0, -1)
 )
 
 // readJobs reads the rows of the jobs ids that the batch has not read.
@@ -198,30 +181,32 @@ func (b *batch) readJobs(ids []int64) error {
 	}
 	tail := ""
 	if b.s.d.pg {
-		tail = " ORDER BY j.id " + b.lock // in id order: two writers lock their jobs in one order
+		tail = " ORDER BY j.id " + b.lock // two writers lock their jobs in one order
 	}
 	return b.run(readJobs, want, tail, func(rs *sql.Rows) error {
 		j := &jobRow{}
-		if err := rs.Scan(&j.id, &j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished, &j.c.Total,
-			&j.next, &j.c.Waiting, &j.retry, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed, &j.requd); err != nil {
-			return err
-		}
+		err := rs.Scan(&j.id, &j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished, &j.c.Total,
+			&j.next, &j.c.Waiting, &j.retry, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed, &j.requd)
 		j.from = j.state
 		b.jobs[j.id] = j
-		return nil
+		return err
 	})
 }
 
 // job reads a job's row once per transaction; nil when there is none.
 func (b *batch) job(id int64) (*jobRow, error) {
-	if err := b.readJobs([]int64{id}); err != nil {
-		return nil, err
-	}
-	return b.jobs[id], nil
+	err := b.readJobs([]int64{id})
+	return b.jobs[id], err
 }
 
 // entryKey is an entry handed out as an attempt: (job, attempt, index).
 type entryKey [3]int64
+
+// keyOf is the entry key of a task id's attempt.
+func keyOf(id int64, attempt int) entryKey {
+	job, idx := entryOf(id)
+	return entryKey{job, int64(attempt), int64(idx)}
+}
 
 // cached finds the grant of k among those the batch has read.
 func (b *batch) cached(k entryKey) *grantRow {
@@ -233,13 +218,10 @@ func (b *batch) cached(k entryKey) *grantRow {
 	return nil
 }
 
-// readGrants reads the grants of keys that the batch has not read, in
-// one statement per 128 runs of consecutive entries.
+// readGrants reads the grants of keys that the batch has not read, a
+// row per run of consecutive entries.
 func (b *batch) readGrants(keys []entryKey) error {
-	keys = slices.DeleteFunc(slices.Clone(keys), func(k entryKey) bool { return b.asked[k] })
-	for _, k := range keys {
-		b.asked[k] = true
-	}
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k entryKey) bool { return b.cached(k) != nil })
 	slices.SortFunc(keys, func(x, y entryKey) int { return slices.Compare(x[:], y[:]) })
 	var runs [][]any
 	for i, k := range keys {
@@ -251,7 +233,7 @@ func (b *batch) readGrants(keys []entryKey) error {
 	}
 	return b.run(readGrants, runs, "", func(rs *sql.Rows) error {
 		g, err := scanGrant(rs)
-		if err == nil && b.grants[g.id] == nil {
+		if err == nil && b.cached(entryKey{g.job, int64(g.attempt), int64(g.first)}) == nil {
 			b.addGrant(g)
 		}
 		return err
@@ -259,19 +241,16 @@ func (b *batch) readGrants(keys []entryKey) error {
 }
 
 // grantCols are a grant's columns as scanGrant reads them.
-const grantCols = `g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.epoch, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at`
+const grantCols = `g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.epoch, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at, g.heartbeat_at`
 
 func scanGrant(rs *sql.Rows) (*grantRow, error) {
 	g := &grantRow{}
-	var settled string
-	err := rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &settled, &g.open, &g.done, &g.failed, &g.assigned)
-	g.settled = []byte(settled)
-	return g, err
+	return g, rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &g.settled, &g.open, &g.done, &g.failed, &g.assigned, &g.beat)
 }
 
-// loadGrants reads the grants g that the rest of a query selects, until
-// they hold limit open entries, as the batch's grants to be written back,
-// and says whether more remain.
+// loadGrants reads the grants that the rest of a query selects, until
+// they hold limit open entries, as grants to be written back, and says
+// whether more remain.
 func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow, more bool, err error) {
 	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
 	if err != nil {
@@ -294,19 +273,8 @@ func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow
 
 // addGrant makes g one of the batch's grants.
 func (b *batch) addGrant(g *grantRow) {
-	b.grants[g.id] = g
 	k := [2]int64{g.job, int64(g.attempt)}
 	b.byJob[k] = append(b.byJob[k], g)
-}
-
-// grant finds the grant that handed out entry idx of job as attempt; nil
-// when there is none.
-func (b *batch) grant(job int64, attempt, idx int) (*grantRow, error) {
-	k := entryKey{job, int64(attempt), int64(idx)}
-	if err := b.readGrants([]entryKey{k}); err != nil {
-		return nil, err
-	}
-	return b.cached(k), nil
 }
 
 // readExceptions reads the exception rows of entries (job, idx) that the
@@ -321,21 +289,10 @@ func (b *batch) readExceptions(entries [][2]int64) error {
 	}
 	return b.run(readExceptions, want, "", func(rs *sql.Rows) error {
 		x := &exceptionRow{}
-		if err := rs.Scan(&x.job, &x.idx, &x.state, &x.attempt, &x.tries, &x.grant, &x.queued, &x.finished, &x.failAttempt, &x.status, &x.exit, &x.pool, &x.pilot, &x.started, &x.duration, &x.tail); err != nil {
-			return err
-		}
+		err := rs.Scan(x.fields()...)
 		b.exceptions[[2]int64{x.job, int64(x.idx)}] = x
-		return nil
+		return err
 	})
-}
-
-// exception reads an entry's exception row; nil when it has none.
-func (b *batch) exception(job int64, idx int) (*exceptionRow, error) {
-	k := [2]int64{job, int64(idx)}
-	if err := b.readExceptions([][2]int64{k}); err != nil {
-		return nil, err
-	}
-	return b.exceptions[k], nil
 }
 
 // readOpen reads the exception rows of the open entries of grants.
@@ -354,13 +311,14 @@ func (b *batch) readOpen(grants []*grantRow) error {
 // except returns the entry's exception row, a new one if it has none, to
 // be written back.
 func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
-	x, err := b.exception(job, idx)
-	if err != nil {
+	k := [2]int64{job, int64(idx)}
+	if err := b.readExceptions([][2]int64{k}); err != nil {
 		return nil, err
 	}
+	x := b.exceptions[k]
 	if x == nil {
 		x = &exceptionRow{job: job, idx: idx, attempt: attempt}
-		b.exceptions[[2]int64{job, int64(idx)}] = x
+		b.exceptions[k] = x
 	}
 	if !x.dirty {
 		x.dirty = true
@@ -370,90 +328,64 @@ func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 }
 
 var (
-	writeCounts = rowsSQL(`UPDATE counts SET next_idx = v.column2, n_waiting = v.column3, n_retry = v.column4, n_active = v.column5,
-		n_done = v.column6, n_failed = v.column7, n_killed = v.column8, n_requeued = v.column9 FROM `,
-		[]string{i64, i64, i64, i64, i64, i64, i64, i64, i64}, `WHERE counts.job_id = v.column1`, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-	writeGrants = rowsSQL(`UPDATE grants SET state = v.column2, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6 FROM `,
-		[]string{i64, txt, txt, i64, i64, i64}, `WHERE grants.id = v.column1`, 0, "", "", 0, 0, 0)
-	logUsage = rowsSQL(`INSERT INTO usage_log (at, owner, cpu_s, cost) SELECT * FROM `,
-		[]string{i64, txt, f64, f64}, `WHERE v.column2 <> ''`, 0, "", 0.0, 0.0)
-	writeJobStates = rowsSQL(`UPDATE jobs SET state = v.column2, started_at = v.column3, finished_at = v.column4 FROM `,
-		[]string{i64, txt, i64, i64}, `WHERE jobs.id = v.column1`, 0, "", 0, 0)
+	writeGrants = rowsSQL(`UPDATE grants SET state = v.column2, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6, heartbeat_at = v.column7 FROM`,
+		`WHERE grants.id = v.column1`, 0, "", "", 0, 0, 0, 0)
 	// Exception rows, new or not (SQLite needs the WHERE of an
 	// INSERT ... SELECT ... ON CONFLICT).
-	writeExcepts = rowsSQL(`INSERT INTO exceptions (job_id, idx, state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail)
-		SELECT * FROM `, []string{i64, i64, txt, i64, i64, i64, i64, i64, i64, txt, i64, txt, txt, i64, i64, txt},
+	writeExcepts = rowsSQL(`INSERT INTO exceptions (`+exceptionCols+`) SELECT * FROM`,
 		`WHERE v.column1 <> 0 ON CONFLICT (job_id, idx) DO UPDATE SET state = excluded.state, attempt = excluded.attempt, tries = excluded.tries, grant_id = excluded.grant_id,
 		queued_at = excluded.queued_at, finished_at = excluded.finished_at, fail_attempt = excluded.fail_attempt, status = excluded.status,
 		exit_code = excluded.exit_code, pool = excluded.pool, pilot = excluded.pilot, started_at = excluded.started_at,
-		duration_ms = excluded.duration_ms, error_tail = excluded.error_tail`, 0, 0, "", 0, 0, 0, 0, 0, 0, "", 0, "", "", 0, 0, "")
+		duration_ms = excluded.duration_ms, error_tail = excluded.error_tail`, (&exceptionRow{}).fields()...)
+	logUsage   = rowsSQL(`INSERT INTO usage_log (at, owner, cpu_s, cost) SELECT * FROM`, `WHERE v.column2 <> ''`, 0, "", 0.0, 0.0)
+	writeCount = rowsSQL(`UPDATE counts SET next_idx = v.column2, n_waiting = v.column3, n_retry = v.column4, n_active = v.column5,
+		n_done = v.column6, n_failed = v.column7, n_killed = v.column8, n_requeued = v.column9 FROM`, `WHERE counts.job_id = v.column1`, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	writeJobStates = rowsSQL(`UPDATE jobs SET state = v.column2, started_at = v.column3, finished_at = v.column4 FROM`, `WHERE jobs.id = v.column1`, 0, "", 0, 0)
 )
 
 // flush writes back every row the batch changed, a statement per kind,
 // and returns the jobs' state changes.
 func (b *batch) flush(now time.Time) ([]JobChange, error) {
-	var grants [][]any
-	for _, g := range b.grants {
-		if !g.dirty {
-			continue
+	var grants, excepts, usage, counts, states [][]any
+	for _, gs := range b.byJob {
+		for _, g := range gs {
+			if !g.dirty {
+				continue
+			}
+			if g.open == 0 {
+				g.state = grantClosed
+			}
+			grants = append(grants, []any{g.id, g.state, string(g.settled), g.open, g.done, g.failed, g.beat})
 		}
-		if g.open == 0 {
-			g.state = grantClosed
-		}
-		grants = append(grants, []any{g.id, g.state, string(g.settled), g.open, g.done, g.failed})
 	}
-	if err := b.run(writeGrants, grants, "", nil); err != nil {
-		return nil, fmt.Errorf("update grants: %w", err)
-	}
-	excepts := make([][]any, 0, len(b.order))
 	for _, x := range b.order {
-		excepts = append(excepts, []any{x.job, x.idx, x.state, x.attempt, x.tries, x.grant, x.queued, x.finished,
-			x.failAttempt, x.status, x.exit, x.pool, x.pilot, x.started, x.duration, x.tail})
+		excepts = append(excepts, x.fields())
 	}
-	if err := b.run(writeExcepts, excepts, "", nil); err != nil {
-		return nil, fmt.Errorf("write exceptions: %w", err)
-	}
-	var usage [][]any
 	for _, o := range slices.Sorted(maps.Keys(b.usage)) {
 		usage = append(usage, []any{ms(now), o, b.usage[o].CPU, b.usage[o].Cost})
 	}
-	if err := b.run(logUsage, usage, "", nil); err != nil {
-		return nil, fmt.Errorf("log usage: %w", err)
-	}
-	var counts, states [][]any
 	var changes []JobChange
 	for _, j := range b.jobs {
 		if j == nil || !j.moved {
 			continue
 		}
 		counts = append(counts, []any{j.id, j.next, j.c.Waiting, j.retry, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed, j.requd})
-		ch := settleJob(j, now)
-		if ch != nil {
-			changes = append(changes, *ch)
+		if j.state = rules.JobState(j.from, j.started > 0, j.c); j.state != j.from {
+			j.finished = 0
+			if api.JobFinal(j.state) {
+				j.finished = ms(now)
+			}
+			changes = append(changes, JobChange{j.id, j.from, j.state})
 		}
-		if ch != nil || j.startSet {
+		if j.state != j.from || j.startSet {
 			states = append(states, []any{j.id, j.state, j.started, j.finished})
 		}
 	}
-	if err := b.run(writeCounts, counts, "", nil); err != nil {
-		return nil, fmt.Errorf("update counts: %w", err)
-	}
-	if err := b.run(writeJobStates, states, "", nil); err != nil {
-		return nil, fmt.Errorf("update jobs: %w", err)
+	rows := [][][]any{grants, excepts, usage, counts, states}
+	for i, st := range []rowStatements{writeGrants, writeExcepts, logUsage, writeCount, writeJobStates} {
+		if err := b.run(st, rows[i], "", nil); err != nil {
+			return nil, err
+		}
 	}
 	return changes, nil
-}
-
-// settleJob derives j's state from its counters (rules.JobState) and
-// returns the change, if any (its finish time set or cleared with it).
-func settleJob(j *jobRow, now time.Time) *JobChange {
-	j.state = rules.JobState(j.from, j.started > 0, j.c)
-	if j.state == j.from {
-		return nil
-	}
-	j.finished = 0
-	if api.JobFinal(j.state) {
-		j.finished = ms(now)
-	}
-	return &JobChange{j.id, j.from, j.state}
 }

@@ -16,7 +16,7 @@ import (
 // The sizer aims each transaction at chunkBudget from the last one's lock
 // time per row, at most doubling, at least a quarter, within its bounds.
 func TestChunkSizerAimsAtTheBudget(t *testing.T) {
-	z := newChunkSizer(1000)
+	z := (&Store{d: &dialect{}}).chunks(1000)
 	if z.size() != chunkStart {
 		t.Fatalf("first chunk %d, want %d", z.size(), chunkStart)
 	}
@@ -50,12 +50,12 @@ func TestChunkSizerAimsAtTheBudget(t *testing.T) {
 	if z.size() != 1000 {
 		t.Fatalf("after an empty chunk: %d, want 1000", z.size())
 	}
-	if z := newChunkSizer(5); z.size() != 5 {
+	if z := (&Store{d: &dialect{}}).chunks(5); z.size() != 5 {
 		t.Fatalf("limit 5: first chunk %d", z.size())
 	} else if z.took(5, time.Hour); z.size() != 5 {
 		t.Fatalf("limit 5 under the floor: %d, want 5 (the limit is the caller's)", z.size())
 	}
-	if z := newChunkSizer(0); z.size() != 1 {
+	if z := (&Store{d: &dialect{}}).chunks(0); z.size() != 1 {
 		t.Fatalf("limit 0: %d, want 1", z.size())
 	}
 }

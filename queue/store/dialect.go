@@ -14,10 +14,9 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-// The store's statements are written once, in SQL that SQLite and
-// PostgreSQL both run, with ? placeholders; the dialect is where the two
-// engines differ: PostgreSQL's placeholders ($1, $2, ...), its row locks,
-// its error codes and its retries of serialization failures.
+// The store's statements are written once, with ? placeholders, in SQL
+// that SQLite and PostgreSQL both run; the dialect is where the engines
+// differ: placeholders ($1, $2, ...), error codes, retries.
 type dialect struct {
 	pg      bool
 	rebound sync.Map // query -> PostgreSQL's spelling
@@ -28,33 +27,28 @@ func (d *dialect) sql(query string) string {
 	if !d.pg {
 		return query
 	}
-	if q, ok := d.rebound.Load(query); ok {
-		return q.(string)
+	q, ok := d.rebound.Load(query)
+	if !ok {
+		q, _ = d.rebound.LoadOrStore(query, Rebind(query))
 	}
-	q := Rebind(query)
-	d.rebound.Store(query, q)
-	return q
+	return q.(string)
 }
 
 // Rebind numbers the ? placeholders of query outside string literals and
 // quoted names: a statement of the store (or a test) as PostgreSQL spells it.
 func Rebind(query string) string {
 	var b strings.Builder
-	n := 0
-	var quote byte
-	for i := 0; i < len(query); i++ {
-		c := query[i]
+	n, quote := 0, byte(0)
+	for _, c := range []byte(query) {
 		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == '?':
+		case quote == 0 && c == '?':
 			n++
 			b.WriteString("$" + strconv.Itoa(n))
 			continue
+		case quote == 0 && (c == '\'' || c == '"'):
+			quote = c
+		case c == quote:
+			quote = 0
 		}
 		b.WriteByte(c)
 	}
@@ -70,23 +64,20 @@ func duplicate(err error) bool {
 }
 
 // retryable is whether a transaction failed only because another
-// committed first: PostgreSQL's serialization failure or deadlock, to be
+// committed first (PostgreSQL's serialization failure or deadlock): to be
 // run again from its start.
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// retries is how a PostgreSQL transaction is run again: at once, then
-// after growing, jittered waits, for at most retryFor.
+// retries runs a PostgreSQL transaction again at once, then after
+// growing, jittered waits, for at most 10 s.
 func retries(ctx context.Context) backoff.BackOff {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, retryFor
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, 10*time.Second
 	return backoff.WithContext(b, ctx)
 }
-
-// retryFor bounds the retries of one write transaction.
-const retryFor = 10 * time.Second
 
 // wtx is a write transaction; its statements are spelled for the engine.
 type wtx struct {

@@ -15,14 +15,12 @@ import (
 )
 
 // The hot path on grants (migrations/008_grants.sql, docs/queue.md): a
-// pull writes one grant row and one counter row per job it serves, a
-// batch of results one grant row per grant and one counter row per job
-// (plus an exception row per entry that did not simply succeed), a
-// heartbeat one grant row per grant it renews. Each is one transaction of
-// plain SQL.
+// pull writes a grant row and a counter row per job it serves, results a
+// grant row per grant and a counter row per job (and an exception row per
+// entry that did not simply succeed), a heartbeat a grant row per grant.
 
 // taskID is an entry's task id in the pilot protocol: its job and its
-// index within the job, without a row of its own.
+// index within the job.
 func taskID(job int64, idx int) int64 { return job<<32 | int64(idx) }
 
 // entryOf is taskID's inverse.
@@ -54,9 +52,8 @@ type TakenTask struct {
 
 // Taken is what Assign handed out.
 type Taken struct {
-	// Tasks maps a job to its tasks handed out, lowest id (FIFO) first.
-	// A job that is no longer live, or has fewer waiting tasks than asked
-	// for, gives fewer.
+	// Tasks maps a job to its tasks handed out, retries first, then by
+	// index; fewer than asked if the job has fewer waiting.
 	Tasks map[int64][]TakenTask
 	// Gone lists the jobs asked for that are no longer live.
 	Gone    []int64
@@ -68,61 +65,19 @@ var (
 	// each (exceptions_waiting): SQLite allows no LIMIT that names an
 	// outer row, so the walk is a recursive query.
 	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (
-		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM `,
-		[]string{i64, i64}, `UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
+		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM`,
+		`UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
 		FROM r WHERE r.k < r.n AND r.idx IS NOT NULL)
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
 		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
-	// Grants, fresh or of a retried entry (whose exception row is then
-	// marked GRANTED to it).
-	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM `,
-		[]string{i64, i64, i64, i64, txt, i64, txt, i64, i64, txt, txt, i64}, `WHERE v.column1 <> 0 RETURNING id, job_id, first_idx, attempt`,
-		0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
-	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM `,
-		[]string{i64, i64, i64, i64}, `WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0, 0)
+	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
+		`WHERE v.column1 <> 0 RETURNING id, job_id, first_idx, attempt`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
+	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM`,
+		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0, 0)
 	// The entries of ranges (job, first, last).
-	readNames = rowsSQL(`SELECT e.job_id, e.idx, e.name FROM `, []string{i64, i64, i64},
+	readNames = rowsSQL(`SELECT e.job_id, e.idx, 1, e.name FROM`,
 		`JOIN entries e ON e.job_id = v.column1 AND e.idx >= v.column2 AND e.idx <= v.column3 ORDER BY e.job_id, e.idx`, 0, 1, 0)
 )
-
-// insertGrants inserts grants (rows of insertGrants' columns) and marks
-// the exception rows of the retried entries among them GRANTED.
-func (b *batch) insertGrants(rows [][]any) error {
-	var marks [][]any
-	err := b.run(insertGrants, rows, "", func(rs *sql.Rows) error {
-		var id, job int64
-		var idx, attempt int
-		if err := rs.Scan(&id, &job, &idx, &attempt); err != nil {
-			return err
-		}
-		if attempt > 1 {
-			marks = append(marks, []any{job, idx, attempt, id})
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("insert grants: %w", err)
-	}
-	if err := b.run(markGranted, marks, "", nil); err != nil {
-		return fmt.Errorf("mark retries granted: %w", err)
-	}
-	return nil
-}
-
-// names appends the fresh tasks of ranges (job, first, last) to out, each
-// job's in index order after its retries.
-func (b *batch) names(ranges [][]any, out map[int64][]TakenTask) error {
-	return b.run(readNames, ranges, "", func(rs *sql.Rows) error {
-		var job int64
-		var idx int
-		var name string
-		if err := rs.Scan(&job, &idx, &name); err != nil {
-			return err
-		}
-		out[job] = append(out[job], TakenTask{ID: taskID(job, idx), Name: name, Attempt: 1})
-		return nil
-	})
-}
 
 // Assign hands out, for each take, the job's waiting entries of lowest
 // index (its retries, then fresh ones) to the pool's lease holder under
@@ -141,8 +96,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		if err := b.readJobs(ids); err != nil {
 			return err
 		}
-		// The jobs' retries, read at once.
-		want := map[int64]int{}
+		want := map[int64]int{} // retries to read per job
 		for _, t := range takes {
 			if j := b.jobs[t.Job]; j != nil && j.retry > 0 && t.N > 0 {
 				want[t.Job] = min(want[t.Job]+t.N, j.retry)
@@ -152,22 +106,12 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		for _, id := range slices.Sorted(maps.Keys(want)) {
 			asked = append(asked, []any{id, want[id]})
 		}
-		retries := map[int64][]TakenTask{}
-		err := b.run(readRetries, asked, "", func(rs *sql.Rows) error {
-			var job int64
-			var r TakenTask
-			var idx int
-			err := rs.Scan(&job, &idx, &r.Attempt, &r.Name)
-			r.ID = taskID(job, idx)
-			retries[job] = append(retries[job], r)
+		retries := map[int64][]TakenTask{} // with their last attempt
+		if err := b.run(readRetries, asked, "", scanTasks(retries)); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("read retries: %w", err)
 		}
 		at := ms(now)
-		var grants [][]any // the new grants' rows: a range of fresh entries, or one retried entry
-		var ranges [][]any // the fresh ranges (job, first, last)
+		var grants, ranges [][]any // the new grants' rows; the fresh ranges (job, first, last)
 		for _, t := range takes {
 			j := b.jobs[t.Job]
 			if j == nil && s.d.pg {
@@ -175,8 +119,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				var n int
 				if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = ?`, t.Job).Scan(&n); err != nil {
 					return err
-				}
-				if n > 0 {
+				} else if n > 0 {
 					continue
 				}
 			}
@@ -188,8 +131,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			rs := retries[t.Job][:min(n, len(retries[t.Job]))]
 			retries[t.Job] = retries[t.Job][len(rs):]
 			for _, r := range rs {
-				// Attempt 1 is a fresh grant's, and only its.
-				r.Attempt = max(r.Attempt+1, 2)
+				r.Attempt = max(r.Attempt+1, 2) // attempt 1 is a fresh grant's, and only its
 				_, idx := entryOf(r.ID)
 				grants = append(grants, []any{t.Job, idx, idx, r.Attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", string(rune(open)), 1})
 				out.Tasks[t.Job] = append(out.Tasks[t.Job], r)
@@ -212,19 +154,45 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				}
 			}
 		}
-		if err := b.insertGrants(grants); err != nil {
+		var marks [][]any // the retried entries' exception rows, now GRANTED
+		err := b.run(insertGrants, grants, "", func(rs *sql.Rows) error {
+			var id, job int64
+			var idx, attempt int
+			err := rs.Scan(&id, &job, &idx, &attempt)
+			if attempt > 1 {
+				marks = append(marks, []any{job, idx, attempt, id})
+			}
 			return err
+		})
+		if err == nil {
+			err = b.run(markGranted, marks, "", nil)
 		}
-		if err := b.names(ranges, out.Tasks); err != nil {
-			return err
+		if err == nil {
+			err = b.run(readNames, ranges, "", scanTasks(out.Tasks))
 		}
-		out.Changes, err = b.flush(now)
+		if err == nil {
+			out.Changes, err = b.flush(now)
+		}
 		return err
 	})
 	if err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
 	}
 	return out, nil
+}
+
+// scanTasks appends each task a statement answers (job, index, attempt,
+// name) to its job's in out.
+func scanTasks(out map[int64][]TakenTask) func(*sql.Rows) error {
+	return func(rs *sql.Rows) error {
+		var job int64
+		var idx int
+		var t TakenTask
+		err := rs.Scan(&job, &idx, &t.Attempt, &t.Name)
+		t.ID = taskID(job, idx)
+		out[job] = append(out[job], t)
+		return err
+	}
 }
 
 // OwnedEvent is a usage event and whose it is.
@@ -236,73 +204,58 @@ type OwnedEvent struct {
 // Applied is what a batch of results changed.
 type Applied struct {
 	Applied, Duplicates, Ignored int
-	// Running is the change of running cores per owner.
-	Running map[string]int
-	// Waiting is the change of waiting tasks per job (requeued tasks).
-	Waiting map[int64]int
-	// Events are the usage of every recorded result (applied or stale).
-	Events  []OwnedEvent
-	Changes []JobChange
-	// Outcomes are the applied results, for the per-site figures.
-	Outcomes []Outcome
-	// LostMS is the run time of the interrupted attempts recorded: task
-	// time lost to pilots that ended under their tasks.
-	LostMS int64
+	Running                      map[string]int // change of running cores per owner
+	Waiting                      map[int64]int  // change of waiting tasks per job (requeued)
+	Events                       []OwnedEvent   // the usage of every result recorded (applied or stale)
+	Changes                      []JobChange
+	Outcomes                     []Outcome // the applied results, for the per-site figures
+	LostMS                       int64     // run time of the interrupted attempts recorded (pilots that ended under them)
 }
 
-// Outcome is one applied result: its job, its status, how long it took
-// from its hand-out to its result and how long it ran.
+// Outcome is an applied result: its job, status, time from hand-out to
+// result, and run time.
 type Outcome struct {
 	Job                      int64
 	Status                   string
 	TurnaroundMS, DurationMS int64
 }
 
-// ApplyResults records a pool's results in one transaction, fenced by the
-// pool's epoch, idempotent by (task, attempt): each names an entry of a
-// grant, whose settled mark says whether a result was recorded before (a
-// duplicate changes nothing). A result for an entry its grant no longer
-// holds open (expired, requeued, its job killed) is recorded for usage
-// but changes no counter; a current one moves its entry as
-// rules.AfterResult says. A result for the open entry of another pool's
-// grant is ignored and not recorded, so it cannot take the place of the
-// real one. Plain success writes no row of its own: its grant's and its
-// job's rows move.
+// ApplyResults records a pool's results in one transaction fenced by its
+// epoch, idempotent by (task, attempt): the entry's settled mark in its
+// grant tells a duplicate. A result for an entry no longer open (expired,
+// requeued, its job killed) counts for usage only; a current one moves
+// its entry as rules.AfterResult says; one for another pool's open entry
+// is ignored. Plain success writes no row of its own.
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		// Every row the results need, a statement per kind: their jobs,
-		// their grants, and the exception rows of the entries that are
-		// not a first attempt's plain success.
+		// Their jobs, grants, and the exception rows of all but first
+		// attempts' plain successes.
 		ids := make([]int64, len(results))
 		keys := make([]entryKey, len(results))
 		var excepts [][2]int64
 		for i, r := range results {
-			var idx int
-			ids[i], idx = entryOf(r.TaskID)
-			keys[i] = entryKey{ids[i], int64(r.Attempt), int64(idx)}
+			keys[i] = keyOf(r.TaskID, r.Attempt)
+			ids[i] = keys[i][0]
 			if r.Attempt > 1 || r.Status != pilotproto.StatusDone {
-				excepts = append(excepts, [2]int64{ids[i], int64(idx)})
+				excepts = append(excepts, [2]int64{keys[i][0], keys[i][2]})
 			}
 		}
-		if err := b.readJobs(ids); err != nil {
-			return err
+		err := b.readJobs(ids)
+		if err == nil {
+			err = b.readGrants(keys)
 		}
-		if err := b.readGrants(keys); err != nil {
-			return err
+		if err == nil {
+			err = b.readExceptions(excepts)
 		}
-		if err := b.readExceptions(excepts); err != nil {
-			return err
+		for i := 0; i < len(results) && err == nil; i++ {
+			err = b.result(&a, pool, results[i], now)
 		}
-		for _, r := range results {
-			if err := b.result(&a, pool, r, now); err != nil {
-				return err
-			}
+		if err == nil {
+			a.Changes, err = b.flush(now)
 		}
-		var err error
-		a.Changes, err = b.flush(now)
 		return err
 	})
 	if err != nil {
@@ -311,21 +264,9 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	return a, nil
 }
 
-// poolCounter is the grant column (done 0, failed 1) a status counts in.
-var poolCounter = map[string]int{pilotproto.StatusDone: 0, pilotproto.StatusFailed: 1, pilotproto.StatusTimeout: 1}
-
 func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) error {
 	job, idx := entryOf(r.TaskID)
-	g, err := b.grant(job, r.Attempt, idx)
-	if err != nil {
-		return err
-	}
-	var j *jobRow
-	if g != nil {
-		if j, err = b.job(job); err != nil {
-			return err
-		}
-	}
+	g, j := b.cached(keyOf(r.TaskID, r.Attempt)), b.jobs[job]
 	if g == nil || j == nil {
 		a.Ignored++
 		return nil
@@ -341,58 +282,50 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		return nil
 	}
 	cpu := float64(j.cores) * float64(r.DurationMS) / 1000
-	ev := UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}
-	g.dirty = true
-	a.Events = append(a.Events, OwnedEvent{j.owner, ev})
+	a.Events = append(a.Events, OwnedEvent{j.owner, UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}})
 	u := b.usage[j.owner]
-	u.CPU += ev.CPU
-	u.Cost += ev.Cost
-	b.usage[j.owner] = u
+	b.usage[j.owner] = UsageEvent{CPU: u.CPU + cpu, Cost: u.Cost + cpu*j.price}
 	if r.Status == pilotproto.StatusInterrupted {
 		a.LostMS += r.DurationMS
 	}
+	g.dirty, g.settled[i] = true, settledR
 	if mark != open || g.state == grantClosed || !rules.JobLive(j.state) {
 		// Not current: the entry left the grant (expired, requeued), or
 		// its job was killed and the kill has not reached the grant yet
-		// (its counters already count the entry killed).
-		g.settled[i] = settledR
-		if mark == open {
-			g.open--
-			x, err := b.except(job, idx, g.attempt)
-			if err != nil {
-				return err
-			}
+		// (the job's counters count the entry killed already).
+		a.Ignored++
+		if mark != open {
+			return nil
+		}
+		g.open--
+		x, err := b.except(job, idx, g.attempt)
+		if err == nil {
 			x.state, x.finished = api.TaskKilled, ms(now)
 		}
-		a.Ignored++
-		return nil
+		return err
 	}
-	var x *exceptionRow
+	var x *exceptionRow // read by ApplyResults
 	if g.attempt > 1 {
-		if x, err = b.exception(job, idx); err != nil {
-			return err
-		}
+		x = b.exceptions[[2]int64{job, int64(idx)}]
 	}
-	tries := 0
+	act := rules.ActiveTask{State: g.state, Attempt: g.attempt, MaxAttempts: j.maxTries, JobState: j.state}
 	if x != nil {
-		tries = x.tries
+		act.Tries = x.tries
 	}
-	act := rules.ActiveTask{State: g.state, Attempt: g.attempt, Tries: tries, MaxAttempts: j.maxTries, JobState: j.state}
 	tr := rules.AfterResult(act, r.Status)
-	g.settled[i] = settledR
 	if tr.State == api.TaskDone {
 		g.settled[i] = settledD
 	}
 	g.open--
-	if col, ok := poolCounter[r.Status]; ok {
-		if col == 0 {
-			g.done++
-		} else {
-			g.failed++
-		}
+	switch r.Status {
+	case pilotproto.StatusDone:
+		g.done++
+	case pilotproto.StatusFailed, pilotproto.StatusTimeout:
+		g.failed++
 	}
 	if tr.State != api.TaskDone || x != nil {
-		if x, err = b.except(job, idx, g.attempt); err != nil {
+		x, err := b.except(job, idx, g.attempt)
+		if err != nil {
 			return err
 		}
 		x.state, x.attempt, x.grant = tr.State, g.attempt, g.id
@@ -425,10 +358,9 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 	return nil
 }
 
-// Heartbeat renews the pool's lease of epoch and keeps the grants of the
-// listed attempts alive (RUNNING, their heartbeat time now), in one fenced
-// transaction: one UPDATE of the grants, nothing per task. It returns the
-// renewed lease.
+// Heartbeat renews the pool's lease of epoch and the grants that hold the
+// listed attempts open (RUNNING, their heartbeat time now), in one fenced
+// transaction, and returns the renewed lease.
 func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
 	var next rules.Lease
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
@@ -440,25 +372,18 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 		b := s.newBatch(ctx, tx)
 		keys := make([]entryKey, len(refs))
 		for i, r := range refs {
-			job, idx := entryOf(r.TaskID)
-			keys[i] = entryKey{job, int64(r.Attempt), int64(idx)}
+			keys[i] = keyOf(r.TaskID, r.Attempt)
 		}
 		if err := b.readGrants(keys); err != nil {
 			return err
 		}
-		var beat [][]any
 		for _, k := range keys {
-			g := b.cached(k)
-			if g == nil || g.beat || g.pool != pool || g.state == grantClosed || g.settled[int(k[2])-g.first] != open {
-				continue
+			if g := b.cached(k); g != nil && g.pool == pool && g.state != grantClosed && g.settled[k[2]-int64(g.first)] == open {
+				g.state, g.beat, g.dirty = "RUNNING", ms(now), true
 			}
-			g.beat = true
-			beat = append(beat, []any{g.id, ms(now)})
 		}
-		if err := b.run(beatGrants, beat, "", nil); err != nil {
-			return err
-		}
-		return nil
+		_, err := b.flush(now)
+		return err
 	})
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
@@ -466,19 +391,10 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 	return next, nil
 }
 
-var beatGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v.column2 FROM `, []string{i64, i64},
-	`WHERE grants.id = v.column1 AND grants.state != 'CLOSED'`, 0, 0)
-
 // ActiveTasksBefore lists the pool's active tasks handed out under an
-// epoch older than epoch.
-func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks of older epochs", `epoch < ?`, pool, epoch)
-}
-
-// ActiveTasksOfEpochBefore lists the pool's active tasks handed out under
-// epoch before t.
-func (s *Store) ActiveTasksOfEpochBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks handed out before the open", `epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+// epoch older than epoch, or under epoch before t (the zero time: none).
+func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
+	return s.openEntries(ctx, "find tasks of older epochs", `(epoch < ? OR epoch = ? AND assigned_at < ?)`, pool, epoch, epoch, ms(t))
 }
 
 // AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
@@ -487,9 +403,8 @@ func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t 
 	return s.openEntries(ctx, "find tasks never acknowledged", `state = 'ASSIGNED' AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
 }
 
-// openEntries lists the open entries of a pool's live grants that where
-// (with the arguments after pool) selects as task references, on a
-// reader; what names the search in its errors.
+// openEntries lists the open entries of the pool's live grants that where
+// (its arguments after pool) selects; what names the search in errors.
 func (s *Store) openEntries(ctx context.Context, what, where, pool string, args ...any) ([]pilotproto.TaskRef, error) {
 	var out []pilotproto.TaskRef
 	return out, s.each(ctx, what, func(r *sql.Rows) error {

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,13 +27,12 @@ func Redact(db string) string {
 }
 
 // pgConns is how many connections one process opens to PostgreSQL: a
-// pull, a batch of results and the reads of the API at once.
+// pull, a batch of results and the API's reads at once.
 const pgConns = 8
 
 // openPG opens (creating or migrating the schema of) the PostgreSQL
-// database at the URL dsn, through pgx's database/sql driver. Every agent
-// that opens it may write: write transactions are SERIALIZABLE and run
-// again when PostgreSQL refuses one (Store.transact).
+// database at the URL dsn. Every agent that opens it may write: write
+// transactions are SERIALIZABLE and run again when refused (transact).
 func openPG(dsn string) (*Store, error) {
 	name := Redact(dsn)
 	cfg, err := pgx.ParseConfig(dsn)
@@ -63,25 +60,21 @@ func openPG(dsn string) (*Store, error) {
 	return st, nil
 }
 
-// claimKey is the first key of the advisory lock a queue claims its
-// PostgreSQL schema with (Claim); the second is the schema's hash, so
-// queues in different schemas of one database do not meet.
+// claimKey is the first key of Claim's advisory lock; the second is the
+// schema's hash, so queues in different schemas of one database do not meet.
 const claimKey = 0x68617276 // "harv"
 
 // ErrClaimed: another queue runs on the same PostgreSQL schema in a mode
 // that cannot run beside this one's.
 var ErrClaimed = errors.New("another harvest queue uses this database")
 
-// Claim takes the database for this queue, alone or shared (several
-// agents with --peer, Share), and holds it until Close: on PostgreSQL a
-// session advisory lock on the schema, exclusive or shared, so a queue
-// started without --peer refuses to run beside any other (each would
-// take the other's submissions in progress for abandoned ones, and both
-// would sweep), and agents that share refuse to run beside one that
-// does not. A process killed loses its session and so its claim; a
-// restart may find the old session not yet gone, so Claim asks again
-// for up to wait. On SQLite it does nothing: internal/statelock holds
-// the database's directory for one process.
+// Claim takes the database for this queue until Close, alone or shared
+// (agents started with --peer): on PostgreSQL a session advisory lock on
+// the schema, exclusive or shared. Two queues alone on one database would
+// each take the other's submissions for abandoned ones and both sweep.
+// A killed process's session (and claim) may outlive it for a moment, so
+// Claim asks again for up to wait. On SQLite it does nothing:
+// internal/statelock holds the database's directory for one process.
 func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) error {
 	if !s.d.pg {
 		return nil
@@ -120,41 +113,4 @@ func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// Scratch makes a new, empty schema in the PostgreSQL database at dsn
-// (named prefix and a random suffix) and returns a URL whose search_path
-// is that schema, for a run that needs a fresh queue (harvest bench), and
-// a function that drops it.
-func Scratch(ctx context.Context, dsn, prefix string) (string, func() error, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return "", nil, fmt.Errorf("%s: not a PostgreSQL URL: %w", Redact(dsn), err)
-	}
-	db := stdlib.OpenDB(*cfg)
-	var b [4]byte
-	rand.Read(b[:])
-	schema := prefix + hex.EncodeToString(b[:])
-	if _, err := db.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-		db.Close()
-		return "", nil, fmt.Errorf("%s: %w", Redact(dsn), err)
-	}
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	drop := func() error {
-		defer db.Close()
-		_, err := db.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
-		return err
-	}
-	return dsn + sep + "search_path=" + schema, drop, nil
-}
-
-// WALPosition is PostgreSQL's WAL insert position in bytes (the whole
-// server's: deltas measure a store's writes on an otherwise idle server).
-func (s *Store) WALPosition(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.r.QueryRowContext(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&n)
-	return n, err
 }

@@ -100,7 +100,7 @@ func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
 		t.Fatalf("b's epoch after a's takeover: %v", err)
 	}
 	// The new master of a finds a's older task; b's are not a's business.
-	older, err := s.ActiveTasksBefore(ctx, "a", 2)
+	older, err := s.ActiveTasksBefore(ctx, "a", 2, time.Time{})
 	if err != nil || len(older) != 1 || older[0].TaskID != ta.Tasks[id][1].ID {
 		t.Fatalf("a's tasks of older epochs: %+v %v", older, err)
 	}
@@ -153,7 +153,7 @@ func TestTheV1LeaseBecomesTheLocalPools(t *testing.T) {
 	}
 	// The upgrade to grants (schema 008) requeues running tasks, without
 	// an attempt charged: nothing is active, task a waits again.
-	older, err := s.ActiveTasksBefore(ctx, api.LocalSite, 8)
+	older, err := s.ActiveTasksBefore(ctx, api.LocalSite, 8, time.Time{})
 	if err != nil || len(older) != 0 {
 		t.Fatalf("local tasks of older epochs %+v %v", older, err)
 	}

@@ -32,7 +32,7 @@ func TestSQLiteCheckpointsTheWALByItself(t *testing.T) {
 		}
 	}
 	written := int64(3 * len(names) * 200)
-	if b := s.WALStats().Bytes; b == 0 || b > 2*ac*page || b >= written {
+	if b := s.WALBytes(); b == 0 || b > 2*ac*page || b >= written {
 		t.Fatalf("WAL of %d bytes after writing %d bytes of names: want it checkpointed, at most about %d pages of %d bytes", b, written, ac, page)
 	}
 }
