@@ -214,7 +214,7 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sec(sub), sec(st), sec(fin), sec(exp)
+	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sub/1000, st/1000, fin/1000, exp/1000
 	if err := json.Unmarshal([]byte(cmd), &j.Command); err != nil {
 		return j, fmt.Errorf("job %d: stored command: %w", j.ID, err)
 	}

@@ -19,14 +19,10 @@ var leaseQuery = hot(`SELECT epoch, holder, address, expires_at FROM leases WHER
 // prepared statement on SQLite, locking the row as lock says (FOR SHARE,
 // FOR UPDATE) on PostgreSQL.
 func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (rules.Lease, error) {
-	if s.d.pg {
-		return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+" "+lock, pool), pool)
+	if st := s.stmts[leaseQuery]; st != nil {
+		return scanLease(tx.StmtContext(ctx, st).QueryRowContext(inline(ctx), pool), pool)
 	}
-	st, err := s.prepared(ctx, tx, leaseQuery)
-	if err != nil {
-		return rules.Lease{}, fmt.Errorf("read lease of pool %q: %w", pool, err)
-	}
-	return scanLease(st.QueryRowContext(inline(ctx), pool), pool)
+	return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+" "+lock, pool), pool)
 }
 
 // scanLease reads a lease row (after the columns first, if any); no row
