@@ -132,6 +132,10 @@ var (
 	insertEntriesSQL = hot(`INSERT INTO entries (job_id, idx, name) VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", insertRows), ", "))
 )
 
+// ErrSubmissionTaken is ActivateJob's error for a submission this agent
+// no longer stores: another agent took it over (TakeOverSubmission).
+var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
+
 // ActivateJob makes a SUBMITTING job WAITING with its n tasks and output
 // directory: from this commit on it is visible.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
@@ -191,6 +195,12 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 // SubmittingJobs lists the jobs whose submission never completed.
 func (s *Store) SubmittingJobs(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ?`, rules.JobSubmitting)
+}
+
+// SubmittingBefore lists the jobs whose submission started before cut and
+// never completed (with several agents on one database: its agent died).
+func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
+	return s.ids(ctx, "find stale submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
 }
 
 // JobChange is a job's state change made by a write.

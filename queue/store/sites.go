@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -112,4 +113,39 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// SiteRound is what a site's agent saw at its last round (pilots held,
+// nodes idle, when), kept for the other agents of a shared database.
+type SiteRound struct {
+	Held int   `json:"held"`
+	Idle int   `json:"idle"`
+	AtMS int64 `json:"at_ms"`
+}
+
+// siteRoundKey prefixes the settings rows of the sites' rounds.
+const siteRoundKey = "round:"
+
+// PutSiteRound records a site's latest round.
+func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) error {
+	v, _ := json.Marshal(r)
+	return s.putSetting(ctx, siteRoundKey+site, string(v))
+}
+
+// SiteRounds reads every site's latest round.
+func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
+	out := map[string]SiteRound{}
+	return out, s.each(ctx, "read the sites' rounds", func(rs *sql.Rows) error {
+		var k, v string
+		var r SiteRound
+		if err := rs.Scan(&k, &v); err != nil {
+			return err
+		}
+		site := strings.TrimPrefix(k, siteRoundKey)
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return fmt.Errorf("the round of site %s: %w", site, err)
+		}
+		out[site] = r
+		return nil
+	}, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
 }
