@@ -323,10 +323,7 @@ func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) erro
 		}
 		err = errors.Join(err, rows.Close(), rows.Err())
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return wrap(err, "%s", what)
 }
 
 // do runs one statement in a write transaction of its own and returns how
@@ -356,6 +353,14 @@ func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int
 		return err
 	}, query, args...)
 	return out, err
+}
+
+// wrap is err after what (formatted with args), or nil without err.
+func wrap(err error, what string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(what+": %w", append(args, err)...)
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
