@@ -44,10 +44,7 @@ func (s *Store) Site(ctx context.Context, name string) (st Site, ok bool, err er
 	if errors.Is(err, sql.ErrNoRows) {
 		return Site{}, false, nil
 	}
-	if err != nil {
-		return Site{}, false, fmt.Errorf("read site %s: %w", name, err)
-	}
-	return st, true, nil
+	return st, err == nil, wrap(err, "read site %s", name)
 }
 
 // AddSite registers a site (or keeps its settings if it exists) and makes
@@ -95,8 +92,7 @@ func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
 	return s.putSetting(ctx, "global_max_nodes", strconv.Itoa(n))
 }
 
-// putSetting stores rows of the settings table (key, value, key, value,
-// ...) in one statement.
+// putSetting stores settings (key, value, key, value, ...) in one statement.
 func (s *Store) putSetting(ctx context.Context, kv ...string) error {
 	args := make([]any, len(kv))
 	for i, v := range kv {
@@ -115,8 +111,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-// SiteRound is what a site's agent saw at its last round (pilots held,
-// nodes idle, when), kept for the other agents of a shared database.
+// SiteRound is a site's agent's last round (pilots held, nodes idle,
+// when), kept for the other agents of a shared database.
 type SiteRound struct {
 	Held int   `json:"held"`
 	Idle int   `json:"idle"`
