@@ -9,10 +9,8 @@ package store
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -25,11 +23,9 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/harvest-hpc/harvest/queue/rules"
+	"github.com/harvest-hpc/harvest/queue/store/schema"
 	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
-
-//go:embed migrations/*.sql migrations/postgres/*.sql
-var migrations embed.FS
 
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
@@ -127,53 +123,15 @@ func (s *Store) close() error {
 	return errors.Join(errs...)
 }
 
-// migrate applies the engine's embedded migrations in name order, each
-// once, in one transaction (on PostgreSQL under an advisory lock, so
-// agents opening the database at once migrate one after the other).
+// migrate brings the database's schema up to date, in one transaction.
 func (s *Store) migrate() error {
-	dir := "migrations"
-	if s.d.pg {
-		dir = "migrations/postgres"
-	}
-	names, _ := fs.Glob(migrations, dir+"/*.sql") // in name order
 	tx, err := s.w.Begin()
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback()
-	t, ctx := &wtx{tx, s.d}, context.Background()
-	if s.d.pg {
-		if _, err := t.ExecContext(ctx, `SELECT pg_advisory_xact_lock(?)`, 0x68617276); err != nil { // "harv"
-			return fmt.Errorf("migrate: %w", err)
-		}
-	}
-	if _, err := t.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	// A newer harvest's schema is refused: this binary would write it wrong.
-	known := make([]any, len(names))
-	for i, n := range names {
-		known[i] = n
-	}
-	var newer string
-	if err := t.QueryRowContext(ctx, `SELECT coalesce(max(name), '') FROM schema_migrations WHERE name NOT IN (?`+strings.Repeat(", ?", len(names)-1)+`)`, known...).Scan(&newer); err != nil {
-		return fmt.Errorf("read schema_migrations: %w", err)
-	}
-	if newer != "" {
-		return fmt.Errorf("the queue database was written by a newer harvest (schema up to %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", newer, names[len(names)-1])
-	}
-	for _, name := range names {
-		res, err := t.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, time.Now().Unix())
-		if err != nil {
-			return fmt.Errorf("record migration %s: %w", name, err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			continue // applied before
-		}
-		body, _ := migrations.ReadFile(name)
-		if _, err := tx.Exec(string(body)); err != nil {
-			return fmt.Errorf("apply migration %s: %w", name, err)
-		}
+	if err := schema.Migrate(context.Background(), tx, s.d.pg); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
