@@ -62,8 +62,9 @@ func Open(path string) (_ *Store, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
-	// sql.Open only checks the driver's name. WAL with synchronous NORMAL survives a process kill (docs/queue.md);
-	// the writer's page cache is 32 MiB (SQLite's default: 2 MiB).
+	// sql.Open only checks the driver's name. WAL with synchronous NORMAL
+	// survives a process kill (docs/queue.md); the writer's page cache is
+	// 32 MiB (SQLite's default: 2 MiB).
 	w, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_synchronous=NORMAL&_txlock=immediate&_foreign_keys=off&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
 	st := &Store{w: w, d: &dialect{}, path: path}
@@ -93,7 +94,10 @@ func Open(path string) (_ *Store, err error) {
 	r, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_query_only=1")
 	r.SetMaxOpenConns(4)
 	st.r = &rdb{r, st.d}
-	return st, st.prepare()
+	if err := st.prepare(); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 const walSizeLimit = 64 << 20
