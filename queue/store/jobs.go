@@ -173,7 +173,7 @@ const (
 	jobsCounted = `jobs JOIN counts ON counts.job_id = jobs.id`
 )
 
-func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
+func scanJob(sc scanner) (api.Job, error) {
 	var j api.Job
 	var cmd string
 	var sub, st, fin, exp int64
@@ -198,14 +198,8 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	out := []api.Job{}
-	err := s.each(ctx, "list jobs", func(r *sql.Rows) error {
-		j, err := scanJob(r)
-		out = append(out, j)
-		return err
-	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
+	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
-	return out, err
 }
 
 // Cancelled is what cancelling a job took away from its owner.
@@ -328,11 +322,7 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 // repeats the WHERE of the partial index on cancelled_at, so SQLite uses
 // it). The queue asks at every pull and batch of results.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	out, err := s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
-	if out == nil {
-		out = []int64{}
-	}
-	return out, err
+	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 }
 
 // Demand sums the waiting and the active tasks of live jobs.
@@ -366,18 +356,14 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 // least once, in index order, each with its last failed attempt.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	after := max(cursor-taskID(job, 0), -1)
-	out := []api.Failure{}
-	err := s.each(ctx, fmt.Sprintf("read job %d's failures", job), func(r *sql.Rows) error {
-		var f api.Failure
-		err := r.Scan(&f.Index, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot, &f.StartedAt, &f.DurationMS, &f.ErrorTail)
+	return list(ctx, s, fmt.Sprintf("read job %d's failures", job), func(r scanner) (f api.Failure, err error) {
+		err = r.Scan(&f.Index, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot, &f.StartedAt, &f.DurationMS, &f.ErrorTail)
 		f.TaskID = taskID(job, f.Index)
-		out = append(out, f)
-		return err
+		return f, err
 	}, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
 			x.tries, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail
 		FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx LEFT JOIN grants g ON g.id = x.grant_id AND x.state = 'GRANTED'
 		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
-	return out, err
 }
 
 // ReadyJob is a live job (WAITING or RUNNING) as a pull plans with it:
@@ -394,12 +380,9 @@ type ReadyJob struct {
 // LiveJobs reads every live job (WAITING or RUNNING), by price (highest
 // first), then FIFO.
 func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
-	var out []ReadyJob
-	err := s.each(ctx, "list live jobs", func(r *sql.Rows) error {
+	return list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
 		j, err := scanJob(r)
-		out = append(out, ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
-			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS})
-		return err
+		return ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
+			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS}, err
 	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
-	return out, err
 }

@@ -34,7 +34,7 @@ func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (ru
 
 // scanLease reads a lease row (after the columns first, if any); no row
 // is a pool never seen, the zero lease.
-func scanLease(row interface{ Scan(...any) error }, pool string, first ...any) (rules.Lease, error) {
+func scanLease(row scanner, pool string, first ...any) (rules.Lease, error) {
 	var l rules.Lease
 	var exp int64
 	err := row.Scan(append(first, &l.Epoch, &l.Holder, &l.Address, &exp)...)

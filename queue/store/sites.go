@@ -20,16 +20,12 @@ type Site struct {
 
 // Sites reads every registered site, by name.
 func (s *Store) Sites(ctx context.Context) ([]Site, error) {
-	var out []Site
-	err := s.each(ctx, "read sites", func(r *sql.Rows) error {
-		var st Site
+	return list(ctx, s, "read sites", func(r scanner) (st Site, err error) {
 		var created int64
-		err := r.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
+		err = r.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
 		st.CreatedAt = time.UnixMilli(created)
-		out = append(out, st)
-		return err
+		return st, err
 	}, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites ORDER BY name`)
-	return out, err
 }
 
 // Site reads one registered site; ok is false if there is none.

@@ -305,16 +305,27 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (int64,
 	return n, nil
 }
 
-// ids runs a read whose rows are single ids; what names it in its error.
-func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
-	var out []int64
+// scanner is a row to scan: *sql.Row or *sql.Rows.
+type scanner interface{ Scan(...any) error }
+
+// list runs a read on the readers and makes a value of each row it
+// answers with scan; what names the read in its error.
+func list[T any](ctx context.Context, s *Store, what string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	out := []T{}
 	err := s.each(ctx, what, func(r *sql.Rows) error {
-		var id int64
-		err := r.Scan(&id)
-		out = append(out, id)
+		v, err := scan(r)
+		out = append(out, v)
 		return err
 	}, query, args...)
 	return out, err
+}
+
+// ids runs a read whose rows are single ids; what names it in its error.
+func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
+	return list(ctx, s, what, func(r scanner) (id int64, err error) {
+		err = r.Scan(&id)
+		return id, err
+	}, query, args...)
 }
 
 // wrap is err after what (formatted with args), or nil without err.

@@ -169,16 +169,12 @@ type TokenInfo struct {
 
 // Tokens lists user's tokens of role ("" = every role), oldest first.
 func (s *Store) Tokens(ctx context.Context, user, role string) ([]TokenInfo, error) {
-	out := []TokenInfo{}
-	err := s.each(ctx, "list tokens", func(r *sql.Rows) error {
-		var t TokenInfo
+	return list(ctx, s, "list tokens", func(r scanner) (t TokenInfo, err error) {
 		var at int64
-		err := r.Scan(&t.Hash, &t.User, &t.Role, &at)
+		err = r.Scan(&t.Hash, &t.User, &t.Role, &at)
 		t.Created = time.UnixMilli(at)
-		out = append(out, t)
-		return err
+		return t, err
 	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? AND (CAST(? AS TEXT) = '' OR role = ?) ORDER BY created_at, hash`, user, role, role)
-	return out, err
 }
 
 // DeleteToken deletes user's token of role whose hash starts with prefix
