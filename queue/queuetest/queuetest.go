@@ -181,7 +181,7 @@ func (e *Env) Dataset(name string, n int) string {
 // DB is a read-only view of the queue's database (WAL: it sees every
 // committed write), or a connection to its PostgreSQL schema. Its tasks
 // view derives each entry's state from the entries, grants and exceptions
-// (store/migrations/008_grants.sql). Its statements take $1.. on
+// (store/schema/migrations/008_grants.sql). Its statements take $1.. on
 // PostgreSQL (Count and Snapshot take ? on both).
 func (e *Env) DB() *sql.DB {
 	if e.db == nil && store.IsURL(e.Cfg.DBPath) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,7 +13,8 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// NewJob is a validated job as the service stores it.
+// NewJob is a validated job as the service stores it; IdemKey is its
+// idempotency key ("" = none), IdemHash the digest of its request.
 type NewJob struct {
 	Owner, Name, Dataset string
 	Command              []string
@@ -23,20 +23,15 @@ type NewJob struct {
 	Cores, MaxAttempts   int
 	TimeoutS             int64
 	Submitted, Expires   time.Time
-	// IdemKey and IdemHash: the submission's idempotency key ("" = none)
-	// and the digest of its request.
-	IdemKey, IdemHash string
+	IdemKey, IdemHash    string
 }
 
 // CreateJob stores a job in the internal SUBMITTING state (invisible to
 // reads and pulls) and returns its id.
 func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
-	cmd, err := json.Marshal(j.Command)
-	if err != nil {
-		return 0, fmt.Errorf("store job: %w", err)
-	}
+	cmd, _ := json.Marshal(j.Command) // a []string always encodes
 	var id int64
-	err = s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash, storer)
 			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash, s.holder).Scan(&id)
@@ -49,10 +44,7 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 		_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES (?)`, id)
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("store job: %w", err)
-	}
-	return id, nil
+	return id, wrap(err, "store job")
 }
 
 // JobByKey finds the job a submission with an idempotency key created:
@@ -63,10 +55,7 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", "", false, nil
 	}
-	if err != nil {
-		return 0, "", "", false, fmt.Errorf("find job by idempotency key: %w", err)
-	}
-	return id, hash, state, true, nil
+	return id, hash, state, err == nil, wrap(err, "find job by idempotency key")
 }
 
 // InsertTasks appends names to the entries of a SUBMITTING job, in
@@ -79,66 +68,42 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 		}
 	}
 	var next int
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next); err != nil {
-		return fmt.Errorf("store tasks of job %d: %w", job, err)
-	}
-	z := s.chunks(chunk)
-	args := make([]any, 0, 3*insertRows)
-	for len(names) > 0 {
-		// The statements run inline (they are not interrupted): a
-		// cancelled submission stops between chunks.
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("store tasks of job %d: %w", job, err)
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next)
+	for z := s.chunks(chunk); len(names) > 0 && err == nil; {
+		// The statements are not interrupted: a cancelled submission
+		// stops between chunks.
+		if err = ctx.Err(); err != nil {
+			break
 		}
 		part := names[:min(len(names), z.size())]
 		names = names[len(part):]
-		d, err := s.transact(ctx, func(tx *wtx) error {
-			next := next // a transaction run again starts over
-			for i := 0; i < len(part); {
-				q, k := insertEntrySQL, 1
-				if len(part)-i >= insertRows {
-					q, k = insertEntriesSQL, insertRows
-				}
-				args = args[:0]
-				for _, n := range part[i : i+k] {
-					args = append(args, job, next, n)
-					next++
-				}
-				if _, err := s.exec(ctx, tx, q, args...); err != nil {
-					return err
-				}
-				i += k
+		var d time.Duration
+		d, err = s.transact(ctx, func(tx *wtx) error {
+			rows := make([][]any, len(part))
+			for i, n := range part {
+				rows[i] = []any{job, next + i, n}
 			}
-			return nil
+			return s.newBatch(ctx, tx).run(insertEntries, rows, "", nil)
 		})
-		if err != nil {
-			return fmt.Errorf("store tasks of job %d: %w", job, err)
-		}
 		next += len(part)
 		z.took(len(part), d)
-		if stored != nil {
+		if stored != nil && err == nil {
 			stored(len(part))
 		}
 	}
-	return nil
+	return wrap(err, "store tasks of job %d", job)
 }
 
-// insertRows is how many entries one prepared INSERT stores (a VALUES
-// list of any length was compiled again in every transaction).
-const insertRows = 64
+var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FROM `, []string{i64, i64, txt}, `WHERE v.column1 <> 0`, 0, 0, "")
 
-var (
-	insertEntrySQL   = hot(`INSERT INTO entries (job_id, idx, name) VALUES (?, ?, ?)`)
-	insertEntriesSQL = hot(`INSERT INTO entries (job_id, idx, name) VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", insertRows), ", "))
-)
+// ErrSubmissionTaken is ActivateJob's error for a submission this agent
+// no longer stores: another agent took it over (TakeOverSubmission).
+var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
 
-// ActivateJob makes a SUBMITTING job WAITING with its n tasks and output
-// directory: from this commit on it is visible.
+// ActivateJob makes this agent's SUBMITTING job WAITING with its n tasks
+// and output directory: from this commit on it is visible.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
-		// Only the storer activates its submission: another agent may
-		// have taken it over (TakeOverSubmission) while this one was
-		// thought dead.
 		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ? AND state = ? AND storer = ?`,
 			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder)
 		if err != nil {
@@ -150,47 +115,48 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = ? WHERE job_id = ?`, n, id)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("store job: %w", err)
-	}
-	return nil
+	return wrap(err, "store job")
 }
 
 // DropJob deletes a job, its grants, exceptions and entries (these in
 // transactions of at most chunk, chunkSizer).
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
-	for z, n := s.chunks(chunk), int64(1); n > 0; {
+	var err error
+	for z, n := s.chunks(chunk), int64(1); n > 0 && err == nil; {
 		k := z.size()
-		d, err := s.transact(ctx, func(tx *wtx) error {
+		var d time.Duration
+		d, err = s.transact(ctx, func(tx *wtx) error {
 			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = ? AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? ORDER BY idx LIMIT ?) AS c)`, id, id, k)
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
 			return err
 		})
-		if err != nil {
-			return fmt.Errorf("drop job %d: %w", id, err)
-		}
 		z.took(k, d)
 	}
-	err := s.write(ctx, func(tx *wtx) error {
-		for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
-			`DELETE FROM counts WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
-			if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
-				return err
+	if err == nil {
+		err = s.write(ctx, func(tx *wtx) error {
+			for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
+				`DELETE FROM counts WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
+				if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("drop job %d: %w", id, err)
+			return nil
+		})
 	}
-	return nil
+	return wrap(err, "drop job %d", id)
 }
 
 // SubmittingJobs lists the jobs whose submission never completed.
 func (s *Store) SubmittingJobs(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ?`, rules.JobSubmitting)
+}
+
+// SubmittingBefore lists the jobs whose submission started before cut and
+// never completed (with several agents on one database: its agent died).
+func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
+	return s.ids(ctx, "find stale submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
 }
 
 // JobChange is a job's state change made by a write.
@@ -199,13 +165,15 @@ type JobChange struct {
 	From, To string
 }
 
-const jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
+// jobColumns, read by scanJob from jobsCounted (the jobs with their
+// counter rows).
+const (
+	jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
 	submitted_at, started_at, finished_at, expires_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
+	jobsCounted = `jobs JOIN counts ON counts.job_id = jobs.id`
+)
 
-// jobsCounted is the jobs with their counter rows, for jobColumns.
-const jobsCounted = `jobs JOIN counts ON counts.job_id = jobs.id`
-
-func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
+func scanJob(sc scanner) (api.Job, error) {
 	var j api.Job
 	var cmd string
 	var sub, st, fin, exp int64
@@ -214,11 +182,8 @@ func scanJob(sc interface{ Scan(...any) error }) (api.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sec(sub), sec(st), sec(fin), sec(exp)
-	if err := json.Unmarshal([]byte(cmd), &j.Command); err != nil {
-		return j, fmt.Errorf("job %d: stored command: %w", j.ID, err)
-	}
-	return j, nil
+	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sub/1000, st/1000, fin/1000, exp/1000
+	return j, wrap(json.Unmarshal([]byte(cmd), &j.Command), "job %d: stored command", j.ID)
 }
 
 // Job reads one visible job; api.ErrNotFound when there is none.
@@ -227,26 +192,14 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
-	if err != nil {
-		return api.Job{}, fmt.Errorf("read job %d: %w", id, err)
-	}
-	return j, nil
+	return j, wrap(err, "read job %d", id)
 }
 
 // ListJobs reads up to limit visible jobs with ids below cursor, newest
 // first, of owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	out := []api.Job{}
-	err := s.each(ctx, "list jobs", func(r *sql.Rows) error {
-		j, err := scanJob(r)
-		out = append(out, j)
-		return err
-	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
+	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // Cancelled is what cancelling a job took away from its owner.
@@ -268,24 +221,21 @@ const (
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
 	err := s.write(ctx, func(tx *wtx) error {
-		c = Cancelled{}
 		var state string
+		c = Cancelled{}
 		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
 		}
-		if state == api.JobKilled {
+		switch {
+		case state == api.JobKilled:
 			c.Active, c.Already = 0, true
 			return nil
-		}
-		if api.JobFinal(state) {
+		case api.JobFinal(state):
 			return fmt.Errorf("%w: job %d is already %s", api.ErrConflict, id, state)
 		}
 		return killJob(ctx, tx, id, api.JobKilled, ms(now), ms(now), cancelKills)
 	})
-	if err != nil {
-		return c, fmt.Errorf("cancel job %d: %w", id, err)
-	}
-	return c, nil
+	return c, wrap(err, "cancel job %d", id)
 }
 
 // killJob makes job id final in state, every waiting and active task
@@ -307,24 +257,18 @@ func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, fi
 // Open to finish (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
-	if err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending); err != nil {
-		return fmt.Errorf("kill tasks of job %d: %w", id, err)
+	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending)
+	if err == nil && pending != "" && pending != cancelKills && pending != expiryKills {
+		err = fmt.Errorf("unknown states %q recorded", pending)
 	}
-	if pending == "" {
-		return nil
-	}
-	if pending != cancelKills && pending != expiryKills {
-		return fmt.Errorf("kill tasks of job %d: unknown states %q recorded", id, pending)
-	}
-	for active := pending == cancelKills; active; {
-		var more bool
-		err := s.write(ctx, func(tx *wtx) error {
+	for more := pending == cancelKills; more && err == nil; {
+		err = s.write(ctx, func(tx *wtx) error {
 			b := s.newBatch(ctx, tx)
-			gs, m, err := b.loadGrants(chunk, `WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
-			if err != nil {
+			var gs []*grantRow
+			var err error
+			if gs, more, err = b.loadGrants(chunk, `WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id); err != nil {
 				return err
 			}
-			more = m
 			if err := b.readOpen(gs); err != nil {
 				return err
 			}
@@ -336,22 +280,17 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 			_, err = b.flush(now)
 			return err
 		})
-		if err != nil {
-			return fmt.Errorf("kill tasks of job %d: %w", id, err)
-		}
-		active = more
 	}
-	err := s.write(ctx, func(tx *wtx) error {
-		if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = ? WHERE job_id = ? AND state = 'WAITING'`, ms(now), id); err != nil {
+	if err == nil && pending != "" {
+		err = s.write(ctx, func(tx *wtx) error {
+			if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = ? WHERE job_id = ? AND state = 'WAITING'`, ms(now), id); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
 			return err
-		}
-		_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("kill tasks of job %d: %w", id, err)
+		})
 	}
-	return nil
+	return wrap(err, "kill tasks of job %d", id)
 }
 
 // closeGrant closes g: each of its open entries becomes an exception row
@@ -379,25 +318,17 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 }
 
-// CancelledSince lists the jobs cancelled after since, by id, through the
-// partial index on cancelled_at (whose WHERE term the query repeats, so
-// SQLite uses it). The queue asks at every pull and batch of results.
+// CancelledSince lists the jobs cancelled after since, by id (the query
+// repeats the WHERE of the partial index on cancelled_at, so SQLite uses
+// it). The queue asks at every pull and batch of results.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	out, err := s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
-	if out == nil {
-		out = []int64{}
-	}
-	return out, err
+	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 }
 
 // Demand sums the waiting and the active tasks of live jobs.
 func (s *Store) Demand(ctx context.Context) (pending, running int, err error) {
-	var p, r sql.NullInt64
-	err = s.r.QueryRowContext(ctx, `SELECT sum(n_waiting), sum(n_active) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING')`).Scan(&p, &r)
-	if err != nil {
-		return 0, 0, fmt.Errorf("demand: %w", err)
-	}
-	return int(p.Int64), int(r.Int64), nil
+	err = s.r.QueryRowContext(ctx, `SELECT coalesce(sum(n_waiting), 0), coalesce(sum(n_active), 0) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING')`).Scan(&pending, &running)
+	return pending, running, wrap(err, "demand")
 }
 
 // TaskCounts are an owner's tasks by state over the stored jobs.
@@ -424,26 +355,15 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 // Failures reads up to limit entries of job above cursor that failed at
 // least once, in index order, each with its last failed attempt.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
-	after := int64(-1)
-	if cursor >= taskID(job, 0) {
-		after = cursor - taskID(job, 0)
-	}
-	out := []api.Failure{}
-	err := s.each(ctx, fmt.Sprintf("read job %d's failures", job), func(r *sql.Rows) error {
-		var f api.Failure
-		var idx int
-		err := r.Scan(&idx, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot, &f.StartedAt, &f.DurationMS, &f.ErrorTail)
-		f.TaskID, f.Index = taskID(job, idx), idx
-		out = append(out, f)
-		return err
+	after := max(cursor-taskID(job, 0), -1)
+	return list(ctx, s, fmt.Sprintf("read job %d's failures", job), func(r scanner) (f api.Failure, err error) {
+		err = r.Scan(&f.Index, &f.Name, &f.State, &f.Tries, &f.Attempt, &f.Status, &f.ExitCode, &f.Site, &f.Pilot, &f.StartedAt, &f.DurationMS, &f.ErrorTail)
+		f.TaskID = taskID(job, f.Index)
+		return f, err
 	}, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
 			x.tries, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail
 		FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx LEFT JOIN grants g ON g.id = x.grant_id AND x.state = 'GRANTED'
 		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // ReadyJob is a live job (WAITING or RUNNING) as a pull plans with it:
@@ -460,19 +380,9 @@ type ReadyJob struct {
 // LiveJobs reads every live job (WAITING or RUNNING), by price (highest
 // first), then FIFO.
 func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
-	var out []ReadyJob
-	err := s.each(ctx, "list live jobs", func(r *sql.Rows) error {
-		var j ReadyJob
-		var cmd string
-		if err := r.Scan(&j.ID, &j.Owner, &j.Dataset, &j.OutputDir, &cmd, &j.Price, &j.Cores, &j.BatchSize, &j.TimeoutS, &j.Waiting); err != nil {
-			return err
-		}
-		out = append(out, j)
-		if err := json.Unmarshal([]byte(cmd), &out[len(out)-1].Command); err != nil {
-			return fmt.Errorf("job %d: stored command: %w", j.ID, err)
-		}
-		return nil
-	}, `SELECT id, owner, dataset, output_dir, command, price, cores, batch_size, timeout_s, n_waiting
-		FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
-	return out, err
+	return list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
+		j, err := scanJob(r)
+		return ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
+			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS}, err
+	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
 }

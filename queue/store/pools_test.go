@@ -12,6 +12,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
+	"github.com/harvest-hpc/harvest/queue/store/schema"
 )
 
 // job makes a WAITING job with the named tasks.
@@ -124,7 +125,7 @@ func TestTheV1LeaseBecomesTheLocalPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1, err := migrations.ReadFile("migrations/001_init.sql")
+	v1, err := schema.FS.ReadFile("migrations/001_init.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,33 +20,23 @@ type Site struct {
 
 // Sites reads every registered site, by name.
 func (s *Store) Sites(ctx context.Context) ([]Site, error) {
-	var out []Site
-	err := s.each(ctx, "read sites", func(r *sql.Rows) error {
-		st, err := scanSite(r)
-		out = append(out, st)
-		return err
+	return list(ctx, s, "read sites", func(r scanner) (st Site, err error) {
+		var created int64
+		err = r.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
+		st.CreatedAt = time.UnixMilli(created)
+		return st, err
 	}, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites ORDER BY name`)
-	return out, err
-}
-
-func scanSite(r interface{ Scan(...any) error }) (Site, error) {
-	var st Site
-	var created int64
-	err := r.Scan(&st.Name, &st.MinNodes, &st.MaxNodes, &st.Paused, &created)
-	st.CreatedAt = time.UnixMilli(created)
-	return st, err
 }
 
 // Site reads one registered site; ok is false if there is none.
-func (s *Store) Site(ctx context.Context, name string) (st Site, ok bool, err error) {
-	st, err = scanSite(s.r.QueryRowContext(ctx, `SELECT name, min_nodes, max_nodes, paused, created_at FROM sites WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Site{}, false, nil
+func (s *Store) Site(ctx context.Context, name string) (Site, bool, error) {
+	all, err := s.Sites(ctx) // a handful
+	for _, x := range all {
+		if x.Name == name {
+			return x, true, err
+		}
 	}
-	if err != nil {
-		return Site{}, false, fmt.Errorf("read site %s: %w", name, err)
-	}
-	return st, true, nil
+	return Site{}, false, err
 }
 
 // AddSite registers a site (or keeps its settings if it exists) and makes
@@ -94,8 +84,7 @@ func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
 	return s.putSetting(ctx, "global_max_nodes", strconv.Itoa(n))
 }
 
-// putSetting stores rows of the settings table (key, value, key, value,
-// ...) in one statement.
+// putSetting stores settings (key, value, key, value, ...) in one statement.
 func (s *Store) putSetting(ctx context.Context, kv ...string) error {
 	args := make([]any, len(kv))
 	for i, v := range kv {
@@ -112,4 +101,39 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// SiteRound is a site's agent's last round (pilots held, nodes idle,
+// when), kept for the other agents of a shared database.
+type SiteRound struct {
+	Held int   `json:"held"`
+	Idle int   `json:"idle"`
+	AtMS int64 `json:"at_ms"`
+}
+
+// siteRoundKey prefixes the settings rows of the sites' rounds.
+const siteRoundKey = "round:"
+
+// PutSiteRound records a site's latest round.
+func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) error {
+	v, _ := json.Marshal(r)
+	return s.putSetting(ctx, siteRoundKey+site, string(v))
+}
+
+// SiteRounds reads every site's latest round.
+func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
+	out := map[string]SiteRound{}
+	return out, s.each(ctx, "read the sites' rounds", func(rs *sql.Rows) error {
+		var k, v string
+		var r SiteRound
+		if err := rs.Scan(&k, &v); err != nil {
+			return err
+		}
+		site := strings.TrimPrefix(k, siteRoundKey)
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return fmt.Errorf("the round of site %s: %w", site, err)
+		}
+		out[site] = r
+		return nil
+	}, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
 }

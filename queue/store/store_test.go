@@ -14,14 +14,15 @@ import (
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
+	"github.com/harvest-hpc/harvest/queue/store/schema"
 	"github.com/harvest-hpc/harvest/queue/store/txstats"
 )
 
 func TestReopeningAppliesEachMigrationOnce(t *testing.T) {
 	path := pgtest.DB(t, filepath.Join(t.TempDir(), "q.db"))
-	files, _ := fs.Glob(migrations, "migrations/*.sql")
+	files, _ := fs.Glob(schema.FS, "migrations/*.sql")
 	if pgtest.Enabled() {
-		files, _ = fs.Glob(migrations, "migrations/postgres/*.sql")
+		files, _ = fs.Glob(schema.FS, "migrations/postgres/*.sql")
 	}
 	for i := 0; i < 2; i++ {
 		s, err := Open(path)

@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -26,9 +26,6 @@ type Expired struct {
 	Waiting map[int64]int  // requeued tasks per job
 	Changes []JobChange
 }
-
-// expiredError is the last error of a task whose attempt expired.
-const expiredError = "no heartbeat: expired"
 
 // ExpireZombies closes ZOMBIE grants of live jobs silent since cut (about
 // limit entries in one transaction), each open entry moved as
@@ -54,14 +51,11 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 			return err
 		}
 		for _, g := range list {
-			j, err := b.job(g.job)
-			if err != nil {
-				return err
-			}
-			err = b.closeGrant(g, func(e *exceptionRow) {
+			j := b.jobs[g.job] // live: read above
+			err := b.closeGrant(g, func(e *exceptionRow) {
 				tr := rules.AfterExpiry(e.tries, j.maxTries)
 				e.state, e.tries = tr.State, e.tries+1
-				e.failAttempt, e.status, e.exit, e.pool, e.pilot, e.started, e.duration, e.tail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, expiredError
+				e.failAttempt, e.status, e.exit, e.pool, e.pilot, e.started, e.duration, e.tail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, "no heartbeat: expired"
 				if tr.Final() {
 					e.finished = ms(now)
 				} else {
@@ -86,10 +80,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		x.Changes, err = b.flush(now)
 		return err
 	})
-	if err != nil {
-		return Expired{}, fmt.Errorf("sweep expired tasks: %w", err)
-	}
-	return x, nil
+	return x, wrap(err, "sweep expired tasks")
 }
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
@@ -102,21 +93,17 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // ok is false when the job changed since it was listed.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
-		ok = false
 		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
-		if err == sql.ErrNoRows {
+		ok = err == nil
+		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		ok = true
-		return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills) // nothing active: the job is WAITING, n_active 0
+		return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills)
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("expire job %d: %w", id, err)
-	}
-	return waiting, ok, nil
+	return waiting, ok, wrap(err, "expire job %d", id)
 }
 
 // FinalJobsBefore lists the final jobs that finished before cut.

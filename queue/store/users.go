@@ -14,16 +14,17 @@ import (
 
 // EnsureUser inserts a user with limits unless the user exists.
 func (s *Store) EnsureUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
-	_, err := s.do(ctx, "add user "+name, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-		name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
-	return err
+	return s.putUser(ctx, name, l, now, `NOTHING`)
 }
 
 // PutUser creates or changes a user's limits.
 func (s *Store) PutUser(ctx context.Context, name string, l fairshare.Limits, now time.Time) error {
+	return s.putUser(ctx, name, l, now, `UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`)
+}
+
+func (s *Store) putUser(ctx context.Context, name string, l fairshare.Limits, now time.Time, onConflict string) error {
 	_, err := s.do(ctx, "store user "+name, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT(name) DO UPDATE SET priority = excluded.priority, max_cores = excluded.max_cores, max_cpu_time = excluded.max_cpu_time, max_cost = excluded.max_cost`,
-		name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
+		ON CONFLICT (name) DO `+onConflict, name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
 	return err
 }
 
@@ -44,6 +45,19 @@ func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) 
 func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
 	return s.sums(ctx, "read running cores", `SELECT owner, sum(cores * n_active) FROM `+jobsCounted+`
 		WHERE state IN ('WAITING', 'RUNNING') AND n_active > 0 GROUP BY owner`)
+}
+
+// WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
+// owner when only is set).
+func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
+	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
+}
+
+// UnfinishedOf counts owner's unfinished tasks: waiting or active in the
+// live jobs.
+func (s *Store) UnfinishedOf(ctx context.Context, owner string) (int, error) {
+	v, err := s.sums(ctx, "count unfinished tasks of "+owner, `SELECT owner, sum(n_waiting + n_active) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND owner = ? GROUP BY owner`, owner)
+	return v[owner], err
 }
 
 // sums reads a map of names to counts (a query's rows of name and count).
@@ -90,14 +104,16 @@ type UsageRow struct {
 	Priority float64
 }
 
-// PutUsage writes rows into the usage table in one transaction (a
-// prepared upsert per row).
+var putUsageSQL = hot(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT ("user") DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
+	computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
+
+// PutUsage writes rows into the usage table in one transaction. A NaN is
+// refused (SQLite would store it as NULL, PostgreSQL as NaN).
 func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	// SQLite stores a NaN as NULL (and its NOT NULL refuses it),
-	// PostgreSQL as NaN: both refuse it here.
 	for _, r := range rows {
 		if math.IsNaN(r.Priority) || math.IsNaN(r.Usage.CPUTime24h) || math.IsNaN(r.Usage.Cost24h) {
 			return fmt.Errorf("usage of %s: not a number", r.User)
@@ -113,26 +129,6 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	})
 }
 
-var putUsageSQL = hot(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT ("user") DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
-	computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
-
-// WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
-// owner when only is set).
-func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
-	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
-}
-
-// UnfinishedOf counts owner's unfinished tasks: waiting or active in the
-// live jobs.
-func (s *Store) UnfinishedOf(ctx context.Context, owner string) (int, error) {
-	var n int
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(n_waiting + n_active), 0) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND owner = ?`, owner).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count unfinished tasks of %s: %w", owner, err)
-	}
-	return n, nil
-}
-
 // TokenIdentity returns the user and role of a token's hash; ok is false
 // for an unknown token.
 func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
@@ -140,10 +136,7 @@ func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role stri
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", false, nil
 	}
-	if err != nil {
-		return "", "", false, fmt.Errorf("look up token: %w", err)
-	}
-	return user, role, true, nil
+	return user, role, err == nil, wrap(err, "look up token")
 }
 
 // ErrTokenCap is PutToken's error when the user already holds the most
@@ -154,7 +147,7 @@ var ErrTokenCap = errors.New("too many tokens")
 // of role (ErrTokenCap, nothing stored): the count and the insert are one
 // transaction, so two requests at once cannot both take the last place.
 func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time, limit int) error {
-	err := s.write(ctx, func(tx *wtx) error {
+	return wrap(s.write(ctx, func(tx *wtx) error {
 		var n int
 		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ?`, user, role).Scan(&n); err != nil {
 			return err
@@ -164,11 +157,7 @@ func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.
 		}
 		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store token: %w", err)
-	}
-	return nil
+	}), "store token")
 }
 
 // TokenInfo is a stored token as its owner sees it: the start of its hash
@@ -180,21 +169,17 @@ type TokenInfo struct {
 
 // Tokens lists user's tokens of role ("" = every role), oldest first.
 func (s *Store) Tokens(ctx context.Context, user, role string) ([]TokenInfo, error) {
-	out := []TokenInfo{}
-	return out, s.each(ctx, "list tokens", func(r *sql.Rows) error {
-		var t TokenInfo
+	return list(ctx, s, "list tokens", func(r scanner) (t TokenInfo, err error) {
 		var at int64
-		err := r.Scan(&t.Hash, &t.User, &t.Role, &at)
+		err = r.Scan(&t.Hash, &t.User, &t.Role, &at)
 		t.Created = time.UnixMilli(at)
-		out = append(out, t)
-		return err
+		return t, err
 	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? AND (CAST(? AS TEXT) = '' OR role = ?) ORDER BY created_at, hash`, user, role, role)
 }
 
 // DeleteToken deletes user's token of role whose hash starts with prefix
-// (hex digits only: no LIKE wildcard), if exactly one does, and reports
-// how many matched (0: none deleted; more than 1: ambiguous, none
-// deleted).
+// (hex digits only: no LIKE wildcard) if exactly one does, and reports
+// how many matched (none deleted unless 1).
 func (s *Store) DeleteToken(ctx context.Context, user, role, prefix string) (int, error) {
 	var n int
 	err := s.write(ctx, func(tx *wtx) error {
@@ -204,10 +189,7 @@ func (s *Store) DeleteToken(ctx context.Context, user, role, prefix string) (int
 		_, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%")
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("delete token: %w", err)
-	}
-	return n, nil
+	return n, wrap(err, "delete token")
 }
 
 // DeleteTokens deletes every token of user with role and counts them.

@@ -1,0 +1,63 @@
+// Package schema is the queue database's schema: its migrations, one SQL
+// file each, for SQLite (migrations/) and for PostgreSQL
+// (migrations/postgres/), and how a database is brought up to date.
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+)
+
+// FS holds the migrations.
+//
+//go:embed migrations/*.sql migrations/postgres/*.sql
+var FS embed.FS
+
+// Migrate applies the engine's migrations in tx, in name order, each once
+// (schema_migrations records them by name). A database that records a
+// migration this binary does not know, a newer harvest's, is refused: this
+// binary would write it wrong. On PostgreSQL an advisory lock makes agents
+// that open the database at once migrate it one after the other.
+func Migrate(ctx context.Context, tx *sql.Tx, pg bool) error {
+	dir := "migrations"
+	if pg {
+		dir = "migrations/postgres"
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, 0x68617276); err != nil { // "harv"
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	names, _ := fs.Glob(FS, dir+"/*.sql") // in name order
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	known, params := make([]any, len(names)), make([]string, len(names))
+	for i, n := range names {
+		known[i], params[i] = n, fmt.Sprintf("$%d", i+1) // SQLite binds $N by position too
+	}
+	var newer string
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(name), '') FROM schema_migrations WHERE name NOT IN (`+strings.Join(params, ", ")+`)`, known...).Scan(&newer); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	if newer != "" {
+		return fmt.Errorf("the queue database was written by a newer harvest (schema up to %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", newer, names[len(names)-1])
+	}
+	for _, name := range names {
+		res, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, time.Now().Unix())
+		if err != nil {
+			return fmt.Errorf("record migration %s: %w", name, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			continue // applied before
+		}
+		body, _ := FS.ReadFile(name)
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			return fmt.Errorf("apply migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
