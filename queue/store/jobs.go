@@ -94,7 +94,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 	return wrap(err, "store tasks of job %d", job)
 }
 
-var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FROM `, []string{i64, i64, txt}, `WHERE v.column1 <> 0`, 0, 0, "")
+var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FROM`, `WHERE v.column1 <> 0`, 0, 0, "")
 
 // ErrSubmissionTaken is ActivateJob's error for a submission this agent
 // no longer stores: another agent took it over (TakeOverSubmission).
