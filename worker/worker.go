@@ -78,24 +78,24 @@ type Worker struct {
 	log     *slog.Logger
 	http    *resty.Client
 
-	mu       sync.Mutex
-	slots    int
-	cur      *client
-	queue    []pilotproto.Task
-	running  map[ref]*running
-	busy     int                 // slots in use (a batched command's run takes one for all its tasks)
-	groups   []*group            // groups not ended, oldest first
+	mu      sync.Mutex
+	slots   int
+	cur     *client
+	queue   []pilotproto.Task
+	running map[ref]*running
+	busy    int      // slots in use (a batched command's run takes one for all its tasks)
+	groups  []*group // groups not ended, oldest first
 	// groupEnds counts the groups that ended (GroupResultDelay: a group's
 	// end sends the results waiting).
 	groupEnds int64
-	unitOf   map[ref]int64       // queued tasks of a batched command: their batch
-	dropped  map[ref]bool        // running tasks the master gave to someone else: not reported
-	results  []pilotproto.Result // not yet acknowledged by a master
-	draining bool
-	stop     <-chan struct{} // closed when the pilot decided to stop (Run's ctx)
-	changed  chan struct{}
-	tasks    sync.WaitGroup
-	finished atomic.Int64
+	unitOf    map[ref]int64       // queued tasks of a batched command: their batch
+	dropped   map[ref]bool        // running tasks the master gave to someone else: not reported
+	results   []pilotproto.Result // not yet acknowledged by a master
+	draining  bool
+	stop      <-chan struct{} // closed when the pilot decided to stop (Run's ctx)
+	changed   chan struct{}
+	tasks     sync.WaitGroup
+	finished  atomic.Int64
 	// taskTime and roundTrip are moving averages of a task's run time and
 	// of a pull that brought work, for the automatic prefetch (under mu).
 	taskTime, roundTrip time.Duration
