@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -447,12 +448,8 @@ func (s *server) reap(t *running) {
 	// Nothing of the task's may write to an empty log the next task gets:
 	// only a task whose whole group has ended gives its logs back.
 	alone := syscall.Kill(-t.pid, 0) == syscall.ESRCH
-	if s.logMax > 0 {
-		logcap.Cut(t.out, s.logMax)
-		logcap.Cut(t.err, s.logMax)
-	}
-	s.nameLog(&t.out, t.outName, alone)
-	s.nameLog(&t.err, t.errName, alone)
+	s.endLog(&t.out, t.outName, alone)
+	s.endLog(&t.err, t.errName, alone)
 	s.closeFiles(t)
 	flags := byte(evDone)
 	if !s.removeTmp(t) {
@@ -471,24 +468,40 @@ func (s *server) reap(t *running) {
 	s.event(ev)
 }
 
-// nameLog links the unnamed log *fd as name in the log directory if the
-// task wrote to it, or if something of the task's is left that may
-// (alone false: its group outlived it), replacing what had that name (a
-// former run's log, a link: never followed). An empty log of a task
-// alone gets no file (a former one of that name goes) and is kept for
-// the next task (*fd is then -1).
-func (s *server) nameLog(fd *int, name string, alone bool) {
-	if *fd < 0 || name == "" {
+// endLog cuts an ended task's log *fd at logMax and links it as name
+// in the log directory if the task wrote to it, or if something of the
+// task's is left that may (alone false: its group outlived it),
+// replacing what had that name (a former run's log, a link: never
+// followed). An empty log of a task alone gets no file (a former one of
+// that name goes) and is kept for the next task (*fd is then -1).
+//
+// Its size is one lseek to its end when the task is alone (nothing
+// writes at the shared offset any more, and an empty log's stays 0,
+// ready for the next task): not an fstat, and a seek for the cut and
+// another for the spare, per log and task.
+func (s *server) endLog(fd *int, name string, alone bool) {
+	if *fd < 0 {
 		return
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(*fd, &st); err == nil && st.Size == 0 && alone {
+	size := int64(-1)
+	if alone {
+		if n, err := unix.Seek(*fd, 0, io.SeekEnd); err == nil {
+			size = n
+		}
+	} else if st := (unix.Stat_t{}); unix.Fstat(*fd, &st) == nil {
+		size = st.Size
+	}
+	if s.logMax > 0 && (size < 0 || size > s.logMax) {
+		logcap.Cut(*fd, s.logMax)
+	}
+	if name == "" {
+		return
+	}
+	if size == 0 && alone {
 		unix.Unlinkat(s.logs, name, 0)
 		if len(s.spare) < maxSpareLogs {
-			if _, err := unix.Seek(*fd, 0, 0); err == nil {
-				s.spare = append(s.spare, *fd)
-				*fd = -1
-			}
+			s.spare = append(s.spare, *fd)
+			*fd = -1
 		}
 		return
 	}
