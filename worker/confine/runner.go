@@ -41,6 +41,7 @@ type Runner struct {
 	seq     int64
 	pending map[int64]*Task
 	err     error // why the runner ended; nil while it runs
+	slots   int   // the last SetSlots (0: none yet, all run)
 	ended   chan struct{}
 	// Requests not yet written (under mu), each record's end and the task
 	// it starts (0: none); wmu is held by the one goroutine writing them.
@@ -379,7 +380,21 @@ func (r *Runner) Queue(specs []Spec, tags []int, timeout time.Duration, ended fu
 }
 
 // SetSlots sets how many of its queued tasks the runner runs at once.
-func (r *Runner) SetSlots(n int) { r.send(request{Op: "slots", Sig: n}) }
+// The figure it has already is not sent again (the worker tells it after
+// every wave, and it seldom changes).
+func (r *Runner) SetSlots(n int) {
+	r.mu.Lock()
+	if r.slots == n {
+		r.mu.Unlock()
+		return
+	}
+	r.slots = n
+	r.appendLocked(request{Op: "slots", Sig: n})
+	r.mu.Unlock()
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
+}
 
 // Stop stops the queued tasks ts (one packet): those not started never
 // start (Skipped), the others get SIGTERM and, after the runner's grace,
@@ -392,9 +407,9 @@ func (r *Runner) Stop(ts ...*Task) {
 	r.send(qs...)
 }
 
-// send writes requests that start no task.
-func (r *Runner) send(qs ...request) {
-	r.mu.Lock()
+// appendLocked adds requests that start no task to those to write; mu
+// held.
+func (r *Runner) appendLocked(qs ...request) {
 	for _, q := range qs {
 		out, err := appendRequest(r.out, q)
 		if err == nil {
@@ -402,6 +417,12 @@ func (r *Runner) send(qs ...request) {
 			r.outRec = append(r.outRec, outRecord{end: len(r.out)})
 		}
 	}
+}
+
+// send writes requests that start no task.
+func (r *Runner) send(qs ...request) {
+	r.mu.Lock()
+	r.appendLocked(qs...)
 	r.mu.Unlock()
 	r.wmu.Lock()
 	r.flushLocked()
