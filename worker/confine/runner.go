@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -191,7 +192,7 @@ func StartRunner(l *Launcher, p RunnerPolicy, files []*os.File) (*Runner, error)
 // receive reads a packet and calls f with each of its events, with mu
 // held if lock (once per packet, not per event).
 func (r *Runner) receive(buf []byte, lock bool, f func(event)) error {
-	n, _, _, _, err := r.conn.ReadMsgUnix(buf, nil)
+	n, err := r.recv(buf)
 	if err != nil {
 		return err
 	}
@@ -203,6 +204,40 @@ func (r *Runner) receive(buf []byte, lock bool, f func(event)) error {
 		defer r.mu.Unlock()
 	}
 	return decodeEvents(buf[:n], f)
+}
+
+// recv reads one packet of the runner's into buf, waiting for it in the
+// network poller. The read itself is a raw system call (it does not
+// block): one the Go runtime is told of wakes the runtime's monitor
+// thread from its sleep when the worker was idle, that is at about every
+// packet of the runner's (perf: the worker's most frequent futex wake).
+func (r *Runner) recv(buf []byte) (int, error) {
+	rc, err := r.conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			m, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false
+			case 0:
+				n = int(m)
+			default:
+				rerr = e
+			}
+			return true
+		}
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, err
 }
 
 // read dispatches the runner's events until it ends: a packet's queued
