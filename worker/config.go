@@ -40,6 +40,16 @@ type Config struct {
 	// did during its request before; results that are not plain
 	// successes, a full batch, an idle or stopping worker send at once.
 	ResultDelay time.Duration
+	// GroupResultDelay is how long such a result may wait instead while
+	// the worker runs groups of tasks (GroupRunner) and none of them ended
+	// since its last request (0: ResultDelay only): short tasks run in a
+	// group then report a group's worth at a time (a group's end sends
+	// what waits, within ResultDelay), not ResultDelay's worth, each
+	// request costing the master a checkpoint commit. Like ResultDelay,
+	// it only delays when the queue hears of a result: a result waits in
+	// the worker's memory, and goes at once when it is not a plain
+	// success, when the worker is idle or stopping.
+	GroupResultDelay time.Duration
 
 	Runner Runner
 	Logger *slog.Logger
@@ -57,7 +67,7 @@ func DefaultConfig() Config {
 		Slots: 1, Prefetch: -1, PullWait: 20 * time.Second, HeartbeatInterval: 5 * time.Second,
 		MasterGrace: 30 * time.Second, RetryInterval: 500 * time.Millisecond,
 		ShutdownTimeout: 5 * time.Second, StopGrace: 2 * time.Second, ResultBatch: 1000,
-		ResultDelay: 20 * time.Millisecond, Logger: slog.Default(),
+		ResultDelay: 20 * time.Millisecond, GroupResultDelay: time.Second, Logger: slog.Default(),
 	}
 }
 
@@ -80,6 +90,8 @@ func (c Config) Validate() error {
 		return bad("durations must be positive")
 	case c.ResultDelay < 0 || c.ResultDelay > time.Second:
 		return bad("result delay %s: want 0 to 1s", c.ResultDelay)
+	case c.GroupResultDelay < 0 || c.GroupResultDelay > 10*time.Second:
+		return bad("group result delay %s: want 0 to 10s", c.GroupResultDelay)
 	case c.ResultBatch < 1:
 		return bad("result batch %d: want at least 1", c.ResultBatch)
 	}

@@ -78,21 +78,24 @@ type Worker struct {
 	log     *slog.Logger
 	http    *resty.Client
 
-	mu       sync.Mutex
-	slots    int
-	cur      *client
-	queue    []pilotproto.Task
-	running  map[ref]*running
-	busy     int                 // slots in use (a batched command's run takes one for all its tasks)
-	groups   []*group            // groups not ended, oldest first
-	unitOf   map[ref]int64       // queued tasks of a batched command: their batch
-	dropped  map[ref]bool        // running tasks the master gave to someone else: not reported
-	results  []pilotproto.Result // not yet acknowledged by a master
-	draining bool
-	stop     <-chan struct{} // closed when the pilot decided to stop (Run's ctx)
-	changed  chan struct{}
-	tasks    sync.WaitGroup
-	finished atomic.Int64
+	mu      sync.Mutex
+	slots   int
+	cur     *client
+	queue   []pilotproto.Task
+	running map[ref]*running
+	busy    int      // slots in use (a batched command's run takes one for all its tasks)
+	groups  []*group // groups not ended, oldest first
+	// groupEnds counts the groups that ended (GroupResultDelay: a group's
+	// end sends the results waiting).
+	groupEnds int64
+	unitOf    map[ref]int64       // queued tasks of a batched command: their batch
+	dropped   map[ref]bool        // running tasks the master gave to someone else: not reported
+	results   []pilotproto.Result // not yet acknowledged by a master
+	draining  bool
+	stop      <-chan struct{} // closed when the pilot decided to stop (Run's ctx)
+	changed   chan struct{}
+	tasks     sync.WaitGroup
+	finished  atomic.Int64
 	// taskTime and roundTrip are moving averages of a task's run time and
 	// of a pull that brought work, for the automatic prefetch (under mu).
 	taskTime, roundTrip time.Duration
@@ -361,6 +364,9 @@ func (s *session) sendLoop(ctx context.Context) {
 	timer.Stop()
 	defer timer.Stop()
 	var first time.Time // when the oldest result waiting was first seen
+	w.mu.Lock()
+	mark := w.groupEnds // the groups ended by the last request
+	w.mu.Unlock()
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		n := min(len(w.results), w.cfg.ResultBatch)
@@ -369,11 +375,12 @@ func (s *session) sendLoop(ctx context.Context) {
 		}
 		var hold time.Duration
 		if n > 0 {
-			hold = w.holdResults(n, first)
+			hold = w.holdResults(n, first, mark)
 		}
 		var batch []pilotproto.Result
 		if n > 0 && hold <= 0 {
 			batch = append(batch, w.results[:n]...)
+			mark = w.groupEnds
 		}
 		ch := w.changed
 		w.mu.Unlock()
@@ -404,8 +411,10 @@ func (s *session) sendLoop(ctx context.Context) {
 // at first) may wait for others to join their request (ResultDelay): only
 // while the worker runs or holds tasks whose results could join them,
 // fewer than ResultBatch wait, all are plain successes and the worker is
-// not stopping. Called with mu held.
-func (w *Worker) holdResults(n int, first time.Time) time.Duration {
+// not stopping. While groups run and none ended since the last request
+// (the count was mark then), they may wait GroupResultDelay: a group's
+// results go together. Called with mu held.
+func (w *Worker) holdResults(n int, first time.Time, mark int64) time.Duration {
 	if w.cfg.ResultDelay <= 0 || n >= w.cfg.ResultBatch || w.draining || (w.busy == 0 && len(w.queue) == 0) {
 		return 0
 	}
@@ -414,7 +423,11 @@ func (w *Worker) holdResults(n int, first time.Time) time.Duration {
 			return 0
 		}
 	}
-	return w.cfg.ResultDelay - time.Since(first)
+	delay := w.cfg.ResultDelay
+	if len(w.groups) > 0 && w.groupEnds == mark {
+		delay = max(delay, w.cfg.GroupResultDelay)
+	}
+	return delay - time.Since(first)
 }
 
 // sendResults posts results and forgets them once acknowledged.
@@ -771,6 +784,7 @@ func (w *Worker) endGroupTask(g *group, i int, o Outcome) {
 				break
 			}
 		}
+		w.groupEnds++
 		w.tasks.Done()
 	}
 }

@@ -46,6 +46,9 @@ func Cut(fd int, max int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if off <= max {
+		return false, nil // (the marker not built for every check)
+	}
 	marker := Marker(max)
 	end := max + int64(len(marker)) + KeepTail
 	if off <= end {

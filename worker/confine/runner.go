@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +42,7 @@ type Runner struct {
 	seq     int64
 	pending map[int64]*Task
 	err     error // why the runner ended; nil while it runs
+	slots   int   // the last SetSlots (0: none yet, all run)
 	ended   chan struct{}
 	// Requests not yet written (under mu), each record's end and the task
 	// it starts (0: none); wmu is held by the one goroutine writing them.
@@ -190,7 +192,7 @@ func StartRunner(l *Launcher, p RunnerPolicy, files []*os.File) (*Runner, error)
 // receive reads a packet and calls f with each of its events, with mu
 // held if lock (once per packet, not per event).
 func (r *Runner) receive(buf []byte, lock bool, f func(event)) error {
-	n, _, _, _, err := r.conn.ReadMsgUnix(buf, nil)
+	n, err := r.recv(buf)
 	if err != nil {
 		return err
 	}
@@ -202,6 +204,40 @@ func (r *Runner) receive(buf []byte, lock bool, f func(event)) error {
 		defer r.mu.Unlock()
 	}
 	return decodeEvents(buf[:n], f)
+}
+
+// recv reads one packet of the runner's into buf, waiting for it in the
+// network poller. The read itself is a raw system call (it does not
+// block): one the Go runtime is told of wakes the runtime's monitor
+// thread from its sleep when the worker was idle, that is at about every
+// packet of the runner's (perf: the worker's most frequent futex wake).
+func (r *Runner) recv(buf []byte) (int, error) {
+	rc, err := r.conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			m, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false
+			case 0:
+				n = int(m)
+			default:
+				rerr = e
+			}
+			return true
+		}
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, err
 }
 
 // read dispatches the runner's events until it ends: a packet's queued
@@ -379,7 +415,21 @@ func (r *Runner) Queue(specs []Spec, tags []int, timeout time.Duration, ended fu
 }
 
 // SetSlots sets how many of its queued tasks the runner runs at once.
-func (r *Runner) SetSlots(n int) { r.send(request{Op: "slots", Sig: n}) }
+// The figure it has already is not sent again (the worker tells it after
+// every wave, and it seldom changes).
+func (r *Runner) SetSlots(n int) {
+	r.mu.Lock()
+	if r.slots == n {
+		r.mu.Unlock()
+		return
+	}
+	r.slots = n
+	r.appendLocked(request{Op: "slots", Sig: n})
+	r.mu.Unlock()
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
+}
 
 // Stop stops the queued tasks ts (one packet): those not started never
 // start (Skipped), the others get SIGTERM and, after the runner's grace,
@@ -392,9 +442,9 @@ func (r *Runner) Stop(ts ...*Task) {
 	r.send(qs...)
 }
 
-// send writes requests that start no task.
-func (r *Runner) send(qs ...request) {
-	r.mu.Lock()
+// appendLocked adds requests that start no task to those to write; mu
+// held.
+func (r *Runner) appendLocked(qs ...request) {
 	for _, q := range qs {
 		out, err := appendRequest(r.out, q)
 		if err == nil {
@@ -402,6 +452,12 @@ func (r *Runner) send(qs ...request) {
 			r.outRec = append(r.outRec, outRecord{end: len(r.out)})
 		}
 	}
+}
+
+// send writes requests that start no task.
+func (r *Runner) send(qs ...request) {
+	r.mu.Lock()
+	r.appendLocked(qs...)
 	r.mu.Unlock()
 	r.wmu.Lock()
 	r.flushLocked()

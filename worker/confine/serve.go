@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -173,7 +175,21 @@ func (s *server) send() {
 func (s *server) serve() error {
 	var polls []unix.PollFd
 	buf, oob := make([]byte, maxPacket+fullPacket), make([]byte, unix.CmsgSpace(3*4))
+	yielded := time.Now()
 	for {
+		if now := time.Now(); now.Sub(yielded) >= yieldEvery {
+			// The runner's goroutine never blocks in the Go scheduler (its
+			// poll is a raw system call), so the runtime's monitor takes it
+			// for one running too long every 10 ms: it preempts it and
+			// takes its P away if it is in a system call then (a spawn,
+			// most of the time), and then wakes every 20 us again (with
+			// GOMAXPROCS 2, 7% of the runner's CPU in its sleeps, 5% in
+			// handing the locked thread's P back and forth: perf, 4
+			// runners at full speed). A yield of its own first costs one
+			// hand-over.
+			runtime.Gosched()
+			yielded = now
+		}
 		polls = append(polls[:0], unix.PollFd{Fd: int32(s.sock), Events: unix.POLLIN})
 		var next time.Time // the next deadline or kill, if any
 		for _, t := range s.tasks {
@@ -447,12 +463,8 @@ func (s *server) reap(t *running) {
 	// Nothing of the task's may write to an empty log the next task gets:
 	// only a task whose whole group has ended gives its logs back.
 	alone := syscall.Kill(-t.pid, 0) == syscall.ESRCH
-	if s.logMax > 0 {
-		logcap.Cut(t.out, s.logMax)
-		logcap.Cut(t.err, s.logMax)
-	}
-	s.nameLog(&t.out, t.outName, alone)
-	s.nameLog(&t.err, t.errName, alone)
+	s.endLog(&t.out, t.outName, alone)
+	s.endLog(&t.err, t.errName, alone)
 	s.closeFiles(t)
 	flags := byte(evDone)
 	if !s.removeTmp(t) {
@@ -471,24 +483,40 @@ func (s *server) reap(t *running) {
 	s.event(ev)
 }
 
-// nameLog links the unnamed log *fd as name in the log directory if the
-// task wrote to it, or if something of the task's is left that may
-// (alone false: its group outlived it), replacing what had that name (a
-// former run's log, a link: never followed). An empty log of a task
-// alone gets no file (a former one of that name goes) and is kept for
-// the next task (*fd is then -1).
-func (s *server) nameLog(fd *int, name string, alone bool) {
-	if *fd < 0 || name == "" {
+// endLog cuts an ended task's log *fd at logMax and links it as name
+// in the log directory if the task wrote to it, or if something of the
+// task's is left that may (alone false: its group outlived it),
+// replacing what had that name (a former run's log, a link: never
+// followed). An empty log of a task alone gets no file (a former one of
+// that name goes) and is kept for the next task (*fd is then -1).
+//
+// Its size is one lseek to its end when the task is alone (nothing
+// writes at the shared offset any more, and an empty log's stays 0,
+// ready for the next task): not an fstat, and a seek for the cut and
+// another for the spare, per log and task.
+func (s *server) endLog(fd *int, name string, alone bool) {
+	if *fd < 0 {
 		return
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(*fd, &st); err == nil && st.Size == 0 && alone {
+	size := int64(-1)
+	if alone {
+		if n, err := unix.Seek(*fd, 0, io.SeekEnd); err == nil {
+			size = n
+		}
+	} else if st := (unix.Stat_t{}); unix.Fstat(*fd, &st) == nil {
+		size = st.Size
+	}
+	if s.logMax > 0 && (size < 0 || size > s.logMax) {
+		logcap.Cut(*fd, s.logMax)
+	}
+	if name == "" {
+		return
+	}
+	if size == 0 && alone {
 		unix.Unlinkat(s.logs, name, 0)
 		if len(s.spare) < maxSpareLogs {
-			if _, err := unix.Seek(*fd, 0, 0); err == nil {
-				s.spare = append(s.spare, *fd)
-				*fd = -1
-			}
+			s.spare = append(s.spare, *fd)
+			*fd = -1
 		}
 		return
 	}
@@ -551,6 +579,10 @@ func rawPoll(polls []unix.PollFd, wait time.Duration) error {
 	_, err := unix.Ppoll(polls, rest, nil)
 	return err
 }
+
+// yieldEvery is how often the runner's loop yields to the Go scheduler:
+// within the runtime's 10 ms preemption bound (serve).
+const yieldEvery = 5 * time.Millisecond
 
 // rawWait bounds a poll the Go runtime does not know of.
 const rawWait = 20 * time.Millisecond

@@ -18,7 +18,8 @@ package confine
 
 // harvest_spawn starts path with argv and envp, the descriptors in, out
 // and err (all above 2) as its 0, 1 and 2, in a process group of its
-// own, with SIGKILL as its parent-death signal, and, if ruleset is not
+// own, with SIGKILL as its parent-death signal (parent: the caller's pid,
+// found once, not a getpid per task), and, if ruleset is not
 // -1, in a Landlock domain of its own made from it (nested in the calling
 // thread's). It returns the pid, or -1 with *stage (1: the domain, 2: the
 // descriptors, 3: the exec) and *errnum saying what failed.
@@ -31,12 +32,11 @@ package confine
 // exec does (a caught signal goes back to its default, an ignored one
 // stays ignored).
 static int harvest_spawn(const char *path, char *const argv[], char *const envp[],
-                         int in, int out, int err, int ruleset, int *stage, int *errnum) {
+                         int in, int out, int err, int ruleset, pid_t parent, int *stage, int *errnum) {
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	volatile int cstage = 0, cerr = 0;
-	pid_t parent = getpid();
 	pid_t pid = vfork();
 	if (pid == 0) {
 		if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
@@ -124,6 +124,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -157,6 +158,10 @@ func cStrings(ss []string) (**C.char, error) {
 	return v, nil
 }
 
+// selfPID is this process's pid (a Go process does not fork without
+// exec: it does not change).
+var selfPID = C.pid_t(os.Getpid())
+
 // spawn starts a task from the calling thread (see harvest_spawn); the
 // caller must be locked to its thread, since the task's Landlock domain
 // is nested in that thread's, and only that thread may signal it.
@@ -180,7 +185,7 @@ func spawn(path string, argv, env []string, fds [3]int, ruleset int) (int, error
 	}
 	defer C.free(unsafe.Pointer(cenv))
 	var stage, errnum C.int
-	pid := C.harvest_spawn(cpath, cargv, cenv, C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), &stage, &errnum)
+	pid := C.harvest_spawn(cpath, cargv, cenv, C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &stage, &errnum)
 	if pid >= 0 {
 		return int(pid), nil
 	}

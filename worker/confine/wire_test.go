@@ -1,8 +1,12 @@
 package confine
 
 import (
+	"net"
+	"os"
 	"reflect"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Several requests, and several events, travel in one packet and come
@@ -49,5 +53,39 @@ func TestRunnerPacketsRoundTrip(t *testing.T) {
 	}
 	if err := decodeEvents(appendEvent(nil, event{Err: "xyz"})[:5], func(event) {}); err == nil {
 		t.Error("a truncated event decoded")
+	}
+}
+
+// The worker tells a job's runner its slots after every wave of ended
+// tasks; only a figure that changed reaches the runner (a packet, and a
+// wake-up of its loop, fewer per wave).
+func TestSetSlotsSendsOnlyAChange(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "worker's end")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer unix.Close(fds[1])
+	r := &Runner{conn: c.(*net.UnixConn), pending: map[int64]*Task{}}
+	for _, n := range []int{2, 2, 3, 3, 3, 2} {
+		r.SetSlots(n)
+	}
+	var got []int
+	buf := make([]byte, maxPacket)
+	for {
+		n, _, err := unix.Recvfrom(fds[1], buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			break
+		}
+		decodeRequests(buf[:n], func(q request) { got = append(got, q.Sig) })
+	}
+	if !reflect.DeepEqual(got, []int{2, 3, 2}) {
+		t.Errorf("the runner was sent slots %v, want [2 3 2]", got)
 	}
 }
