@@ -22,7 +22,7 @@ func TestFasterRoundsDecideAsBefore(t *testing.T) {
 		t.Skip("no KTH trace")
 	}
 	want := map[GiveBack]string{
-		Polling:          "4558c785e6a45326878ab4467b41f5fd07172bba5b8ab946a54f3089e0b3ad6b",
+		Polling:          "c22260c40062f40fe99a84024d0a4ba98d5b08440a9f0313958fefcda0b79071",
 		Preemption:       "510562ad75a14adf0932ab8326c9f892f7ece835f1de8c9d495729a13b7156af",
 		PreemptionSizing: "e40dd100bad665a848a12b4489a3d31947c98cb2ba22f86694e458f2719ea79b",
 	}

@@ -158,6 +158,12 @@ const (
 	// time their nodes are needed make the batch system plan a reserved
 	// job later, and so start a job now that would delay it; release them.
 	CaseReleaseForPlan Case = "release-for-plan"
+	// CaseReleaseBeforeEnd (3 and 5, ahead): a running job reaches its
+	// limit within miniTime and the batch system, at that second, would
+	// start a job the cluster without pilots starts then, but for the
+	// pilots on its nodes; release them now, since the round after the end
+	// comes after the batch system's pass.
+	CaseReleaseBeforeEnd Case = "release-before-end"
 	// CaseFillHole (6): no foreign job can use the hole; fill it with
 	// pilots ending margin before the top job can start.
 	CaseFillHole Case = "fill-hole"

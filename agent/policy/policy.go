@@ -136,6 +136,8 @@ type view struct {
 	base           *walkBase
 	batch0, ideal0 *walked
 	maxTime0       *cluster.Limit
+	// endCap is the end holeLimit last ended new pilots at (aheadNeed).
+	endCap int64
 
 	// What a waiting foreign job sees (see Config.Preemption): the idle
 	// nodes it may take (idleF), the nodes the batch system frees for it
@@ -298,11 +300,25 @@ func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decisio
 		return d
 	}
 
+	// The same at the ends within miniTime: release now what the batch
+	// system's pass at the end would need (ahead.go).
+	if a := v.releaseAhead(); len(a.ids) > 0 {
+		d.Release, d.Case = a.ids, CaseReleaseBeforeEnd
+		d.Reason = fmt.Sprintf("%s (%s) %s in %s, when %s its limit, if pilots above the minimum of %d make way: releasing %s now%s",
+			v.jobsPhrase(a.starts), nodesWord(a.nodes), canStart(len(a.starts)), fmtLimit(cluster.Limit(a.at)),
+			v.endingPhrase(a.at), v.keep, pilotsWord(len(a.ids)), v.preemptClause())
+		if !a.enough {
+			d.Reason += " (not enough yet: the other pilots are at the minimum or not visible yet)"
+		}
+		return d
+	}
+
 	// Case 2: fewer pilots than MiniNode and nobody to release for.
 	if v.held < v.miniNode {
 		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
 			nodesWord(v.held), v.miniNode, top.ID, inTime(mt))
-		return v.submit(d, CaseBelowMinNodes, v.holeLimit(ideal, mt), v.cfg.Margin, why)
+		hl := v.holeLimit(ideal, mt)
+		return v.submit(d, CaseBelowMinNodes, hl, v.cfg.Margin, why+v.endClause(hl))
 	}
 
 	if len(ideal.starts) > 0 && batchStarts {
@@ -338,7 +354,8 @@ func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decisio
 
 	// Case 6.
 	why := fmt.Sprintf("no pending job fits in the hole before job %s can start %s", top.ID, inTime(mt))
-	return v.submit(d, CaseFillHole, v.holeLimit(ideal, mt), v.cfg.Margin, why)
+	hl := v.holeLimit(ideal, mt)
+	return v.submit(d, CaseFillHole, hl, v.cfg.Margin, why+v.endClause(hl))
 }
 
 // holeLimit is how long new pilots on the idle nodes may run without
@@ -364,6 +381,8 @@ func (v *view) holeLimit(ideal walked, mt cluster.Limit) cluster.Limit {
 	// backfilled the second a 40-node job ended early, J_top 1.5 h late).
 	t = min(t, ideal.topAt)
 	t = min(t, ideal.unreservedNeed(v, n))
+	v.endCap = v.aheadNeed(n)
+	t = min(t, v.endCap)
 	l := cluster.Unlimited
 	if t != never {
 		l = cluster.Limit(t)

@@ -224,7 +224,7 @@ var knownCases = map[Case]bool{
 	CaseNoPendingJob: true, CaseBelowMinNodes: true, CaseTopJobFits: true, CaseReleaseForTopJob: true,
 	CaseJobEndingSoon: true, CaseBackfillWillStart: true, CaseReleaseForBackfill: true, CaseFillHole: true,
 	CaseHoleTooShort: true, CaseNoIdleNodes: true, CaseAtMaxNodes: true, CaseDemandMet: true,
-	CaseSchedulerPreempts: true, CasePaused: true, CaseDrain: true, CaseReleaseForPlan: true,
+	CaseSchedulerPreempts: true, CasePaused: true, CaseDrain: true, CaseReleaseForPlan: true, CaseReleaseBeforeEnd: true,
 }
 
 func TestDecideProperties(t *testing.T) {

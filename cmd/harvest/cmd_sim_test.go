@@ -117,9 +117,10 @@ func TestSimCommand(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, errMsg)
 		}
 		// The 4-node job (line 1 of the workload) can start at 500 when
-		// the 2-node job ends, if the two pilots go.
+		// the 2-node job reaches its limit, if the two pilots go: they go
+		// a minute before (mini time), so that they are gone by then.
 		d, err := os.ReadFile(dec)
-		if err != nil || !strings.Contains(string(d), "500\trelease-for-top-job\tjob 1 can start now") {
+		if err != nil || !strings.Contains(string(d), "440\trelease-before-end\tjob 1 (4 nodes) can start in 1m0s, when job 0 reaches its limit") {
 			t.Errorf("decisions (%v):\n%s", err, d)
 		}
 	})
