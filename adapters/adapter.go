@@ -167,6 +167,13 @@ type Info struct {
 	TimeMinSizing bool `json:"time_min_sizing,omitempty"`
 	// Shrink reports whether Shrink works.
 	Shrink bool `json:"shrink,omitempty"`
+	// SubmitsVisible reports that every snapshot taken after a Submit
+	// returned lists that pilot while it lives (sbatch returns once
+	// slurmctld made the job's record, condor_submit once the schedd
+	// committed it). The agent then counts a submitted pilot the next
+	// snapshot does not show as gone (preempted or ended within the poll),
+	// not as on its way; without it, as on its way for minutes.
+	SubmitsVisible bool `json:"submits_visible,omitempty"`
 }
 
 // Preemption is a tier (SLURM: a partition of a lower PriorityTier over the

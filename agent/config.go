@@ -42,6 +42,10 @@ type Config struct {
 	// LedgerTTL is how long (seconds of batch-system time) a submitted pilot
 	// that does not show up in snapshots still counts as held.
 	LedgerTTL int64
+	// SubmitsVisible (the adapter's Info.SubmitsVisible): a submitted
+	// pilot that the next snapshot does not show has left; it is not
+	// counted as held for LedgerTTL.
+	SubmitsVisible bool
 	// PilotCommand is the argv every pilot job runs.
 	PilotCommand []string
 	// PilotEnv is added to the pilots' environment.

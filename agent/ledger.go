@@ -16,8 +16,16 @@ import (
 // that later appears with an id the ledger never saw is matched against
 // them. Entries expire after TTL seconds of snapshot time: by then the
 // batch system shows the pilot or it was never created.
+//
+// With Visible (the adapter's Info.SubmitsVisible: SLURM, HTCondor and the
+// simulator list a job in every snapshot taken after its submit returned),
+// a pilot submitted with an id that the next snapshot does not show has
+// already left (a preemptible pilot preempted within the poll) and is
+// forgotten: counting it as on its way for TTL seconds kept a node idle
+// for five minutes on the mini-cluster.
 type Ledger struct {
 	TTL     int64
+	Visible bool
 	known   map[string]entry // id -> entry, submitted and not yet visible
 	unknown []entry          // outcome unknown
 	// seen holds the pilot ids of the last snapshot; seenSet is the same
@@ -128,7 +136,8 @@ func (l *Ledger) Observe(s cluster.Snapshot) {
 		l.seen, l.spare, l.seenBuilt = visible, l.seen, false
 	}
 	for id, e := range l.known {
-		if s.Now-e.at > l.TTL {
+		// Rounds are sequential: every entry was submitted before s.
+		if l.Visible || s.Now-e.at > l.TTL {
 			delete(l.known, id)
 		}
 	}

@@ -165,7 +165,9 @@ func NewReconciler(ad adapters.Adapter, src DemandSource, cfg Config, log *slog.
 	if src == nil {
 		src = StaticDemand{}
 	}
-	return &Reconciler{ad: ad, src: src, cfg: cfg, log: log, ledger: NewLedger(cfg.LedgerTTL), submitTimeout: cfg.SubmitTimeout}
+	l := NewLedger(cfg.LedgerTTL)
+	l.Visible = cfg.SubmitsVisible
+	return &Reconciler{ad: ad, src: src, cfg: cfg, log: log, ledger: l, submitTimeout: cfg.SubmitTimeout}
 }
 
 // SubmitTimeout is the timeout the next submit will get.

@@ -502,3 +502,28 @@ func TestAnAdapterInProcessGetsNoDeadlineAndOnlyItsFiguresChecked(t *testing.T) 
 		}
 	}
 }
+
+// A preemptible pilot preempted before any snapshot listed it: with an
+// adapter whose submits are visible at once (SLURM, HTCondor, the
+// simulator), the next round counts it as gone and fills the node again;
+// before, it counted as on its way for the ledger's TTL (300 s) and the
+// node stayed idle (SDSC day 60 on the mini-cluster: one node of 16 idle
+// for the whole preemption run).
+func TestAPilotGoneBeforeAnySnapshotShowedItIsNotHeld(t *testing.T) {
+	for _, visible := range []bool{true, false} {
+		m := adaptertest.NewMemory(1)
+		cfg := testConfig()
+		cfg.SubmitsVisible = visible
+		r := NewReconciler(m, nil, cfg, nil)
+		res := round(t, r)
+		if len(res.Submitted) != 1 {
+			t.Fatalf("submitted %v on 1 idle node, want 1", res.Submitted)
+		}
+		m.End(string(res.Submitted[0])) // preempted within the poll
+		m.Advance(2)
+		res = round(t, r)
+		if got, want := len(res.Submitted), map[bool]int{true: 1, false: 0}[visible]; got != want {
+			t.Errorf("visible=%v: the next round submitted %d pilots on the idle node, want %d (upcoming %v)", visible, got, want, res.Upcoming)
+		}
+	}
+}

@@ -366,6 +366,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		acfg.Policy.HarvestWhileIdle = cfg.HarvestWhileIdle
 		acfg.Policy.Granularity = cc.Granularity
 		acfg.Policy.Preemption = cc.Preemption
+		acfg.SubmitsVisible = true                 // the simulated cluster lists a pilot at its submit
 		acfg.Policy.Reservations = cc.Reservations // the walk plans as the scheduler does
 		if cfg.GiveBack == PreemptionSizing {
 			// The smallest useful pilot runs one task.

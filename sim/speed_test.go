@@ -23,8 +23,8 @@ func TestFasterRoundsDecideAsBefore(t *testing.T) {
 	}
 	want := map[GiveBack]string{
 		Polling:          "c22260c40062f40fe99a84024d0a4ba98d5b08440a9f0313958fefcda0b79071",
-		Preemption:       "510562ad75a14adf0932ab8326c9f892f7ece835f1de8c9d495729a13b7156af",
-		PreemptionSizing: "e40dd100bad665a848a12b4489a3d31947c98cb2ba22f86694e458f2719ea79b",
+		Preemption:       "e4e14a206cd082dbcb73c12dbc1a5b9c23400d51076e6d67a13c4fb6aaf652dd",
+		PreemptionSizing: "7f7be334e3b0541e58967fb18f71bbf1b767c02eca0c1264d7aa7013640b68fe",
 	}
 	for _, gb := range []GiveBack{Polling, Preemption, PreemptionSizing} {
 		t.Run(string(gb), func(t *testing.T) {

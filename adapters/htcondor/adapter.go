@@ -68,6 +68,7 @@ func (a *Adapter) Info(ctx context.Context) (adapters.Info, error) {
 		TimeGranularity: 1,
 		ExpectedStart:   false,
 		Backfill:        false,
+		SubmitsVisible:  true,
 	}
 	if out, err := a.run(ctx, "condor_version", nil, nil, false); err == nil {
 		if v, err := ParseVersion(out); err == nil {

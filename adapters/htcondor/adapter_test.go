@@ -303,7 +303,7 @@ func TestInfoReportsNoExpectedStartNoBackfillAndTheVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := adapters.Info{Name: "htcondor", Version: "23.0.3", Tag: "harvest-pilot", TimeGranularity: 1}
+	want := adapters.Info{Name: "htcondor", Version: "23.0.3", Tag: "harvest-pilot", TimeGranularity: 1, SubmitsVisible: true}
 	if info != want {
 		t.Fatalf("Info = %+v, want %+v", info, want)
 	}

@@ -944,7 +944,7 @@ func (c *Cluster) Info(ctx context.Context) (adapters.Info, error) {
 		return adapters.Info{}, err
 	}
 	info := adapters.Info{Name: "sim", Version: "1", Tag: c.cfg.Tag, TimeGranularity: c.cfg.Granularity, ExpectedStart: true, Backfill: true,
-		TimeMinSizing: c.cfg.TimeMinSizing, Shrink: true}
+		TimeMinSizing: c.cfg.TimeMinSizing, Shrink: true, SubmitsVisible: true}
 	if c.cfg.Preemption {
 		info.Preemption = &adapters.Preemption{Partition: "sim-preemptible", Mode: "CANCEL", GraceTime: c.cfg.GraceTime, Usable: true}
 	}

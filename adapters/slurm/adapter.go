@@ -96,6 +96,7 @@ func (a *Adapter) Info(ctx context.Context) (adapters.Info, error) {
 		ExpectedStart:   true,
 		Backfill:        true,
 		Shrink:          true,
+		SubmitsVisible:  true,
 	}
 	t, err := a.probe(ctx)
 	if err != nil {

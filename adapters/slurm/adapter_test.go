@@ -420,7 +420,7 @@ func TestCancel(t *testing.T) {
 func TestInfo(t *testing.T) {
 	a := newTestAdapter(t, backfillCluster(t), nil)
 	info, err := a.Info(context.Background())
-	want := adapters.Info{Name: "slurm", Version: "22.05.8", Tag: "harvest-pilot", TimeGranularity: 60, ExpectedStart: true, Backfill: true, Shrink: true}
+	want := adapters.Info{Name: "slurm", Version: "22.05.8", Tag: "harvest-pilot", TimeGranularity: 60, ExpectedStart: true, Backfill: true, Shrink: true, SubmitsVisible: true}
 	if err != nil || info != want {
 		t.Errorf("Info = %+v, %v", info, err)
 	}

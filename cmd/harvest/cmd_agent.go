@@ -262,6 +262,7 @@ func runAgent(c *cli.Context) error {
 		return cli.Exit("harvest agent: "+err.Error(), 2)
 	}
 	gb.Apply(&cfg.Policy)
+	cfg.SubmitsVisible = info.SubmitsVisible
 	for _, w := range gb.Warnings {
 		log.Warn(w)
 	}
