@@ -193,12 +193,6 @@ func (b *batch) readJobs(ids []int64) error {
 	})
 }
 
-// job reads a job's row once per transaction; nil when there is none.
-func (b *batch) job(id int64) (*jobRow, error) {
-	err := b.readJobs([]int64{id})
-	return b.jobs[id], err
-}
-
 // entryKey is an entry handed out as an attempt: (job, attempt, index).
 type entryKey [3]int64
 
