@@ -51,6 +51,21 @@ type plan struct {
 	// queue searched the same full prefix again for every job).
 	fits   map[int]int64
 	starts map[span]int64
+	// asked counts the searches since the plan last changed; a plan
+	// searched often without a change (a walk past its reservations, or a
+	// finished walk that unreservedNeed reads) is searched in tree, built
+	// for its steps as they are.
+	asked int
+	tree  stepTree
+}
+
+// treeAfter is how many searches of an unchanged plan go by before the
+// plan builds its tree (a build costs about two scans of every step).
+const treeAfter = 4
+
+// changed notes a change of the steps: the tree no longer holds.
+func (p *plan) changed() {
+	p.asked, p.tree.size = 0, 0
 }
 
 // span is n nodes for d.
@@ -80,6 +95,7 @@ func (p *plan) fill(free int, ends []freeing) {
 	}
 	p.times = append(p.times[:0], 0)
 	p.free = append(p.free[:0], free)
+	p.changed()
 	if p.fits != nil {
 		clear(p.fits)
 		clear(p.starts)
@@ -104,6 +120,7 @@ func (p *plan) split(t int64) int {
 	}
 	p.times = slices.Insert(p.times, i, t)
 	p.free = slices.Insert(p.free, i, p.free[i-1])
+	p.changed()
 	return i
 }
 
@@ -117,6 +134,9 @@ func addTime(t int64, d cluster.Limit) int64 {
 // earliest is the first time n nodes are free for d: one pass over the
 // steps, following the current run of steps with n free.
 func (p *plan) earliest(n int, d cluster.Limit) int64 {
+	if p.searchTree() {
+		return p.earliestInTree(n, d)
+	}
 	if p.fits == nil {
 		// Made on first use: most of a round's walks place few jobs.
 		p.fits, p.starts = map[int]int64{}, map[span]int64{}
@@ -154,6 +174,38 @@ func (p *plan) earliest(n int, d cluster.Limit) int64 {
 	return never
 }
 
+// searchTree reports whether this search goes by the tree, building it
+// when the plan has been searched treeAfter times without a change.
+func (p *plan) searchTree() bool {
+	if p.tree.size > 0 {
+		return true
+	}
+	if p.asked++; p.asked < treeAfter || len(p.times) < 2*treeAfter {
+		return false
+	}
+	p.tree.build(p.free)
+	return true
+}
+
+// earliestInTree is earliest by p's tree: the first run of steps with n
+// free from time 0 (the memos' bounds are not needed) that lasts d.
+func (p *plan) earliestInTree(n int, d cluster.Limit) int64 {
+	for i := 0; ; {
+		if i = p.tree.firstAtLeast(i, n); i < 0 {
+			return never
+		}
+		j := p.tree.firstBelow(i+1, n)
+		end := never
+		if j >= 0 {
+			end = p.times[j]
+		}
+		if end == never || addTime(p.times[i], d) <= end {
+			return p.times[i]
+		}
+		i = j
+	}
+}
+
 // reserve takes n nodes on [s, s+d).
 func (p *plan) reserve(s int64, d cluster.Limit, n int) {
 	i := p.split(s)
@@ -164,6 +216,7 @@ func (p *plan) reserve(s int64, d cluster.Limit, n int) {
 	for k := i; k < j; k++ {
 		p.free[k] -= n
 	}
+	p.changed()
 }
 
 // firstShort is the first time fewer than n nodes are free (never if
@@ -611,6 +664,15 @@ func (v *view) behindTop() bool {
 	return false
 }
 
+// idealNeed is the ideal walk's unreservedNeed for n new pilots, n >= 1.
+func (v *view) idealNeed(n int) int64 {
+	if v.needN != n {
+		w := v.ideal()
+		v.need0, v.needN = w.unreservedNeed(v, n), n
+	}
+	return v.need0
+}
+
 // unreservedNeed is the earliest start, in w's plan, of a pending foreign
 // job J the walk reached but gave neither a start nor a reservation (the
 // batch system backfills such a job the moment its nodes free) that n new
@@ -678,6 +740,21 @@ func (w *walked) unreservedNeed(v *view, n int) int64 {
 // minFree is the fewest nodes free on [s, s+d).
 func (p *plan) minFree(s int64, d cluster.Limit) int {
 	end := addTime(s, d)
+	if p.tree.size > 0 {
+		// The steps from the one s falls in to the last before end.
+		i, found := slices.BinarySearch(p.times, s)
+		if !found {
+			i = max(i-1, 0)
+		}
+		j := len(p.times)
+		if end != never {
+			j, _ = slices.BinarySearch(p.times, end)
+		}
+		if i >= j {
+			return -1
+		}
+		return p.tree.least(i, j)
+	}
 	m := -1
 	for i := range p.times {
 		next := never
