@@ -37,7 +37,15 @@ type Ledger struct {
 	seen, spare []string
 	seenSet     []int32
 	seenBuilt   bool
+	// scans counts the lookups in seen made by a scan since it changed:
+	// the first few (a submit or two, the pilots submitted last round)
+	// scan it rather than hash every id into the set.
+	scans int
 }
+
+// scanFirst is how many lookups scan seen before the set is built: a
+// scan compares lengths and a byte, a build hashes every id.
+const scanFirst = 4
 
 type entry struct {
 	limit       cluster.Limit
@@ -52,6 +60,16 @@ func NewLedger(ttl int64) *Ledger {
 
 // wasSeen reports whether the last snapshot showed pilot id.
 func (l *Ledger) wasSeen(id string) bool {
+	if !l.seenBuilt && l.scans < scanFirst {
+		l.scans++
+		last := len(id) - 1
+		for _, s := range l.seen {
+			if len(s) == len(id) && (last < 0 || s[last] == id[last]) && s == id {
+				return true
+			}
+		}
+		return false
+	}
 	if !l.seenBuilt {
 		size := 16
 		for size < 2*len(l.seen) {
@@ -110,7 +128,7 @@ func (l *Ledger) Observe(s cluster.Snapshot) {
 				visible = append(visible, j.ID)
 			}
 		}
-		l.seen, l.spare, l.seenBuilt = visible, l.seen, false
+		l.seen, l.spare, l.seenBuilt, l.scans = visible, l.seen, false, 0
 		for id := range l.known {
 			if l.wasSeen(id) {
 				delete(l.known, id)
@@ -133,7 +151,7 @@ func (l *Ledger) Observe(s cluster.Snapshot) {
 		l.unknown = l.unknown[min(fresh, len(l.unknown)):]
 		// Forget ids no longer visible so the set does not grow forever; a
 		// pilot never comes back once it has left the batch system.
-		l.seen, l.spare, l.seenBuilt = visible, l.seen, false
+		l.seen, l.spare, l.seenBuilt, l.scans = visible, l.seen, false, 0
 	}
 	for id, e := range l.known {
 		// Rounds are sequential: every entry was submitted before s.

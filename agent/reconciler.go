@@ -91,7 +91,13 @@ type RoundResult struct {
 	// Watch says the next round should come after Config.FastPoll
 	// (policy.Watch on the snapshot and decision).
 	Watch bool
+
+	decided policy.Decided
 }
+
+// Steady is policy.Steady on the round's input, from the walks Decide
+// made of it (0 for a round without a decision).
+func (r RoundResult) Steady() int64 { return r.decided.Steady() }
 
 // NextWait is the time from a round that saw the cluster to the next:
 // Config.FastPoll (at most PollInterval) after a round whose Watch is
@@ -257,9 +263,9 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	// The jobs were validated above; enrich changed only figures (and
 	// the pilots' busy and master marks).
 	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain, JobsChecked: true}
-	dec := policy.Decide(in, pcfg)
+	dec, decided := policy.DecideShared(in, pcfg)
 	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec,
-		Watch: policy.Watch(snap, dec)}
+		Watch: policy.Watch(snap, dec), decided: decided}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})
 
 	if r.cfg.DryRun {

@@ -437,7 +437,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			if cfg.Decisions != nil && res.Decision.Acts() {
 				fmt.Fprintf(cfg.Decisions, "%d\t%s\t%s\n", t, res.Decision.Case, res.Decision.Reason)
 			}
-			q.after(t, res, c, dem, acfg.Policy)
+			q.after(t, res, c, dem)
 			return nil
 		}
 	case Fixed:
@@ -607,13 +607,14 @@ func (q *quiet) holds(t int64, c *simcluster.Cluster, d demand) bool {
 	return t < q.until && c.Changes() == q.changes && d.key() == q.backlog
 }
 
-func (q *quiet) after(t int64, res agent.RoundResult, c *simcluster.Cluster, d demand, pcfg policy.Config) {
+func (q *quiet) after(t int64, res agent.RoundResult, c *simcluster.Cluster, d demand) {
 	q.until = t
 	if res.Decision.Acts() || len(res.Errors) > 0 {
 		return
 	}
-	// The round validated the snapshot's jobs (Round).
-	st := policy.Steady(policy.Input{Snapshot: res.Snapshot, Upcoming: res.Upcoming, Recommended: res.Recommended, JobsChecked: true}, pcfg)
+	// Steady on the round's input (the simulated demand has no drain),
+	// from the round's own walks.
+	st := res.Steady()
 	if st == policy.Forever || t > policy.Forever-st {
 		q.until = policy.Forever
 	} else {

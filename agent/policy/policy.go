@@ -68,23 +68,44 @@ import (
 // when the limit is not positive. An invalid snapshot, ledger or config
 // yields CaseInvalidInput and no action; Decide never panics on it.
 func Decide(in Input, cfg Config) Decision {
+	d, _ := DecideShared(in, cfg)
+	return d
+}
+
+// Decided is a round's input after Decide, with the walks Decide made of
+// it: its Steady is Steady(in, cfg) without walking the queue again (the
+// simulator asks it after every round that did nothing).
+type Decided struct {
+	v *view // nil: the input was invalid
+}
+
+// DecideShared is Decide, and the round for Steady.
+func DecideShared(in Input, cfg Config) (Decision, Decided) {
 	d := Decision{Release: []string{}, MaxTime: cluster.Unlimited}
 	if err := validateInput(&in, cfg); err != nil {
 		d.Case = CaseInvalidInput
 		d.Reason = "nothing done: " + err.Error()
-		return d
+		return d, Decided{}
 	}
 	v := newView(&in, cfg)
 	d.Held, d.Idle, d.MinNodes, d.KeepNodes = v.held, v.idle, v.miniNode, v.keep
 	if in.Drain != nil {
-		return v.drain(d, *in.Drain)
+		return v.drain(d, *in.Drain), Decided{v}
 	}
 	d = v.decide(d)
 	if in.Paused && d.Submit != nil {
 		d.Submit, d.Case = nil, CasePaused
 		d.Reason = "paused by the admin; would have: " + d.Reason
 	}
-	return d
+	return d, Decided{v}
+}
+
+// Steady is Steady on the round's input (0 for an invalid one).
+func (x Decided) Steady() int64 {
+	if x.v == nil {
+		return 0
+	}
+	return x.v.steady()
 }
 
 func validateInput(in *Input, cfg Config) error {
@@ -138,6 +159,10 @@ type view struct {
 	maxTime0       *cluster.Limit
 	// endCap is the end holeLimit last ended new pilots at (aheadNeed).
 	endCap int64
+	// need0 is the ideal walk's unreservedNeed for needN new pilots
+	// (needN 0: not asked yet): Decide's holeLimit and Steady's ask it.
+	need0 int64
+	needN int
 
 	// What a waiting foreign job sees (see Config.Preemption): the idle
 	// nodes it may take (idleF), the nodes the batch system frees for it
@@ -380,7 +405,7 @@ func (v *view) holeLimit(ideal walked, mt cluster.Limit) cluster.Limit {
 	// that then delays J_top for its whole limit (KTH-SP2: a 33-node job
 	// backfilled the second a 40-node job ended early, J_top 1.5 h late).
 	t = min(t, ideal.topAt)
-	t = min(t, ideal.unreservedNeed(v, n))
+	t = min(t, v.idealNeed(n))
 	v.endCap = v.aheadNeed(n)
 	t = min(t, v.endCap)
 	l := cluster.Unlimited

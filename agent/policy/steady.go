@@ -32,7 +32,16 @@ const Forever int64 = math.MaxInt64
 // is a drain (it is not worth the analysis). A pause changes a round only
 // when it would submit, which the same analysis covers.
 func Steady(in Input, cfg Config) int64 {
-	if validateInput(&in, cfg) != nil || len(in.Upcoming) > 0 || in.Drain != nil {
+	if validateInput(&in, cfg) != nil {
+		return 0
+	}
+	return newView(&in, cfg).steady()
+}
+
+// steady is Steady on v's input, which is valid.
+func (v *view) steady() int64 {
+	in, cfg := v.in, v.cfg
+	if len(in.Upcoming) > 0 || in.Drain != nil {
 		return 0
 	}
 	s := &in.Snapshot
@@ -61,7 +70,6 @@ func Steady(in Input, cfg Config) int64 {
 	if cfg.UseExpectedStart && tj.ExpectedStart > 0 && tj.ExpectedStart >= s.Now {
 		bound(tj.ExpectedStart - s.Now)
 	}
-	v := newView(&in, cfg)
 	// The queue walk (walk.go): a pending job's fit flips when a step of
 	// the free nodes over time crosses its end (the step minus its limit),
 	// a step reaching now, and a hole's limit when a step crosses the

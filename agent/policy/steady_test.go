@@ -93,3 +93,35 @@ func TestSteadyIsZeroWithPilotsOnTheirWay(t *testing.T) {
 		t.Fatalf("a ledger entry: Steady = %d, want 0", st)
 	}
 }
+
+// TestSteadyAfterDecideIsSteady checks Decided.Steady, which reuses the
+// walks Decide made (and their caches and trees), against Steady on a
+// fresh copy of the input, and DecideShared's decision against Decide's.
+func TestSteadyAfterDecideIsSteady(t *testing.T) {
+	r := rand.New(rand.NewPCG(34, 20261126))
+	nonzero := 0
+	for i := range 20_000 {
+		in, cfg := randomInput(r)
+		if r.IntN(2) == 0 {
+			in.Upcoming = nil
+		}
+		in.Paused = r.IntN(4) == 0
+		fresh := in
+		fresh.Snapshot.Jobs = append([]cluster.Job(nil), in.Snapshot.Jobs...)
+		want, wantSt := Decide(fresh, cfg), Steady(fresh, cfg)
+		d, x := DecideShared(in, cfg)
+		if !reflect.DeepEqual(d, want) {
+			t.Fatalf("round %d: DecideShared decided %+v, Decide %+v", i, d, want)
+		}
+		if st := x.Steady(); st != wantSt {
+			b, _ := json.Marshal(in)
+			t.Fatalf("round %d: Steady after Decide is %d, on its own %d\ninput: %s", i, st, wantSt, b)
+		}
+		if wantSt > 0 {
+			nonzero++
+		}
+	}
+	if nonzero < 5_000 {
+		t.Fatalf("only %d of 20000 inputs were steady for any time", nonzero)
+	}
+}

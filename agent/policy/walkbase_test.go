@@ -156,3 +156,41 @@ func TestJobsCheckedSkipsOnlyTheJobChecks(t *testing.T) {
 		t.Fatalf("idle above total with JobsChecked: got case %s, want %s", d.Case, CaseInvalidInput)
 	}
 }
+
+// releasable sorts numeric ids by keys: the order must be compareRelease's,
+// for numeric ids, and for ids that are not plain numbers (the fallback).
+func TestReleasableKeepsTheReleaseOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(34, 2))
+	keyed := 0
+	for i := range 20_000 {
+		in, cfg := randomInput(r)
+		switch r.IntN(4) {
+		case 0: // some ids that are not plain numbers: the fallback
+			for k := range in.Snapshot.Jobs {
+				if r.IntN(10) == 0 {
+					in.Snapshot.Jobs[k].ID = []string{"0", "00", "p", "pilot-", "7.", "pilot-0"}[r.IntN(6)] + in.Snapshot.Jobs[k].ID
+				}
+			}
+		case 1: // the simulator's "pilot-N"
+			for k := range in.Snapshot.Jobs {
+				in.Snapshot.Jobs[k].ID = "pilot-" + in.Snapshot.Jobs[k].ID
+			}
+		}
+		if validateInput(&in, cfg) != nil {
+			continue
+		}
+		v := newView(&in, cfg)
+		got := v.releasable()
+		want := slices.Clone(got)
+		slices.SortFunc(want, func(a, b int) int { return compareReleaseRef(&v.s.Jobs[a], &v.s.Jobs[b]) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("input %d: releasable %v, compareRelease orders %v", i, got, want)
+		}
+		if _, ok := releaseKeys(v.s.Jobs, got); ok && len(got) > 1 {
+			keyed++
+		}
+	}
+	if keyed < 3_000 {
+		t.Fatalf("only %d inputs sorted by keys", keyed)
+	}
+}

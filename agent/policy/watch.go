@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"slices"
-
 	"github.com/harvest-hpc/harvest/cluster"
 )
 
@@ -31,32 +29,27 @@ func Watch(s cluster.Snapshot, d Decision) bool {
 		return false
 	}
 	pilots := 0
-	var sizes []int // nodes of each running foreign job
 	for i := range s.Jobs {
-		j := &s.Jobs[i]
-		if j.State != cluster.Running {
-			continue
-		}
-		switch {
-		case j.Pilot && !j.Preemptible:
+		if j := &s.Jobs[i]; j.State == cluster.Running && j.Pilot && !j.Preemptible {
 			pilots += j.Nodes
-		case !j.Pilot:
-			sizes = append(sizes, j.Nodes)
 		}
 	}
 	r := pilots - d.KeepNodes
 	if r <= 0 {
 		return false
 	}
-	slices.Sort(sizes)
 	idle := max(d.Idle, 0)
+	// Some n_k in [lo, hi] with n_k = 0 allowed: lo = N - I - R,
+	// hi = N - I - 1. A job with lo <= 0 answers at once; the others
+	// need a running job's size in their range, looked up in a count of
+	// the sizes up to the largest hi (a sort of every running job's size
+	// was a sixteenth of a warm simulated month).
+	top := 0
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		if j.Pilot || j.State != cluster.Pending {
 			continue
 		}
-		// Some n_k in [lo, hi] with n_k = 0 allowed: lo = N - I - R,
-		// hi = N - I - 1.
 		lo, hi := j.Nodes-idle-r, j.Nodes-idle-1
 		if hi < 0 {
 			continue // fits in the idle nodes: the batch system starts it
@@ -64,7 +57,28 @@ func Watch(s cluster.Snapshot, d Decision) bool {
 		if lo <= 0 {
 			return true
 		}
-		if k, _ := slices.BinarySearch(sizes, lo); k < len(sizes) && sizes[k] <= hi {
+		top = max(top, hi)
+	}
+	if top == 0 {
+		return false
+	}
+	// below[x] is the number of running foreign jobs of fewer than x nodes.
+	below := make([]int32, top+2)
+	for i := range s.Jobs {
+		if j := &s.Jobs[i]; j.State == cluster.Running && !j.Pilot && j.Nodes <= top {
+			below[max(j.Nodes, 0)+1]++
+		}
+	}
+	for x := 1; x < len(below); x++ {
+		below[x] += below[x-1]
+	}
+	for i := range s.Jobs {
+		j := &s.Jobs[i]
+		if j.Pilot || j.State != cluster.Pending {
+			continue
+		}
+		lo, hi := j.Nodes-idle-r, j.Nodes-idle-1
+		if hi >= 0 && below[hi+1] > below[lo] {
 			return true
 		}
 	}
