@@ -233,15 +233,22 @@ func (q *Queue) mayRead(owner, path, what string) error {
 // (issue 13 item 4: "shadow -> /etc/shadow" became a task's input) to
 // something owner's account may read (a link to another user's file
 // would hand it to owner's command as its input).
+//
+// dir was resolved and checked before; it is opened without following
+// any link, so a directory swapped for a link to elsewhere since (the
+// user owns the dataset's parent) is refused, not listed.
 func (q *Queue) listDataset(owner, dir string, listed func(int)) ([]string, error) {
-	fi, err := os.Stat(dir)
-	if err != nil {
+	d, err := safefs.OpenDir(dir)
+	switch {
+	case errors.Is(err, safefs.ErrLink):
+		return nil, invalid("dataset %s: a symbolic link is on its path since it was checked: submit it again", dir)
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, invalid("dataset %s is not a directory", dir)
+	case err != nil:
 		return nil, invalid("dataset %s: %v", dir, err)
 	}
-	if !fi.IsDir() {
-		return nil, invalid("dataset %s is not a directory", dir)
-	}
-	f, err := os.Open(dir)
+	defer d.Close()
+	f, err := os.Open(safefs.FDPath(d)) // the very directory opened above
 	if err != nil {
 		return nil, invalid("dataset %s is not readable: %v", dir, err)
 	}
@@ -573,6 +580,7 @@ func (q *Queue) checkUnfinished(ctx context.Context, owner string, n int) error 
 
 // store lists the dataset and stores the job and its tasks.
 func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n normalized, key string) (api.Job, error) {
+	q.hook("list")
 	names, err := q.listDataset(owner, n.dataset, func(k int) { sub.entries.Store(int64(k)) })
 	if err != nil {
 		return api.Job{}, err
