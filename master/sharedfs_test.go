@@ -123,10 +123,11 @@ func TestTwentyFailoversAcrossTwoHostsLoseNothing(t *testing.T) {
 		var err error
 		if deposed == failovers {
 			starts.unlimit()
-			if err = waitJobOrStop(t, e, q, rm, job.ID, 3*time.Minute); err == nil {
+			if _, ok := waitJobOrStop(t, e, q, rm.m.Done(), job.ID, 3*time.Minute); ok {
 				last = rm // it finished the job
 				break
 			}
+			err = master.ErrStopped
 		} else {
 			starts.add(share)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -267,27 +268,4 @@ func (g gatedRunner) Run(ctx context.Context, t pilotproto.Task) worker.Outcome 
 		return worker.Outcome{Status: pilotproto.StatusFailed, ExitCode: -1, StartedAt: start, Duration: time.Since(start)}
 	}
 	return g.r.Run(ctx, t)
-}
-
-// waitJobOrStop waits until the job is final (nil) or the master stops
-// before (master.ErrStopped).
-func waitJobOrStop(t *testing.T, e *env, w *watchQueue, rm *runningMaster, id int64, d time.Duration) error {
-	t.Helper()
-	deadline := time.After(d)
-	for {
-		ch := w.next()
-		if j := e.job(t, id); final(j.State) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-rm.m.Done():
-			if j := e.job(t, id); final(j.State) {
-				return nil
-			}
-			return master.ErrStopped
-		case <-deadline:
-			t.Fatalf("job %d not final after %s: %+v", id, d, e.job(t, id))
-		}
-	}
 }
