@@ -167,6 +167,9 @@ func unprintable(r rune) bool {
 // resolveInRoots resolves p (which must exist) and checks that it lies in
 // an allowed root: symlinks cannot escape, ".." cannot traverse.
 func (q *Queue) resolveInRoots(what, p string) (string, error) {
+	if err := pathLength(what, p); err != nil {
+		return "", err
+	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", invalid("%s %q contains a NUL byte", what, p)
 	}
@@ -192,6 +195,20 @@ func (q *Queue) resolveInRoots(what, p string) (string, error) {
 		}
 	}
 	return "", invalid("%s %s (resolved to %s) is outside the allowed roots %v", what, p, real, q.cfg.AllowedRoots)
+}
+
+// maxPath is the longest path the kernel takes (PATH_MAX, with its NUL).
+const maxPath = 4095
+
+// pathLength refuses a path longer than the kernel takes, quoting only
+// its start: an output of 200,000 components kept a submission busy for
+// over ten minutes (each missing component joined onto the rest again)
+// and made as many nested directories, and refusals quoted it whole.
+func pathLength(what, p string) error {
+	if len(p) > maxPath {
+		return invalid("%s %.80q... is %d bytes long: a path is at most 4096 bytes, its final NUL included (PATH_MAX)", what, p, len(p))
+	}
+	return nil
 }
 
 // readableBy checks that owner's Unix account may read the dataset dir
@@ -376,6 +393,9 @@ func makeOutput(out string, fresh bool) (string, error) {
 // resolveOutput checks an explicit output directory: it may not exist yet,
 // but its nearest existing ancestor must resolve inside the allowed roots.
 func (q *Queue) resolveOutput(p string) (string, error) {
+	if err := pathLength("output", p); err != nil {
+		return "", err
+	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", invalid("output %q contains a NUL byte", p)
 	}
