@@ -161,14 +161,25 @@ func (w *watchQueue) next() <-chan struct{} {
 // waitJob waits until the job is final, on the queue's results.
 func waitJob(t *testing.T, e *env, w *watchQueue, id int64, d time.Duration) api.Job {
 	t.Helper()
+	j, _ := waitJobOrStop(t, e, w, nil, id, d)
+	return j
+}
+
+// waitJobOrStop is waitJob that also ends when stopped is closed (a
+// master that stopped) with the job not final: ok false then.
+func waitJobOrStop(t *testing.T, e *env, w *watchQueue, stopped <-chan struct{}, id int64, d time.Duration) (j api.Job, ok bool) {
+	t.Helper()
 	deadline := time.After(d)
 	for {
 		ch := w.next()
 		if j := e.job(t, id); final(j.State) {
-			return j
+			return j, true
 		}
 		select {
 		case <-ch:
+		case <-stopped:
+			j := e.job(t, id)
+			return j, final(j.State)
 		case <-deadline:
 			t.Fatalf("job %d not final after %s: %+v", id, d, e.job(t, id))
 		}

@@ -11,7 +11,8 @@ import (
 // master (outside every lock), so a test can interleave a lease takeover
 // at exactly the point where a check-then-act fence would let a deposed
 // master through, and before a submission stores its tasks ("store"), so
-// a test can hold a submission half way.
+// a test can hold a submission half way, and before it lists its dataset
+// ("list"), so a test can swap the dataset checked for a link.
 func SetBeforeWrite(q *Queue, f func(op string)) { q.beforeWrite = f }
 
 // SyncPeers runs the shared database's peer sync at once (the loop runs it

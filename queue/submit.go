@@ -167,6 +167,9 @@ func unprintable(r rune) bool {
 // resolveInRoots resolves p (which must exist) and checks that it lies in
 // an allowed root: symlinks cannot escape, ".." cannot traverse.
 func (q *Queue) resolveInRoots(what, p string) (string, error) {
+	if err := pathLength(what, p); err != nil {
+		return "", err
+	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", invalid("%s %q contains a NUL byte", what, p)
 	}
@@ -192,6 +195,20 @@ func (q *Queue) resolveInRoots(what, p string) (string, error) {
 		}
 	}
 	return "", invalid("%s %s (resolved to %s) is outside the allowed roots %v", what, p, real, q.cfg.AllowedRoots)
+}
+
+// maxPath is the longest path the kernel takes (PATH_MAX, with its NUL).
+const maxPath = 4095
+
+// pathLength refuses a path longer than the kernel takes, quoting only
+// its start: an output of 200,000 components kept a submission busy for
+// over ten minutes (each missing component joined onto the rest again)
+// and made as many nested directories, and refusals quoted it whole.
+func pathLength(what, p string) error {
+	if len(p) > maxPath {
+		return invalid("%s %.80q... is %d bytes long: a path is at most 4096 bytes, its final NUL included (PATH_MAX)", what, p, len(p))
+	}
+	return nil
 }
 
 // readableBy checks that owner's Unix account may read the dataset dir
@@ -233,15 +250,22 @@ func (q *Queue) mayRead(owner, path, what string) error {
 // (issue 13 item 4: "shadow -> /etc/shadow" became a task's input) to
 // something owner's account may read (a link to another user's file
 // would hand it to owner's command as its input).
+//
+// dir was resolved and checked before; it is opened without following
+// any link, so a directory swapped for a link to elsewhere since (the
+// user owns the dataset's parent) is refused, not listed.
 func (q *Queue) listDataset(owner, dir string, listed func(int)) ([]string, error) {
-	fi, err := os.Stat(dir)
-	if err != nil {
+	d, err := safefs.OpenDir(dir)
+	switch {
+	case errors.Is(err, safefs.ErrLink):
+		return nil, invalid("dataset %s: a symbolic link is on its path since it was checked: submit it again", dir)
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, invalid("dataset %s is not a directory", dir)
+	case err != nil:
 		return nil, invalid("dataset %s: %v", dir, err)
 	}
-	if !fi.IsDir() {
-		return nil, invalid("dataset %s is not a directory", dir)
-	}
-	f, err := os.Open(dir)
+	defer d.Close()
+	f, err := os.Open(safefs.FDPath(d)) // the very directory opened above
 	if err != nil {
 		return nil, invalid("dataset %s is not readable: %v", dir, err)
 	}
@@ -369,6 +393,9 @@ func makeOutput(out string, fresh bool) (string, error) {
 // resolveOutput checks an explicit output directory: it may not exist yet,
 // but its nearest existing ancestor must resolve inside the allowed roots.
 func (q *Queue) resolveOutput(p string) (string, error) {
+	if err := pathLength("output", p); err != nil {
+		return "", err
+	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", invalid("output %q contains a NUL byte", p)
 	}
@@ -573,6 +600,7 @@ func (q *Queue) checkUnfinished(ctx context.Context, owner string, n int) error 
 
 // store lists the dataset and stores the job and its tasks.
 func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n normalized, key string) (api.Job, error) {
+	q.hook("list")
 	names, err := q.listDataset(owner, n.dataset, func(k int) { sub.entries.Store(int64(k)) })
 	if err != nil {
 		return api.Job{}, err

@@ -295,8 +295,21 @@ func slotFromAd(a ad) (SlotAd, error) {
 	if s.MemoryMB < 0 || s.TotalSlotCPUs < s.CPUs || s.TotalSlotMemMB < s.MemoryMB {
 		return s, fmt.Errorf("slot %q: resources do not add up", s.Name)
 	}
+	if s.TotalSlotCPUs > maxSlotCPUs || s.TotalSlotMemMB > maxSlotMemMB {
+		// A startd advertising garbage: two such slots of one machine
+		// summed past int64 into a negative CPU count.
+		return s, fmt.Errorf("slot %q: %d CPUs and %d MB are more than any machine has (at most %d CPUs, %d MB)",
+			s.Name, s.TotalSlotCPUs, s.TotalSlotMemMB, int64(maxSlotCPUs), int64(maxSlotMemMB))
+	}
 	return s, nil
 }
+
+// Bounds of one slot's figures: far above any machine, far below what
+// summing a machine's slots could overflow.
+const (
+	maxSlotCPUs  = 1 << 20
+	maxSlotMemMB = 1 << 40 // 1 EiB
+)
 
 var (
 	terseRE   = regexp.MustCompile(`(?m)^\s*(\d+)\.(\d+)\s*-\s*\d+\.\d+\s*$`)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -463,7 +464,7 @@ func parseSqueueJob(f *[squeueFields]string, now int64, parts []Partition) (clus
 	}
 	if prio != "" && prio != "N/A" {
 		p, err := strconv.ParseFloat(prio, 64)
-		if err != nil || p < 0 || p != p {
+		if err != nil || p < 0 || p != p || math.IsInf(p, 0) { // "inf" parses; JSON cannot carry it
 			return j, parseErr("job %s: bad priority %q", id, trunc(prio))
 		}
 		j.Priority = p

@@ -132,6 +132,8 @@ func TestParseSqueueRejectsGarbage(t *testing.T) {
 		{"times not in Unix seconds (SLURM_TIME_FORMAT unset)", "1|alice|RUNNING|None|1|n1|1:00|2026-11-21T19:21:54|2026-11-21T19:21:55|1|batch\n"},
 		{"an unexpected state", "1|alice|SUSPENDED|None|1|n1|1:00|1|1|1|batch\n"},
 		{"a negative priority", "1|alice|RUNNING|None|1|n1|1:00|1|1|-4|batch\n"},
+		{"an infinite priority", "1|alice|PENDING|None|1||1:00|1|0|inf|batch\n"},
+		{"a priority past float64", "1|alice|PENDING|None|1||1:00|1|0|1e400|batch\n"},
 		{"one good line and one bad line", "1|alice|RUNNING|None|1|n1|1:00|1|1|1|batch\nslurm_load_jobs error\n"},
 		{"an empty user", "1||RUNNING|None|1|n1|1:00|1|1|1|batch\n"},
 	}

@@ -54,11 +54,18 @@ func credentials(r *http.Request) queue.Credentials {
 	if p, ok := r.Context().Value(peerKey).(peer); ok {
 		return queue.Credentials{Socket: true, UID: p.uid, PeerErr: p.err}
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		tok = ""
+	tok, _ := bearerToken(r.Header.Get("Authorization"))
+	return queue.Credentials{Token: tok}
+}
+
+// bearerToken is the token of an Authorization header "Bearer TOKEN",
+// the scheme in any case (RFC 9110); ok is false for another form.
+func bearerToken(auth string) (tok string, ok bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(auth), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
 	}
-	return queue.Credentials{Token: strings.TrimSpace(tok)}
+	return strings.TrimSpace(tok), true
 }
 
 func (s *Server) identify(r *http.Request) (queue.Identity, error) {

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -78,25 +80,25 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/healthz", func(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
-	mux.Handle(api.PathWhoami, s.route(map[string]endpoint{"GET": {nil, s.whoami}}))
-	mux.Handle(api.PathJobs, s.route(map[string]endpoint{"POST": {user, s.submitJob}, "GET": {user, s.listJobs}}))
-	mux.Handle(api.PathJob+"{id}", s.route(map[string]endpoint{"GET": {user, s.getJob}, "DELETE": {user, s.cancelJob}}))
-	mux.Handle(api.PathJob+"{id}"+api.PathFailuresSuffix, s.route(map[string]endpoint{"GET": {user, s.getFailures}}))
-	mux.Handle(api.PathUsers, s.route(map[string]endpoint{"GET": {user, s.listUsers}}))
-	mux.Handle(api.PathUser+"{name}", s.route(map[string]endpoint{"GET": {user, s.getUser}, "PUT": {admin, s.putUser}}))
-	mux.Handle(api.PathNodes, s.route(map[string]endpoint{"GET": {admin, s.getNodes}, "PUT": {admin, s.putNodes}}))
-	mux.Handle(api.PathTokens, s.route(map[string]endpoint{"POST": {user, s.createToken}, "GET": {user, s.listTokens}}))
-	mux.Handle(api.PathToken+"{id}", s.route(map[string]endpoint{"DELETE": {user, s.revokeToken}}))
-	mux.Handle(pilotproto.PathLease, s.route(map[string]endpoint{"POST": {pilot, s.pilotLease}}))
-	mux.Handle(pilotproto.PathPull, s.route(map[string]endpoint{"POST": {pilot, s.pilotPull}}))
-	mux.Handle(pilotproto.PathResults, s.route(map[string]endpoint{"POST": {pilot, s.pilotResults}}))
-	mux.Handle(pilotproto.PathHeartbeat, s.route(map[string]endpoint{"POST": {pilot, s.pilotHeartbeat}}))
-	mux.Handle(pilotproto.PathRecommendation, s.route(map[string]endpoint{"POST": {pilot, s.pilotRecommend}}))
-	mux.Handle(api.PathAgentRegister, s.route(map[string]endpoint{"POST": {agent, s.agentRegister}}))
-	mux.Handle(api.PathAgentRound, s.route(map[string]endpoint{"POST": {agent, s.agentRound}}))
-	mux.Handle(api.PathAgentEnd, s.route(map[string]endpoint{"POST": {agent, s.agentEnd}}))
-	mux.Handle(api.PathSites, s.route(map[string]endpoint{"GET": {admin, s.listSites}}))
-	mux.Handle(api.PathSite+"{name}", s.route(map[string]endpoint{"POST": {admin, s.addSite}, "PUT": {admin, s.putSite}}))
+	mux.Handle(api.PathWhoami, s.route(map[string]endpoint{"GET": {nil, s.whoami, nil}}))
+	mux.Handle(api.PathJobs, s.route(map[string]endpoint{"POST": {user, s.submitJob, nil}, "GET": {user, s.listJobs, []string{"state", "user", "cursor", "limit"}}}))
+	mux.Handle(api.PathJob+"{id}", s.route(map[string]endpoint{"GET": {user, s.getJob, nil}, "DELETE": {user, s.cancelJob, nil}}))
+	mux.Handle(api.PathJob+"{id}"+api.PathFailuresSuffix, s.route(map[string]endpoint{"GET": {user, s.getFailures, []string{"cursor", "limit"}}}))
+	mux.Handle(api.PathUsers, s.route(map[string]endpoint{"GET": {user, s.listUsers, nil}}))
+	mux.Handle(api.PathUser+"{name}", s.route(map[string]endpoint{"GET": {user, s.getUser, nil}, "PUT": {admin, s.putUser, nil}}))
+	mux.Handle(api.PathNodes, s.route(map[string]endpoint{"GET": {admin, s.getNodes, nil}, "PUT": {admin, s.putNodes, nil}}))
+	mux.Handle(api.PathTokens, s.route(map[string]endpoint{"POST": {user, s.createToken, nil}, "GET": {user, s.listTokens, []string{"user"}}}))
+	mux.Handle(api.PathToken+"{id}", s.route(map[string]endpoint{"DELETE": {user, s.revokeToken, []string{"user"}}}))
+	mux.Handle(pilotproto.PathLease, s.route(map[string]endpoint{"POST": {pilot, s.pilotLease, nil}}))
+	mux.Handle(pilotproto.PathPull, s.route(map[string]endpoint{"POST": {pilot, s.pilotPull, nil}}))
+	mux.Handle(pilotproto.PathResults, s.route(map[string]endpoint{"POST": {pilot, s.pilotResults, nil}}))
+	mux.Handle(pilotproto.PathHeartbeat, s.route(map[string]endpoint{"POST": {pilot, s.pilotHeartbeat, nil}}))
+	mux.Handle(pilotproto.PathRecommendation, s.route(map[string]endpoint{"POST": {pilot, s.pilotRecommend, nil}}))
+	mux.Handle(api.PathAgentRegister, s.route(map[string]endpoint{"POST": {agent, s.agentRegister, nil}}))
+	mux.Handle(api.PathAgentRound, s.route(map[string]endpoint{"POST": {agent, s.agentRound, nil}}))
+	mux.Handle(api.PathAgentEnd, s.route(map[string]endpoint{"POST": {agent, s.agentEnd, nil}}))
+	mux.Handle(api.PathSites, s.route(map[string]endpoint{"GET": {admin, s.listSites, nil}}))
+	mux.Handle(api.PathSite+"{name}", s.route(map[string]endpoint{"POST": {admin, s.addSite, nil}, "PUT": {admin, s.putSite, nil}}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, fmt.Errorf("%w: no endpoint %s", api.ErrNotFound, r.URL.Path))
 	})
@@ -110,6 +112,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, id queue.Identity)
 type endpoint struct {
 	roles []string // nil = any authenticated caller
 	h     handlerFunc
+	query []string // the query parameters it takes, each at most once
 }
 
 // route authenticates, checks the method and the role, and writes the
@@ -121,6 +124,10 @@ func (s *Server) route(methods map[string]endpoint) http.Handler {
 			s.WriteError(w, queue.ErrClosed)
 			return
 		default:
+		}
+		if err := checkCredentials(r); err != nil {
+			s.WriteError(w, err)
+			return
 		}
 		id, err := s.identify(r)
 		if err != nil {
@@ -142,6 +149,10 @@ func (s *Server) route(methods map[string]endpoint) http.Handler {
 			s.WriteError(w, fmt.Errorf("%w: %s needs the %s role, you are %s (%s)", api.ErrForbidden, r.URL.Path, strings.Join(ep.roles, " or "), id.User, id.Role))
 			return
 		}
+		if err := checkRequest(r, ep.query); err != nil {
+			s.WriteError(w, err)
+			return
+		}
 		v, status, err := ep.h(w, r, id)
 		switch {
 		case err != nil:
@@ -150,4 +161,56 @@ func (s *Server) route(methods map[string]endpoint) http.Handler {
 			s.writeJSON(w, status, v)
 		}
 	})
+}
+
+// singleHeaders may be given once: with two, which one counts would be a
+// guess (a proxy that checks the last Authorization while the API read
+// the first).
+var singleHeaders = []string{"Authorization", "Content-Type", api.HeaderIdempotencyKey}
+
+// checkCredentials refuses credentials the API would have to guess
+// about: a header of singleHeaders given twice, or an Authorization that
+// is not "Bearer TOKEN" (a token sent without its scheme was read as no
+// token at all). The scheme's case does not matter (RFC 9110).
+func checkCredentials(r *http.Request) error {
+	for _, h := range singleHeaders {
+		if n := len(r.Header.Values(h)); n > 1 {
+			return invalid("the %s header is given %d times: send it once", h, n)
+		}
+	}
+	if _, socket := r.Context().Value(peerKey).(peer); socket {
+		return nil // the kernel's peer credentials; a token is ignored
+	}
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		if _, ok := bearerToken(auth); !ok {
+			return fmt.Errorf("%w: Authorization must be \"Bearer TOKEN\"", api.ErrUnauthorized)
+		}
+	}
+	return nil
+}
+
+// checkRequest refuses a query the endpoint would have to guess about: a
+// parameter it does not take (a typo such as ?stat=RUNNING listed every
+// job), one given twice (?limit=5&limit=100000000 read the first), or a
+// query that does not parse.
+func checkRequest(r *http.Request, known []string) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	vals, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return invalid("malformed query %q: %v", r.URL.RawQuery, err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		if !slices.Contains(known, k) {
+			if len(known) == 0 {
+				return invalid("unknown query parameter %q: %s takes none", k, r.URL.Path)
+			}
+			return invalid("unknown query parameter %q: %s %s takes %s", k, r.Method, r.URL.Path, strings.Join(known, ", "))
+		}
+		if n := len(vals[k]); n > 1 {
+			return invalid("query parameter %q is given %d times: give it once", k, n)
+		}
+	}
+	return nil
 }
