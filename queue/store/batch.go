@@ -149,13 +149,7 @@ var (
 
 // readJobs reads the rows of the jobs ids not read.
 func (b *batch) readJobs(ids []int64) error {
-	var want [][]any
-	for _, id := range ids {
-		if _, ok := b.jobs[id]; !ok {
-			b.jobs[id] = nil // until read
-			want = append(want, []any{id})
-		}
-	}
+	want := unread(b.jobs, ids, func(id int64) []any { return []any{id} })
 	tail := ""
 	if b.s.d.pg {
 		tail = " ORDER BY j.id " + b.lock // two writers lock their jobs in one order
@@ -168,6 +162,18 @@ func (b *batch) readJobs(ids []int64) error {
 		b.jobs[j.id] = j
 		return err
 	})
+}
+
+// unread returns the rows to read of the keys not in read, and puts them
+// there as nil (none, unless the read finds them).
+func unread[K comparable, V any](read map[K]*V, keys []K, row func(K) []any) (want [][]any) {
+	for _, k := range keys {
+		if _, ok := read[k]; !ok {
+			read[k] = nil
+			want = append(want, row(k))
+		}
+	}
+	return want
 }
 
 // entryKey is an entry handed out as an attempt: (job, attempt, index).
@@ -246,13 +252,7 @@ func (b *batch) addGrant(g *grantRow) {
 
 // readExceptions reads the exception rows of entries (job, idx) not read.
 func (b *batch) readExceptions(entries [][2]int64) error {
-	var want [][]any
-	for _, k := range entries {
-		if _, ok := b.exceptions[k]; !ok {
-			b.exceptions[k] = nil // none, unless read
-			want = append(want, []any{k[0], k[1]})
-		}
-	}
+	want := unread(b.exceptions, entries, func(k [2]int64) []any { return []any{k[0], k[1]} })
 	return b.run(readExceptions, want, "", func(rs *sql.Rows) error {
 		x := &exceptionRow{}
 		err := rs.Scan(x.fields()...)
