@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -14,62 +15,44 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// A hot-path transaction (a pull, results, a heartbeat, a sweep, a kill)
-// reads its rows a kind at a time, changes them in memory and writes each
-// kind back (flush): a statement per kind and 128 rows, not one per row.
+// A hot-path transaction (a pull, results, a sweep, a kill) reads its rows
+// a kind at a time, changes them in memory and writes each kind back
+// (flush): a statement per kind and up to 128 rows, not one per row.
 
 // jobRow is a job's row and counter row, read and written in one
 // transaction so that its state is derived in Go (rules.JobState).
 type jobRow struct {
-	id                 int64
-	state, from        string
-	owner              string
-	cores, maxTries    int
-	price              float64
-	started, finished  int64
-	next, retry, requd int
-	c                  rules.Counts
-	moved              bool // counters changed
-	startSet           bool // started set in this transaction
+	id, started, finished int64
+	state, from, owner    string
+	cores, maxTries       int
+	price                 float64
+	next, retry, requd    int
+	c                     rules.Counts
+	moved, startSet       bool // counters changed; started set in this transaction
 }
 
-// grantRow is a grant's row.
 type grantRow struct {
-	id, job        int64
-	first, last    int
-	attempt        int
-	pool           string
-	epoch          int64
-	state          string
-	settled        []byte
-	open           int
-	done, failed   int
-	assigned, beat int64
-	dirty          bool
+	id, job, epoch, assigned, beat int64
+	first, last, attempt           int
+	pool, state                    string
+	settled                        []byte
+	open, done, failed             int
+	dirty                          bool
 }
 
-// exceptionRow is an exceptional entry's row.
 type exceptionRow struct {
-	job               int64
-	idx               int
-	state             string
-	attempt, tries    int
-	grant             int64
-	queued, finished  int64
-	failAttempt       int
-	status            string
-	exit              int
-	pool, pilot       string
-	started, duration int64
-	tail              string
-	dirty             bool
+	job, grant, queued, finished     int64
+	idx, attempt, tries, failAttempt int
+	state, status, pool, pilot, tail string
+	exit                             int
+	started, duration                int64
+	dirty                            bool
 }
 
 // exceptionCols are an exception row's columns, in the order of fields.
 const exceptionCols = `job_id, idx, state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail`
 
-// fields are x's columns, to scan into and to write (database/sql passes
-// a pointer's value).
+// fields are x's columns, to scan into and to write.
 func (x *exceptionRow) fields() []any {
 	return []any{&x.job, &x.idx, &x.state, &x.attempt, &x.tries, &x.grant, &x.queued, &x.finished, &x.failAttempt,
 		&x.status, &x.exit, &x.pool, &x.pilot, &x.started, &x.duration, &x.tail}
@@ -80,14 +63,12 @@ type batch struct {
 	s          *Store
 	ctx        context.Context
 	tx         *wtx
-	jobs       map[int64]*jobRow          // nil: no such job (or, skipped: locked by another agent)
+	jobs       map[int64]*jobRow          // nil: no such job (or skipped: locked by another agent)
 	byJob      map[[2]int64][]*grantRow   // (job, attempt)
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
 	order      []*exceptionRow            // the exception rows to write, in the order they changed
 	usage      map[string]UsageEvent      // per owner, of a batch of results
-	// lock is readJobs' lock of the counter rows on PostgreSQL; a pull's
-	// skips those another agent holds (pulls at once take disjoint grants).
-	lock string
+	lock       string                     // readJobs' row lock on PostgreSQL (a pull's skips those another agent holds)
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
@@ -98,11 +79,11 @@ func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
 // rowSizes are the row counts rowsSQL spells a statement for.
 var rowSizes = []int{1, 4, 16, 64, 128}
 
-// rowStatements is head (VALUES rows) AS v tail, v's columns column1..
-// on both engines, spelled for each of rowSizes and prepared once (hot):
-// a call's rows go in as few statements as the sizes allow, the last one
-// padded with pad rows, which match or write nothing. Each placeholder is
-// cast to its pad value's type: PostgreSQL cannot infer it in VALUES.
+// rowStatements is head (VALUES rows) AS v tail (v's columns column1..),
+// spelled for each of rowSizes and prepared once (hot): a call's rows go
+// in as few statements as the sizes allow, the last padded with pad rows,
+// which match or write nothing. Each placeholder is cast to its pad
+// value's type: PostgreSQL cannot infer it in VALUES.
 type rowStatements struct {
 	bySize []string
 	pad    []any
@@ -131,10 +112,7 @@ func rowsSQL(head, tail string, pad ...any) rowStatements {
 // calls scan, if any, on every row the statements answer.
 func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.Rows) error) error {
 	for len(rows) > 0 {
-		k := 0
-		for k < len(rowSizes)-1 && rowSizes[k] < len(rows) {
-			k++
-		}
+		k := min(sort.SearchInts(rowSizes, len(rows)), len(rowSizes)-1)
 		n := min(len(rows), rowSizes[k])
 		args := slices.Concat(rows[:n]...)
 		for range rowSizes[k] - n {
@@ -142,15 +120,15 @@ func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.
 		}
 		rows = rows[n:]
 		rs, err := b.s.query(b.ctx, b.tx, st.bySize[k]+tail, args...)
-		if err != nil {
-			return fmt.Errorf("%.40s: %w", st.bySize[0], err)
-		}
-		for err == nil && rs.Next() { // SQLite runs a statement in Next
-			if scan != nil {
-				err = scan(rs)
+		if err == nil {
+			for err == nil && rs.Next() { // SQLite runs a statement in Next
+				if scan != nil {
+					err = scan(rs)
+				}
 			}
+			err = errors.Join(err, rs.Close(), rs.Err())
 		}
-		if err = errors.Join(err, rs.Close(), rs.Err()); err != nil {
+		if err != nil {
 			return fmt.Errorf("%.40s: %w", st.bySize[0], err)
 		}
 	}
@@ -161,24 +139,17 @@ var (
 	readJobs = rowsSQL(`SELECT j.id, j.state, j.owner, j.cores, j.price, j.max_attempts, j.started_at, j.finished_at, j.n_total,
 		c.next_idx, c.n_waiting, c.n_retry, c.n_active, c.n_done, c.n_failed, c.n_killed, c.n_requeued FROM`,
 		`JOIN jobs j ON j.id = v.column1 JOIN counts c ON c.job_id = j.id`, 0)
-	// The grants that hold a run of entries (job, attempt, first, last
-	// index): the one holding the first (the greatest first index not
-	// above it: one seek of grants_job) and those after it within the run.
+	// The grants that hold a run of entries (job, attempt, first, last):
+	// the one holding the first (one seek of grants_job) and those after.
 	readGrants = rowsSQL(`SELECT `+grantCols+` FROM`, `JOIN grants g ON g.job_id = v.column1 AND g.attempt = v.column2 AND g.first_idx <= v.column4
 		AND g.first_idx >= coalesce((SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3
 			ORDER BY h.first_idx DESC LIMIT 1), v.column3)`, 0, 0, 0, -1)
 	readExceptions = rowsSQL(`SELECT `+exceptionCols+` FROM`, `JOIN exceptions x ON x.job_id = v.column1 AND x.idx = v.column2`, 0, -1)
 )
 
-// readJobs reads the rows of the jobs ids that the batch has not read.
+// readJobs reads the rows of the jobs ids not read.
 func (b *batch) readJobs(ids []int64) error {
-	var want [][]any
-	for _, id := range ids {
-		if _, ok := b.jobs[id]; !ok {
-			b.jobs[id] = nil // until read
-			want = append(want, []any{id})
-		}
-	}
+	want := unread(b.jobs, ids, func(id int64) []any { return []any{id} })
 	tail := ""
 	if b.s.d.pg {
 		tail = " ORDER BY j.id " + b.lock // two writers lock their jobs in one order
@@ -193,10 +164,21 @@ func (b *batch) readJobs(ids []int64) error {
 	})
 }
 
+// unread returns the rows to read of the keys not in read, and puts them
+// there as nil (none, unless the read finds them).
+func unread[K comparable, V any](read map[K]*V, keys []K, row func(K) []any) (want [][]any) {
+	for _, k := range keys {
+		if _, ok := read[k]; !ok {
+			read[k] = nil
+			want = append(want, row(k))
+		}
+	}
+	return want
+}
+
 // entryKey is an entry handed out as an attempt: (job, attempt, index).
 type entryKey [3]int64
 
-// keyOf is the entry key of a task id's attempt.
 func keyOf(id int64, attempt int) entryKey {
 	job, idx := entryOf(id)
 	return entryKey{job, int64(attempt), int64(idx)}
@@ -212,8 +194,8 @@ func (b *batch) cached(k entryKey) *grantRow {
 	return nil
 }
 
-// readGrants reads the grants of keys that the batch has not read, a
-// row per run of consecutive entries.
+// readGrants reads the grants of keys not read, a row per run of
+// consecutive entries.
 func (b *batch) readGrants(keys []entryKey) error {
 	keys = slices.DeleteFunc(slices.Clone(keys), func(k entryKey) bool { return b.cached(k) != nil })
 	slices.SortFunc(keys, func(x, y entryKey) int { return slices.Compare(x[:], y[:]) })
@@ -234,7 +216,6 @@ func (b *batch) readGrants(keys []entryKey) error {
 	})
 }
 
-// grantCols are a grant's columns as scanGrant reads them.
 const grantCols = `g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.epoch, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at, g.heartbeat_at`
 
 func scanGrant(rs *sql.Rows) (*grantRow, error) {
@@ -242,9 +223,8 @@ func scanGrant(rs *sql.Rows) (*grantRow, error) {
 	return g, rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &g.settled, &g.open, &g.done, &g.failed, &g.assigned, &g.beat)
 }
 
-// loadGrants reads the grants that the rest of a query selects, until
-// they hold limit open entries, as grants to be written back, and says
-// whether more remain.
+// loadGrants reads the grants the rest of a query selects, to be written
+// back, until they hold limit open entries, and says whether more remain.
 func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow, more bool, err error) {
 	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
 	if err != nil {
@@ -265,22 +245,14 @@ func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow
 	return gs, more, rows.Err()
 }
 
-// addGrant makes g one of the batch's grants.
 func (b *batch) addGrant(g *grantRow) {
 	k := [2]int64{g.job, int64(g.attempt)}
 	b.byJob[k] = append(b.byJob[k], g)
 }
 
-// readExceptions reads the exception rows of entries (job, idx) that the
-// batch has not read.
+// readExceptions reads the exception rows of entries (job, idx) not read.
 func (b *batch) readExceptions(entries [][2]int64) error {
-	var want [][]any
-	for _, k := range entries {
-		if _, ok := b.exceptions[k]; !ok {
-			b.exceptions[k] = nil // none, unless read
-			want = append(want, []any{k[0], k[1]})
-		}
-	}
+	want := unread(b.exceptions, entries, func(k [2]int64) []any { return []any{k[0], k[1]} })
 	return b.run(readExceptions, want, "", func(rs *sql.Rows) error {
 		x := &exceptionRow{}
 		err := rs.Scan(x.fields()...)
@@ -302,8 +274,7 @@ func (b *batch) readOpen(grants []*grantRow) error {
 	return b.readExceptions(entries)
 }
 
-// except returns the entry's exception row, a new one if it has none, to
-// be written back.
+// except returns the entry's exception row (new if none), to be written.
 func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 	k := [2]int64{job, int64(idx)}
 	if err := b.readExceptions([][2]int64{k}); err != nil {
@@ -322,10 +293,10 @@ func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 }
 
 var (
-	writeGrants = rowsSQL(`UPDATE grants SET state = v.column2, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6, heartbeat_at = v.column7 FROM`,
+	// A grant with no open entry is CLOSED.
+	writeGrants = rowsSQL(`UPDATE grants SET state = CASE WHEN v.column4 = 0 THEN 'CLOSED' ELSE v.column2 END, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6, heartbeat_at = v.column7 FROM`,
 		`WHERE grants.id = v.column1`, 0, "", "", 0, 0, 0, 0)
-	// Exception rows, new or not (SQLite needs the WHERE of an
-	// INSERT ... SELECT ... ON CONFLICT).
+	// (SQLite needs the WHERE of an INSERT ... SELECT ... ON CONFLICT.)
 	writeExcepts = rowsSQL(`INSERT INTO exceptions (`+exceptionCols+`) SELECT * FROM`,
 		`WHERE v.column1 <> 0 ON CONFLICT (job_id, idx) DO UPDATE SET state = excluded.state, attempt = excluded.attempt, tries = excluded.tries, grant_id = excluded.grant_id,
 		queued_at = excluded.queued_at, finished_at = excluded.finished_at, fail_attempt = excluded.fail_attempt, status = excluded.status,
@@ -343,13 +314,9 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	var grants, excepts, usage, counts, states [][]any
 	for _, gs := range b.byJob {
 		for _, g := range gs {
-			if !g.dirty {
-				continue
+			if g.dirty {
+				grants = append(grants, []any{g.id, g.state, string(g.settled), g.open, g.done, g.failed, g.beat})
 			}
-			if g.open == 0 {
-				g.state = grantClosed
-			}
-			grants = append(grants, []any{g.id, g.state, string(g.settled), g.open, g.done, g.failed, g.beat})
 		}
 	}
 	for _, x := range b.order {

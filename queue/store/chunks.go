@@ -6,33 +6,26 @@ import (
 	"github.com/harvest-hpc/harvest/pilotproto"
 )
 
-// chunkBudget is the write-lock time each transaction of a long write (a
-// submission's, a kill's) aims at on SQLite, well under SlowTx so that the
-// pulls and results behind it wait little. A row count cannot promise
-// that: 1,000 tasks took 2.5-4 ms on an idle test machine and over 5 ms on
+// A long write (a submission's entries, a drop) goes in transactions that
+// each hold SQLite's write lock about chunkBudget, well under SlowTx, so
+// that the pulls and results behind it wait little. No row count promises
+// that: 1,000 entries took 2.5-4 ms on an idle test machine, over 5 ms on
 // a busy one (docs/queue.md, "Long writes").
-const chunkBudget = time.Millisecond
-
-// chunkStart is a first chunk small enough for any machine; chunkMin a
-// floor at which a transaction's fixed cost stays under a fifth of it.
 const (
-	chunkMin   = 16
-	chunkStart = 64
+	chunkBudget = time.Millisecond
+	chunkStart  = 64 // small enough for any machine
+	chunkMin    = 16 // a transaction's fixed cost stays under a fifth of it
 )
 
-// chunkSizer sizes the transactions of a long write, in rows: after each
-// one it scales the next to what would have held the lock chunkBudget,
-// at most doubling, at least a quarter, between chunkMin and the limit.
-// A transaction the hypervisor stretched costs a few more commits, never
-// a long one.
+// chunkSizer sizes a long write's transactions, in rows: after each one it
+// scales the next to what would have held the lock chunkBudget, at most
+// doubling, at least a quarter (a transaction the hypervisor stretched
+// costs a few more commits, never a long one), between chunkMin and max.
 type chunkSizer struct {
 	n, max int
-	fixed  bool // PostgreSQL: always max
+	fixed  bool // PostgreSQL: always max, as a long write there holds no lock others wait for
 }
 
-// chunks sizes a long write's transactions: on SQLite by chunkBudget; on
-// PostgreSQL at limit, as a long transaction there holds no lock the
-// others wait for (it writes rows of its own job).
 func (s *Store) chunks(limit int) *chunkSizer {
 	limit = max(limit, 1)
 	if s.d.pg {
@@ -46,14 +39,10 @@ func (z *chunkSizer) size() int { return z.n }
 
 // took records that a transaction of rows rows held the lock for d.
 func (z *chunkSizer) took(rows int, d time.Duration) {
-	if rows <= 0 || z.fixed {
-		return
+	if rows > 0 && !z.fixed {
+		want := int(float64(rows) * float64(chunkBudget) / float64(max(d, 1)))
+		z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max) // under chunkMin only if the limit is
 	}
-	want := 2 * z.n
-	if d > 0 {
-		want = int(float64(rows) * float64(chunkBudget) / float64(d))
-	}
-	z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max) // under chunkMin only if the limit is
 }
 
 // chunkBytes bounds what one transaction of results carries: a result's

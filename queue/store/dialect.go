@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -15,27 +14,19 @@ import (
 )
 
 // The store's statements are written once, with ? placeholders, in SQL
-// that SQLite and PostgreSQL both run; the dialect is where the engines
-// differ: placeholders ($1, $2, ...), error codes, retries.
-type dialect struct {
-	pg      bool
-	rebound sync.Map // query -> PostgreSQL's spelling
-}
+// both engines run; the dialect holds where they differ.
+type dialect struct{ pg bool }
 
 // sql spells query for the engine.
 func (d *dialect) sql(query string) string {
-	if !d.pg {
-		return query
+	if d.pg {
+		return Rebind(query)
 	}
-	q, ok := d.rebound.Load(query)
-	if !ok {
-		q, _ = d.rebound.LoadOrStore(query, Rebind(query))
-	}
-	return q.(string)
+	return query
 }
 
 // Rebind numbers the ? placeholders of query outside string literals and
-// quoted names: a statement of the store (or a test) as PostgreSQL spells it.
+// quoted names: the statement as PostgreSQL spells it.
 func Rebind(query string) string {
 	var b strings.Builder
 	n, quote := 0, byte(0)
@@ -63,9 +54,8 @@ func duplicate(err error) bool {
 		errors.As(err, &pe) && pe.Code == "23505"
 }
 
-// retryable is whether a transaction failed only because another
-// committed first (PostgreSQL's serialization failure or deadlock): to be
-// run again from its start.
+// retryable is whether a PostgreSQL transaction failed only because
+// another committed first (serialization failure, deadlock).
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
@@ -79,7 +69,8 @@ func retries(ctx context.Context) backoff.BackOff {
 	return backoff.WithContext(b, ctx)
 }
 
-// wtx is a write transaction; its statements are spelled for the engine.
+// wtx is a write transaction and rdb the readers' pool, both spelling
+// their statements for the engine.
 type wtx struct {
 	*sql.Tx
 	d *dialect
@@ -97,7 +88,6 @@ func (t *wtx) QueryRowContext(ctx context.Context, query string, args ...any) *s
 	return t.Tx.QueryRowContext(ctx, t.d.sql(query), args...)
 }
 
-// rdb is the readers' pool; its statements are spelled for the engine.
 type rdb struct {
 	*sql.DB
 	d *dialect

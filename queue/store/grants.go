@@ -14,28 +14,23 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// The hot path on grants (migrations/008_grants.sql, docs/queue.md): a
-// pull writes a grant row and a counter row per job it serves, results a
-// grant row per grant and a counter row per job (and an exception row per
-// entry that did not simply succeed), a heartbeat a grant row per grant.
+// The hot path on grants (docs/queue.md, "The data model"): a pull and a
+// batch of results write a grant row per grant, a counter row per job and
+// an exception row per entry that did not simply succeed.
 
-// taskID is an entry's task id in the pilot protocol: its job and its
-// index within the job.
+// taskID is an entry's task id in the pilot protocol: job and index.
 func taskID(job int64, idx int) int64 { return job<<32 | int64(idx) }
 
-// entryOf is taskID's inverse.
 func entryOf(id int64) (job int64, idx int) { return id >> 32, int(id & 0xffffffff) }
 
-// Settled characters of a grant's entries.
+// A grant's settled marks, one per entry.
 const (
-	open     = '-' // no result yet
-	settledD = 'D' // done
-	settledR = 'R' // another result recorded (failed, timeout, interrupted, stale)
-	settledX = 'X' // closed without a result (expired, killed, requeued)
+	open        = '-' // no result yet
+	settledD    = 'D' // done
+	settledR    = 'R' // another result recorded (failed, timeout, interrupted, stale)
+	settledX    = 'X' // closed without a result (expired, killed, requeued)
+	grantClosed = "CLOSED"
 )
-
-// grantClosed is the state of a grant with no open entry.
-const grantClosed = "CLOSED"
 
 // Take asks for up to N waiting tasks of a job.
 type Take struct {
@@ -52,18 +47,14 @@ type TakenTask struct {
 
 // Taken is what Assign handed out.
 type Taken struct {
-	// Tasks maps a job to its tasks handed out, retries first, then by
-	// index; fewer than asked if the job has fewer waiting.
-	Tasks map[int64][]TakenTask
-	// Gone lists the jobs asked for that are no longer live.
-	Gone    []int64
+	Tasks   map[int64][]TakenTask // per job: retries first, then by index; fewer than asked if fewer wait
+	Gone    []int64               // the jobs asked for that are no longer live
 	Changes []JobChange
 }
 
 var (
-	// The first n waiting retries of each job (job, n), an index seek
-	// each (exceptions_waiting): SQLite allows no LIMIT that names an
-	// outer row, so the walk is a recursive query.
+	// The first n waiting retries of each job (job, n), an index seek each
+	// (exceptions_waiting): SQLite allows no LIMIT naming an outer row.
 	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (
 		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM`,
 		`UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
@@ -71,10 +62,9 @@ var (
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
 		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
 	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
-		`WHERE v.column1 <> 0 RETURNING id, job_id, first_idx, attempt`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
+		`WHERE v.column1 <> 0 RETURNING job_id, first_idx, attempt, id`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
 	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM`,
 		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0, 0)
-	// The entries of ranges (job, first, last).
 	readNames = rowsSQL(`SELECT e.job_id, e.idx, 1, e.name FROM`,
 		`JOIN entries e ON e.job_id = v.column1 AND e.idx >= v.column2 AND e.idx <= v.column3 ORDER BY e.job_id, e.idx`, 0, 1, 0)
 )
@@ -112,10 +102,12 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		}
 		at := ms(now)
 		var grants, ranges [][]any // the new grants' rows; the fresh ranges (job, first, last)
+		grant := func(job int64, first, n, attempt int) []any {
+			return []any{job, first, first + n - 1, attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
+		}
 		for _, t := range takes {
 			j := b.jobs[t.Job]
-			if j == nil && s.d.pg {
-				// Skipped (another agent's write holds it), or gone.
+			if j == nil && s.d.pg { // skipped (another agent's write holds it), or gone
 				var n int
 				if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = ?`, t.Job).Scan(&n); err != nil {
 					return err
@@ -127,28 +119,22 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				out.Gone = append(out.Gone, t.Job)
 				continue
 			}
-			n := max(t.N, 0)
-			rs := retries[t.Job][:min(n, len(retries[t.Job]))]
+			rs := retries[t.Job][:min(max(t.N, 0), len(retries[t.Job]))]
 			retries[t.Job] = retries[t.Job][len(rs):]
 			for _, r := range rs {
 				r.Attempt = max(r.Attempt+1, 2) // attempt 1 is a fresh grant's, and only its
 				_, idx := entryOf(r.ID)
-				grants = append(grants, []any{t.Job, idx, idx, r.Attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", string(rune(open)), 1})
+				grants = append(grants, grant(t.Job, idx, 1, r.Attempt))
 				out.Tasks[t.Job] = append(out.Tasks[t.Job], r)
 			}
-			j.retry -= len(rs)
-			j.requd += len(rs)
-			n -= len(rs)
-			if k := min(n, j.c.Total-j.next); k > 0 {
-				grants = append(grants, []any{t.Job, j.next, j.next + k - 1, 1, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), k), k})
+			k := max(min(t.N-len(rs), j.c.Total-j.next), 0) // fresh entries
+			if k > 0 {
+				grants = append(grants, grant(t.Job, j.next, k, 1))
 				ranges = append(ranges, []any{t.Job, j.next, j.next + k - 1})
-				j.next += k
-				n -= k
 			}
-			if taken := max(t.N, 0) - n; taken > 0 {
-				j.c.Waiting -= taken
-				j.c.Active += taken
-				j.moved = true
+			if taken := len(rs) + k; taken > 0 {
+				j.next, j.retry, j.requd = j.next+k, j.retry-len(rs), j.requd+len(rs)
+				j.c.Waiting, j.c.Active, j.moved = j.c.Waiting-taken, j.c.Active+taken, true
 				if j.started == 0 {
 					j.started, j.startSet = at, true
 				}
@@ -156,9 +142,8 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		}
 		var marks [][]any // the retried entries' exception rows, now GRANTED
 		err := b.run(insertGrants, grants, "", func(rs *sql.Rows) error {
-			var id, job int64
-			var idx, attempt int
-			err := rs.Scan(&id, &job, &idx, &attempt)
+			var job, idx, attempt, id int64
+			err := rs.Scan(&job, &idx, &attempt, &id)
 			if attempt > 1 {
 				marks = append(marks, []any{job, idx, attempt, id})
 			}
@@ -181,8 +166,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 	return out, nil
 }
 
-// scanTasks appends each task a statement answers (job, index, attempt,
-// name) to its job's in out.
+// scanTasks appends each task answered (job, index, attempt, name) to out.
 func scanTasks(out map[int64][]TakenTask) func(*sql.Rows) error {
 	return func(rs *sql.Rows) error {
 		var job int64
@@ -212,8 +196,7 @@ type Applied struct {
 	LostMS                       int64     // run time of the interrupted attempts recorded (pilots that ended under them)
 }
 
-// Outcome is an applied result: its job, status, time from hand-out to
-// result, and run time.
+// Outcome is an applied result, for the per-site figures.
 type Outcome struct {
 	Job                      int64
 	Status                   string
@@ -231,8 +214,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		// Their jobs, grants, and the exception rows of all but first
-		// attempts' plain successes.
+		// Their jobs, grants, and exception rows (all but fresh successes').
 		ids := make([]int64, len(results))
 		keys := make([]entryKey, len(results))
 		var excepts [][2]int64
@@ -267,18 +249,14 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) error {
 	job, idx := entryOf(r.TaskID)
 	g, j := b.cached(keyOf(r.TaskID, r.Attempt)), b.jobs[job]
-	if g == nil || j == nil {
-		a.Ignored++
+	if g == nil || j == nil || g.settled[idx-g.first] == open && g.pool != pool {
+		a.Ignored++ // unknown, or another pool's
 		return nil
 	}
 	i := idx - g.first
 	mark := g.settled[i]
 	if mark == settledD || mark == settledR {
 		a.Duplicates++
-		return nil
-	}
-	if mark == open && g.pool != pool {
-		a.Ignored++
 		return nil
 	}
 	cpu := float64(j.cores) * float64(r.DurationMS) / 1000
@@ -304,10 +282,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		}
 		return err
 	}
-	var x *exceptionRow // read by ApplyResults
-	if g.attempt > 1 {
-		x = b.exceptions[[2]int64{job, int64(idx)}]
-	}
+	x := b.exceptions[[2]int64{job, int64(idx)}] // read by ApplyResults; none for a fresh entry
 	act := rules.ActiveTask{State: g.state, Attempt: g.attempt, MaxAttempts: j.maxTries, JobState: j.state}
 	if x != nil {
 		act.Tries = x.tries
@@ -358,32 +333,28 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 	return nil
 }
 
+// renewGrants makes RUNNING, heartbeat now, the grant of each listed
+// entry (job, attempt, index) that is the pool's and holds it open.
+var renewGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v.column5 FROM`, `WHERE grants.job_id = v.column1 AND grants.attempt = v.column2
+	AND grants.first_idx = (SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3 ORDER BY h.first_idx DESC LIMIT 1)
+	AND grants.pool = v.column4 AND grants.state != 'CLOSED' AND substr(grants.settled, CAST(v.column3 - grants.first_idx + 1 AS INTEGER), 1) = '-'`, 0, 0, 0, "", 0)
+
 // Heartbeat renews the pool's lease of epoch and the grants that hold the
-// listed attempts open (RUNNING, their heartbeat time now), in one fenced
-// transaction, and returns the renewed lease.
+// listed attempts open, in one fenced transaction, and returns the lease.
 func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
 	var next rules.Lease
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
 		next = l
 		next.Expires = now.Add(ttl)
+		rows := make([][]any, len(refs))
+		for i, r := range refs {
+			job, idx := entryOf(r.TaskID)
+			rows[i] = []any{job, r.Attempt, idx, pool, ms(now)}
+		}
 		if err := s.saveLease(ctx, tx, pool, next); err != nil {
 			return err
 		}
-		b := s.newBatch(ctx, tx)
-		keys := make([]entryKey, len(refs))
-		for i, r := range refs {
-			keys[i] = keyOf(r.TaskID, r.Attempt)
-		}
-		if err := b.readGrants(keys); err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if g := b.cached(k); g != nil && g.pool == pool && g.state != grantClosed && g.settled[k[2]-int64(g.first)] == open {
-				g.state, g.beat, g.dirty = "RUNNING", ms(now), true
-			}
-		}
-		_, err := b.flush(now)
-		return err
+		return s.newBatch(ctx, tx).run(renewGrants, rows, "", nil)
 	})
 	if err != nil {
 		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
@@ -404,7 +375,7 @@ func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t 
 }
 
 // openEntries lists the open entries of the pool's live grants that where
-// (its arguments after pool) selects; what names the search in errors.
+// (with args) selects.
 func (s *Store) openEntries(ctx context.Context, what, where, pool string, args ...any) ([]pilotproto.TaskRef, error) {
 	var out []pilotproto.TaskRef
 	return out, s.each(ctx, what, func(r *sql.Rows) error {
@@ -421,14 +392,12 @@ func (s *Store) openEntries(ctx context.Context, what, where, pool string, args 
 	}, `SELECT job_id, first_idx, attempt, settled FROM grants WHERE state != 'CLOSED' AND pool = ? AND `+where, append([]any{pool}, args...)...)
 }
 
-// Outstanding counts the active tasks (handed out, not finished) of each
-// pool: the open entries of its live grants.
+// Outstanding counts the open entries of each pool's live grants.
 func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
 	return s.sums(ctx, "count outstanding tasks", `SELECT pool, sum(n_open) FROM grants WHERE state != 'CLOSED' GROUP BY pool HAVING sum(n_open) > 0`)
 }
 
-// JobPools returns, per pool, the done and failed attempts of a job: where
-// its tasks ran (the sums of its grants).
+// JobPools returns, per pool, the done and failed attempts of a job.
 func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
 	out := map[string][2]int{}
 	return out, s.each(ctx, fmt.Sprintf("job %d per pool", job), func(r *sql.Rows) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -26,10 +27,6 @@ func Redact(db string) string {
 	return db
 }
 
-// pgConns is how many connections one process opens to PostgreSQL: a
-// pull, a batch of results and the API's reads at once.
-const pgConns = 8
-
 // openPG opens (creating or migrating the schema of) the PostgreSQL
 // database at the URL dsn. Every agent that opens it may write: write
 // transactions are SERIALIZABLE and run again when refused (transact).
@@ -43,17 +40,18 @@ func openPG(dsn string) (*Store, error) {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(pgConns)
-	db.SetMaxIdleConns(pgConns)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("queue database %s: cannot connect: %w", name, err)
-	}
+	db.SetMaxOpenConns(8) // a pull, a batch of results and the API's reads at once
+	db.SetMaxIdleConns(8)
 	st := &Store{w: db, d: &dialect{pg: true}, path: name}
 	st.r = &rdb{db, st.d}
-	if err := st.migrate(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	if err = db.PingContext(ctx); err != nil {
+		err = fmt.Errorf("cannot connect: %w", err)
+	} else {
+		err = st.migrate()
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("queue database %s: %w", name, err)
 	}
@@ -70,11 +68,10 @@ var ErrClaimed = errors.New("another harvest queue uses this database")
 
 // Claim takes the database for this queue until Close, alone or shared
 // (agents started with --peer): on PostgreSQL a session advisory lock on
-// the schema, exclusive or shared. Two queues alone on one database would
-// each take the other's submissions for abandoned ones and both sweep.
-// A killed process's session (and claim) may outlive it for a moment, so
-// Claim asks again for up to wait. On SQLite it does nothing:
-// internal/statelock holds the database's directory for one process.
+// the schema, exclusive or shared, asked for again for up to wait (a
+// killed process's session may outlive it for a moment). Two queues alone
+// on one database would both sweep and take each other's submissions for
+// abandoned ones. On SQLite, internal/statelock holds the directory.
 func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) error {
 	if !s.d.pg {
 		return nil
@@ -85,32 +82,25 @@ func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) erro
 	}
 	fn := "pg_try_advisory_lock"
 	if shared {
-		fn = "pg_try_advisory_lock_shared"
+		fn += "_shared"
 	}
-	q := `SELECT ` + fn + `(` + fmt.Sprint(claimKey) + `, hashtext(current_schema()))`
-	deadline := time.Now().Add(wait)
-	for {
+	const every = 200 * time.Millisecond
+	err = backoff.Retry(func() error {
 		var ok bool
-		if err := conn.QueryRowContext(ctx, q).Scan(&ok); err != nil {
-			conn.Close()
-			return fmt.Errorf("queue database %s: claim: %w", s.path, err)
+		if err := conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT %s(%d, hashtext(current_schema()))`, fn, claimKey)).Scan(&ok); err != nil || ok {
+			return backoff.Permanent(err)
 		}
-		if ok {
-			s.claim = conn
-			return nil
-		}
-		if !time.Now().Before(deadline) {
-			conn.Close()
-			if shared {
-				return fmt.Errorf("queue database %s: %w without --peer (alone): stop it, or start it with --peer like this one", s.path, ErrClaimed)
-			}
-			return fmt.Errorf("queue database %s: %w: run every agent on it with --peer (docs/multisite.md), or give each its own database", s.path, ErrClaimed)
-		}
-		select {
-		case <-ctx.Done():
-			conn.Close()
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return ErrClaimed
+	}, backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(every), uint64(wait/every)), ctx))
+	switch {
+	case err == nil:
+		s.claim = conn
+		return nil
+	case errors.Is(err, ErrClaimed) && shared:
+		err = fmt.Errorf("%w without --peer (alone): stop it, or start it with --peer like this one", err)
+	case errors.Is(err, ErrClaimed):
+		err = fmt.Errorf("%w: run every agent on it with --peer (docs/multisite.md), or give each its own database", err)
 	}
+	conn.Close()
+	return fmt.Errorf("queue database %s: claim: %w", s.path, err)
 }

@@ -1,19 +1,14 @@
 package store
 
-import (
-	"os"
-)
+import "os"
 
 // WALBytes is the WAL file's size now (SQLite; 0 on PostgreSQL, whose WAL
 // is the server's). It stats the file, never opens it: closing any
 // descriptor of the database drops SQLite's POSIX locks, and another
 // process could then delete the live WAL (issue 35 item 1).
 func (s *Store) WALBytes() int64 {
-	if s.d.pg {
-		return 0
-	}
 	fi, err := os.Stat(s.path + "-wal")
-	if err != nil {
+	if err != nil || s.d.pg {
 		return 0
 	}
 	return fi.Size()
