@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
 	"github.com/harvest-hpc/harvest/worker"
 )
