@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,6 +38,15 @@ func TestAdminTokenFollowsTheAdminList(t *testing.T) {
 	}
 	if after := e.Snapshot(t); after != before {
 		t.Errorf("a former admin's token changed the database:\n%s", after)
+	}
+	// Rotating the former admin's admin tokens cannot end with a new one:
+	// it is refused before anything is revoked (it revoked them, then
+	// failed, and said to run it again).
+	if _, n, err := e.Q.RotateTokens(t.Context(), "admin", api.RoleAdmin); !errors.Is(err, api.ErrInvalid) || n != 0 || !strings.Contains(err.Error(), "--admin") {
+		t.Errorf("rotating a former admin's admin tokens: %d revoked, %v; want refused naming --admin, none revoked", n, err)
+	}
+	if after := e.Snapshot(t); after != before {
+		t.Errorf("a refused rotation changed the database:\n%s", after)
 	}
 	// Nor may an admin mint an admin token for a name that is not an admin.
 	e.Reopen(func(c *queue.Config) { c.Admins = []string{"admin"} })
