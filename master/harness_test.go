@@ -73,7 +73,7 @@ type env struct {
 
 // startQueue opens a queue on its own settable clock; alice's quota is
 // high enough not to slow the tests down.
-func startQueue(t *testing.T, mods ...func(*queue.Config)) *env {
+func startQueue(t testing.TB, mods ...func(*queue.Config)) *env {
 	t.Helper()
 	mods = append([]func(*queue.Config){func(c *queue.Config) { c.DefaultLimits.MaxParallelJobs = 100_000 }}, mods...)
 	return &env{Env: queuetest.New(t, mods...)}
@@ -84,7 +84,7 @@ func withTTL(d time.Duration) func(*queue.Config) { return func(c *queue.Config)
 // withRealClock: the queue's lease runs on real time (the master renews in real time).
 func withRealClock(c *queue.Config) { c.Now = time.Now }
 
-func (e *env) submit(t *testing.T, n, batch int, mod func(*api.JobSpec)) api.Job {
+func (e *env) submit(t testing.TB, n, batch int, mod func(*api.JobSpec)) api.Job {
 	t.Helper()
 	e.datasets++
 	spec := api.JobSpec{Dataset: e.Dataset(fmt.Sprintf("ds%d", e.datasets), n), BatchSize: batch, Command: []string{"true"}}
@@ -253,7 +253,7 @@ type runningMaster struct {
 
 // startMaster takes the lease as pilot and runs a master on dir's
 // checkpoint; before, if set, sees the master as restored, before it acts.
-func startMaster(t *testing.T, q pilotproto.Queue, dir, pilot string, tweak func(*master.Config), before func(*master.Master)) *runningMaster {
+func startMaster(t testing.TB, q pilotproto.Queue, dir, pilot string, tweak func(*master.Config), before func(*master.Master)) *runningMaster {
 	t.Helper()
 	cq := &cutQueue{Queue: q}
 	lease, err := q.Lease(context.Background(), pilotproto.LeaseRequest{PilotID: pilot, Address: "http://" + pilot})
@@ -317,7 +317,7 @@ type runningWorker struct {
 	done   chan struct{}
 }
 
-func startWorker(t *testing.T, cfg worker.Config, resolve worker.Resolver) *runningWorker {
+func startWorker(t testing.TB, cfg worker.Config, resolve worker.Resolver) *runningWorker {
 	t.Helper()
 	w, err := worker.New(cfg, resolve)
 	if err != nil {

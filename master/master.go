@@ -150,7 +150,16 @@ func (m *Master) Run(ctx context.Context) error {
 	m.core.Step(m.cfg.Now(), core.Tick{})
 	m.probeRestored(calls, &wg)
 	for {
-		acc.add(m.core.Ready(), m.core.Stats())
+		rd := m.core.Ready()
+		if rd.Lease != nil && !rd.Lease.Release {
+			// A renewal promises nothing about the checkpoint: it goes
+			// out now, never behind a commit (on a slow shared file
+			// system two commits can outlast the lease). A release waits
+			// for every commit before it: the successor reads the file.
+			m.startCalls(core.Ready{Lease: rd.Lease}, calls, &wg)
+			rd.Lease = nil
+		}
+		acc.add(rd, m.core.Stats())
 		if inflight == nil && !acc.empty() {
 			if acc.nops > 0 && acc.nops < groupOps && time.Since(acc.since) < m.cfg.CommitDelay {
 				wake.Reset(m.cfg.CommitDelay - time.Since(acc.since))

@@ -23,7 +23,7 @@ import (
 // where FUSE or bindfs is missing, or fails with HARVEST_REQUIRE_FUSE=1
 // (scripts/test.sh: CI runs as root with /dev/fuse; scripts/deps.sh
 // installs bindfs and fuse3).
-func twoHosts(t *testing.T) (a, b string) {
+func twoHosts(t testing.TB) (a, b string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("mounts FUSE file systems")

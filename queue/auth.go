@@ -54,7 +54,7 @@ func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 			return Identity{}, fmt.Errorf("%w: uid %d has no user name: %v", api.ErrForbidden, c.UID, err)
 		}
 		role := api.RoleUser
-		if slices.Contains(q.cfg.Admins, name) {
+		if q.isAdmin(name) {
 			role = api.RoleAdmin
 		}
 		return Identity{User: name, Role: role, Via: "socket"}, nil
@@ -72,11 +72,24 @@ func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 	if !ok {
 		return Identity{}, fmt.Errorf("%w: invalid token", api.ErrUnauthorized)
 	}
+	// An admin token's role is the configuration's now, not the one its
+	// holder had when it was made: an admin taken out of --admin loses
+	// every admin token at the next request (and has them back if the
+	// name is given back); nothing is deleted.
+	if role == api.RoleAdmin && !q.isAdmin(name) {
+		return Identity{}, fmt.Errorf("%w: %s is not an admin (not in --admin, HARVEST_ADMINS or the config's admin list) any more: its admin tokens are refused; use a user token, or add %s back to the list", api.ErrForbidden, name, name)
+	}
 	id := Identity{User: name, Role: role, Via: "token"}
 	if role == api.RolePilot || role == api.RoleAgent {
 		id.Site = name // a site's tokens are stored under its name
 	}
 	return id, nil
+}
+
+// isAdmin says whether name is an admin under the current configuration:
+// root, or a name in --admin.
+func (q *Queue) isAdmin(name string) bool {
+	return name == "root" || slices.Contains(q.cfg.Admins, name)
 }
 
 // systemLookupUser maps a uid to a user name through the system's user
@@ -97,11 +110,8 @@ func hashToken(tok string) string {
 // CreateToken creates a token for name with role (user or admin); only its
 // sha256 is stored, the token itself is returned once.
 func (q *Queue) CreateToken(ctx context.Context, name, role string) (api.Token, error) {
-	if err := validUserName(name); err != nil {
+	if err := q.mayHold(name, role); err != nil {
 		return api.Token{}, err
-	}
-	if role != api.RoleUser && role != api.RoleAdmin {
-		return api.Token{}, invalid("role must be %q or %q, got %q", api.RoleUser, api.RoleAdmin, role)
 	}
 	if role == api.RoleUser {
 		if err := q.ensureUser(ctx, name); err != nil {
@@ -180,6 +190,40 @@ func (q *Queue) RevokeToken(ctx context.Context, user, id string) error {
 		return fmt.Errorf("%w: %s has no token %s (revoked meanwhile?)", api.ErrNotFound, user, id)
 	}
 	q.log.Info("token revoked", "user", user, "id", id)
+	return nil
+}
+
+// RotateTokens revokes every token of user with role (user or admin) and
+// makes a new one, returned with how many were revoked. Whatever would
+// refuse the new token is checked first: a rotation that cannot end with
+// a token revokes nothing (an admin token for a name no longer in --admin
+// revoked its tokens and then failed).
+func (q *Queue) RotateTokens(ctx context.Context, user, role string) (api.Token, int, error) {
+	if err := q.mayHold(user, role); err != nil {
+		return api.Token{}, 0, err
+	}
+	n, err := q.RevokeTokens(ctx, user, role)
+	if err != nil {
+		return api.Token{}, 0, err
+	}
+	tok, err := q.CreateToken(ctx, user, role)
+	if err != nil {
+		return api.Token{}, n, fmt.Errorf("%d %s token(s) of %s revoked, but a new one could not be made (run the rotation again): %w", n, role, user, err)
+	}
+	return tok, n, nil
+}
+
+// mayHold checks that name may hold a token with role (user or admin).
+func (q *Queue) mayHold(name, role string) error {
+	if err := validUserName(name); err != nil {
+		return err
+	}
+	if role != api.RoleUser && role != api.RoleAdmin {
+		return invalid("role must be %q or %q, got %q", api.RoleUser, api.RoleAdmin, role)
+	}
+	if role == api.RoleAdmin && !q.isAdmin(name) {
+		return invalid("%s is not an admin: an admin token is made only for root or a name in --admin (HARVEST_ADMINS, the config's admin list); add %s there first, or make a user token", name, name)
+	}
 	return nil
 }
 

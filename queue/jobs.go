@@ -81,6 +81,11 @@ func (q *Queue) ListJobs(ctx context.Context, f ListFilter) (api.JobList, error)
 	if f.State != "" && !knownJobState(f.State) {
 		return api.JobList{}, invalid("unknown job state %q", f.State)
 	}
+	if f.Owner != "" {
+		if err := validUserName(f.Owner); err != nil {
+			return api.JobList{}, err
+		}
+	}
 	cursor := f.Cursor
 	if cursor == 0 {
 		cursor = 1<<63 - 1

@@ -265,6 +265,7 @@ func (q *Queue) listDataset(owner, dir string, listed func(int)) ([]string, erro
 		return nil, invalid("dataset %s: %v", dir, err)
 	}
 	defer d.Close()
+	q.hook("list-opened")
 	f, err := os.Open(safefs.FDPath(d)) // the very directory opened above
 	if err != nil {
 		return nil, invalid("dataset %s is not readable: %v", dir, err)
@@ -282,7 +283,9 @@ func (q *Queue) listDataset(owner, dir string, listed func(int)) ([]string, erro
 				return nil, invalid("dataset %s: entry %q is not valid UTF-8: rename it", dir, n)
 			}
 			if e.Type()&fs.ModeSymlink != 0 {
-				real, err := filepath.EvalSymlinks(filepath.Join(dir, n))
+				// Through the directory opened, not its path: what is
+				// at the path now may be another directory.
+				real, err := filepath.EvalSymlinks(filepath.Join(safefs.FDPath(d), n))
 				if err != nil {
 					return nil, invalid("dataset %s: entry %s is a link that does not resolve: %v", dir, n, err)
 				}

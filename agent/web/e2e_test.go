@@ -53,7 +53,7 @@ func TestBrowserSeesTheLiveAgent(t *testing.T) {
 	agentCmd := exec.CommandContext(ctx, bin, "agent",
 		"--adapter", "sim", "--adapter-opt", "nodes=8", "--adapter-opt", "load=0.3", "--adapter-opt", "seed=3",
 		"--poll", "1s", "--state-dir", filepath.Join(dir, "state"), "--socket", sock, "--listen", addr,
-		"--allowed-root", data, "--harvest-while-idle")
+		"--allowed-root", data, "--harvest-while-idle", "--admin", "siteadmin")
 	agentCmd.Stdout, agentCmd.Stderr = &agentLog, &agentLog
 	if err := agentCmd.Start(); err != nil {
 		t.Fatal(err)

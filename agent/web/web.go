@@ -36,8 +36,9 @@ type Queue interface {
 	// give-back.
 	Sites(ctx context.Context) (api.SiteList, error)
 	Stats(ctx context.Context) (queue.Stats, error)
-	CreateToken(ctx context.Context, name, role string) (api.Token, error)
-	RevokeTokens(ctx context.Context, user, role string) (int, error)
+	// RotateTokens revokes user's tokens of role and makes a new one;
+	// it revokes nothing if the new one would be refused.
+	RotateTokens(ctx context.Context, user, role string) (api.Token, int, error)
 }
 
 // Rounds gives the last round (*agent.Reconciler).
@@ -206,13 +207,9 @@ func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, user string
 	if req.Role != api.RoleUser && req.Role != api.RoleAdmin {
 		return nil, fmt.Errorf("%w: role must be %q or %q, got %q", api.ErrInvalid, api.RoleUser, api.RoleAdmin, req.Role)
 	}
-	n, err := s.cfg.Queue.RevokeTokens(r.Context(), req.User, req.Role)
+	tok, n, err := s.cfg.Queue.RotateTokens(r.Context(), req.User, req.Role)
 	if err != nil {
 		return nil, err
-	}
-	tok, err := s.cfg.Queue.CreateToken(r.Context(), req.User, req.Role)
-	if err != nil {
-		return nil, fmt.Errorf("%d %s token(s) of %s revoked, but a new one could not be made (run the rotation again): %w", n, req.Role, req.User, err)
 	}
 	s.cfg.Log.Info("admin rotated tokens", "by", user, "user", req.User, "role", req.Role, "revoked", n)
 	return api.TokenRotation{Token: tok, Revoked: n}, nil

@@ -72,15 +72,12 @@ func (f *fakeQueue) Sites(context.Context) (api.SiteList, error) {
 func (f *fakeQueue) Stats(context.Context) (queue.Stats, error) {
 	return queue.Stats{LostTaskSeconds: 95}, nil
 }
-func (f *fakeQueue) CreateToken(_ context.Context, name, role string) (api.Token, error) {
-	if name == "" {
-		return api.Token{}, fmt.Errorf("%w: user name is empty", api.ErrInvalid)
+func (f *fakeQueue) RotateTokens(_ context.Context, user, role string) (api.Token, int, error) {
+	if user == "" {
+		return api.Token{}, 0, fmt.Errorf("%w: user name is empty", api.ErrInvalid)
 	}
-	return api.Token{User: name, Role: role, Token: "hv_new"}, nil
-}
-func (f *fakeQueue) RevokeTokens(_ context.Context, user, role string) (int, error) {
 	f.revoked = append(f.revoked, user+"/"+role)
-	return 2, nil
+	return api.Token{User: user, Role: role, Token: "hv_new"}, 2, nil
 }
 
 type fakeRounds struct{ res *agent.RoundResult }

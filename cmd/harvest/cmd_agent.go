@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +22,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
+	"gopkg.in/yaml.v3"
 )
 
 // agentFlags are the agent's settings. Every flag can also be set by a
@@ -93,16 +96,54 @@ func agentCommand() *cli.Command {
 			"their nodes. It never cancels because a snapshot failed; while the batch system is unreachable it\n" +
 			"backs off. SIGTERM or SIGINT stop it gracefully (pilots are left running).",
 		Flags:  flags,
-		Before: altsrc.InitInputSourceWithContext(flags, configSource("config")),
+		Before: withConfigFile(flags, "config"),
 		Action: runAgent,
 	}
 }
 
-// configSource loads the YAML file named by flag, if any.
-func configSource(flag string) func(*cli.Context) (altsrc.InputSourceContext, error) {
+// withConfigFile applies the YAML file named by flag, if any, to flags;
+// its errors name the file.
+func withConfigFile(flags []cli.Flag, flag string) cli.BeforeFunc {
+	load := configSource(flags, flag)
+	return func(c *cli.Context) error {
+		src, err := load(c)
+		if err != nil {
+			return err
+		}
+		err = altsrc.ApplyInputSourceValues(c, src, flags)
+		if err != nil && c.String(flag) != "" && !strings.Contains(err.Error(), c.String(flag)) {
+			return fmt.Errorf("config file %s: %w", c.String(flag), err)
+		}
+		return err
+	}
+}
+
+// configSource loads the YAML file named by flag, if any: a mapping whose
+// keys are names of flags (a misspelt key was ignored, and the agent ran
+// without the setting).
+func configSource(flags []cli.Flag, flag string) func(*cli.Context) (altsrc.InputSourceContext, error) {
 	return func(c *cli.Context) (altsrc.InputSourceContext, error) {
 		if c.String(flag) == "" {
 			return &altsrc.MapInputSource{}, nil
+		}
+		b, err := os.ReadFile(c.String(flag))
+		if err != nil {
+			return nil, fmt.Errorf("config file: %w", err)
+		}
+		var keys map[string]any
+		if err := yaml.Unmarshal(b, &keys); err != nil {
+			return nil, fmt.Errorf("config file %s is not a mapping of settings (keys are the flag names): %v", c.String(flag), err)
+		}
+		known := map[string]bool{}
+		for _, f := range flags {
+			for _, n := range f.Names() {
+				known[n] = true
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			if !known[k] {
+				return nil, fmt.Errorf("config file %s: unknown key %q (keys are the flag names of `harvest agent --help`, without the dashes)", c.String(flag), k)
+			}
 		}
 		src, err := altsrc.NewYamlSourceFromFile(c.String(flag))
 		if err != nil {

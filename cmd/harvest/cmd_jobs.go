@@ -430,6 +430,9 @@ func jobsCommand() *cli.Command {
 }
 
 func listJobs(c *cli.Context, cl *client.Client, activeOnly bool) error {
+	if n := c.Int("limit"); n < 1 && !activeOnly {
+		return cli.Exit(fmt.Sprintf("harvest jobs: --limit must be a positive number of jobs per page, got %d", n), 2)
+	}
 	queries := []client.ListOptions{{User: c.String("user"), State: c.String("state"), Limit: c.Int("limit")}}
 	all := c.Bool("all")
 	if activeOnly { // the two non-final states, every page

@@ -286,6 +286,10 @@ func withClient(fn func(c *cli.Context, cl *client.Client, a args) error) cli.Ac
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("harvest %s: %v", c.Command.Name, err), 2)
 		}
+		if c.Command.ArgsUsage == "" && len(pos) > 0 {
+			// A stray word was ignored: `admin nodes 5` showed the limits.
+			return cli.Exit(fmt.Sprintf("harvest %s takes no arguments, got %q (flags: --help)", c.Command.FullName(), pos), 2)
+		}
 		cl, err := newQueueClient(c)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("harvest %s: %v", c.Command.Name, err), 2)

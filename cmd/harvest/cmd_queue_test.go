@@ -28,6 +28,8 @@ import (
 
 type cliQueue struct {
 	url, token string
+	admin      string // the admin token (of ops, in --admin)
+	q          *queue.Queue
 	pilot      *client.Client
 	data       string
 }
@@ -47,6 +49,7 @@ func startCLIQueue(t *testing.T) *cliQueue {
 	cfg.PilotToken = "pt"
 	cfg.LookupAccount = queuetest.TestAccount // the test's users, not the machine's
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Admins = []string{"ops"}
 	q, err := queue.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +60,14 @@ func startCLIQueue(t *testing.T) *cliQueue {
 	if err != nil {
 		t.Fatal(err)
 	}
+	adm, err := q.CreateToken(context.Background(), "ops", api.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pc := client.DefaultConfig()
 	pc.URL, pc.Token = srv.URL, "pt"
 	pilot, _ := client.New(pc)
-	return &cliQueue{url: srv.URL, token: tok.Token, pilot: pilot, data: data}
+	return &cliQueue{url: srv.URL, token: tok.Token, admin: adm.Token, q: q, pilot: pilot, data: data}
 }
 
 // run runs the harvest CLI in process and returns stdout, stderr and the
@@ -236,5 +243,86 @@ func TestCLIRefusesBadInputClearly(t *testing.T) {
 				t.Fatalf("exit %d (want %d), stderr %q (want %q)", code, tc.code, errOut, tc.msg)
 			}
 		})
+	}
+}
+
+// An admin's commands with bad or hostile arguments: each is refused with
+// a clear message and a non-zero exit (2: the command line; 1: the
+// queue's refusal), and nothing changes. Stray arguments were ignored
+// (admin nodes extra), a non-positive --limit was dropped (jobs --limit
+// -1 listed the default page), an invalid --user listed "no jobs",
+// `admin user set NAME` without a flag created the user, and NaN or Inf
+// failed in the JSON encoder.
+func TestAdminCLIRefusesBadInputAndChangesNothing(t *testing.T) {
+	q := startCLIQueue(t)
+	ds := filepath.Join(q.data, "ds")
+	if _, errOut, code := run(t, "submit", ds, "--queue", q.url, "--token", q.token, "--", "prog", "{input}"); code != 0 {
+		t.Fatalf("submit: %d %s", code, errOut)
+	}
+	state := func() string {
+		us, err := q.q.Users(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, hi, err := q.q.NodeLimits(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		jl, err := q.q.ListJobs(context.Background(), queue.ListFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%+v %d %d %+v", us, lo, hi, jl)
+	}
+	before := state()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"a stray argument", []string{"admin", "nodes", "extra"}, 2, "takes no arguments"},
+		{"a stray argument to users", []string{"users", "alice"}, 2, "takes no arguments"},
+		{"a zero limit", []string{"jobs", "--limit", "0"}, 2, "--limit must be a positive"},
+		{"a negative limit", []string{"jobs", "--limit", "-1"}, 2, "--limit must be a positive"},
+		{"a huge limit", []string{"jobs", "--limit", "99999999999"}, 1, "exceeds"},
+		{"an invalid user name", []string{"jobs", "--user", "bad name"}, 1, "not a valid user name"},
+		{"nothing to set", []string{"admin", "user", "set", "carol"}, 2, "nothing to set"},
+		{"a NaN cost", []string{"admin", "user", "set", "alice", "--max-cost", "NaN"}, 2, "--max-cost must be a positive number"},
+		{"an infinite CPU time", []string{"admin", "user", "set", "alice", "--max-cpu-time", "Inf"}, 2, "--max-cpu-time must be a positive number"},
+		{"a NaN priority", []string{"admin", "user", "set", "alice", "--priority", "nan"}, 2, "--priority must be a positive number"},
+		{"a negative priority", []string{"admin", "user", "set", "alice", "--priority", "-1"}, 1, "priority must be a positive number"},
+		{"zero cores", []string{"admin", "user", "set", "alice", "--max-cores", "0"}, 1, "max cores must be at least 1"},
+		{"cores not a number", []string{"admin", "user", "set", "alice", "--max-cores", "many"}, 2, "max-cores"},
+		{"an invalid user", []string{"admin", "user", "set", "bad name", "--priority", "2"}, 1, "not a valid user name"},
+		{"a negative floor", []string{"admin", "nodes", "--min", "-1"}, 1, "must not be negative"},
+		{"a floor above the cap", []string{"admin", "nodes", "--min", "5", "--max", "2"}, 1, "exceeds"},
+		{"a huge cap", []string{"admin", "nodes", "--max", "99999999999"}, 1, "exceed 1000000"},
+		{"an admin token for a non-admin", []string{"admin", "token", "create", "bob", "--admin"}, 1, "--admin"},
+		{"a token id that is not hex", []string{"token", "revoke", "zz", "--user", "alice"}, 1, "hex digits"},
+		{"an unknown token", []string{"token", "revoke", "0123456789", "--user", "alice"}, 1, "no token"},
+		{"a missing job", []string{"cancel", "999"}, 1, "not found"},
+		{"a job id out of range", []string{"cancel", "99999999999999999999999"}, 1, "not a job id"},
+		{"failures of a missing job", []string{"failures", "999"}, 1, "not found"},
+		{"failures with a zero limit", []string{"failures", "1", "--limit", "0"}, 2, "--limit must be positive"},
+		{"status of two jobs", []string{"status", "1", "2"}, 2, "usage"},
+		{"an unknown state", []string{"jobs", "--state", "BOGUS"}, 1, "unknown job state"},
+		{"a site never added", []string{"admin", "site", "set", "nosuch", "--min", "1"}, 1, "no site nosuch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{}, tc.args...), "--queue", q.url, "--token", q.admin)
+			_, errOut, code := run(t, args...)
+			if code != tc.code || !strings.Contains(errOut, tc.msg) {
+				t.Fatalf("exit %d (want %d), stderr %q (want %q)", code, tc.code, errOut, tc.msg)
+			}
+			if after := state(); after != before {
+				t.Fatalf("the refused command changed the queue:\n%s\nwas\n%s", after, before)
+			}
+		})
+	}
+	// Another user's job is not an admin's to hide: the admin cancels it,
+	// and a user cannot (404, as for a job that does not exist).
+	if _, errOut, code := run(t, "cancel", "1", "--queue", q.url, "--token", q.token+"x"); code != 1 || !strings.Contains(errOut, "invalid token") {
+		t.Fatalf("a wrong token: exit %d, stderr %q", code, errOut)
 	}
 }

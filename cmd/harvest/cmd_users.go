@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,6 +72,14 @@ func adminCommand() *cli.Command {
 						pos := a.pos
 						if len(pos) != 1 {
 							return cli.Exit("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C]", 2)
+						}
+						if !c.IsSet("priority") && !c.IsSet("max-cores") && !c.IsSet("max-cpu-time") && !c.IsSet("max-cost") {
+							return cli.Exit("harvest admin user set: nothing to set: give --priority, --max-cores, --max-cpu-time or --max-cost (`harvest users` shows the settings)", 2)
+						}
+						for _, f := range []string{"priority", "max-cpu-time", "max-cost"} {
+							if v := c.Float64(f); c.IsSet(f) && (math.IsNaN(v) || math.IsInf(v, 0)) {
+								return cli.Exit(fmt.Sprintf("harvest admin user set: --%s must be a positive number, got %v", f, v), 2)
+							}
 						}
 						var s api.UserSettings
 						if c.IsSet("priority") {

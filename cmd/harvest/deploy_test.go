@@ -139,6 +139,37 @@ func TestABadConfigKeyValueIsRefused(t *testing.T) {
 	}
 }
 
+// A misspelt key (mni-nodes) was ignored and the agent ran without the
+// setting; values of the wrong type or out of range were refused, but the
+// error did not name the file. Each bad file is refused naming the file
+// and the key.
+func TestABadConfigFileIsRefusedNamingTheKey(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"unknown key", "mni-nodes: 3\n", `unknown key "mni-nodes"`},
+		{"unknown key beside good ones", "poll: 10s\nmax-node: 4\n", `unknown key "max-node"`},
+		{"not a mapping", "- poll\n", "not a mapping"},
+		{"wrong type", "min-nodes: abc\n", "min-nodes"},
+		{"a float for an int", "min-nodes: 3.7\n", "min-nodes"},
+		{"negative minimum", "min-nodes: -1\n", "min nodes -1 is negative"},
+		{"negative maximum", "max-nodes: -4\n", "max nodes -4 is negative"},
+		{"minimum above maximum", "min-nodes: 5\nmax-nodes: 2\n", "exceeds max nodes 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "agent.yaml")
+			os.WriteFile(p, []byte(c.yaml), 0o644)
+			_, _, err := parseAgent(t, "--config", p)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%q: %v, want an error naming %s", c.yaml, err, c.want)
+			}
+			if !strings.Contains(c.want, " nodes ") { // a range is judged after the file is read
+				if !strings.Contains(err.Error(), p) {
+					t.Errorf("%q: %v, want the file named", c.yaml, err)
+				}
+			}
+		})
+	}
+}
+
 func TestTheSystemdUnitStartsTheAgentWithTheConfigFile(t *testing.T) {
 	b, err := os.ReadFile("../../deploy/harvest-agent.service")
 	if err != nil {

@@ -74,6 +74,7 @@ func Config(dir string, clock *Clock) queue.Config {
 	cfg.SweepInterval, cfg.FlushInterval, cfg.ReconcileInterval = time.Hour, time.Hour, time.Hour
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.LookupAccount = TestAccount
+	cfg.Admins = []string{"admin"} // the admin token's holder
 	return cfg
 }
 
@@ -161,6 +162,29 @@ func New(t testing.TB, mods ...func(*queue.Config)) *Env {
 		e.Tokens[u.name] = tok.Token
 	}
 	return e
+}
+
+// Reopen closes the queue and opens it again on the same database with
+// its configuration changed by mods, as an admin restarting it with other
+// flags would; the API served by URL is the new queue's.
+func (e *Env) Reopen(mods ...func(*queue.Config)) {
+	e.T.Helper()
+	if e.srv != nil {
+		e.srv.Close()
+		e.srv = nil
+	}
+	if err := e.Q.Close(); err != nil {
+		e.T.Fatal(err)
+	}
+	for _, m := range mods {
+		m(&e.Cfg)
+	}
+	q, err := queue.Open(e.Cfg)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.Q = q
+	e.T.Cleanup(func() { q.Close() })
 }
 
 // Dataset creates the directory Data/name with n entries (sub-directories
