@@ -264,11 +264,8 @@ func (q *Queue) Close() error {
 		}
 		q.wg.Wait()
 		if q.cfg.Shared {
-			if rerr := q.st.ReleaseSweep(context.Background(), q.cfg.SweepHolder); rerr != nil {
-				q.log.Warn("could not release the sweep lease; another agent takes it when it lapses", "error", rerr)
-			}
-			if rerr := q.st.ReleaseAgent(context.Background()); rerr != nil {
-				q.log.Warn("could not remove this agent's liveness row; it lapses by itself", "error", rerr)
+			if rerr := q.st.Leave(context.Background()); rerr != nil {
+				q.log.Warn("could not release this agent's leases; they lapse by themselves", "error", rerr)
 			}
 		}
 		if _, ferr := q.FlushUsage(context.Background()); ferr != nil {

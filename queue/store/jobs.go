@@ -378,11 +378,14 @@ type ReadyJob struct {
 }
 
 // LiveJobs reads every live job (WAITING or RUNNING), by price (highest
-// first), then FIFO.
-func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
-	return list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
+// first), then FIFO, and per owner the cores their active tasks hold.
+func (s *Store) LiveJobs(ctx context.Context) (jobs []ReadyJob, running map[string]int, err error) {
+	running = map[string]int{}
+	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
 		j, err := scanJob(r)
+		running[j.Owner] += j.Cores * j.Tasks.Running
 		return ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
 			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS}, err
 	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
+	return jobs, running, err
 }

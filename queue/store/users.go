@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/fairshare"
@@ -38,13 +37,6 @@ func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) 
 		out[n] = l
 		return err
 	}, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
-}
-
-// RunningCores sums, per owner, the cores of the active tasks (ASSIGNED,
-// RUNNING, ZOMBIE) of live jobs.
-func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
-	return s.sums(ctx, "read running cores", `SELECT owner, sum(cores * n_active) FROM `+jobsCounted+`
-		WHERE state IN ('WAITING', 'RUNNING') AND n_active > 0 GROUP BY owner`)
 }
 
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
@@ -196,15 +188,4 @@ func (s *Store) DeleteToken(ctx context.Context, user, role, prefix string) (int
 func (s *Store) DeleteTokens(ctx context.Context, user, role string) (int, error) {
 	n, err := s.do(ctx, "delete tokens", `DELETE FROM tokens WHERE "user" = ? AND role = ?`, user, role)
 	return int(n), err
-}
-
-// NodeSettings reads the admin's floor and cap of pilot nodes.
-func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes int, err error) {
-	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes')`)
-	return v["min_nodes"], v["max_nodes"], err
-}
-
-// PutNodeSettings stores the admin's floor and cap of pilot nodes.
-func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes int) error {
-	return s.putSetting(ctx, "min_nodes", strconv.Itoa(minNodes), "max_nodes", strconv.Itoa(maxNodes))
 }
