@@ -262,22 +262,9 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		err = fmt.Errorf("unknown states %q recorded", pending)
 	}
 	for more := pending == cancelKills; more && err == nil; {
-		err = s.write(ctx, func(tx *wtx) error {
-			b := s.newBatch(ctx, tx)
-			var gs []*grantRow
-			var err error
-			if gs, more, err = b.loadGrants(chunk, `WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id); err != nil {
-				return err
-			}
-			if err := b.readOpen(gs); err != nil {
-				return err
-			}
-			for _, g := range gs {
-				if err := b.closeGrant(g, func(x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) }); err != nil {
-					return err
-				}
-			}
-			_, err = b.flush(now)
+		err = s.write(ctx, func(tx *wtx) (err error) {
+			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
+				`WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			return err
 		})
 	}
@@ -293,23 +280,41 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	return wrap(err, "kill tasks of job %d", id)
 }
 
-// closeGrant closes g: each of its open entries becomes an exception row
-// that end fills in, marked closed without a result.
-func (b *batch) closeGrant(g *grantRow, end func(*exceptionRow)) error {
-	for i, c := range g.settled {
-		if c != open {
-			continue
-		}
-		x, err := b.except(g.job, g.first+i, g.attempt)
-		if err != nil {
-			return err
-		}
-		x.attempt, x.grant = g.attempt, g.id
-		end(x)
-		g.settled[i] = settledX
+// closeGrants closes the grants the rest of a query selects, up to about
+// limit open entries (loadGrants): each open entry becomes an exception
+// row that end fills in (with its job's row), closed without a result.
+// It flushes the batch and says whether more grants remain.
+func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
+	gs, more, err := b.loadGrants(limit, query, args...)
+	ids := make([]int64, len(gs))
+	for i, g := range gs {
+		ids[i] = g.job
 	}
-	g.open, g.state = 0, grantClosed
-	return nil
+	if err == nil {
+		err = b.readJobs(ids)
+	}
+	if err == nil {
+		err = b.readOpen(gs)
+	}
+	for _, g := range gs {
+		for i, c := range g.settled {
+			if c != open || err != nil {
+				continue
+			}
+			var x *exceptionRow
+			if x, err = b.except(g.job, g.first+i, g.attempt); err == nil {
+				x.attempt, x.grant = g.attempt, g.id
+				end(b.jobs[g.job], x)
+				g.settled[i] = settledX
+			}
+		}
+		g.open, g.state = 0, grantClosed
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	changes, err := b.flush(now)
+	return changes, more, err
 }
 
 // PendingKills lists the jobs whose cancel or expiry has tasks still to
