@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,7 +183,7 @@ func Open(cfg Config) (*Queue, error) {
 		}
 	}
 	if !cfg.Shared { // else another agent may be storing them: the sweeps remove stale ones
-		if err := q.cleanupPartialSubmits(ctx); err != nil {
+		if err := q.cleanupPartialSubmits(ctx, time.UnixMilli(math.MaxInt64)); err != nil { // every one
 			return fail(err)
 		}
 	} else if err := q.registerLocalPilots(ctx); err != nil {

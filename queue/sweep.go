@@ -99,17 +99,7 @@ func (q *Queue) sweepStaleSubmissions(ctx context.Context) error {
 	if !q.cfg.Shared {
 		return nil
 	}
-	ids, err := q.st.SubmittingBefore(ctx, q.now().Add(-q.cfg.StaleSubmission))
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		q.log.Warn("removing a job whose submission was interrupted (its agent stopped)", "job", id)
-		if err := q.st.DropJob(ctx, id, q.cfg.InsertChunk); err != nil {
-			return err
-		}
-	}
-	return nil
+	return q.cleanupPartialSubmits(ctx, q.now().Add(-q.cfg.StaleSubmission))
 }
 
 // poolBeat is a pool master's last heartbeat.

@@ -61,9 +61,6 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
 }
 
-var saveLeaseSQL = hot(`INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
-	ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`)
-
 // DecideLease applies rules.DecideLease to a pool's stored lease in one
 // write transaction and returns the previous lease and the decision.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
@@ -80,7 +77,9 @@ func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.Lea
 }
 
 func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lease) error {
-	_, err := s.exec(ctx, tx, saveLeaseSQL, pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
+	_, err := tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`,
+		pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
 	return wrap(err, "save lease of pool %q", pool)
 }
 

@@ -179,10 +179,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		s.stats.Add(d, writer)
 		return nil
 	}
-	if !s.d.pg {
-		return d, once()
-	}
-	return d, backoff.Retry(func() error {
+	return d, backoff.Retry(func() error { // only PostgreSQL's errors are retryable
 		err := once()
 		if err != nil && !retryable(err) {
 			return backoff.Permanent(err)
@@ -222,14 +219,6 @@ func hot(query string) string {
 // go-sqlite3 runs a cancellable statement on a goroutine of its own, a
 // scheduler trip per statement with the write lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
-
-// exec runs a statement in tx, prepared if it is hot (SQLite).
-func (s *Store) exec(ctx context.Context, tx *wtx, query string, args ...any) (sql.Result, error) {
-	if st := s.stmts[query]; st != nil {
-		return tx.StmtContext(ctx, st).ExecContext(inline(ctx), args...)
-	}
-	return tx.ExecContext(inline(ctx), query, args...)
-}
 
 // query runs a query in tx, prepared if it is hot (SQLite).
 func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
