@@ -90,11 +90,11 @@ func (s *Store) CheckEpoch(ctx context.Context, pool string, epoch int64, now ti
 	return s.fenced(ctx, pool, epoch, now, func(*wtx, rules.Lease) error { return nil })
 }
 
-// TakeSweep grants holder the sweep lease, or renews it, until now+ttl,
-// unless another holds it alive, and returns its epoch (new with each
-// grant after a lapse) and whether holder holds it now.
-func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
-	_, d, err := s.DecideLease(ctx, sweepPool, pilotproto.LeaseRequest{PilotID: holder}, now, ttl)
+// TakeSweep grants this agent (Share's holder) the sweep lease, or renews
+// it, until now+ttl, unless another holds it alive, and returns its epoch
+// (new with each grant after a lapse) and whether this agent holds it.
+func (s *Store) TakeSweep(ctx context.Context, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
+	_, d, err := s.DecideLease(ctx, sweepPool, pilotproto.LeaseRequest{PilotID: s.holder}, now, ttl)
 	return d.Next.Epoch, d.Granted, wrap(err, "sweep lease")
 }
 
@@ -102,25 +102,20 @@ func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl
 // sweep lease passed to another agent: the write changed nothing.
 var ErrSweepLost = errors.New("the sweep lease has passed to another agent")
 
-type sweepFenceKey struct{}
-
-type sweepFence struct {
-	holder string
-	epoch  int64
-}
+type sweepEpochKey struct{}
 
 // SweepFenced returns ctx for a sweep's writes: each write transaction
-// under it first checks that holder still holds the sweep lease at epoch,
-// else fails with ErrSweepLost, changing nothing. A lapsed lease nobody
-// took keeps its epoch: its holder may still sweep.
-func SweepFenced(ctx context.Context, holder string, epoch int64) context.Context {
-	return context.WithValue(ctx, sweepFenceKey{}, sweepFence{holder, epoch})
+// under it first checks that this agent still holds the sweep lease at
+// epoch, else fails with ErrSweepLost, changing nothing. A lapsed lease
+// nobody took keeps its epoch: its holder may still sweep.
+func SweepFenced(ctx context.Context, epoch int64) context.Context {
+	return context.WithValue(ctx, sweepEpochKey{}, epoch)
 }
 
-func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
+func (s *Store) checkSweep(ctx context.Context, tx *wtx, epoch int64) error {
 	l, err := s.readLeaseTx(ctx, tx, sweepPool, "FOR SHARE")
-	if err == nil && (l.Epoch != f.epoch || l.Holder != f.holder) {
-		err = fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, l.Epoch, l.Holder, f.epoch, f.holder)
+	if err == nil && (l.Epoch != epoch || l.Holder != s.holder) {
+		err = fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, l.Epoch, l.Holder, epoch, s.holder)
 	}
 	return err
 }

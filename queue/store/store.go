@@ -150,7 +150,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 
 // transact is write that also returns the lock time (for chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Duration, err error) {
-	f, fenced := ctx.Value(sweepFenceKey{}).(sweepFence)
+	sweepEpoch, fenced := ctx.Value(sweepEpochKey{}).(int64)
 	var opts *sql.TxOptions
 	if s.d.pg {
 		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
@@ -163,7 +163,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		defer trace.StartRegion(ctx, "write").End() // BEGIN IMMEDIATE has taken the lock
 		start := time.Now()
 		if fenced {
-			err = s.checkSweep(ctx, &wtx{tx, s.d}, f)
+			err = s.checkSweep(ctx, &wtx{tx, s.d}, sweepEpoch)
 		}
 		if err == nil {
 			err = fn(&wtx{tx, s.d})
