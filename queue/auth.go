@@ -140,7 +140,7 @@ func (q *Queue) Tokens(ctx context.Context, user string) ([]api.TokenInfo, error
 	if err := validUserName(user); err != nil {
 		return nil, err
 	}
-	ts, err := q.st.Tokens(ctx, user, "")
+	ts, err := q.st.Tokens(ctx, user)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func (q *Queue) RevokeToken(ctx context.Context, user, id string) error {
 	// The store matches the whole prefix given (up to the full hash) and
 	// the role: another role's token under the same name (a site's agent
 	// token) is never touched.
-	k, err := q.st.DeleteToken(ctx, user, match[0].Role, id)
+	k, err := q.st.DeleteTokens(ctx, user, match[0].Role, id, true)
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (q *Queue) RevokeTokens(ctx context.Context, user, role string) (int, error
 	if role != api.RoleUser && role != api.RoleAdmin {
 		return 0, invalid("role must be %q or %q, got %q", api.RoleUser, api.RoleAdmin, role)
 	}
-	n, err := q.st.DeleteTokens(ctx, user, role)
+	n, err := q.st.DeleteTokens(ctx, user, role, "", false)
 	if err != nil {
 		return 0, fmt.Errorf("revoke tokens: %w", err)
 	}

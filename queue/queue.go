@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,7 +183,7 @@ func Open(cfg Config) (*Queue, error) {
 		}
 	}
 	if !cfg.Shared { // else another agent may be storing them: the sweeps remove stale ones
-		if err := q.cleanupPartialSubmits(ctx); err != nil {
+		if err := q.cleanupPartialSubmits(ctx, time.UnixMilli(math.MaxInt64)); err != nil { // every one
 			return fail(err)
 		}
 	} else if err := q.registerLocalPilots(ctx); err != nil {
@@ -264,11 +265,8 @@ func (q *Queue) Close() error {
 		}
 		q.wg.Wait()
 		if q.cfg.Shared {
-			if rerr := q.st.ReleaseSweep(context.Background(), q.cfg.SweepHolder); rerr != nil {
-				q.log.Warn("could not release the sweep lease; another agent takes it when it lapses", "error", rerr)
-			}
-			if rerr := q.st.ReleaseAgent(context.Background()); rerr != nil {
-				q.log.Warn("could not remove this agent's liveness row; it lapses by itself", "error", rerr)
+			if rerr := q.st.Leave(context.Background()); rerr != nil {
+				q.log.Warn("could not release this agent's leases; they lapse by themselves", "error", rerr)
 			}
 		}
 		if _, ferr := q.FlushUsage(context.Background()); ferr != nil {

@@ -86,7 +86,7 @@ type siteSettings struct {
 // are `harvest admin nodes`') and the global cap.
 func (q *Queue) settings(ctx context.Context) (map[string]siteSettings, int, error) {
 	out := map[string]siteSettings{}
-	minN, maxN, err := q.st.NodeSettings(ctx)
+	minN, maxN, global, err := q.st.NodeSettings(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -97,10 +97,6 @@ func (q *Queue) settings(ctx context.Context) (map[string]siteSettings, int, err
 	}
 	for _, s := range sites {
 		out[s.Name] = siteSettings{min: s.MinNodes, max: s.MaxNodes, paused: s.Paused}
-	}
-	global, err := q.st.GlobalMax(ctx)
-	if err != nil {
-		return nil, 0, err
 	}
 	return out, global, nil
 }

@@ -49,7 +49,8 @@ func (q *Queue) PilotStatus() map[string]pilotproto.PilotStatus {
 // NodeLimits returns the admin's floor and cap of the local site's pilot
 // nodes (0 = no cap).
 func (q *Queue) NodeLimits(ctx context.Context) (minNodes, maxNodes int, err error) {
-	return q.st.NodeSettings(ctx)
+	minNodes, maxNodes, _, err = q.st.NodeSettings(ctx)
+	return minNodes, maxNodes, err
 }
 
 // Nodes returns the local site's node settings, the global cap, the local
@@ -57,10 +58,7 @@ func (q *Queue) NodeLimits(ctx context.Context) (minNodes, maxNodes int, err err
 func (q *Queue) Nodes(ctx context.Context) (api.Nodes, error) {
 	var n api.Nodes
 	var err error
-	if n.MinNodes, n.MaxNodes, err = q.st.NodeSettings(ctx); err != nil {
-		return n, err
-	}
-	if n.GlobalMaxNodes, err = q.st.GlobalMax(ctx); err != nil {
+	if n.MinNodes, n.MaxNodes, n.GlobalMaxNodes, err = q.st.NodeSettings(ctx); err != nil {
 		return n, err
 	}
 	q.mu.Lock()
@@ -90,23 +88,18 @@ func (q *Queue) SetNodes(ctx context.Context, s api.NodesSettings) (api.Nodes, e
 		cur.MaxNodes = *s.MaxNodes
 	}
 	if s.GlobalMaxNodes != nil {
-		if *s.GlobalMaxNodes < 0 || *s.GlobalMaxNodes > api.MaxNodes {
-			return cur, invalid("global_max_nodes must not be negative nor exceed %d", api.MaxNodes)
-		}
+		cur.GlobalMaxNodes = *s.GlobalMaxNodes
 	}
 	switch {
+	case cur.GlobalMaxNodes < 0 || cur.GlobalMaxNodes > api.MaxNodes:
+		return cur, invalid("global_max_nodes must not be negative nor exceed %d", api.MaxNodes)
 	case cur.MinNodes < 0 || cur.MaxNodes < 0 || cur.MinNodes > api.MaxNodes || cur.MaxNodes > api.MaxNodes:
 		return cur, invalid("min_nodes and max_nodes must not be negative nor exceed %d", api.MaxNodes)
 	case cur.MaxNodes > 0 && cur.MinNodes > cur.MaxNodes:
 		return cur, invalid("min_nodes %d exceeds max_nodes %d", cur.MinNodes, cur.MaxNodes)
 	}
-	if err := q.st.PutNodeSettings(ctx, cur.MinNodes, cur.MaxNodes); err != nil {
+	if err := q.st.PutNodeSettings(ctx, cur.MinNodes, cur.MaxNodes, cur.GlobalMaxNodes); err != nil {
 		return cur, err
-	}
-	if s.GlobalMaxNodes != nil {
-		if err := q.st.PutGlobalMax(ctx, *s.GlobalMaxNodes); err != nil {
-			return cur, err
-		}
 	}
 	return q.Nodes(ctx)
 }

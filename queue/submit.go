@@ -698,9 +698,10 @@ func (q *Queue) dropJob(id int64) {
 	}
 }
 
-// cleanupPartialSubmits removes jobs whose submission died half way.
-func (q *Queue) cleanupPartialSubmits(ctx context.Context) error {
-	ids, err := q.st.SubmittingJobs(ctx)
+// cleanupPartialSubmits removes jobs whose submission started before cut
+// and died half way.
+func (q *Queue) cleanupPartialSubmits(ctx context.Context, cut time.Time) error {
+	ids, err := q.st.SubmittingBefore(ctx, cut)
 	if err != nil {
 		return err
 	}

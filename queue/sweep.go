@@ -35,7 +35,7 @@ func (q *Queue) Sweep(ctx context.Context) error {
 		// Every sweep write checks the lease inside its transaction: an
 		// agent paused past its lease while another took it changes
 		// nothing when it resumes.
-		ctx = store.SweepFenced(ctx, q.cfg.SweepHolder, epoch)
+		ctx = store.SweepFenced(ctx, epoch)
 		q.hook("sweeps")
 	}
 	return errors.Join(unacked, q.sweeps(ctx))
@@ -64,7 +64,7 @@ func (q *Queue) sweeps(ctx context.Context) error {
 // (renewed every interval, so a holder that misses two still keeps it)
 // and returns its epoch if this agent holds it (0: it does not).
 func (q *Queue) holdSweeps(ctx context.Context) (int64, error) {
-	epoch, held, err := q.st.TakeSweep(ctx, q.cfg.SweepHolder, q.now(), 3*q.cfg.SweepInterval)
+	epoch, held, err := q.st.TakeSweep(ctx, q.now(), 3*q.cfg.SweepInterval)
 	if err != nil {
 		return 0, err
 	}
@@ -99,17 +99,7 @@ func (q *Queue) sweepStaleSubmissions(ctx context.Context) error {
 	if !q.cfg.Shared {
 		return nil
 	}
-	ids, err := q.st.SubmittingBefore(ctx, q.now().Add(-q.cfg.StaleSubmission))
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		q.log.Warn("removing a job whose submission was interrupted (its agent stopped)", "job", id)
-		if err := q.st.DropJob(ctx, id, q.cfg.InsertChunk); err != nil {
-			return err
-		}
-	}
-	return nil
+	return q.cleanupPartialSubmits(ctx, q.now().Add(-q.cfg.StaleSubmission))
 }
 
 // poolBeat is a pool master's last heartbeat.

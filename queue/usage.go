@@ -146,15 +146,11 @@ func (q *Queue) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	running, err := q.st.RunningCores(ctx)
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
 	events, err := q.st.UsageEvents(ctx, now.Add(-q.cfg.UsageWindow))
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	live, err := q.st.LiveJobs(ctx)
+	live, running, err := q.st.LiveJobs(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}

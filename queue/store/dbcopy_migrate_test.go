@@ -93,8 +93,7 @@ func TestMigrateToPostgreSQLLosesNothing(t *testing.T) {
 	must(s.PutToken(ctx, "h1", "alice", "user", store.T0, 10))
 	must(s.AddSite(ctx, "b", "h2", "agent", store.T0))
 	must(s.PutSite(ctx, store.Site{Name: "b", MinNodes: 1, MaxNodes: 4, Paused: true}))
-	must(s.PutNodeSettings(ctx, 2, 8))
-	must(s.PutGlobalMax(ctx, 12))
+	must(s.PutNodeSettings(ctx, 2, 8, 12))
 	before := dump(t, s)
 	must(s.Close())
 

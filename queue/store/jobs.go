@@ -13,8 +13,8 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// NewJob is a validated job as the service stores it; IdemKey is its
-// idempotency key ("" = none), IdemHash the digest of its request.
+// NewJob is a validated job; IdemKey is its idempotency key ("" = none),
+// IdemHash the digest of its request.
 type NewJob struct {
 	Owner, Name, Dataset string
 	Command              []string
@@ -26,8 +26,7 @@ type NewJob struct {
 	IdemKey, IdemHash    string
 }
 
-// CreateJob stores a job in the internal SUBMITTING state (invisible to
-// reads and pulls) and returns its id.
+// CreateJob stores a job as SUBMITTING (invisible to reads and pulls).
 func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 	cmd, _ := json.Marshal(j.Command) // a []string always encodes
 	var id int64
@@ -47,9 +46,8 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 	return id, wrap(err, "store job")
 }
 
-// JobByKey finds the job a submission with an idempotency key created:
-// its id, the digest of that request and its state; ok is false when none
-// exists.
+// JobByKey finds the job an idempotency key created: its id, the digest
+// of that request and its state; ok is false when there is none.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = ? AND idem_key = ?`, owner, key).Scan(&id, &hash, &state)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -58,9 +56,9 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 	return id, hash, state, err == nil, wrap(err, "find job by idempotency key")
 }
 
-// InsertTasks appends names to the entries of a SUBMITTING job, in
-// transactions of at most chunk entries (chunkSizer); stored, if set,
-// hears how many each stored.
+// InsertTasks appends names to a SUBMITTING job's entries, in
+// transactions of at most chunk (chunkSizer); stored, if set, hears how
+// many each stored.
 func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
 	for _, n := range names {
 		if !utf8.ValidString(n) {
@@ -70,9 +68,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 	var next int
 	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next)
 	for z := s.chunks(chunk); len(names) > 0 && err == nil; {
-		// The statements are not interrupted: a cancelled submission
-		// stops between chunks.
-		if err = ctx.Err(); err != nil {
+		if err = ctx.Err(); err != nil { // between chunks, not inside one
 			break
 		}
 		part := names[:min(len(names), z.size())]
@@ -96,12 +92,11 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now 
 
 var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FROM`, `WHERE v.column1 <> 0`, 0, 0, "")
 
-// ErrSubmissionTaken is ActivateJob's error for a submission this agent
-// no longer stores: another agent took it over (TakeOverSubmission).
+// ErrSubmissionTaken: another agent took the submission over (TakeOverSubmission).
 var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
 
-// ActivateJob makes this agent's SUBMITTING job WAITING with its n tasks
-// and output directory: from this commit on it is visible.
+// ActivateJob makes this agent's SUBMITTING job WAITING, and visible,
+// with its n tasks and output directory.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ? AND state = ? AND storer = ?`,
@@ -118,8 +113,8 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 	return wrap(err, "store job")
 }
 
-// DropJob deletes a job, its grants, exceptions and entries (these in
-// transactions of at most chunk, chunkSizer).
+// DropJob deletes a job and all it holds, its entries in transactions of
+// at most chunk (chunkSizer).
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	var err error
 	for z, n := s.chunks(chunk), int64(1); n > 0 && err == nil; {
@@ -148,15 +143,10 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	return wrap(err, "drop job %d", id)
 }
 
-// SubmittingJobs lists the jobs whose submission never completed.
-func (s *Store) SubmittingJobs(ctx context.Context) ([]int64, error) {
-	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ?`, rules.JobSubmitting)
-}
-
 // SubmittingBefore lists the jobs whose submission started before cut and
-// never completed (with several agents on one database: its agent died).
+// never completed (on a shared database: its agent died).
 func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	return s.ids(ctx, "find stale submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
+	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
 }
 
 // JobChange is a job's state change made by a write.
@@ -165,8 +155,7 @@ type JobChange struct {
 	From, To string
 }
 
-// jobColumns, read by scanJob from jobsCounted (the jobs with their
-// counter rows).
+// jobColumns, read by scanJob from jobsCounted: jobs with their counters.
 const (
 	jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
 	submitted_at, started_at, finished_at, expires_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
@@ -195,14 +184,14 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 	return j, wrap(err, "read job %d", id)
 }
 
-// ListJobs reads up to limit visible jobs with ids below cursor, newest
-// first, of owner and in state ("" = any).
+// ListJobs reads up to limit visible jobs below cursor, newest first, of
+// owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
 	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
 		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
 }
 
-// Cancelled is what cancelling a job took away from its owner.
+// Cancelled is what a cancel took away from the job's owner.
 type Cancelled struct {
 	Owner         string
 	Active, Cores int  // tasks that were active, cores per task
@@ -215,9 +204,8 @@ const (
 	expiryKills = "WAITING"
 )
 
-// CancelJob makes a live job KILLED (every waiting and active task
-// counted killed) and records its tasks to kill (KillTasks). A KILLED job
-// is Already; another final job is api.ErrConflict.
+// CancelJob makes a live job KILLED (killJob). A KILLED job is Already;
+// another final job is api.ErrConflict.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
 	var c Cancelled
 	err := s.write(ctx, func(tx *wtx) error {
@@ -238,8 +226,8 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	return c, wrap(err, "cancel job %d", id)
 }
 
-// killJob makes job id final in state, every waiting and active task
-// counted killed, and records which tasks KillTasks is to kill.
+// killJob makes job id final in state, its waiting and active tasks
+// counted killed, and records the task states KillTasks is to kill.
 func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
 	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, cancelled_at = ?, finished_at = ?, kill_states = ? WHERE id = ?`,
 		state, cancelled, finished, kills, id); err != nil {
@@ -250,11 +238,10 @@ func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, fi
 }
 
 // KillTasks kills the tasks a cancel or expiry recorded (kill_states):
-// the open entries of live grants (an exception row each), in
-// transactions of at most chunk entries, then the waiting exceptions, and
-// clears the record. Fresh entries of a killed job need no row; the
-// counters were set with the job's state. A crash leaves the record for
-// Open to finish (PendingKills).
+// the open entries of live grants, in transactions of at most chunk, then
+// the waiting exceptions, and clears the record (the counters were set
+// with the job's state; fresh entries need no row). A crash leaves the
+// record for Open to finish (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending)
@@ -262,22 +249,9 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		err = fmt.Errorf("unknown states %q recorded", pending)
 	}
 	for more := pending == cancelKills; more && err == nil; {
-		err = s.write(ctx, func(tx *wtx) error {
-			b := s.newBatch(ctx, tx)
-			var gs []*grantRow
-			var err error
-			if gs, more, err = b.loadGrants(chunk, `WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id); err != nil {
-				return err
-			}
-			if err := b.readOpen(gs); err != nil {
-				return err
-			}
-			for _, g := range gs {
-				if err := b.closeGrant(g, func(x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) }); err != nil {
-					return err
-				}
-			}
-			_, err = b.flush(now)
+		err = s.write(ctx, func(tx *wtx) (err error) {
+			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
+				`WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			return err
 		})
 	}
@@ -293,34 +267,49 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	return wrap(err, "kill tasks of job %d", id)
 }
 
-// closeGrant closes g: each of its open entries becomes an exception row
-// that end fills in, marked closed without a result.
-func (b *batch) closeGrant(g *grantRow, end func(*exceptionRow)) error {
-	for i, c := range g.settled {
-		if c != open {
-			continue
-		}
-		x, err := b.except(g.job, g.first+i, g.attempt)
-		if err != nil {
-			return err
-		}
-		x.attempt, x.grant = g.attempt, g.id
-		end(x)
-		g.settled[i] = settledX
+// closeGrants closes the grants a query selects, up to about limit open
+// entries (loadGrants), each open entry an exception row that end fills
+// in; it flushes the batch and says whether more grants remain.
+func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
+	gs, more, err := b.loadGrants(limit, query, args...)
+	ids := make([]int64, len(gs))
+	for i, g := range gs {
+		ids[i] = g.job
 	}
-	g.open, g.state = 0, grantClosed
-	return nil
+	if err == nil {
+		err = b.readJobs(ids)
+	}
+	if err == nil {
+		err = b.readOpen(gs)
+	}
+	for _, g := range gs {
+		for i, c := range g.settled {
+			if c != open || err != nil {
+				continue
+			}
+			var x *exceptionRow
+			if x, err = b.except(g.job, g.first+i, g.attempt); err == nil {
+				x.attempt, x.grant = g.attempt, g.id
+				end(b.jobs[g.job], x)
+				g.settled[i] = settledX
+			}
+		}
+		g.open, g.state = 0, grantClosed
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	changes, err := b.flush(now)
+	return changes, more, err
 }
 
-// PendingKills lists the jobs whose cancel or expiry has tasks still to
-// kill (a crash cut it), by id.
+// PendingKills lists the jobs whose kill a crash cut, by id.
 func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 }
 
-// CancelledSince lists the jobs cancelled after since, by id (the query
-// repeats the WHERE of the partial index on cancelled_at, so SQLite uses
-// it). The queue asks at every pull and batch of results.
+// CancelledSince lists the jobs cancelled after since, by id. Asked at
+// every pull and results: the WHERE repeats the partial index's.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
 	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
 }
@@ -353,7 +342,7 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 }
 
 // Failures reads up to limit entries of job above cursor that failed at
-// least once, in index order, each with its last failed attempt.
+// least once, in order, each with its last failed attempt.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	after := max(cursor-taskID(job, 0), -1)
 	return list(ctx, s, fmt.Sprintf("read job %d's failures", job), func(r scanner) (f api.Failure, err error) {
@@ -366,8 +355,7 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
 }
 
-// ReadyJob is a live job (WAITING or RUNNING) as a pull plans with it:
-// what its tasks are made of, and how many wait.
+// ReadyJob is a live job as a pull plans with it.
 type ReadyJob struct {
 	ID                        int64
 	Owner, Dataset, OutputDir string
@@ -377,12 +365,15 @@ type ReadyJob struct {
 	TimeoutS                  int64
 }
 
-// LiveJobs reads every live job (WAITING or RUNNING), by price (highest
-// first), then FIFO.
-func (s *Store) LiveJobs(ctx context.Context) ([]ReadyJob, error) {
-	return list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
+// LiveJobs reads every live job, by price (highest first) then FIFO, and
+// per owner the cores their active tasks hold.
+func (s *Store) LiveJobs(ctx context.Context) (jobs []ReadyJob, running map[string]int, err error) {
+	running = map[string]int{}
+	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
 		j, err := scanJob(r)
+		running[j.Owner] += j.Cores * j.Tasks.Running
 		return ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
 			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS}, err
 	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
+	return jobs, running, err
 }

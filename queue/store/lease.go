@@ -11,11 +11,10 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// Every lease is a row of leases, named by its pool: a site's master
-// lease (the site's name; a pool never seen has epoch 0 and no holder),
-// the sweeps' lease (sweepPool) and each agent's liveness (agentPool and
-// the agent's name) when several agents share the database. No site's
-// name starts with "~".
+// Every lease is a row of leases, named by its pool and granted by
+// rules.DecideLease: a site's master lease (the site's name), the sweeps'
+// (sweepPool) and, when agents share the database, each agent's liveness
+// (agentPool and its name). No site's name starts with "~".
 const (
 	sweepPool = "~sweeps"
 	agentPool = "~agent:"
@@ -23,13 +22,13 @@ const (
 
 var leaseQuery = hot(`SELECT epoch, holder, address, expires_at FROM leases WHERE pool = ?`)
 
-// readLeaseTx reads a pool's lease inside a write transaction, locking
-// the row as lock says (FOR SHARE, FOR UPDATE) on PostgreSQL.
+// readLeaseTx reads a pool's lease in a write transaction, on PostgreSQL
+// locking its row as lock says (FOR SHARE, FOR UPDATE).
 func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (rules.Lease, error) {
-	if st := s.stmts[leaseQuery]; st != nil {
-		return scanLease(tx.StmtContext(ctx, st).QueryRowContext(inline(ctx), pool), pool)
+	if s.d.pg {
+		return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+" "+lock, pool), pool)
 	}
-	return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+" "+lock, pool), pool)
+	return scanLease(tx.StmtContext(ctx, s.stmts[leaseQuery]).QueryRowContext(inline(ctx), pool), pool)
 }
 
 // scanLease reads a lease row (after the columns first, if any); no row
@@ -41,21 +40,8 @@ func scanLease(row scanner, pool string, first ...any) (rules.Lease, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return rules.Lease{}, nil
 	}
-	if err != nil {
-		return l, fmt.Errorf("read lease of pool %q: %w", pool, err)
-	}
 	l.Expires = time.UnixMilli(exp)
-	return l, nil
-}
-
-var saveLeaseSQL = hot(`INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`)
-
-func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lease) error {
-	if _, err := s.exec(ctx, tx, saveLeaseSQL, pool, l.Epoch, l.Holder, l.Address, ms(l.Expires)); err != nil {
-		return fmt.Errorf("save lease of pool %q: %w", pool, err)
-	}
-	return nil
+	return l, wrap(err, "read lease of pool %q", pool)
 }
 
 // Lease returns a pool's current lease, read on a reader (for display and
@@ -90,6 +76,13 @@ func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.Lea
 	return prev, d, err
 }
 
+func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lease) error {
+	_, err := tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`,
+		pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
+	return wrap(err, "save lease of pool %q", pool)
+}
+
 // CheckEpoch is an empty fenced write: it answers whether epoch is the
 // pool's current, alive lease at a point serialised with every other write
 // (for a master's writes that store nothing here, like a recommendation).
@@ -97,77 +90,47 @@ func (s *Store) CheckEpoch(ctx context.Context, pool string, epoch int64, now ti
 	return s.fenced(ctx, pool, epoch, now, func(*wtx, rules.Lease) error { return nil })
 }
 
-// TakeSweep grants the sweep lease to holder, or renews it, until now+ttl,
-// when nobody else holds it alive. It returns the lease's epoch, which
-// rises with every change of holder, and whether holder holds it now.
-func (s *Store) TakeSweep(ctx context.Context, holder string, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
-		l, err := s.readLeaseTx(ctx, tx, sweepPool, "FOR UPDATE")
-		if err != nil || l.Holder != holder && l.Expires.After(now) {
-			return err // another agent's, alive
-		}
-		if l.Holder != holder {
-			l.Epoch++
-		}
-		epoch = l.Epoch
-		err = s.saveLease(ctx, tx, sweepPool, rules.Lease{Epoch: l.Epoch, Holder: holder, Expires: now.Add(ttl)})
-		held = err == nil
-		return err
-	})
-	if err != nil {
-		return 0, false, fmt.Errorf("sweep lease: %w", err)
-	}
-	return epoch, held, nil
+// TakeSweep grants this agent (Share's holder) the sweep lease, or renews
+// it, until now+ttl, unless another holds it alive, and returns its epoch
+// (new with each grant after a lapse) and whether this agent holds it.
+func (s *Store) TakeSweep(ctx context.Context, now time.Time, ttl time.Duration) (epoch int64, held bool, err error) {
+	_, d, err := s.DecideLease(ctx, sweepPool, pilotproto.LeaseRequest{PilotID: s.holder}, now, ttl)
+	return d.Next.Epoch, d.Granted, wrap(err, "sweep lease")
 }
 
 // ErrSweepLost is the error of a write made under SweepFenced after the
 // sweep lease passed to another agent: the write changed nothing.
 var ErrSweepLost = errors.New("the sweep lease has passed to another agent")
 
-type sweepFenceKey struct{}
-
-type sweepFence struct {
-	holder string
-	epoch  int64
-}
+type sweepEpochKey struct{}
 
 // SweepFenced returns ctx for a sweep's writes: each write transaction
-// under it first checks that holder still holds the sweep lease at epoch,
-// else fails with ErrSweepLost, changing nothing. A lapsed lease nobody
-// took keeps its epoch: its holder may still sweep.
-func SweepFenced(ctx context.Context, holder string, epoch int64) context.Context {
-	return context.WithValue(ctx, sweepFenceKey{}, sweepFence{holder, epoch})
+// under it first checks that this agent still holds the sweep lease at
+// epoch, else fails with ErrSweepLost, changing nothing. A lapsed lease
+// nobody took keeps its epoch: its holder may still sweep.
+func SweepFenced(ctx context.Context, epoch int64) context.Context {
+	return context.WithValue(ctx, sweepEpochKey{}, epoch)
 }
 
-func (s *Store) checkSweep(ctx context.Context, tx *wtx, f sweepFence) error {
+func (s *Store) checkSweep(ctx context.Context, tx *wtx, epoch int64) error {
 	l, err := s.readLeaseTx(ctx, tx, sweepPool, "FOR SHARE")
-	if err == nil && (l.Epoch != f.epoch || l.Holder != f.holder) {
-		err = fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, l.Epoch, l.Holder, f.epoch, f.holder)
+	if err == nil && (l.Epoch != epoch || l.Holder != s.holder) {
+		err = fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, l.Epoch, l.Holder, epoch, s.holder)
 	}
 	return err
 }
 
 // BeatAgent renews this agent's (Share's holder) liveness until now+ttl.
 func (s *Store) BeatAgent(ctx context.Context, now time.Time, ttl time.Duration) error {
-	return s.write(ctx, func(tx *wtx) error {
-		return s.saveLease(ctx, tx, agentPool+s.holder, rules.Lease{Holder: s.holder, Expires: now.Add(ttl)})
-	})
+	_, _, err := s.DecideLease(ctx, agentPool+s.holder, pilotproto.LeaseRequest{PilotID: s.holder}, now, ttl)
+	return err
 }
 
-// ReleaseSweep lets holder's sweep lease (if held) lapse now, so another
-// agent takes the sweeps at its next round, not after the TTL.
-func (s *Store) ReleaseSweep(ctx context.Context, holder string) error {
-	return s.release(ctx, sweepPool, holder)
-}
-
-// ReleaseAgent lets this agent's liveness lapse (an agent that stops):
-// its submissions under way, if any, may be taken over at once.
-func (s *Store) ReleaseAgent(ctx context.Context) error {
-	return s.release(ctx, agentPool+s.holder, s.holder)
-}
-
-func (s *Store) release(ctx context.Context, pool, holder string) error {
-	_, err := s.do(ctx, "release the lease "+pool, `UPDATE leases SET expires_at = 0 WHERE pool = ? AND holder = ?`, pool, holder)
+// Leave lets this agent's (Share's holder) liveness and sweep lease, if
+// held, lapse now: another agent takes the sweeps, and the submissions
+// this one left half stored, at once.
+func (s *Store) Leave(ctx context.Context) error {
+	_, err := s.do(ctx, "release this agent's leases", `UPDATE leases SET expires_at = 0 WHERE pool IN (?, ?) AND holder = ?`, sweepPool, agentPool+s.holder, s.holder)
 	return err
 }
 

@@ -200,11 +200,11 @@ func TestSites(t *testing.T) {
 	if err := s.PutSite(ctx, Site{Name: "nope"}); err == nil {
 		t.Fatal("settings of an unregistered site were stored")
 	}
-	if err := s.PutGlobalMax(ctx, 12); err != nil {
+	if err := s.PutNodeSettings(ctx, 2, 8, 12); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.GlobalMax(ctx); n != 12 || err != nil {
-		t.Fatalf("global max %d %v", n, err)
+	if lo, hi, n, err := s.NodeSettings(ctx); lo != 2 || hi != 8 || n != 12 || err != nil {
+		t.Fatalf("node settings %d %d, global max %d %v", lo, hi, n, err)
 	}
 	sites, err := s.Sites(ctx)
 	if err != nil || len(sites) != 1 {

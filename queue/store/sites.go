@@ -52,7 +52,8 @@ func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, 
 
 // PutSite stores a registered site's floor, cap and pause.
 func (s *Store) PutSite(ctx context.Context, st Site) error {
-	n, err := s.do(ctx, "store site "+st.Name, `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = ? WHERE name = ?`, st.MinNodes, st.MaxNodes, b2i(st.Paused), st.Name)
+	n, err := s.do(ctx, "store site "+st.Name, `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = CASE WHEN ? THEN 1 ELSE 0 END WHERE name = ?`,
+		st.MinNodes, st.MaxNodes, st.Paused, st.Name)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("site %s is not registered", st.Name)
 	}
@@ -73,15 +74,16 @@ func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now tim
 	return err
 }
 
-// GlobalMax reads the admin's cap on pilots across all sites (0 = none).
-func (s *Store) GlobalMax(ctx context.Context) (int, error) {
-	v, err := s.sums(ctx, "read the global cap", `SELECT key, value FROM settings WHERE key = 'global_max_nodes'`)
-	return v["global_max_nodes"], err
+// NodeSettings reads the admin's floor and cap of the local site's pilot
+// nodes and the cap across all sites (0 = none).
+func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes, globalMax int, err error) {
+	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes', 'global_max_nodes')`)
+	return v["min_nodes"], v["max_nodes"], v["global_max_nodes"], err
 }
 
-// PutGlobalMax stores the admin's cap on pilots across all sites.
-func (s *Store) PutGlobalMax(ctx context.Context, n int) error {
-	return s.putSetting(ctx, "global_max_nodes", strconv.Itoa(n))
+// PutNodeSettings stores the admin's floor, cap and cap across all sites.
+func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes, globalMax int) error {
+	return s.putSetting(ctx, "min_nodes", strconv.Itoa(minNodes), "max_nodes", strconv.Itoa(maxNodes), "global_max_nodes", strconv.Itoa(globalMax))
 }
 
 // putSetting stores settings (key, value, key, value, ...) in one statement.
@@ -93,14 +95,6 @@ func (s *Store) putSetting(ctx context.Context, kv ...string) error {
 	_, err := s.do(ctx, "store setting "+kv[0], `INSERT INTO settings (key, value) VALUES (?, ?)`+strings.Repeat(", (?, ?)", len(kv)/2-1)+
 		` ON CONFLICT (key) DO UPDATE SET value = excluded.value`, args...)
 	return err
-}
-
-// b2i is a flag as both engines' INTEGER columns store it.
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // SiteRound is a site's agent's last round (pilots held, nodes idle,
@@ -130,10 +124,8 @@ func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
 			return err
 		}
 		site := strings.TrimPrefix(k, siteRoundKey)
-		if err := json.Unmarshal([]byte(v), &r); err != nil {
-			return fmt.Errorf("the round of site %s: %w", site, err)
-		}
+		err := json.Unmarshal([]byte(v), &r)
 		out[site] = r
-		return nil
+		return wrap(err, "the round of site %s", site)
 	}, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
 }

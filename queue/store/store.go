@@ -1,9 +1,8 @@
-// Package store is the queue's storage (SQLite or PostgreSQL): the
-// schema, its migrations and every SQL statement of the queue. Each method
-// is a short write transaction (or a series, for work in chunks) or a
-// read. A pool master's writes are fenced by its lease, checked inside the
-// same transaction (fenced). The rules applied are queue/rules' pure
-// functions; the store never calls back into the service.
+// Package store is the queue's storage (SQLite or PostgreSQL): every SQL
+// statement of the queue. Each method is a short write transaction (or a
+// series, for work in chunks) or a read; a pool master's writes check its
+// lease inside their transaction (fenced). The rules applied are
+// queue/rules' pure functions; the store never calls back into the service.
 package store
 
 import (
@@ -29,24 +28,23 @@ import (
 
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
-	w *sql.DB // SQLite: the one writer connection (its single writer as a Go-level queue); PostgreSQL: the pool
-	r *rdb    // readers (SQLite's WAL lets them read while the writer writes); PostgreSQL: the same pool
+	w *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
+	r *rdb    // readers (SQLite's WAL lets them read while the writer writes); PostgreSQL: the pool
 	d *dialect
 
 	stats txstats.Recorder
-	stmts map[string]*sql.Stmt // SQLite: the hot queries, prepared on w; read-only after Open
+	stmts map[string]*sql.Stmt // SQLite: the hot statements, prepared on w at Open
 	path  string               // SQLite: the database file
 
 	closeOnce sync.Once
 	closeErr  error
 
-	holder string    // this agent's name among those sharing the database (Share): the storer of its submissions
-	claim  *sql.Conn // on PostgreSQL, the session holding this queue's claim (Claim)
+	holder string    // this agent's name among those sharing the database (Share)
+	claim  *sql.Conn // PostgreSQL: the session holding this queue's claim (Claim)
 }
 
-// Share tells the store that other processes write its database too
-// (several agents on one PostgreSQL database or SQLite file), holder
-// naming this one. Call it right after Open.
+// Share tells the store, right after Open, that other processes write
+// its database too, holder naming this one.
 func (s *Store) Share(holder string) { s.holder = holder }
 
 // Open opens (creating or migrating) the queue database: a PostgreSQL
@@ -62,9 +60,8 @@ func Open(path string) (_ *Store, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
-	// sql.Open only checks the driver's name. WAL with synchronous NORMAL
-	// survives a process kill (docs/queue.md); the writer's page cache is
-	// 32 MiB (SQLite's default: 2 MiB).
+	// WAL with synchronous NORMAL survives a process kill (docs/queue.md);
+	// SQLite checkpoints by itself and truncates the WAL to 64 MiB.
 	w, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_synchronous=NORMAL&_txlock=immediate&_foreign_keys=off&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
 	st := &Store{w: w, d: &dialect{}, path: path}
@@ -74,19 +71,14 @@ func Open(path string) (_ *Store, err error) {
 			err = fmt.Errorf("open %s: %w", path, err)
 		}
 	}()
-	// Every job and command is in here: the owner's only (SQLite gives its
-	// WAL and shm files the database's mode).
 	if err := w.Ping(); err != nil {
 		return nil, err
 	}
-	if err := private(path); err != nil {
+	if err := private(path); err != nil { // every job and command is in here
 		return nil, err
 	}
-	// SQLite checkpoints by itself and truncates the WAL to walSizeLimit.
-	for _, p := range []string{"PRAGMA temp_store = MEMORY", fmt.Sprint("PRAGMA journal_size_limit = ", walSizeLimit)} {
-		if _, err := w.Exec(p); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
+	if _, err := w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864"); err != nil {
+		return nil, err
 	}
 	if err := st.migrate(); err != nil {
 		return nil, err
@@ -94,72 +86,56 @@ func Open(path string) (_ *Store, err error) {
 	r, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_query_only=1")
 	r.SetMaxOpenConns(4)
 	st.r = &rdb{r, st.d}
-	if err := st.prepare(); err != nil {
-		return nil, err
+	st.stmts = make(map[string]*sql.Stmt, len(hotQueries))
+	for _, q := range hotQueries {
+		if st.stmts[q], err = w.Prepare(q); err != nil {
+			return nil, fmt.Errorf("prepare %.40q: %w", q, err)
+		}
 	}
 	return st, nil
 }
 
-const walSizeLimit = 64 << 20
-
 // Close closes the database (on SQLite, after checkpointing the WAL into
 // the database file). Closing again returns the first Close's error.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	s.closeOnce.Do(func() {
+		for _, st := range s.stmts {
+			st.Close()
+		}
+		var errs []error
+		if !s.d.pg {
+			_, err := s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+			errs = append(errs, err)
+		}
+		if s.claim != nil {
+			s.claim.Close() // the claim ends with its session
+		}
+		errs = append(errs, s.w.Close())
+		if s.r != nil && s.r.DB != s.w {
+			errs = append(errs, s.r.Close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
 	return s.closeErr
 }
 
-func (s *Store) close() error {
-	for _, st := range s.stmts {
-		st.Close()
-	}
-	var cerr error
-	if !s.d.pg {
-		_, cerr = s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	}
-	if s.claim != nil {
-		s.claim.Close() // its session ends with the pool's below: the claim goes with it
-	}
-	errs := []error{cerr, s.w.Close()}
-	if s.r != nil && s.r.DB != s.w {
-		errs = append(errs, s.r.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// migrate brings the database's schema up to date, in one transaction.
-func (s *Store) migrate() error {
-	tx, err := s.w.Begin()
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback()
-	if err := schema.Migrate(context.Background(), tx, s.d.pg); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
+func (s *Store) migrate() error { return schema.Migrate(context.Background(), s.w, s.d.pg) }
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (s *Store) WriteStats(reset bool) txstats.Stats { return s.stats.Read(reset) }
 
-// writer names the store method that called write, for the figures'
-// LongestIn and SlowBy: the first caller that is not the store's own
-// helper (a method not exported) nor backoff's.
+// writer names the exported store method that ran a write, for the
+// figures' LongestIn and SlowBy.
 func writer() string {
 	var pcs [16]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
-	for {
-		f, more := frames.Next()
+	for f, more := frames.Next(); more; f, more = frames.Next() {
 		name := f.Function[strings.LastIndexByte(f.Function, '/')+1:]
-		if i := strings.Index(name, ".func"); i > 0 {
-			name = name[:i]
-		}
-		m := strings.TrimPrefix(name, "store.(*Store).")
-		if !more || !strings.HasPrefix(f.Function, "github.com/cenkalti/backoff/") && (m == name || !unicode.IsLower(rune(m[0]))) {
-			return name
+		if m, ok := strings.CutPrefix(name, "store.(*Store)."); ok && unicode.IsUpper(rune(m[0])) {
+			return strings.Split(name, ".func")[0]
 		}
 	}
+	return "store"
 }
 
 // write runs fn in one write transaction (SQLite: IMMEDIATE on the
@@ -174,7 +150,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 
 // transact is write that also returns the lock time (for chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Duration, err error) {
-	f, fenced := ctx.Value(sweepFenceKey{}).(sweepFence)
+	sweepEpoch, fenced := ctx.Value(sweepEpochKey{}).(int64)
 	var opts *sql.TxOptions
 	if s.d.pg {
 		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
@@ -187,7 +163,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		defer trace.StartRegion(ctx, "write").End() // BEGIN IMMEDIATE has taken the lock
 		start := time.Now()
 		if fenced {
-			err = s.checkSweep(ctx, &wtx{tx, s.d}, f)
+			err = s.checkSweep(ctx, &wtx{tx, s.d}, sweepEpoch)
 		}
 		if err == nil {
 			err = fn(&wtx{tx, s.d})
@@ -203,10 +179,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		s.stats.Add(d, writer)
 		return nil
 	}
-	if !s.d.pg {
-		return d, once()
-	}
-	return d, backoff.Retry(func() error {
+	return d, backoff.Retry(func() error { // only PostgreSQL's errors are retryable
 		err := once()
 		if err != nil && !retryable(err) {
 			return backoff.Permanent(err)
@@ -222,10 +195,10 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *wtx, l rules.Lease) error) error {
 	return s.write(ctx, func(tx *wtx) error {
 		l, err := s.readLeaseTx(ctx, tx, pool, "FOR SHARE")
-		if err != nil {
-			return err
+		if err == nil {
+			err = rules.CheckEpoch(l, epoch, now)
 		}
-		if err := rules.CheckEpoch(l, epoch, now); err != nil {
+		if err != nil {
 			return err
 		}
 		return fn(tx, l)
@@ -242,30 +215,10 @@ func hot(query string) string {
 	return query
 }
 
-func (s *Store) prepare() error {
-	s.stmts = make(map[string]*sql.Stmt, len(hotQueries))
-	for _, q := range hotQueries {
-		st, err := s.w.Prepare(q)
-		if err != nil {
-			return fmt.Errorf("prepare %.40q: %w", q, err)
-		}
-		s.stmts[q] = st
-	}
-	return nil
-}
-
 // inline strips ctx of its cancellation for a statement on the writer:
 // go-sqlite3 runs a cancellable statement on a goroutine of its own, a
 // scheduler trip per statement with the write lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
-
-// exec runs a statement in tx, prepared if it is hot (SQLite).
-func (s *Store) exec(ctx context.Context, tx *wtx, query string, args ...any) (sql.Result, error) {
-	if st := s.stmts[query]; st != nil {
-		return tx.StmtContext(ctx, st).ExecContext(inline(ctx), args...)
-	}
-	return tx.ExecContext(inline(ctx), query, args...)
-}
 
 // query runs a query in tx, prepared if it is hot (SQLite).
 func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
@@ -290,9 +243,8 @@ func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) erro
 
 // do runs one statement in a write transaction of its own and returns how
 // many rows it changed; what names it in its error.
-func (s *Store) do(ctx context.Context, what, query string, args ...any) (int64, error) {
-	var n int64
-	err := s.write(ctx, func(tx *wtx) error {
+func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int64, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), query, args...)
 		if err == nil {
 			n, err = res.RowsAffected()

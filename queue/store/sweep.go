@@ -32,52 +32,29 @@ type Expired struct {
 // rules.AfterExpiry says.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
 	var x Expired
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *wtx) (err error) {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
-		b := s.newBatch(ctx, tx)
-		list, _, err := b.loadGrants(limit, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ?
-			AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
-		if err != nil {
-			return err
-		}
-		ids := make([]int64, len(list))
-		for i, g := range list {
-			ids[i] = g.job
-		}
-		if err := b.readJobs(ids); err != nil {
-			return err
-		}
-		if err := b.readOpen(list); err != nil {
-			return err
-		}
-		for _, g := range list {
-			j := b.jobs[g.job] // live: read above
-			err := b.closeGrant(g, func(e *exceptionRow) {
-				tr := rules.AfterExpiry(e.tries, j.maxTries)
-				e.state, e.tries = tr.State, e.tries+1
-				e.failAttempt, e.status, e.exit, e.pool, e.pilot, e.started, e.duration, e.tail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, "no heartbeat: expired"
-				if tr.Final() {
-					e.finished = ms(now)
-				} else {
-					e.queued = ms(now)
-				}
-				j.c.Active--
-				if tr.Counter == rules.ToWaiting {
-					j.c.Waiting++
-					j.retry++
-					x.Waiting[g.job]++
-				} else {
-					j.c.Failed++
-				}
-				j.moved = true
-				x.Running[j.owner] -= j.cores
-				x.Tasks++
-			})
-			if err != nil {
-				return err
+		x.Changes, _, err = s.newBatch(ctx, tx).closeGrants(now, limit, func(j *jobRow, e *exceptionRow) {
+			tr := rules.AfterExpiry(e.tries, j.maxTries)
+			e.state, e.tries = tr.State, e.tries+1
+			e.failAttempt, e.status, e.exit, e.pool, e.pilot, e.started, e.duration, e.tail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, "no heartbeat: expired"
+			if tr.Final() {
+				e.finished = ms(now)
+			} else {
+				e.queued = ms(now)
 			}
-		}
-		x.Changes, err = b.flush(now)
+			j.c.Active--
+			if tr.Counter == rules.ToWaiting {
+				j.c.Waiting++
+				j.retry++
+				x.Waiting[j.id]++
+			} else {
+				j.c.Failed++
+			}
+			j.moved = true
+			x.Running[j.owner] -= j.cores
+			x.Tasks++
+		}, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ? AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		return err
 	})
 	return x, wrap(err, "sweep expired tasks")

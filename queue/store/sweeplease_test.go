@@ -14,20 +14,28 @@ import (
 // was paused past it while another agent took it, then resumed, has every
 // sweep write refused inside its transaction; the new holder's go through.
 func TestADeposedSweeperChangesNothing(t *testing.T) {
-	s, job := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 4)
+	path := pgtest.DB(t, filepath.Join(t.TempDir(), "q.db"))
+	s, job := openWithJob(t, path, 4) // agent a
 	defer s.Close()
+	b, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s.Share("a")
+	b.Share("b")
 	ctx := context.Background()
 	take(t, s, job, 2)
-	ea, held, err := s.TakeSweep(ctx, "a", t0, time.Minute)
+	ea, held, err := s.TakeSweep(ctx, t0, time.Minute)
 	if err != nil || !held {
 		t.Fatalf("a takes the sweeps: %d %v %v", ea, held, err)
 	}
 	later := t0.Add(2 * time.Minute) // a's lease lapsed; b takes it
-	eb, held, err := s.TakeSweep(ctx, "b", later, time.Minute)
+	eb, held, err := b.TakeSweep(ctx, later, time.Minute)
 	if err != nil || !held || eb <= ea {
 		t.Fatalf("b takes the sweeps: epoch %d (a's %d) %v %v", eb, ea, held, err)
 	}
-	asA := SweepFenced(ctx, "a", ea)
+	asA := SweepFenced(ctx, ea)
 	if n, err := s.MarkZombies(asA, later, 10); !errors.Is(err, ErrSweepLost) || n != 0 {
 		t.Fatalf("a marks zombies after losing the lease: %d, %v; want 0, ErrSweepLost", n, err)
 	}
@@ -44,11 +52,14 @@ func TestADeposedSweeperChangesNothing(t *testing.T) {
 		t.Fatalf("after a's refused sweeps: %d ZOMBIE grants, %d RUNNING jobs; want 0 and 1", zombies, jobs)
 	}
 	// b holds the lease: its sweep goes through.
-	if n, err := s.MarkZombies(SweepFenced(ctx, "b", eb), later, 10); err != nil || n == 0 {
+	if n, err := s.MarkZombies(SweepFenced(ctx, eb), later, 10); !errors.Is(err, ErrSweepLost) || n != 0 {
+		t.Fatalf("a marks zombies under b's epoch: %d, %v; want 0, ErrSweepLost", n, err)
+	}
+	if n, err := b.MarkZombies(SweepFenced(ctx, eb), later, 10); err != nil || n == 0 {
 		t.Fatalf("b marks zombies: %d %v", n, err)
 	}
 	// a takes nothing back by asking while b's lease is alive.
-	if _, held, err := s.TakeSweep(ctx, "a", later, time.Minute); err != nil || held {
+	if _, held, err := s.TakeSweep(ctx, later, time.Minute); err != nil || held {
 		t.Fatalf("a retakes b's live lease: %v %v", held, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/fairshare"
@@ -38,13 +37,6 @@ func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) 
 		out[n] = l
 		return err
 	}, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
-}
-
-// RunningCores sums, per owner, the cores of the active tasks (ASSIGNED,
-// RUNNING, ZOMBIE) of live jobs.
-func (s *Store) RunningCores(ctx context.Context) (map[string]int, error) {
-	return s.sums(ctx, "read running cores", `SELECT owner, sum(cores * n_active) FROM `+jobsCounted+`
-		WHERE state IN ('WAITING', 'RUNNING') AND n_active > 0 GROUP BY owner`)
 }
 
 // WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
@@ -104,29 +96,24 @@ type UsageRow struct {
 	Priority float64
 }
 
-var putUsageSQL = hot(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_24h, computed_priority, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT ("user") DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h, cost_24h = excluded.cost_24h,
-	computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`)
+var putUsage = rowsSQL(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_24h, computed_priority, updated_at) SELECT * FROM`,
+	`WHERE v.column1 <> '' ON CONFLICT ("user") DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h,
+	cost_24h = excluded.cost_24h, computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`, "", 0, 0.0, 0.0, 0.0, 0)
 
-// PutUsage writes rows into the usage table in one transaction. A NaN is
-// refused (SQLite would store it as NULL, PostgreSQL as NaN).
+// PutUsage writes rows (one per user) into the usage table in one
+// transaction. A NaN is refused (SQLite would store NULL, PostgreSQL NaN).
 func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	for _, r := range rows {
+	vs := make([][]any, len(rows))
+	for i, r := range rows {
 		if math.IsNaN(r.Priority) || math.IsNaN(r.Usage.CPUTime24h) || math.IsNaN(r.Usage.Cost24h) {
 			return fmt.Errorf("usage of %s: not a number", r.User)
 		}
+		vs[i] = []any{r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)}
 	}
-	return s.write(ctx, func(tx *wtx) error {
-		for _, r := range rows {
-			if _, err := s.exec(ctx, tx, putUsageSQL, r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)); err != nil {
-				return err
-			}
-		}
+	if len(rows) == 0 {
 		return nil
-	})
+	}
+	return s.write(ctx, func(tx *wtx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 
 // TokenIdentity returns the user and role of a token's hash; ok is false
@@ -167,44 +154,26 @@ type TokenInfo struct {
 	Created          time.Time
 }
 
-// Tokens lists user's tokens of role ("" = every role), oldest first.
-func (s *Store) Tokens(ctx context.Context, user, role string) ([]TokenInfo, error) {
+// Tokens lists user's tokens, oldest first.
+func (s *Store) Tokens(ctx context.Context, user string) ([]TokenInfo, error) {
 	return list(ctx, s, "list tokens", func(r scanner) (t TokenInfo, err error) {
 		var at int64
 		err = r.Scan(&t.Hash, &t.User, &t.Role, &at)
 		t.Created = time.UnixMilli(at)
 		return t, err
-	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? AND (CAST(? AS TEXT) = '' OR role = ?) ORDER BY created_at, hash`, user, role, role)
+	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? ORDER BY created_at, hash`, user)
 }
 
-// DeleteToken deletes user's token of role whose hash starts with prefix
-// (hex digits only: no LIKE wildcard) if exactly one does, and reports
-// how many matched (none deleted unless 1).
-func (s *Store) DeleteToken(ctx context.Context, user, role, prefix string) (int, error) {
-	var n int
-	err := s.write(ctx, func(tx *wtx) error {
-		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%").Scan(&n); err != nil || n != 1 {
+// DeleteTokens deletes user's tokens of role whose hash starts with
+// prefix (hex digits: no LIKE wildcard) and counts those that matched;
+// with one, none is deleted unless exactly one matched.
+func (s *Store) DeleteTokens(ctx context.Context, user, role, prefix string, one bool) (n int, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%").Scan(&n); err != nil || one && n != 1 {
 			return err
 		}
 		_, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%")
 		return err
 	})
-	return n, wrap(err, "delete token")
-}
-
-// DeleteTokens deletes every token of user with role and counts them.
-func (s *Store) DeleteTokens(ctx context.Context, user, role string) (int, error) {
-	n, err := s.do(ctx, "delete tokens", `DELETE FROM tokens WHERE "user" = ? AND role = ?`, user, role)
-	return int(n), err
-}
-
-// NodeSettings reads the admin's floor and cap of pilot nodes.
-func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes int, err error) {
-	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes')`)
-	return v["min_nodes"], v["max_nodes"], err
-}
-
-// PutNodeSettings stores the admin's floor and cap of pilot nodes.
-func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes int) error {
-	return s.putSetting(ctx, "min_nodes", strconv.Itoa(minNodes), "max_nodes", strconv.Itoa(maxNodes))
+	return n, wrap(err, "delete tokens")
 }

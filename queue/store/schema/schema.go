@@ -18,12 +18,18 @@ import (
 //go:embed migrations/*.sql migrations/postgres/*.sql
 var FS embed.FS
 
-// Migrate applies the engine's migrations in tx, in name order, each once
-// (schema_migrations records them by name). A database that records a
-// migration this binary does not know, a newer harvest's, is refused: this
-// binary would write it wrong. On PostgreSQL an advisory lock makes agents
-// that open the database at once migrate it one after the other.
-func Migrate(ctx context.Context, tx *sql.Tx, pg bool) error {
+// Migrate applies the engine's migrations to db in one transaction, in
+// name order, each once (schema_migrations records them by name). A
+// database that records a migration this binary does not know, a newer
+// harvest's, is refused: this binary would write it wrong. On PostgreSQL
+// an advisory lock makes agents opening the database at once migrate it
+// in turn.
+func Migrate(ctx context.Context, db *sql.DB, pg bool) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
 	dir := "migrations"
 	if pg {
 		dir = "migrations/postgres"
@@ -59,5 +65,5 @@ func Migrate(ctx context.Context, tx *sql.Tx, pg bool) error {
 			return fmt.Errorf("apply migration %s: %w", name, err)
 		}
 	}
-	return nil
+	return tx.Commit()
 }
