@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 	p := policy.DefaultConfig()
 	// One idle node while a foreign job waits (polling): on the busy-thread
 	// months of docs/sim.md this keeps polling within 1.5x of the 1 s
-	// control in all seven, for 1.3-2.9% of the harvest.
+	// control in all seven, for 1.0-2.9% of the harvest.
 	p.IdleMargin = 1
 	return Config{
 		Policy:            p,
