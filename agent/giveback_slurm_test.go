@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/internal/slurmtest"
 )
 
@@ -78,6 +79,9 @@ type gbScenario struct {
 	// pollBound, when set, is polling's bound on the delay instead of one
 	// poll plus gbPollSlack.
 	pollBound time.Duration
+	// waits: a foreign job waits when the pilots take the nodes, so a
+	// polling agent leaves its idle margin free (idle-margin, default 1).
+	waits bool
 }
 
 // gbRun is one scenario run in one mode.
@@ -101,8 +105,10 @@ func TestRealSLURMGiveBackModes(t *testing.T) {
 	scenarios := []gbScenario{
 		{
 			// A hole: r1 (3 nodes) and r2 (2 nodes) run, big (6 nodes)
-			// waits for r1; pilots take the 3 idle nodes. r1 ends early.
-			name: "hole, running job ends early",
+			// waits for r1; pilots take the 3 idle nodes (2 when polling:
+			// the idle margin). r1 ends early.
+			name:  "hole, running job ends early",
+			waits: true,
 			setup: func(s *gbRun) int {
 				s.sbatch("alice", s.blocker(), "-N3", "-t", "3", "-J", "r1")
 				s.sbatch("bob", "sleep 600", "-N2", "-t", "10", "-J", "r2")
@@ -134,9 +140,10 @@ func TestRealSLURMGiveBackModes(t *testing.T) {
 		},
 		{
 			// r1 (4 nodes) runs for minutes, big (8 nodes) waits for it;
-			// pilots take the other 4. A short 2-node job arrives that
+			// pilots take the other 4 (3 when polling). A short 2-node job arrives that
 			// ends before big can start: only backfill may start it.
-			name: "backfillable job",
+			name:  "backfillable job",
+			waits: true,
 			setup: func(s *gbRun) int {
 				s.sbatch("alice", s.blocker(), "-N4", "-t", "5", "-J", "r1")
 				s.waitRunning("r1")
@@ -299,6 +306,9 @@ func gbOnce(t *testing.T, c *slurmtest.Cluster, bin string, sc gbScenario, m gbM
 	s := newGBRun(t, c)
 	s.shrink = slices.Contains(m.flags, "--shrink")
 	pilots := sc.setup(s)
+	if sc.waits && slices.Contains(m.flags, "polling") {
+		pilots -= agent.DefaultConfig().Policy.IdleMargin
+	}
 
 	var agent *exec.Cmd
 	if m.flags != nil {

@@ -146,6 +146,7 @@ func TestShrinkingPullsInThePilotsTheTopJobNeeds(t *testing.T) {
 	m := &recording{Memory: adaptertest.NewMemory(4)}
 	cfg := testConfig()
 	cfg.Policy.Shrink = true
+	cfg.Policy.IdleMargin = 0 // no idle node here: the margin would release a pilot first
 	// Two unlimited pilots on an otherwise idle cluster...
 	src := &endSink{StaticDemand: StaticDemand{Info: DemandInfo{Demand: &cluster.Demand{PendingTasks: 2, SlotsPerNode: 1}}}, ends: map[string]int64{}}
 	ctl, _ := OpenControl("", nil)

@@ -415,6 +415,7 @@ func TestFastPollWhilePilotsStandBetweenAJobAndOneEnd(t *testing.T) {
 	m.AddJob(cluster.Job{ID: "1", User: "u", State: cluster.Running, Nodes: 6, TimeLimit: 3600})
 	cfg := testConfig()
 	cfg.PollInterval, cfg.FastPoll = 10*time.Second, 2*time.Second
+	cfg.Policy.IdleMargin = 0 // no idle node here: the margin would release a pilot first
 	r := NewReconciler(m, nil, cfg, nil)
 	res, err := r.Round(context.Background())
 	if err != nil {

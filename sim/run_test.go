@@ -126,6 +126,7 @@ func TestModesOnAHandComputedWorkload(t *testing.T) {
 	mod := func(c *Config) {
 		c.Nodes, c.To, c.HarvestBacklog, c.TaskSeconds, c.NoRecommend = 4, 1000, 100, 60, true
 		c.FixedLimit = 600
+		c.Agent.Policy.IdleMargin = 0
 	}
 	t.Run("baseline leaves two nodes idle until the big job starts", func(t *testing.T) {
 		r := runMode(t, w, Baseline, mod)
@@ -149,6 +150,18 @@ func TestModesOnAHandComputedWorkload(t *testing.T) {
 		}
 		if r.Harvest.UsefulNodeSeconds < 1500 || r.Utilization < 0.9 {
 			t.Errorf("harvest %+v utilisation %.3f", r.Harvest, r.Utilization)
+		}
+	})
+	t.Run("with an idle margin of 1 one of the two idle nodes stays free while the big job waits", func(t *testing.T) {
+		r := runMode(t, w, Harvest, func(c *Config) { mod(c); c.Agent.Policy.IdleMargin = 1 })
+		if r.Foreign.MaxWaitS != 400 {
+			t.Errorf("the 4-node job waited %d s, want 400 as in baseline", r.Foreign.MaxWaitS)
+		}
+		// Pilots: 2 nodes until b arrives at 100, then 1 until a ends at
+		// 500, 4 once b ends at 800: at most 2x100 + 400 + 4x200 = 1400
+		// node-seconds, less the rounds' reaction.
+		if n := r.Harvest.NodeSeconds; n < 1300 || n > 1400 {
+			t.Errorf("pilots held %d node-seconds, want 1300-1400", n)
 		}
 	})
 	t.Run("fixed 10-minute pilots take the hole and delay the big job", func(t *testing.T) {

@@ -33,6 +33,7 @@ func TestFasterRoundsDecideAsBefore(t *testing.T) {
 			cfg.From, cfg.To = 5783850, 5783850+30*86400
 			cfg.HarvestBacklog, cfg.TaskSeconds = 1_000_000_000, 300
 			cfg.FastPoll, cfg.EventCheck = 0, 0 // the hashes are of the fixed 10 s poll
+			cfg.Agent.Policy.IdleMargin = 0     // and of no idle margin (issue 33's eighth pass)
 			var dec bytes.Buffer
 			cfg.Decisions = &dec
 			res, err := Run(context.Background(), kth, cfg)

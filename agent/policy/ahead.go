@@ -162,3 +162,33 @@ func (v *view) endClause(hl cluster.Limit) string {
 	return fmt.Sprintf(", and pilots on the idle nodes would keep the batch system from starting a waiting job when %s its limit in %s",
 		v.endingPhrase(v.endCap), fmtLimit(hl))
 }
+
+// marginRelease returns the pilots to release so that Config.IdleMargin
+// nodes stay idle once the jobs the batch system starts now have started
+// (in release order, above the floor), and how many idle nodes are
+// missing. Polling only: in preemption mode the batch system takes the
+// tier's nodes itself.
+func (v *view) marginRelease(ideal walked, batchStarts bool) ([]string, int) {
+	m := v.cfg.IdleMargin
+	if m <= 0 || v.cfg.Preemption {
+		return nil, 0
+	}
+	free := v.idleF
+	if batchStarts {
+		free = max(0, free-ideal.nodes) // queued pilots may come after them
+	}
+	need := m - free
+	if need <= 0 {
+		return nil, 0
+	}
+	var ids []string
+	left := need
+	for _, i := range v.releasable() {
+		if left <= 0 {
+			break
+		}
+		ids = append(ids, v.s.Jobs[i].ID)
+		left -= v.s.Jobs[i].Nodes
+	}
+	return ids, need
+}

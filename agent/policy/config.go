@@ -77,6 +77,14 @@ type Config struct {
 	// EASY backfill (the top job only). The queue walk plans as the batch
 	// system does.
 	Reservations int `json:"reservations,omitempty"`
+	// IdleMargin is how many idle nodes the harvest leaves free while a
+	// foreign job waits, when polling: a job that arrives, or one a
+	// backfill pass may start, takes them at once instead of waiting for
+	// the agent's round and then the next backfill pass (which the
+	// round, a second after the arrival at best, misses when both fall
+	// in the same second). Pilots are released to restore it. 0: off
+	// (the policy's default; the agent's is 1, see agent.DefaultConfig).
+	IdleMargin int `json:"idle_margin,omitempty"`
 }
 
 // DefaultConfig returns the settings of DESIGN.md: no floor, no cap,
@@ -117,6 +125,8 @@ func (c Config) Validate() error {
 		return bad("shrink margin %ds is negative", c.ShrinkMargin)
 	case c.Reservations < 0:
 		return bad("reservations %d is negative (0 means every pending job)", c.Reservations)
+	case c.IdleMargin < 0:
+		return bad("idle margin %d is negative (0 means off)", c.IdleMargin)
 	case c.MinPilotLimit < 0:
 		return bad("min pilot limit %ds is negative (0 means off)", int64(c.MinPilotLimit))
 	}

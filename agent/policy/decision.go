@@ -167,6 +167,9 @@ const (
 	// CaseFillHole (6): no foreign job can use the hole; fill it with
 	// pilots ending margin before the top job can start.
 	CaseFillHole Case = "fill-hole"
+	// CaseReleaseForMargin: a foreign job waits and fewer than
+	// Config.IdleMargin nodes are idle: pilots go to restore the margin.
+	CaseReleaseForMargin Case = "release-for-margin"
 
 	// CaseHoleTooShort: a branch wanted pilots, but the limit left after
 	// the margin and the rounding is not positive.

@@ -174,6 +174,9 @@ type view struct {
 	// floorHeld counts the pilots outside the preemptible tier (all of
 	// them when polling): a submission first brings them up to Keep.
 	floorHeld int
+	// keepIdle is how many idle nodes a submission leaves free
+	// (Config.IdleMargin while a foreign job waits).
+	keepIdle int
 }
 
 func newView(in *Input, cfg Config) *view {
@@ -338,6 +341,17 @@ func (v *view) decideTop(d Decision, top *cluster.Job, mt cluster.Limit) Decisio
 		return d
 	}
 
+	// The idle margin: arrivals and backfill take these at once.
+	if ids, need := v.marginRelease(ideal, batchStarts); len(ids) > 0 {
+		d.Release, d.Case = ids, CaseReleaseForMargin
+		d.Reason = fmt.Sprintf("job %s waits and %d nodes are idle, fewer than the margin of %d: releasing %s so that a job that arrives, or one a backfill pass may start, finds %s free",
+			top.ID, v.cfg.IdleMargin-need, v.cfg.IdleMargin, pilotsWord(len(ids)), nodesWord(v.cfg.IdleMargin))
+		return d
+	}
+	if !v.cfg.Preemption {
+		v.keepIdle = v.cfg.IdleMargin
+	}
+
 	// Case 2: fewer pilots than MiniNode and nobody to release for.
 	if v.held < v.miniNode {
 		why := fmt.Sprintf("pilots hold %s, below the minimum of %d, and job %s can start %s",
@@ -486,10 +500,15 @@ func (v *view) submit(d Decision, c Case, base cluster.Limit, margin int64, why 
 		short = limit == 0
 	}
 	room, capCase, capWhy := v.room()
+	// The margin stays idle, except for pilots the admin's floor still lacks.
+	free := max(v.idle-v.keepIdle, min(v.idle, v.keep-v.held))
 	switch {
 	case v.idle == 0:
 		d.Case = CaseNoIdleNodes
 		d.Reason = why + ", but no idle node is left to take"
+	case free <= 0:
+		d.Case = CaseNoIdleNodes
+		d.Reason = fmt.Sprintf("%s, but the %d idle are the margin kept free while a job waits", why, v.idle)
 	case short:
 		d.Case = CaseHoleTooShort
 		d.Reason = fmt.Sprintf("%s, but that leaves no whole %s of pilot time after the %s margin",
@@ -498,12 +517,15 @@ func (v *view) submit(d Decision, c Case, base cluster.Limit, margin int64, why 
 		d.Case = capCase
 		d.Reason = why + ", but " + capWhy
 	default:
-		n := min(v.idle, room)
+		n := min(free, room)
 		d.Submit = &Submit{Count: n, TimeLimit: limit}
 		d.Case = c
 		d.Reason = fmt.Sprintf("%s: submitting %s with %s", why, pilotsWord(n), limitPhrase(limit))
-		if n < v.idle {
+		switch {
+		case n < free:
 			d.Reason += fmt.Sprintf(" on %d of the %d idle nodes, as %s", n, v.idle, capWhy)
+		case n < v.idle:
+			d.Reason += fmt.Sprintf(" on %d of the %d idle nodes, keeping a margin of %d free while a job waits", n, v.idle, v.keepIdle)
 		}
 		if v.cfg.Preemption {
 			// The first pilots bring the floor up to Keep; the rest go to

@@ -106,6 +106,9 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	if r.IntN(3) == 0 {
 		cfg.MinPilotLimit = cluster.Limit(1 + r.Int64N(30*minute))
 	}
+	// From a draw already made: a new draw would change every input after
+	// it, and the steady test's fixed stream with them.
+	cfg.IdleMargin = int(cfg.ShrinkMargin % 3)
 	return in, cfg
 }
 
@@ -225,6 +228,7 @@ var knownCases = map[Case]bool{
 	CaseJobEndingSoon: true, CaseBackfillWillStart: true, CaseReleaseForBackfill: true, CaseFillHole: true,
 	CaseHoleTooShort: true, CaseNoIdleNodes: true, CaseAtMaxNodes: true, CaseDemandMet: true,
 	CaseSchedulerPreempts: true, CasePaused: true, CaseDrain: true, CaseReleaseForPlan: true, CaseReleaseBeforeEnd: true,
+	CaseReleaseForMargin: true,
 }
 
 func TestDecideProperties(t *testing.T) {
@@ -352,6 +356,17 @@ func TestDecideProperties(t *testing.T) {
 			fail("maxTime %v, reference %v", d.MaxTime, mt)
 		}
 
+		// The idle margin, polling only: released while a foreign job
+		// waits, no more pilots than it lacks (the last may overshoot).
+		if d.Case == CaseReleaseForMargin {
+			nodes, last := 0, 0
+			for _, id := range d.Release {
+				nodes, last = nodes+pilots[id].Nodes, pilots[id].Nodes
+			}
+			if cfg.Preemption || d.TopJob == "" || nodes-last >= cfg.IdleMargin {
+				fail("releases %d nodes for a margin of %d (preemption %v, top job %q)", nodes, cfg.IdleMargin, cfg.Preemption, d.TopJob)
+			}
+		}
 		if d.Submit == nil {
 			continue
 		}
@@ -365,6 +380,11 @@ func TestDecideProperties(t *testing.T) {
 		}
 		if n < 1 || n > s.IdleNodes || n > d.Idle {
 			fail("submits %d pilots with %d idle (%d free of pilots on their way)", n, s.IdleNodes, d.Idle)
+		}
+		// While a foreign job waits (polling) the margin stays idle, but
+		// for the pilots the admin's floor lacks.
+		if !cfg.Preemption && d.TopJob != "" && n > max(d.Idle-cfg.IdleMargin, d.KeepNodes-d.Held) {
+			fail("submits %d pilots on %d idle nodes, leaving less than the margin of %d (floor %d, held %d)", n, d.Idle, cfg.IdleMargin, d.KeepNodes, d.Held)
 		}
 		maxNodes := cfg.MaxNodes
 		if s.MaxNodes > 0 {

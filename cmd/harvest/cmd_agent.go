@@ -47,6 +47,7 @@ func agentFlags() []cli.Flag {
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "min-nodes", Value: def.Policy.MinNodes, EnvVars: []string{"HARVEST_MIN_NODES"}, Usage: "nodes the harvest keeps even when others wait (the admin's floor of MiniNode)"}),
 		altsrc.NewIntFlag(&cli.IntFlag{Name: "max-nodes", Value: def.Policy.MaxNodes, EnvVars: []string{"HARVEST_MAX_NODES"}, Usage: "most pilots held at once (0 = no cap)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "mini-time", Value: secs(def.Policy.MiniTime), EnvVars: []string{"HARVEST_MINI_TIME"}, Usage: "if a job ends within this, wait a round instead of acting"}),
+		altsrc.NewIntFlag(&cli.IntFlag{Name: "idle-margin", Value: def.Policy.IdleMargin, EnvVars: []string{"HARVEST_IDLE_MARGIN"}, Usage: "idle nodes left free while a foreign job waits, when polling, so that a job that arrives starts at once (0 = off; see docs/policy.md)"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "margin", Value: secs(def.Policy.Margin), EnvVars: []string{"HARVEST_MARGIN"}, Usage: "safety margin subtracted from pilot time limits"}),
 		altsrc.NewDurationFlag(&cli.DurationFlag{Name: "max-pilot-time", Value: limit(def.Policy.MaxPilotLimit), EnvVars: []string{"HARVEST_MAX_PILOT_TIME"}, Usage: "cap on a pilot's time limit (0 = the partition's MaxTime)"}),
 		altsrc.NewBoolFlag(&cli.BoolFlag{Name: "harvest-while-idle", Value: def.Policy.HarvestWhileIdle, EnvVars: []string{"HARVEST_WHILE_IDLE"}, Usage: "keep pilots on idle nodes even with an empty backlog"}),
@@ -167,6 +168,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	p.MaxNodes = c.Int("max-nodes")
 	p.MiniTime = int64(c.Duration("mini-time") / time.Second)
 	p.Margin = int64(c.Duration("margin") / time.Second)
+	p.IdleMargin = c.Int("idle-margin")
 	if d := c.Duration("max-pilot-time"); d > 0 {
 		p.MaxPilotLimit = cluster.Limit(d / time.Second)
 	} else if d < 0 {

@@ -25,7 +25,7 @@ func decideCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "decide",
 		Usage:     "replay one round of the scaling policy on a snapshot file and print the decision as JSON",
-		UsageText: "harvest decide --snapshot FILE [--min-nodes N] [--max-nodes N] [--mini-time D] [--margin D] [--granularity D] [--harvest-while-idle] [--upcoming FILE]",
+		UsageText: "harvest decide --snapshot FILE [--min-nodes N] [--max-nodes N] [--mini-time D] [--margin D] [--granularity D] [--idle-margin N] [--harvest-while-idle] [--upcoming FILE]",
 		Description: "Reads a cluster snapshot (the JSON the agent dumps with --dump-snapshots, or one written by\n" +
 			"hand; FILE \"-\" reads stdin), runs the same pure policy as `harvest agent`, and prints the\n" +
 			"decision on stdout:\n\n" +
@@ -47,6 +47,7 @@ func decideCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-pilot-limit", Usage: "cap on every pilot's time limit `D` (0 = only the partition's MaxTime)"},
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes whatever the snapshot's demand"},
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the --recommended MiniNode keep pilots from release, as the admin's floor does"},
+			&cli.IntFlag{Name: "idle-margin", Value: def.IdleMargin, Usage: "idle nodes `N` left free while a foreign job waits, when polling (0 = off, the policy's default; harvest agent's is 1, and --context carries a dumped round's)"},
 			&cli.BoolFlag{Name: "ignore-expected-start", Usage: "do not use the batch system's expected start of the top pending job"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
@@ -178,6 +179,12 @@ func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 	}
 	if base == nil || c.IsSet("keep-recommended") {
 		cfg.KeepRecommended = c.Bool("keep-recommended")
+	}
+	if n := c.Int("idle-margin"); base == nil || c.IsSet("idle-margin") {
+		if n < 0 {
+			return cfg, fmt.Errorf("--idle-margin %d is negative (0 means off)", n)
+		}
+		cfg.IdleMargin = n
 	}
 	if base == nil || c.IsSet("ignore-expected-start") {
 		cfg.UseExpectedStart = !c.Bool("ignore-expected-start")

@@ -59,6 +59,7 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "reservations", Usage: "pending jobs that get a backfill reservation (1 = EASY)", Value: 1},
 			&cli.DurationFlag{Name: "max-time", Usage: "partition MaxTime: the longest pilot limit (0 = unlimited)"},
 			&cli.IntFlag{Name: "min-nodes", Usage: "admin floor of pilots the harvest keeps (policy MinNodes)"},
+			&cli.IntFlag{Name: "idle-margin", Usage: "idle nodes the agent leaves free while a foreign job waits, when polling (harvest agent --idle-margin; 0 = off)", Value: sim.DefaultConfig().Agent.Policy.IdleMargin},
 			&cli.IntFlag{Name: "max-nodes", Usage: "admin cap of pilots (policy MaxNodes; 0 = none): a fixed pool size"},
 			&cli.IntFlag{Name: "contention", Usage: "harvest tasks a shared resource serves at full speed: past `C` running tasks each new task is slowed by running/C (0 = none)"},
 			&cli.BoolFlag{Name: "capacity", Usage: "run the master's degradation-aware capacity rule (growth stops where tasks slow down beyond --capacity-factor)"},
@@ -166,6 +167,7 @@ func runSim(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("--priority %q: want fifo or multifactor", c.String("priority")), 2)
 	}
 	cfg.Agent.Policy.MinNodes = c.Int("min-nodes")
+	cfg.Agent.Policy.IdleMargin = c.Int("idle-margin")
 	cfg.Agent.Policy.MaxNodes = c.Int("max-nodes")
 	cfg.Cluster.Contention = c.Int("contention")
 	if c.Bool("capacity") {
