@@ -96,7 +96,8 @@ type RoundResult struct {
 }
 
 // Steady is policy.Steady on the round's input, from the walks Decide
-// made of it (0 for a round without a decision).
+// made of it (0 for a round without a decision); asked before the
+// reconciler's next round, which reuses the walks' arrays.
 func (r RoundResult) Steady() int64 { return r.decided.Steady() }
 
 // NextWait is the time from a round that saw the cluster to the next:
@@ -132,6 +133,10 @@ type Reconciler struct {
 	// saw one); noEvents: the adapter does not count, the check is off.
 	events         int64
 	seen, noEvents bool
+
+	// buf is the policy's arrays, reused round after round (rounds run
+	// one at a time; a result's Steady holds until the next round).
+	buf policy.Buffers
 }
 
 // EventsMoved asks the adapter's job-event count (Config.EventCheck) and
@@ -263,7 +268,7 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 	// The jobs were validated above; enrich changed only figures (and
 	// the pilots' busy and master marks).
 	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain, JobsChecked: true}
-	dec, decided := policy.DecideShared(in, pcfg)
+	dec, decided := policy.DecideWith(in, pcfg, &r.buf)
 	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec,
 		Watch: policy.Watch(snap, dec), decided: decided}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})

@@ -81,6 +81,12 @@ type Decided struct {
 
 // DecideShared is Decide, and the round for Steady.
 func DecideShared(in Input, cfg Config) (Decision, Decided) {
+	return DecideWith(in, cfg, nil)
+}
+
+// DecideWith is DecideShared working in buf's arrays (nil: fresh ones);
+// see Buffers.
+func DecideWith(in Input, cfg Config, buf *Buffers) (Decision, Decided) {
 	d := Decision{Release: []string{}, MaxTime: cluster.Unlimited}
 	if err := validateInput(&in, cfg); err != nil {
 		d.Case = CaseInvalidInput
@@ -88,6 +94,7 @@ func DecideShared(in Input, cfg Config) (Decision, Decided) {
 		return d, Decided{}
 	}
 	v := newView(&in, cfg)
+	v.buf = buf
 	d.Held, d.Idle, d.MinNodes, d.KeepNodes = v.held, v.idle, v.miniNode, v.keep
 	if in.Drain != nil {
 		return v.drain(d, *in.Drain), Decided{v}
@@ -156,6 +163,9 @@ type view struct {
 	// releases.
 	base           *walkBase
 	batch0, ideal0 *walked
+	buf            *Buffers // the arrays to work in (nil: fresh ones)
+	rel0           []int    // releasable's answer, once relDone
+	relDone        bool
 	maxTime0       *cluster.Limit
 	// endCap is the end holeLimit last ended new pilots at (aheadNeed).
 	endCap int64

@@ -62,7 +62,7 @@ func (v *view) steady() int64 {
 			}
 		}
 	}
-	top := topPending(s)
+	top := v.top // topPending(s)
 	if top < 0 {
 		return steady
 	}
