@@ -122,6 +122,7 @@ func TestLedgerEqualsThePlainRule(t *testing.T) {
 		var shown []string // the pilots the batch system shows
 		hidden := map[string]int64{}
 		next, now := 0, int64(0)
+		var jobs []cluster.Job
 		for step := 0; step < 400; step++ {
 			now += rng.Int64N(8)
 			observed := false
@@ -160,7 +161,9 @@ func TestLedgerEqualsThePlainRule(t *testing.T) {
 						delete(hidden, id)
 					}
 				}
-				s := cluster.Snapshot{Now: now}
+				// One array for every snapshot, written in place (the
+				// simulator's reused snapshots).
+				s := cluster.Snapshot{Now: now, Jobs: jobs[:0]}
 				for i, id := range shown {
 					s.Jobs = append(s.Jobs, pilotJob(id))
 					if i%3 == 0 {
@@ -170,6 +173,7 @@ func TestLedgerEqualsThePlainRule(t *testing.T) {
 				l.Observe(s)
 				ref.observe(s)
 				observed = true
+				jobs = s.Jobs
 			}
 			if l.Visible && !observed {
 				continue

@@ -256,13 +256,14 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 		return RoundResult{}, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	r.ledger.Observe(snap)
-	dem, err := r.src.Demand(ctx, seen(snap, r.ledger))
+	sn, marked := seen(snap, r.ledger)
+	dem, err := r.src.Demand(ctx, sn)
 	if err != nil {
 		// Without demand figures, harvesting blind could grab nodes nobody
 		// uses; holding still is the safe choice.
 		return RoundResult{}, fmt.Errorf("%w: queue: %w", ErrNoSnapshot, err)
 	}
-	r.enrich(&snap, dem)
+	r.enrich(&snap, dem, marked)
 
 	pcfg := r.cfg.Policy
 	// The jobs were validated above; enrich changed only figures (and
@@ -305,20 +306,23 @@ func (r *Reconciler) deadline(ctx context.Context, d time.Duration) (context.Con
 	return context.WithTimeout(ctx, d)
 }
 
-// seen sums up a snapshot for the queue.
-func seen(s cluster.Snapshot, l *Ledger) Seen {
+// seen sums up a snapshot for the queue; marked: a pilot of it is marked
+// as the master's.
+func seen(s cluster.Snapshot, l *Ledger) (_ Seen, marked bool) {
 	held := l.Len()
 	for i := range s.Jobs {
 		if j := &s.Jobs[i]; j.Pilot {
 			held += j.Nodes
+			marked = marked || j.Master
 		}
 	}
-	return Seen{Held: held, Idle: s.IdleNodes}
+	return Seen{Held: held, Idle: s.IdleNodes}, marked
 }
 
 // enrich adds what the queue knows to the adapter's snapshot, so a dumped
-// snapshot replays to the same decision.
-func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo) {
+// snapshot replays to the same decision. marked: a pilot of s is marked as
+// the master's (seen).
+func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo, marked bool) {
 	if s.MinNodes == 0 {
 		s.MinNodes = r.cfg.Policy.MinNodes
 	}
@@ -335,6 +339,11 @@ func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo) {
 		s.MinNodes = s.MaxNodes
 	}
 	s.Demand = d.Demand
+	if d.Busy == nil && d.Master == "" && !marked {
+		// Nothing to mark and no mark to clear (the simulator marks the
+		// busy pilots itself): the pilots stay as they are.
+		return
+	}
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		if !j.Pilot {

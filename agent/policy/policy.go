@@ -188,12 +188,15 @@ type view struct {
 
 func newView(in *Input, cfg Config) *view {
 	s := &in.Snapshot
-	v := &view{in: in, s: s, cfg: cfg, top: topPending(s), demandCap: -1}
+	v := &view{in: in, s: s, cfg: cfg, top: -1, demandCap: -1}
 	running := 0
 	ownOnTheWay := 0 // queued and ledger pilots outside the preemptible tier
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		if !j.Pilot {
+			if v.top < 0 && j.State == cluster.Pending {
+				v.top = i // topPending(s), in this pass
+			}
 			continue
 		}
 		tier := cfg.Preemption && j.Preemptible
