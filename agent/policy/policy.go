@@ -184,20 +184,48 @@ type view struct {
 	// floorHeld counts the pilots outside the preemptible tier (all of
 	// them when polling): a submission first brings them up to Keep.
 	floorHeld int
+	// What Steady reads of the running jobs and queued pilots, gathered in
+	// newView's pass (a pass of its own over every job was a thirtieth of
+	// a simulated month).
+	ends ends
+}
+
+// ends is the soonest end among the running jobs (first: the least
+// remaining limit above 0; pastMini: the least above Config.MiniTime;
+// Unlimited: none), and whether a pilot is queued.
+type ends struct {
+	first, pastMini cluster.Limit
+	queuedPilot     bool
+}
+
+func (e *ends) add(r cluster.Limit, mini int64) {
+	if r.IsUnlimited() || r <= 0 {
+		return
+	}
+	e.first = e.first.Min(r)
+	if int64(r) > mini {
+		e.pastMini = e.pastMini.Min(r)
+	}
 }
 
 func newView(in *Input, cfg Config) *view {
 	s := &in.Snapshot
-	v := &view{in: in, s: s, cfg: cfg, top: -1, demandCap: -1}
+	v := &view{in: in, s: s, cfg: cfg, top: -1, demandCap: -1, ends: ends{first: cluster.Unlimited, pastMini: cluster.Unlimited}}
 	running := 0
 	ownOnTheWay := 0 // queued and ledger pilots outside the preemptible tier
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
+		if j.State == cluster.Running {
+			v.ends.add(j.Remaining(), cfg.MiniTime)
+		}
 		if !j.Pilot {
 			if v.top < 0 && j.State == cluster.Pending {
 				v.top = i // topPending(s), in this pass
 			}
 			continue
+		}
+		if j.State == cluster.Pending {
+			v.ends.queuedPilot = true
 		}
 		tier := cfg.Preemption && j.Preemptible
 		switch {
