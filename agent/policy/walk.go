@@ -670,13 +670,7 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool,
 		return nil, true, true, 0
 	}
 	cands := v.releasable()
-	var gone []bool
-	if v.buf != nil {
-		v.buf.gone = bools(v.buf.gone, len(v.s.Jobs))
-		gone = v.buf.gone
-	} else {
-		gone = make([]bool, len(v.s.Jobs))
-	}
+	gone := v.emptySet(func(b *Buffers) *[]bool { return &b.gone })
 	if !batchStarts {
 		k, ok := shortest(len(cands), func(k int) bool {
 			return startsAll(v.batch(v.with(gone, cands[:k])), ideal.starts)
@@ -733,16 +727,21 @@ func shortest(n int, ok func(int) bool) (int, bool) {
 // jobs), as a new set; with Buffers, in their probe array, valid until the
 // next call (gone must not be that array).
 func (v *view) with(gone []bool, more []int) []bool {
-	var m []bool
-	if v.buf != nil {
-		v.buf.probe = bools(v.buf.probe, len(v.s.Jobs))
-		m = v.buf.probe
-	} else {
-		m = make([]bool, len(v.s.Jobs))
-	}
+	m := v.emptySet(func(b *Buffers) *[]bool { return &b.probe })
 	copy(m, gone)
 	mark(m, more)
 	return m
+}
+
+// emptySet returns an empty set of the snapshot's jobs (by index): with
+// Buffers, in the array of theirs that slot picks.
+func (v *view) emptySet(slot func(*Buffers) *[]bool) []bool {
+	if v.buf == nil {
+		return make([]bool, len(v.s.Jobs))
+	}
+	a := slot(v.buf)
+	*a = bools(*a, len(v.s.Jobs))
+	return *a
 }
 
 // mark adds the pilots of more to the set gone.
