@@ -375,10 +375,18 @@ func decisionAttrs(d policy.Decision) []any {
 
 func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 	dec := res.Decision
+	// The per-pilot lines are built only for a logger that writes them:
+	// their arguments cost an allocation each, thousands a simulated day.
+	info := r.log.Enabled(ctx, slog.LevelInfo)
 	if dec.Acts() {
-		r.log.Info("decision", decisionAttrs(dec)...)
-	} else {
+		if info {
+			r.log.Info("decision", decisionAttrs(dec)...)
+		}
+	} else if r.log.Enabled(ctx, slog.LevelDebug) {
 		r.log.Debug("decision", decisionAttrs(dec)...)
+	}
+	if n := len(dec.Release); n > 0 {
+		res.Cancelled, res.CancelLatency = make([]string, 0, n), make([]time.Duration, 0, n)
 	}
 	for _, id := range dec.Release {
 		cctx, cancel := r.deadline(ctx, r.cfg.CancelTimeout)
@@ -393,7 +401,9 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		}
 		r.ledger.Forget(id)
 		res.Cancelled = append(res.Cancelled, id)
-		r.log.Info("released pilot", "pilot", id, "case", dec.Case)
+		if info {
+			r.log.Info("released pilot", "pilot", id, "case", dec.Case)
+		}
 	}
 	for _, sh := range dec.Shrink {
 		cctx, cancel := r.deadline(ctx, r.cfg.CancelTimeout)
@@ -430,6 +440,7 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		r.log.Warn("submitting fewer pilots than decided this round (--max-submit-per-round)", "decided", n, "submitting", max)
 		n = max
 	}
+	res.Submitted, res.SubmitLatency = make([]adapters.PilotID, 0, n), make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		// The first go to the floor, the rest to the preemptible tier.
 		spec.Preemptible = i >= dec.Submit.Count-dec.Submit.Preemptible
@@ -448,7 +459,9 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 			r.ledger.Submitted(id, spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
 			res.Submitted = append(res.Submitted, id)
 			r.setSubmitTimeout(r.cfg.SubmitTimeout)
-			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
+			if info {
+				r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
+			}
 		case timedOut || errors.Is(err, adapters.ErrOutcomeUnknown):
 			// The pilot may exist: count it as held until a snapshot tells.
 			r.ledger.Unknown(spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
