@@ -37,6 +37,13 @@ type Ledger struct {
 	seen, spare []string
 	seenSet     []int32
 	seenBuilt   bool
+	// last is the last snapshot's jobs while seen is not listed from
+	// them yet (unlisted): a round that submits nothing of unknown outcome
+	// and, with Visible, asks nothing of seen (the simulator's every
+	// round) lists no pilot. The jobs hold until the round ends, and the
+	// round's submits list them before it does (Unknown).
+	last     []cluster.Job
+	unlisted bool
 	// scans counts the lookups in seen made by a scan since it changed:
 	// the first few (a submit or two, the pilots submitted last round)
 	// scan it rather than hash every id into the set.
@@ -58,8 +65,24 @@ func NewLedger(ttl int64) *Ledger {
 	return &Ledger{TTL: ttl, known: map[string]entry{}}
 }
 
+// list makes seen the pilots of the last snapshot, if not done yet.
+func (l *Ledger) list() {
+	if !l.unlisted {
+		return
+	}
+	visible := l.spare[:0]
+	for i := range l.last {
+		if j := &l.last[i]; j.Pilot {
+			visible = append(visible, j.ID)
+		}
+	}
+	l.seen, l.spare, l.seenBuilt, l.scans = visible, l.seen, false, 0
+	l.last, l.unlisted = nil, false
+}
+
 // wasSeen reports whether the last snapshot showed pilot id.
 func (l *Ledger) wasSeen(id string) bool {
+	l.list()
 	if !l.seenBuilt && l.scans < scanFirst {
 		l.scans++
 		last := len(id) - 1
@@ -101,8 +124,14 @@ func (l *Ledger) wasSeen(id string) bool {
 
 // Submitted records a pilot the batch system accepted (to its preemptible
 // tier if preemptible).
+//
+// With Visible the next Observe drops every entry (the snapshot shows the
+// pilot or it has left), and nothing reads the ledger before it: whether
+// the last snapshot showed the pilot changes nothing, and is not asked (a
+// set of every visible pilot built per submitting round was a twentieth
+// of a 5,000-node month).
 func (l *Ledger) Submitted(id adapters.PilotID, limit cluster.Limit, preemptible bool, now int64) {
-	if l.wasSeen(string(id)) {
+	if !l.Visible && l.wasSeen(string(id)) {
 		return
 	}
 	l.known[string(id)] = entry{limit, now, preemptible}
@@ -110,31 +139,33 @@ func (l *Ledger) Submitted(id adapters.PilotID, limit cluster.Limit, preemptible
 
 // Unknown records a submit whose outcome is unknown.
 func (l *Ledger) Unknown(limit cluster.Limit, preemptible bool, now int64) {
+	l.list() // the next Observe reads this round's snapshot's pilots
 	l.unknown = append(l.unknown, entry{limit, now, preemptible})
 }
 
 // Observe updates the ledger from a snapshot: visible pilots leave it,
-// new unexpected pilots settle unknown submits, old entries expire.
+// new unexpected pilots settle unknown submits, old entries expire. The
+// ledger may read s's pilots until the round's submits are recorded (ids
+// and pilot marks unchanged until then).
 func (l *Ledger) Observe(s cluster.Snapshot) {
-	visible := l.spare[:0]
 	if len(l.unknown) == 0 {
-		// Nothing to settle: the visible pilots (thousands) are listed,
-		// and the few submitted ones not seen yet looked up in them,
-		// rather than every visible one in the map (a twelfth of a
-		// simulated month). The set built for it is this snapshot's seen
-		// set, which a submit in this round reads again.
-		for i := range s.Jobs {
-			if j := &s.Jobs[i]; j.Pilot {
-				visible = append(visible, j.ID)
-			}
-		}
-		l.seen, l.spare, l.seenBuilt, l.scans = visible, l.seen, false, 0
-		for id := range l.known {
-			if l.wasSeen(id) {
-				delete(l.known, id)
+		// Nothing to settle: the visible pilots (thousands) are listed
+		// when first asked, and the few submitted ones not seen yet
+		// looked up in them, rather than every visible one in the map (a
+		// twelfth of a simulated month). The set built for it is this
+		// snapshot's seen set, which a submit in this round reads again.
+		l.last, l.unlisted = s.Jobs, true
+		if !l.Visible { // with Visible every entry goes below
+			for id := range l.known {
+				if l.wasSeen(id) {
+					delete(l.known, id)
+				}
 			}
 		}
 	} else {
+		// seen is listed: unknown entries come from Unknown, which lists
+		// it, or from an Observe of this branch.
+		visible := l.spare[:0]
 		fresh := 0
 		for i := range s.Jobs {
 			j := &s.Jobs[i] // not a copy of every job a round

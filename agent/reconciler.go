@@ -96,7 +96,8 @@ type RoundResult struct {
 }
 
 // Steady is policy.Steady on the round's input, from the walks Decide
-// made of it (0 for a round without a decision).
+// made of it (0 for a round without a decision); asked before the
+// reconciler's next round, which reuses the walks' arrays.
 func (r RoundResult) Steady() int64 { return r.decided.Steady() }
 
 // NextWait is the time from a round that saw the cluster to the next:
@@ -132,6 +133,10 @@ type Reconciler struct {
 	// saw one); noEvents: the adapter does not count, the check is off.
 	events         int64
 	seen, noEvents bool
+
+	// buf is the policy's arrays, reused round after round (rounds run
+	// one at a time; a result's Steady holds until the next round).
+	buf policy.Buffers
 }
 
 // EventsMoved asks the adapter's job-event count (Config.EventCheck) and
@@ -251,19 +256,20 @@ func (r *Reconciler) Round(ctx context.Context) (RoundResult, error) {
 		return RoundResult{}, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, ErrBatchSystem, err)
 	}
 	r.ledger.Observe(snap)
-	dem, err := r.src.Demand(ctx, seen(snap, r.ledger))
+	sn, marked := seen(snap, r.ledger)
+	dem, err := r.src.Demand(ctx, sn)
 	if err != nil {
 		// Without demand figures, harvesting blind could grab nodes nobody
 		// uses; holding still is the safe choice.
 		return RoundResult{}, fmt.Errorf("%w: queue: %w", ErrNoSnapshot, err)
 	}
-	r.enrich(&snap, dem)
+	r.enrich(&snap, dem, marked)
 
 	pcfg := r.cfg.Policy
 	// The jobs were validated above; enrich changed only figures (and
 	// the pilots' busy and master marks).
 	in := policy.Input{Snapshot: snap, Upcoming: r.ledger.Upcoming(), Recommended: dem.Recommended, Paused: dem.Paused, Drain: dem.Drain, JobsChecked: true}
-	dec, decided := policy.DecideShared(in, pcfg)
+	dec, decided := policy.DecideWith(in, pcfg, &r.buf)
 	res := RoundResult{Snapshot: snap, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain, Decision: dec,
 		Watch: policy.Watch(snap, dec), decided: decided}
 	r.dump(snap, dec, RoundContext{Config: &pcfg, Upcoming: in.Upcoming, Recommended: in.Recommended, Paused: in.Paused, Drain: in.Drain})
@@ -300,20 +306,23 @@ func (r *Reconciler) deadline(ctx context.Context, d time.Duration) (context.Con
 	return context.WithTimeout(ctx, d)
 }
 
-// seen sums up a snapshot for the queue.
-func seen(s cluster.Snapshot, l *Ledger) Seen {
+// seen sums up a snapshot for the queue; marked: a pilot of it is marked
+// as the master's.
+func seen(s cluster.Snapshot, l *Ledger) (_ Seen, marked bool) {
 	held := l.Len()
 	for i := range s.Jobs {
 		if j := &s.Jobs[i]; j.Pilot {
 			held += j.Nodes
+			marked = marked || j.Master
 		}
 	}
-	return Seen{Held: held, Idle: s.IdleNodes}
+	return Seen{Held: held, Idle: s.IdleNodes}, marked
 }
 
 // enrich adds what the queue knows to the adapter's snapshot, so a dumped
-// snapshot replays to the same decision.
-func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo) {
+// snapshot replays to the same decision. marked: a pilot of s is marked as
+// the master's (seen).
+func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo, marked bool) {
 	if s.MinNodes == 0 {
 		s.MinNodes = r.cfg.Policy.MinNodes
 	}
@@ -330,6 +339,11 @@ func (r *Reconciler) enrich(s *cluster.Snapshot, d DemandInfo) {
 		s.MinNodes = s.MaxNodes
 	}
 	s.Demand = d.Demand
+	if d.Busy == nil && d.Master == "" && !marked {
+		// Nothing to mark and no mark to clear (the simulator marks the
+		// busy pilots itself): the pilots stay as they are.
+		return
+	}
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		if !j.Pilot {
@@ -361,10 +375,18 @@ func decisionAttrs(d policy.Decision) []any {
 
 func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 	dec := res.Decision
+	// The per-pilot lines are built only for a logger that writes them:
+	// their arguments cost an allocation each, thousands a simulated day.
+	info := r.log.Enabled(ctx, slog.LevelInfo)
 	if dec.Acts() {
-		r.log.Info("decision", decisionAttrs(dec)...)
-	} else {
+		if info {
+			r.log.Info("decision", decisionAttrs(dec)...)
+		}
+	} else if r.log.Enabled(ctx, slog.LevelDebug) {
 		r.log.Debug("decision", decisionAttrs(dec)...)
+	}
+	if n := len(dec.Release); n > 0 {
+		res.Cancelled, res.CancelLatency = make([]string, 0, n), make([]time.Duration, 0, n)
 	}
 	for _, id := range dec.Release {
 		cctx, cancel := r.deadline(ctx, r.cfg.CancelTimeout)
@@ -379,7 +401,9 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		}
 		r.ledger.Forget(id)
 		res.Cancelled = append(res.Cancelled, id)
-		r.log.Info("released pilot", "pilot", id, "case", dec.Case)
+		if info {
+			r.log.Info("released pilot", "pilot", id, "case", dec.Case)
+		}
 	}
 	for _, sh := range dec.Shrink {
 		cctx, cancel := r.deadline(ctx, r.cfg.CancelTimeout)
@@ -416,6 +440,7 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 		r.log.Warn("submitting fewer pilots than decided this round (--max-submit-per-round)", "decided", n, "submitting", max)
 		n = max
 	}
+	res.Submitted, res.SubmitLatency = make([]adapters.PilotID, 0, n), make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		// The first go to the floor, the rest to the preemptible tier.
 		spec.Preemptible = i >= dec.Submit.Count-dec.Submit.Preemptible
@@ -434,7 +459,9 @@ func (r *Reconciler) apply(ctx context.Context, res *RoundResult) {
 			r.ledger.Submitted(id, spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)
 			res.Submitted = append(res.Submitted, id)
 			r.setSubmitTimeout(r.cfg.SubmitTimeout)
-			r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
+			if info {
+				r.log.Info("submitted pilot", "pilot", id, "time_limit", spec.TimeLimit.String(), "preemptible", spec.Preemptible, "case", dec.Case)
+			}
 		case timedOut || errors.Is(err, adapters.ErrOutcomeUnknown):
 			// The pilot may exist: count it as held until a snapshot tells.
 			r.ledger.Unknown(spec.TimeLimit, spec.Preemptible, res.Snapshot.Now)

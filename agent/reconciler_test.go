@@ -528,3 +528,48 @@ func TestAPilotGoneBeforeAnySnapshotShowedItIsNotHeld(t *testing.T) {
 		}
 	}
 }
+
+// marksMaster is an adapter whose snapshots mark a pilot as the master's
+// (a mark left from an earlier round, say): the agent's marks replace it.
+type marksMaster struct{ *adaptertest.Memory }
+
+func (m marksMaster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
+	s, err := m.Memory.Snapshot(ctx)
+	for i := range s.Jobs {
+		if s.Jobs[i].Pilot {
+			s.Jobs[i].Master = true
+			break
+		}
+	}
+	return s, err
+}
+
+// A round with no master and no busy map from the queue clears the
+// adapter's master marks (enrich skips its pass only when there is none).
+func TestTheQueuesMasterReplacesTheAdaptersMark(t *testing.T) {
+	m := marksMaster{adaptertest.NewMemory(4)}
+	r := NewReconciler(m, nil, testConfig(), nil)
+	if _, err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ids := m.PilotIDs()
+	for _, master := range []string{"", ids[len(ids)-1]} {
+		r.src = StaticDemand{Info: DemandInfo{Master: master}}
+		res, err := r.Round(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pilots := 0
+		for _, j := range res.Snapshot.Jobs {
+			if j.Pilot {
+				pilots++
+				if j.Master != (j.ID == master) {
+					t.Fatalf("the queue names master %q; the snapshot marks pilot %s master=%v", master, j.ID, j.Master)
+				}
+			}
+		}
+		if pilots == 0 {
+			t.Fatal("no pilot in the snapshot")
+		}
+	}
+}

@@ -81,6 +81,12 @@ type Decided struct {
 
 // DecideShared is Decide, and the round for Steady.
 func DecideShared(in Input, cfg Config) (Decision, Decided) {
+	return DecideWith(in, cfg, nil)
+}
+
+// DecideWith is DecideShared working in buf's arrays (nil: fresh ones);
+// see Buffers.
+func DecideWith(in Input, cfg Config, buf *Buffers) (Decision, Decided) {
 	d := Decision{Release: []string{}, MaxTime: cluster.Unlimited}
 	if err := validateInput(&in, cfg); err != nil {
 		d.Case = CaseInvalidInput
@@ -88,6 +94,7 @@ func DecideShared(in Input, cfg Config) (Decision, Decided) {
 		return d, Decided{}
 	}
 	v := newView(&in, cfg)
+	v.buf = buf
 	d.Held, d.Idle, d.MinNodes, d.KeepNodes = v.held, v.idle, v.miniNode, v.keep
 	if in.Drain != nil {
 		return v.drain(d, *in.Drain), Decided{v}
@@ -156,6 +163,9 @@ type view struct {
 	// releases.
 	base           *walkBase
 	batch0, ideal0 *walked
+	buf            *Buffers // the arrays to work in (nil: fresh ones)
+	rel0           []int    // releasable's answer, once relDone
+	relDone        bool
 	maxTime0       *cluster.Limit
 	// endCap is the end holeLimit last ended new pilots at (aheadNeed).
 	endCap int64
@@ -177,17 +187,48 @@ type view struct {
 	// keepIdle is how many idle nodes a submission leaves free
 	// (Config.IdleMargin while a foreign job waits).
 	keepIdle int
+	// What Steady reads of the running jobs and queued pilots, gathered in
+	// newView's pass (a pass of its own over every job was a thirtieth of
+	// a simulated month).
+	ends ends
+}
+
+// ends is the soonest end among the running jobs (first: the least
+// remaining limit above 0; pastMini: the least above Config.MiniTime;
+// Unlimited: none), and whether a pilot is queued.
+type ends struct {
+	first, pastMini cluster.Limit
+	queuedPilot     bool
+}
+
+func (e *ends) add(r cluster.Limit, mini int64) {
+	if r.IsUnlimited() || r <= 0 {
+		return
+	}
+	e.first = e.first.Min(r)
+	if int64(r) > mini {
+		e.pastMini = e.pastMini.Min(r)
+	}
 }
 
 func newView(in *Input, cfg Config) *view {
 	s := &in.Snapshot
-	v := &view{in: in, s: s, cfg: cfg, top: topPending(s), demandCap: -1}
+	v := &view{in: in, s: s, cfg: cfg, top: -1, demandCap: -1, ends: ends{first: cluster.Unlimited, pastMini: cluster.Unlimited}}
 	running := 0
 	ownOnTheWay := 0 // queued and ledger pilots outside the preemptible tier
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
+		if j.State == cluster.Running {
+			v.ends.add(j.Remaining(), cfg.MiniTime)
+		}
 		if !j.Pilot {
+			if v.top < 0 && j.State == cluster.Pending {
+				v.top = i // topPending(s), in this pass
+			}
 			continue
+		}
+		if j.State == cluster.Pending {
+			v.ends.queuedPilot = true
 		}
 		tier := cfg.Preemption && j.Preemptible
 		switch {

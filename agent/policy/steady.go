@@ -47,22 +47,18 @@ func (v *view) steady() int64 {
 	s := &in.Snapshot
 	steady := Forever
 	bound := func(dt int64) { steady = max(0, min(steady, dt)) }
-	for i := range s.Jobs {
-		j := &s.Jobs[i]
-		if j.Pilot && j.State == cluster.Pending {
-			return 0
-		}
-		if j.State != cluster.Running {
-			continue
-		}
-		if r := j.Remaining(); !r.IsUnlimited() && r > 0 {
-			bound(int64(r))
-			if int64(r) > cfg.MiniTime {
-				bound(int64(r) - cfg.MiniTime)
-			}
-		}
+	// Every running job's remaining limit r > 0 bounds it, and r - MiniTime
+	// when above MiniTime: the least of each does (newView's pass).
+	if v.ends.queuedPilot {
+		return 0
 	}
-	top := topPending(s)
+	if r := v.ends.first; !r.IsUnlimited() {
+		bound(int64(r))
+	}
+	if r := v.ends.pastMini; !r.IsUnlimited() {
+		bound(int64(r) - cfg.MiniTime)
+	}
+	top := v.top // topPending(s)
 	if top < 0 {
 		return steady
 	}

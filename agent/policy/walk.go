@@ -300,7 +300,16 @@ func (v *view) batch(gone []bool) walked {
 	if gone == nil {
 		// The same walk serves releaseFor, holeLimit and Steady.
 		if v.batch0 == nil {
-			w := v.walkQueue(v.batchPlan(nil), true, nil)
+			var w walked
+			if buf := v.buf; buf != nil {
+				v.batchFree(nil, &buf.batch)
+				buf.batchAt = emptied(buf.batchAt)
+				w = walked{plan: buf.batch, at: buf.batchAt}
+				v.walkInto(&w, true, nil)
+				buf.batch = w.plan // the arrays as the walk grew them
+			} else {
+				w = v.walkQueue(v.batchPlan(nil), true, nil)
+			}
 			v.batch0 = &w
 		}
 		return *v.batch0
@@ -321,7 +330,16 @@ func (v *view) batch(gone []bool) walked {
 // ideal is the walk with the pilots above the floor gone.
 func (v *view) ideal() walked {
 	if v.ideal0 == nil {
-		w := v.walkQueue(v.idealPlan(), false, nil)
+		var w walked
+		if buf := v.buf; buf != nil {
+			v.idealInto(&buf.ideal)
+			buf.idealAt = emptied(buf.idealAt)
+			w = walked{plan: buf.ideal, at: buf.idealAt}
+			v.walkInto(&w, false, nil)
+			buf.ideal = w.plan
+		} else {
+			w = v.walkQueue(v.idealPlan(), false, nil)
+		}
 		v.ideal0 = &w
 	}
 	return *v.ideal0
@@ -344,6 +362,7 @@ type walkBase struct {
 	tierFree int
 	ends     []freeing // scratch for batchPlan
 	probe    walked    // scratch for batch(gone), gone != nil
+	noneP    plan      // the arrays of none
 	// With no ledger, a plan with pilots released is the plan with none
 	// released (none) plus their nodes until their ends (releasedPlan):
 	// step is each holder's step in none (-1: unlimited), count the
@@ -365,7 +384,16 @@ func (v *view) walkBase() *walkBase {
 		return v.base
 	}
 	s := v.s
-	b := &walkBase{floor: make([]bool, len(s.Jobs))}
+	var b *walkBase
+	if v.buf != nil {
+		// Last round's arrays; the scratch (ends, probe, noneP) is
+		// overwritten before it is read.
+		b = &v.buf.base
+		b.floor = bools(b.floor, len(s.Jobs))
+		b.pending, b.held, b.tierFree, b.none = b.pending[:0], b.held[:0], 0, nil
+	} else {
+		b = &walkBase{floor: make([]bool, len(s.Jobs))}
+	}
 	for _, i := range v.hold.floorIdx {
 		b.floor[i] = true
 	}
@@ -400,6 +428,13 @@ func (v *view) walkBase() *walkBase {
 // batch system preempts them for any job above their tier), and queued
 // ones never compete for a node.
 func (v *view) idealPlan() plan {
+	var p plan
+	v.idealInto(&p)
+	return p
+}
+
+// idealInto is idealPlan in p's arrays.
+func (v *view) idealInto(p *plan) {
 	b := v.walkBase()
 	free := v.s.IdleNodes + b.tierFree
 	var takes []freeing
@@ -439,7 +474,7 @@ func (v *view) idealPlan() plan {
 	v.ledgerTakes(v.hold.floorLedger, take)
 	ends = mergeEnds(ends, takes)
 	b.ends = ends
-	return sortedPlan(free, ends)
+	p.fill(free, ends)
 }
 
 // mergeEnds returns the sorted ends with the few more merged in (sorted
@@ -530,10 +565,12 @@ func (v *view) batchFree(gone []bool, p *plan) {
 func (v *view) releasedPlan(gone []bool, p *plan) {
 	b := v.walkBase()
 	if b.none == nil {
-		none := v.batchPlan(nil)
-		b.none = &none
-		b.step = make([]int32, len(b.held))
-		b.count = make([]int32, len(none.times))
+		v.batchFree(nil, &b.noneP)
+		none := &b.noneP
+		b.none = none
+		b.step = int32s(b.step, len(b.held))
+		b.count = int32s(b.count, len(none.times))
+		clear(b.count)
 		for k, h := range b.held {
 			if h.after.IsUnlimited() {
 				b.step[k] = -1
@@ -543,8 +580,8 @@ func (v *view) releasedPlan(gone []bool, p *plan) {
 			b.step[k] = int32(i)
 			b.count[i]++
 		}
-		b.left = make([]int32, len(none.times))
-		b.add = make([]int, len(none.times))
+		b.left = int32s(b.left, len(none.times))
+		b.add = ints(b.add, len(none.times))
 	}
 	none := b.none
 	copy(b.left, b.count)
@@ -633,12 +670,13 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool,
 		return nil, true, true, 0
 	}
 	cands := v.releasable()
-	gone := make([]bool, len(v.s.Jobs))
+	gone := v.emptySet(func(b *Buffers) *[]bool { return &b.gone })
 	if !batchStarts {
 		k, ok := shortest(len(cands), func(k int) bool {
 			return startsAll(v.batch(v.with(gone, cands[:k])), ideal.starts)
 		})
-		gone, enough = v.with(gone, cands[:k]), ok
+		mark(gone, cands[:k])
+		enough = ok
 	}
 	if enough && !planned {
 		var rest []int
@@ -655,7 +693,8 @@ func (v *view) releaseFor(ideal walked) (ids []string, batchStarts, enough bool,
 		}
 		if !agree(0) {
 			if k, ok := shortest(len(rest), agree); ok {
-				gone, plan = v.with(gone, rest[:k]), k
+				mark(gone, rest[:k])
+				plan = k
 			}
 		}
 	}
@@ -685,13 +724,39 @@ func shortest(n int, ok func(int) bool) (int, bool) {
 }
 
 // with returns gone plus the pilots of more (indices in the snapshot's
-// jobs), as a new set.
+// jobs), as a new set; with Buffers, in their probe array, valid until the
+// next call (gone must not be that array).
 func (v *view) with(gone []bool, more []int) []bool {
-	m := make([]bool, len(v.s.Jobs))
+	m := v.emptySet(func(b *Buffers) *[]bool { return &b.probe })
 	copy(m, gone)
-	for _, i := range more {
-		m[i] = true
+	mark(m, more)
+	return m
+}
+
+// emptySet returns an empty set of the snapshot's jobs (by index): with
+// Buffers, in the array of theirs that slot picks.
+func (v *view) emptySet(slot func(*Buffers) *[]bool) []bool {
+	if v.buf == nil {
+		return make([]bool, len(v.s.Jobs))
 	}
+	a := slot(v.buf)
+	*a = bools(*a, len(v.s.Jobs))
+	return *a
+}
+
+// mark adds the pilots of more to the set gone.
+func mark(gone []bool, more []int) {
+	for _, i := range more {
+		gone[i] = true
+	}
+}
+
+// emptied returns m emptied, or a new map if m is nil.
+func emptied(m map[int]int64) map[int]int64 {
+	if m == nil {
+		return map[int]int64{}
+	}
+	clear(m)
 	return m
 }
 
@@ -718,15 +783,32 @@ func (v *view) agrees(w, ideal walked) bool {
 // outside the preemptible tier.
 // The pilots are indices in the snapshot's jobs.
 func (v *view) releasable() []int {
+	if !v.relDone { // releaseFor and releaseAhead both ask
+		var out []int
+		var keys []releaseKey
+		if v.buf != nil {
+			out, keys = v.buf.rel[:0], v.buf.keys
+		}
+		out, keys = v.releaseOrder(out, keys)
+		if v.buf != nil {
+			v.buf.rel, v.buf.keys = out, keys
+		}
+		v.rel0, v.relDone = out, true
+	}
+	return v.rel0
+}
+
+// releaseOrder is releasable appended to out, sorted with keys' array.
+func (v *view) releaseOrder(out []int, keys []releaseKey) ([]int, []releaseKey) {
 	floor := v.walkBase().floor
 	jobs := v.s.Jobs
-	var out []int
 	for i := range jobs {
 		if p := &jobs[i]; p.Pilot && !floor[i] && !(v.cfg.Preemption && p.Preemptible) {
 			out = append(out, i)
 		}
 	}
-	if keys, ok := releaseKeys(jobs, out); ok {
+	keys, ok := releaseKeys(jobs, out, keys)
+	if ok {
 		slices.SortFunc(keys, func(a, b releaseKey) int {
 			switch {
 			case a.tier != b.tier:
@@ -746,10 +828,10 @@ func (v *view) releasable() []int {
 		for k, key := range keys {
 			out[k] = key.job
 		}
-		return out
+		return out, keys
 	}
 	slices.SortFunc(out, func(a, b int) int { return compareReleaseRef(&jobs[a], &jobs[b]) })
-	return out
+	return out, keys
 }
 
 // releaseKey is compareReleaseRef's key of a pilot whose id is a number
@@ -767,27 +849,32 @@ type releaseKey struct {
 // releaseKeys returns the keys of the pilots idx, or false unless every
 // id is one prefix without digits and a number of at most 18 digits
 // without a leading zero (compareIDs orders those by the number, and
-// distinct ids get distinct numbers).
-func releaseKeys(jobs []cluster.Job, idx []int) ([]releaseKey, bool) {
+// distinct ids get distinct numbers), in buf's array when it has room (buf
+// itself with false).
+func releaseKeys(jobs []cluster.Job, idx []int, buf []releaseKey) ([]releaseKey, bool) {
 	if len(idx) == 0 {
-		return nil, false
+		return buf, false
 	}
 	first := jobs[idx[0]].ID
 	prefix := first[:len(first)-len(strings.TrimLeftFunc(first, func(r rune) bool { return r < '0' || r > '9' }))]
-	keys := make([]releaseKey, len(idx))
+	keys := buf[:0]
+	if cap(keys) < len(idx) {
+		keys = make([]releaseKey, len(idx))
+	}
+	keys = keys[:len(idx)]
 	for k, i := range idx {
 		p := &jobs[i]
 		if !strings.HasPrefix(p.ID, prefix) {
-			return nil, false
+			return buf, false
 		}
 		id := p.ID[len(prefix):]
 		if len(id) == 0 || len(id) > 18 || id[0] == '0' && len(id) > 1 {
-			return nil, false
+			return buf, false
 		}
 		var n uint64
 		for c := range len(id) {
 			if !isDigit(id[c]) {
-				return nil, false
+				return buf, false
 			}
 			n = n*10 + uint64(id[c]-'0')
 		}

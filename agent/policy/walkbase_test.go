@@ -3,6 +3,7 @@ package policy
 import (
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -82,16 +83,21 @@ func samePlan(a, b plan) bool {
 // equal the plans built from scratch: the ideal one, the batch system's
 // without releases, with releasable prefixes released (releaseFor's
 // searches) and with random sets of pilots released; and the walk without
-// releases, cached for the round, equals a fresh one.
+// releases, cached for the round, equals a fresh one. Every other view
+// works in one Buffers, left by the views before it.
 func TestWalkPlansEqualAFullRebuild(t *testing.T) {
 	r := rand.New(rand.NewPCG(20261126, 34))
 	checked := 0
+	var buf Buffers
 	for i := range 20_000 {
 		in, cfg := randomInput(r)
 		if validateInput(&in, cfg) != nil {
 			continue
 		}
 		v := newView(&in, cfg)
+		if i%2 == 1 {
+			v.buf = &buf
+		}
 		if v.top < 0 {
 			continue
 		}
@@ -186,11 +192,38 @@ func TestReleasableKeepsTheReleaseOrder(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("input %d: releasable %v, compareRelease orders %v", i, got, want)
 		}
-		if _, ok := releaseKeys(v.s.Jobs, got); ok && len(got) > 1 {
+		if _, ok := releaseKeys(v.s.Jobs, got, nil); ok && len(got) > 1 {
 			keyed++
 		}
 	}
 	if keyed < 3_000 {
 		t.Fatalf("only %d inputs sorted by keys", keyed)
+	}
+}
+
+// One Buffers through thousands of random rounds of every size (the arrays
+// grow and shrink from one round to the next): every decision and its
+// Steady equal those of a decision with fresh arrays.
+func TestBuffersDecideAsFreshOnes(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261127, 34))
+	var buf Buffers
+	acted := 0
+	for i := range 20_000 {
+		in, cfg := randomInput(r)
+		got, gx := DecideWith(in, cfg, &buf)
+		gs := gx.Steady()
+		want, wx := DecideShared(in, cfg)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: with buffers %+v, fresh %+v", i, got, want)
+		}
+		if ws := wx.Steady(); gs != ws {
+			t.Fatalf("round %d: Steady with buffers %d, fresh %d", i, gs, ws)
+		}
+		if len(got.Release) > 0 {
+			acted++
+		}
+	}
+	if acted < 1_000 {
+		t.Fatalf("only %d rounds released pilots", acted)
 	}
 }
