@@ -421,15 +421,9 @@ func (s *server) spawn(t *running, q request, fds [3]int) error {
 		defer unix.Close(fd)
 		ruleset = fd
 	}
-	pid, err := spawn(q.Path, q.Argv, q.Env, fds, ruleset)
+	pid, pidfd, err := spawn(q.Path, q.Argv, q.Env, fds, ruleset)
 	if err != nil {
 		return err
-	}
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		syscall.Kill(-pid, syscall.SIGKILL)
-		syscall.Wait4(pid, nil, 0, nil)
-		return fmt.Errorf("pidfd_open: %w", err)
 	}
 	t.pid, t.pidfd = pid, pidfd
 	s.tasks = append(s.tasks, t)
