@@ -23,17 +23,7 @@ func TestMain(m *testing.M) {
 // not be made, and nothing is written through the link; a task's logs
 // exist even when empty; its temporary directory comes and goes.
 func TestARunnerWithNamedLogs(t *testing.T) {
-	dir := t.TempDir()
-	logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
-	for _, d := range []string{logs, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, logs, tmp, exe := runnerDirs(t)
 	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, NamedLogs: true}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,17 +89,7 @@ func TestARunnerWithNamedLogs(t *testing.T) {
 // with SIGKILL after the grace if SIGTERM does not end it; the tasks that
 // end are told to the caller in waves, each once.
 func TestARunnerKeepsItsSlotsAndTimeouts(t *testing.T) {
-	dir := t.TempDir()
-	logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
-	for _, d := range []string{logs, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, logs, tmp, exe := runnerDirs(t)
 	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, GraceMS: 50}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -199,17 +179,7 @@ func TestARunnerKeepsItsSlotsAndTimeouts(t *testing.T) {
 // one slot come back in two waves: the seven that ended before the last
 // one started, then the last; a Stop is answered at once, hold or not.
 func TestARunnerHoldsTheEndsOfQueuedTasks(t *testing.T) {
-	dir := t.TempDir()
-	logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
-	for _, d := range []string{logs, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, logs, tmp, exe := runnerDirs(t)
 	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, GraceMS: 50, HoldMS: 3_600_000}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -282,4 +252,22 @@ func TestARunnerHoldsTheEndsOfQueuedTasks(t *testing.T) {
 	case <-deadline:
 		t.Fatal("the group's last task was held back")
 	}
+}
+
+// runnerDirs makes a test's directory with the runner's logs and tmp
+// directories in it, and finds the test binary (the runner's).
+func runnerDirs(t *testing.T) (dir, logs, tmp, exe string) {
+	t.Helper()
+	dir = t.TempDir()
+	logs, tmp = filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
+	for _, d := range []string{logs, tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, logs, tmp, exe
 }
