@@ -137,6 +137,10 @@ type RunnerPolicy struct {
 	// GraceMS is how long a task stopped by the runner (Stop, its
 	// timeout) has after SIGTERM before SIGKILL.
 	GraceMS int64 `json:"grace_ms,omitempty"`
+	// HoldMS is how long the events of queued tasks that ended may wait
+	// for others' while more of the tasks wait for a slot (0: 10 ms; the
+	// worker leaves it so): one packet, one wake of the worker, for several.
+	HoldMS int64 `json:"hold_ms,omitempty"`
 }
 
 // StartRunner starts l's binary as a runner confined by p under l.Mode;

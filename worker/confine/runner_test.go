@@ -23,17 +23,7 @@ func TestMain(m *testing.M) {
 // not be made, and nothing is written through the link; a task's logs
 // exist even when empty; its temporary directory comes and goes.
 func TestARunnerWithNamedLogs(t *testing.T) {
-	dir := t.TempDir()
-	logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
-	for _, d := range []string{logs, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, logs, tmp, exe := runnerDirs(t)
 	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, NamedLogs: true}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,17 +89,7 @@ func TestARunnerWithNamedLogs(t *testing.T) {
 // with SIGKILL after the grace if SIGTERM does not end it; the tasks that
 // end are told to the caller in waves, each once.
 func TestARunnerKeepsItsSlotsAndTimeouts(t *testing.T) {
-	dir := t.TempDir()
-	logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
-	for _, d := range []string{logs, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, logs, tmp, exe := runnerDirs(t)
 	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, GraceMS: 50}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -190,4 +170,104 @@ func TestARunnerKeepsItsSlotsAndTimeouts(t *testing.T) {
 			t.Errorf("task %d told %d times", i, n)
 		}
 	}
+}
+
+// The ends of queued tasks while others of the job wait for a slot are
+// held back (RunnerPolicy.HoldMS) and told together, so that the worker
+// wakes once for several; a group's last tasks and the answer to a
+// request go at once. With a hold longer than the test, eight tasks on
+// one slot come back in two waves: the seven that ended before the last
+// one started, then the last; a Stop is answered at once, hold or not.
+func TestARunnerHoldsTheEndsOfQueuedTasks(t *testing.T) {
+	dir, logs, tmp, exe := runnerDirs(t)
+	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, GraceMS: 50, HoldMS: 3_600_000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tr, err := LookPath("true", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := LookPath("sh", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waves := make(chan []int, 16)
+	tell := func(ts []*Task) {
+		var tags []int
+		for _, task := range ts {
+			tags = append(tags, task.Tag())
+		}
+		waves <- tags
+	}
+	r.SetSlots(1)
+	var specs []Spec
+	var tags []int
+	for i := range 8 {
+		n := strconv.Itoa(i)
+		specs = append(specs, Spec{Path: tr, Argv: []string{"true"}, Out: n + ".out", Err: n + ".err", Tmp: "t" + n})
+		tags = append(tags, i)
+	}
+	if _, err := r.Queue(specs, tags, 0, tell); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	var got [][]int
+	for n := 0; n < 8; {
+		select {
+		case w := <-waves:
+			got = append(got, w)
+			n += len(w)
+		case <-deadline:
+			t.Fatalf("waves so far %v: the rest never came", got)
+		}
+	}
+	if len(got) != 2 || len(got[0]) != 7 || len(got[1]) != 1 || got[1][0] != 7 {
+		t.Fatalf("waves %v, want the first seven tasks, then the last", got)
+	}
+	// One running, one waiting: the running one ends while the other
+	// waits (held), and the Stop of the waiting one is a request: both
+	// are told at once.
+	gate := filepath.Join(dir, "go")
+	ts, err := r.Queue([]Spec{
+		{Path: sh, Argv: []string{"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.01; done`, gate}, Out: "a.out", Err: "a.err", Tmp: "ta"},
+		{Path: tr, Argv: []string{"true"}, Out: "b.out", Err: "b.err", Tmp: "tb"},
+	}, []int{8, 9}, 0, tell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Stop(ts[1])
+	if !ts[1].Skipped() {
+		t.Fatal("a waiting task stopped was not skipped")
+	}
+	os.WriteFile(gate, nil, 0o600)
+	done := make(chan error, 1)
+	go func() { _, err := ts[0].Wait(); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-deadline:
+		t.Fatal("the group's last task was held back")
+	}
+}
+
+// runnerDirs makes a test's directory with the runner's logs and tmp
+// directories in it, and finds the test binary (the runner's).
+func runnerDirs(t *testing.T) (dir, logs, tmp, exe string) {
+	t.Helper()
+	dir = t.TempDir()
+	logs, tmp = filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
+	for _, d := range []string{logs, tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, logs, tmp, exe
 }

@@ -7,66 +7,99 @@ package confine
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <pthread.h>
 
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
 #ifndef SYS_landlock_restrict_self
 #define SYS_landlock_restrict_self 446
 #endif
+
+// harvest_child is what a task's process runs before its exec, on the
+// spawn stack (harvest_spawn): it shares the runner's memory until then.
+struct harvest_child {
+	const char *path;
+	char *const *argv, *const *envp;
+	int in, out, err, ruleset;
+	pid_t parent;
+	volatile int stage, errnum;
+};
+
+static int harvest_child_run(void *arg) {
+	struct harvest_child *c = arg;
+	if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != c->parent) {
+		c->stage = 3; c->errnum = errno ? errno : ESRCH; _exit(127);
+	}
+	if (c->ruleset >= 0 && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+	                        syscall(SYS_landlock_restrict_self, c->ruleset, 0) != 0)) {
+		c->stage = 1; c->errnum = errno; _exit(126);
+	}
+	if (dup2(c->in, 0) < 0 || dup2(c->out, 1) < 0 || dup2(c->err, 2) < 0) {
+		c->stage = 2; c->errnum = errno; _exit(126);
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execve(c->path, c->argv, c->envp);
+	c->stage = 3; c->errnum = errno; _exit(127);
+}
+
+// harvest_stack is the stack of the task's process until its exec, made
+// once: the runner starts one task at a time from one thread, and waits
+// (CLONE_VFORK) until the task has exec'd or exited.
+static char *harvest_stack;
+#define HARVEST_STACK (256 * 1024)
 
 // harvest_spawn starts path with argv and envp, the descriptors in, out
 // and err (all above 2) as its 0, 1 and 2, in a process group of its
 // own, with SIGKILL as its parent-death signal (parent: the caller's pid,
 // found once, not a getpid per task), and, if ruleset is not
 // -1, in a Landlock domain of its own made from it (nested in the calling
-// thread's). It returns the pid, or -1 with *stage (1: the domain, 2: the
-// descriptors, 3: the exec) and *errnum saying what failed.
+// thread's). It returns the pid and the process's pidfd in *pidfd, or -1
+// with *stage (1: the domain, 2: the descriptors, 3: the exec) and
+// *errnum saying what failed.
 //
-// vfork: the child borrows the parent's memory until it execs, so it only
-// makes system calls, and writes its failure into the parent's variables.
-// Every signal is blocked around it. The caller's handlers must be safe
+// clone(CLONE_VM|CLONE_VFORK) as posix_spawn does it: the child borrows
+// the parent's memory until it execs, on a stack of its own, so it only
+// makes system calls, and writes its failure into the parent's variables;
+// CLONE_PIDFD gives the pidfd the runner polls with the process, without
+// a pidfd_open. Every signal is blocked around it. The caller's handlers must be safe
 // to run in the child (harvest_handlers leaves only SIG_DFL, SIG_IGN and
 // harvest_stop, which does nothing): the child does not reset them, its
 // exec does (a caught signal goes back to its default, an ignored one
 // stays ignored).
 static int harvest_spawn(const char *path, char *const argv[], char *const envp[],
-                         int in, int out, int err, int ruleset, pid_t parent, int *stage, int *errnum) {
+                         int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *stage, int *errnum) {
+	if (harvest_stack == NULL && (harvest_stack = malloc(HARVEST_STACK)) == NULL) {
+		*stage = 0; *errnum = ENOMEM;
+		return -1;
+	}
+	struct harvest_child c = {path, argv, envp, in, out, err, ruleset, parent, 0, 0};
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	volatile int cstage = 0, cerr = 0;
-	pid_t pid = vfork();
-	if (pid == 0) {
-		if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
-			cstage = 3; cerr = errno ? errno : ESRCH; _exit(127);
-		}
-		if (ruleset >= 0 && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-		                     syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)) {
-			cstage = 1; cerr = errno; _exit(126);
-		}
-		if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
-			cstage = 2; cerr = errno; _exit(126);
-		}
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execve(path, argv, envp);
-		cstage = 3; cerr = errno; _exit(127);
-	}
+	int fd = -1;
+	// The stack grows down on every architecture Go's cgo supports here.
+	pid_t pid = clone(harvest_child_run, harvest_stack + HARVEST_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &c, &fd);
 	int verr = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (pid < 0) {
 		*stage = 0; *errnum = verr;
 		return -1;
 	}
-	if (cstage != 0) {
+	if (c.stage != 0) {
 		int ws;
 		while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-		*stage = cstage; *errnum = cerr;
+		close(fd);
+		*stage = c.stage; *errnum = c.errnum;
 		return -1;
 	}
+	*pidfd = fd;
 	return pid;
 }
 
@@ -162,44 +195,45 @@ func cStrings(ss []string) (**C.char, error) {
 // exec: it does not change).
 var selfPID = C.pid_t(os.Getpid())
 
-// spawn starts a task from the calling thread (see harvest_spawn); the
+// spawn starts a task from the calling thread (see harvest_spawn) and
+// returns its pid and pidfd; the
 // caller must be locked to its thread, since the task's Landlock domain
 // is nested in that thread's, and only that thread may signal it.
 // ruleset -1: the task shares the thread's domain.
-func spawn(path string, argv, env []string, fds [3]int, ruleset int) (int, error) {
+func spawn(path string, argv, env []string, fds [3]int, ruleset int) (pid, pidfd int, err error) {
 	for _, fd := range fds {
 		if fd <= 2 {
-			return 0, fmt.Errorf("descriptor %d of the task's is a standard one", fd)
+			return 0, -1, fmt.Errorf("descriptor %d of the task's is a standard one", fd)
 		}
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	cargv, err := cStrings(argv)
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	defer C.free(unsafe.Pointer(cargv))
 	cenv, err := cStrings(env)
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	defer C.free(unsafe.Pointer(cenv))
-	var stage, errnum C.int
-	pid := C.harvest_spawn(cpath, cargv, cenv, C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &stage, &errnum)
-	if pid >= 0 {
-		return int(pid), nil
+	var cfd, stage, errnum C.int
+	cpid := C.harvest_spawn(cpath, cargv, cenv, C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &cfd, &stage, &errnum)
+	if cpid >= 0 {
+		return int(cpid), int(cfd), nil
 	}
 	e := syscall.Errno(errnum)
 	switch stage {
 	case 0:
-		return 0, fmt.Errorf("vfork: %w", e)
+		return 0, -1, fmt.Errorf("clone: %w", e)
 	case 1:
 		if e == syscall.E2BIG {
-			return 0, fmt.Errorf("confine: too many stacked Landlock domains: %w", e)
+			return 0, -1, fmt.Errorf("confine: too many stacked Landlock domains: %w", e)
 		}
-		return 0, fmt.Errorf("confine: landlock_restrict_self: %w", e)
+		return 0, -1, fmt.Errorf("confine: landlock_restrict_self: %w", e)
 	case 2:
-		return 0, fmt.Errorf("the task's descriptors: %w", e)
+		return 0, -1, fmt.Errorf("the task's descriptors: %w", e)
 	}
-	return 0, e
+	return 0, -1, e
 }
