@@ -83,6 +83,7 @@ func (c *Cluster) preempt(v *job) {
 		return
 	}
 	v.preempting = true
+	c.byEnd[c.endIndex(v)].lower = false // in the plan until it ends
 	c.preemptibleFree -= v.cores
 	c.endAt(v, c.now+c.cfg.GraceTime)
 }
@@ -96,7 +97,7 @@ func (c *Cluster) endAt(j *job, t int64) {
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	j.limit = t - j.rec.Start
 	c.viewChanged(j)
-	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
+	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j.release())
 	j.endGen++
 	c.push(event{t: t, kind: evEnd, j: j, gen: j.endGen})
 	if j.task != nil && j.taskFrom+j.taskLen > t {
@@ -144,7 +145,7 @@ func (c *Cluster) Shrink(ctx context.Context, id adapters.PilotID, end int64) er
 	if end <= c.now {
 		return fmt.Errorf("shrink %s: end %d is not after now %d: %w", id, end, c.now, adapters.ErrInvalidSpec)
 	}
-	j := c.byID[string(id)]
+	j := c.lookup(string(id))
 	if j == nil {
 		return nil
 	}
