@@ -240,6 +240,11 @@ type Cluster struct {
 	// month starts and ends a million of them, and a map's deletes cost
 	// more than reading the seq from the id.
 	byID map[string]*job
+	// pilotNamed counts the ids in byID that start with "pilot-"
+	// (lookup reads byID for such an id only if there is one); idBuf
+	// is newJob's scratch.
+	pilotNamed int
+	idBuf      []byte
 	// usage per user, for the multifactor priority (priority.go)
 	usage   map[string]*usage
 	users   []*usage // usage's values in the order users appeared
@@ -258,8 +263,9 @@ type Cluster struct {
 	// nodes is which cores are free on which node.
 	nodes *nodeIndex
 	// preemptibleFree counts the cores of running preemptible pilots not
-	// yet being preempted (see free).
-	preemptibleFree int
+	// yet being preempted (see free), goingCores those being preempted
+	// (in their grace time).
+	preemptibleFree, goingCores int
 	// reclaimed counts, during a scheduling pass, the cores held for jobs
 	// that preempted pilots in it and start at the next pass (see
 	// preemptFor): the preemptible tier must not take them back.
@@ -460,13 +466,19 @@ func (c *Cluster) foreignJob(spec JobSpec) (*job, error) {
 }
 
 func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limit, run, submit int64, pilot bool) *job {
-	n := strconv.Itoa(len(c.jobs) + 1)
+	var n, id string
+	if pilot {
+		// One string: the id, and its number as the name.
+		id = string(strconv.AppendInt(append(c.idBuf[:0], "pilot-"...), int64(len(c.jobs)+1), 10))
+		n = id[len("pilot-"):]
+	} else {
+		n = strconv.Itoa(len(c.jobs) + 1)
+	}
 	if name == "" {
 		name = n
 	}
-	id := name
-	if pilot {
-		id = "pilot-" + n
+	if !pilot {
+		id = name
 	}
 	canonical := pilot
 	for c.lookup(id) != nil {
@@ -486,6 +498,9 @@ func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limi
 			c.byID = map[string]*job{}
 		}
 		c.byID[id] = j
+		if strings.HasPrefix(id, "pilot-") {
+			c.pilotNamed++
+		}
 	}
 	c.jobs = append(c.jobs, j)
 	return j
@@ -501,6 +516,9 @@ func (c *Cluster) lookup(id string) *job {
 			if j := c.jobs[i-1]; j != nil && j.canonical && j.rec.ID == id {
 				return j
 			}
+		}
+		if c.pilotNamed == 0 {
+			return nil // no job in byID has such an id
 		}
 	}
 	return c.byID[id]
@@ -902,6 +920,9 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	if j.preemptible && !j.preempting {
 		c.preemptibleFree -= j.cores
+	}
+	if j.preempting {
+		c.goingCores -= j.cores
 	}
 	c.used -= j.cores
 	c.nodes.release(j.alloc)
