@@ -89,6 +89,31 @@ const (
 )
 
 type job struct {
+	// The fields a task's end reads first (one cache line of a job of
+	// seven: a month has millions of tasks).
+	state jobState
+	pilot bool
+	// canonical: a pilot whose id is "pilot-<seq+1>", found by its id
+	// without byID (see lookup) and retired to a compact record.
+	canonical bool
+	// preemptible pilots run in the preemptible tier (Config.Preemption);
+	// preempting is set from their preemption to their end (GraceTime).
+	preemptible, preempting bool
+	// inBusy: the pilot runs a task (and is in Cluster.busy if kept; set
+	// as its first task starts, cleared when it goes idle: one map write
+	// per change, not per task).
+	inBusy bool
+	// Harvest work of a running pilot: the task's length (its work) and,
+	// under contention, how long it runs, and the pool's size when it
+	// started.
+	taskGen  int
+	task     *workItem
+	taskLen  int64
+	taskRun  int64
+	taskFrom int64
+	taskSize int
+	limit    int64 // seconds, never = unlimited
+
 	rec Record
 	// cores the job takes (the plan's unit: nodes when one core a node);
 	// alloc is where, while it runs.
@@ -97,34 +122,12 @@ type job struct {
 	// one holds a one-node allocation (every pilot's, most jobs'), so
 	// that alloc needs no allocation of its own.
 	one    [1]share
-	limit  int64 // seconds, never = unlimited
 	run    int64 // real duration, never = until the limit
 	prio   float64
 	seq    int64
-	state  jobState
-	pilot  bool
 	endGen int
-	// canonical: a pilot whose id is "pilot-<seq+1>", found by its id
-	// without byID (see lookup) and retired to a compact record.
-	canonical bool
-	// preemptible pilots run in the preemptible tier (Config.Preemption);
-	// preempting is set from their preemption to their end (GraceTime).
-	preemptible, preempting bool
 	// minLimit is the pilot's minimum limit (Config.TimeMinSizing).
 	minLimit int64
-	// Harvest work of a running pilot: the task's length (its work) and,
-	// under contention, how long it runs, and the pool's size when it
-	// started.
-	task     *workItem
-	taskLen  int64
-	taskRun  int64
-	taskSize int
-	taskFrom int64
-	taskGen  int
-	// inBusy: the pilot runs a task (and is in Cluster.busy if kept; set as its first task
-	// starts, cleared when it goes idle: one map write per change, not
-	// per task).
-	inBusy bool
 	// An open charge of pilot harm: blocked since chargeFrom, at most
 	// until chargeUntil (see harm.go).
 	chargeFrom, chargeUntil int64
@@ -260,6 +263,7 @@ type Cluster struct {
 	pilotCores   int
 	queuedPilots int
 	used         int
+	total        int // the cluster's cores
 	// nodes is which cores are free on which node.
 	nodes *nodeIndex
 	// preemptibleFree counts the cores of running preemptible pilots not
@@ -355,6 +359,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, schedAt: -1, bfAt: -1, usage: map[string]*usage{}, nodes: newNodeIndex(cfg.Nodes, cfg.cores())}
+	c.total = cfg.Nodes * cfg.cores()
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -852,7 +857,7 @@ func (c *Cluster) start(j *job) { c.startAt(j, c.now) }
 // idleCores is the cores no job or pilot holds.
 func (c *Cluster) idleCores() int { return c.totalCores() - c.used }
 
-func (c *Cluster) totalCores() int { return c.cfg.Nodes * c.cfg.cores() }
+func (c *Cluster) totalCores() int { return c.total }
 
 // nodesFor is the fewest nodes that hold cores.
 func (c *Cluster) nodesFor(cores int) int { k := c.cfg.cores(); return (cores + k - 1) / k }
@@ -950,7 +955,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 }
 
 func (c *Cluster) sample() {
-	k := c.cfg.cores()
+	k := c.nodes.cores
 	s := Sample{T: c.now, Foreign: c.foreignCores, PilotBusy: c.busyPilots * k, PilotIdle: c.idlePilots * k, SharedIdle: c.idleCores() - c.nodes.idle()*k}
 	last := &c.samples[len(c.samples)-1]
 	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle && last.SharedIdle == s.SharedIdle {
@@ -1005,12 +1010,13 @@ func (c *Cluster) record(i int) Record {
 		return j.rec
 	}
 	d := c.done[i>>doneShift][i&(1<<doneShift-1)]
-	n := strconv.Itoa(i + 1)
+	id := string(strconv.AppendInt(append(c.idBuf[:0], "pilot-"...), int64(i+1), 10))
+	n := id[len("pilot-"):]
 	run := int64(d.limit)
 	if d.limit.IsUnlimited() {
 		run = never
 	}
-	return Record{ID: "pilot-" + n, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Cores: c.cfg.cores(), Limit: d.limit,
+	return Record{ID: id, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Cores: c.cfg.cores(), Limit: d.limit,
 		Submit: d.submit, Run: run, Start: d.start, End: d.end, Killed: d.killed, Cancelled: d.cancelled, Preempted: d.preempted, Shrunk: d.shrunk}
 }
 
