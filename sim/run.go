@@ -535,7 +535,7 @@ type demand struct {
 }
 
 func (d demand) Demand(context.Context, agent.Seen) (agent.DemandInfo, error) {
-	dm, _ := d.c.Demand()
+	dm := d.c.DemandCounts()
 	info := agent.DemandInfo{Demand: &dm} // the snapshots mark the busy pilots (ShowBusy)
 	if !d.noRecommend {
 		info.Recommended = policy.Recommend(dm.PendingTasks+dm.RunningTasks, d.cfg.Recommendation)

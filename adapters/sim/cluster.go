@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/harvest-hpc/harvest/adapters"
@@ -88,36 +89,45 @@ const (
 )
 
 type job struct {
-	rec Record
-	// cores the job takes (the plan's unit: nodes when one core a node);
-	// alloc is where, while it runs.
-	cores  int
-	alloc  []share
-	limit  int64 // seconds, never = unlimited
-	run    int64 // real duration, never = until the limit
-	prio   float64
-	seq    int64
-	state  jobState
-	pilot  bool
-	endGen int
+	// The fields a task's end reads first (one cache line of a job of
+	// seven: a month has millions of tasks).
+	state jobState
+	pilot bool
+	// canonical: a pilot whose id is "pilot-<seq+1>", found by its id
+	// without byID (see lookup) and retired to a compact record.
+	canonical bool
 	// preemptible pilots run in the preemptible tier (Config.Preemption);
 	// preempting is set from their preemption to their end (GraceTime).
 	preemptible, preempting bool
-	// minLimit is the pilot's minimum limit (Config.TimeMinSizing).
-	minLimit int64
+	// inBusy: the pilot runs a task (and is in Cluster.busy if kept; set
+	// as its first task starts, cleared when it goes idle: one map write
+	// per change, not per task).
+	inBusy bool
 	// Harvest work of a running pilot: the task's length (its work) and,
 	// under contention, how long it runs, and the pool's size when it
 	// started.
+	taskGen  int
 	task     *workItem
 	taskLen  int64
 	taskRun  int64
-	taskSize int
 	taskFrom int64
-	taskGen  int
-	// inBusy: the pilot is in Cluster.busy (set as its first task
-	// starts, cleared when it goes idle: one map write per change, not
-	// per task).
-	inBusy bool
+	taskSize int
+	limit    int64 // seconds, never = unlimited
+
+	rec Record
+	// cores the job takes (the plan's unit: nodes when one core a node);
+	// alloc is where, while it runs.
+	cores int
+	alloc []share
+	// one holds a one-node allocation (every pilot's, most jobs'), so
+	// that alloc needs no allocation of its own.
+	one    [1]share
+	run    int64 // real duration, never = until the limit
+	prio   float64
+	seq    int64
+	endGen int
+	// minLimit is the pilot's minimum limit (Config.TimeMinSizing).
+	minLimit int64
 	// An open charge of pilot harm: blocked since chargeFrom, at most
 	// until chargeUntil (see harm.go).
 	chargeFrom, chargeUntil int64
@@ -228,24 +238,38 @@ type Cluster struct {
 	// record is in done (see retire): a month of a large machine starts
 	// a million pilots, and memory should grow with the jobs and nodes.
 	jobs []*job
-	done []donePilot
+	done [][]donePilot // by seq, in chunks (retire)
+	// byID is the jobs by id, but for canonical pilots (see lookup): a
+	// month starts and ends a million of them, and a map's deletes cost
+	// more than reading the seq from the id.
 	byID map[string]*job
+	// pilotNamed counts the ids in byID that start with "pilot-"
+	// (lookup reads byID for such an id only if there is one); idBuf
+	// is newJob's scratch.
+	pilotNamed int
+	idBuf      []byte
 	// usage per user, for the multifactor priority (priority.go)
 	usage   map[string]*usage
 	users   []*usage // usage's values in the order users appeared
 	pending []*job   // priority order; may hold jobs no longer pending
 	running []*job   // in id order
 	runSeq  []int64  // their seqs (no job read to find one)
-	// byEnd is the running jobs by their end judged by their limits (then
-	// id): the plan reads the releases in order without sorting them at
-	// every pass.
-	byEnd []*job
-	used  int
+	// byEnd is the running jobs' releases by their end judged by their
+	// limits (then id): the plan reads them in order without sorting
+	// them, or reading a job, at every pass.
+	byEnd []release
+	// pilotCores is the cores running pilots hold; queuedPilots the
+	// pilots pending (harm.go reads both at every pass).
+	pilotCores   int
+	queuedPilots int
+	used         int
+	total        int // the cluster's cores
 	// nodes is which cores are free on which node.
 	nodes *nodeIndex
 	// preemptibleFree counts the cores of running preemptible pilots not
-	// yet being preempted (see free).
-	preemptibleFree int
+	// yet being preempted (see free), goingCores those being preempted
+	// (in their grace time).
+	preemptibleFree, goingCores int
 	// reclaimed counts, during a scheduling pass, the cores held for jobs
 	// that preempted pilots in it and start at the next pass (see
 	// preemptFor): the preemptible tier must not take them back.
@@ -282,17 +306,22 @@ type Cluster struct {
 	// jobEvents counts submissions (foreign and pilot), ends and cancels:
 	// SLURM's sdiag counters (see JobEvents).
 	jobEvents int64
-	// busy is the running pilots with a task, by id (Demand).
+	// busy is the running pilots with a task, by id (Demand), kept from
+	// the first call to Demand on (nil before: a replay that reads the
+	// busy pilots from its snapshots, ShowBusy, needs no map).
 	busy map[string]bool
 	// snapJobs is the jobs slice snapshots reuse, if ReuseSnapshots.
 	snapJobs []cluster.Job
 	// snapSeq is the seq of the job shown at each index of snapJobs'
-	// running part, viewDirty the jobs whose limit or task changed since
-	// (see runningView).
-	snapSeq   []int64
-	snapFrom  []int32
-	viewDirty []*job
-	reuseSnap bool
+	// running part; since that snapshot, viewStarted and viewEnded are
+	// the seqs of the jobs that started and ended, viewDirty the jobs
+	// whose limit or task changed (see runningView).
+	snapSeq     []int64
+	viewStarted []int64
+	viewEnded   []int64
+	viewMoves   []viewMove
+	viewDirty   []*job
+	reuseSnap   bool
 	// showBusy: snapshots mark the pilots running a task (ShowBusy).
 	showBusy bool
 }
@@ -317,6 +346,10 @@ func (c *Cluster) ShowBusy() {
 func (c *Cluster) ReuseSnapshots() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.reuseSnap {
+		// Every job running now is new to the first reused snapshot.
+		c.viewStarted = append(c.viewStarted[:0], c.runSeq...)
+	}
 	c.reuseSnap = true
 }
 
@@ -325,7 +358,8 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, schedAt: -1, bfAt: -1, usage: map[string]*usage{}, busy: map[string]bool{}, nodes: newNodeIndex(cfg.Nodes, cfg.cores())}
+	c := &Cluster{cfg: cfg, schedAt: -1, bfAt: -1, usage: map[string]*usage{}, nodes: newNodeIndex(cfg.Nodes, cfg.cores())}
+	c.total = cfg.Nodes * cfg.cores()
 	c.samples = append(c.samples, Sample{})
 	return c, nil
 }
@@ -437,16 +471,24 @@ func (c *Cluster) foreignJob(spec JobSpec) (*job, error) {
 }
 
 func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limit, run, submit int64, pilot bool) *job {
-	n := strconv.Itoa(len(c.jobs) + 1)
+	var n, id string
+	if pilot {
+		// One string: the id, and its number as the name.
+		id = string(strconv.AppendInt(append(c.idBuf[:0], "pilot-"...), int64(len(c.jobs)+1), 10))
+		n = id[len("pilot-"):]
+	} else {
+		n = strconv.Itoa(len(c.jobs) + 1)
+	}
 	if name == "" {
 		name = n
 	}
-	id := name
-	if pilot {
-		id = "pilot-" + n
+	if !pilot {
+		id = name
 	}
-	for c.byID[id] != nil {
+	canonical := pilot
+	for c.lookup(id) != nil {
 		id += "#" + n
+		canonical = false
 	}
 	lim := int64(limit)
 	if limit.IsUnlimited() {
@@ -454,14 +496,37 @@ func (c *Cluster) newJob(name, label, user string, cores int, limit cluster.Limi
 	}
 	j := &job{
 		rec:   Record{ID: id, Name: name, User: user, Label: label, Pilot: pilot, Nodes: c.nodesFor(cores), Cores: cores, Limit: limit, Submit: submit, Run: min(run, lim), Start: -1, End: -1},
-		cores: cores, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot,
+		cores: cores, limit: lim, run: run, seq: int64(len(c.jobs)), pilot: pilot, canonical: canonical,
 	}
-	if c.byID == nil {
-		c.byID = map[string]*job{}
+	if !canonical {
+		if c.byID == nil {
+			c.byID = map[string]*job{}
+		}
+		c.byID[id] = j
+		if strings.HasPrefix(id, "pilot-") {
+			c.pilotNamed++
+		}
 	}
-	c.byID[id] = j
 	c.jobs = append(c.jobs, j)
 	return j
+}
+
+// lookup returns the pending or running job with the given id (or a
+// finished one that is not a canonical pilot), nil if none: a canonical
+// pilot by the seq its id names, any other job by byID. No id is in both:
+// newJob makes every id unique through lookup.
+func (c *Cluster) lookup(id string) *job {
+	if n, ok := strings.CutPrefix(id, "pilot-"); ok {
+		if i, err := strconv.Atoi(n); err == nil && i >= 1 && i <= len(c.jobs) {
+			if j := c.jobs[i-1]; j != nil && j.canonical && j.rec.ID == id {
+				return j
+			}
+		}
+		if c.pilotNamed == 0 {
+			return nil // no job in byID has such an id
+		}
+	}
+	return c.byID[id]
 }
 
 func (c *Cluster) push(e event) {
@@ -652,38 +717,54 @@ func (c *Cluster) buildProfile() *profile {
 // fillProfile fills p with the free nodes over time judged by the running
 // jobs' limits; without pilots, as if no pilot ran (see harm).
 func (c *Cluster) fillProfile(p *profile, withPilots bool) {
-	skip := func(r *job) bool {
-		// The plan of the jobs above the preemptible tier ignores its
-		// pilots: their nodes are free at once (see free).
-		return r.pilot && !withPilots || r.preemptible && !r.preempting
-	}
-	free := c.idleCores() + c.preemptibleFree
-	if !withPilots {
-		free = c.idleCores()
-		for _, r := range c.byEnd {
-			if skip(r) {
-				free += r.cores
+	// The plan of the jobs above the preemptible tier ignores its
+	// pilots: their nodes are free at once (see free).
+	if withPilots {
+		p.reset(c.now, c.idleCores()+c.preemptibleFree)
+		for i := range c.byEnd {
+			if r := &c.byEnd[i]; !r.lower {
+				p.release(max(r.end, c.now), r.cores)
 			}
 		}
+		return
 	}
-	p.reset(c.now, free)
-	for _, r := range c.byEnd {
-		if !skip(r) {
-			p.release(max(r.endByLimit(), c.now), r.cores)
+	// Without pilots: every pilot's cores are free now (every lower
+	// pilot is a pilot).
+	p.reset(c.now, c.idleCores()+c.pilotCores)
+	for i := range c.byEnd {
+		if r := &c.byEnd[i]; !r.pilot {
+			p.release(max(r.end, c.now), r.cores)
 		}
 	}
+}
+
+// release is a running job's entry in c.byEnd: when its cores come back
+// judged by its limit, and which plans count it.
+type release struct {
+	end, seq int64
+	cores    int
+	// pilot: a pilot (not in the plan without pilots); lower: a
+	// preemptible pilot not being preempted (in no plan: see free).
+	pilot, lower bool
+}
+
+func (j *job) release() release {
+	return release{end: j.endByLimit(), seq: j.seq, cores: j.cores, pilot: j.pilot, lower: j.preemptible && !j.preempting}
 }
 
 // endIndex is where running job j is, or goes, in c.byEnd.
 func (c *Cluster) endIndex(j *job) int {
 	e := j.endByLimit()
-	i, _ := slices.BinarySearchFunc(c.byEnd, j, func(r, j *job) int {
-		if c := cmp.Compare(r.endByLimit(), e); c != 0 {
-			return c
+	lo, hi := 0, len(c.byEnd)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r := &c.byEnd[m]; r.end < e || r.end == e && r.seq < j.seq {
+			lo = m + 1
+		} else {
+			hi = m
 		}
-		return cmp.Compare(r.seq, j.seq)
-	})
-	return i
+	}
+	return lo
 }
 
 // schedule is one pass of the scheduler: jobs start in priority order while
@@ -776,7 +857,7 @@ func (c *Cluster) start(j *job) { c.startAt(j, c.now) }
 // idleCores is the cores no job or pilot holds.
 func (c *Cluster) idleCores() int { return c.totalCores() - c.used }
 
-func (c *Cluster) totalCores() int { return c.cfg.Nodes * c.cfg.cores() }
+func (c *Cluster) totalCores() int { return c.total }
 
 // nodesFor is the fewest nodes that hold cores.
 func (c *Cluster) nodesFor(cores int) int { k := c.cfg.cores(); return (cores + k - 1) / k }
@@ -790,12 +871,15 @@ func (c *Cluster) startAt(j *job, at int64) {
 	i := c.runningIndex(j)
 	c.running = slices.Insert(c.running, i, j)
 	c.runSeq = slices.Insert(c.runSeq, i, j.seq)
-	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
+	if c.reuseSnap {
+		c.viewStarted = append(c.viewStarted, j.seq)
+	}
+	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j.release())
 	if j.preemptible {
 		c.preemptibleFree += j.cores
 	}
 	c.used += j.cores
-	j.alloc = c.nodes.place(j.cores, j.pilot)
+	j.alloc = c.nodes.place(j.one[:0], j.cores, j.pilot)
 	j.rec.Nodes = len(j.alloc)
 	c.hold(j.rec.User, j.cores)
 	j.endGen++
@@ -804,6 +888,8 @@ func (c *Cluster) startAt(j *job, at int64) {
 		c.push(event{t: end, kind: evEnd, j: j, gen: j.endGen})
 	}
 	if j.pilot {
+		c.pilotCores += j.cores
+		c.queuedPilots-- // pilots start only from the queue (Submit)
 		c.idlePilots++
 		c.pull(j)
 	} else {
@@ -832,16 +918,23 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 	i := c.runningIndex(j)
 	c.running = slices.Delete(c.running, i, i+1)
 	c.runSeq = slices.Delete(c.runSeq, i, i+1)
+	if c.reuseSnap {
+		c.viewEnded = append(c.viewEnded, j.seq)
+	}
 	k := c.endIndex(j)
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	if j.preemptible && !j.preempting {
 		c.preemptibleFree -= j.cores
+	}
+	if j.preempting {
+		c.goingCores -= j.cores
 	}
 	c.used -= j.cores
 	c.nodes.release(j.alloc)
 	j.alloc = nil
 	c.hold(j.rec.User, -j.cores)
 	if j.pilot {
+		c.pilotCores -= j.cores
 		if j.task != nil {
 			c.lostTaskSec += c.now - j.taskFrom
 			c.requeue(j)
@@ -862,7 +955,7 @@ func (c *Cluster) finish(j *job, killed, cancelled bool) {
 }
 
 func (c *Cluster) sample() {
-	k := c.cfg.cores()
+	k := c.nodes.cores
 	s := Sample{T: c.now, Foreign: c.foreignCores, PilotBusy: c.busyPilots * k, PilotIdle: c.idlePilots * k, SharedIdle: c.idleCores() - c.nodes.idle()*k}
 	last := &c.samples[len(c.samples)-1]
 	if last.Foreign == s.Foreign && last.PilotBusy == s.PilotBusy && last.PilotIdle == s.PilotIdle && last.SharedIdle == s.SharedIdle {
@@ -895,32 +988,35 @@ type donePilot struct {
 // retire drops a finished pilot's job, keeping its record compact in
 // c.done. Events still queued for it hold the job and see it done.
 func (c *Cluster) retire(j *job) {
-	n := strconv.FormatInt(j.seq+1, 10)
-	if !j.pilot || j.rec.ID != "pilot-"+n {
+	if !j.canonical {
 		return // an id made unique with a suffix: kept whole
 	}
-	if len(c.done) < len(c.jobs) {
-		c.done = slices.Grow(c.done, len(c.jobs)-len(c.done))[:len(c.jobs)]
+	// done grows by chunks: never copied as the month's pilots add up.
+	for i := int(j.seq) >> doneShift; len(c.done) <= i; {
+		c.done = append(c.done, make([]donePilot, 1<<doneShift))
 	}
 	r := &j.rec
-	c.done[j.seq] = donePilot{limit: r.Limit, submit: r.Submit, start: r.Start, end: r.End, nodes: int32(r.Nodes),
+	c.done[j.seq>>doneShift][j.seq&(1<<doneShift-1)] = donePilot{limit: r.Limit, submit: r.Submit, start: r.Start, end: r.End, nodes: int32(r.Nodes),
 		killed: r.Killed, cancelled: r.Cancelled, preempted: r.Preempted, shrunk: r.Shrunk, ok: true}
 	c.jobs[j.seq] = nil
-	delete(c.byID, r.ID)
 }
+
+// doneShift: c.done's chunks hold 1<<doneShift records.
+const doneShift = 12
 
 // record returns the record of the job with seq i.
 func (c *Cluster) record(i int) Record {
 	if j := c.jobs[i]; j != nil {
 		return j.rec
 	}
-	d := c.done[i]
-	n := strconv.Itoa(i + 1)
+	d := c.done[i>>doneShift][i&(1<<doneShift-1)]
+	id := string(strconv.AppendInt(append(c.idBuf[:0], "pilot-"...), int64(i+1), 10))
+	n := id[len("pilot-"):]
 	run := int64(d.limit)
 	if d.limit.IsUnlimited() {
 		run = never
 	}
-	return Record{ID: "pilot-" + n, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Cores: c.cfg.cores(), Limit: d.limit,
+	return Record{ID: id, Name: n, User: "harvest", Label: "pilot", Pilot: true, Nodes: int(d.nodes), Cores: c.cfg.cores(), Limit: d.limit,
 		Submit: d.submit, Run: run, Start: d.start, End: d.end, Killed: d.killed, Cancelled: d.cancelled, Preempted: d.preempted, Shrunk: d.shrunk}
 }
 
@@ -1015,15 +1111,17 @@ func (c *Cluster) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 func (c *Cluster) InProcess() bool { return true }
 
 // runningView returns the running jobs' part of a reused snapshot, in the
-// previous snapshot's array. Both lists are in id order, so a merge of
-// their seqs finds where each job shown last time was; its entry moves to
-// its new index (in an order that reads every entry before it is written
-// over: the matching keeps order, so entries moving down never land on one
-// moving up) and gets its run time written again. Only the jobs that
-// started are written whole, and the few whose limit or task changed
-// (viewChanged) written again: a round's changes are a few starts and ends
-// among thousands of jobs, and no job that did not change is read
-// (TestReusedSnapshotsEqualFullOnes).
+// previous snapshot's array. Both lists are in id order; the jobs that
+// started and ended since (viewStarted, viewEnded) split the previous list
+// into runs that keep their order and move by a constant, each moved by
+// one copy (in an order that reads every entry before it is written over:
+// the runs keep order, so those moving down never land on one moving up).
+// Only the jobs that started are written whole, and the few whose limit
+// or task changed (viewChanged) written again; every entry gets its run
+// time (TestReusedSnapshotsEqualFullOnes). A round's changes are a few
+// starts and ends among thousands of jobs: no job that did not change is
+// read, and the lists are merged at the cost of the changes, not of the
+// jobs.
 func (c *Cluster) runningView() ([]cluster.Job, error) {
 	n := len(c.running)
 	buf := c.snapJobs
@@ -1034,42 +1132,70 @@ func (c *Cluster) runningView() ([]cluster.Job, error) {
 	}
 	shown := c.snapSeq
 	buf = buf[:max(n, len(shown))]
-	// from[i] is the index job i had last time, -1 if it just started.
-	from := slices.Grow(c.snapFrom[:0], n)[:n]
-	k := 0
-	for i, seq := range c.runSeq {
-		for k < len(shown) && shown[k] < seq {
-			k++ // it ended
-		}
-		from[i] = -1
-		if k < len(shown) && shown[k] == seq {
-			from[i] = int32(k)
-			k++
+	// gone: the shown jobs that ended; added: the running jobs that
+	// were not shown (a job that started and ended since is neither).
+	gone := c.viewEnded[:0]
+	for _, seq := range c.viewEnded {
+		if _, ok := slices.BinarySearch(shown, seq); ok {
+			gone = append(gone, seq)
 		}
 	}
-	for i, f := range from {
-		if int(f) > i {
-			buf[i] = buf[f]
+	added := c.viewStarted[:0]
+	for _, seq := range c.viewStarted {
+		if _, ok := slices.BinarySearch(c.runSeq, seq); ok {
+			added = append(added, seq)
 		}
 	}
-	for i := n - 1; i >= 0; i-- {
-		if f := from[i]; f >= 0 && int(f) < i {
-			buf[i] = buf[f]
+	slices.Sort(gone)
+	slices.Sort(added)
+	// The runs of kept entries: shown[k:k+l] goes to [i:i+l].
+	moves := c.viewMoves[:0]
+	k, i := 0, 0
+	for g, a := 0, 0; k < len(shown) || a < len(added); {
+		nextGone, nextAdded := len(shown), n
+		if g < len(gone) {
+			nextGone, _ = slices.BinarySearch(shown, gone[g])
+		}
+		if a < len(added) {
+			nextAdded, _ = slices.BinarySearch(c.runSeq, added[a])
+		}
+		switch l := min(nextGone-k, nextAdded-i); {
+		case l > 0:
+			if k != i {
+				moves = append(moves, viewMove{from: k, to: i, n: l})
+			}
+			k, i = k+l, i+l
+		case g < len(gone) && nextGone == k:
+			k, g = k+1, g+1
+		default:
+			i, a = i+1, a+1
 		}
 	}
-	var bad error
-	for i, f := range from {
-		cj := &buf[i]
-		if f < 0 {
-			c.runningInto(cj, c.running[i])
-			bad = cmp.Or(bad, cj.Check())
-			continue
+	for _, m := range moves {
+		if m.from > m.to {
+			copy(buf[m.to:m.to+m.n], buf[m.from:m.from+m.n])
 		}
+	}
+	for x := len(moves) - 1; x >= 0; x-- {
+		if m := moves[x]; m.from < m.to {
+			copy(buf[m.to:m.to+m.n], buf[m.from:m.from+m.n])
+		}
+	}
+	buf = buf[:n]
+	for x := range buf {
+		cj := &buf[x]
 		cj.RunTime = c.now - cj.StartTime
 		cj.Master = false // the agent's mark (enrich)
 		if !c.showBusy {
 			cj.Busy = false
 		}
+	}
+	var bad error
+	for _, seq := range added {
+		x, _ := slices.BinarySearch(c.runSeq, seq)
+		cj := &buf[x]
+		c.runningInto(cj, c.running[x])
+		bad = cmp.Or(bad, cj.Check())
 	}
 	for _, j := range c.viewDirty {
 		if j.state != stRunning {
@@ -1084,10 +1210,14 @@ func (c *Cluster) runningView() ([]cluster.Job, error) {
 		bad = cmp.Or(bad, cj.Check())
 	}
 	c.viewDirty = c.viewDirty[:0]
+	c.viewStarted, c.viewEnded, c.viewMoves = c.viewStarted[:0], c.viewEnded[:0], moves[:0]
 	c.snapSeq = append(shown[:0], c.runSeq...)
-	c.snapFrom = from
-	return buf[:n], bad
+	return buf, bad
 }
+
+// viewMove is a run of a reused snapshot's running jobs that moves: n
+// entries from index from to index to.
+type viewMove struct{ from, to, n int }
 
 // viewChanged notes that running job j's limit or task changed, for the
 // next reused snapshot.
@@ -1176,7 +1306,7 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j := c.byID[string(id)]
+	j := c.lookup(string(id))
 	if j == nil {
 		return nil
 	}
@@ -1185,6 +1315,7 @@ func (c *Cluster) Cancel(ctx context.Context, id adapters.PilotID) error {
 	}
 	switch j.state {
 	case stPending:
+		c.queuedPilots--
 		j.state = stDone
 		j.rec.Cancelled = true
 		c.retire(j)

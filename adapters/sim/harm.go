@@ -26,15 +26,10 @@ func (c *Cluster) closeCharges() {
 // chargePilots runs the scheduling pass again without pilots and opens a
 // charge for every pending foreign job it would start.
 func (c *Cluster) chargePilots() {
-	if c.idlePilots+c.busyPilots == 0 && !c.pilotQueued() {
+	if c.idlePilots+c.busyPilots == 0 && c.queuedPilots == 0 {
 		return
 	}
-	free := c.idleCores()
-	for _, r := range c.running {
-		if r.pilot {
-			free += r.cores
-		}
-	}
+	free := c.idleCores() + c.pilotCores
 	var p *profile
 	reserved := 0
 	for _, j := range c.pending {
@@ -67,13 +62,4 @@ func (c *Cluster) chargePilots() {
 			reserved++
 		}
 	}
-}
-
-func (c *Cluster) pilotQueued() bool {
-	for _, j := range c.pending {
-		if j.pilot && j.state == stPending {
-			return true
-		}
-	}
-	return false
 }

@@ -84,23 +84,22 @@ func lowest(s []uint64, from int) int {
 }
 
 // place takes p cores (at most the free ones: the caller checked) and
-// returns where: best fit on one node if one has p free, else nodes in
-// index order. whole: p is a whole node that must be idle (a pilot); the
-// caller checked that one is.
-func (x *nodeIndex) place(p int, whole bool) []share {
+// appends where to out: best fit on one node if one has p free, else nodes
+// in index order. whole: p is a whole node that must be idle (a pilot);
+// the caller checked that one is.
+func (x *nodeIndex) place(out []share, p int, whole bool) []share {
 	if whole {
 		n := lowest(x.byFree[x.cores], 0)
 		x.set(n, 0)
-		return []share{{node: int32(n), cores: int32(x.cores)}}
+		return append(out, share{node: int32(n), cores: int32(x.cores)})
 	}
 	for k := p; k <= x.cores; k++ {
 		if x.count[k] > 0 {
 			n := lowest(x.byFree[k], 0)
 			x.set(n, int32(k-p))
-			return []share{{node: int32(n), cores: int32(p)}}
+			return append(out, share{node: int32(n), cores: int32(p)})
 		}
 	}
-	var out []share
 	for n := lowest(x.some, 0); p > 0 && n >= 0; n = lowest(x.some, n+1) {
 		t := min(int32(p), x.free[n])
 		x.set(n, x.free[n]-t)

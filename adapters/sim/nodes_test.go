@@ -22,7 +22,7 @@ func coresCluster(t *testing.T, nodes, cores int) *Cluster {
 // where returns the nodes and cores a running job holds.
 func where(t *testing.T, c *Cluster, id string) []share {
 	t.Helper()
-	j := c.byID[id]
+	j := c.lookup(id)
 	if j == nil || j.state != stRunning {
 		t.Fatalf("%s is not running", id)
 	}
@@ -70,7 +70,7 @@ func TestCoresAreSharedAndPilotsTakeWholeIdleNodes(t *testing.T) {
 	if got := where(t, c, string(p1)); len(got) != 1 || got[0] != (share{2, 4}) {
 		t.Errorf("pilot 1 on %v, want the whole node 2", got)
 	}
-	if j := c.byID[string(p2)]; j.state != stPending {
+	if j := c.lookup(string(p2)); j.state != stPending {
 		t.Errorf("pilot 2 is %v with 1 core free on node 1 and no idle node, want pending", j.state)
 	}
 	// A wide job takes what is free in index order, across nodes.

@@ -39,25 +39,14 @@ func (c *Cluster) preemptFor(j *job) bool {
 	if j.cores <= idle {
 		return true
 	}
-	going := 0
-	var victims []*job
-	for _, r := range c.running {
-		switch {
-		case !r.preemptible:
-		case r.preempting:
-			going += r.cores
-		default:
-			victims = append(victims, r)
+	need := j.cores - idle - c.goingCores
+	// c.running is in id order: newest last. A pilot preempted with no
+	// grace leaves it at once, which moves none below it.
+	for i := len(c.running) - 1; i >= 0 && need > 0; i-- {
+		if v := c.running[i]; v.preemptible && !v.preempting {
+			c.preempt(v)
+			need -= v.cores
 		}
-	}
-	need := j.cores - idle - going
-	slices.Reverse(victims) // c.running is in id order: newest first
-	for _, v := range victims {
-		if need <= 0 {
-			break
-		}
-		c.preempt(v)
-		need -= v.cores
 	}
 	if c.cfg.GraceTime == 0 {
 		c.reclaimed += j.cores
@@ -83,7 +72,9 @@ func (c *Cluster) preempt(v *job) {
 		return
 	}
 	v.preempting = true
+	c.byEnd[c.endIndex(v)].lower = false // in the plan until it ends
 	c.preemptibleFree -= v.cores
+	c.goingCores += v.cores
 	c.endAt(v, c.now+c.cfg.GraceTime)
 }
 
@@ -96,7 +87,7 @@ func (c *Cluster) endAt(j *job, t int64) {
 	c.byEnd = slices.Delete(c.byEnd, k, k+1)
 	j.limit = t - j.rec.Start
 	c.viewChanged(j)
-	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j)
+	c.byEnd = slices.Insert(c.byEnd, c.endIndex(j), j.release())
 	j.endGen++
 	c.push(event{t: t, kind: evEnd, j: j, gen: j.endGen})
 	if j.task != nil && j.taskFrom+j.taskLen > t {
@@ -144,7 +135,7 @@ func (c *Cluster) Shrink(ctx context.Context, id adapters.PilotID, end int64) er
 	if end <= c.now {
 		return fmt.Errorf("shrink %s: end %d is not after now %d: %w", id, end, c.now, adapters.ErrInvalidSpec)
 	}
-	j := c.byID[string(id)]
+	j := c.lookup(string(id))
 	if j == nil {
 		return nil
 	}

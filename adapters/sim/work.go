@@ -115,7 +115,9 @@ func (c *Cluster) pull(j *job) {
 		run := stretched(l, c.runningTasks, c.cfg.Contention)
 		j.task, j.taskLen, j.taskRun, j.taskSize, j.taskFrom = w, l, run, int(c.idlePilots+c.busyPilots), c.now
 		if !j.inBusy { // a pilot going on to its next task is there already
-			c.busy[j.rec.ID] = true
+			if c.busy != nil {
+				c.busy[j.rec.ID] = true
+			}
 			j.inBusy = true
 			c.viewChanged(j)
 		}
@@ -184,7 +186,9 @@ func (c *Cluster) taskDone(j *job) {
 	c.idlePilots++
 	c.pull(j)
 	if j.task == nil {
-		delete(c.busy, j.rec.ID)
+		if c.busy != nil {
+			delete(c.busy, j.rec.ID)
+		}
 		j.inBusy = false
 		c.viewChanged(j)
 		c.changes++ // the pilot went idle
@@ -204,7 +208,9 @@ func (c *Cluster) requeue(j *job) {
 	c.runningTasks--
 	c.pendingTasks++
 	j.task = nil
-	delete(c.busy, j.rec.ID)
+	if c.busy != nil {
+		delete(c.busy, j.rec.ID)
+	}
 	j.inBusy = false
 	c.viewChanged(j)
 }
@@ -230,13 +236,33 @@ func (c *Cluster) feedIdle() {
 
 // Demand is the harvest backlog as the queue would report it (one task
 // slot per node), and which pilots are running a task. The map is kept up
-// to date as tasks start and end (no walk of the pilots per call): it is
-// the cluster's own, valid until time next moves or the cluster next
-// changes; callers must not modify it.
+// to date as tasks start and end from the first call on (no walk of the
+// pilots per call): it is the cluster's own, valid until time next moves
+// or the cluster next changes; callers must not modify it. A caller that
+// reads the busy pilots from the snapshots (ShowBusy) calls DemandCounts.
 func (c *Cluster) Demand() (cluster.Demand, map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}, c.busy
+	if c.busy == nil {
+		c.busy = map[string]bool{}
+		for _, j := range c.running {
+			if j.inBusy {
+				c.busy[j.rec.ID] = true
+			}
+		}
+	}
+	return c.demand(), c.busy
+}
+
+// DemandCounts is Demand without the busy pilots: no map is kept for it.
+func (c *Cluster) DemandCounts() cluster.Demand {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.demand()
+}
+
+func (c *Cluster) demand() cluster.Demand {
+	return cluster.Demand{PendingTasks: int(min(c.pendingTasks, 1<<31-1)), RunningTasks: int(c.runningTasks), SlotsPerNode: 1}
 }
 
 // Backlog returns the harvest tasks pending and running.
