@@ -93,8 +93,11 @@ func TestAgentHarvestsAHoleAndGivesItBackOnRealSLURM(t *testing.T) {
 	big := c.Sbatch(t, "alice", "sleep 20", "-N6", "-t", "2", "-J", "big")
 
 	dumps := t.TempDir()
+	// --idle-margin 0: this is the hole of DESIGN.md's example, every idle
+	// node a pilot (the default margin of one idle node while a job waits
+	// is pinned by TestRealSLURMGiveBackModes).
 	agent := exec.Command(bin, "agent", "--no-queue", "--poll", poll.String(), "--margin", "30s", "--mini-time", "10s",
-		"--pilot-command", "sleep 3600", "--dump-snapshots", dumps, "--log-level", "debug")
+		"--idle-margin", "0", "--pilot-command", "sleep 3600", "--dump-snapshots", dumps, "--log-level", "debug")
 	var logs bytes.Buffer
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
