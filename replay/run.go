@@ -153,6 +153,9 @@ func Run(ctx context.Context, p Plan, kind Kind, cfg RunConfig) (Outcome, error)
 	if err := waitIdle(30 * time.Second); err != nil {
 		return out, err
 	}
+	if ctx.Err() != nil {
+		return out, ctx.Err() // stopped: jobs, pilots and agent gone, no outcome
+	}
 	// The pilots' lines are written as they end: read the log once more.
 	if comps, err = readJobComp(cfg, offset); err != nil {
 		return out, err

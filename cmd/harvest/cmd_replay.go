@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -151,7 +153,12 @@ func runReplay(c *cli.Context) error {
 		}
 		return ""
 	}
-	rep, err := replay.Replay(c.Context, w, cfg, skip)
+	// A replay stopped by SIGTERM or SIGINT cancels its jobs and pilots and
+	// stops its agent (killed outright, the agent lived on and kept
+	// submitting pilots into the cluster).
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rep, err := replay.Replay(ctx, w, cfg, skip)
 	if err != nil {
 		return err
 	}
