@@ -23,7 +23,7 @@ func TestAPilotHeldOffTheLeaseServesAnotherMaster(t *testing.T) {
 	dir := tinyfs.Mount(t, "64k")
 	tinyfs.Fill(t, dir)
 	e := queuetest.New(t)
-	q := &grantCounter{Queue: e.Q, grants: map[string]int{}}
+	q := &grantCounter{Queue: e.Q, grants: map[string]map[int64]bool{}}
 	clock := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	listening := httptest.NewServer(http.NotFoundHandler()) // the other master's address answers
 	defer listening.Close()

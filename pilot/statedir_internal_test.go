@@ -18,18 +18,24 @@ import (
 	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
-// grantCounter counts the lease grants (each a new epoch) a queue made.
+// grantCounter counts the lease grants (each a new epoch) a queue made. A
+// renewal answers Granted too, with the same epoch: it is not counted (the
+// master renews at once, not behind its first commit, so a test cannot
+// tell from timing whether one went out).
 type grantCounter struct {
 	pilotproto.Queue
 	mu     sync.Mutex
-	grants map[string]int
+	grants map[string]map[int64]bool
 }
 
 func (g *grantCounter) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotproto.Lease, error) {
 	l, err := g.Queue.Lease(ctx, req)
 	if err == nil && l.Granted && !req.Release {
 		g.mu.Lock()
-		g.grants[req.PilotID]++
+		if g.grants[req.PilotID] == nil {
+			g.grants[req.PilotID] = map[int64]bool{}
+		}
+		g.grants[req.PilotID][l.Epoch] = true
 		g.mu.Unlock()
 	}
 	return l, err
@@ -38,7 +44,7 @@ func (g *grantCounter) Lease(ctx context.Context, req pilotproto.LeaseRequest) (
 func (g *grantCounter) count(pilot string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.grants[pilot]
+	return len(g.grants[pilot])
 }
 
 // syncBuffer is a log sink the master's goroutines may write to too.
@@ -70,7 +76,7 @@ func TestAPilotWhoseStateDirectoryIsFullBacksOff(t *testing.T) {
 	dir := tinyfs.Mount(t, "64k")
 	tinyfs.Fill(t, dir)
 	e := queuetest.New(t)
-	q := &grantCounter{Queue: e.Q, grants: map[string]int{}}
+	q := &grantCounter{Queue: e.Q, grants: map[string]map[int64]bool{}}
 	var logs syncBuffer
 	clock := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	mk := func(id, state string) *Pilot {
