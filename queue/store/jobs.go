@@ -27,20 +27,18 @@ type NewJob struct {
 }
 
 // CreateJob stores a job as SUBMITTING (invisible to reads and pulls).
-func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
+func (s *Store) CreateJob(ctx context.Context, j NewJob) (id int64, err error) {
 	cmd, _ := json.Marshal(j.Command) // a []string always encodes
-	var id int64
-	err := s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash, storer)
-			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id`,
 			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash, s.holder).Scan(&id)
 		if duplicate(err) {
 			return fmt.Errorf("%w: idempotency key %q is taken by a submission under way", api.ErrConflict, j.IdemKey)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES ($1)`, id)
 		}
-		_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES (?)`, id)
 		return err
 	})
 	return id, wrap(err, "store job")
@@ -49,7 +47,7 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
 // JobByKey finds the job an idempotency key created: its id, the digest
 // of that request and its state; ok is false when there is none.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
-	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = ? AND idem_key = ?`, owner, key).Scan(&id, &hash, &state)
+	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = $1 AND idem_key = $2`, owner, key).Scan(&id, &hash, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", "", false, nil
 	}
@@ -59,14 +57,14 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 // InsertTasks appends names to a SUBMITTING job's entries, in
 // transactions of at most chunk (chunkSizer); stored, if set, hears how
 // many each stored.
-func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
+func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chunk int, stored func(int)) error {
 	for _, n := range names {
 		if !utf8.ValidString(n) {
 			return fmt.Errorf("store tasks of job %d: task name %q is not valid UTF-8", job, n)
 		}
 	}
 	var next int
-	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next)
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = $1`, job).Scan(&next)
 	for z := s.chunks(chunk); len(names) > 0 && err == nil; {
 		if err = ctx.Err(); err != nil { // between chunks, not inside one
 			break
@@ -95,11 +93,11 @@ var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FR
 // ErrSubmissionTaken: another agent took the submission over (TakeOverSubmission).
 var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
 
-// ActivateJob makes this agent's SUBMITTING job WAITING, and visible,
-// with its n tasks and output directory.
+// ActivateJob makes this agent's SUBMITTING job WAITING (visible), with
+// its n tasks and output directory.
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ? AND state = ? AND storer = ?`,
+		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = $1, output_dir = $2, n_total = $3 WHERE id = $4 AND state = $5 AND storer = $6`,
 			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder)
 		if err != nil {
 			return err
@@ -107,7 +105,7 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 		if k, err := res.RowsAffected(); err != nil || k != 1 {
 			return errors.Join(err, ErrSubmissionTaken)
 		}
-		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = ? WHERE job_id = ?`, n, id)
+		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = $1 WHERE job_id = $2`, n, id)
 		return err
 	})
 	return wrap(err, "store job")
@@ -121,7 +119,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 		k := z.size()
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *wtx) error {
-			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = ? AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? ORDER BY idx LIMIT ?) AS c)`, id, id, k)
+			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = $1 AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = $1 ORDER BY idx LIMIT $2) AS c)`, id, k)
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
@@ -131,8 +129,8 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	}
 	if err == nil {
 		err = s.write(ctx, func(tx *wtx) error {
-			for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
-				`DELETE FROM counts WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
+			for _, q := range []string{`DELETE FROM exceptions WHERE job_id = $1`, `DELETE FROM grants WHERE job_id = $1`,
+				`DELETE FROM counts WHERE job_id = $1`, `DELETE FROM jobs WHERE id = $1`} {
 				if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
 					return err
 				}
@@ -146,7 +144,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 // SubmittingBefore lists the jobs whose submission started before cut and
 // never completed (on a shared database: its agent died).
 func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
+	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = $1 AND submitted_at < $2`, rules.JobSubmitting, ms(cut))
 }
 
 // JobChange is a job's state change made by a write.
@@ -177,7 +175,7 @@ func scanJob(sc scanner) (api.Job, error) {
 
 // Job reads one visible job; api.ErrNotFound when there is none.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
-	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id = $1 AND state != $2`, id, rules.JobSubmitting))
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
@@ -187,8 +185,8 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 // ListJobs reads up to limit visible jobs below cursor, newest first, of
 // owner and in state ("" = any).
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
-		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
+	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < $1 AND state != $2 AND (CAST($3 AS TEXT) = '' OR owner = $3) AND (CAST($4 AS TEXT) = '' OR state = $4)
+		ORDER BY id DESC LIMIT $5`, cursor, rules.JobSubmitting, owner, state, limit)
 }
 
 // Cancelled is what a cancel took away from the job's owner.
@@ -211,7 +209,7 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	err := s.write(ctx, func(tx *wtx) error {
 		var state string
 		c = Cancelled{}
-		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = $1`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
 		}
 		switch {
@@ -229,11 +227,11 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 // killJob makes job id final in state, its waiting and active tasks
 // counted killed, and records the task states KillTasks is to kill.
 func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
-	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, cancelled_at = ?, finished_at = ?, kill_states = ? WHERE id = ?`,
+	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = $1, cancelled_at = $2, finished_at = $3, kill_states = $4 WHERE id = $5`,
 		state, cancelled, finished, kills, id); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = ?`, id)
+	_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = $1`, id)
 	return err
 }
 
@@ -244,23 +242,23 @@ func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, fi
 // record for Open to finish (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
-	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending)
+	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
 	if err == nil && pending != "" && pending != cancelKills && pending != expiryKills {
 		err = fmt.Errorf("unknown states %q recorded", pending)
 	}
 	for more := pending == cancelKills; more && err == nil; {
 		err = s.write(ctx, func(tx *wtx) (err error) {
 			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
-				`WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
+				`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			return err
 		})
 	}
 	if err == nil && pending != "" {
 		err = s.write(ctx, func(tx *wtx) error {
-			if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = ? WHERE job_id = ? AND state = 'WAITING'`, ms(now), id); err != nil {
+			if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
+			_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = $1`, id)
 			return err
 		})
 	}
@@ -311,7 +309,7 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 // CancelledSince lists the jobs cancelled after since, by id. Asked at
 // every pull and results: the WHERE repeats the partial index's.
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
+	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > $1 ORDER BY id`, ms(since))
 }
 
 // Demand sums the waiting and the active tasks of live jobs.
@@ -352,7 +350,7 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 	}, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
 			x.tries, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail
 		FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx LEFT JOIN grants g ON g.id = x.grant_id AND x.state = 'GRANTED'
-		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
+		WHERE x.job_id = $1 AND x.idx > $2 AND x.tries > 0 ORDER BY x.idx LIMIT $3`, job, after, limit)
 }
 
 // ReadyJob is a live job as a pull plans with it.

@@ -29,12 +29,11 @@ import (
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
 	w *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
-	r *rdb    // readers (SQLite's WAL lets them read while the writer writes); PostgreSQL: the pool
+	r *rdb    // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
 	d *dialect
 
 	stats txstats.Recorder
-	stmts map[string]*sql.Stmt // SQLite: the hot statements, prepared on w at Open
-	path  string               // SQLite: the database file
+	path  string // SQLite: the database file
 
 	closeOnce sync.Once
 	closeErr  error
@@ -61,8 +60,11 @@ func Open(path string) (_ *Store, err error) {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
 	// WAL with synchronous NORMAL survives a process kill (docs/queue.md);
-	// SQLite checkpoints by itself and truncates the WAL to 64 MiB.
-	w, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_synchronous=NORMAL&_txlock=immediate&_foreign_keys=off&_cache_size=-32768&_journal_mode=WAL")
+	// SQLite checkpoints by itself and truncates the WAL to 64 MiB. The
+	// driver's statement cache holds every hot statement: parsing one at
+	// each call cost more than running it.
+	opts := fmt.Sprintf("?_busy_timeout=5000&_stmt_cache_size=%d", len(hotQueries)+64)
+	w, _ := sql.Open("sqlite3", "file:"+path+opts+"&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
 	st := &Store{w: w, d: &dialect{}, path: path}
 	defer func() {
@@ -83,38 +85,25 @@ func Open(path string) (_ *Store, err error) {
 	if err := st.migrate(); err != nil {
 		return nil, err
 	}
-	r, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_query_only=1")
+	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
 	r.SetMaxOpenConns(4)
 	st.r = &rdb{r, st.d}
-	st.stmts = make(map[string]*sql.Stmt, len(hotQueries))
-	for _, q := range hotQueries {
-		if st.stmts[q], err = w.Prepare(q); err != nil {
-			return nil, fmt.Errorf("prepare %.40q: %w", q, err)
-		}
-	}
 	return st, nil
 }
 
-// Close closes the database (on SQLite, after checkpointing the WAL into
-// the database file). Closing again returns the first Close's error.
+// Close closes the database; on SQLite the writer closes last, and so
+// checkpoints the WAL into the database file. Closing again returns the
+// first Close's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		for _, st := range s.stmts {
-			st.Close()
-		}
 		var errs []error
-		if !s.d.pg {
-			_, err := s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-			errs = append(errs, err)
+		if s.r != nil && s.r.DB != s.w {
+			errs = append(errs, s.r.Close())
 		}
 		if s.claim != nil {
 			s.claim.Close() // the claim ends with its session
 		}
-		errs = append(errs, s.w.Close())
-		if s.r != nil && s.r.DB != s.w {
-			errs = append(errs, s.r.Close())
-		}
-		s.closeErr = errors.Join(errs...)
+		s.closeErr = errors.Join(append(errs, s.w.Close())...)
 	})
 	return s.closeErr
 }
@@ -206,8 +195,7 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 }
 
 // hotQueries are the master's hot statements (registered by hot), which
-// SQLite's writer prepares at Open: parsing each at every call cost more
-// than running it. (pgx caches its statements by itself.)
+// SQLite's statement cache must hold all at once (pgx caches its own).
 var hotQueries []string
 
 func hot(query string) string {
@@ -220,11 +208,8 @@ func hot(query string) string {
 // scheduler trip per statement with the write lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
-// query runs a query in tx, prepared if it is hot (SQLite).
+// query runs a query in tx.
 func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
-	if st := s.stmts[query]; st != nil {
-		return tx.StmtContext(ctx, st).QueryContext(inline(ctx), args...)
-	}
 	return tx.QueryContext(inline(ctx), query, args...)
 }
 
