@@ -48,10 +48,8 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (id int64, err error) {
 // of that request and its state; ok is false when there is none.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = $1 AND idem_key = $2`, owner, key).Scan(&id, &hash, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, "", "", false, nil
-	}
-	return id, hash, state, err == nil, wrap(err, "find job by idempotency key")
+	ok, err = found(err)
+	return id, hash, state, ok, wrap(err, "find job by idempotency key")
 }
 
 // InsertTasks appends names to a SUBMITTING job's entries, in
@@ -326,15 +324,11 @@ type TaskCounts struct {
 // TaskStats counts the tasks of stored jobs per owner, and the hand-outs
 // beyond a task's first.
 func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
-	byOwner = map[string]TaskCounts{}
-	err = s.each(ctx, "stats", func(rs *sql.Rows) error {
-		var owner string
-		var t TaskCounts
-		var r int
-		err := rs.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &r)
-		byOwner[owner] = t
-		requeued += r
-		return err
+	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t TaskCounts, err error) {
+		var n int
+		err = r.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &n)
+		requeued += n
+		return owner, t, err
 	}, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
 	return byOwner, requeued, err
 }

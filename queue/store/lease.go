@@ -52,12 +52,9 @@ func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
 
 // Leases reads every pool's lease.
 func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
-	out := map[string]rules.Lease{}
-	return out, s.each(ctx, "read leases", func(r *sql.Rows) error {
-		var pool string
-		l, err := scanLease(r, "", &pool)
-		out[pool] = l
-		return err
+	return byKey(ctx, s, "read leases", func(r scanner) (pool string, l rules.Lease, err error) {
+		l, err = scanLease(r, "", &pool)
+		return pool, l, err
 	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
 }
 
@@ -146,5 +143,5 @@ func (s *Store) TakeOverSubmission(ctx context.Context, id int64, now time.Time)
 	n, err := s.do(ctx, fmt.Sprintf("take over the submission of job %d", id), `UPDATE jobs SET idem_key = '', storer = ''
 		WHERE id = $1 AND state = $2 AND storer <> $3 AND NOT EXISTS (SELECT 1 FROM leases WHERE pool = CAST($4 AS TEXT) || jobs.storer AND expires_at > $5)`,
 		id, rules.JobSubmitting, s.holder, agentPool, ms(now))
-	return n == 1, err
+	return n == 1 && err == nil, err
 }

@@ -66,28 +66,21 @@ func Open(path string) (_ *Store, err error) {
 	opts := fmt.Sprintf("?_busy_timeout=5000&_stmt_cache_size=%d", len(hotQueries)+64)
 	w, _ := sql.Open("sqlite3", "file:"+path+opts+"&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
-	st := &Store{w: w, d: &dialect{}, path: path}
-	defer func() {
-		if err != nil {
-			st.Close()
-			err = fmt.Errorf("open %s: %w", path, err)
-		}
-	}()
-	if err := w.Ping(); err != nil {
-		return nil, err
-	}
-	if err := private(path); err != nil { // every job and command is in here
-		return nil, err
-	}
-	if _, err := w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864"); err != nil {
-		return nil, err
-	}
-	if err := st.migrate(); err != nil {
-		return nil, err
-	}
 	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
 	r.SetMaxOpenConns(4)
-	st.r = &rdb{r, st.d}
+	d := &dialect{}
+	st := &Store{w: w, r: &rdb{r, d}, d: d, path: path}
+	_, err = w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864")
+	if err == nil {
+		err = private(path) // every job and command is in here
+	}
+	if err == nil {
+		err = st.migrate()
+	}
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	return st, nil
 }
 
@@ -97,7 +90,7 @@ func Open(path string) (_ *Store, err error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		if s.r != nil && s.r.DB != s.w {
+		if s.r.DB != s.w {
 			errs = append(errs, s.r.Close())
 		}
 		if s.claim != nil {
@@ -144,10 +137,10 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 	if s.d.pg {
 		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
 	}
-	once := func() error {
+	return d, backoff.Retry(func() error {
 		tx, err := s.w.BeginTx(inline(ctx), opts)
 		if err != nil {
-			return fmt.Errorf("begin: %w", err)
+			return backoff.Permanent(fmt.Errorf("begin: %w", err))
 		}
 		defer trace.StartRegion(ctx, "write").End() // BEGIN IMMEDIATE has taken the lock
 		start := time.Now()
@@ -159,18 +152,12 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		}
 		if err != nil {
 			tx.Rollback()
-			return err
+		} else if err = wrap(tx.Commit(), "commit"); err == nil {
+			d = time.Since(start)
+			s.stats.Add(d, writer)
+			return nil
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		d = time.Since(start)
-		s.stats.Add(d, writer)
-		return nil
-	}
-	return d, backoff.Retry(func() error { // only PostgreSQL's errors are retryable
-		err := once()
-		if err != nil && !retryable(err) {
+		if !retryable(err) { // only PostgreSQL's errors are
 			return backoff.Permanent(err)
 		}
 		return err
@@ -187,10 +174,10 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 		if err == nil {
 			err = rules.CheckEpoch(l, epoch, now)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			err = fn(tx, l)
 		}
-		return fn(tx, l)
+		return err
 	})
 }
 
@@ -236,10 +223,7 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int6
 		}
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return n, nil
+	return n, wrap(err, "%s", what)
 }
 
 // scanner is a row to scan: *sql.Row or *sql.Rows.
@@ -257,12 +241,30 @@ func list[T any](ctx context.Context, s *Store, what string, scan func(scanner) 
 	return out, err
 }
 
+// byKey runs a read and maps the key of each row scan makes to its value.
+func byKey[K comparable, V any](ctx context.Context, s *Store, what string, scan func(scanner) (K, V, error), query string, args ...any) (map[K]V, error) {
+	out := map[K]V{}
+	return out, s.each(ctx, what, func(r *sql.Rows) error {
+		k, v, err := scan(r)
+		out[k] = v
+		return err
+	}, query, args...)
+}
+
 // ids runs a read whose rows are single ids; what names it in its error.
 func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
 	return list(ctx, s, what, func(r scanner) (id int64, err error) {
 		err = r.Scan(&id)
 		return id, err
 	}, query, args...)
+}
+
+// found is whether a one-row read found its row; none is no error.
+func found(err error) (bool, error) {
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // wrap is err after what (formatted with args), or nil without err.

@@ -2,20 +2,17 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// MarkZombies makes up to limit ASSIGNED or RUNNING grants whose last
-// heartbeat is older than cut ZOMBIE, in one transaction, and returns
-// how many.
+// MarkZombies makes up to limit live grants whose last heartbeat is
+// older than cut ZOMBIE, in one transaction, and counts them.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
 	n, err := s.do(ctx, "sweep zombies", `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
-		(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < ? LIMIT ?)`, ms(cut), limit)
+		(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < $1 LIMIT $2)`, ms(cut), limit)
 	return int(n), err
 }
 
@@ -54,7 +51,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 			j.moved = true
 			x.Running[j.owner] -= j.cores
 			x.Tasks++
-		}, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < ? AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
+		}, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < $1 AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
 		return err
 	})
 	return x, wrap(err, "sweep expired tasks")
@@ -62,7 +59,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
 func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int64, error) {
-	return s.ids(ctx, "find expired jobs", `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < ?`, ms(now))
+	return s.ids(ctx, "find expired jobs", `SELECT id FROM jobs WHERE state = 'WAITING' AND expires_at < $1`, ms(now))
 }
 
 // ExpireJob makes a job that never started ERROR_EW, its waiting tasks
@@ -70,20 +67,16 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // ok is false when the job changed since it was listed.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
-		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = ? AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
-		ok = err == nil
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
+		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = $1 AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
+		if ok, err = found(err); ok {
+			return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills)
 		}
-		if err != nil {
-			return err
-		}
-		return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills)
+		return err
 	})
 	return waiting, ok, wrap(err, "expire job %d", id)
 }
 
 // FinalJobsBefore lists the final jobs that finished before cut.
 func (s *Store) FinalJobsBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	return s.ids(ctx, "find jobs to purge", `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < ?`, ms(cut))
+	return s.ids(ctx, "find jobs to purge", `SELECT id FROM jobs WHERE state IN ('DONE', 'DONE_WARN', 'FAILED', 'KILLED', 'ERROR_EW') AND finished_at > 0 AND finished_at < $1`, ms(cut))
 }
