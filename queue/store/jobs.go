@@ -13,8 +13,8 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// NewJob is a validated job; IdemKey is its idempotency key ("" = none),
-// IdemHash the digest of its request.
+// NewJob is a validated job; IdemKey ("" = none) and IdemHash (its
+// request's digest) are its idempotency key.
 type NewJob struct {
 	Owner, Name, Dataset string
 	Command              []string
@@ -44,17 +44,16 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (id int64, err error) {
 	return id, wrap(err, "store job")
 }
 
-// JobByKey finds the job an idempotency key created: its id, the digest
-// of that request and its state; ok is false when there is none.
+// JobByKey finds the job an idempotency key created: id, request digest
+// and state; ok is false for none.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = $1 AND idem_key = $2`, owner, key).Scan(&id, &hash, &state)
 	ok, err = found(err)
 	return id, hash, state, ok, wrap(err, "find job by idempotency key")
 }
 
-// InsertTasks appends names to a SUBMITTING job's entries, in
-// transactions of at most chunk (chunkSizer); stored, if set, hears how
-// many each stored.
+// InsertTasks appends names to a SUBMITTING job's entries in transactions
+// of at most chunk (chunkSizer), telling stored, if set, each one's count.
 func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chunk int, stored func(int)) error {
 	for _, n := range names {
 		if !utf8.ValidString(n) {
@@ -91,8 +90,7 @@ var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FR
 // ErrSubmissionTaken: another agent took the submission over (TakeOverSubmission).
 var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
 
-// ActivateJob makes this agent's SUBMITTING job WAITING (visible), with
-// its n tasks and output directory.
+// ActivateJob makes this agent's SUBMITTING job WAITING (visible).
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = $1, output_dir = $2, n_total = $3 WHERE id = $4 AND state = $5 AND storer = $6`,
@@ -109,24 +107,22 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 	return wrap(err, "store job")
 }
 
-// DropJob deletes a job and all it holds, its entries in transactions of
-// at most chunk (chunkSizer).
+// DropJob deletes a job and all it holds, entries in chunks (chunkSizer),
+// the rest with the last chunk.
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	var err error
-	for z, n := s.chunks(chunk), int64(1); n > 0 && err == nil; {
+	for z, more := s.chunks(chunk), true; more && err == nil; {
 		k := z.size()
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *wtx) error {
 			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = $1 AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = $1 ORDER BY idx LIMIT $2) AS c)`, id, k)
+			var n int64
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
-			return err
-		})
-		z.took(k, d)
-	}
-	if err == nil {
-		err = s.write(ctx, func(tx *wtx) error {
+			if more = n == int64(k); err != nil || more {
+				return err
+			}
 			for _, q := range []string{`DELETE FROM exceptions WHERE job_id = $1`, `DELETE FROM grants WHERE job_id = $1`,
 				`DELETE FROM counts WHERE job_id = $1`, `DELETE FROM jobs WHERE id = $1`} {
 				if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
@@ -135,12 +131,13 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 			}
 			return nil
 		})
+		z.took(k, d)
 	}
 	return wrap(err, "drop job %d", id)
 }
 
-// SubmittingBefore lists the jobs whose submission started before cut and
-// never completed (on a shared database: its agent died).
+// SubmittingBefore lists the jobs whose submission, started before cut,
+// never completed (or whose agent died, on a shared database).
 func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
 	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = $1 AND submitted_at < $2`, rules.JobSubmitting, ms(cut))
 }
@@ -180,8 +177,8 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 	return j, wrap(err, "read job %d", id)
 }
 
-// ListJobs reads up to limit visible jobs below cursor, newest first, of
-// owner and in state ("" = any).
+// ListJobs reads up to limit visible jobs of owner in state ("" = any)
+// below cursor, newest first.
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
 	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < $1 AND state != $2 AND (CAST($3 AS TEXT) = '' OR owner = $3) AND (CAST($4 AS TEXT) = '' OR state = $4)
 		ORDER BY id DESC LIMIT $5`, cursor, rules.JobSubmitting, owner, state, limit)
@@ -200,11 +197,10 @@ const (
 	expiryKills = "WAITING"
 )
 
-// CancelJob makes a live job KILLED (killJob). A KILLED job is Already;
-// another final job is api.ErrConflict.
-func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
-	var c Cancelled
-	err := s.write(ctx, func(tx *wtx) error {
+// CancelJob makes a live job KILLED; a KILLED one is Already, another
+// final one api.ErrConflict.
+func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (c Cancelled, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
 		var state string
 		c = Cancelled{}
 		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = $1`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
@@ -222,8 +218,8 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	return c, wrap(err, "cancel job %d", id)
 }
 
-// killJob makes job id final in state, its waiting and active tasks
-// counted killed, and records the task states KillTasks is to kill.
+// killJob makes job id final, its waiting and active tasks counted killed,
+// and records the task states KillTasks is to kill.
 func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
 	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = $1, cancelled_at = $2, finished_at = $3, kill_states = $4 WHERE id = $5`,
 		state, cancelled, finished, kills, id); err != nil {
@@ -233,11 +229,10 @@ func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, fi
 	return err
 }
 
-// KillTasks kills the tasks a cancel or expiry recorded (kill_states):
-// the open entries of live grants, in transactions of at most chunk, then
-// the waiting exceptions, and clears the record (the counters were set
-// with the job's state; fresh entries need no row). A crash leaves the
-// record for Open to finish (PendingKills).
+// KillTasks kills the tasks a cancel or expiry recorded (kill_states): the
+// open entries of live grants, in chunks, then the waiting exceptions (the
+// counters moved with the job's state; fresh entries need no row), and
+// clears the record. A crash leaves it for Open to finish (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
@@ -263,9 +258,9 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	return wrap(err, "kill tasks of job %d", id)
 }
 
-// closeGrants closes the grants a query selects, up to about limit open
-// entries (loadGrants), each open entry an exception row that end fills
-// in; it flushes the batch and says whether more grants remain.
+// closeGrants closes the grants a query selects, about limit open entries
+// (loadGrants), each open entry an exception row end fills in, flushes the
+// batch and says whether more grants remain.
 func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
 	gs, more, err := b.loadGrants(limit, query, args...)
 	ids := make([]int64, len(gs))
@@ -304,8 +299,8 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 }
 
-// CancelledSince lists the jobs cancelled after since, by id. Asked at
-// every pull and results: the WHERE repeats the partial index's.
+// CancelledSince lists the jobs cancelled after since, by id (at every
+// pull: the WHERE repeats the partial index's).
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
 	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > $1 ORDER BY id`, ms(since))
 }
@@ -321,8 +316,7 @@ type TaskCounts struct {
 	Waiting, Running, Done, Failed, Killed int
 }
 
-// TaskStats counts the tasks of stored jobs per owner, and the hand-outs
-// beyond a task's first.
+// TaskStats counts the tasks of stored jobs per owner, and the re-hand-outs.
 func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
 	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t TaskCounts, err error) {
 		var n int
@@ -333,8 +327,8 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 	return byOwner, requeued, err
 }
 
-// Failures reads up to limit entries of job above cursor that failed at
-// least once, in order, each with its last failed attempt.
+// Failures reads up to limit entries of job above cursor that ever
+// failed, in order, each with its last failed attempt.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	after := max(cursor-taskID(job, 0), -1)
 	return list(ctx, s, fmt.Sprintf("read job %d's failures", job), func(r scanner) (f api.Failure, err error) {
@@ -357,8 +351,8 @@ type ReadyJob struct {
 	TimeoutS                  int64
 }
 
-// LiveJobs reads every live job, by price (highest first) then FIFO, and
-// per owner the cores their active tasks hold.
+// LiveJobs reads the live jobs, by price (highest first) then FIFO, and the
+// cores each owner's active tasks hold.
 func (s *Store) LiveJobs(ctx context.Context) (jobs []ReadyJob, running map[string]int, err error) {
 	running = map[string]int{}
 	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -11,10 +10,9 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// Every lease is a row of leases, named by its pool and granted by
-// rules.DecideLease: a site's master lease (the site's name), the sweeps'
-// (sweepPool) and, when agents share the database, each agent's liveness
-// (agentPool and its name). No site's name starts with "~".
+// A lease is a row of leases granted by rules.DecideLease, named by its
+// pool: a site's master lease (the site's name), the sweeps' (sweepPool),
+// each sharing agent's liveness (agentPool+name). No site's name has "~".
 const (
 	sweepPool = "~sweeps"
 	agentPool = "~agent:"
@@ -22,8 +20,7 @@ const (
 
 const leaseQuery = `SELECT epoch, holder, address, expires_at FROM leases WHERE pool = $1 `
 
-// readLeaseTx reads a pool's lease in a write transaction, on PostgreSQL
-// locking its row as lock says (FOR SHARE, FOR UPDATE).
+// readLeaseTx reads a pool's lease in tx, on PostgreSQL locked by lock.
 func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (rules.Lease, error) {
 	if !s.d.pg {
 		lock = "" // SQLite's writer holds the whole database
@@ -31,21 +28,18 @@ func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (ru
 	return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+lock, pool), pool)
 }
 
-// scanLease reads a lease row (after the columns first, if any); no row
-// is a pool never seen, the zero lease.
+// scanLease reads a lease row (after the columns first); none is the zero lease.
 func scanLease(row scanner, pool string, first ...any) (rules.Lease, error) {
 	var l rules.Lease
 	var exp int64
-	err := row.Scan(append(first, &l.Epoch, &l.Holder, &l.Address, &exp)...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return rules.Lease{}, nil
+	ok, err := found(row.Scan(append(first, &l.Epoch, &l.Holder, &l.Address, &exp)...))
+	if ok {
+		l.Expires = time.UnixMilli(exp)
 	}
-	l.Expires = time.UnixMilli(exp)
 	return l, wrap(err, "read lease of pool %q", pool)
 }
 
-// Lease reads a pool's lease outside a write (fenced writes read theirs
-// in their transaction).
+// Lease reads a pool's lease outside a write (fenced writes read theirs).
 func (s *Store) Lease(ctx context.Context, pool string) (rules.Lease, error) {
 	return scanLease(s.r.QueryRowContext(ctx, leaseQuery, pool), pool)
 }
@@ -58,8 +52,8 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
 }
 
-// DecideLease applies rules.DecideLease to a pool's stored lease in one
-// write transaction and returns the previous lease and the decision.
+// DecideLease applies rules.DecideLease to a pool's lease in one write:
+// the previous lease and the decision.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		if prev, err = s.readLeaseTx(ctx, tx, pool, "FOR UPDATE"); err != nil {
@@ -94,8 +88,7 @@ func (s *Store) TakeSweep(ctx context.Context, now time.Time, ttl time.Duration)
 	return d.Next.Epoch, d.Granted, wrap(err, "sweep lease")
 }
 
-// ErrSweepLost is the error of a write made under SweepFenced after the
-// sweep lease passed to another agent: the write changed nothing.
+// ErrSweepLost: a write under SweepFenced found the sweep lease another's.
 var ErrSweepLost = errors.New("the sweep lease has passed to another agent")
 
 type sweepEpochKey struct{}
@@ -135,10 +128,9 @@ func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
 	return err
 }
 
-// TakeOverSubmission frees the idempotency key of the SUBMITTING job id
-// whose storer is dead (liveness lapsed or gone), for a retry here, and
-// takes the job from it (a resumed storer gets ErrSubmissionTaken); the
-// caller drops the job. ok is false, nothing changed, otherwise.
+// TakeOverSubmission frees the idempotency key of the SUBMITTING job id of
+// a dead storer (liveness lapsed or gone), for a retry here, and takes the
+// job from it (ErrSubmissionTaken if it resumes) for the caller to drop.
 func (s *Store) TakeOverSubmission(ctx context.Context, id int64, now time.Time) (ok bool, err error) {
 	n, err := s.do(ctx, fmt.Sprintf("take over the submission of job %d", id), `UPDATE jobs SET idem_key = '', storer = ''
 		WHERE id = $1 AND state = $2 AND storer <> $3 AND NOT EXISTS (SELECT 1 FROM leases WHERE pool = CAST($4 AS TEXT) || jobs.storer AND expires_at > $5)`,

@@ -38,7 +38,7 @@ func (s *Store) Site(ctx context.Context, name string) (Site, bool, error) {
 	return Site{}, false, err
 }
 
-// AddSite registers a site (or keeps its settings if it exists) and makes
+// AddSite registers a site (keeping its settings if it exists) with
 // agentHash its only agent token, in one transaction.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
 	return s.write(ctx, func(tx *wtx) error {
@@ -73,8 +73,8 @@ func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now tim
 	return err
 }
 
-// NodeSettings reads the admin's floor and cap of the local site's pilot
-// nodes and the cap across all sites (0 = none).
+// NodeSettings reads the admin's floor and cap of the local site's nodes
+// and the cap across all sites (0 = none).
 func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes, globalMax int, err error) {
 	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes', 'global_max_nodes')`)
 	return v["min_nodes"], v["max_nodes"], v["global_max_nodes"], err
@@ -96,8 +96,7 @@ func (s *Store) putSetting(ctx context.Context, kv ...string) error {
 	return err
 }
 
-// SiteRound is a site's agent's last round (pilots held, nodes idle,
-// when), for the other agents of a shared database.
+// SiteRound is a site's agent's last round, for the other agents.
 type SiteRound struct {
 	Held int   `json:"held"`
 	Idle int   `json:"idle"`

@@ -1,8 +1,7 @@
-// Package store is the queue's storage (SQLite or PostgreSQL): every SQL
-// statement of the queue. Each method is a short write transaction (or a
-// series, for work in chunks) or a read; a pool master's writes check its
-// lease inside their transaction (fenced). The rules applied are
-// queue/rules' pure functions; the store never calls back into the service.
+// Package store holds every SQL statement of the queue (SQLite or
+// PostgreSQL). Each method is a read or a short write transaction (or a
+// series, in chunks) applying queue/rules; a master's writes check its lease
+// in their transaction (fenced). The store never calls the service back.
 package store
 
 import (
@@ -42,13 +41,11 @@ type Store struct {
 	claim  *sql.Conn // PostgreSQL: the session holding this queue's claim (Claim)
 }
 
-// Share tells the store, right after Open, that other processes write
-// its database too, holder naming this one.
+// Share, right after Open, names this agent (holder) among others writing the database.
 func (s *Store) Share(holder string) { s.holder = holder }
 
-// Open opens (creating or migrating) the queue database: a PostgreSQL
-// database named by a postgres:// (or postgresql://) URL, else the SQLite
-// file at path.
+// Open opens, creating or migrating, the PostgreSQL database of a
+// postgres:// (or postgresql://) URL, else the SQLite file at path.
 func Open(path string) (_ *Store, err error) {
 	if IsURL(path) {
 		return openPG(path)
@@ -60,9 +57,8 @@ func Open(path string) (_ *Store, err error) {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
 	// WAL with synchronous NORMAL survives a process kill (docs/queue.md);
-	// SQLite checkpoints by itself and truncates the WAL to 64 MiB. The
-	// driver's statement cache holds every hot statement: parsing one at
-	// each call cost more than running it.
+	// SQLite checkpoints by itself, truncating the WAL to 64 MiB. Parsing a
+	// hot statement cost more than running it: the driver caches them.
 	opts := fmt.Sprintf("?_busy_timeout=5000&_stmt_cache_size=%d", len(hotQueries)+64)
 	w, _ := sql.Open("sqlite3", "file:"+path+opts+"&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
@@ -84,9 +80,8 @@ func Open(path string) (_ *Store, err error) {
 	return st, nil
 }
 
-// Close closes the database; on SQLite the writer closes last, and so
-// checkpoints the WAL into the database file. Closing again returns the
-// first Close's error.
+// Close closes the database (SQLite's writer last: it checkpoints the
+// WAL). Closing again returns the first Close's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
@@ -106,8 +101,7 @@ func (s *Store) migrate() error { return schema.Migrate(context.Background(), s.
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (s *Store) WriteStats(reset bool) txstats.Stats { return s.stats.Read(reset) }
 
-// writer names the exported store method that ran a write, for the
-// figures' LongestIn and SlowBy.
+// writer names the exported method that ran a write (txstats' SlowBy).
 func writer() string {
 	var pcs [16]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
@@ -120,11 +114,10 @@ func writer() string {
 	return "store"
 }
 
-// write runs fn in one write transaction (SQLite: IMMEDIATE on the
-// writer; PostgreSQL: SERIALIZABLE, run again after a serialisation
-// failure, so fn must set everything it returns from the start) and
-// records how long it held the write lock. Under SweepFenced, fn runs
-// after the sweep lease's check.
+// write runs fn in one write transaction (SQLite: IMMEDIATE; PostgreSQL:
+// SERIALIZABLE, run again after a serialisation failure, so fn sets all it
+// returns afresh) and records how long it held the lock. Under
+// SweepFenced, fn runs after the sweep lease's check.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	_, err := s.transact(ctx, fn)
 	return err
@@ -133,10 +126,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 // transact is write that also returns the lock time (for chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Duration, err error) {
 	sweepEpoch, fenced := ctx.Value(sweepEpochKey{}).(int64)
-	var opts *sql.TxOptions
-	if s.d.pg {
-		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
-	}
+	opts := &sql.TxOptions{Isolation: sql.LevelSerializable} // SQLite's are anyway
 	return d, backoff.Retry(func() error {
 		tx, err := s.w.BeginTx(inline(ctx), opts)
 		if err != nil {
@@ -164,10 +154,9 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 	}, retries(ctx))
 }
 
-// fenced is write for a pool's master: inside the transaction, before fn,
-// it checks that epoch is the pool's current lease, alive at now. A newer
-// grant commits before (the check refuses) or after this write: no window.
-// On PostgreSQL the row is read FOR SHARE.
+// fenced is write for a pool's master: before fn it checks, in the
+// transaction, that epoch is the pool's lease alive at now. A newer grant
+// commits before (refused) or after this write: no window.
 func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *wtx, l rules.Lease) error) error {
 	return s.write(ctx, func(tx *wtx) error {
 		l, err := s.readLeaseTx(ctx, tx, pool, "FOR SHARE")
@@ -190,9 +179,8 @@ func hot(query string) string {
 	return query
 }
 
-// inline strips ctx of its cancellation for a statement on the writer:
-// go-sqlite3 runs a cancellable statement on a goroutine of its own, a
-// scheduler trip per statement with the write lock held.
+// inline strips ctx's cancellation for the writer: go-sqlite3 runs a
+// cancellable statement on a goroutine of its own, with the lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // query runs a query in tx.
@@ -200,8 +188,7 @@ func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (
 	return tx.QueryContext(inline(ctx), query, args...)
 }
 
-// each runs a read on the readers and calls scan on every row it answers;
-// what names the read in its error.
+// each runs a read and calls scan on each row; what names it in errors.
 func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) error, query string, args ...any) error {
 	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err == nil {
@@ -213,8 +200,8 @@ func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) erro
 	return wrap(err, "%s", what)
 }
 
-// do runs one statement in a write transaction of its own and returns how
-// many rows it changed; what names it in its error.
+// do runs one statement in a write transaction and counts the rows it
+// changed; what names it in errors.
 func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int64, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), query, args...)
@@ -229,8 +216,7 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int6
 // scanner is a row to scan: *sql.Row or *sql.Rows.
 type scanner interface{ Scan(...any) error }
 
-// list runs a read on the readers and makes a value of each row it
-// answers with scan; what names the read in its error.
+// list runs a read and makes a value of each row with scan.
 func list[T any](ctx context.Context, s *Store, what string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	out := []T{}
 	err := s.each(ctx, what, func(r *sql.Rows) error {
@@ -251,7 +237,7 @@ func byKey[K comparable, V any](ctx context.Context, s *Store, what string, scan
 	}, query, args...)
 }
 
-// ids runs a read whose rows are single ids; what names it in its error.
+// ids runs a read whose rows are single ids.
 func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
 	return list(ctx, s, what, func(r scanner) (id int64, err error) {
 		err = r.Scan(&id)

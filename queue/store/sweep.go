@@ -24,9 +24,8 @@ type Expired struct {
 	Changes []JobChange
 }
 
-// ExpireZombies closes ZOMBIE grants of live jobs silent since cut (about
-// limit entries in one transaction), each open entry moved as
-// rules.AfterExpiry says.
+// ExpireZombies closes ZOMBIE grants of live jobs silent since cut, about
+// limit entries in one transaction, each open entry as rules.AfterExpiry says.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
 	var x Expired
 	err := s.write(ctx, func(tx *wtx) (err error) {
@@ -63,8 +62,7 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 }
 
 // ExpireJob makes a job that never started ERROR_EW, its waiting tasks
-// counted killed (KillTasks follows), and returns how many were waiting;
-// ok is false when the job changed since it was listed.
+// killed (KillTasks follows); ok is false if it changed since listed.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = $1 AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)

@@ -80,7 +80,7 @@ func (s *Store) PruneUsage(ctx context.Context, cut time.Time) error {
 	return err
 }
 
-// UsageRow is a user's usage and computedPriority as flushed.
+// UsageRow is a user's usage and computedPriority.
 type UsageRow struct {
 	User     string
 	Usage    fairshare.Usage
@@ -107,8 +107,7 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	return s.write(ctx, func(tx *wtx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 
-// TokenIdentity reads the user and role of a token's hash; ok is false
-// for an unknown token.
+// TokenIdentity reads the user and role of a token's hash; ok is false if unknown.
 func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT "user", role FROM tokens WHERE hash = $1`, hash).Scan(&user, &role)
 	ok, err = found(err)
@@ -119,19 +118,14 @@ func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role stri
 var ErrTokenCap = errors.New("too many tokens")
 
 // PutToken stores a token's hash unless user holds limit tokens of role
-// (ErrTokenCap): one transaction, so two at once cannot both take the last.
+// (ErrTokenCap): one statement, so two at once cannot both take the last.
 func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time, limit int) error {
-	return wrap(s.write(ctx, func(tx *wtx) error {
-		var n int
-		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = $1 AND role = $2`, user, role).Scan(&n); err != nil {
-			return err
-		}
-		if n >= limit {
-			return fmt.Errorf("%w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, n, role)
-		}
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES ($1, $2, $3, $4)`, hash, user, role, ms(now))
-		return err
-	}), "store token")
+	n, err := s.do(ctx, "store token", `INSERT INTO tokens (hash, "user", role, created_at) SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), CAST($3 AS TEXT), CAST($4 AS BIGINT)
+		WHERE (SELECT count(*) FROM tokens WHERE "user" = $2 AND role = $3) < $5`, hash, user, role, ms(now), limit)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("store token: %w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, limit, role)
+	}
+	return err
 }
 
 // TokenInfo is a stored token: its hash (never the token), role and birth.
@@ -150,9 +144,8 @@ func (s *Store) Tokens(ctx context.Context, user string) ([]TokenInfo, error) {
 	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = $1 ORDER BY created_at, hash`, user)
 }
 
-// DeleteTokens deletes user's tokens of role whose hash starts with
-// prefix (hex digits: no LIKE wildcard) and counts those that matched;
-// with one, none is deleted unless exactly one matched.
+// DeleteTokens deletes and counts user's tokens of role whose hash starts
+// with prefix (hex: no LIKE wildcard); with one, only if one matched.
 func (s *Store) DeleteTokens(ctx context.Context, user, role, prefix string, one bool) (n int, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3`, user, role, prefix+"%").Scan(&n); err != nil || one && n != 1 {
