@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -44,8 +45,7 @@ func (s *Store) CreateJob(ctx context.Context, j NewJob) (id int64, err error) {
 	return id, wrap(err, "store job")
 }
 
-// JobByKey finds the job an idempotency key created: id, request digest
-// and state; ok is false for none.
+// JobByKey reads the id, request digest and state of the job key created.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = $1 AND idem_key = $2`, owner, key).Scan(&id, &hash, &state)
 	ok, err = found(err)
@@ -93,22 +93,17 @@ var ErrSubmissionTaken = errors.New("the submission is no longer stored by this 
 // ActivateJob makes this agent's SUBMITTING job WAITING (visible).
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = $1, output_dir = $2, n_total = $3 WHERE id = $4 AND state = $5 AND storer = $6`,
-			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder)
-		if err != nil {
-			return err
+		if ok, err := found(tx.QueryRowContext(inline(ctx), `UPDATE jobs SET state = $1, output_dir = $2, n_total = $3 WHERE id = $4 AND state = $5 AND storer = $6 RETURNING id`,
+			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder).Scan(new(int64))); !ok {
+			return cmp.Or(err, ErrSubmissionTaken)
 		}
-		if k, err := res.RowsAffected(); err != nil || k != 1 {
-			return errors.Join(err, ErrSubmissionTaken)
-		}
-		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = $1 WHERE job_id = $2`, n, id)
+		_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = $1 WHERE job_id = $2`, n, id)
 		return err
 	})
 	return wrap(err, "store job")
 }
 
-// DropJob deletes a job and all it holds, entries in chunks (chunkSizer),
-// the rest with the last chunk.
+// DropJob deletes a job and all it holds, its entries in chunks (chunkSizer).
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	var err error
 	for z, more := s.chunks(chunk), true; more && err == nil; {
@@ -136,8 +131,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	return wrap(err, "drop job %d", id)
 }
 
-// SubmittingBefore lists the jobs whose submission, started before cut,
-// never completed (or whose agent died, on a shared database).
+// SubmittingBefore lists the jobs whose submission, begun before cut, is unfinished.
 func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
 	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = $1 AND submitted_at < $2`, rules.JobSubmitting, ms(cut))
 }
@@ -151,21 +145,19 @@ type JobChange struct {
 // jobColumns, read by scanJob from jobsCounted: jobs with their counters.
 const (
 	jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
-	submitted_at, started_at, finished_at, expires_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
+	submitted_at / 1000, started_at / 1000, finished_at / 1000, expires_at / 1000, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
 	jobsCounted = `jobs JOIN counts ON counts.job_id = jobs.id`
 )
 
 func scanJob(sc scanner) (api.Job, error) {
 	var j api.Job
 	var cmd string
-	var sub, st, fin, exp int64
 	err := sc.Scan(&j.ID, &j.Owner, &j.Name, &j.State, &j.Dataset, &j.OutputDir, &cmd, &j.BatchSize, &j.Price, &j.Cores, &j.MaxAttempts, &j.TimeoutS,
-		&sub, &st, &fin, &exp, &j.Tasks.Total, &j.Tasks.Waiting, &j.Tasks.Running, &j.Tasks.Done, &j.Tasks.Failed, &j.Tasks.Killed)
-	if err != nil {
-		return j, err
+		&j.SubmittedAt, &j.StartedAt, &j.FinishedAt, &j.ExpiresAt, &j.Tasks.Total, &j.Tasks.Waiting, &j.Tasks.Running, &j.Tasks.Done, &j.Tasks.Failed, &j.Tasks.Killed)
+	if err == nil {
+		err = wrap(json.Unmarshal([]byte(cmd), &j.Command), "job %d: stored command", j.ID)
 	}
-	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sub/1000, st/1000, fin/1000, exp/1000
-	return j, wrap(json.Unmarshal([]byte(cmd), &j.Command), "job %d: stored command", j.ID)
+	return j, err
 }
 
 // Job reads one visible job; api.ErrNotFound when there is none.
@@ -177,8 +169,7 @@ func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
 	return j, wrap(err, "read job %d", id)
 }
 
-// ListJobs reads up to limit visible jobs of owner in state ("" = any)
-// below cursor, newest first.
+// ListJobs reads up to limit visible jobs of owner in state ("" = any) below cursor.
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
 	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < $1 AND state != $2 AND (CAST($3 AS TEXT) = '' OR owner = $3) AND (CAST($4 AS TEXT) = '' OR state = $4)
 		ORDER BY id DESC LIMIT $5`, cursor, rules.JobSubmitting, owner, state, limit)
@@ -197,8 +188,7 @@ const (
 	expiryKills = "WAITING"
 )
 
-// CancelJob makes a live job KILLED; a KILLED one is Already, another
-// final one api.ErrConflict.
+// CancelJob makes a live job KILLED; a KILLED one is Already, others ErrConflict.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (c Cancelled, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		var state string
@@ -327,8 +317,7 @@ func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, r
 	return byOwner, requeued, err
 }
 
-// Failures reads up to limit entries of job above cursor that ever
-// failed, in order, each with its last failed attempt.
+// Failures reads up to limit ever-failed entries of job above cursor, with their last failure.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	after := max(cursor-taskID(job, 0), -1)
 	return list(ctx, s, fmt.Sprintf("read job %d's failures", job), func(r scanner) (f api.Failure, err error) {

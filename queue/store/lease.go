@@ -52,8 +52,7 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 	}, `SELECT pool, epoch, holder, address, expires_at FROM leases`)
 }
 
-// DecideLease applies rules.DecideLease to a pool's lease in one write:
-// the previous lease and the decision.
+// DecideLease applies rules.DecideLease to a pool's lease in one write.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		if prev, err = s.readLeaseTx(ctx, tx, pool, "FOR UPDATE"); err != nil {
@@ -121,8 +120,7 @@ func (s *Store) Leave(ctx context.Context) error {
 	return err
 }
 
-// PruneAgents removes the liveness rows (killed agents leave theirs) that
-// lapsed before cut; a missing row counts as a dead agent.
+// PruneAgents removes liveness rows lapsed before cut (killed agents leave theirs).
 func (s *Store) PruneAgents(ctx context.Context, cut time.Time) error {
 	_, err := s.do(ctx, "prune the liveness of dead agents", `DELETE FROM leases WHERE pool LIKE $1 AND expires_at < $2`, agentPool+"%", ms(cut))
 	return err

@@ -38,8 +38,7 @@ func (s *Store) Site(ctx context.Context, name string) (Site, bool, error) {
 	return Site{}, false, err
 }
 
-// AddSite registers a site (keeping its settings if it exists) with
-// agentHash its only agent token, in one transaction.
+// AddSite registers a site (keeping its settings) with agentHash its only agent token.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
 	return s.write(ctx, func(tx *wtx) error {
 		if _, err := tx.ExecContext(inline(ctx), `INSERT INTO sites (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
@@ -73,8 +72,7 @@ func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now tim
 	return err
 }
 
-// NodeSettings reads the admin's floor and cap of the local site's nodes
-// and the cap across all sites (0 = none).
+// NodeSettings reads the admin's floor and cap of local nodes and the global cap (0 = none).
 func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes, globalMax int, err error) {
 	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes', 'global_max_nodes')`)
 	return v["min_nodes"], v["max_nodes"], v["global_max_nodes"], err

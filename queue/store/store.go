@@ -200,8 +200,7 @@ func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) erro
 	return wrap(err, "%s", what)
 }
 
-// do runs one statement in a write transaction and counts the rows it
-// changed; what names it in errors.
+// do runs one statement in a write transaction and counts the rows it changed.
 func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int64, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), query, args...)

@@ -8,8 +8,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// MarkZombies makes up to limit live grants whose last heartbeat is
-// older than cut ZOMBIE, in one transaction, and counts them.
+// MarkZombies makes up to limit live grants silent since cut ZOMBIE, and counts them.
 func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int, error) {
 	n, err := s.do(ctx, "sweep zombies", `UPDATE grants SET state = 'ZOMBIE' WHERE id IN
 		(SELECT id FROM grants WHERE state != 'CLOSED' AND state != 'ZOMBIE' AND heartbeat_at < $1 LIMIT $2)`, ms(cut), limit)
@@ -26,9 +25,8 @@ type Expired struct {
 
 // ExpireZombies closes ZOMBIE grants of live jobs silent since cut, about
 // limit entries in one transaction, each open entry as rules.AfterExpiry says.
-func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (Expired, error) {
-	var x Expired
-	err := s.write(ctx, func(tx *wtx) (err error) {
+func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (x Expired, err error) {
+	err = s.write(ctx, func(tx *wtx) (err error) {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		x.Changes, _, err = s.newBatch(ctx, tx).closeGrants(now, limit, func(j *jobRow, e *exceptionRow) {
 			tr := rules.AfterExpiry(e.tries, j.maxTries)

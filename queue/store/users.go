@@ -35,8 +35,7 @@ func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) 
 	}, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
 }
 
-// WaitingByOwner sums the WAITING tasks of live jobs per owner (only's
-// alone when set).
+// WaitingByOwner sums live jobs' WAITING tasks per owner (only's, if set).
 func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
 	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST($1 AS TEXT) = '' OR owner = $1) GROUP BY owner`, only)
 }
