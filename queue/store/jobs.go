@@ -118,13 +118,8 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 			if more = n == int64(k); err != nil || more {
 				return err
 			}
-			for _, q := range []string{`DELETE FROM exceptions WHERE job_id = $1`, `DELETE FROM grants WHERE job_id = $1`,
-				`DELETE FROM counts WHERE job_id = $1`, `DELETE FROM jobs WHERE id = $1`} {
-				if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
-					return err
-				}
-			}
-			return nil
+			return execs(ctx, tx, []any{`DELETE FROM exceptions WHERE job_id = $1`, id}, []any{`DELETE FROM grants WHERE job_id = $1`, id},
+				[]any{`DELETE FROM counts WHERE job_id = $1`, id}, []any{`DELETE FROM jobs WHERE id = $1`, id})
 		})
 		z.took(k, d)
 	}
@@ -211,12 +206,8 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (c Cance
 // killJob makes job id final, its waiting and active tasks counted killed,
 // and records the task states KillTasks is to kill.
 func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
-	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = $1, cancelled_at = $2, finished_at = $3, kill_states = $4 WHERE id = $5`,
-		state, cancelled, finished, kills, id); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = $1`, id)
-	return err
+	return execs(ctx, tx, []any{`UPDATE jobs SET state = $1, cancelled_at = $2, finished_at = $3, kill_states = $4 WHERE id = $5`, state, cancelled, finished, kills, id},
+		[]any{`UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = $1`, id})
 }
 
 // KillTasks kills the tasks a cancel or expiry recorded (kill_states): the
@@ -238,11 +229,8 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	}
 	if err == nil && pending != "" {
 		err = s.write(ctx, func(tx *wtx) error {
-			if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = $1`, id)
-			return err
+			return execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
+				[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
 		})
 	}
 	return wrap(err, "kill tasks of job %d", id)

@@ -41,10 +41,8 @@ func (s *Store) Site(ctx context.Context, name string) (Site, bool, error) {
 // AddSite registers a site (keeping its settings) with agentHash its only agent token.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
 	return s.write(ctx, func(tx *wtx) error {
-		if _, err := tx.ExecContext(inline(ctx), `INSERT INTO sites (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
-			return err
-		}
-		return replaceToken(ctx, tx, name, agentRole, agentHash, now)
+		return execs(ctx, tx, append(replaceToken(name, agentRole, agentHash, now),
+			[]any{`INSERT INTO sites (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, ms(now)})...)
 	})
 }
 
@@ -60,16 +58,13 @@ func (s *Store) PutSite(ctx context.Context, st Site) error {
 
 // ReplaceToken makes hash the only token of user with role.
 func (s *Store) ReplaceToken(ctx context.Context, user, role, hash string, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error { return replaceToken(ctx, tx, user, role, hash, now) })
+	return s.write(ctx, func(tx *wtx) error { return execs(ctx, tx, replaceToken(user, role, hash, now)...) })
 }
 
-func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now time.Time) error {
-	if _, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = $1 AND role = $2 AND hash <> $3`, user, role, hash); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (hash) DO UPDATE SET "user" = excluded."user", role = excluded.role`, hash, user, role, ms(now))
-	return err
+func replaceToken(user, role, hash string, now time.Time) [][]any {
+	return [][]any{{`DELETE FROM tokens WHERE "user" = $1 AND role = $2 AND hash <> $3`, user, role, hash},
+		{`INSERT INTO tokens (hash, "user", role, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (hash) DO UPDATE SET "user" = excluded."user", role = excluded.role`, hash, user, role, ms(now)}}
 }
 
 // NodeSettings reads the admin's floor and cap of local nodes and the global cap (0 = none).

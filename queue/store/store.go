@@ -212,6 +212,16 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int6
 	return n, wrap(err, "%s", what)
 }
 
+// execs runs statements in tx, in order, each its SQL and then its arguments.
+func execs(ctx context.Context, tx *wtx, stmts ...[]any) error {
+	for _, st := range stmts {
+		if _, err := tx.ExecContext(inline(ctx), st[0].(string), st[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // scanner is a row to scan: *sql.Row or *sql.Rows.
 type scanner interface{ Scan(...any) error }
 
