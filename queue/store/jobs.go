@@ -14,8 +14,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// NewJob is a validated job; IdemKey ("" = none) and IdemHash (its
-// request's digest) are its idempotency key.
+// NewJob is a validated job; IdemKey ("" = none) and IdemHash (its request's digest) dedupe it.
 type NewJob struct {
 	Owner, Name, Dataset string
 	Command              []string
@@ -210,10 +209,9 @@ func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, fi
 		[]any{`UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = $1`, id})
 }
 
-// KillTasks kills the tasks a cancel or expiry recorded (kill_states): the
-// open entries of live grants, in chunks, then the waiting exceptions (the
-// counters moved with the job's state; fresh entries need no row), and
-// clears the record. A crash leaves it for Open to finish (PendingKills).
+// KillTasks kills the tasks a cancel or expiry recorded (kill_states): live grants' open
+// entries in chunks, then waiting exceptions (counters moved with the job's state; fresh
+// entries need no row), and clears the record, which a crash leaves (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
@@ -236,9 +234,8 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	return wrap(err, "kill tasks of job %d", id)
 }
 
-// closeGrants closes the grants a query selects, about limit open entries
-// (loadGrants), each open entry an exception row end fills in, flushes the
-// batch and says whether more grants remain.
+// closeGrants closes the grants query selects (about limit open entries), each open
+// entry an exception row end fills in, flushes the batch and says if more remain.
 func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
 	gs, more, err := b.loadGrants(limit, query, args...)
 	ids := make([]int64, len(gs))

@@ -73,9 +73,8 @@ func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lea
 	return wrap(err, "save lease of pool %q", pool)
 }
 
-// CheckEpoch is an empty fenced write: whether epoch is the pool's live
-// lease, serialised with every other write (for a master's acts that store
-// nothing here, like a recommendation).
+// CheckEpoch is an empty fenced write: whether epoch is the pool's live lease, serialised
+// with all writes (for a master's acts that store nothing here, like a recommendation).
 func (s *Store) CheckEpoch(ctx context.Context, pool string, epoch int64, now time.Time) error {
 	return s.fenced(ctx, pool, epoch, now, func(*wtx, rules.Lease) error { return nil })
 }

@@ -60,8 +60,7 @@ type UsageEvent struct {
 	CPU, Cost float64
 }
 
-// UsageEvents reads per owner the usage of the results received after
-// since, oldest first (the sliding usage window).
+// UsageEvents reads per owner the usage received after since, oldest first (the window).
 func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]UsageEvent, error) {
 	out := map[string][]UsageEvent{}
 	return out, s.each(ctx, "read usage", func(r *sql.Rows) error {
