@@ -638,7 +638,7 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 		q.dropJob(id)
 		return api.Job{}, err
 	}
-	if err := q.st.InsertTasks(ctx, id, names, now, q.cfg.InsertChunk, func(k int) { sub.stored.Add(int64(k)) }); err != nil {
+	if err := q.st.InsertTasks(ctx, id, names, q.cfg.InsertChunk, func(k int) { sub.stored.Add(int64(k)) }); err != nil {
 		q.dropJob(id)
 		return api.Job{}, err
 	}

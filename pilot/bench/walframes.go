@@ -88,7 +88,7 @@ func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames
 		if err != nil {
 			return w, err
 		}
-		if err := s.InsertTasks(ctx, id, names, t0, 1000, nil); err != nil {
+		if err := s.InsertTasks(ctx, id, names, 1000, nil); err != nil {
 			return w, err
 		}
 		if err := s.ActivateJob(ctx, id, "/o", len(names)); err != nil {

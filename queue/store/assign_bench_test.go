@@ -39,7 +39,7 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 	var jobs []int64
 	for u := 0; u < 1000; u++ {
 		id, _ := s.CreateJob(ctx, NewJob{Owner: fmt.Sprintf("u%04d", u), Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1, Submitted: t0, Expires: t0.Add(time.Hour)})
-		s.InsertTasks(ctx, id, names, t0, 1000, nil)
+		s.InsertTasks(ctx, id, names, 1000, nil)
 		s.ActivateJob(ctx, id, "/o", 200)
 		jobs = append(jobs, id)
 	}
@@ -75,7 +75,7 @@ func BenchmarkFailedResultsWithLongTails(b *testing.B) {
 			for i := range names {
 				names[i] = fmt.Sprintf("t%03d", i)
 			}
-			s.InsertTasks(ctx, id, names, t0, 1000, nil)
+			s.InsertTasks(ctx, id, names, 1000, nil)
 			s.ActivateJob(ctx, id, "/o", len(names))
 			msg := strings.Repeat("e", tail)
 			var longest time.Duration
@@ -121,7 +121,7 @@ func BenchmarkAssignRetriesOf250Jobs(b *testing.B) {
 	takes := make([]Take, 250)
 	for u := range takes {
 		id, _ := s.CreateJob(ctx, NewJob{Owner: fmt.Sprintf("u%04d", u), Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1 << 30, Submitted: t0, Expires: t0.Add(time.Hour)})
-		s.InsertTasks(ctx, id, names, t0, 1000, nil)
+		s.InsertTasks(ctx, id, names, 1000, nil)
 		s.ActivateJob(ctx, id, "/o", len(names))
 		takes[u] = Take{Job: id, N: len(names)}
 	}

@@ -78,7 +78,7 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 	}
 	names = append(names, odd...)
 	var sizes []int
-	if err := s.InsertTasks(ctx, id, names, t0, 300, func(k int) { sizes = append(sizes, k) }); err != nil {
+	if err := s.InsertTasks(ctx, id, names, 300, func(k int) { sizes = append(sizes, k) }); err != nil {
 		t.Fatal(err)
 	}
 	total := 0
@@ -122,7 +122,7 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.InsertTasks(ctx, other, []string{"good", "bad\xff"}, t0, 300, nil)
+	err = s.InsertTasks(ctx, other, []string{"good", "bad\xff"}, 300, nil)
 	if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
 		t.Fatalf("a name that is not UTF-8: %v", err)
 	}

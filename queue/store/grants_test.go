@@ -35,7 +35,7 @@ func openWithJob(t *testing.T, path string, n int) (*Store, int64) {
 	for i := range names {
 		names[i] = fmt.Sprintf("t%03d", i)
 	}
-	if err := s.InsertTasks(ctx, id, names, t0, 100, nil); err != nil {
+	if err := s.InsertTasks(ctx, id, names, 100, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ActivateJob(ctx, id, "/o", n); err != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -13,8 +14,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// NewJob is a validated job; IdemKey is its idempotency key ("" = none),
-// IdemHash the digest of its request.
+// NewJob is a validated job; IdemKey ("" = none) and IdemHash (its request's digest) dedupe it.
 type NewJob struct {
 	Owner, Name, Dataset string
 	Command              []string
@@ -27,46 +27,40 @@ type NewJob struct {
 }
 
 // CreateJob stores a job as SUBMITTING (invisible to reads and pulls).
-func (s *Store) CreateJob(ctx context.Context, j NewJob) (int64, error) {
+func (s *Store) CreateJob(ctx context.Context, j NewJob) (id int64, err error) {
 	cmd, _ := json.Marshal(j.Command) // a []string always encodes
-	var id int64
-	err := s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash, storer)
-			VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id`,
 			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash, s.holder).Scan(&id)
 		if duplicate(err) {
 			return fmt.Errorf("%w: idempotency key %q is taken by a submission under way", api.ErrConflict, j.IdemKey)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES ($1)`, id)
 		}
-		_, err = tx.ExecContext(inline(ctx), `INSERT INTO counts (job_id) VALUES (?)`, id)
 		return err
 	})
 	return id, wrap(err, "store job")
 }
 
-// JobByKey finds the job an idempotency key created: its id, the digest
-// of that request and its state; ok is false when there is none.
+// JobByKey reads the id, request digest and state of the job key created.
 func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash, state string, ok bool, err error) {
-	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = ? AND idem_key = ?`, owner, key).Scan(&id, &hash, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, "", "", false, nil
-	}
-	return id, hash, state, err == nil, wrap(err, "find job by idempotency key")
+	err = s.r.QueryRowContext(ctx, `SELECT id, idem_hash, state FROM jobs WHERE owner = $1 AND idem_key = $2`, owner, key).Scan(&id, &hash, &state)
+	ok, err = found(err)
+	return id, hash, state, ok, wrap(err, "find job by idempotency key")
 }
 
-// InsertTasks appends names to a SUBMITTING job's entries, in
-// transactions of at most chunk (chunkSizer); stored, if set, hears how
-// many each stored.
-func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, now time.Time, chunk int, stored func(int)) error {
+// InsertTasks appends names to a SUBMITTING job's entries in transactions
+// of at most chunk (chunkSizer), telling stored, if set, each one's count.
+func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chunk int, stored func(int)) error {
 	for _, n := range names {
 		if !utf8.ValidString(n) {
 			return fmt.Errorf("store tasks of job %d: task name %q is not valid UTF-8", job, n)
 		}
 	}
 	var next int
-	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = ?`, job).Scan(&next)
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = $1`, job).Scan(&next)
 	for z := s.chunks(chunk); len(names) > 0 && err == nil; {
 		if err = ctx.Err(); err != nil { // between chunks, not inside one
 			break
@@ -95,58 +89,45 @@ var insertEntries = rowsSQL(`INSERT INTO entries (job_id, idx, name) SELECT * FR
 // ErrSubmissionTaken: another agent took the submission over (TakeOverSubmission).
 var ErrSubmissionTaken = errors.New("the submission is no longer stored by this agent (another agent took it over)")
 
-// ActivateJob makes this agent's SUBMITTING job WAITING, and visible,
-// with its n tasks and output directory.
+// ActivateJob makes this agent's SUBMITTING job WAITING (visible).
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
 	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, output_dir = ?, n_total = ? WHERE id = ? AND state = ? AND storer = ?`,
-			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder)
-		if err != nil {
-			return err
+		if ok, err := found(tx.QueryRowContext(inline(ctx), `UPDATE jobs SET state = $1, output_dir = $2, n_total = $3 WHERE id = $4 AND state = $5 AND storer = $6 RETURNING id`,
+			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder).Scan(new(int64))); !ok {
+			return cmp.Or(err, ErrSubmissionTaken)
 		}
-		if k, err := res.RowsAffected(); err != nil || k != 1 {
-			return errors.Join(err, ErrSubmissionTaken)
-		}
-		_, err = tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = ? WHERE job_id = ?`, n, id)
+		_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_waiting = $1 WHERE job_id = $2`, n, id)
 		return err
 	})
 	return wrap(err, "store job")
 }
 
-// DropJob deletes a job and all it holds, its entries in transactions of
-// at most chunk (chunkSizer).
+// DropJob deletes a job and all it holds, its entries in chunks (chunkSizer).
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	var err error
-	for z, n := s.chunks(chunk), int64(1); n > 0 && err == nil; {
+	for z, more := s.chunks(chunk), true; more && err == nil; {
 		k := z.size()
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *wtx) error {
-			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = ? AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = ? ORDER BY idx LIMIT ?) AS c)`, id, id, k)
+			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = $1 AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = $1 ORDER BY idx LIMIT $2) AS c)`, id, k)
+			var n int64
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
-			return err
+			if more = n == int64(k); err != nil || more {
+				return err
+			}
+			return execs(ctx, tx, []any{`DELETE FROM exceptions WHERE job_id = $1`, id}, []any{`DELETE FROM grants WHERE job_id = $1`, id},
+				[]any{`DELETE FROM counts WHERE job_id = $1`, id}, []any{`DELETE FROM jobs WHERE id = $1`, id})
 		})
 		z.took(k, d)
-	}
-	if err == nil {
-		err = s.write(ctx, func(tx *wtx) error {
-			for _, q := range []string{`DELETE FROM exceptions WHERE job_id = ?`, `DELETE FROM grants WHERE job_id = ?`,
-				`DELETE FROM counts WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
-				if _, err := tx.ExecContext(inline(ctx), q, id); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
 	}
 	return wrap(err, "drop job %d", id)
 }
 
-// SubmittingBefore lists the jobs whose submission started before cut and
-// never completed (on a shared database: its agent died).
+// SubmittingBefore lists the jobs whose submission, begun before cut, is unfinished.
 func (s *Store) SubmittingBefore(ctx context.Context, cut time.Time) ([]int64, error) {
-	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = ? AND submitted_at < ?`, rules.JobSubmitting, ms(cut))
+	return s.ids(ctx, "find partial submissions", `SELECT id FROM jobs WHERE state = $1 AND submitted_at < $2`, rules.JobSubmitting, ms(cut))
 }
 
 // JobChange is a job's state change made by a write.
@@ -158,37 +139,34 @@ type JobChange struct {
 // jobColumns, read by scanJob from jobsCounted: jobs with their counters.
 const (
 	jobColumns = `id, owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s,
-	submitted_at, started_at, finished_at, expires_at, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
+	submitted_at / 1000, started_at / 1000, finished_at / 1000, expires_at / 1000, n_total, n_waiting, n_active, n_done, n_failed, n_killed`
 	jobsCounted = `jobs JOIN counts ON counts.job_id = jobs.id`
 )
 
 func scanJob(sc scanner) (api.Job, error) {
 	var j api.Job
 	var cmd string
-	var sub, st, fin, exp int64
 	err := sc.Scan(&j.ID, &j.Owner, &j.Name, &j.State, &j.Dataset, &j.OutputDir, &cmd, &j.BatchSize, &j.Price, &j.Cores, &j.MaxAttempts, &j.TimeoutS,
-		&sub, &st, &fin, &exp, &j.Tasks.Total, &j.Tasks.Waiting, &j.Tasks.Running, &j.Tasks.Done, &j.Tasks.Failed, &j.Tasks.Killed)
-	if err != nil {
-		return j, err
+		&j.SubmittedAt, &j.StartedAt, &j.FinishedAt, &j.ExpiresAt, &j.Tasks.Total, &j.Tasks.Waiting, &j.Tasks.Running, &j.Tasks.Done, &j.Tasks.Failed, &j.Tasks.Killed)
+	if err == nil {
+		err = wrap(json.Unmarshal([]byte(cmd), &j.Command), "job %d: stored command", j.ID)
 	}
-	j.SubmittedAt, j.StartedAt, j.FinishedAt, j.ExpiresAt = sub/1000, st/1000, fin/1000, exp/1000
-	return j, wrap(json.Unmarshal([]byte(cmd), &j.Command), "job %d: stored command", j.ID)
+	return j, err
 }
 
 // Job reads one visible job; api.ErrNotFound when there is none.
 func (s *Store) Job(ctx context.Context, id int64) (api.Job, error) {
-	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id = ? AND state != ?`, id, rules.JobSubmitting))
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id = $1 AND state != $2`, id, rules.JobSubmitting))
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Job{}, fmt.Errorf("%w: job %d", api.ErrNotFound, id)
 	}
 	return j, wrap(err, "read job %d", id)
 }
 
-// ListJobs reads up to limit visible jobs below cursor, newest first, of
-// owner and in state ("" = any).
+// ListJobs reads up to limit visible jobs of owner in state ("" = any) below cursor.
 func (s *Store) ListJobs(ctx context.Context, owner, state string, cursor int64, limit int) ([]api.Job, error) {
-	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < ? AND state != ? AND (CAST(? AS TEXT) = '' OR owner = ?) AND (CAST(? AS TEXT) = '' OR state = ?)
-		ORDER BY id DESC LIMIT ?`, cursor, rules.JobSubmitting, owner, owner, state, state, limit)
+	return list(ctx, s, "list jobs", scanJob, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE id < $1 AND state != $2 AND (CAST($3 AS TEXT) = '' OR owner = $3) AND (CAST($4 AS TEXT) = '' OR state = $4)
+		ORDER BY id DESC LIMIT $5`, cursor, rules.JobSubmitting, owner, state, limit)
 }
 
 // Cancelled is what a cancel took away from the job's owner.
@@ -204,14 +182,12 @@ const (
 	expiryKills = "WAITING"
 )
 
-// CancelJob makes a live job KILLED (killJob). A KILLED job is Already;
-// another final job is api.ErrConflict.
-func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancelled, error) {
-	var c Cancelled
-	err := s.write(ctx, func(tx *wtx) error {
+// CancelJob makes a live job KILLED; a KILLED one is Already, others ErrConflict.
+func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (c Cancelled, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
 		var state string
 		c = Cancelled{}
-		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = ?`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = $1`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
 			return err
 		}
 		switch {
@@ -226,50 +202,40 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (Cancell
 	return c, wrap(err, "cancel job %d", id)
 }
 
-// killJob makes job id final in state, its waiting and active tasks
-// counted killed, and records the task states KillTasks is to kill.
+// killJob makes job id final, its waiting and active tasks counted killed,
+// and records the task states KillTasks is to kill.
 func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
-	if _, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET state = ?, cancelled_at = ?, finished_at = ?, kill_states = ? WHERE id = ?`,
-		state, cancelled, finished, kills, id); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(inline(ctx), `UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = ?`, id)
-	return err
+	return execs(ctx, tx, []any{`UPDATE jobs SET state = $1, cancelled_at = $2, finished_at = $3, kill_states = $4 WHERE id = $5`, state, cancelled, finished, kills, id},
+		[]any{`UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = $1`, id})
 }
 
-// KillTasks kills the tasks a cancel or expiry recorded (kill_states):
-// the open entries of live grants, in transactions of at most chunk, then
-// the waiting exceptions, and clears the record (the counters were set
-// with the job's state; fresh entries need no row). A crash leaves the
-// record for Open to finish (PendingKills).
+// KillTasks kills the tasks a cancel or expiry recorded (kill_states): live grants' open
+// entries in chunks, then waiting exceptions (counters moved with the job's state; fresh
+// entries need no row), and clears the record, which a crash leaves (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
-	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = ?`, id).Scan(&pending)
+	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
 	if err == nil && pending != "" && pending != cancelKills && pending != expiryKills {
 		err = fmt.Errorf("unknown states %q recorded", pending)
 	}
 	for more := pending == cancelKills; more && err == nil; {
 		err = s.write(ctx, func(tx *wtx) (err error) {
 			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
-				`WHERE g.job_id = ? AND g.state != 'CLOSED' ORDER BY g.id`, id)
+				`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			return err
 		})
 	}
 	if err == nil && pending != "" {
 		err = s.write(ctx, func(tx *wtx) error {
-			if _, err := tx.ExecContext(inline(ctx), `UPDATE exceptions SET state = 'KILLED', finished_at = ? WHERE job_id = ? AND state = 'WAITING'`, ms(now), id); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(inline(ctx), `UPDATE jobs SET kill_states = '' WHERE id = ?`, id)
-			return err
+			return execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
+				[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
 		})
 	}
 	return wrap(err, "kill tasks of job %d", id)
 }
 
-// closeGrants closes the grants a query selects, up to about limit open
-// entries (loadGrants), each open entry an exception row that end fills
-// in; it flushes the batch and says whether more grants remain.
+// closeGrants closes the grants query selects (about limit open entries), each open
+// entry an exception row end fills in, flushes the batch and says if more remain.
 func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
 	gs, more, err := b.loadGrants(limit, query, args...)
 	ids := make([]int64, len(gs))
@@ -308,10 +274,10 @@ func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)
 }
 
-// CancelledSince lists the jobs cancelled after since, by id. Asked at
-// every pull and results: the WHERE repeats the partial index's.
+// CancelledSince lists the jobs cancelled after since, by id (at every
+// pull: the WHERE repeats the partial index's).
 func (s *Store) CancelledSince(ctx context.Context, since time.Time) ([]int64, error) {
-	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > ? ORDER BY id`, ms(since))
+	return s.ids(ctx, "list cancelled jobs", `SELECT id FROM jobs WHERE cancelled_at > 0 AND cancelled_at > $1 ORDER BY id`, ms(since))
 }
 
 // Demand sums the waiting and the active tasks of live jobs.
@@ -325,24 +291,18 @@ type TaskCounts struct {
 	Waiting, Running, Done, Failed, Killed int
 }
 
-// TaskStats counts the tasks of stored jobs per owner, and the hand-outs
-// beyond a task's first.
+// TaskStats counts the tasks of stored jobs per owner, and the re-hand-outs.
 func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
-	byOwner = map[string]TaskCounts{}
-	err = s.each(ctx, "stats", func(rs *sql.Rows) error {
-		var owner string
-		var t TaskCounts
-		var r int
-		err := rs.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &r)
-		byOwner[owner] = t
-		requeued += r
-		return err
+	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t TaskCounts, err error) {
+		var n int
+		err = r.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &n)
+		requeued += n
+		return owner, t, err
 	}, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
 	return byOwner, requeued, err
 }
 
-// Failures reads up to limit entries of job above cursor that failed at
-// least once, in order, each with its last failed attempt.
+// Failures reads up to limit ever-failed entries of job above cursor, with their last failure.
 func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]api.Failure, error) {
 	after := max(cursor-taskID(job, 0), -1)
 	return list(ctx, s, fmt.Sprintf("read job %d's failures", job), func(r scanner) (f api.Failure, err error) {
@@ -352,7 +312,7 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 	}, `SELECT x.idx, e.name, CASE WHEN x.state = 'GRANTED' THEN coalesce(g.state, 'ASSIGNED') ELSE x.state END,
 			x.tries, x.fail_attempt, x.status, x.exit_code, x.pool, x.pilot, x.started_at, x.duration_ms, x.error_tail
 		FROM exceptions x JOIN entries e ON e.job_id = x.job_id AND e.idx = x.idx LEFT JOIN grants g ON g.id = x.grant_id AND x.state = 'GRANTED'
-		WHERE x.job_id = ? AND x.idx > ? AND x.tries > 0 ORDER BY x.idx LIMIT ?`, job, after, limit)
+		WHERE x.job_id = $1 AND x.idx > $2 AND x.tries > 0 ORDER BY x.idx LIMIT $3`, job, after, limit)
 }
 
 // ReadyJob is a live job as a pull plans with it.
@@ -365,8 +325,8 @@ type ReadyJob struct {
 	TimeoutS                  int64
 }
 
-// LiveJobs reads every live job, by price (highest first) then FIFO, and
-// per owner the cores their active tasks hold.
+// LiveJobs reads the live jobs, by price (highest first) then FIFO, and the
+// cores each owner's active tasks hold.
 func (s *Store) LiveJobs(ctx context.Context) (jobs []ReadyJob, running map[string]int, err error) {
 	running = map[string]int{}
 	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {

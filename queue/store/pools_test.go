@@ -23,7 +23,7 @@ func job(t *testing.T, s *Store, t0 time.Time, names ...string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.InsertTasks(ctx, id, names, t0, 100, nil); err != nil {
+	if err := s.InsertTasks(ctx, id, names, 100, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ActivateJob(ctx, id, "/o", len(names)); err != nil {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -39,20 +38,17 @@ func (s *Store) Site(ctx context.Context, name string) (Site, bool, error) {
 	return Site{}, false, err
 }
 
-// AddSite registers a site (or keeps its settings if it exists) and makes
-// agentHash its only agent token, in one transaction.
+// AddSite registers a site (keeping its settings) with agentHash its only agent token.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
 	return s.write(ctx, func(tx *wtx) error {
-		if _, err := tx.ExecContext(inline(ctx), `INSERT INTO sites (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, ms(now)); err != nil {
-			return err
-		}
-		return replaceToken(ctx, tx, name, agentRole, agentHash, now)
+		return execs(ctx, tx, append(replaceToken(name, agentRole, agentHash, now),
+			[]any{`INSERT INTO sites (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, ms(now)})...)
 	})
 }
 
 // PutSite stores a registered site's floor, cap and pause.
 func (s *Store) PutSite(ctx context.Context, st Site) error {
-	n, err := s.do(ctx, "store site "+st.Name, `UPDATE sites SET min_nodes = ?, max_nodes = ?, paused = CASE WHEN ? THEN 1 ELSE 0 END WHERE name = ?`,
+	n, err := s.do(ctx, "store site "+st.Name, `UPDATE sites SET min_nodes = $1, max_nodes = $2, paused = CASE WHEN $3 THEN 1 ELSE 0 END WHERE name = $4`,
 		st.MinNodes, st.MaxNodes, st.Paused, st.Name)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("site %s is not registered", st.Name)
@@ -62,20 +58,16 @@ func (s *Store) PutSite(ctx context.Context, st Site) error {
 
 // ReplaceToken makes hash the only token of user with role.
 func (s *Store) ReplaceToken(ctx context.Context, user, role, hash string, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error { return replaceToken(ctx, tx, user, role, hash, now) })
+	return s.write(ctx, func(tx *wtx) error { return execs(ctx, tx, replaceToken(user, role, hash, now)...) })
 }
 
-func replaceToken(ctx context.Context, tx *wtx, user, role, hash string, now time.Time) error {
-	if _, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ? AND hash <> ?`, user, role, hash); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (hash) DO UPDATE SET "user" = excluded."user", role = excluded.role`, hash, user, role, ms(now))
-	return err
+func replaceToken(user, role, hash string, now time.Time) [][]any {
+	return [][]any{{`DELETE FROM tokens WHERE "user" = $1 AND role = $2 AND hash <> $3`, user, role, hash},
+		{`INSERT INTO tokens (hash, "user", role, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (hash) DO UPDATE SET "user" = excluded."user", role = excluded.role`, hash, user, role, ms(now)}}
 }
 
-// NodeSettings reads the admin's floor and cap of the local site's pilot
-// nodes and the cap across all sites (0 = none).
+// NodeSettings reads the admin's floor and cap of local nodes and the global cap (0 = none).
 func (s *Store) NodeSettings(ctx context.Context) (minNodes, maxNodes, globalMax int, err error) {
 	v, err := s.sums(ctx, "read node settings", `SELECT key, value FROM settings WHERE key IN ('min_nodes', 'max_nodes', 'global_max_nodes')`)
 	return v["min_nodes"], v["max_nodes"], v["global_max_nodes"], err
@@ -88,17 +80,16 @@ func (s *Store) PutNodeSettings(ctx context.Context, minNodes, maxNodes, globalM
 
 // putSetting stores settings (key, value, key, value, ...) in one statement.
 func (s *Store) putSetting(ctx context.Context, kv ...string) error {
-	args := make([]any, len(kv))
+	args, rows := make([]any, len(kv)), make([]string, len(kv)/2)
 	for i, v := range kv {
-		args[i] = v
+		args[i], rows[i/2] = v, fmt.Sprintf("($%d, $%d)", i/2*2+1, i/2*2+2)
 	}
-	_, err := s.do(ctx, "store setting "+kv[0], `INSERT INTO settings (key, value) VALUES (?, ?)`+strings.Repeat(", (?, ?)", len(kv)/2-1)+
+	_, err := s.do(ctx, "store setting "+kv[0], `INSERT INTO settings (key, value) VALUES `+strings.Join(rows, ", ")+
 		` ON CONFLICT (key) DO UPDATE SET value = excluded.value`, args...)
 	return err
 }
 
-// SiteRound is a site's agent's last round (pilots held, nodes idle,
-// when), kept for the other agents of a shared database.
+// SiteRound is a site's agent's last round, for the other agents.
 type SiteRound struct {
 	Held int   `json:"held"`
 	Idle int   `json:"idle"`
@@ -116,16 +107,12 @@ func (s *Store) PutSiteRound(ctx context.Context, site string, r SiteRound) erro
 
 // SiteRounds reads every site's latest round.
 func (s *Store) SiteRounds(ctx context.Context) (map[string]SiteRound, error) {
-	out := map[string]SiteRound{}
-	return out, s.each(ctx, "read the sites' rounds", func(rs *sql.Rows) error {
-		var k, v string
-		var r SiteRound
-		if err := rs.Scan(&k, &v); err != nil {
-			return err
+	return byKey(ctx, s, "read the sites' rounds", func(rs scanner) (site string, r SiteRound, err error) {
+		var v string
+		if err = rs.Scan(&site, &v); err == nil {
+			site = strings.TrimPrefix(site, siteRoundKey)
+			err = wrap(json.Unmarshal([]byte(v), &r), "the round of site %s", site)
 		}
-		site := strings.TrimPrefix(k, siteRoundKey)
-		err := json.Unmarshal([]byte(v), &r)
-		out[site] = r
-		return wrap(err, "the round of site %s", site)
-	}, `SELECT key, value FROM settings WHERE key LIKE ?`, siteRoundKey+"%")
+		return site, r, err
+	}, `SELECT key, value FROM settings WHERE key LIKE $1`, siteRoundKey+"%")
 }

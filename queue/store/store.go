@@ -1,8 +1,7 @@
-// Package store is the queue's storage (SQLite or PostgreSQL): every SQL
-// statement of the queue. Each method is a short write transaction (or a
-// series, for work in chunks) or a read; a pool master's writes check its
-// lease inside their transaction (fenced). The rules applied are
-// queue/rules' pure functions; the store never calls back into the service.
+// Package store holds every SQL statement of the queue (SQLite or
+// PostgreSQL). Each method is a read or a short write transaction (or a
+// series, in chunks) applying queue/rules; a master's writes check its lease
+// in their transaction (fenced). The store never calls the service back.
 package store
 
 import (
@@ -29,12 +28,11 @@ import (
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
 	w *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
-	r *rdb    // readers (SQLite's WAL lets them read while the writer writes); PostgreSQL: the pool
+	r *rdb    // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
 	d *dialect
 
 	stats txstats.Recorder
-	stmts map[string]*sql.Stmt // SQLite: the hot statements, prepared on w at Open
-	path  string               // SQLite: the database file
+	path  string // SQLite: the database file
 
 	closeOnce sync.Once
 	closeErr  error
@@ -43,13 +41,11 @@ type Store struct {
 	claim  *sql.Conn // PostgreSQL: the session holding this queue's claim (Claim)
 }
 
-// Share tells the store, right after Open, that other processes write
-// its database too, holder naming this one.
+// Share, right after Open, names this agent (holder) among others writing the database.
 func (s *Store) Share(holder string) { s.holder = holder }
 
-// Open opens (creating or migrating) the queue database: a PostgreSQL
-// database named by a postgres:// (or postgresql://) URL, else the SQLite
-// file at path.
+// Open opens, creating or migrating, the PostgreSQL database of a
+// postgres:// (or postgresql://) URL, else the SQLite file at path.
 func Open(path string) (_ *Store, err error) {
 	if IsURL(path) {
 		return openPG(path)
@@ -61,60 +57,41 @@ func Open(path string) (_ *Store, err error) {
 		return nil, fmt.Errorf("create database directory: %w", err)
 	}
 	// WAL with synchronous NORMAL survives a process kill (docs/queue.md);
-	// SQLite checkpoints by itself and truncates the WAL to 64 MiB.
-	w, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_synchronous=NORMAL&_txlock=immediate&_foreign_keys=off&_cache_size=-32768&_journal_mode=WAL")
+	// SQLite checkpoints by itself, truncating the WAL to 64 MiB. Parsing a
+	// hot statement cost more than running it: the driver caches them.
+	opts := fmt.Sprintf("?_busy_timeout=5000&_stmt_cache_size=%d", len(hotQueries)+64)
+	w, _ := sql.Open("sqlite3", "file:"+path+opts+"&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
-	st := &Store{w: w, d: &dialect{}, path: path}
-	defer func() {
-		if err != nil {
-			st.Close()
-			err = fmt.Errorf("open %s: %w", path, err)
-		}
-	}()
-	if err := w.Ping(); err != nil {
-		return nil, err
-	}
-	if err := private(path); err != nil { // every job and command is in here
-		return nil, err
-	}
-	if _, err := w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864"); err != nil {
-		return nil, err
-	}
-	if err := st.migrate(); err != nil {
-		return nil, err
-	}
-	r, _ := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000&_query_only=1")
+	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
 	r.SetMaxOpenConns(4)
-	st.r = &rdb{r, st.d}
-	st.stmts = make(map[string]*sql.Stmt, len(hotQueries))
-	for _, q := range hotQueries {
-		if st.stmts[q], err = w.Prepare(q); err != nil {
-			return nil, fmt.Errorf("prepare %.40q: %w", q, err)
-		}
+	d := &dialect{}
+	st := &Store{w: w, r: &rdb{r, d}, d: d, path: path}
+	_, err = w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864")
+	if err == nil {
+		err = private(path) // every job and command is in here
+	}
+	if err == nil {
+		err = st.migrate()
+	}
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return st, nil
 }
 
-// Close closes the database (on SQLite, after checkpointing the WAL into
-// the database file). Closing again returns the first Close's error.
+// Close closes the database (SQLite's writer last: it checkpoints the
+// WAL). Closing again returns the first Close's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		for _, st := range s.stmts {
-			st.Close()
-		}
 		var errs []error
-		if !s.d.pg {
-			_, err := s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-			errs = append(errs, err)
+		if s.r.DB != s.w {
+			errs = append(errs, s.r.Close())
 		}
 		if s.claim != nil {
 			s.claim.Close() // the claim ends with its session
 		}
-		errs = append(errs, s.w.Close())
-		if s.r != nil && s.r.DB != s.w {
-			errs = append(errs, s.r.Close())
-		}
-		s.closeErr = errors.Join(errs...)
+		s.closeErr = errors.Join(append(errs, s.w.Close())...)
 	})
 	return s.closeErr
 }
@@ -124,8 +101,7 @@ func (s *Store) migrate() error { return schema.Migrate(context.Background(), s.
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (s *Store) WriteStats(reset bool) txstats.Stats { return s.stats.Read(reset) }
 
-// writer names the exported store method that ran a write, for the
-// figures' LongestIn and SlowBy.
+// writer names the exported method that ran a write (txstats' SlowBy).
 func writer() string {
 	var pcs [16]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
@@ -138,11 +114,10 @@ func writer() string {
 	return "store"
 }
 
-// write runs fn in one write transaction (SQLite: IMMEDIATE on the
-// writer; PostgreSQL: SERIALIZABLE, run again after a serialisation
-// failure, so fn must set everything it returns from the start) and
-// records how long it held the write lock. Under SweepFenced, fn runs
-// after the sweep lease's check.
+// write runs fn in one write transaction (SQLite: IMMEDIATE; PostgreSQL:
+// SERIALIZABLE, run again after a serialisation failure, so fn sets all it
+// returns afresh) and records how long it held the lock. Under
+// SweepFenced, fn runs after the sweep lease's check.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	_, err := s.transact(ctx, fn)
 	return err
@@ -151,14 +126,11 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 // transact is write that also returns the lock time (for chunkSizer).
 func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Duration, err error) {
 	sweepEpoch, fenced := ctx.Value(sweepEpochKey{}).(int64)
-	var opts *sql.TxOptions
-	if s.d.pg {
-		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
-	}
-	once := func() error {
+	opts := &sql.TxOptions{Isolation: sql.LevelSerializable} // SQLite's are anyway
+	return d, backoff.Retry(func() error {
 		tx, err := s.w.BeginTx(inline(ctx), opts)
 		if err != nil {
-			return fmt.Errorf("begin: %w", err)
+			return backoff.Permanent(fmt.Errorf("begin: %w", err))
 		}
 		defer trace.StartRegion(ctx, "write").End() // BEGIN IMMEDIATE has taken the lock
 		start := time.Now()
@@ -170,44 +142,36 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		}
 		if err != nil {
 			tx.Rollback()
-			return err
+		} else if err = wrap(tx.Commit(), "commit"); err == nil {
+			d = time.Since(start)
+			s.stats.Add(d, writer)
+			return nil
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		d = time.Since(start)
-		s.stats.Add(d, writer)
-		return nil
-	}
-	return d, backoff.Retry(func() error { // only PostgreSQL's errors are retryable
-		err := once()
-		if err != nil && !retryable(err) {
+		if !retryable(err) { // only PostgreSQL's errors are
 			return backoff.Permanent(err)
 		}
 		return err
 	}, retries(ctx))
 }
 
-// fenced is write for a pool's master: inside the transaction, before fn,
-// it checks that epoch is the pool's current lease, alive at now. A newer
-// grant commits before (the check refuses) or after this write: no window.
-// On PostgreSQL the row is read FOR SHARE.
+// fenced is write for a pool's master: before fn it checks, in the
+// transaction, that epoch is the pool's lease alive at now. A newer grant
+// commits before (refused) or after this write: no window.
 func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *wtx, l rules.Lease) error) error {
 	return s.write(ctx, func(tx *wtx) error {
 		l, err := s.readLeaseTx(ctx, tx, pool, "FOR SHARE")
 		if err == nil {
 			err = rules.CheckEpoch(l, epoch, now)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			err = fn(tx, l)
 		}
-		return fn(tx, l)
+		return err
 	})
 }
 
 // hotQueries are the master's hot statements (registered by hot), which
-// SQLite's writer prepares at Open: parsing each at every call cost more
-// than running it. (pgx caches its statements by itself.)
+// SQLite's statement cache must hold all at once (pgx caches its own).
 var hotQueries []string
 
 func hot(query string) string {
@@ -215,21 +179,16 @@ func hot(query string) string {
 	return query
 }
 
-// inline strips ctx of its cancellation for a statement on the writer:
-// go-sqlite3 runs a cancellable statement on a goroutine of its own, a
-// scheduler trip per statement with the write lock held.
+// inline strips ctx's cancellation for the writer: go-sqlite3 runs a
+// cancellable statement on a goroutine of its own, with the lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
-// query runs a query in tx, prepared if it is hot (SQLite).
+// query runs a query in tx.
 func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
-	if st := s.stmts[query]; st != nil {
-		return tx.StmtContext(ctx, st).QueryContext(inline(ctx), args...)
-	}
 	return tx.QueryContext(inline(ctx), query, args...)
 }
 
-// each runs a read on the readers and calls scan on every row it answers;
-// what names the read in its error.
+// each runs a read and calls scan on each row; what names it in errors.
 func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) error, query string, args ...any) error {
 	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err == nil {
@@ -241,8 +200,7 @@ func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) erro
 	return wrap(err, "%s", what)
 }
 
-// do runs one statement in a write transaction of its own and returns how
-// many rows it changed; what names it in its error.
+// do runs one statement in a write transaction and counts the rows it changed.
 func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int64, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
 		res, err := tx.ExecContext(inline(ctx), query, args...)
@@ -251,17 +209,23 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int6
 		}
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
+	return n, wrap(err, "%s", what)
+}
+
+// execs runs statements in tx, in order, each its SQL and then its arguments.
+func execs(ctx context.Context, tx *wtx, stmts ...[]any) error {
+	for _, st := range stmts {
+		if _, err := tx.ExecContext(inline(ctx), st[0].(string), st[1:]...); err != nil {
+			return err
+		}
 	}
-	return n, nil
+	return nil
 }
 
 // scanner is a row to scan: *sql.Row or *sql.Rows.
 type scanner interface{ Scan(...any) error }
 
-// list runs a read on the readers and makes a value of each row it
-// answers with scan; what names the read in its error.
+// list runs a read and makes a value of each row with scan.
 func list[T any](ctx context.Context, s *Store, what string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	out := []T{}
 	err := s.each(ctx, what, func(r *sql.Rows) error {
@@ -272,12 +236,30 @@ func list[T any](ctx context.Context, s *Store, what string, scan func(scanner) 
 	return out, err
 }
 
-// ids runs a read whose rows are single ids; what names it in its error.
+// byKey runs a read and maps the key of each row scan makes to its value.
+func byKey[K comparable, V any](ctx context.Context, s *Store, what string, scan func(scanner) (K, V, error), query string, args ...any) (map[K]V, error) {
+	out := map[K]V{}
+	return out, s.each(ctx, what, func(r *sql.Rows) error {
+		k, v, err := scan(r)
+		out[k] = v
+		return err
+	}, query, args...)
+}
+
+// ids runs a read whose rows are single ids.
 func (s *Store) ids(ctx context.Context, what, query string, args ...any) ([]int64, error) {
 	return list(ctx, s, what, func(r scanner) (id int64, err error) {
 		err = r.Scan(&id)
 		return id, err
 	}, query, args...)
+}
+
+// found is whether a one-row read found its row; none is no error.
+func found(err error) (bool, error) {
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // wrap is err after what (formatted with args), or nil without err.

@@ -52,7 +52,7 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.InsertTasks(ctx, id, []string{"a", "b", "c"}, t0, 2, nil); err != nil {
+	if err := s.InsertTasks(ctx, id, []string{"a", "b", "c"}, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ActivateJob(ctx, id, "/o", 3); err != nil {
@@ -95,7 +95,7 @@ func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.InsertTasks(ctx, id, []string{"a", "b", "c", "d", "e", "f", "g"}, t0, 100, nil); err != nil {
+		if err := s.InsertTasks(ctx, id, []string{"a", "b", "c", "d", "e", "f", "g"}, 100, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.ActivateJob(ctx, id, "/o", 7); err != nil {

@@ -22,45 +22,35 @@ func (s *Store) PutUser(ctx context.Context, name string, l fairshare.Limits, no
 }
 
 func (s *Store) putUser(ctx context.Context, name string, l fairshare.Limits, now time.Time, onConflict string) error {
-	_, err := s.do(ctx, "store user "+name, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES (?, ?, ?, ?, ?, ?)
+	_, err := s.do(ctx, "store user "+name, `INSERT INTO users (name, priority, max_cores, max_cpu_time, max_cost, created_at) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (name) DO `+onConflict, name, l.Priority, l.MaxParallelJobs, l.MaxTotalRunningTime, l.MaxTotalCpuCost, ms(now))
 	return err
 }
 
 // Users reads every user's limits.
 func (s *Store) Users(ctx context.Context) (map[string]fairshare.Limits, error) {
-	out := map[string]fairshare.Limits{}
-	return out, s.each(ctx, "read users", func(r *sql.Rows) error {
-		var n string
-		var l fairshare.Limits
-		err := r.Scan(&n, &l.Priority, &l.MaxParallelJobs, &l.MaxTotalRunningTime, &l.MaxTotalCpuCost)
-		out[n] = l
-		return err
+	return byKey(ctx, s, "read users", func(r scanner) (n string, l fairshare.Limits, err error) {
+		err = r.Scan(&n, &l.Priority, &l.MaxParallelJobs, &l.MaxTotalRunningTime, &l.MaxTotalCpuCost)
+		return n, l, err
 	}, `SELECT name, priority, max_cores, max_cpu_time, max_cost FROM users`)
 }
 
-// WaitingByOwner sums the WAITING tasks of live jobs per owner (only one
-// owner when only is set).
+// WaitingByOwner sums live jobs' WAITING tasks per owner (only's, if set).
 func (s *Store) WaitingByOwner(ctx context.Context, only string) (map[string]int, error) {
-	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST(? AS TEXT) = '' OR owner = ?) GROUP BY owner`, only, only)
+	return s.sums(ctx, "count waiting tasks", `SELECT owner, sum(n_waiting) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND (CAST($1 AS TEXT) = '' OR owner = $1) GROUP BY owner`, only)
 }
 
-// UnfinishedOf counts owner's unfinished tasks: waiting or active in the
-// live jobs.
+// UnfinishedOf counts owner's waiting and active tasks of live jobs.
 func (s *Store) UnfinishedOf(ctx context.Context, owner string) (int, error) {
-	v, err := s.sums(ctx, "count unfinished tasks of "+owner, `SELECT owner, sum(n_waiting + n_active) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND owner = ? GROUP BY owner`, owner)
+	v, err := s.sums(ctx, "count unfinished tasks of "+owner, `SELECT owner, sum(n_waiting + n_active) FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') AND owner = $1 GROUP BY owner`, owner)
 	return v[owner], err
 }
 
-// sums reads a map of names to counts (a query's rows of name and count).
+// sums reads a query's rows of name and count.
 func (s *Store) sums(ctx context.Context, what, query string, args ...any) (map[string]int, error) {
-	out := map[string]int{}
-	return out, s.each(ctx, what, func(r *sql.Rows) error {
-		var k string
-		var n int
-		err := r.Scan(&k, &n)
-		out[k] = n
-		return err
+	return byKey(ctx, s, what, func(r scanner) (k string, n int, err error) {
+		err = r.Scan(&k, &n)
+		return k, n, err
 	}, query, args...)
 }
 
@@ -70,8 +60,7 @@ type UsageEvent struct {
 	CPU, Cost float64
 }
 
-// UsageEvents reads, per owner, the usage of the batches of results
-// received after since, oldest first (the sliding usage window).
+// UsageEvents reads per owner the usage received after since, oldest first (the window).
 func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]UsageEvent, error) {
 	out := map[string][]UsageEvent{}
 	return out, s.each(ctx, "read usage", func(r *sql.Rows) error {
@@ -80,16 +69,16 @@ func (s *Store) UsageEvents(ctx context.Context, since time.Time) (map[string][]
 		err := r.Scan(&n, &e.At, &e.CPU, &e.Cost)
 		out[n] = append(out[n], e)
 		return err
-	}, `SELECT owner, at, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, ms(since))
+	}, `SELECT owner, at, cpu_s, cost FROM usage_log WHERE at > $1 ORDER BY id`, ms(since))
 }
 
 // PruneUsage deletes the usage logged before cut (out of the window).
 func (s *Store) PruneUsage(ctx context.Context, cut time.Time) error {
-	_, err := s.do(ctx, "prune usage", `DELETE FROM usage_log WHERE at < ?`, ms(cut))
+	_, err := s.do(ctx, "prune usage", `DELETE FROM usage_log WHERE at < $1`, ms(cut))
 	return err
 }
 
-// UsageRow is a user's usage and computedPriority as flushed.
+// UsageRow is a user's usage and computedPriority.
 type UsageRow struct {
 	User     string
 	Usage    fairshare.Usage
@@ -100,8 +89,8 @@ var putUsage = rowsSQL(`INSERT INTO usage ("user", running_cores, cpu_24h, cost_
 	`WHERE v.column1 <> '' ON CONFLICT ("user") DO UPDATE SET running_cores = excluded.running_cores, cpu_24h = excluded.cpu_24h,
 	cost_24h = excluded.cost_24h, computed_priority = excluded.computed_priority, updated_at = excluded.updated_at`, "", 0, 0.0, 0.0, 0.0, 0)
 
-// PutUsage writes rows (one per user) into the usage table in one
-// transaction. A NaN is refused (SQLite would store NULL, PostgreSQL NaN).
+// PutUsage writes rows (one per user) in one transaction. A NaN is
+// refused (SQLite would store NULL, PostgreSQL NaN).
 func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) error {
 	vs := make([][]any, len(rows))
 	for i, r := range rows {
@@ -116,39 +105,28 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	return s.write(ctx, func(tx *wtx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 
-// TokenIdentity returns the user and role of a token's hash; ok is false
-// for an unknown token.
+// TokenIdentity reads the user and role of a token's hash; ok is false if unknown.
 func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
-	err = s.r.QueryRowContext(ctx, `SELECT "user", role FROM tokens WHERE hash = ?`, hash).Scan(&user, &role)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", false, nil
-	}
-	return user, role, err == nil, wrap(err, "look up token")
+	err = s.r.QueryRowContext(ctx, `SELECT "user", role FROM tokens WHERE hash = $1`, hash).Scan(&user, &role)
+	ok, err = found(err)
+	return user, role, ok, wrap(err, "look up token")
 }
 
-// ErrTokenCap is PutToken's error when the user already holds the most
-// tokens of the role the queue allows.
+// ErrTokenCap: the user holds the most tokens of the role the queue allows.
 var ErrTokenCap = errors.New("too many tokens")
 
-// PutToken stores a token's hash, unless user already holds limit tokens
-// of role (ErrTokenCap, nothing stored): the count and the insert are one
-// transaction, so two requests at once cannot both take the last place.
+// PutToken stores a token's hash unless user holds limit tokens of role
+// (ErrTokenCap): one statement, so two at once cannot both take the last.
 func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time, limit int) error {
-	return wrap(s.write(ctx, func(tx *wtx) error {
-		var n int
-		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ?`, user, role).Scan(&n); err != nil {
-			return err
-		}
-		if n >= limit {
-			return fmt.Errorf("%w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, n, role)
-		}
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
-		return err
-	}), "store token")
+	n, err := s.do(ctx, "store token", `INSERT INTO tokens (hash, "user", role, created_at) SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), CAST($3 AS TEXT), CAST($4 AS BIGINT)
+		WHERE (SELECT count(*) FROM tokens WHERE "user" = $2 AND role = $3) < $5`, hash, user, role, ms(now), limit)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("store token: %w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, limit, role)
+	}
+	return err
 }
 
-// TokenInfo is a stored token as its owner sees it: the start of its hash
-// (the token itself is never stored), its role and when it was made.
+// TokenInfo is a stored token: its hash (never the token), role and birth.
 type TokenInfo struct {
 	Hash, User, Role string
 	Created          time.Time
@@ -161,18 +139,17 @@ func (s *Store) Tokens(ctx context.Context, user string) ([]TokenInfo, error) {
 		err = r.Scan(&t.Hash, &t.User, &t.Role, &at)
 		t.Created = time.UnixMilli(at)
 		return t, err
-	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? ORDER BY created_at, hash`, user)
+	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = $1 ORDER BY created_at, hash`, user)
 }
 
-// DeleteTokens deletes user's tokens of role whose hash starts with
-// prefix (hex digits: no LIKE wildcard) and counts those that matched;
-// with one, none is deleted unless exactly one matched.
+// DeleteTokens deletes and counts user's tokens of role whose hash starts
+// with prefix (hex: no LIKE wildcard); with one, only if one matched.
 func (s *Store) DeleteTokens(ctx context.Context, user, role, prefix string, one bool) (n int, err error) {
 	err = s.write(ctx, func(tx *wtx) error {
-		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%").Scan(&n); err != nil || one && n != 1 {
+		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3`, user, role, prefix+"%").Scan(&n); err != nil || one && n != 1 {
 			return err
 		}
-		_, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = ? AND role = ? AND hash LIKE ?`, user, role, prefix+"%")
+		_, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3`, user, role, prefix+"%")
 		return err
 	})
 	return n, wrap(err, "delete tokens")

@@ -27,7 +27,7 @@ func TestSQLiteCheckpointsTheWALByItself(t *testing.T) {
 		names[i] = fmt.Sprintf("%0200d", i)
 	}
 	for range 3 { // ~4 MB each, ~3 times the autocheckpoint's pages in all
-		if err := s.InsertTasks(ctx, id, names, t0, 2000, nil); err != nil {
+		if err := s.InsertTasks(ctx, id, names, 2000, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,7 +39,7 @@ func BenchmarkWALFramesPer1000TaskPullAcross1000Users(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.InsertTasks(ctx, id, names, t0, 1000, nil); err != nil {
+		if err := s.InsertTasks(ctx, id, names, 1000, nil); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.ActivateJob(ctx, id, "/o", len(names)); err != nil {

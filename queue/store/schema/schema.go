@@ -1,6 +1,5 @@
-// Package schema is the queue database's schema: its migrations, one SQL
-// file each, for SQLite (migrations/) and for PostgreSQL
-// (migrations/postgres/), and how a database is brought up to date.
+// Package schema holds the queue database's migrations, SQL files for
+// SQLite (migrations/) and PostgreSQL (migrations/postgres/), and Migrate.
 package schema
 
 import (
@@ -19,11 +18,9 @@ import (
 var FS embed.FS
 
 // Migrate applies the engine's migrations to db in one transaction, in
-// name order, each once (schema_migrations records them by name). A
-// database that records a migration this binary does not know, a newer
-// harvest's, is refused: this binary would write it wrong. On PostgreSQL
-// an advisory lock makes agents opening the database at once migrate it
-// in turn.
+// name order, each once (schema_migrations). A database with a migration
+// this binary lacks, a newer harvest's, is refused: this one would write it
+// wrong. On PostgreSQL an advisory lock makes agents migrate in turn.
 func Migrate(ctx context.Context, db *sql.DB, pg bool) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
