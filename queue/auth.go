@@ -202,6 +202,11 @@ func (q *Queue) RotateTokens(ctx context.Context, user, role string) (api.Token,
 	if err := q.mayHold(user, role); err != nil {
 		return api.Token{}, 0, err
 	}
+	if role == api.RoleUser {
+		if err := q.KnownUser(user, true, false); err != nil {
+			return api.Token{}, 0, err // a typo would have made a token for a new name
+		}
+	}
 	n, err := q.RevokeTokens(ctx, user, role)
 	if err != nil {
 		return api.Token{}, 0, err

@@ -67,11 +67,12 @@ func adminCommand() *cli.Command {
 						&cli.IntFlag{Name: "max-cores", Usage: "cores running at once (JAliEn's maxParallelJobs, default 20)"},
 						&cli.Float64Flag{Name: "max-cpu-time", Usage: "CPU seconds per 24 h (default 1e7)"},
 						&cli.Float64Flag{Name: "max-cost", Usage: "cost (cores x seconds x price) per 24 h (default 1e7)"},
+						&cli.BoolFlag{Name: "create", Usage: "create NAME if the queue does not know it yet (without it an unknown name is refused: a typo)"},
 					),
 					Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 						pos := a.pos
 						if len(pos) != 1 {
-							return cli.Exit("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C]", 2)
+							return cli.Exit("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C] [--create]", 2)
 						}
 						if !c.IsSet("priority") && !c.IsSet("max-cores") && !c.IsSet("max-cpu-time") && !c.IsSet("max-cost") {
 							return cli.Exit("harvest admin user set: nothing to set: give --priority, --max-cores, --max-cpu-time or --max-cost (`harvest users` shows the settings)", 2)
@@ -81,7 +82,7 @@ func adminCommand() *cli.Command {
 								return cli.Exit(fmt.Sprintf("harvest admin user set: --%s must be a positive number, got %v", f, v), 2)
 							}
 						}
-						var s api.UserSettings
+						s := api.UserSettings{Create: c.Bool("create")}
 						if c.IsSet("priority") {
 							s.Priority = ptrTo(c.Float64("priority"))
 						}
@@ -165,17 +166,18 @@ func adminCommand() *cli.Command {
 					Name:      "create",
 					Usage:     "create a token for USER (shown once, stored hashed)",
 					ArgsUsage: "USER",
-					Flags:     append(clientFlags(), &cli.BoolFlag{Name: "admin", Usage: "an admin token instead of a user token"}),
+					Flags: append(clientFlags(), &cli.BoolFlag{Name: "admin", Usage: "an admin token instead of a user token"},
+						&cli.BoolFlag{Name: "create", Usage: "allow a USER that is neither a user of the queue nor a Unix account here (without it such a name is refused: a typo)"}),
 					Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 						pos := a.pos
 						if len(pos) != 1 {
-							return cli.Exit("harvest admin token create: usage: harvest admin token create USER [--admin]", 2)
+							return cli.Exit("harvest admin token create: usage: harvest admin token create USER [--admin] [--create]", 2)
 						}
 						role := api.RoleUser
 						if c.Bool("admin") {
 							role = api.RoleAdmin
 						}
-						t, err := cl.CreateToken(c.Context, api.TokenRequest{User: pos[0], Role: role})
+						t, err := cl.CreateToken(c.Context, api.TokenRequest{User: pos[0], Role: role, Create: c.Bool("create")})
 						if err != nil {
 							return err
 						}

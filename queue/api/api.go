@@ -162,6 +162,9 @@ type UserSettings struct {
 	MaxCores   *int     `json:"max_cores,omitempty"`
 	MaxCPUTime *float64 `json:"max_cpu_time,omitempty"`
 	MaxCost    *float64 `json:"max_cost,omitempty"`
+	// Create allows a user the queue does not know yet to be created;
+	// without it an unknown name is refused (a typo created a user).
+	Create bool `json:"create,omitempty"`
 }
 
 // Nodes is the admin's floor and cap of pilot nodes, and the master's
@@ -190,6 +193,10 @@ type NodesSettings struct {
 type TokenRequest struct {
 	User string `json:"user,omitempty"`
 	Role string `json:"role,omitempty"`
+	// Create (admin, for another user) allows a name that is neither a
+	// user of the queue nor a Unix account; without it such a name is
+	// refused as a likely typo.
+	Create bool `json:"create,omitempty"`
 }
 
 // Token is a newly created token; it is shown once and stored hashed.

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -250,6 +251,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id queue.Id
 	if id.Role != api.RoleAdmin && (req.User != id.User || req.Role != api.RoleUser) {
 		return nil, 0, fmt.Errorf("%w: you can create only a user token for yourself", api.ErrForbidden)
 	}
+	if req.User != id.User && req.Role == api.RoleUser {
+		if err := s.q.KnownUser(req.User, true, req.Create); err != nil {
+			return nil, 0, err
+		}
+	}
 	t, err := s.q.CreateToken(r.Context(), req.User, req.Role)
 	return t, http.StatusCreated, err
 }
@@ -273,6 +279,11 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, id queue.Ide
 		return nil, 0, err
 	}
 	ts, err := s.q.Tokens(r.Context(), u)
+	if err == nil && len(ts) == 0 && u != id.User {
+		// No tokens, and nobody by that name: a typo, not an empty list.
+		// (An admin name with tokens is known by them.)
+		err = s.q.KnownUser(u, true, false)
+	}
 	return api.TokenList{Tokens: ts}, http.StatusOK, err
 }
 
@@ -283,6 +294,11 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, id queue.Id
 	}
 	tid := r.PathValue("id")
 	if err := s.q.RevokeToken(r.Context(), u, tid); err != nil {
+		if errors.Is(err, api.ErrNotFound) && u != id.User {
+			if kerr := s.q.KnownUser(u, true, false); kerr != nil {
+				return nil, 0, kerr
+			}
+		}
 		return nil, 0, err
 	}
 	return api.TokenInfo{ID: tid, User: u}, http.StatusOK, nil
