@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/store"
@@ -65,7 +66,7 @@ func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 	if q.cfg.PilotToken != "" && subtle.ConstantTimeCompare([]byte(c.Token), []byte(q.cfg.PilotToken)) == 1 {
 		return Identity{User: "pilot", Role: api.RolePilot, Via: "token", Site: q.cfg.LocalSite}, nil
 	}
-	name, role, ok, err := q.st.TokenIdentity(ctx, hashToken(c.Token))
+	name, role, _, ok, err := q.st.TokenIdentity(ctx, hashToken(c.Token))
 	if err != nil {
 		return Identity{}, err
 	}
@@ -123,7 +124,7 @@ func (q *Queue) CreateToken(ctx context.Context, name, role string) (api.Token, 
 		return api.Token{}, fmt.Errorf("token: %w", err)
 	}
 	tok := "hv_" + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := q.st.PutToken(ctx, hashToken(tok), name, role, q.now(), q.cfg.MaxTokensPerUser); err != nil {
+	if err := q.st.PutToken(ctx, hashToken(tok), name, role, q.now(), time.Time{}, q.cfg.MaxTokensPerUser); err != nil {
 		if errors.Is(err, store.ErrTokenCap) {
 			return api.Token{}, fmt.Errorf("%w: %s already holds %d %s tokens, the most this queue allows (--max-tokens-per-user): revoke one you no longer use (`harvest token list`, `harvest token revoke ID`)",
 				api.ErrConflict, name, q.cfg.MaxTokensPerUser, role)

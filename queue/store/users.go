@@ -116,24 +116,39 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	return s.write(ctx, func(tx *wtx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 
-// TokenIdentity returns the user and role of a token's hash; ok is false
-// for an unknown token.
-func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
-	err = s.r.QueryRowContext(ctx, `SELECT "user", role FROM tokens WHERE hash = ?`, hash).Scan(&user, &role)
+// TokenIdentity returns the user, role and expiry (zero: never) of a
+// token's hash; ok is false for an unknown token.
+func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, expires time.Time, ok bool, err error) {
+	var exp int64
+	err = s.r.QueryRowContext(ctx, `SELECT "user", role, expires_at FROM tokens WHERE hash = ?`, hash).Scan(&user, &role, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", false, nil
+		return "", "", time.Time{}, false, nil
 	}
-	return user, role, err == nil, wrap(err, "look up token")
+	return user, role, fromMS(exp), err == nil, wrap(err, "look up token")
+}
+
+// fromMS reads a stored time, 0 being none.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
 }
 
 // ErrTokenCap is PutToken's error when the user already holds the most
 // tokens of the role the queue allows.
 var ErrTokenCap = errors.New("too many tokens")
 
-// PutToken stores a token's hash, unless user already holds limit tokens
-// of role (ErrTokenCap, nothing stored): the count and the insert are one
-// transaction, so two requests at once cannot both take the last place.
-func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time, limit int) error {
+// PutToken stores a token's hash expiring at expires (zero: never),
+// unless user already holds limit tokens of role (ErrTokenCap, nothing
+// stored): the count and the insert are one transaction, so two requests
+// at once cannot both take the last place. Expired tokens still count
+// until SweepTokens deletes them.
+func (s *Store) PutToken(ctx context.Context, hash, user, role string, now, expires time.Time, limit int) error {
+	var exp int64
+	if !expires.IsZero() {
+		exp = ms(expires)
+	}
 	return wrap(s.write(ctx, func(tx *wtx) error {
 		var n int
 		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = ? AND role = ?`, user, role).Scan(&n); err != nil {
@@ -142,26 +157,39 @@ func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.
 		if n >= limit {
 			return fmt.Errorf("%w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, n, role)
 		}
-		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at) VALUES (?, ?, ?, ?)`, hash, user, role, ms(now))
+		_, err := tx.ExecContext(inline(ctx), `INSERT INTO tokens (hash, "user", role, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`, hash, user, role, ms(now), exp)
 		return err
 	}), "store token")
 }
 
 // TokenInfo is a stored token as its owner sees it: the start of its hash
-// (the token itself is never stored), its role and when it was made.
+// (the token itself is never stored), its role, when it was made and when
+// it expires (zero: never).
 type TokenInfo struct {
 	Hash, User, Role string
-	Created          time.Time
+	Created, Expires time.Time
 }
 
 // Tokens lists user's tokens, oldest first.
 func (s *Store) Tokens(ctx context.Context, user string) ([]TokenInfo, error) {
 	return list(ctx, s, "list tokens", func(r scanner) (t TokenInfo, err error) {
-		var at int64
-		err = r.Scan(&t.Hash, &t.User, &t.Role, &at)
-		t.Created = time.UnixMilli(at)
+		var at, exp int64
+		err = r.Scan(&t.Hash, &t.User, &t.Role, &at, &exp)
+		t.Created, t.Expires = time.UnixMilli(at), fromMS(exp)
 		return t, err
-	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = ? ORDER BY created_at, hash`, user)
+	}, `SELECT hash, "user", role, created_at, expires_at FROM tokens WHERE "user" = ? ORDER BY created_at, hash`, user)
+}
+
+// SweepTokens deletes the tokens expired at now and returns how many.
+func (s *Store) SweepTokens(ctx context.Context, now time.Time) (n int64, err error) {
+	err = s.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE expires_at > 0 AND expires_at <= ?`, ms(now))
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	return n, wrap(err, "sweep expired tokens")
 }
 
 // DeleteTokens deletes user's tokens of role whose hash starts with
