@@ -256,7 +256,14 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id queue.Id
 			return nil, 0, err
 		}
 	}
-	t, err := s.q.CreateToken(r.Context(), req.User, req.Role)
+	if req.TTLSeconds < 0 || req.TTLSeconds > api.MaxTokenTTL {
+		return nil, 0, invalid("ttl_s must be positive and at most %d (10 years), or left out for the queue's default; got %d", api.MaxTokenTTL, req.TTLSeconds)
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if def := s.q.TokenTTL(); id.Role != api.RoleAdmin && def > 0 && ttl > def {
+		return nil, 0, fmt.Errorf("%w: a token lives at most %v on this queue (--token-ttl); ask for less, or ask an admin", api.ErrForbidden, def)
+	}
+	t, err := s.q.CreateTokenTTL(r.Context(), req.User, req.Role, ttl)
 	return t, http.StatusCreated, err
 }
 
