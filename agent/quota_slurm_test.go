@@ -23,7 +23,7 @@ func TestAgentPilotsNeverExceedWhatAQuotaCappedUserCanRunOnRealSLURM(t *testing.
 	agent := s.startAgent(bin, nil)
 	defer s.stopAgent(agent)
 	quota := func(cores int) {
-		s.c.Run(t, "", bin, "admin", "user", "set", "carol", "--max-cores", strconv.Itoa(cores), "--queue", "unix://"+s.socket())
+		s.c.Run(t, "", bin, "admin", "user", "set", "carol", "--max-cores", strconv.Itoa(cores), "--create", "--queue", "unix://"+s.socket())
 	}
 	// held counts carol's pilots queued or running (not those completing
 	// after a release).

@@ -16,7 +16,7 @@ func TestTheAgentSizesPilotsByWhatTheQueueCanFeed(t *testing.T) {
 	e := queuetest.New(t)
 	ctx := context.Background()
 	four := 4
-	if _, err := e.Q.SetUser(ctx, "carol", api.UserSettings{MaxCores: &four}); err != nil {
+	if _, err := e.Q.SetUser(ctx, "carol", api.UserSettings{MaxCores: &four, Create: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Q.Submit(ctx, "carol", api.JobSpec{Dataset: e.Dataset("c", 31), Command: []string{"p"}, BatchSize: 1}); err != nil {

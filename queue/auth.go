@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/store"
@@ -65,12 +66,16 @@ func (q *Queue) Identify(ctx context.Context, c Credentials) (Identity, error) {
 	if q.cfg.PilotToken != "" && subtle.ConstantTimeCompare([]byte(c.Token), []byte(q.cfg.PilotToken)) == 1 {
 		return Identity{User: "pilot", Role: api.RolePilot, Via: "token", Site: q.cfg.LocalSite}, nil
 	}
-	name, role, ok, err := q.st.TokenIdentity(ctx, hashToken(c.Token))
+	name, role, expires, ok, err := q.st.TokenIdentity(ctx, hashToken(c.Token))
 	if err != nil {
 		return Identity{}, err
 	}
 	if !ok {
 		return Identity{}, fmt.Errorf("%w: invalid token", api.ErrUnauthorized)
+	}
+	if !expires.IsZero() && !q.now().Before(expires) {
+		return Identity{}, fmt.Errorf("%w: this token of %s expired at %s: make a new one (`harvest token create --save` on the queue's socket, or ask an admin)",
+			api.ErrUnauthorized, name, expires.UTC().Format(time.RFC3339))
 	}
 	// An admin token's role is the configuration's now, not the one its
 	// holder had when it was made: an admin taken out of --admin loses
@@ -107,11 +112,29 @@ func hashToken(tok string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateToken creates a token for name with role (user or admin); only its
-// sha256 is stored, the token itself is returned once.
+// CreateToken creates a token for name with role (user or admin) with the
+// queue's default lifetime; only its sha256 is stored, the token itself is
+// returned once.
 func (q *Queue) CreateToken(ctx context.Context, name, role string) (api.Token, error) {
+	return q.CreateTokenTTL(ctx, name, role, 0)
+}
+
+// CreateTokenTTL is CreateToken with a lifetime of its own (0: the
+// queue's default, Config.TokenTTL).
+func (q *Queue) CreateTokenTTL(ctx context.Context, name, role string, ttl time.Duration) (api.Token, error) {
 	if err := q.mayHold(name, role); err != nil {
 		return api.Token{}, err
+	}
+	if ttl < 0 || ttl > api.MaxTokenTTL*time.Second {
+		return api.Token{}, invalid("a token's lifetime must be positive and at most 10 years, got %v", ttl)
+	}
+	if ttl == 0 {
+		ttl = q.cfg.TokenTTL
+	}
+	now := q.now()
+	var expires time.Time
+	if ttl > 0 {
+		expires = now.Add(ttl)
 	}
 	if role == api.RoleUser {
 		if err := q.ensureUser(ctx, name); err != nil {
@@ -123,15 +146,19 @@ func (q *Queue) CreateToken(ctx context.Context, name, role string) (api.Token, 
 		return api.Token{}, fmt.Errorf("token: %w", err)
 	}
 	tok := "hv_" + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := q.st.PutToken(ctx, hashToken(tok), name, role, q.now(), q.cfg.MaxTokensPerUser); err != nil {
+	if err := q.st.PutToken(ctx, hashToken(tok), name, role, now, expires, q.cfg.MaxTokensPerUser); err != nil {
 		if errors.Is(err, store.ErrTokenCap) {
 			return api.Token{}, fmt.Errorf("%w: %s already holds %d %s tokens, the most this queue allows (--max-tokens-per-user): revoke one you no longer use (`harvest token list`, `harvest token revoke ID`)",
 				api.ErrConflict, name, q.cfg.MaxTokensPerUser, role)
 		}
 		return api.Token{}, err
 	}
-	q.log.Info("token created", "user", name, "role", role)
-	return api.Token{User: name, Role: role, Token: tok}, nil
+	q.log.Info("token created", "user", name, "role", role, "ttl", ttl)
+	t := api.Token{User: name, Role: role, Token: tok}
+	if !expires.IsZero() {
+		t.ExpiresAt = expires.Unix()
+	}
+	return t, nil
 }
 
 // Tokens lists user's user and admin tokens, oldest first: their IDs,
@@ -149,7 +176,11 @@ func (q *Queue) Tokens(ctx context.Context, user string) ([]api.TokenInfo, error
 		if t.Role != api.RoleUser && t.Role != api.RoleAdmin {
 			continue // a site's agent token, under its site's name
 		}
-		out = append(out, api.TokenInfo{ID: t.Hash[:min(len(t.Hash), api.TokenIDLen)], User: t.User, Role: t.Role, CreatedAt: t.Created.Unix()})
+		ti := api.TokenInfo{ID: t.Hash[:min(len(t.Hash), api.TokenIDLen)], User: t.User, Role: t.Role, CreatedAt: t.Created.Unix()}
+		if !t.Expires.IsZero() {
+			ti.ExpiresAt = t.Expires.Unix()
+		}
+		out = append(out, ti)
 	}
 	return out, nil
 }
@@ -202,6 +233,11 @@ func (q *Queue) RotateTokens(ctx context.Context, user, role string) (api.Token,
 	if err := q.mayHold(user, role); err != nil {
 		return api.Token{}, 0, err
 	}
+	if role == api.RoleUser {
+		if err := q.KnownUser(user, true, false); err != nil {
+			return api.Token{}, 0, err // a typo would have made a token for a new name
+		}
+	}
 	n, err := q.RevokeTokens(ctx, user, role)
 	if err != nil {
 		return api.Token{}, 0, err
@@ -243,3 +279,17 @@ func (q *Queue) RevokeTokens(ctx context.Context, user, role string) (int, error
 	q.log.Info("tokens revoked", "user", user, "role", role, "count", n)
 	return n, nil
 }
+
+// sweepTokens deletes the expired tokens (Identify refuses them already:
+// this keeps the table, and the count against --max-tokens-per-user, to
+// the live ones).
+func (q *Queue) sweepTokens(ctx context.Context) error {
+	n, err := q.st.SweepTokens(ctx, q.now())
+	if n > 0 {
+		q.log.Info("expired tokens deleted", "count", n)
+	}
+	return err
+}
+
+// TokenTTL is the queue's default token lifetime (0: none).
+func (q *Queue) TokenTTL() time.Duration { return q.cfg.TokenTTL }

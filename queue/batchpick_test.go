@@ -85,7 +85,7 @@ func TestPullBatchesNeverExceedTheCoresQuota(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = 365 * 24 * time.Hour; c.WriteChunk = 3 })
 	ctx := context.Background()
 	for _, u := range users {
-		if _, err := e.Q.SetUser(ctx, u.name, api.UserSettings{MaxCores: queuetest.Ptr(u.quota)}); err != nil {
+		if _, err := e.Q.SetUser(ctx, u.name, api.UserSettings{MaxCores: queuetest.Ptr(u.quota), Create: true}); err != nil {
 			t.Fatal(err)
 		}
 		for k := 0; k < 3; k++ {

@@ -71,6 +71,11 @@ type Config struct {
 	// row, and a user who scripts token creation would otherwise grow the
 	// table without end.
 	MaxTokensPerUser int
+	// TokenTTL is the lifetime of a user or admin token made without one
+	// of its own (0: it never expires, as before there was one). The
+	// pilot token and the sites' agent and pilot tokens have none: they
+	// are replaced by rotation, never in the middle of a pilot's run.
+	TokenTTL time.Duration
 
 	LeaseTTL          time.Duration
 	ZombieTimeout     time.Duration // no heartbeat for this: ZOMBIE; twice this: EXPIRED
@@ -196,6 +201,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxUnfinishedPerUser < 0 {
 		return bad("max unfinished tasks per user must not be negative (0: no cap), got %d", c.MaxUnfinishedPerUser)
+	}
+	if c.TokenTTL < 0 || c.TokenTTL > api.MaxTokenTTL*time.Second {
+		return bad("token ttl must be between 0 (never expires) and 10 years, got %v", c.TokenTTL)
 	}
 	if c.MaxTokensPerUser < 1 {
 		return bad("max tokens per user must be at least 1, got %d", c.MaxTokensPerUser)

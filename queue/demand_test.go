@@ -18,7 +18,7 @@ func TestTheDemandIsWhatTheQueueWouldHandOut(t *testing.T) {
 	e := queuetest.New(t)
 	ctx := context.Background()
 	four, two := 4, 2
-	if _, err := e.Q.SetUser(ctx, "carol", api.UserSettings{MaxCores: &four}); err != nil {
+	if _, err := e.Q.SetUser(ctx, "carol", api.UserSettings{MaxCores: &four, Create: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Q.Submit(ctx, "carol", api.JobSpec{Dataset: e.Dataset("c", 31), Command: []string{"p"}, BatchSize: 1}); err != nil {
@@ -48,7 +48,7 @@ func TestTheDemandIsWhatTheQueueWouldHandOut(t *testing.T) {
 	// Dave's 2-core tasks under his 5-core cap: 3 of them start (a pull
 	// hands out while his running cores are under the cap).
 	five := 5
-	if _, err := e.Q.SetUser(ctx, "dave", api.UserSettings{MaxCores: &five}); err != nil {
+	if _, err := e.Q.SetUser(ctx, "dave", api.UserSettings{MaxCores: &five, Create: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Q.Submit(ctx, "dave", api.JobSpec{Dataset: e.Dataset("d", 10), Command: []string{"p"}, BatchSize: 1, Cores: &two}); err != nil {

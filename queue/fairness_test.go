@@ -43,7 +43,7 @@ func simulateBatchIntake(t *testing.T, users []simUser, slots int, taskDur time.
 	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = 365 * 24 * time.Hour })
 	ctx := context.Background()
 	for _, u := range users {
-		s := api.UserSettings{Priority: queuetest.Ptr(u.priority)}
+		s := api.UserSettings{Priority: queuetest.Ptr(u.priority), Create: true}
 		if u.maxCores > 0 {
 			s.MaxCores = queuetest.Ptr(u.maxCores)
 		}

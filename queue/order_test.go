@@ -129,7 +129,7 @@ func TestPullOrderEqualsAFullRecomputeFromTheTables(t *testing.T) {
 				}
 			}
 			for i, u := range names {
-				s := api.UserSettings{Priority: queuetest.Ptr(float64(1 + i%3))}
+				s := api.UserSettings{Priority: queuetest.Ptr(float64(1 + i%3)), Create: true}
 				if i%4 == 1 {
 					s.MaxCores = queuetest.Ptr(4)
 				}

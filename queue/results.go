@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/siteshare"
 	"github.com/harvest-hpc/harvest/queue/store"
 )
@@ -233,6 +234,10 @@ func (p Pool) Recommend(ctx context.Context, req pilotproto.RecommendationReques
 	q := p.q
 	if req.MinNodes < 0 || req.PendingTasks < 0 || req.RunningTasks < 0 || req.SlotsPerNode < 0 || req.Slots < 0 || req.MaxNodes < 0 {
 		return invalid("recommendation figures must not be negative")
+	}
+	if req.MinNodes > api.MaxNodes || req.MaxNodes > api.MaxNodes {
+		// A floor of a billion nodes was kept: the agent's MiniNode.
+		return invalid("recommendation min_nodes and max_nodes must not exceed %d", api.MaxNodes)
 	}
 	if len(req.CapacityPhase) > 32 {
 		return invalid("capacity_phase is longer than 32 bytes")

@@ -518,6 +518,11 @@ func (q *Queue) StartSubmit(ctx context.Context, owner string, s api.JobSpec, ke
 		if n.output, err = q.resolveOutput(s.Output); err != nil {
 			return nil, err
 		}
+		if safefs.Within(n.output, []string{n.dataset}) {
+			// OUTPUT/name would be the task's own input, or a path in
+			// another entry, and a new directory there a new entry.
+			return nil, invalid("output %s is inside the dataset %s (resolved: %s): each task's output would be written among the inputs; give a directory outside it", s.Output, s.Dataset, n.output)
+		}
 		if err := q.ownOutput(owner, n.output); err != nil {
 			return nil, err
 		}

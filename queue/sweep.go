@@ -46,7 +46,7 @@ func (q *Queue) Sweep(ctx context.Context) error {
 // well) and this agent no longer holds the sweeps.
 func (q *Queue) sweeps(ctx context.Context) error {
 	var errs []error
-	for _, f := range []func(context.Context) error{q.sweepZombies, q.sweepExpired, q.sweepJobExpiry, q.purge, q.sweepStaleSubmissions} {
+	for _, f := range []func(context.Context) error{q.sweepZombies, q.sweepExpired, q.sweepJobExpiry, q.purge, q.sweepStaleSubmissions, q.sweepTokens} {
 		err := f(ctx)
 		if errors.Is(err, store.ErrSweepLost) {
 			q.mu.Lock()

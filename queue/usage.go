@@ -44,9 +44,32 @@ func (q *Queue) ensureUser(ctx context.Context, name string) error {
 	return nil
 }
 
-// SetUser changes a user's priority and quotas (creating the user).
-func (q *Queue) SetUser(ctx context.Context, name string, s api.UserSettings) (api.User, error) {
+// KnownUser checks that an admin's request names a user: one the queue
+// knows, or (account) a Unix account, unless create allows a new name.
+// A mistyped name was silently created.
+func (q *Queue) KnownUser(name string, account, create bool) error {
 	if err := validUserName(name); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	_, ok := q.users[name]
+	q.mu.Unlock()
+	if ok || create {
+		return nil
+	}
+	if account {
+		if _, err := q.cfg.LookupAccount(name); err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w %q: neither a user of this queue (`harvest users` lists them) nor a Unix account here; check the name, or add --create to make it anyway", api.ErrUnknownUser, name)
+	}
+	return fmt.Errorf("%w %q: not a user of this queue (`harvest users` lists them); check the name, or add --create to create it with these settings", api.ErrUnknownUser, name)
+}
+
+// SetUser changes a user's priority and quotas; a user the queue does not
+// know is created only if s.Create.
+func (q *Queue) SetUser(ctx context.Context, name string, s api.UserSettings) (api.User, error) {
+	if err := q.KnownUser(name, false, s.Create); err != nil {
 		return api.User{}, err
 	}
 	q.mu.Lock()

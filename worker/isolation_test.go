@@ -525,3 +525,34 @@ try task-read cat "$REF/genome"
 		t.Errorf("unconfined probe: %v: the probe cannot tell", open)
 	}
 }
+
+// An unconfined task (--confine off) renames its job's output directory
+// and puts a link to elsewhere in its place: the next task of the job on
+// this worker got the job's files as cached, the directory opened when
+// the first task started, now under another name, and ran with its logs
+// there while its output path led through the link. The job's cached
+// output directory is checked against its path at each task: one that no
+// longer is what the path names is opened afresh, and the link refused.
+func TestAnOutputDirectorySwappedForALinkBetweenTasksIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := filepath.Join(dir, "state")
+	os.Mkdir(elsewhere, 0o700)
+	r := worker.DefaultExecRunner()
+	t.Cleanup(func() { r.Close() })
+	first := execTask(dir, 0, "sh", "-c", `mv "$1" "$1.old" && ln -s "$2" "$1"`, "sh", filepath.Join(dir, "out"), elsewhere)
+	if o := r.Run(context.Background(), first); o.Status != pilotproto.StatusDone {
+		t.Fatalf("first task: %s %q", o.Status, o.ErrorTail)
+	}
+	second := execTask(dir, 0, "sh", "-c", `echo two; echo pwned > "$1"`, "sh", "{output}")
+	second.ID = 4
+	o := r.Run(context.Background(), second)
+	if o.Status != pilotproto.StatusFailed || !strings.Contains(o.ErrorTail, "output directory") {
+		t.Errorf("second task: %s (%q), want a failure naming the output directory", o.Status, o.ErrorTail)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("the second task ran through the link: %v", entries)
+	}
+	if _, err := os.Lstat(pilotproto.LogPath(filepath.Join(dir, "out.old"), second.ID, second.Attempt, "out")); err == nil {
+		t.Errorf("the second task's log went to the renamed directory")
+	}
+}

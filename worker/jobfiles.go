@@ -99,17 +99,40 @@ func (c *jobCache) acquireLocked(r *ExecRunner, key string, t pilotproto.Task) (
 	if c.m == nil {
 		c.m = map[string]*jobFiles{}
 	}
+	var gone []*jobFiles
 	if j := c.m[key]; j != nil {
-		j.refs++
-		return j, nil, nil
+		if j.outDir == nil || sameDir(j.outDir, t.OutputDir) {
+			j.refs++
+			return j, nil, nil
+		}
+		// Renamed or replaced since it was opened (a task put a link
+		// in its place): not handed out again; opened afresh below,
+		// which refuses a link.
+		j.stale = true
+		delete(c.m, key)
+		if j.refs == 0 {
+			gone = append(gone, j)
+		}
 	}
 	j, err := r.openJob(key, t)
 	if err != nil {
-		return nil, nil, err
+		return nil, gone, err
 	}
 	j.refs = 1
 	c.m[key] = j
-	return j, c.evict(time.Now()), nil
+	return j, append(gone, c.evict(time.Now())...), nil
+}
+
+// sameDir reports whether path, followed without links, is still the
+// directory f was opened on.
+func sameDir(f *os.File, path string) bool {
+	now, err := safefs.OpenDir(path)
+	if err != nil {
+		return false
+	}
+	defer now.Close()
+	var a, b unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &a) == nil && unix.Fstat(int(now.Fd()), &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // release ends a task's use of j; stale: j is not to be handed out again.

@@ -199,9 +199,13 @@ type view struct {
 type ends struct {
 	first, pastMini cluster.Limit
 	queuedPilot     bool
+	overdue         bool // a running job is past its limit (overdue: it ends at 1 s)
 }
 
 func (e *ends) add(r cluster.Limit, mini int64) {
+	if r == 0 {
+		e.overdue = true
+	}
 	if r.IsUnlimited() || r <= 0 {
 		return
 	}

@@ -53,6 +53,11 @@ func (v *view) steady() int64 {
 		return 0
 	}
 	if r := v.ends.first; !r.IsUnlimited() {
+		// Beside an overdue job (read as ending at 1 s), an end meets it
+		// at 1 s, a second before its own limit.
+		if v.ends.overdue && r > 1 {
+			r--
+		}
 		bound(int64(r))
 	}
 	if r := v.ends.pastMini; !r.IsUnlimited() {
@@ -91,6 +96,11 @@ func (v *view) steady() int64 {
 			}
 			if k, _ := slices.BinarySearch(limits, t); k > 0 {
 				bound(t - limits[k-1])
+			}
+			// The walk ahead to an overdue job's end (ahead.go) sees
+			// the steps a second nearer.
+			if k, _ := slices.BinarySearch(limits, t-1); v.ends.overdue && k > 0 {
+				bound(t - 1 - limits[k-1])
 			}
 		}
 	}

@@ -369,8 +369,14 @@ func BuildChart(samples []Sample, from, to int64, w, h int) Chart {
 // in the browser's history or in proxies' logs more than once.
 func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	if tok := r.URL.Query().Get("token"); tok != "" {
-		if _, _, err := s.cfg.Queue.AuthenticateToken(r, tok); err != nil {
+		_, role, err := s.cfg.Queue.AuthenticateToken(r, tok)
+		if err != nil {
 			s.denied(w, http.StatusUnauthorized, "The token in the address is not valid.")
+			return
+		}
+		if role != api.RoleUser && role != api.RoleAdmin {
+			// Refused before it is kept in a cookie, not after.
+			s.denied(w, http.StatusForbidden, fmt.Sprintf("The status page needs a user or admin token; this is %s.", roleToken(role)))
 			return
 		}
 		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: api.PathStatus, HttpOnly: true,

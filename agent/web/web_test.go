@@ -263,6 +263,13 @@ func TestStatusPageAuthentication(t *testing.T) {
 			t.Fatalf("got %d, cookies %v", resp.StatusCode, resp.Cookies())
 		}
 	})
+	t.Run("the pilot token in the address is refused and sets no cookie", func(t *testing.T) {
+		// It was kept in the browser's cookie, then refused at the redirect.
+		resp := do(h, "GET", "/status?token=pilot-tok", "", "")
+		if resp.StatusCode != http.StatusForbidden || len(resp.Cookies()) != 0 {
+			t.Fatalf("got %d, cookies %v", resp.StatusCode, resp.Cookies())
+		}
+	})
 	t.Run("a token in the address becomes an HttpOnly cookie and leaves the address", func(t *testing.T) {
 		resp := do(h, "GET", "/status?token=alice-tok", "", "")
 		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/status" {

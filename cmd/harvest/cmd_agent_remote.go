@@ -28,7 +28,7 @@ type remoteQueue struct {
 
 // checkRemoteFlags refuses the hosted queue's settings with --queue.
 func checkRemoteFlags(c *cli.Context) error {
-	for _, f := range []string{"no-queue", "listen", "advertise", "allowed-root", "outputs-root", "admin", "tls-cert", "tls-key", "lease-ttl", "zombie-timeout", "max-tokens-per-user", "max-unfinished-tasks-per-user", "realtime-writer", "backlog", "db", "peer"} {
+	for _, f := range []string{"no-queue", "listen", "advertise", "allowed-root", "outputs-root", "admin", "tls-cert", "tls-key", "lease-ttl", "zombie-timeout", "max-tokens-per-user", "token-ttl", "max-unfinished-tasks-per-user", "realtime-writer", "backlog", "db", "peer"} {
 		if c.IsSet(f) {
 			return fmt.Errorf("--%s configures a hosted queue; with --queue the remote queue is configured where it runs", f)
 		}

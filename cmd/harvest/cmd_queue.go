@@ -137,6 +137,7 @@ func queueServeFlags(def queue.Config) []cli.Flag {
 		&cli.IntFlag{Name: "max-batch-size", Value: def.MaxBatchSize, Usage: "largest batch size a job may ask for"},
 		&cli.IntFlag{Name: "max-unfinished-tasks-per-user", Value: def.MaxUnfinishedPerUser, Usage: "unfinished tasks (waiting or running) a user may have; a job that would pass it is refused (0: no cap)"},
 		&cli.IntFlag{Name: "max-tokens-per-user", Value: def.MaxTokensPerUser, Usage: "tokens a user may hold per role (user, admin); more are refused until one is revoked"},
+		&cli.DurationFlag{Name: "token-ttl", EnvVars: []string{"HARVEST_TOKEN_TTL"}, Usage: "lifetime of a user or admin token made without --ttl (0: never expires; pilot and site tokens never do)"},
 		&cli.BoolFlag{Name: "realtime-writer", EnvVars: []string{"HARVEST_REALTIME_WRITER"}, Usage: "ignored: the queue no longer runs any thread real-time (kept so that existing configurations start)", Hidden: true},
 		&cli.DurationFlag{Name: "zombie-timeout", Value: def.ZombieTimeout, Usage: "no heartbeat for this long: ZOMBIE; twice: EXPIRED"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "master lease time to live: a master killed outright is replaced within this (it renews every TTL/3)"},
@@ -167,6 +168,7 @@ func queueSharedConfig(c *cli.Context) queue.Config {
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.LocalSite = c.String("site")
 	cfg.MaxTokensPerUser = c.Int("max-tokens-per-user")
+	cfg.TokenTTL = c.Duration("token-ttl")
 	cfg.MaxUnfinishedPerUser = c.Int("max-unfinished-tasks-per-user")
 	return cfg
 }

@@ -308,6 +308,13 @@ func TestAdminCLIRefusesBadInputAndChangesNothing(t *testing.T) {
 		{"status of two jobs", []string{"status", "1", "2"}, 2, "usage"},
 		{"an unknown state", []string{"jobs", "--state", "BOGUS"}, 1, "unknown job state"},
 		{"a site never added", []string{"admin", "site", "set", "nosuch", "--min", "1"}, 1, "no site nosuch"},
+		{"a zero token lifetime", []string{"token", "create", "--ttl", "0s"}, 2, "--ttl must be at least 1s"},
+		{"a token lifetime past 10 years", []string{"admin", "token", "create", "alice", "--ttl", "100000h"}, 2, "at most 10 years"},
+		// A mistyped name names nobody: it is refused, not created.
+		{"a mistyped user", []string{"admin", "user", "set", "alcie", "--priority", "2"}, 1, "unknown user \"alcie\""},
+		{"a token for an unknown user", []string{"admin", "token", "create", "alcie"}, 1, "unknown user \"alcie\""},
+		{"the tokens of an unknown user", []string{"token", "list", "--user", "alcie"}, 1, "unknown user \"alcie\""},
+		{"a token of an unknown user", []string{"token", "revoke", "0123456789", "--user", "alcie"}, 1, "unknown user \"alcie\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]string{}, tc.args...), "--queue", q.url, "--token", q.admin)
@@ -319,6 +326,23 @@ func TestAdminCLIRefusesBadInputAndChangesNothing(t *testing.T) {
 				t.Fatalf("the refused command changed the queue:\n%s\nwas\n%s", after, before)
 			}
 		})
+	}
+	// Creating a user is asked for by name: --create.
+	if out, errOut, code := run(t, "admin", "user", "set", "carol", "--max-cores", "4", "--create", "--queue", q.url, "--token", q.admin); code != 0 || !strings.Contains(out, "user carol") {
+		t.Fatalf("set --create: exit %d, %q %q", code, out, errOut)
+	}
+	if u, err := q.q.User(context.Background(), "carol"); err != nil || u.MaxCores != 4 {
+		t.Fatalf("carol after --create: %+v %v", u, err)
+	}
+	if out, errOut, code := run(t, "admin", "token", "create", "dora", "--create", "--queue", q.url, "--token", q.admin); code != 0 || !strings.HasPrefix(out, "hv_") {
+		t.Fatalf("token create --create: exit %d, %q %q", code, out, errOut)
+	}
+	// A token's lifetime is asked with --ttl and shown by token list.
+	if out, errOut, code := run(t, "admin", "token", "create", "alice", "--ttl", "2h", "--queue", q.url, "--token", q.admin); code != 0 || !strings.HasPrefix(out, "hv_") {
+		t.Fatalf("token create --ttl: exit %d, %q %q", code, out, errOut)
+	}
+	if out, errOut, code := run(t, "token", "list", "--user", "alice", "--queue", q.url, "--token", q.admin); code != 0 || !strings.Contains(out, "EXPIRES") || !strings.Contains(out, "never") || strings.Count(out, "T") < 3 {
+		t.Fatalf("token list: exit %d, %q %q", code, out, errOut)
 	}
 	// Another user's job is not an admin's to hide: the admin cancels it,
 	// and a user cannot (404, as for a job that does not exist).

@@ -67,11 +67,12 @@ func adminCommand() *cli.Command {
 						&cli.IntFlag{Name: "max-cores", Usage: "cores running at once (JAliEn's maxParallelJobs, default 20)"},
 						&cli.Float64Flag{Name: "max-cpu-time", Usage: "CPU seconds per 24 h (default 1e7)"},
 						&cli.Float64Flag{Name: "max-cost", Usage: "cost (cores x seconds x price) per 24 h (default 1e7)"},
+						&cli.BoolFlag{Name: "create", Usage: "create NAME if the queue does not know it yet (without it an unknown name is refused: a typo)"},
 					),
 					Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 						pos := a.pos
 						if len(pos) != 1 {
-							return cli.Exit("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C]", 2)
+							return cli.Exit("harvest admin user set: usage: harvest admin user set NAME [--priority P] [--max-cores N] [--max-cpu-time S] [--max-cost C] [--create]", 2)
 						}
 						if !c.IsSet("priority") && !c.IsSet("max-cores") && !c.IsSet("max-cpu-time") && !c.IsSet("max-cost") {
 							return cli.Exit("harvest admin user set: nothing to set: give --priority, --max-cores, --max-cpu-time or --max-cost (`harvest users` shows the settings)", 2)
@@ -81,7 +82,7 @@ func adminCommand() *cli.Command {
 								return cli.Exit(fmt.Sprintf("harvest admin user set: --%s must be a positive number, got %v", f, v), 2)
 							}
 						}
-						var s api.UserSettings
+						s := api.UserSettings{Create: c.Bool("create")}
 						if c.IsSet("priority") {
 							s.Priority = ptrTo(c.Float64("priority"))
 						}
@@ -165,17 +166,22 @@ func adminCommand() *cli.Command {
 					Name:      "create",
 					Usage:     "create a token for USER (shown once, stored hashed)",
 					ArgsUsage: "USER",
-					Flags:     append(clientFlags(), &cli.BoolFlag{Name: "admin", Usage: "an admin token instead of a user token"}),
+					Flags: append(clientFlags(), &cli.BoolFlag{Name: "admin", Usage: "an admin token instead of a user token"}, ttlFlag(),
+						&cli.BoolFlag{Name: "create", Usage: "allow a USER that is neither a user of the queue nor a Unix account here (without it such a name is refused: a typo)"}),
 					Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
 						pos := a.pos
 						if len(pos) != 1 {
-							return cli.Exit("harvest admin token create: usage: harvest admin token create USER [--admin]", 2)
+							return cli.Exit("harvest admin token create: usage: harvest admin token create USER [--admin] [--create]", 2)
 						}
 						role := api.RoleUser
 						if c.Bool("admin") {
 							role = api.RoleAdmin
 						}
-						t, err := cl.CreateToken(c.Context, api.TokenRequest{User: pos[0], Role: role})
+						ttl, err := ttlSeconds(c)
+						if err != nil {
+							return err
+						}
+						t, err := cl.CreateToken(c.Context, api.TokenRequest{User: pos[0], Role: role, Create: c.Bool("create"), TTLSeconds: ttl})
 						if err != nil {
 							return err
 						}
@@ -198,9 +204,13 @@ func tokenCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "create",
 			Usage: "create a user token for yourself (ask through the Unix socket); --save writes it to ~/.config/harvest/token",
-			Flags: append(clientFlags(), &cli.BoolFlag{Name: "save", Usage: "save it where the CLI looks for it"}),
+			Flags: append(clientFlags(), &cli.BoolFlag{Name: "save", Usage: "save it where the CLI looks for it"}, ttlFlag()),
 			Action: withClient(func(c *cli.Context, cl *client.Client, a args) error {
-				t, err := cl.CreateToken(c.Context, api.TokenRequest{})
+				ttl, err := ttlSeconds(c)
+				if err != nil {
+					return err
+				}
+				t, err := cl.CreateToken(c.Context, api.TokenRequest{TTLSeconds: ttl})
 				if err != nil {
 					return err
 				}
@@ -234,9 +244,13 @@ func tokenCommand() *cli.Command {
 					return printJSON(c.App.Writer, api.TokenList{Tokens: ts})
 				}
 				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tUSER\tROLE\tCREATED")
+				fmt.Fprintln(tw, "ID\tUSER\tROLE\tCREATED\tEXPIRES")
 				for _, t := range ts {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.User, t.Role, time.Unix(t.CreatedAt, 0).UTC().Format(time.RFC3339))
+					exp := "never"
+					if t.ExpiresAt != 0 {
+						exp = time.Unix(t.ExpiresAt, 0).UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.User, t.Role, time.Unix(t.CreatedAt, 0).UTC().Format(time.RFC3339), exp)
 				}
 				return tw.Flush()
 			}),
@@ -291,3 +305,20 @@ func saveToken(p, tok string) error {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// ttlFlag is a new token's lifetime.
+func ttlFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "ttl", Aliases: []string{"expires"}, Usage: "the token's lifetime, e.g. 720h (default: the queue's --token-ttl; none there: it never expires)"}
+}
+
+// ttlSeconds reads --ttl: whole seconds, positive.
+func ttlSeconds(c *cli.Context) (int64, error) {
+	if !c.IsSet("ttl") {
+		return 0, nil
+	}
+	d := c.Duration("ttl")
+	if d < time.Second || d > api.MaxTokenTTL*time.Second {
+		return 0, cli.Exit(fmt.Sprintf("harvest %s: --ttl must be at least 1s and at most 10 years, got %v", c.Command.FullName(), d), 2)
+	}
+	return int64(d / time.Second), nil
+}

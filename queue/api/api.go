@@ -162,6 +162,9 @@ type UserSettings struct {
 	MaxCores   *int     `json:"max_cores,omitempty"`
 	MaxCPUTime *float64 `json:"max_cpu_time,omitempty"`
 	MaxCost    *float64 `json:"max_cost,omitempty"`
+	// Create allows a user the queue does not know yet to be created;
+	// without it an unknown name is refused (a typo created a user).
+	Create bool `json:"create,omitempty"`
 }
 
 // Nodes is the admin's floor and cap of pilot nodes, and the master's
@@ -190,23 +193,37 @@ type NodesSettings struct {
 type TokenRequest struct {
 	User string `json:"user,omitempty"`
 	Role string `json:"role,omitempty"`
+	// Create (admin, for another user) allows a name that is neither a
+	// user of the queue nor a Unix account; without it such a name is
+	// refused as a likely typo.
+	Create bool `json:"create,omitempty"`
+	// TTLSeconds is the token's lifetime: 0 takes the queue's default
+	// (--token-ttl; none: it never expires). A user may not ask for more
+	// than the default; an admin may.
+	TTLSeconds int64 `json:"ttl_s,omitempty"`
 }
+
+// MaxTokenTTL is the longest lifetime a token may be given.
+const MaxTokenTTL = 10 * 366 * 24 * 3600
 
 // Token is a newly created token; it is shown once and stored hashed.
 type Token struct {
-	User  string `json:"user"`
-	Role  string `json:"role"`
-	Token string `json:"token"`
+	User      string `json:"user"`
+	Role      string `json:"role"`
+	Token     string `json:"token"`
+	ExpiresAt int64  `json:"expires_at,omitempty"` // Unix seconds; absent: never
 }
 
 // TokenInfo is a stored token as GET /v1/tokens shows it: its ID (the
 // start of the token's sha256, all the queue keeps of it), its user and
-// role, and when it was made (Unix seconds).
+// role, when it was made and when it expires (Unix seconds; absent:
+// never).
 type TokenInfo struct {
 	ID        string `json:"id"`
 	User      string `json:"user"`
 	Role      string `json:"role"`
 	CreatedAt int64  `json:"created_at"`
+	ExpiresAt int64  `json:"expires_at,omitempty"`
 }
 
 // TokenList is the answer of GET /v1/tokens.

@@ -65,3 +65,34 @@ func TestAdminTokenFollowsTheAdminList(t *testing.T) {
 		t.Errorf("an admin token for root: %d %s", code, msg)
 	}
 }
+
+// An admin request naming a user the queue does not know (a typo:
+// `harvest admin user set alcie`) created that user. It is refused with
+// a 404 naming the user and changes nothing; "create" asks for it.
+func TestAdminRequestsNamingAnUnknownUserChangeNothing(t *testing.T) {
+	e := queuetest.New(t)
+	before := e.Snapshot(t)
+	for _, r := range []struct{ method, path, body string }{
+		{"PUT", api.PathUser + "alcie", `{"priority":2}`},
+		{"POST", api.PathTokens, `{"user":"alcie"}`},
+		{"GET", api.PathTokens + "?user=alcie", ""},
+		{"DELETE", api.PathToken + "0123456789?user=alcie", ""},
+	} {
+		code, msg := e.Raw(r.method, r.path, "admin", r.body)
+		if code != http.StatusNotFound || !strings.Contains(msg, `unknown user "alcie"`) {
+			t.Errorf("%s %s naming an unknown user: %d %q, want 404 naming it", r.method, r.path, code, msg)
+		}
+	}
+	if _, n, err := e.Q.RotateTokens(t.Context(), "alcie", api.RoleUser); !errors.Is(err, api.ErrUnknownUser) || n != 0 {
+		t.Errorf("rotating an unknown user's tokens: %d revoked, %v; want unknown user", n, err)
+	}
+	if after := e.Snapshot(t); after != before {
+		t.Errorf("a request naming an unknown user changed the database:\n%s", after)
+	}
+	if code, msg := e.Raw("PUT", api.PathUser+"alcie", "admin", `{"priority":2,"create":true}`); code != http.StatusOK {
+		t.Errorf("create: %d %s", code, msg)
+	}
+	if code, msg := e.Raw("POST", api.PathTokens, "admin", `{"user":"bob"}`); code != http.StatusCreated {
+		t.Errorf("a token for bob, a Unix account: %d %s", code, msg)
+	}
+}

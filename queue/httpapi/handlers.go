@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -250,7 +251,19 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id queue.Id
 	if id.Role != api.RoleAdmin && (req.User != id.User || req.Role != api.RoleUser) {
 		return nil, 0, fmt.Errorf("%w: you can create only a user token for yourself", api.ErrForbidden)
 	}
-	t, err := s.q.CreateToken(r.Context(), req.User, req.Role)
+	if req.User != id.User && req.Role == api.RoleUser {
+		if err := s.q.KnownUser(req.User, true, req.Create); err != nil {
+			return nil, 0, err
+		}
+	}
+	if req.TTLSeconds < 0 || req.TTLSeconds > api.MaxTokenTTL {
+		return nil, 0, invalid("ttl_s must be positive and at most %d (10 years), or left out for the queue's default; got %d", api.MaxTokenTTL, req.TTLSeconds)
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if def := s.q.TokenTTL(); id.Role != api.RoleAdmin && def > 0 && ttl > def {
+		return nil, 0, fmt.Errorf("%w: a token lives at most %v on this queue (--token-ttl); ask for less, or ask an admin", api.ErrForbidden, def)
+	}
+	t, err := s.q.CreateTokenTTL(r.Context(), req.User, req.Role, ttl)
 	return t, http.StatusCreated, err
 }
 
@@ -273,6 +286,11 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, id queue.Ide
 		return nil, 0, err
 	}
 	ts, err := s.q.Tokens(r.Context(), u)
+	if err == nil && len(ts) == 0 && u != id.User {
+		// No tokens, and nobody by that name: a typo, not an empty list.
+		// (An admin name with tokens is known by them.)
+		err = s.q.KnownUser(u, true, false)
+	}
 	return api.TokenList{Tokens: ts}, http.StatusOK, err
 }
 
@@ -283,6 +301,11 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, id queue.Id
 	}
 	tid := r.PathValue("id")
 	if err := s.q.RevokeToken(r.Context(), u, tid); err != nil {
+		if errors.Is(err, api.ErrNotFound) && u != id.User {
+			if kerr := s.q.KnownUser(u, true, false); kerr != nil {
+				return nil, 0, kerr
+			}
+		}
 		return nil, 0, err
 	}
 	return api.TokenInfo{ID: tid, User: u}, http.StatusOK, nil

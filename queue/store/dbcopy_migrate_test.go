@@ -90,7 +90,7 @@ func TestMigrateToPostgreSQLLosesNothing(t *testing.T) {
 	must(s.PutUser(ctx, "alice", fairshare.Limits{Priority: 2, MaxParallelJobs: 7, MaxTotalRunningTime: 1e6, MaxTotalCpuCost: 1e5}, store.T0))
 	must(s.EnsureUser(ctx, "bob", fairshare.Limits{Priority: 1, MaxParallelJobs: 20, MaxTotalRunningTime: 1e7, MaxTotalCpuCost: 1e7}, store.T0))
 	must(s.PutUsage(ctx, []store.UsageRow{{User: "alice", Usage: fairshare.Usage{RunningCores: 3, CPUTime24h: 12.5, Cost24h: 25}, Priority: 0.75}}, store.T0))
-	must(s.PutToken(ctx, "h1", "alice", "user", store.T0, 10))
+	must(s.PutToken(ctx, "h1", "alice", "user", store.T0, time.Time{}, 10))
 	must(s.AddSite(ctx, "b", "h2", "agent", store.T0))
 	must(s.PutSite(ctx, store.Site{Name: "b", MinNodes: 1, MaxNodes: 4, Paused: true}))
 	must(s.PutNodeSettings(ctx, 2, 8, 12))

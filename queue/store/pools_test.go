@@ -191,10 +191,10 @@ func TestSites(t *testing.T) {
 	if err != nil || !ok || st.MaxNodes != 5 || !st.Paused || !st.CreatedAt.Equal(t0) {
 		t.Fatalf("site %+v %v %v", st, ok, err)
 	}
-	if _, _, ok, _ := s.TokenIdentity(ctx, "h1"); ok {
+	if _, _, _, ok, _ := s.TokenIdentity(ctx, "h1"); ok {
 		t.Fatal("the replaced agent token still works")
 	}
-	if u, r, ok, _ := s.TokenIdentity(ctx, "h2"); !ok || u != "b" || r != "agent" {
+	if u, r, _, ok, _ := s.TokenIdentity(ctx, "h2"); !ok || u != "b" || r != "agent" {
 		t.Fatalf("agent token: %s %s %v", u, r, ok)
 	}
 	if err := s.PutSite(ctx, Site{Name: "nope"}); err == nil {

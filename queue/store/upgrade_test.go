@@ -131,7 +131,7 @@ func TestADatabaseOfTodaysMainUpgradesToGrants(t *testing.T) {
 	if err != nil || len(users) != 2 || users["bob"].Priority != 2 {
 		t.Fatalf("users %+v %v", users, err)
 	}
-	if u, role, ok, err := s.TokenIdentity(ctx, "abc123"); err != nil || !ok || u != "alice" || role != "user" {
+	if u, role, _, ok, err := s.TokenIdentity(ctx, "abc123"); err != nil || !ok || u != "alice" || role != "user" {
 		t.Fatalf("token: %s %s %v %v", u, role, ok, err)
 	}
 	var cpu float64

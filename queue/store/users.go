@@ -105,41 +105,62 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	return s.write(ctx, func(tx *wtx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 
-// TokenIdentity reads the user and role of a token's hash; ok is false if unknown.
-func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, ok bool, err error) {
-	err = s.r.QueryRowContext(ctx, `SELECT "user", role FROM tokens WHERE hash = $1`, hash).Scan(&user, &role)
+// TokenIdentity reads the user, role and expiry (zero: never) of a
+// token's hash; ok is false if unknown.
+func (s *Store) TokenIdentity(ctx context.Context, hash string) (user, role string, expires time.Time, ok bool, err error) {
+	var exp int64
+	err = s.r.QueryRowContext(ctx, `SELECT "user", role, expires_at FROM tokens WHERE hash = $1`, hash).Scan(&user, &role, &exp)
 	ok, err = found(err)
-	return user, role, ok, wrap(err, "look up token")
+	return user, role, fromMS(exp), ok, wrap(err, "look up token")
+}
+
+// fromMS reads a stored time, 0 being none.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
 }
 
 // ErrTokenCap: the user holds the most tokens of the role the queue allows.
 var ErrTokenCap = errors.New("too many tokens")
 
-// PutToken stores a token's hash unless user holds limit tokens of role
-// (ErrTokenCap): one statement, so two at once cannot both take the last.
-func (s *Store) PutToken(ctx context.Context, hash, user, role string, now time.Time, limit int) error {
-	n, err := s.do(ctx, "store token", `INSERT INTO tokens (hash, "user", role, created_at) SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), CAST($3 AS TEXT), CAST($4 AS BIGINT)
-		WHERE (SELECT count(*) FROM tokens WHERE "user" = $2 AND role = $3) < $5`, hash, user, role, ms(now), limit)
+// PutToken stores a token's hash expiring at expires (zero: never) unless
+// user holds limit tokens of role (ErrTokenCap): one statement, so two at
+// once cannot both take the last. Expired tokens count until swept.
+func (s *Store) PutToken(ctx context.Context, hash, user, role string, now, expires time.Time, limit int) error {
+	var exp int64
+	if !expires.IsZero() {
+		exp = ms(expires)
+	}
+	n, err := s.do(ctx, "store token", `INSERT INTO tokens (hash, "user", role, created_at, expires_at) SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), CAST($3 AS TEXT), CAST($4 AS BIGINT), CAST($5 AS BIGINT)
+		WHERE (SELECT count(*) FROM tokens WHERE "user" = $2 AND role = $3) < $6`, hash, user, role, ms(now), exp, limit)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("store token: %w: %s holds %d %s tokens, the most the queue allows", ErrTokenCap, user, limit, role)
 	}
 	return err
 }
 
-// TokenInfo is a stored token: its hash (never the token), role and birth.
+// TokenInfo is a stored token: its hash (never the token), role, birth and
+// expiry (zero: never).
 type TokenInfo struct {
 	Hash, User, Role string
-	Created          time.Time
+	Created, Expires time.Time
 }
 
 // Tokens lists user's tokens, oldest first.
 func (s *Store) Tokens(ctx context.Context, user string) ([]TokenInfo, error) {
 	return list(ctx, s, "list tokens", func(r scanner) (t TokenInfo, err error) {
-		var at int64
-		err = r.Scan(&t.Hash, &t.User, &t.Role, &at)
-		t.Created = time.UnixMilli(at)
+		var at, exp int64
+		err = r.Scan(&t.Hash, &t.User, &t.Role, &at, &exp)
+		t.Created, t.Expires = time.UnixMilli(at), fromMS(exp)
 		return t, err
-	}, `SELECT hash, "user", role, created_at FROM tokens WHERE "user" = $1 ORDER BY created_at, hash`, user)
+	}, `SELECT hash, "user", role, created_at, expires_at FROM tokens WHERE "user" = $1 ORDER BY created_at, hash`, user)
+}
+
+// SweepTokens deletes the tokens expired at now and returns how many.
+func (s *Store) SweepTokens(ctx context.Context, now time.Time) (int64, error) {
+	return s.do(ctx, "sweep expired tokens", `DELETE FROM tokens WHERE expires_at > 0 AND expires_at <= $1`, ms(now))
 }
 
 // DeleteTokens deletes and counts user's tokens of role whose hash starts
