@@ -66,6 +66,7 @@ type batch struct {
 	order      []*exceptionRow            // the exception rows to write, in the order they changed
 	usage      map[string]UsageEvent      // per owner, of a batch of results
 	lock       string                     // readJobs' row lock on PostgreSQL
+	err        error                      // the first statement's error: later ones do not run
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
@@ -111,9 +112,9 @@ func rowsSQL(head, tail string, pad ...any) rowStatements {
 }
 
 // run runs st over rows, tail appended, and calls scan, if any, on every
-// row answered.
+// row answered; it returns (and keeps) the batch's first error.
 func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.Rows) error) error {
-	for len(rows) > 0 {
+	for len(rows) > 0 && b.err == nil {
 		k := min(sort.SearchInts(rowSizes, len(rows)), len(rowSizes)-1)
 		n := min(len(rows), rowSizes[k])
 		args := slices.Concat(rows[:n]...)
@@ -131,10 +132,10 @@ func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.
 			err = errors.Join(err, rs.Close(), rs.Err())
 		}
 		if err != nil {
-			return fmt.Errorf("%.40s: %w", st.bySize[0], err)
+			b.err = fmt.Errorf("%.40s: %w", st.bySize[0], err)
 		}
 	}
-	return nil
+	return b.err
 }
 
 var (
@@ -274,12 +275,11 @@ func (b *batch) readOpen(grants []*grantRow) error {
 	return b.readExceptions(entries)
 }
 
-// except returns the entry's exception row (new if none), to be written.
+// except returns the entry's exception row (new if none), to be written,
+// and the batch's error.
 func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 	k := [2]int64{job, int64(idx)}
-	if err := b.readExceptions([][2]int64{k}); err != nil {
-		return nil, err
-	}
+	b.readExceptions([][2]int64{k})
 	x := b.exceptions[k]
 	if x == nil {
 		x = &exceptionRow{job: job, idx: idx, attempt: attempt}
@@ -289,7 +289,7 @@ func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 		x.dirty = true
 		b.order = append(b.order, x)
 	}
-	return x, nil
+	return x, b.err
 }
 
 var (
@@ -342,9 +342,7 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	}
 	rows := [][][]any{grants, excepts, usage, counts, states}
 	for i, st := range []rowStatements{writeGrants, writeExcepts, logUsage, writeCount, writeJobStates} {
-		if err := b.run(st, rows[i], "", nil); err != nil {
-			return nil, err
-		}
+		b.run(st, rows[i], "", nil)
 	}
-	return changes, nil
+	return changes, b.err
 }

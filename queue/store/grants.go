@@ -58,9 +58,11 @@ var (
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
 		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
 	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
-		`WHERE v.column1 <> 0 RETURNING job_id, first_idx, attempt, id`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
-	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM`,
-		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0, 0)
+		`WHERE v.column1 <> 0`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
+	// A retry's grant is the one of its entry and attempt.
+	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3,
+		grant_id = (SELECT g.id FROM grants g WHERE g.job_id = v.column1 AND g.attempt = v.column3 AND g.first_idx = v.column2) FROM`,
+		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0)
 	readNames = rowsSQL(`SELECT e.job_id, e.idx, 1, e.name FROM`,
 		`JOIN entries e ON e.job_id = v.column1 AND e.idx >= v.column2 AND e.idx <= v.column3 ORDER BY e.job_id, e.idx`, 0, 1, 0)
 )
@@ -78,7 +80,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		for _, t := range takes {
 			ids = append(ids, t.Job)
 		}
-		err := b.readJobs(ids)
+		b.readJobs(ids)
 		want := map[int64]int{} // retries to read per job
 		for _, t := range takes {
 			if j := b.jobs[t.Job]; j != nil && j.retry > 0 && t.N > 0 {
@@ -90,19 +92,17 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			asked = append(asked, []any{id, want[id]})
 		}
 		retries := map[int64][]TakenTask{} // with their last attempt
-		if err == nil {
-			err = b.run(readRetries, asked, "", scanTasks(retries))
-		}
+		b.run(readRetries, asked, "", scanTasks(retries))
 		at := ms(now)
-		var grants, ranges [][]any // the new grants' rows; the fresh ranges (job, first, last)
+		var grants, marks, ranges [][]any // the new grants; the retries (job, idx, attempt); the fresh ranges (job, first, last)
 		grant := func(job int64, first, n, attempt int) []any {
 			return []any{job, first, first + n - 1, attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
 		}
 		for _, t := range takes {
 			j := b.jobs[t.Job]
-			if j == nil && s.d.pg && err == nil { // skipped (another agent's write holds it), or gone
+			if j == nil && s.d.pg && b.err == nil { // skipped (another agent's write holds it), or gone
 				var n int
-				if err = tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = $1`, t.Job).Scan(&n); n > 0 {
+				if b.err = tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = $1`, t.Job).Scan(&n); n > 0 {
 					continue
 				}
 			}
@@ -116,6 +116,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				r.Attempt = max(r.Attempt+1, 2) // attempt 1 is a fresh grant's, and only its
 				_, idx := entryOf(r.ID)
 				grants = append(grants, grant(t.Job, idx, 1, r.Attempt))
+				marks = append(marks, []any{t.Job, idx, r.Attempt})
 				out.Tasks[t.Job] = append(out.Tasks[t.Job], r)
 			}
 			k := max(min(t.N-len(rs), j.c.Total-j.next), 0) // fresh entries
@@ -131,27 +132,11 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				}
 			}
 		}
-		var marks [][]any // the retried entries' exception rows, now GRANTED
-		if err == nil {
-			err = b.run(insertGrants, grants, "", func(rs *sql.Rows) error {
-				var job, idx, attempt, id int64
-				err := rs.Scan(&job, &idx, &attempt, &id)
-				if attempt > 1 {
-					marks = append(marks, []any{job, idx, attempt, id})
-				}
-				return err
-			})
-		}
-		if err == nil {
-			err = b.run(markGranted, marks, "", nil)
-		}
-		if err == nil {
-			err = b.run(readNames, ranges, "", scanTasks(out.Tasks))
-		}
-		if err == nil {
-			out.Changes, err = b.flush(now)
-		}
-		return err
+		b.run(insertGrants, grants, "", nil)
+		b.run(markGranted, marks, "", nil)
+		b.run(readNames, ranges, "", scanTasks(out.Tasks))
+		out.Changes, _ = b.flush(now)
+		return b.err
 	})
 	if err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
@@ -216,20 +201,14 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 				excepts = append(excepts, [2]int64{k[0], k[2]})
 			}
 		}
-		err := b.readJobs(ids)
-		if err == nil {
-			err = b.readGrants(keys)
+		b.readJobs(ids)
+		b.readGrants(keys)
+		b.readExceptions(excepts)
+		for i := 0; i < len(results) && b.err == nil; i++ {
+			b.result(&a, pool, results[i], now)
 		}
-		if err == nil {
-			err = b.readExceptions(excepts)
-		}
-		for i := 0; i < len(results) && err == nil; i++ {
-			err = b.result(&a, pool, results[i], now)
-		}
-		if err == nil {
-			a.Changes, err = b.flush(now)
-		}
-		return err
+		a.Changes, _ = b.flush(now)
+		return b.err
 	})
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply results: %w", err)
@@ -237,18 +216,19 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	return a, nil
 }
 
-func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) error {
+// result applies r; an error stays in b.err.
+func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) {
 	job, idx := entryOf(r.TaskID)
 	g, j := b.cached(keyOf(r.TaskID, r.Attempt)), b.jobs[job]
 	if g == nil || j == nil || g.settled[idx-g.first] == open && g.pool != pool {
 		a.Ignored++ // unknown, or another pool's
-		return nil
+		return
 	}
 	i := idx - g.first
 	mark := g.settled[i]
 	if mark == settledD || mark == settledR {
 		a.Duplicates++
-		return nil
+		return
 	}
 	cpu, u := float64(j.cores)*float64(r.DurationMS)/1000, b.usage[j.owner]
 	a.Events = append(a.Events, OwnedEvent{j.owner, UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}})
@@ -261,15 +241,12 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		// Not current: the entry left its grant, or its job's kill (counted
 		// already) has not reached the grant yet.
 		a.Ignored++
-		if mark != open {
-			return nil
-		}
-		g.open--
-		x, err := b.except(job, idx, g.attempt)
-		if err == nil {
+		if mark == open {
+			g.open--
+			x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
 			x.state, x.finished = api.TaskKilled, ms(now)
 		}
-		return err
+		return
 	}
 	x := b.exceptions[[2]int64{job, int64(idx)}] // none for a fresh entry
 	tries := 0
@@ -288,10 +265,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		g.failed++
 	}
 	if tr.State != api.TaskDone || x != nil {
-		x, err := b.except(job, idx, g.attempt)
-		if err != nil {
-			return err
-		}
+		x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
 		x.state, x.attempt, x.grant = tr.State, g.attempt, g.id
 		if tr.CountsTry {
 			x.tries++
@@ -319,7 +293,6 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 	a.Outcomes = append(a.Outcomes, Outcome{Job: job, Status: r.Status, TurnaroundMS: max(0, ms(now)-g.assigned), DurationMS: r.DurationMS})
 	a.Applied++
 	a.Running[j.owner] -= j.cores
-	return nil
 }
 
 // renewGrants makes RUNNING, beating now, the pool's grant holding each
