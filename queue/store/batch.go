@@ -15,12 +15,11 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// A hot-path transaction (a pull, results, a sweep, a kill) reads its rows
-// a kind at a time, changes them in memory and writes each kind back
-// (flush): a statement per kind and up to 128 rows, not one per row.
+// A batch is a hot-path transaction's rows (a pull, results, a sweep, a
+// kill): read a kind at a time, changed in memory, written back a kind at
+// a time (flush), many rows per statement.
 
-// jobRow is a job's row and counter row, read and written in one
-// transaction so that its state is derived in Go (rules.JobState).
+// jobRow is a job's row and counter row: its state is derived in Go.
 type jobRow struct {
 	id, started, finished int64
 	state, from, owner    string
@@ -49,16 +48,14 @@ type exceptionRow struct {
 	dirty                            bool
 }
 
-// exceptionCols are an exception row's columns, in the order of fields.
 const exceptionCols = `job_id, idx, state, attempt, tries, grant_id, queued_at, finished_at, fail_attempt, status, exit_code, pool, pilot, started_at, duration_ms, error_tail`
 
-// fields are x's columns, to scan into and to write.
+// fields are x's exceptionCols, to scan into and to write.
 func (x *exceptionRow) fields() []any {
 	return []any{&x.job, &x.idx, &x.state, &x.attempt, &x.tries, &x.grant, &x.queued, &x.finished, &x.failAttempt,
 		&x.status, &x.exit, &x.pool, &x.pilot, &x.started, &x.duration, &x.tail}
 }
 
-// batch holds the rows one transaction read, to write back once.
 type batch struct {
 	s          *Store
 	ctx        context.Context
@@ -68,7 +65,8 @@ type batch struct {
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
 	order      []*exceptionRow            // the exception rows to write, in the order they changed
 	usage      map[string]UsageEvent      // per owner, of a batch of results
-	lock       string                     // readJobs' row lock on PostgreSQL (a pull's skips those another agent holds)
+	lock       string                     // readJobs' row lock on PostgreSQL
+	err        error                      // the first statement's error: later ones do not run
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
@@ -76,42 +74,47 @@ func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
 		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, lock: "FOR UPDATE OF c"}
 }
 
-// rowSizes are the row counts rowsSQL spells a statement for.
-var rowSizes = []int{1, 4, 16, 64, 128}
-
-// rowStatements is head (VALUES rows) AS v tail (v's columns column1..),
-// spelled for each of rowSizes and prepared once (hot): a call's rows go
-// in as few statements as the sizes allow, the last padded with pad rows,
-// which match or write nothing. Each placeholder is cast to its pad
-// value's type: PostgreSQL cannot infer it in VALUES.
+// rowStatements is head (VALUES rows) AS v tail, prepared once for each
+// of rowSizes rows: a call's rows go in as few statements as the sizes
+// allow, the last padded with pad rows, which match or write nothing.
+// PostgreSQL needs each parameter cast, to its pad value's type.
 type rowStatements struct {
 	bySize []string
 	pad    []any
 }
 
+var rowSizes = []int{1, 4, 16, 64, 128}
+
 func rowsSQL(head, tail string, pad ...any) rowStatements {
-	cols := make([]string, len(pad))
+	types := make([]string, len(pad))
 	for i, v := range pad {
-		cols[i] = "CAST(? AS BIGINT)"
+		types[i] = "BIGINT"
 		switch v.(type) {
 		case string, *string:
-			cols[i] = "CAST(? AS TEXT)"
+			types[i] = "TEXT"
 		case float64:
-			cols[i] = "CAST(? AS DOUBLE PRECISION)"
+			types[i] = "DOUBLE PRECISION"
 		}
 	}
-	row := "(" + strings.Join(cols, ", ") + ")"
 	st := rowStatements{pad: pad}
 	for _, n := range rowSizes {
-		st.bySize = append(st.bySize, hot(head+" (VALUES "+strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")+") AS v "+tail))
+		rows := make([]string, n)
+		for r := range rows {
+			cols := make([]string, len(pad))
+			for i := range pad {
+				cols[i] = fmt.Sprintf("CAST($%d AS %s)", r*len(pad)+i+1, types[i])
+			}
+			rows[r] = "(" + strings.Join(cols, ", ") + ")"
+		}
+		st.bySize = append(st.bySize, hot(head+" (VALUES "+strings.Join(rows, ", ")+") AS v "+tail))
 	}
 	return st
 }
 
-// run runs st over rows, tail appended (PostgreSQL's row locks), and
-// calls scan, if any, on every row the statements answer.
+// run runs st over rows, tail appended, and calls scan, if any, on every
+// row answered; it returns (and keeps) the batch's first error.
 func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.Rows) error) error {
-	for len(rows) > 0 {
+	for len(rows) > 0 && b.err == nil {
 		k := min(sort.SearchInts(rowSizes, len(rows)), len(rowSizes)-1)
 		n := min(len(rows), rowSizes[k])
 		args := slices.Concat(rows[:n]...)
@@ -129,18 +132,17 @@ func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.
 			err = errors.Join(err, rs.Close(), rs.Err())
 		}
 		if err != nil {
-			return fmt.Errorf("%.40s: %w", st.bySize[0], err)
+			b.err = fmt.Errorf("%.40s: %w", st.bySize[0], err)
 		}
 	}
-	return nil
+	return b.err
 }
 
 var (
 	readJobs = rowsSQL(`SELECT j.id, j.state, j.owner, j.cores, j.price, j.max_attempts, j.started_at, j.finished_at, j.n_total,
 		c.next_idx, c.n_waiting, c.n_retry, c.n_active, c.n_done, c.n_failed, c.n_killed, c.n_requeued FROM`,
 		`JOIN jobs j ON j.id = v.column1 JOIN counts c ON c.job_id = j.id`, 0)
-	// The grants that hold a run of entries (job, attempt, first, last):
-	// the one holding the first (one seek of grants_job) and those after.
+	// The grants holding a run of entries (job, attempt, first, last).
 	readGrants = rowsSQL(`SELECT `+grantCols+` FROM`, `JOIN grants g ON g.job_id = v.column1 AND g.attempt = v.column2 AND g.first_idx <= v.column4
 		AND g.first_idx >= coalesce((SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3
 			ORDER BY h.first_idx DESC LIMIT 1), v.column3)`, 0, 0, 0, -1)
@@ -152,7 +154,7 @@ func (b *batch) readJobs(ids []int64) error {
 	want := unread(b.jobs, ids, func(id int64) []any { return []any{id} })
 	tail := ""
 	if b.s.d.pg {
-		tail = " ORDER BY j.id " + b.lock // two writers lock their jobs in one order
+		tail = " ORDER BY j.id " + b.lock // one order: no deadlock
 	}
 	return b.run(readJobs, want, tail, func(rs *sql.Rows) error {
 		j := &jobRow{}
@@ -164,8 +166,8 @@ func (b *batch) readJobs(ids []int64) error {
 	})
 }
 
-// unread returns the rows to read of the keys not in read, and puts them
-// there as nil (none, unless the read finds them).
+// unread returns the rows to read of the keys not in read, put there as
+// nil until read.
 func unread[K comparable, V any](read map[K]*V, keys []K, row func(K) []any) (want [][]any) {
 	for _, k := range keys {
 		if _, ok := read[k]; !ok {
@@ -194,8 +196,7 @@ func (b *batch) cached(k entryKey) *grantRow {
 	return nil
 }
 
-// readGrants reads the grants of keys not read, a row per run of
-// consecutive entries.
+// readGrants reads the grants of keys not read, by runs of entries.
 func (b *batch) readGrants(keys []entryKey) error {
 	keys = slices.DeleteFunc(slices.Clone(keys), func(k entryKey) bool { return b.cached(k) != nil })
 	slices.SortFunc(keys, func(x, y entryKey) int { return slices.Compare(x[:], y[:]) })
@@ -223,8 +224,8 @@ func scanGrant(rs *sql.Rows) (*grantRow, error) {
 	return g, rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &g.settled, &g.open, &g.done, &g.failed, &g.assigned, &g.beat)
 }
 
-// loadGrants reads the grants the rest of a query selects, to be written
-// back, until they hold limit open entries, and says whether more remain.
+// loadGrants reads, to write back, the grants query selects until they
+// hold limit open entries, and says whether more remain.
 func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow, more bool, err error) {
 	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
 	if err != nil {
@@ -274,12 +275,11 @@ func (b *batch) readOpen(grants []*grantRow) error {
 	return b.readExceptions(entries)
 }
 
-// except returns the entry's exception row (new if none), to be written.
+// except returns the entry's exception row (new if none), to be written,
+// and the batch's error.
 func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 	k := [2]int64{job, int64(idx)}
-	if err := b.readExceptions([][2]int64{k}); err != nil {
-		return nil, err
-	}
+	b.readExceptions([][2]int64{k})
 	x := b.exceptions[k]
 	if x == nil {
 		x = &exceptionRow{job: job, idx: idx, attempt: attempt}
@@ -289,14 +289,13 @@ func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 		x.dirty = true
 		b.order = append(b.order, x)
 	}
-	return x, nil
+	return x, b.err
 }
 
 var (
-	// A grant with no open entry is CLOSED.
 	writeGrants = rowsSQL(`UPDATE grants SET state = CASE WHEN v.column4 = 0 THEN 'CLOSED' ELSE v.column2 END, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6, heartbeat_at = v.column7 FROM`,
 		`WHERE grants.id = v.column1`, 0, "", "", 0, 0, 0, 0)
-	// (SQLite needs the WHERE of an INSERT ... SELECT ... ON CONFLICT.)
+	// (SQLite needs a WHERE before ON CONFLICT in INSERT ... SELECT.)
 	writeExcepts = rowsSQL(`INSERT INTO exceptions (`+exceptionCols+`) SELECT * FROM`,
 		`WHERE v.column1 <> 0 ON CONFLICT (job_id, idx) DO UPDATE SET state = excluded.state, attempt = excluded.attempt, tries = excluded.tries, grant_id = excluded.grant_id,
 		queued_at = excluded.queued_at, finished_at = excluded.finished_at, fail_attempt = excluded.fail_attempt, status = excluded.status,
@@ -308,8 +307,7 @@ var (
 	writeJobStates = rowsSQL(`UPDATE jobs SET state = v.column2, started_at = v.column3, finished_at = v.column4 FROM`, `WHERE jobs.id = v.column1`, 0, "", 0, 0)
 )
 
-// flush writes back every row the batch changed, a statement per kind,
-// and returns the jobs' state changes.
+// flush writes back the rows changed and returns the jobs' state changes.
 func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	var grants, excepts, usage, counts, states [][]any
 	for _, gs := range b.byJob {
@@ -344,9 +342,7 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	}
 	rows := [][][]any{grants, excepts, usage, counts, states}
 	for i, st := range []rowStatements{writeGrants, writeExcepts, logUsage, writeCount, writeJobStates} {
-		if err := b.run(st, rows[i], "", nil); err != nil {
-			return nil, err
-		}
+		b.run(st, rows[i], "", nil)
 	}
-	return changes, nil
+	return changes, b.err
 }

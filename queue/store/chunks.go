@@ -7,23 +7,22 @@ import (
 )
 
 // A long write (a submission's entries, a drop) goes in transactions that
-// each hold SQLite's write lock about chunkBudget, well under SlowTx, so
-// that the pulls and results behind it wait little. No row count promises
-// that: 1,000 entries took 2.5-4 ms on an idle test machine, over 5 ms on
-// a busy one (docs/queue.md, "Long writes").
+// each hold SQLite's write lock about chunkBudget, so that the pulls and
+// results behind it wait little. No row count promises that: 1,000
+// entries took 2.5 ms on an idle machine, over 5 ms on a busy one.
 const (
 	chunkBudget = time.Millisecond
 	chunkStart  = 64 // small enough for any machine
 	chunkMin    = 16 // a transaction's fixed cost stays under a fifth of it
 )
 
-// chunkSizer sizes a long write's transactions, in rows: after each one it
-// scales the next to what would have held the lock chunkBudget, at most
-// doubling, at least a quarter (a transaction the hypervisor stretched
-// costs a few more commits, never a long one), between chunkMin and max.
+// chunkSizer sizes a long write's transactions, in rows, to what would
+// have held the lock chunkBudget: at most doubling, at least a quarter (a
+// stretched transaction costs a few more commits), between chunkMin and
+// max; on PostgreSQL always max, as no one waits for its lock.
 type chunkSizer struct {
 	n, max int
-	fixed  bool // PostgreSQL: always max, as a long write there holds no lock others wait for
+	fixed  bool
 }
 
 func (s *Store) chunks(limit int) *chunkSizer {
@@ -45,13 +44,11 @@ func (z *chunkSizer) took(rows int, d time.Duration) {
 	}
 }
 
-// chunkBytes bounds what one transaction of results carries: a result's
-// error tail (up to 64 KiB) is stored whole in its exception row, and 100
-// results with 64 KiB tails held the lock over 50 ms in one transaction.
+// chunkBytes bounds what one transaction of results stores: 100 results
+// with 64 KiB error tails held the lock over 50 ms.
 const chunkBytes = 64 << 10
 
-// rowOverhead is a result's size without its strings.
-const rowOverhead = 128
+const rowOverhead = 128 // a result's size without its strings
 
 // ResultsChunk is how many of rs, from the first, one ApplyResults
 // transaction should apply: at most limit and chunkBytes, at least one.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -13,17 +15,29 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-// The store's statements are written once, with ? placeholders, in SQL
-// both engines run; the dialect holds where they differ.
+// Statements number their parameters $1, $2, ... in order of first
+// appearance: SQLite binds a $N by where it first appears, not by N. (A ?
+// is rebound for PostgreSQL.)
 type dialect struct{ pg bool }
 
-// sql spells query for the engine.
+// sql spells query for the engine; a $N out of order panics (any test of
+// the statement finds it).
 func (d *dialect) sql(query string) string {
 	if d.pg {
 		return Rebind(query)
 	}
+	n := 0
+	for _, m := range dollarN.FindAllStringSubmatch(query, -1) {
+		if k, _ := strconv.Atoi(m[1]); k > n+1 {
+			panic(fmt.Sprintf("store: $%d before $%d in %.80q", k, n+1, query))
+		} else {
+			n = max(n, k)
+		}
+	}
 	return query
 }
+
+var dollarN = regexp.MustCompile(`\$([0-9]+)`)
 
 // Rebind numbers the ? placeholders of query outside string literals and
 // quoted names: the statement as PostgreSQL spells it.
@@ -54,15 +68,14 @@ func duplicate(err error) bool {
 		errors.As(err, &pe) && pe.Code == "23505"
 }
 
-// retryable is whether a PostgreSQL transaction failed only because
-// another committed first (serialization failure, deadlock).
+// retryable is whether a PostgreSQL transaction failed only for another
+// (serialization failure, deadlock).
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// retries runs a PostgreSQL transaction again at once, then after
-// growing, jittered waits, for at most 10 s.
+// retries waits growing, jittered times, for at most 10 s.
 func retries(ctx context.Context) backoff.BackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, 10*time.Second

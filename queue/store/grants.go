@@ -14,10 +14,6 @@ import (
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
 
-// The hot path on grants (docs/queue.md, "The data model"): a pull and a
-// batch of results write a grant row per grant, a counter row per job and
-// an exception row per entry that did not simply succeed.
-
 // taskID is an entry's task id in the pilot protocol: job and index.
 func taskID(job int64, idx int) int64 { return job<<32 | int64(idx) }
 
@@ -53,8 +49,8 @@ type Taken struct {
 }
 
 var (
-	// The first n waiting retries of each job (job, n), an index seek each
-	// (exceptions_waiting): SQLite allows no LIMIT naming an outer row.
+	// The first n waiting retries of each job (job, n), a seek each:
+	// SQLite allows no LIMIT naming an outer row.
 	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (
 		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM`,
 		`UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
@@ -62,30 +58,29 @@ var (
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
 		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
 	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
-		`WHERE v.column1 <> 0 RETURNING job_id, first_idx, attempt, id`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
-	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3, grant_id = v.column4 FROM`,
-		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0, 0)
+		`WHERE v.column1 <> 0`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
+	// A retry's grant is the one of its entry and attempt.
+	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3,
+		grant_id = (SELECT g.id FROM grants g WHERE g.job_id = v.column1 AND g.attempt = v.column3 AND g.first_idx = v.column2) FROM`,
+		`WHERE exceptions.job_id = v.column1 AND exceptions.idx = v.column2`, 0, 0, 0)
 	readNames = rowsSQL(`SELECT e.job_id, e.idx, 1, e.name FROM`,
 		`JOIN entries e ON e.job_id = v.column1 AND e.idx >= v.column2 AND e.idx <= v.column3 ORDER BY e.job_id, e.idx`, 0, 1, 0)
 )
 
 // Assign hands out, for each take, the job's waiting entries of lowest
-// index (its retries, then fresh ones) to the pool's lease holder under
-// epoch, in one fenced transaction: a grant of the fresh entries and one
-// per retried entry, and the job's counter row.
+// index (retries, then fresh ones) to the pool's lease holder, in one
+// fenced transaction: a grant of the fresh entries and one per retry.
 func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
 	var out Taken
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
 		b.lock = "FOR UPDATE OF c SKIP LOCKED"
-		ids := make([]int64, len(takes))
-		for i, t := range takes {
-			ids[i] = t.Job
+		var ids []int64
+		for _, t := range takes {
+			ids = append(ids, t.Job)
 		}
-		if err := b.readJobs(ids); err != nil {
-			return err
-		}
+		b.readJobs(ids)
 		want := map[int64]int{} // retries to read per job
 		for _, t := range takes {
 			if j := b.jobs[t.Job]; j != nil && j.retry > 0 && t.N > 0 {
@@ -97,21 +92,17 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 			asked = append(asked, []any{id, want[id]})
 		}
 		retries := map[int64][]TakenTask{} // with their last attempt
-		if err := b.run(readRetries, asked, "", scanTasks(retries)); err != nil {
-			return err
-		}
+		b.run(readRetries, asked, "", scanTasks(retries))
 		at := ms(now)
-		var grants, ranges [][]any // the new grants' rows; the fresh ranges (job, first, last)
+		var grants, marks, ranges [][]any // the new grants; the retries (job, idx, attempt); the fresh ranges (job, first, last)
 		grant := func(job int64, first, n, attempt int) []any {
 			return []any{job, first, first + n - 1, attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
 		}
 		for _, t := range takes {
 			j := b.jobs[t.Job]
-			if j == nil && s.d.pg { // skipped (another agent's write holds it), or gone
+			if j == nil && s.d.pg && b.err == nil { // skipped (another agent's write holds it), or gone
 				var n int
-				if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = ?`, t.Job).Scan(&n); err != nil {
-					return err
-				} else if n > 0 {
+				if b.err = tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = $1`, t.Job).Scan(&n); n > 0 {
 					continue
 				}
 			}
@@ -125,6 +116,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				r.Attempt = max(r.Attempt+1, 2) // attempt 1 is a fresh grant's, and only its
 				_, idx := entryOf(r.ID)
 				grants = append(grants, grant(t.Job, idx, 1, r.Attempt))
+				marks = append(marks, []any{t.Job, idx, r.Attempt})
 				out.Tasks[t.Job] = append(out.Tasks[t.Job], r)
 			}
 			k := max(min(t.N-len(rs), j.c.Total-j.next), 0) // fresh entries
@@ -140,25 +132,11 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 				}
 			}
 		}
-		var marks [][]any // the retried entries' exception rows, now GRANTED
-		err := b.run(insertGrants, grants, "", func(rs *sql.Rows) error {
-			var job, idx, attempt, id int64
-			err := rs.Scan(&job, &idx, &attempt, &id)
-			if attempt > 1 {
-				marks = append(marks, []any{job, idx, attempt, id})
-			}
-			return err
-		})
-		if err == nil {
-			err = b.run(markGranted, marks, "", nil)
-		}
-		if err == nil {
-			err = b.run(readNames, ranges, "", scanTasks(out.Tasks))
-		}
-		if err == nil {
-			out.Changes, err = b.flush(now)
-		}
-		return err
+		b.run(insertGrants, grants, "", nil)
+		b.run(markGranted, marks, "", nil)
+		b.run(readNames, ranges, "", scanTasks(out.Tasks))
+		out.Changes, _ = b.flush(now)
+		return b.err
 	})
 	if err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
@@ -203,42 +181,34 @@ type Outcome struct {
 	TurnaroundMS, DurationMS int64
 }
 
-// ApplyResults records a pool's results in one transaction fenced by its
-// epoch, idempotent by (task, attempt): the entry's settled mark in its
-// grant tells a duplicate. A result for an entry no longer open (expired,
-// requeued, its job killed) counts for usage only; a current one moves
-// its entry as rules.AfterResult says; one for another pool's open entry
-// is ignored. Plain success writes no row of its own.
+// ApplyResults records a pool's results in one fenced transaction,
+// idempotent by (task, attempt): the entry's settled mark tells a
+// duplicate. A result for an entry no longer open counts for usage only;
+// a current one moves its entry as rules.AfterResult says; one for another
+// pool's open entry is ignored. A fresh success writes no row of its own.
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
-		// Their jobs, grants, and exception rows (all but fresh successes').
-		ids := make([]int64, len(results))
-		keys := make([]entryKey, len(results))
-		var excepts [][2]int64
-		for i, r := range results {
-			keys[i] = keyOf(r.TaskID, r.Attempt)
-			ids[i] = keys[i][0]
+		var ids []int64
+		var keys []entryKey
+		var excepts [][2]int64 // the entries that may have an exception row
+		for _, r := range results {
+			k := keyOf(r.TaskID, r.Attempt)
+			ids, keys = append(ids, k[0]), append(keys, k)
 			if r.Attempt > 1 || r.Status != pilotproto.StatusDone {
-				excepts = append(excepts, [2]int64{keys[i][0], keys[i][2]})
+				excepts = append(excepts, [2]int64{k[0], k[2]})
 			}
 		}
-		err := b.readJobs(ids)
-		if err == nil {
-			err = b.readGrants(keys)
+		b.readJobs(ids)
+		b.readGrants(keys)
+		b.readExceptions(excepts)
+		for i := 0; i < len(results) && b.err == nil; i++ {
+			b.result(&a, pool, results[i], now)
 		}
-		if err == nil {
-			err = b.readExceptions(excepts)
-		}
-		for i := 0; i < len(results) && err == nil; i++ {
-			err = b.result(&a, pool, results[i], now)
-		}
-		if err == nil {
-			a.Changes, err = b.flush(now)
-		}
-		return err
+		a.Changes, _ = b.flush(now)
+		return b.err
 	})
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply results: %w", err)
@@ -246,48 +216,44 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	return a, nil
 }
 
-func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) error {
+// result applies r; an error stays in b.err.
+func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) {
 	job, idx := entryOf(r.TaskID)
 	g, j := b.cached(keyOf(r.TaskID, r.Attempt)), b.jobs[job]
 	if g == nil || j == nil || g.settled[idx-g.first] == open && g.pool != pool {
 		a.Ignored++ // unknown, or another pool's
-		return nil
+		return
 	}
 	i := idx - g.first
 	mark := g.settled[i]
 	if mark == settledD || mark == settledR {
 		a.Duplicates++
-		return nil
+		return
 	}
-	cpu := float64(j.cores) * float64(r.DurationMS) / 1000
+	cpu, u := float64(j.cores)*float64(r.DurationMS)/1000, b.usage[j.owner]
 	a.Events = append(a.Events, OwnedEvent{j.owner, UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}})
-	u := b.usage[j.owner]
 	b.usage[j.owner] = UsageEvent{CPU: u.CPU + cpu, Cost: u.Cost + cpu*j.price}
 	if r.Status == pilotproto.StatusInterrupted {
 		a.LostMS += r.DurationMS
 	}
 	g.dirty, g.settled[i] = true, settledR
-	if mark != open || g.state == grantClosed || !rules.JobLive(j.state) {
-		// Not current: the entry left the grant (expired, requeued), or
-		// its job was killed and the kill has not reached the grant yet
-		// (the job's counters count the entry killed already).
+	if mark != open || !rules.JobLive(j.state) {
+		// Not current: the entry left its grant, or its job's kill (counted
+		// already) has not reached the grant yet.
 		a.Ignored++
-		if mark != open {
-			return nil
-		}
-		g.open--
-		x, err := b.except(job, idx, g.attempt)
-		if err == nil {
+		if mark == open {
+			g.open--
+			x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
 			x.state, x.finished = api.TaskKilled, ms(now)
 		}
-		return err
+		return
 	}
-	x := b.exceptions[[2]int64{job, int64(idx)}] // read by ApplyResults; none for a fresh entry
-	act := rules.ActiveTask{State: g.state, Attempt: g.attempt, MaxAttempts: j.maxTries, JobState: j.state}
+	x := b.exceptions[[2]int64{job, int64(idx)}] // none for a fresh entry
+	tries := 0
 	if x != nil {
-		act.Tries = x.tries
+		tries = x.tries
 	}
-	tr := rules.AfterResult(act, r.Status)
+	tr := rules.AfterResult(rules.ActiveTask{State: g.state, Attempt: g.attempt, Tries: tries, MaxAttempts: j.maxTries, JobState: j.state}, r.Status)
 	if tr.State == api.TaskDone {
 		g.settled[i] = settledD
 	}
@@ -299,10 +265,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		g.failed++
 	}
 	if tr.State != api.TaskDone || x != nil {
-		x, err := b.except(job, idx, g.attempt)
-		if err != nil {
-			return err
-		}
+		x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
 		x.state, x.attempt, x.grant = tr.State, g.attempt, g.id
 		if tr.CountsTry {
 			x.tries++
@@ -330,17 +293,16 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 	a.Outcomes = append(a.Outcomes, Outcome{Job: job, Status: r.Status, TurnaroundMS: max(0, ms(now)-g.assigned), DurationMS: r.DurationMS})
 	a.Applied++
 	a.Running[j.owner] -= j.cores
-	return nil
 }
 
-// renewGrants makes RUNNING, heartbeat now, the grant of each listed
-// entry (job, attempt, index) that is the pool's and holds it open.
+// renewGrants makes RUNNING, beating now, the pool's grant holding each
+// entry (job, attempt, index) open.
 var renewGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v.column5 FROM`, `WHERE grants.job_id = v.column1 AND grants.attempt = v.column2
 	AND grants.first_idx = (SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3 ORDER BY h.first_idx DESC LIMIT 1)
 	AND grants.pool = v.column4 AND grants.state != 'CLOSED' AND substr(grants.settled, CAST(v.column3 - grants.first_idx + 1 AS INTEGER), 1) = '-'`, 0, 0, 0, "", 0)
 
-// Heartbeat renews the pool's lease of epoch and the grants that hold the
-// listed attempts open, in one fenced transaction, and returns the lease.
+// Heartbeat renews, in one fenced transaction, the pool's lease and the
+// grants holding the listed attempts open.
 func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
 	var next rules.Lease
 	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
@@ -365,17 +327,16 @@ func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now tim
 // ActiveTasksBefore lists the pool's active tasks handed out under an
 // epoch older than epoch, or under epoch before t (the zero time: none).
 func (s *Store) ActiveTasksBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks of older epochs", `(epoch < ? OR epoch = ? AND assigned_at < ?)`, pool, epoch, epoch, ms(t))
+	return s.openEntries(ctx, "find tasks of older epochs", `(epoch < $2 OR epoch = $3 AND assigned_at < $4)`, pool, epoch, epoch, ms(t))
 }
 
 // AssignedBefore lists the tasks of pool still ASSIGNED to epoch (no
 // heartbeat has listed them) that were handed out before t.
 func (s *Store) AssignedBefore(ctx context.Context, pool string, epoch int64, t time.Time) ([]pilotproto.TaskRef, error) {
-	return s.openEntries(ctx, "find tasks never acknowledged", `state = 'ASSIGNED' AND epoch = ? AND assigned_at < ?`, pool, epoch, ms(t))
+	return s.openEntries(ctx, "find tasks never acknowledged", `state = 'ASSIGNED' AND epoch = $2 AND assigned_at < $3`, pool, epoch, ms(t))
 }
 
-// openEntries lists the open entries of the pool's live grants that where
-// (with args) selects.
+// openEntries lists the open entries of the pool's grants where selects.
 func (s *Store) openEntries(ctx context.Context, what, where, pool string, args ...any) ([]pilotproto.TaskRef, error) {
 	var out []pilotproto.TaskRef
 	return out, s.each(ctx, what, func(r *sql.Rows) error {
@@ -389,7 +350,7 @@ func (s *Store) openEntries(ctx context.Context, what, where, pool string, args 
 			}
 		}
 		return err
-	}, `SELECT job_id, first_idx, attempt, settled FROM grants WHERE state != 'CLOSED' AND pool = ? AND `+where, append([]any{pool}, args...)...)
+	}, `SELECT job_id, first_idx, attempt, settled FROM grants WHERE state != 'CLOSED' AND pool = $1 AND `+where, append([]any{pool}, args...)...)
 }
 
 // Outstanding counts the open entries of each pool's live grants.
@@ -406,5 +367,5 @@ func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, err
 		err := r.Scan(&pool, &d, &f)
 		out[pool] = [2]int{d, f}
 		return err
-	}, `SELECT pool, sum(done), sum(failed) FROM grants WHERE job_id = ? AND pool != '' GROUP BY pool HAVING sum(done) + sum(failed) > 0`, job)
+	}, `SELECT pool, sum(done), sum(failed) FROM grants WHERE job_id = $1 AND pool != '' GROUP BY pool HAVING sum(done) + sum(failed) > 0`, job)
 }

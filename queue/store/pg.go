@@ -13,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// IsURL says whether db names a PostgreSQL database (a postgres:// or
-// postgresql:// URL) rather than a SQLite file.
+// IsURL says whether db names a PostgreSQL database, not a SQLite file.
 func IsURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
@@ -27,9 +26,7 @@ func Redact(db string) string {
 	return db
 }
 
-// openPG opens (creating or migrating the schema of) the PostgreSQL
-// database at the URL dsn. Every agent that opens it may write: write
-// transactions are SERIALIZABLE and run again when refused (transact).
+// openPG opens (creating or migrating) the PostgreSQL database at dsn.
 func openPG(dsn string) (*Store, error) {
 	name := Redact(dsn)
 	cfg, err := pgx.ParseConfig(dsn)
@@ -58,8 +55,8 @@ func openPG(dsn string) (*Store, error) {
 	return st, nil
 }
 
-// claimKey is the first key of Claim's advisory lock; the second is the
-// schema's hash, so queues in different schemas of one database do not meet.
+// claimKey is the first key of Claim's advisory lock, the schema's hash
+// the second.
 const claimKey = 0x68617276 // "harv"
 
 // ErrClaimed: another queue runs on the same PostgreSQL schema in a mode
@@ -67,11 +64,10 @@ const claimKey = 0x68617276 // "harv"
 var ErrClaimed = errors.New("another harvest queue uses this database")
 
 // Claim takes the database for this queue until Close, alone or shared
-// (agents started with --peer): on PostgreSQL a session advisory lock on
-// the schema, exclusive or shared, asked for again for up to wait (a
-// killed process's session may outlive it for a moment). Two queues alone
-// on one database would both sweep and take each other's submissions for
-// abandoned ones. On SQLite, internal/statelock holds the directory.
+// (--peer): two queues alone on one database would both sweep and take
+// each other's submissions for abandoned. On PostgreSQL it is a session
+// advisory lock on the schema, tried for up to wait (a killed process's
+// session may outlive it a moment); on SQLite internal/statelock's.
 func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) error {
 	if !s.d.pg {
 		return nil

@@ -23,3 +23,34 @@ func TestRebindNumbersPlaceholdersOutsideQuotes(t *testing.T) {
 		t.Fatalf("Rebind: %s, want %s", got, want)
 	}
 }
+
+// SQLite binds a $N by where it first appears, not by N ($2 before $1
+// takes the first argument), so the dialect refuses a $N out of order.
+func TestDollarParametersInOrderOfFirstAppearance(t *testing.T) {
+	db, err := sql.Open("sqlite3", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var a, b, c string
+	if err := db.QueryRow(`SELECT $2, $1`, "one", "two").Scan(&a, &b); err != nil || a != "one" {
+		t.Fatalf("SQLite bound $2 before $1 to %q, %q (%v): the check may go", a, b, err)
+	}
+	d := &dialect{}
+	if q := d.sql(`SELECT $1, $2, $1, '$', ?`); q != `SELECT $1, $2, $1, '$', ?` {
+		t.Fatalf("in order: %s", q)
+	}
+	if err := db.QueryRow(d.sql(`SELECT $1, $2, $1`), "one", "two").Scan(&a, &b, &c); err != nil || a+b+c != "onetwoone" {
+		t.Fatalf("$1, $2, $1: %q %q %q (%v)", a, b, c, err)
+	}
+	for _, q := range []string{`SELECT $2, $1`, `SELECT $1, $3, $2`} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: not refused", q)
+				}
+			}()
+			d.sql(q)
+		}()
+	}
+}

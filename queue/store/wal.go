@@ -2,10 +2,9 @@ package store
 
 import "os"
 
-// WALBytes is the WAL file's size now (SQLite; 0 on PostgreSQL, whose WAL
-// is the server's). It stats the file, never opens it: closing any
-// descriptor of the database drops SQLite's POSIX locks, and another
-// process could then delete the live WAL (issue 35 item 1).
+// WALBytes is the WAL file's size now (0 on PostgreSQL). It stats the
+// file, never opens it: closing a descriptor of the database drops
+// SQLite's POSIX locks, and another process could delete the live WAL.
 func (s *Store) WALBytes() int64 {
 	fi, err := os.Stat(s.path + "-wal")
 	if err != nil || s.d.pg {
@@ -14,8 +13,8 @@ func (s *Store) WALBytes() int64 {
 	return fi.Size()
 }
 
-// private makes the database's files (the WAL and shared-memory files
-// too, if any) readable by the owner only, without opening them.
+// private makes the database's files readable by the owner only, without
+// opening them.
 func private(path string) error {
 	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
