@@ -118,7 +118,7 @@ func TestConcurrentHotPathKeepsCountersAndTasksInStep(t *testing.T) {
 	close(done)
 	wg.Wait()
 	got, _ := e.Q.Job(ctx, "alice", false, j.ID)
-	d := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'DONE'`, j.ID)
+	d := e.Count(`SELECT count(*) FROM tasks WHERE job_id = $1 AND state = 'DONE'`, j.ID)
 	if got.Tasks.Done != n || d != n || len(got.Sites) != 1 || got.Sites[0].Done != n {
 		t.Fatalf("job %+v, sites %+v, %d tasks DONE in the table; want %d everywhere", got.Tasks, got.Sites, d, n)
 	}

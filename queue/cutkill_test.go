@@ -67,11 +67,11 @@ func TestACancelCutByACrashIsFinishedAtOpen(t *testing.T) {
 	// The crash point: the job is KILLED, the 4 entries of its live grant
 	// are not (its 26 waiting entries need no row to be killed: an entry
 	// never handed out of a killed job is killed).
-	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state IN ('WAITING', 'ASSIGNED', 'RUNNING')`, j.ID); n != 4 {
+	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = $1 AND state IN ('WAITING', 'ASSIGNED', 'RUNNING')`, j.ID); n != 4 {
 		t.Fatalf("at the crash point %d tasks are live, want 4 (the test would not test the recovery)", n)
 	}
 	q := reopen(t, e)
-	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state != 'KILLED'`, j.ID); n != 0 {
+	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = $1 AND state != 'KILLED'`, j.ID); n != 0 {
 		t.Fatalf("after the restart %d tasks of the cancelled job are not KILLED", n)
 	}
 	if u, err := q.User(ctx, "alice"); err != nil || u.RunningCores != 0 {
@@ -93,7 +93,7 @@ func TestARepeatedCancelFinishesTheKillAndSucceeds(t *testing.T) {
 	if err != nil || got.State != api.JobKilled {
 		t.Fatalf("the client's retry of its cancel: %s, %v; want the KILLED job", got.State, err)
 	}
-	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state != 'KILLED'`, j.ID); n != 0 {
+	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = $1 AND state != 'KILLED'`, j.ID); n != 0 {
 		t.Fatalf("after the repeated cancel %d tasks are not KILLED", n)
 	}
 	// A job that ended DONE cannot be cancelled.
@@ -128,14 +128,14 @@ func TestAnExpiryCutByACrashIsFinishedAtOpen(t *testing.T) {
 	<-stopped
 	// The crash point: the job is ERROR_EW with its kill recorded and not
 	// done (its entries, never handed out, are killed with the job).
-	if n := e.Count(`SELECT count(*) FROM jobs WHERE id = ? AND state = 'ERROR_EW' AND kill_states != ''`, j.ID); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND state = 'ERROR_EW' AND kill_states != ''`, j.ID); n != 1 {
 		t.Fatal("at the crash point the expired job's kill is not pending (the test would not test the recovery)")
 	}
 	reopen(t, e)
-	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state != 'KILLED'`, j.ID); n != 0 {
+	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = $1 AND state != 'KILLED'`, j.ID); n != 0 {
 		t.Fatalf("after the restart %d tasks of the expired job are not KILLED", n)
 	}
-	if s := e.Count(`SELECT count(*) FROM jobs WHERE id = ? AND state = 'ERROR_EW' AND kill_states = ''`, j.ID); s != 1 {
+	if s := e.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND state = 'ERROR_EW' AND kill_states = ''`, j.ID); s != 1 {
 		t.Fatal("the expired job is not ERROR_EW with its kill done")
 	}
 }

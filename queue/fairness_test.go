@@ -102,8 +102,8 @@ func simulateBatchIntake(t *testing.T, users []simUser, slots int, taskDur time.
 		// submission (nothing fails here: no retries); the work is the
 		// logged usage (cores x run time).
 		e.QueryRow(`SELECT coalesce(sum((g.last_idx - g.first_idx + 1) * (g.assigned_at - j.submitted_at)), 0) / 1000.0
-			FROM grants g JOIN jobs j ON j.id = g.job_id WHERE j.owner = ? AND g.attempt = 1`, u.name).Scan(&wait)
-		e.QueryRow(`SELECT coalesce(sum(cpu_s), 0) FROM usage_log WHERE owner = ?`, u.name).Scan(&work)
+			FROM grants g JOIN jobs j ON j.id = g.job_id WHERE j.owner = $1 AND g.attempt = 1`, u.name).Scan(&wait)
+		e.QueryRow(`SELECT coalesce(sum(cpu_s), 0) FROM usage_log WHERE owner = $1`, u.name).Scan(&work)
 		rep.nuwt[u.name] = fairshare.NUWT(wait, work)
 		shares = append(shares, rep.work[u.name]/u.priority) // share normalised by entitlement
 	}

@@ -27,7 +27,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 	}
 	state := func(id int64) string {
 		var s string
-		e.QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
+		e.QueryRow(`SELECT state FROM tasks WHERE id = $1`, id).Scan(&s)
 		return s
 	}
 	e.Clock.Advance(61 * time.Second)
@@ -68,7 +68,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 		t.Fatalf("after the last attempt expired: %s %+v", got.State, got.Tasks)
 	}
 	var st string
-	e.QueryRow(`SELECT state FROM tasks WHERE id = ?`, tasks[0].ID).Scan(&st)
+	e.QueryRow(`SELECT state FROM tasks WHERE id = $1`, tasks[0].ID).Scan(&st)
 	if st != api.TaskExpired {
 		t.Fatalf("final task state %s, want EXPIRED", st)
 	}
@@ -216,7 +216,7 @@ func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
 		t.Fatalf("after the new master's first heartbeat: %+v, want 3 waiting (orphans requeued at once) and 2 running", got.Tasks)
 	}
 	// Requeued as interrupted: no attempt counted, so they can run twice more.
-	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'WAITING' AND tries = 0`, j.ID); n != 3 {
+	if n := e.Count(`SELECT count(*) FROM tasks WHERE job_id = $1 AND state = 'WAITING' AND tries = 0`, j.ID); n != 3 {
 		t.Fatalf("%d requeued tasks with no attempt counted, want 3", n)
 	}
 	again, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l2.Epoch, Max: 5})
@@ -252,7 +252,7 @@ func TestATaskItsMasterNeverListedIsRequeuedAfterTheGrace(t *testing.T) {
 	held := []pilotproto.TaskRef{{TaskID: tasks[0].ID, Attempt: tasks[0].Attempt}, {TaskID: tasks[1].ID, Attempt: tasks[1].Attempt}}
 	state := func(id int64) string {
 		var s string
-		e.QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&s)
+		e.QueryRow(`SELECT state FROM tasks WHERE id = $1`, id).Scan(&s)
 		return s
 	}
 	var late pilotproto.Task

@@ -59,7 +59,7 @@ func fullRecomputeFromTables(t *testing.T, e *queuetest.Env, window time.Duratio
 	}
 	rows.Close()
 	cut := e.Clock.Now().Add(-window).UnixMilli()
-	rows, _ = e.Query(`SELECT owner, cpu_s, cost FROM usage_log WHERE at > ? ORDER BY id`, cut)
+	rows, _ = e.Query(`SELECT owner, cpu_s, cost FROM usage_log WHERE at > $1 ORDER BY id`, cut)
 	for rows.Next() {
 		var n string
 		var cpu, cost float64

@@ -42,7 +42,7 @@ func TestResultsWithLongErrorTailsAreAppliedInSmallChunks(t *testing.T) {
 			t.Errorf("10 results with %d-byte tails in %d transactions, want %d", c.tail, got, c.wantChunks)
 		}
 	}
-	if n := e.Count(`SELECT count(*) FROM exceptions WHERE length(error_tail) = ?`, 64<<10); n != 10 {
+	if n := e.Count(`SELECT count(*) FROM exceptions WHERE length(error_tail) = $1`, 64<<10); n != 10 {
 		t.Errorf("%d failed entries kept their whole tail, want 10", n)
 	}
 }

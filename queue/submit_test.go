@@ -256,7 +256,7 @@ func TestARetryAfterAFailedStoreIsStoredNotRefused(t *testing.T) {
 	if err != nil || j.Tasks.Total != 3 || j.ID == left {
 		t.Fatalf("the retry stored %+v, %v; want a new job of 3 tasks", j, err)
 	}
-	if n := e.Count(`SELECT COUNT(*) FROM jobs WHERE id = ?`, left); n != 0 {
+	if n := e.Count(`SELECT COUNT(*) FROM jobs WHERE id = $1`, left); n != 0 {
 		t.Fatalf("the leftover job %d is still there", left)
 	}
 	// The same key again is the job just stored.

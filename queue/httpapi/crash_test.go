@@ -300,7 +300,7 @@ func checkCrashInvariants(t *testing.T, path string, led *crashLedger, life int)
 			continue // a result after the cancel is acknowledged and left alone: the task is KILLED
 		}
 		var st string
-		if err := db.QueryRow(`SELECT state FROM tasks WHERE id = ?`, id).Scan(&st); err != nil && err != sql.ErrNoRows {
+		if err := db.QueryRow(`SELECT state FROM tasks WHERE id = $1`, id).Scan(&st); err != nil && err != sql.ErrNoRows {
 			t.Fatal(err)
 		}
 		if st != "" && st != api.TaskDone {

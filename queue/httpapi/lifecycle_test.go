@@ -93,7 +93,7 @@ func TestJobLifecycleOverHTTP(t *testing.T) {
 		t.Fatalf("counts after results: %+v", got.Tasks)
 	}
 	var tries int
-	e.QueryRow(`SELECT tries FROM tasks WHERE id = ?`, p.Tasks[2].ID).Scan(&tries)
+	e.QueryRow(`SELECT tries FROM tasks WHERE id = $1`, p.Tasks[2].ID).Scan(&tries)
 	if tries != 0 {
 		t.Fatalf("an interrupted task counted an attempt: tries = %d", tries)
 	}

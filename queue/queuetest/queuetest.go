@@ -235,21 +235,14 @@ func (e *Env) Count(query string, args ...any) int {
 	return n
 }
 
-// Query and QueryRow run a statement with ? placeholders on DB, on
-// either engine.
+// Query and QueryRow run a statement ($N placeholders, in order of first
+// appearance) on DB, on either engine.
 func (e *Env) Query(query string, args ...any) (*sql.Rows, error) {
-	return e.DB().Query(e.spell(query), args...)
+	return e.DB().Query(query, args...)
 }
 
 func (e *Env) QueryRow(query string, args ...any) *sql.Row {
-	return e.DB().QueryRow(e.spell(query), args...)
-}
-
-func (e *Env) spell(query string) string {
-	if store.IsURL(e.Cfg.DBPath) {
-		return store.Rebind(query)
-	}
-	return query
+	return e.DB().QueryRow(query, args...)
 }
 
 // Snapshot dumps every table, so a test can prove a request changed nothing.

@@ -59,7 +59,7 @@ func (x *exceptionRow) fields() []any {
 type batch struct {
 	s          *Store
 	ctx        context.Context
-	tx         *wtx
+	tx         *sql.Tx
 	jobs       map[int64]*jobRow          // nil: no such job (or skipped: locked by another agent)
 	byJob      map[[2]int64][]*grantRow   // (job, attempt)
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
@@ -69,7 +69,7 @@ type batch struct {
 	err        error                      // the first statement's error: later ones do not run
 }
 
-func (s *Store) newBatch(ctx context.Context, tx *wtx) *batch {
+func (s *Store) newBatch(ctx context.Context, tx *sql.Tx) *batch {
 	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, byJob: map[[2]int64][]*grantRow{},
 		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, lock: "FOR UPDATE OF c"}
 }

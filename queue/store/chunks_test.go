@@ -95,7 +95,7 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 	if total != len(names) || sizes[0] != first {
 		t.Fatalf("chunks %v: %d tasks, first %d; want %d, first %d", sizes, total, sizes[0], len(names), first)
 	}
-	rows, err := s.r.Query(`SELECT name, state FROM tasks WHERE job_id = ? ORDER BY id`, id)
+	rows, err := s.r.Query(`SELECT name, state FROM tasks WHERE job_id = $1 ORDER BY id`, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 		t.Fatalf("a name that is not UTF-8: %v", err)
 	}
 	var n int
-	s.r.QueryRow(`SELECT count(*) FROM tasks WHERE job_id = ?`, other).Scan(&n)
+	s.r.QueryRow(`SELECT count(*) FROM tasks WHERE job_id = $1`, other).Scan(&n)
 	if n != 0 {
 		t.Fatalf("%d tasks stored for a refused insert", n)
 	}

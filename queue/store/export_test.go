@@ -14,4 +14,4 @@ var (
 )
 
 // Readers is the store's reader pool, for a test's dump of its tables.
-func Readers(s *Store) *sql.DB { return s.r.DB }
+func Readers(s *Store) *sql.DB { return s.r }

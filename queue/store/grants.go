@@ -72,7 +72,7 @@ var (
 // fenced transaction: a grant of the fresh entries and one per retry.
 func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
 	var out Taken
-	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
 		b.lock = "FOR UPDATE OF c SKIP LOCKED"
@@ -188,7 +188,7 @@ type Outcome struct {
 // pool's open entry is ignored. A fresh success writes no row of its own.
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
-	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, _ rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
 		var ids []int64
@@ -305,7 +305,7 @@ var renewGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v
 // grants holding the listed attempts open.
 func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
 	var next rules.Lease
-	err := s.fenced(ctx, pool, epoch, now, func(tx *wtx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		next = l
 		next.Expires = now.Add(ttl)
 		rows := make([][]any, len(refs))

@@ -77,7 +77,7 @@ func reportIn(t *testing.T, s *Store, pool, status string, ts ...TakenTask) Appl
 func tableState(t *testing.T, s *Store, job int64) string {
 	t.Helper()
 	var out string
-	rows, err := s.r.Query(`SELECT name, state, attempt, tries FROM tasks WHERE job_id = ? ORDER BY id`, job)
+	rows, err := s.r.Query(`SELECT name, state, attempt, tries FROM tasks WHERE job_id = $1 ORDER BY id`, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func tableState(t *testing.T, s *Store, job int64) string {
 	var w, a, d, f int
 	s.r.QueryRow(`SELECT state, n_waiting, n_active, n_done, n_failed FROM `+jobsCounted+` WHERE id = ?`, job).Scan(&st, &w, &a, &d, &f)
 	var pd int
-	s.r.QueryRow(`SELECT coalesce(sum(done), 0) FROM grants WHERE job_id = ?`, job).Scan(&pd)
+	s.r.QueryRow(`SELECT coalesce(sum(done), 0) FROM grants WHERE job_id = $1`, job).Scan(&pd)
 	return out + fmt.Sprintf("| job %s w%d a%d d%d f%d | pool done %d", st, w, a, d, f, pd)
 }
 
@@ -171,7 +171,7 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			var w, a, d, f, tot int
-			s.r.QueryRow(`SELECT count(*), count(CASE WHEN state = 'WAITING' THEN 1 END), count(CASE WHEN state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') THEN 1 END), count(CASE WHEN state = 'DONE' THEN 1 END), count(CASE WHEN state IN ('ERROR_E', 'EXPIRED') THEN 1 END) FROM tasks WHERE job_id = ?`, job).Scan(&tot, &w, &a, &d, &f)
+			s.r.QueryRow(`SELECT count(*), count(CASE WHEN state = 'WAITING' THEN 1 END), count(CASE WHEN state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE') THEN 1 END), count(CASE WHEN state = 'DONE' THEN 1 END), count(CASE WHEN state IN ('ERROR_E', 'EXPIRED') THEN 1 END) FROM tasks WHERE job_id = $1`, job).Scan(&tot, &w, &a, &d, &f)
 			if tot != 30 || j.Tasks.Waiting != w || j.Tasks.Running != a || j.Tasks.Done != d || j.Tasks.Failed != f {
 				t.Fatalf("seed %d step %d: job counters %+v, %d entries say waiting %d active %d done %d failed %d (%s)", seed, step, j.Tasks, tot, w, a, d, f, tableState(t, s, job))
 			}
@@ -180,7 +180,7 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 			}
 			for _, p := range pools {
 				var n int
-				s.r.QueryRow(`SELECT count(*) FROM tasks WHERE pool = ? AND state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, p).Scan(&n)
+				s.r.QueryRow(`SELECT count(*) FROM tasks WHERE pool = $1 AND state IN ('ASSIGNED', 'RUNNING', 'ZOMBIE')`, p).Scan(&n)
 				if out[p] != n {
 					t.Fatalf("seed %d step %d: pool %s holds %d active entries, Outstanding says %v", seed, step, p, n, out)
 				}

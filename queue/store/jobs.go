@@ -29,7 +29,7 @@ type NewJob struct {
 // CreateJob stores a job as SUBMITTING (invisible to reads and pulls).
 func (s *Store) CreateJob(ctx context.Context, j NewJob) (id int64, err error) {
 	cmd, _ := json.Marshal(j.Command) // a []string always encodes
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(inline(ctx), `INSERT INTO jobs (owner, name, state, dataset, output_dir, command, batch_size, price, cores, max_attempts, timeout_s, submitted_at, expires_at, idem_key, idem_hash, storer)
 			VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id`,
 			j.Owner, j.Name, rules.JobSubmitting, j.Dataset, string(cmd), j.BatchSize, j.Price, j.Cores, j.MaxAttempts, j.TimeoutS, ms(j.Submitted), ms(j.Expires), j.IdemKey, j.IdemHash, s.holder).Scan(&id)
@@ -68,7 +68,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chun
 		part := names[:min(len(names), z.size())]
 		names = names[len(part):]
 		var d time.Duration
-		d, err = s.transact(ctx, func(tx *wtx) error {
+		d, err = s.transact(ctx, func(tx *sql.Tx) error {
 			rows := make([][]any, len(part))
 			for i, n := range part {
 				rows[i] = []any{job, next + i, n}
@@ -91,7 +91,7 @@ var ErrSubmissionTaken = errors.New("the submission is no longer stored by this 
 
 // ActivateJob makes this agent's SUBMITTING job WAITING (visible).
 func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n int) error {
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		if ok, err := found(tx.QueryRowContext(inline(ctx), `UPDATE jobs SET state = $1, output_dir = $2, n_total = $3 WHERE id = $4 AND state = $5 AND storer = $6 RETURNING id`,
 			api.JobWaiting, outputDir, n, id, rules.JobSubmitting, s.holder).Scan(new(int64))); !ok {
 			return cmp.Or(err, ErrSubmissionTaken)
@@ -108,7 +108,7 @@ func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	for z, more := s.chunks(chunk), true; more && err == nil; {
 		k := z.size()
 		var d time.Duration
-		d, err = s.transact(ctx, func(tx *wtx) error {
+		d, err = s.transact(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = $1 AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = $1 ORDER BY idx LIMIT $2) AS c)`, id, k)
 			var n int64
 			if err == nil {
@@ -184,7 +184,7 @@ const (
 
 // CancelJob makes a live job KILLED; a KILLED one is Already, others ErrConflict.
 func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (c Cancelled, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		var state string
 		c = Cancelled{}
 		if err := tx.QueryRowContext(inline(ctx), `SELECT state, n_active, cores, owner FROM `+jobsCounted+` WHERE id = $1`, id).Scan(&state, &c.Active, &c.Cores, &c.Owner); err != nil {
@@ -204,7 +204,7 @@ func (s *Store) CancelJob(ctx context.Context, id int64, now time.Time) (c Cance
 
 // killJob makes job id final, its waiting and active tasks counted killed,
 // and records the task states KillTasks is to kill.
-func killJob(ctx context.Context, tx *wtx, id int64, state string, cancelled, finished int64, kills string) error {
+func killJob(ctx context.Context, tx *sql.Tx, id int64, state string, cancelled, finished int64, kills string) error {
 	return execs(ctx, tx, []any{`UPDATE jobs SET state = $1, cancelled_at = $2, finished_at = $3, kill_states = $4 WHERE id = $5`, state, cancelled, finished, kills, id},
 		[]any{`UPDATE counts SET n_killed = n_killed + n_waiting + n_active, n_waiting = 0, n_active = 0, n_retry = 0 WHERE job_id = $1`, id})
 }
@@ -219,14 +219,14 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 		err = fmt.Errorf("unknown states %q recorded", pending)
 	}
 	for more := pending == cancelKills; more && err == nil; {
-		err = s.write(ctx, func(tx *wtx) (err error) {
+		err = s.write(ctx, func(tx *sql.Tx) (err error) {
 			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
 				`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			return err
 		})
 	}
 	if err == nil && pending != "" {
-		err = s.write(ctx, func(tx *wtx) error {
+		err = s.write(ctx, func(tx *sql.Tx) error {
 			return execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
 				[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
 		})

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -21,7 +22,7 @@ const (
 const leaseQuery = `SELECT epoch, holder, address, expires_at FROM leases WHERE pool = $1 `
 
 // readLeaseTx reads a pool's lease in tx, on PostgreSQL locked by lock.
-func (s *Store) readLeaseTx(ctx context.Context, tx *wtx, pool, lock string) (rules.Lease, error) {
+func (s *Store) readLeaseTx(ctx context.Context, tx *sql.Tx, pool, lock string) (rules.Lease, error) {
 	if !s.d.pg {
 		lock = "" // SQLite's writer holds the whole database
 	}
@@ -54,7 +55,7 @@ func (s *Store) Leases(ctx context.Context) (map[string]rules.Lease, error) {
 
 // DecideLease applies rules.DecideLease to a pool's lease in one write.
 func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.LeaseRequest, now time.Time, ttl time.Duration) (prev rules.Lease, d rules.LeaseDecision, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		if prev, err = s.readLeaseTx(ctx, tx, pool, "FOR UPDATE"); err != nil {
 			return err
 		}
@@ -66,7 +67,7 @@ func (s *Store) DecideLease(ctx context.Context, pool string, req pilotproto.Lea
 	return prev, d, err
 }
 
-func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lease) error {
+func (s *Store) saveLease(ctx context.Context, tx *sql.Tx, pool string, l rules.Lease) error {
 	_, err := tx.ExecContext(inline(ctx), `INSERT INTO leases (pool, epoch, holder, address, expires_at) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (pool) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, address = excluded.address, expires_at = excluded.expires_at`,
 		pool, l.Epoch, l.Holder, l.Address, ms(l.Expires))
@@ -76,7 +77,7 @@ func (s *Store) saveLease(ctx context.Context, tx *wtx, pool string, l rules.Lea
 // CheckEpoch is an empty fenced write: whether epoch is the pool's live lease, serialised
 // with all writes (for a master's acts that store nothing here, like a recommendation).
 func (s *Store) CheckEpoch(ctx context.Context, pool string, epoch int64, now time.Time) error {
-	return s.fenced(ctx, pool, epoch, now, func(*wtx, rules.Lease) error { return nil })
+	return s.fenced(ctx, pool, epoch, now, func(*sql.Tx, rules.Lease) error { return nil })
 }
 
 // TakeSweep grants or renews this agent's sweep lease until now+ttl unless
@@ -98,7 +99,7 @@ func SweepFenced(ctx context.Context, epoch int64) context.Context {
 	return context.WithValue(ctx, sweepEpochKey{}, epoch)
 }
 
-func (s *Store) checkSweep(ctx context.Context, tx *wtx, epoch int64) error {
+func (s *Store) checkSweep(ctx context.Context, tx *sql.Tx, epoch int64) error {
 	l, err := s.readLeaseTx(ctx, tx, sweepPool, "FOR SHARE")
 	if err == nil && (l.Epoch != epoch || l.Holder != s.holder) {
 		err = fmt.Errorf("%w (epoch %d of %s, not %d of %s)", ErrSweepLost, l.Epoch, l.Holder, epoch, s.holder)

@@ -39,8 +39,7 @@ func openPG(dsn string) (*Store, error) {
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(8) // a pull, a batch of results and the API's reads at once
 	db.SetMaxIdleConns(8)
-	st := &Store{w: db, d: &dialect{pg: true}, path: name}
-	st.r = &rdb{db, st.d}
+	st := &Store{w: db, r: db, d: &dialect{pg: true}, path: name}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
 	defer cancel()
 	if err = db.PingContext(ctx); err != nil {

@@ -111,7 +111,7 @@ func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var state string
-	s.r.QueryRow(`SELECT state FROM tasks WHERE id = ?`, y.ID).Scan(&state)
+	s.r.QueryRow(`SELECT state FROM tasks WHERE id = $1`, y.ID).Scan(&state)
 	if state != "ASSIGNED" {
 		t.Fatalf("a's task is %s after b's heartbeat listed it", state)
 	}

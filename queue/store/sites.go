@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -40,7 +41,7 @@ func (s *Store) Site(ctx context.Context, name string) (Site, bool, error) {
 
 // AddSite registers a site (keeping its settings) with agentHash its only agent token.
 func (s *Store) AddSite(ctx context.Context, name, agentHash, agentRole string, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
 		return execs(ctx, tx, append(replaceToken(name, agentRole, agentHash, now),
 			[]any{`INSERT INTO sites (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, ms(now)})...)
 	})
@@ -58,7 +59,7 @@ func (s *Store) PutSite(ctx context.Context, st Site) error {
 
 // ReplaceToken makes hash the only token of user with role.
 func (s *Store) ReplaceToken(ctx context.Context, user, role, hash string, now time.Time) error {
-	return s.write(ctx, func(tx *wtx) error { return execs(ctx, tx, replaceToken(user, role, hash, now)...) })
+	return s.write(ctx, func(tx *sql.Tx) error { return execs(ctx, tx, replaceToken(user, role, hash, now)...) })
 }
 
 func replaceToken(user, role, hash string, now time.Time) [][]any {

@@ -28,7 +28,7 @@ import (
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
 	w *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
-	r *rdb    // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
+	r *sql.DB // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
 	d *dialect
 
 	stats txstats.Recorder
@@ -65,7 +65,7 @@ func Open(path string) (_ *Store, err error) {
 	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
 	r.SetMaxOpenConns(4)
 	d := &dialect{}
-	st := &Store{w: w, r: &rdb{r, d}, d: d, path: path}
+	st := &Store{w: w, r: r, d: d, path: path}
 	_, err = w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864")
 	if err == nil {
 		err = private(path) // every job and command is in here
@@ -85,7 +85,7 @@ func Open(path string) (_ *Store, err error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		if s.r.DB != s.w {
+		if s.r != s.w {
 			errs = append(errs, s.r.Close())
 		}
 		if s.claim != nil {
@@ -118,13 +118,13 @@ func writer() string {
 // SERIALIZABLE, run again after a serialisation failure, so fn sets all it
 // returns afresh) and records how long it held the lock. Under
 // SweepFenced, fn runs after the sweep lease's check.
-func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	_, err := s.transact(ctx, fn)
 	return err
 }
 
 // transact is write that also returns the lock time (for chunkSizer).
-func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Duration, err error) {
+func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (d time.Duration, err error) {
 	sweepEpoch, fenced := ctx.Value(sweepEpochKey{}).(int64)
 	opts := &sql.TxOptions{Isolation: sql.LevelSerializable} // SQLite's are anyway
 	return d, backoff.Retry(func() error {
@@ -135,10 +135,10 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 		defer trace.StartRegion(ctx, "write").End() // BEGIN IMMEDIATE has taken the lock
 		start := time.Now()
 		if fenced {
-			err = s.checkSweep(ctx, &wtx{tx, s.d}, sweepEpoch)
+			err = s.checkSweep(ctx, tx, sweepEpoch)
 		}
 		if err == nil {
-			err = fn(&wtx{tx, s.d})
+			err = fn(tx)
 		}
 		if err != nil {
 			tx.Rollback()
@@ -157,8 +157,8 @@ func (s *Store) transact(ctx context.Context, fn func(tx *wtx) error) (d time.Du
 // fenced is write for a pool's master: before fn it checks, in the
 // transaction, that epoch is the pool's lease alive at now. A newer grant
 // commits before (refused) or after this write: no window.
-func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *wtx, l rules.Lease) error) error {
-	return s.write(ctx, func(tx *wtx) error {
+func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.Time, fn func(tx *sql.Tx, l rules.Lease) error) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
 		l, err := s.readLeaseTx(ctx, tx, pool, "FOR SHARE")
 		if err == nil {
 			err = rules.CheckEpoch(l, epoch, now)
@@ -184,7 +184,7 @@ func hot(query string) string {
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // query runs a query in tx.
-func (s *Store) query(ctx context.Context, tx *wtx, query string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
 	return tx.QueryContext(inline(ctx), query, args...)
 }
 
@@ -202,7 +202,7 @@ func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) erro
 
 // do runs one statement in a write transaction and counts the rows it changed.
 func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int64, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(inline(ctx), query, args...)
 		if err == nil {
 			n, err = res.RowsAffected()
@@ -213,7 +213,7 @@ func (s *Store) do(ctx context.Context, what, query string, args ...any) (n int6
 }
 
 // execs runs statements in tx, in order, each its SQL and then its arguments.
-func execs(ctx context.Context, tx *wtx, stmts ...[]any) error {
+func execs(ctx context.Context, tx *sql.Tx, stmts ...[]any) error {
 	for _, st := range stmts {
 		if _, err := tx.ExecContext(inline(ctx), st[0].(string), st[1:]...); err != nil {
 			return err

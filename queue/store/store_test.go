@@ -1,6 +1,8 @@
 package store
 
 import (
+	"database/sql"
+
 	"github.com/harvest-hpc/harvest/internal/pgtest"
 
 	"context"
@@ -123,7 +125,7 @@ func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) 
 		t.Fatal(err)
 	}
 	states := func(id int64) string {
-		rows, err := s.r.Query(`SELECT state FROM tasks WHERE job_id = ? ORDER BY id`, id)
+		rows, err := s.r.Query(`SELECT state FROM tasks WHERE job_id = $1 ORDER BY id`, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +215,7 @@ func TestWriteStatsCountSlowTransactionsPerMethod(t *testing.T) {
 		t.Fatalf("after a reset: %+v", ws)
 	}
 	// A real transaction is counted, its lock time positive.
-	if err := s.write(context.Background(), func(tx *wtx) error {
+	if err := s.write(context.Background(), func(tx *sql.Tx) error {
 		_, err := tx.Exec(`UPDATE counts SET n_waiting = n_waiting`)
 		return err
 	}); err != nil {
@@ -290,7 +292,7 @@ func TestKillTasksInChunksClosesTheLastGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	var live int
-	if err := s.r.QueryRow(`SELECT count(*) FROM grants WHERE job_id = ? AND state != 'CLOSED'`, job).Scan(&live); err != nil || live != 0 {
+	if err := s.r.QueryRow(`SELECT count(*) FROM grants WHERE job_id = $1 AND state != 'CLOSED'`, job).Scan(&live); err != nil || live != 0 {
 		t.Fatalf("%d grants still live after the kill (%v), want 0", live, err)
 	}
 	if n, err := s.Outstanding(ctx); err != nil || len(n) != 0 {

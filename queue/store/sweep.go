@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -26,7 +27,7 @@ type Expired struct {
 // ExpireZombies closes ZOMBIE grants of live jobs silent since cut, about
 // limit entries in one transaction, each open entry as rules.AfterExpiry says.
 func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (x Expired, err error) {
-	err = s.write(ctx, func(tx *wtx) (err error) {
+	err = s.write(ctx, func(tx *sql.Tx) (err error) {
 		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
 		x.Changes, _, err = s.newBatch(ctx, tx).closeGrants(now, limit, func(j *jobRow, e *exceptionRow) {
 			tr := rules.AfterExpiry(e.tries, j.maxTries)
@@ -62,7 +63,7 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 // ExpireJob makes a job that never started ERROR_EW, its waiting tasks
 // killed (KillTasks follows); ok is false if it changed since listed.
 func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = $1 AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
 		if ok, err = found(err); ok {
 			return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills)

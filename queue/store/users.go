@@ -102,7 +102,7 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 	if len(rows) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(tx *wtx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
+	return s.write(ctx, func(tx *sql.Tx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 
 // TokenIdentity reads the user, role and expiry (zero: never) of a
@@ -166,7 +166,7 @@ func (s *Store) SweepTokens(ctx context.Context, now time.Time) (int64, error) {
 // DeleteTokens deletes and counts user's tokens of role whose hash starts
 // with prefix (hex: no LIKE wildcard); with one, only if one matched.
 func (s *Store) DeleteTokens(ctx context.Context, user, role, prefix string, one bool) (n int, err error) {
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3`, user, role, prefix+"%").Scan(&n); err != nil || one && n != 1 {
 			return err
 		}

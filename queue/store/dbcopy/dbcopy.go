@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
@@ -157,7 +158,6 @@ func copyTable(ctx context.Context, src, dst *sql.Tx, table string) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	row := "(?" + strings.Repeat(", ?", len(cols)-1) + ")"
 	head := `INSERT INTO ` + table + ` ("` + strings.Join(cols, `", "`) + `") VALUES `
 	var n int64
 	var args []any
@@ -166,7 +166,20 @@ func copyTable(ctx context.Context, src, dst *sql.Tx, table string) (int64, erro
 			return nil
 		}
 		k := len(args) / len(cols)
-		_, err := dst.ExecContext(ctx, store.Rebind(head+strings.TrimSuffix(strings.Repeat(row+", ", k), ", ")), args...)
+		q := []byte(head)
+		for i := range args { // ($1, $2), ($3, $4): in order, as SQLite binds them
+			switch {
+			case i == 0:
+				q = append(q, '(')
+			case i%len(cols) == 0:
+				q = append(q, "), ("...)
+			default:
+				q = append(q, ", "...)
+			}
+			q = append(q, '$')
+			q = strconv.AppendInt(q, int64(i+1), 10)
+		}
+		_, err := dst.ExecContext(ctx, string(append(q, ')')), args...)
 		n += int64(k)
 		args = args[:0]
 		return err
