@@ -196,9 +196,10 @@ func cStrings(ss []string) (**C.char, error) {
 var selfPID = C.pid_t(os.Getpid())
 
 // spawn starts a task from the calling thread (see harvest_spawn) and
-// returns its pid and pidfd; the
-// caller must be locked to its thread, since the task's Landlock domain
-// is nested in that thread's, and only that thread may signal it.
+// returns its pid and pidfd; the task's Landlock domain is nested in
+// that thread's (each of the runner's threads has one of its own, with
+// the same rules, unscoped: runnerRules), and its parent-death signal
+// comes when that thread ends.
 // ruleset -1: the task shares the thread's domain.
 func spawn(path string, argv, env []string, fds [3]int, ruleset int) (pid, pidfd int, err error) {
 	for _, fd := range fds {
