@@ -66,6 +66,7 @@ type server struct {
 	// (serve); zero: none is.
 	heldSince time.Time
 	hold      time.Duration
+	spawnBuf  []byte // the strings of the task spawn starts, kept for the next
 }
 
 // serveRunner is the runner's side: confine, say ready, serve requests
@@ -463,7 +464,7 @@ func (s *server) spawn(t *running, q request, fds [3]int) error {
 		defer unix.Close(fd)
 		ruleset = fd
 	}
-	pid, pidfd, err := spawn(q.Path, q.Argv, q.Env, fds, ruleset)
+	pid, pidfd, err := spawn(&s.spawnBuf, q.Path, q.Argv, q.Env, fds, ruleset)
 	if err != nil {
 		return err
 	}
