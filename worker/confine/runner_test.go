@@ -24,15 +24,7 @@ func TestMain(m *testing.M) {
 // exist even when empty; its temporary directory comes and goes.
 func TestARunnerWithNamedLogs(t *testing.T) {
 	dir, logs, tmp, exe := runnerDirs(t)
-	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, NamedLogs: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	sh, err := LookPath("sh", "/usr/bin:/bin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, NamedLogs: true})
 	precious := filepath.Join(dir, "precious")
 	os.WriteFile(precious, []byte("keep"), 0o600)
 	os.Symlink(precious, filepath.Join(logs, "1.out"))
@@ -278,15 +270,7 @@ func runnerDirs(t *testing.T) (dir, logs, tmp, exe string) {
 // in C memory it grows); one holding a NUL byte is refused.
 func TestARunnerPassesArgumentsAndEnvironmentExactly(t *testing.T) {
 	_, logs, tmp, exe := runnerDirs(t)
-	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	sh, err := LookPath("sh", "/usr/bin:/bin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
 	// The arguments on stdout, a line each; the variables given on stderr
 	// (sh adds PWD and others).
 	script := `printf '%s\n' "$0" "$@"; env | grep -E '^(V[0-9]+|PATH)=' | LC_ALL=C sort >&2`
@@ -323,4 +307,20 @@ func TestARunnerPassesArgumentsAndEnvironmentExactly(t *testing.T) {
 	if err == nil {
 		t.Fatal("an argument with a NUL byte was passed")
 	}
+}
+
+// startShRunner starts an unconfined runner with rp (closed when the test
+// ends) and finds sh.
+func startShRunner(t *testing.T, exe string, rp RunnerPolicy) (*Runner, string) {
+	t.Helper()
+	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, rp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sh, err := LookPath("sh", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, sh
 }
