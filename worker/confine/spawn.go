@@ -50,7 +50,7 @@ static int harvest_child_run(void *arg) {
 }
 
 // harvest_stack is the stack of the task's process until its exec, made
-// once: the runner starts one task at a time from one thread, and waits
+// once: the runner starts one task at a time (from one goroutine), and waits
 // (CLONE_VFORK) until the task has exec'd or exited.
 static char *harvest_stack;
 #define HARVEST_STACK (256 * 1024)
