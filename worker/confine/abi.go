@@ -7,6 +7,17 @@ import "github.com/landlock-lsm/go-landlock/landlock"
 // at its start ("missing kernel Landlock support").
 var required = landlock.MustConfig(landlock.V7.HandledAccessFS, landlock.V7.Scoped)
 
+// runnerRules is what a task runner's own domain handles: the file rules,
+// no scoping. Landlock gives each of the runner's threads a domain of its
+// own (the rules applied thread by thread, psx), and a domain scoped for
+// signals may signal only what is nested in it: the runner's goroutine,
+// which moves between threads, could then stop only the tasks started
+// from the thread it is on. Its tasks' own domains, nested in the
+// runner's, are scoped (RunnerPolicy.Tasks, scopeRuleset): what a task may
+// signal or connect to is unchanged; the runner, which runs none of the
+// job's code, may signal outside its domain.
+var runnerRules = landlock.MustConfig(landlock.V7.HandledAccessFS)
+
 // RequiredABI is the oldest Landlock ABI that handles all of required:
 // ModeRequire needs it (ABI 6: Linux 6.12, which added the scoping of
 // signals and abstract sockets). ModeAuto confines with what older ones

@@ -179,8 +179,11 @@ func launch(spec string, argv []string) (int, error) {
 }
 
 // restrict applies p to this process (all its threads) and what it execs.
-func restrict(p Policy) error {
-	cfg := required
+func restrict(p Policy) error { return restrictWith(p, required) }
+
+// restrictWith is restrict with the rules' handled accesses and scopes
+// from cfg.
+func restrictWith(p Policy, cfg landlock.Config) error {
 	if p.Mode != ModeRequire {
 		cfg = cfg.BestEffort()
 	}

@@ -20,8 +20,8 @@ type Ruleset struct {
 	fd int // the ruleset (O_CLOEXEC); -1 when nothing is enforced
 }
 
-// The main goroutine keeps the main thread: the runner serves on it, and
-// starts and signals every task from it (serveRunner).
+// The main goroutine keeps the main thread until the runner has
+// confined itself and set its handlers (serveRunner).
 func init() { runtime.LockOSThread() }
 
 // scopeRuleset makes the ruleset that only scopes (Landlock ABI 6 and

@@ -24,15 +24,7 @@ func TestMain(m *testing.M) {
 // exist even when empty; its temporary directory comes and goes.
 func TestARunnerWithNamedLogs(t *testing.T) {
 	dir, logs, tmp, exe := runnerDirs(t)
-	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, NamedLogs: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	sh, err := LookPath("sh", "/usr/bin:/bin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, NamedLogs: true})
 	precious := filepath.Join(dir, "precious")
 	os.WriteFile(precious, []byte("keep"), 0o600)
 	os.Symlink(precious, filepath.Join(logs, "1.out"))
@@ -270,4 +262,65 @@ func runnerDirs(t *testing.T) (dir, logs, tmp, exe string) {
 		t.Fatal(err)
 	}
 	return dir, logs, tmp, exe
+}
+
+// A task gets its arguments and environment exactly, in order, empty
+// ones too, whether it has more of them than the task before it or fewer
+// (the runner packs them in one buffer it keeps, and lays out the arrays
+// in C memory it grows); one holding a NUL byte is refused.
+func TestARunnerPassesArgumentsAndEnvironmentExactly(t *testing.T) {
+	_, logs, tmp, exe := runnerDirs(t)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	// The arguments on stdout, a line each; the variables given on stderr
+	// (sh adds PWD and others).
+	script := `printf '%s\n' "$0" "$@"; env | grep -E '^(V[0-9]+|PATH)=' | LC_ALL=C sort >&2`
+	for i, n := range []int{3, 400, 1, 50} {
+		argv, wantOut := []string{"sh", "-c", script, "zero"}, "zero\n"
+		env, wantErr := []string{"PATH=/usr/bin:/bin"}, "PATH=/usr/bin:/bin\n"
+		for j := range n {
+			a := strconv.Itoa(i) + " " + strconv.Itoa(j)
+			if j == 1 {
+				a = ""
+			}
+			argv, wantOut = append(argv, a), wantOut+a+"\n"
+			v := "V" + strconv.Itoa(10000+j) + "=" + strconv.Itoa(i)
+			env, wantErr = append(env, v), wantErr+v+"\n"
+		}
+		name := strconv.Itoa(i)
+		task, err := r.StartSpec(Spec{Path: sh, Argv: argv, Env: env, Out: name + ".out", Err: name + ".err", Tmp: "t" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ws, err := task.Wait(); err != nil || ws.ExitStatus() != 0 {
+			t.Fatalf("task %d: %v %v", i, ws, err)
+		}
+		out, _ := os.ReadFile(filepath.Join(logs, name+".out"))
+		errLog, _ := os.ReadFile(filepath.Join(logs, name+".err"))
+		if string(out) != wantOut || string(errLog) != wantErr {
+			t.Fatalf("task %d with %d arguments and variables: got\n%.300s\n%.300s\nwant\n%.300s\n%.300s", i, n, out, errLog, wantOut, wantErr)
+		}
+	}
+	task, err := r.StartSpec(Spec{Path: sh, Argv: []string{"sh", "-c", "true", "a\x00b"}, Out: "n.out", Err: "n.err", Tmp: "tn"})
+	if err == nil {
+		_, err = task.Wait()
+	}
+	if err == nil {
+		t.Fatal("an argument with a NUL byte was passed")
+	}
+}
+
+// startShRunner starts an unconfined runner with rp (closed when the test
+// ends) and finds sh.
+func startShRunner(t *testing.T, exe string, rp RunnerPolicy) (*Runner, string) {
+	t.Helper()
+	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, rp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sh, err := LookPath("sh", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, sh
 }

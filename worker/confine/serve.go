@@ -66,14 +66,14 @@ type server struct {
 	// (serve); zero: none is.
 	heldSince time.Time
 	hold      time.Duration
+	spawnBuf  []byte // the strings of the task spawn starts, kept for the next
 }
 
 // serveRunner is the runner's side: confine, say ready, serve requests
 // until the worker closes the socket (descriptor 3), then kill the tasks
-// still running and return. It runs on the main goroutine, locked to the
-// main thread (init in ruleset.go), and never leaves it: it starts every
-// task from it (spawn), so each task's Landlock domain is nested in that
-// thread's and the thread may signal it; it waits for the requests, and
+// still running and return. It runs on the main goroutine, which starts
+// every task (spawn: each task's Landlock domain is nested in the
+// runner's, whichever of its threads starts it); it waits for the requests, and
 // for the tasks' ends through their pidfds, in one poll(2), and sends the
 // signals and reaps the tasks itself, so a pid is never reused under a
 // signal. No goroutine, no thread per task. Each turn of its loop ends
@@ -121,8 +121,14 @@ func serveRunner(spec string) (int, error) {
 			return fail(fmt.Errorf("confine: working directory: %w", err))
 		}
 	}
+	if p.Mode == ModeRequire {
+		// The tasks' scoping is in their own domains (runnerRules).
+		if abi := Probe().ABI; abi < RequiredABI() {
+			return fail(fmt.Errorf("confine the tasks: missing kernel Landlock support: ABI %d, %d or later required", abi, RequiredABI()))
+		}
+	}
 	if p.Mode != ModeOff {
-		if err := restrict(p); err != nil {
+		if err := restrictWith(p, runnerRules); err != nil {
 			return fail(fmt.Errorf("confine the tasks: %w", err))
 		}
 	}
@@ -157,6 +163,14 @@ func serveRunner(spec string) (int, error) {
 	// worker ends the runner by closing the socket, or its death by
 	// Pdeathsig.
 	setHandlers()
+	// Every thread of the runner is in its domain (the rules are applied
+	// to all of them), so its loop may move between threads: a yield to
+	// the Go scheduler (serve) is then a turn of the same thread's
+	// scheduler, not a hand-over of the main thread's P to another thread
+	// and back (two wakes and two sleeps each, 14% of a busy runner's CPU
+	// at a yield every 5 ms: perf). A task's parent-death signal is its
+	// thread's; the Go runtime ends no thread while the runner runs.
+	runtime.UnlockOSThread()
 	s.event(event{Flags: evReady})
 	s.send()
 	if err := s.serve(); err != nil {
@@ -192,10 +206,9 @@ func (s *server) serve() error {
 			// for one running too long every 10 ms: it preempts it and
 			// takes its P away if it is in a system call then (a spawn,
 			// most of the time), and then wakes every 20 us again (with
-			// GOMAXPROCS 2, 7% of the runner's CPU in its sleeps, 5% in
-			// handing the locked thread's P back and forth: perf, 4
-			// runners at full speed). A yield of its own first costs one
-			// hand-over.
+			// GOMAXPROCS 2, 7% of the runner's CPU in its sleeps: perf, 4
+			// runners at full speed). A yield of its own first is a turn of
+			// its thread's scheduler (the goroutine is not locked to it).
 			runtime.Gosched()
 			yielded = now
 		}
@@ -451,7 +464,7 @@ func (s *server) spawn(t *running, q request, fds [3]int) error {
 		defer unix.Close(fd)
 		ruleset = fd
 	}
-	pid, pidfd, err := spawn(q.Path, q.Argv, q.Env, fds, ruleset)
+	pid, pidfd, err := spawn(&s.spawnBuf, q.Path, q.Argv, q.Env, fds, ruleset)
 	if err != nil {
 		return err
 	}
@@ -606,10 +619,9 @@ func rawPoll(polls []unix.PollFd, wait time.Duration) error {
 
 // yieldEvery is how often the runner's loop yields to the Go scheduler:
 // within the runtime's 10 ms preemption bound (serve), with 2 ms for the
-// turn that follows. Each yield hands the locked thread's P to another
-// thread and back (two wakes, two sleeps); at 5 ms the yields took 13-14%
-// of a busy runner's CPU (perf, 4 runners at one slot each), at 8 ms the
-// runner's CPU per task fell 7% (206 against 220 us, 6 alternating runs).
+// turn that follows. (While the goroutine was locked to the main thread,
+// each yield handed its P to another thread and back: two wakes, two
+// sleeps, 13-14% of a busy runner's CPU at 5 ms.)
 const yieldEvery = 8 * time.Millisecond
 
 // holdEvents is how long the events of tasks that ended may wait for

@@ -50,7 +50,7 @@ static int harvest_child_run(void *arg) {
 }
 
 // harvest_stack is the stack of the task's process until its exec, made
-// once: the runner starts one task at a time from one thread, and waits
+// once: the runner starts one task at a time (from one goroutine), and waits
 // (CLONE_VFORK) until the task has exec'd or exited.
 static char *harvest_stack;
 #define HARVEST_STACK (256 * 1024)
@@ -133,29 +133,47 @@ static void harvest_handlers(void) {
 	}
 }
 
-// harvest_strings lays out n strings (lens[i] bytes each, in data) as a
-// NULL-terminated array of C strings in one allocation (free it once).
-static char **harvest_strings(const char *data, const int *lens, int n) {
-	size_t total = (size_t)(n + 1) * sizeof(char *);
-	for (int i = 0; i < n; i++) total += (size_t)lens[i] + 1;
-	char **v = malloc(total);
-	if (v == NULL) return NULL;
-	char *p = (char *)(v + n + 1);
-	for (int i = 0; i < n; i++) {
-		memcpy(p, data, lens[i]);
-		p[lens[i]] = 0;
-		v[i] = p;
-		p += lens[i] + 1;
-		data += lens[i];
+// harvest_vec holds the argv and envp arrays of the spawn in progress
+// (harvest_spawn_packed), grown as needed and kept: the runner starts
+// one task at a time.
+static char **harvest_vec;
+static size_t harvest_veccap;
+
+// harvest_spawn_packed is harvest_spawn with the path, argv and envp in
+// one buffer of n NUL-terminated strings: the path, nargv arguments, then
+// the environment. The arrays point into buf, which is only read until
+// the task's exec (CLONE_VFORK): the caller's, for the length of the call.
+static int harvest_spawn_packed(char *buf, int n, int nargv,
+                                int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *stage, int *errnum) {
+	size_t need = (size_t)n + 1;
+	if (need > harvest_veccap) {
+		char **v = realloc(harvest_vec, need * sizeof(char *));
+		if (v == NULL) {
+			*stage = 0; *errnum = ENOMEM;
+			return -1;
+		}
+		harvest_vec = v;
+		harvest_veccap = need;
 	}
-	v[n] = NULL;
-	return v;
+	char *path = buf;
+	char *p = buf + strlen(buf) + 1;
+	char **argv = harvest_vec, **envp = harvest_vec + nargv + 1;
+	for (int i = 0; i < nargv; i++) {
+		argv[i] = p;
+		p += strlen(p) + 1;
+	}
+	argv[nargv] = NULL;
+	for (int i = 0; i < n - 1 - nargv; i++) {
+		envp[i] = p;
+		p += strlen(p) + 1;
+	}
+	envp[n - 1 - nargv] = NULL;
+	return harvest_spawn(path, argv, envp, in, out, err, ruleset, parent, pidfd, stage, errnum);
 }
 */
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -169,26 +187,15 @@ import (
 // exec.
 func setHandlers() { C.harvest_handlers() }
 
-// cStrings copies ss to C memory as a NULL-terminated array; free with
-// C.free.
-func cStrings(ss []string) (**C.char, error) {
-	var b strings.Builder
-	lens := make([]C.int, len(ss)+1)
-	for i, s := range ss {
+// packStrings appends ss to b, each NUL-terminated (harvest_spawn_packed).
+func packStrings(b []byte, ss ...string) ([]byte, error) {
+	for _, s := range ss {
 		if strings.IndexByte(s, 0) >= 0 {
-			return nil, fmt.Errorf("argument or variable %q holds a NUL byte", s)
+			return b, fmt.Errorf("argument or variable %q holds a NUL byte", s)
 		}
-		b.WriteString(s)
-		lens[i] = C.int(len(s))
+		b = append(append(b, s...), 0)
 	}
-	data := b.String()
-	cdata := C.CString(data)
-	defer C.free(unsafe.Pointer(cdata))
-	v := C.harvest_strings(cdata, &lens[0], C.int(len(ss)))
-	if v == nil {
-		return nil, errors.New("out of memory")
-	}
-	return v, nil
+	return b, nil
 }
 
 // selfPID is this process's pid (a Go process does not fork without
@@ -196,30 +203,34 @@ func cStrings(ss []string) (**C.char, error) {
 var selfPID = C.pid_t(os.Getpid())
 
 // spawn starts a task from the calling thread (see harvest_spawn) and
-// returns its pid and pidfd; the
-// caller must be locked to its thread, since the task's Landlock domain
-// is nested in that thread's, and only that thread may signal it.
+// returns its pid and pidfd; the task's Landlock domain is nested in
+// that thread's (each of the runner's threads has one of its own, with
+// the same rules, unscoped: runnerRules), and its parent-death signal
+// comes when that thread ends.
 // ruleset -1: the task shares the thread's domain.
-func spawn(path string, argv, env []string, fds [3]int, ruleset int) (pid, pidfd int, err error) {
+func spawn(buf *[]byte, path string, argv, env []string, fds [3]int, ruleset int) (pid, pidfd int, err error) {
 	for _, fd := range fds {
 		if fd <= 2 {
 			return 0, -1, fmt.Errorf("descriptor %d of the task's is a standard one", fd)
 		}
 	}
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	cargv, err := cStrings(argv)
+	// One call into C per task: the strings go packed in buf (kept for
+	// the next task), not copied to C memory one by one (a cgo call per
+	// allocation and per free: 11 calls per task).
+	b, err := packStrings((*buf)[:0], path)
+	if err == nil {
+		b, err = packStrings(b, argv...)
+	}
+	if err == nil {
+		b, err = packStrings(b, env...)
+	}
+	*buf = b
 	if err != nil {
 		return 0, -1, err
 	}
-	defer C.free(unsafe.Pointer(cargv))
-	cenv, err := cStrings(env)
-	if err != nil {
-		return 0, -1, err
-	}
-	defer C.free(unsafe.Pointer(cenv))
 	var cfd, stage, errnum C.int
-	cpid := C.harvest_spawn(cpath, cargv, cenv, C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &cfd, &stage, &errnum)
+	cpid := C.harvest_spawn_packed((*C.char)(unsafe.Pointer(&b[0])), C.int(1+len(argv)+len(env)), C.int(len(argv)),
+		C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &cfd, &stage, &errnum)
 	if cpid >= 0 {
 		return int(cpid), int(cfd), nil
 	}
