@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -48,7 +49,17 @@ func TestReplayOnRealSLURM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(work) })
+	// HARVEST_REPLAY_KEEP=1 keeps the runs' directories (agent and pilot
+	// logs, dumped rounds, the tasks' ledger) and the report, to study a
+	// run: they are in the cluster's shared directory.
+	keep := os.Getenv("HARVEST_REPLAY_KEEP") != ""
+	t.Cleanup(func() {
+		if keep {
+			t.Logf("kept %s", work)
+			return
+		}
+		os.RemoveAll(work)
+	})
 	if err := os.Chmod(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +81,11 @@ func TestReplayOnRealSLURM(t *testing.T) {
 	rep, err := Replay(context.Background(), w, cfg, func(Kind) string { return "" })
 	if err != nil {
 		t.Fatal(err)
+	}
+	if keep {
+		if b, err := json.MarshalIndent(rep, "", " "); err == nil {
+			os.WriteFile(filepath.Join(work, "report.json"), b, 0o644)
+		}
 	}
 	if len(rep.Runs) != 3 {
 		t.Fatalf("%d runs, want 3", len(rep.Runs))
