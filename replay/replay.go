@@ -60,6 +60,9 @@ type RunReport struct {
 	Fidelity   Fidelity   `json:"fidelity"`
 	Unfinished []string   `json:"unfinished,omitempty"`
 	AgentLog   string     `json:"agent_log,omitempty"`
+	// HarvestStopS is when the run cancelled its pilots (seconds from its
+	// start; harvest runs): its simulation stops the harvest then too.
+	HarvestStopS int64 `json:"harvest_stop_s,omitempty"`
 }
 
 // Replay maps the window of w, makes every run in turn on the cluster and
@@ -104,7 +107,7 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 	rep.Plan.SpanS = span
 	var base *sim.Result
 	for _, o := range outs {
-		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog}
+		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog, HarvestStopS: o.HarvestStopS}
 		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span, o.HarvestStopS); err != nil {
 			return rep, err
 		}
