@@ -60,6 +60,9 @@ type RunReport struct {
 	Fidelity   Fidelity   `json:"fidelity"`
 	Unfinished []string   `json:"unfinished,omitempty"`
 	AgentLog   string     `json:"agent_log,omitempty"`
+	// HarvestStopS is when the run cancelled its pilots (seconds from its
+	// start; harvest runs): its simulation stops the harvest then too.
+	HarvestStopS int64 `json:"harvest_stop_s,omitempty"`
 }
 
 // Replay maps the window of w, makes every run in turn on the cluster and
@@ -104,8 +107,8 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 	rep.Plan.SpanS = span
 	var base *sim.Result
 	for _, o := range outs {
-		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog}
-		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span); err != nil {
+		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog, HarvestStopS: o.HarvestStopS}
+		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span, o.HarvestStopS); err != nil {
 			return rep, err
 		}
 		rr.Fidelity = CompareFidelity(rr.Sim, rr.Result)
@@ -126,8 +129,9 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 
 // simulate runs `harvest sim` on the scaled window with the replay's
 // settings: the same nodes, poll, margin, mini time and task length, in
-// replay seconds.
-func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span int64) (sim.Result, error) {
+// replay seconds; a harvest run's pilots are cancelled at stop (seconds;
+// 0 = never), when the real run cancelled its own.
+func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop int64) (sim.Result, error) {
 	sc := sim.DefaultConfig()
 	sc.Mode, sc.Nodes, sc.From, sc.To = sim.Baseline, cfg.Map.Nodes, 0, span
 	if k.Harvested() {
@@ -149,6 +153,14 @@ func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span int64) (sim.
 		cc := capacity.DefaultConfig()
 		cc.HoldRounds = max(1, int(time.Duration(cc.HoldRounds)*pilotHeartbeat/cfg.Run.Poll))
 		sc.Capacity = &cc
+		if stop > 0 && stop < span {
+			// The real run cancelled its pilots when its own last foreign
+			// job ended; the span runs to the last one of every run. Left
+			// running, the simulated pilots counted up to 8 nodes the real
+			// run no longer held (CI's window: 1.8 points in a run whose
+			// span was 6 s longer than its own end).
+			sc.HarvestStop = stop
+		}
 	}
 	sc.Cluster = simcluster.DefaultConfig()
 	sc.Cluster.Latency = cfg.SimLatency

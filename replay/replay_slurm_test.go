@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -48,7 +49,17 @@ func TestReplayOnRealSLURM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(work) })
+	// HARVEST_REPLAY_KEEP=1 keeps the runs' directories (agent and pilot
+	// logs, dumped rounds, the tasks' ledger) and the report, to study a
+	// run: they are in the cluster's shared directory.
+	keep := os.Getenv("HARVEST_REPLAY_KEEP") != ""
+	t.Cleanup(func() {
+		if keep {
+			t.Logf("kept %s", work)
+			return
+		}
+		os.RemoveAll(work)
+	})
 	if err := os.Chmod(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +82,11 @@ func TestReplayOnRealSLURM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if keep {
+		if b, err := json.MarshalIndent(rep, "", " "); err == nil {
+			os.WriteFile(filepath.Join(work, "report.json"), b, 0o644)
+		}
+	}
 	if len(rep.Runs) != 3 {
 		t.Fatalf("%d runs, want 3", len(rep.Runs))
 	}
@@ -83,15 +99,19 @@ func TestReplayOnRealSLURM(t *testing.T) {
 		t.Logf("%s: utilisation sim %.1f%% / real %.1f%%; sim - real start per job: mean %.1f s, p50 %d, p90 %d, max %d, %d of %d in the same second",
 			r.Kind, 100*r.Sim.Utilization, 100*r.Result.Utilization, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs)
 		// The target is 2 points in every mode. Baseline meets it; with a
-		// harvest the real utilisation itself varies by up to 4.5 points
-		// between runs of one mode (preemption 88.4, 88.8 and 92.9%;
-		// polling 88.5, 90.9 and 92.2%), so those modes are held to 5
-		// points, which still catches a broken model. Simulated
-		// preemption, with the preemptor starting at the pass after the
-		// preemption as in SLURM, was 93.0% (real 92.9%); before that
-		// change 93.8% (real 88.4 and 88.8%). What remains is common to
-		// both modes: the simulated pool grows to 8 pilots at 8 s, the real
-		// one at 17-19 s (about 2.5 points).
+		// harvest this 3-minute window cannot: the real utilisation of one
+		// mode varies by up to 8.6 points between runs on this shared
+		// 2-core machine (polling 94.2, 89.3, 88.7, 91.8, 93.2%;
+		// preemption 92.3, 86.5, 92.0, 91.9, 95.1%, 2026-11-27; simulated
+		// about 92.2 and 93.0%), and the spread is the pilots' start-up
+		// under load: SLURM start to pilot process 2.8-5.1 s (median of a
+		// run; 1.2-10.6 s single pilots), so the master's capacity rule
+		// grows the pool to 8 pilots 10.6-19.2 s after the window opens
+		// (the simulator: 9 s), about 0.3 points a second. The harvest
+		// modes are held to 5 points, which still catches a broken model
+		// (before the simulation stopped its pilots with the real run's,
+		// one run was 5.4 points off); docs/sim.md says what window would
+		// make 2 points meaningful.
 		bound := 0.02
 		if r.Kind != Baseline {
 			bound = 0.05

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -72,6 +73,11 @@ type Outcome struct {
 	Unfinished []string
 	// AgentLog is the agent's log file (harvest runs).
 	AgentLog string
+	// HarvestStopS is when, in whole seconds from T0, the run cancelled
+	// its pilots (harvest runs: once its last foreign job ended, or at the
+	// drain deadline): from then on it holds no node, and its simulation
+	// stops the harvest at the same second.
+	HarvestStopS int64
 	// Ledger is the harvest tasks' ledger, in the harvest job's output
 	// directory: confined tasks may write nowhere else.
 	Ledger string
@@ -149,6 +155,7 @@ func Run(ctx context.Context, p Plan, kind Kind, cfg RunConfig) (Outcome, error)
 		stopAgent(agent)
 		agent = nil
 	}
+	out.HarvestStopS = int64(math.Floor(time.Since(out.T0).Seconds()))
 	cancelAll(cfg, ids)
 	if err := waitIdle(30 * time.Second); err != nil {
 		return out, err

@@ -71,6 +71,11 @@ type Config struct {
 	TaskSeconds    int64
 	// HarvestWhileIdle keeps pilots on idle nodes with no backlog.
 	HarvestWhileIdle bool
+	// HarvestStop, if positive, stops the harvest at that time (harvest
+	// mode): the agent makes no more rounds and every pilot is cancelled,
+	// as `harvest replay` stops its agent and cancels the pilots once the
+	// run's last foreign job ended. 0 = the harvest runs to To.
+	HarvestStop int64
 	// NoRecommend turns off the master's MiniNode recommendation (the
 	// harvest then keeps no floor of pilots, so it never holds nodes a
 	// foreign job could start on).
@@ -159,6 +164,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Mode != Baseline && c.Mode != Harvest && c.Mode != Fixed:
 		return bad("mode %q is not baseline, harvest or fixed", c.Mode)
+	case c.HarvestStop < 0:
+		return bad("harvest stop must not be negative (0 = none), got %d", c.HarvestStop)
 	case c.Nodes <= 0:
 		return bad("nodes must be positive, got %d", c.Nodes)
 	case c.Mode == Fixed && (c.FixedLimit <= 0 || c.FixedLimit%cluster.Limit(max(c.Cluster.Granularity, 1)) != 0):
@@ -404,7 +411,15 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		if cfg.EventCheck > 0 {
 			tick = 1 // a check's round comes a second after it
 		}
+		stopped := false
 		step = func(ctx context.Context, t int64) error {
+			if stopped {
+				return nil
+			}
+			if cfg.HarvestStop > 0 && t >= cfg.HarvestStop {
+				stopped = true
+				return stopHarvest(ctx, c)
+			}
 			if dem.capa != nil && (t-from)%cfg.Poll == 0 {
 				dem.capa.step(c.TaskRuns())
 				res.Capacity = append(res.Capacity, CapacityPoint{T: t, Cap: dem.capa.d.Cap, Phase: string(dem.capa.d.Phase)})
@@ -424,7 +439,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			}
 			polls++
 			if !cfg.everyRound && q.holds(t, c, dem) {
-				due = t + wait
+				due = cfg.until(t + wait)
 				return nil
 			}
 			res, err := rec.Round(ctx)
@@ -433,7 +448,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			}
 			rounds++
 			wait = int64(rec.NextWait(res) / time.Second)
-			due = t + wait
+			due = cfg.until(t + wait)
 			if cfg.Decisions != nil && res.Decision.Acts() {
 				fmt.Fprintf(cfg.Decisions, "%d\t%s\t%s\n", t, res.Decision.Case, res.Decision.Reason)
 			}
@@ -478,6 +493,35 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	Measure(&res, c.LostTaskSeconds(), c.WorkRecords(), from, to)
 	res.Foreign.Recorded = compareRecorded(res.Records, recorded, to)
 	return res, nil
+}
+
+// until is the agent's next round due, brought forward to the harvest's
+// stop so that the loop stops there.
+func (c Config) until(due int64) int64 {
+	if c.HarvestStop > 0 {
+		return min(due, c.HarvestStop)
+	}
+	return due
+}
+
+// stopHarvest cancels every pilot, running or queued.
+func stopHarvest(ctx context.Context, c *simcluster.Cluster) error {
+	s, err := c.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	var ids []string // (the snapshot may be the cluster's reused one)
+	for _, j := range s.Jobs {
+		if j.Pilot {
+			ids = append(ids, j.ID)
+		}
+	}
+	for _, id := range ids {
+		if err := c.Cancel(ctx, adapters.PilotID(id)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nextTime is the loop's time after t: the agent's next round when nothing
