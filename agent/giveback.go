@@ -47,7 +47,8 @@ type GiveBack struct {
 	MinPilotLimit cluster.Limit
 	// Describe says it in one line, for the agent's log and /status.
 	Describe string
-	// Warnings are settings asked for that do not apply here.
+	// Warnings are settings asked for that do not apply here, and
+	// settings of the batch system the site should change.
 	Warnings []string
 }
 
@@ -95,6 +96,11 @@ func ChooseGiveBack(info adapters.Info, req GiveBackRequest) (GiveBack, error) {
 	}
 	if g.Mode == GiveBackPreemption {
 		g.Preemption = pre
+		if pre.Problem != "" {
+			// Usable, with something the site should change (SLURM:
+			// preempt_youngest_first missing).
+			g.Warnings = append(g.Warnings, fmt.Sprintf("preemptible partition %s: %s (docs/admin.md)", pre.Partition, pre.Problem))
+		}
 		g.Describe = fmt.Sprintf("preemption: pilots above the floor run in partition %s (PreemptMode %s, GraceTime %d s), preempted the moment a foreign job needs their nodes",
 			pre.Partition, pre.Mode, pre.GraceTime)
 	} else {

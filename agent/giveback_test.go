@@ -14,6 +14,7 @@ import (
 func TestChooseGiveBack(t *testing.T) {
 	usable := &adapters.Preemption{Partition: "harvest", Mode: "CANCEL", Usable: true}
 	broken := &adapters.Preemption{Partition: "harvest", Mode: "CANCEL", GraceTime: 30, Problem: "lacks preempt_send_user_signal"}
+	oldestFirst := &adapters.Preemption{Partition: "harvest", Mode: "CANCEL", Usable: true, Problem: "SchedulerParameters lacks preempt_youngest_first"}
 	slurm := func(pre *adapters.Preemption) adapters.Info {
 		return adapters.Info{Name: "slurm", Version: "22.05.8", Preemption: pre, Shrink: true}
 	}
@@ -41,6 +42,8 @@ func TestChooseGiveBack(t *testing.T) {
 			err: "cannot pull in"},
 		{name: "a minimum limit 22.05 would misuse is dropped with a warning", info: slurm(usable), req: GiveBackRequest{MinPilotLimit: 600},
 			want: GiveBackPreemption, warn: "22.05.8 does not size jobs"},
+		{name: "a usable tier with something to watch for is used, with a warning", info: slurm(oldestFirst), req: GiveBackRequest{Mode: GiveBackAuto},
+			want: GiveBackPreemption, describe: "partition harvest", warn: "lacks preempt_youngest_first"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

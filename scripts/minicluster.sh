@@ -53,6 +53,10 @@
 #   PREEMPT_MODE=CANCEL        its PreemptMode (CANCEL or REQUEUE)
 #   PREEMPT_GRACE=0            its GraceTime in seconds (SIGTERM at preemption, SIGKILL after)
 #   PREEMPT_TIER_HIGH=10       batch's PriorityTier (must be above 1)
+#   PREEMPT_YOUNGEST=1         1 = add preempt_youngest_first to SchedulerParameters: SLURM
+#                              preempts the youngest pilots first and keeps the oldest, where
+#                              the pilots' master usually runs (0: SLURM's default order, the
+#                              oldest first, a master hand-over at most preemptions)
 #   JOBCOMP=0              1 = JobCompType=jobcomp/filetxt: slurmctld appends a line per finished
 #                          job (submit, start, end to the second) to JOBCOMP_LOC (no database)
 #   JOBCOMP_LOC=$LAB/run/log/jobcomp.log
@@ -85,6 +89,7 @@ PREEMPT_PARTITION=${PREEMPT_PARTITION:-harvest}
 PREEMPT_MODE=${PREEMPT_MODE:-CANCEL}
 PREEMPT_GRACE=${PREEMPT_GRACE:-0}
 PREEMPT_TIER_HIGH=${PREEMPT_TIER_HIGH:-10}
+PREEMPT_YOUNGEST=${PREEMPT_YOUNGEST:-1}
 ACCT=${ACCT:-0}
 JOBCOMP=${JOBCOMP:-0}
 JOBCOMP_LOC=${JOBCOMP_LOC:-$LAB/run/log/jobcomp.log}
@@ -146,6 +151,7 @@ check_preempt() {
   [ "$PREEMPT" = 1 ] || return 0
   case "$PREEMPT_MODE" in CANCEL|REQUEUE) ;; *) die "PREEMPT_MODE must be CANCEL or REQUEUE, got '$PREEMPT_MODE'" ;; esac
   case "$PREEMPT_GRACE" in ''|*[!0-9]*) die "PREEMPT_GRACE must be whole seconds, got '$PREEMPT_GRACE'" ;; esac
+  case "$PREEMPT_YOUNGEST" in 0|1) ;; *) die "PREEMPT_YOUNGEST must be 0 or 1, got '$PREEMPT_YOUNGEST'" ;; esac
   case "$PREEMPT_TIER_HIGH" in ''|*[!0-9]*|0|1) die "PREEMPT_TIER_HIGH must be an integer above 1, got '$PREEMPT_TIER_HIGH'" ;; esac
   case "$PREEMPT_PARTITION" in batch|''|*[!A-Za-z0-9_-]*) die "PREEMPT_PARTITION must be a partition name other than batch, got '$PREEMPT_PARTITION'" ;; esac
 }
@@ -153,6 +159,7 @@ check_preempt() {
 # render_conf: slurm.conf on stdout, without the generated-at header line.
 render_conf() {
   local host auth_lines prio_lines acct_lines preempt_lines='' batch_tier='' jobcomp_lines='JobCompType=jobcomp/none'
+  local sched_params=$SCHED_PARAMS
   host=$(hostname -s)
   if [ "$JOBCOMP" = 1 ]; then
     jobcomp_lines=$'JobCompType=jobcomp/filetxt\nJobCompLoc='"$JOBCOMP_LOC"
@@ -181,6 +188,13 @@ render_conf() {
     # preemptible from its first second.
     preempt_lines=$'PreemptType=preempt/partition_prio\nPreemptMode='"$PREEMPT_MODE"$'\nPreemptExemptTime=0'
     batch_tier=" PriorityTier=${PREEMPT_TIER_HIGH} PreemptMode=OFF"
+    # SLURM preempts the oldest pilots first by default (equal keys keep
+    # the job list's order), and the master usually runs on the oldest:
+    # each preemption then forced a master hand-over (docs/admin.md).
+    case ",$sched_params," in
+      *,preempt_youngest_first,*) ;;
+      *) [ "$PREEMPT_YOUNGEST" = 1 ] && sched_params+=,preempt_youngest_first ;;
+    esac
   fi
   cat <<EOF
 ClusterName=lab
@@ -207,7 +221,7 @@ MpiDefault=none
 SwitchType=switch/none
 # scheduling
 SchedulerType=sched/backfill
-SchedulerParameters=${SCHED_PARAMS}
+SchedulerParameters=${sched_params}
 SelectType=select/linear
 ${prio_lines}
 ${preempt_lines}

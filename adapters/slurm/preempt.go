@@ -55,6 +55,12 @@ const preemptOff = "none"
 //   - a GraceTime needs SlurmctldParameters=preempt_send_user_signal, or
 //     the pilot (the batch script) gets no SIGTERM at preemption and holds
 //     its node for the grace plus up to 30 s.
+//
+// A usable tier without SchedulerParameters=preempt_youngest_first gets a
+// Problem to watch for: SLURM then preempts the oldest pilots first (for
+// one-node pilots preempt/partition_prio's key is equal, so the job list's
+// order decides), and the pilots' master usually runs on the oldest, so
+// most preemptions force a master hand-over.
 func DetectPreemption(conf map[string]string, parts []Partition, h Partition, want string) *adapters.Preemption {
 	if want == preemptOff {
 		return nil
@@ -101,6 +107,9 @@ func DetectPreemption(conf map[string]string, parts []Partition, h Partition, wa
 		pr.Problem = fmt.Sprintf("partition %s has GraceTime=%d but SlurmctldParameters lacks preempt_send_user_signal: a preempted pilot gets no SIGTERM and holds its node %d s plus up to 30 s", cand.Name, cand.GraceTime, cand.GraceTime)
 	default:
 		pr.Usable = true
+		if !hasParam(conf["SchedulerParameters"], "preempt_youngest_first") {
+			pr.Problem = "SchedulerParameters lacks preempt_youngest_first: SLURM preempts the oldest pilots first, where the pilots' master usually runs, so most preemptions force a master hand-over"
+		}
 	}
 	return pr
 }

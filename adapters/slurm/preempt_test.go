@@ -72,7 +72,8 @@ func TestDetectPreemption(t *testing.T) {
 		nilTier bool
 		problem string
 	}{
-		{name: "The mini-cluster's PREEMPT=1 partition is found and usable", conf: conf("preempt_config_on.txt", nil), parts: on, usable: true},
+		{name: "The mini-cluster's PREEMPT=1 partition is found and usable", conf: conf("preempt_config_youngest.txt", nil), parts: on, usable: true},
+		{name: "Without preempt_youngest_first it is usable, with the master's hand-overs to watch for", conf: conf("preempt_config_on.txt", nil), parts: on, usable: true, problem: "lacks preempt_youngest_first"},
 		{name: "A cluster with one partition has no tier", conf: conf("preempt_config_off.txt", nil), parts: partitionsFixture(t, "preempt_partitions_off.txt"), nilTier: true},
 		{name: "Another partition of the same tier is no tier", conf: conf("preempt_config_off.txt", nil), parts: partitionsFixture(t, "scontrol_partitions.txt"), nilTier: true},
 		{name: "preempt_partition=none turns it off", conf: conf("preempt_config_on.txt", nil), parts: on, want: "none", nilTier: true},
@@ -80,12 +81,12 @@ func TestDetectPreemption(t *testing.T) {
 		{name: "PreemptType must be partition_prio", conf: conf("preempt_config_on.txt", func(c map[string]string) { c["PreemptType"] = "preempt/qos" }), parts: on, problem: "PreemptType is \"preempt/qos\""},
 		{name: "Without preemption the configured partition is not usable", conf: conf("preempt_config_off.txt", nil), parts: on, problem: "PreemptType is \"preempt/none\""},
 		{name: "SUSPEND keeps the node", conf: conf("preempt_config_on.txt", nil), parts: with(func(ps []Partition) { harvest(ps).PreemptMode = "SUSPEND,GANG" }), want: "harvest", problem: "PreemptMode SUSPEND,GANG"},
-		{name: "REQUEUE frees the node too", conf: conf("preempt_config_on.txt", nil), parts: with(func(ps []Partition) { harvest(ps).PreemptMode = "REQUEUE" }), usable: true},
+		{name: "REQUEUE frees the node too", conf: conf("preempt_config_youngest.txt", nil), parts: with(func(ps []Partition) { harvest(ps).PreemptMode = "REQUEUE" }), usable: true},
 		{name: "A configured partition of the same tier is not preempted", conf: conf("preempt_config_on.txt", nil), parts: with(func(ps []Partition) { harvest(ps).PriorityTier = 10 }), want: "harvest", problem: "not below batch's 10"},
 		{name: "A configured partition over other nodes is refused", conf: conf("preempt_config_on.txt", nil), parts: with(func(ps []Partition) { harvest(ps).Nodes = "n[1-2]" }), want: "harvest", problem: "over nodes n[1-2]"},
 		{name: "A PreemptExemptTime protects pilots from preemption", conf: conf("preempt_config_on.txt", func(c map[string]string) { c["PreemptExemptTime"] = "00:05:00" }), parts: on, problem: "PreemptExemptTime is 00:05:00"},
 		{name: "GraceTime without preempt_send_user_signal leaves the pilot unaware", conf: conf("preempt_config_grace_nosignal.txt", nil), parts: partitionsFixture(t, "preempt_partitions_grace.txt"), problem: "lacks preempt_send_user_signal"},
-		{name: "GraceTime with preempt_send_user_signal is usable", conf: conf("preempt_config_grace_signal.txt", nil), parts: partitionsFixture(t, "preempt_partitions_grace.txt"), usable: true},
+		{name: "GraceTime with preempt_send_user_signal is usable", conf: conf("preempt_config_grace_signal.txt", nil), parts: partitionsFixture(t, "preempt_partitions_grace.txt"), usable: true, problem: "lacks preempt_youngest_first"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,7 +104,7 @@ func TestDetectPreemption(t *testing.T) {
 			if pre == nil {
 				t.Fatal("no tier detected")
 			}
-			if pre.Usable != tc.usable || !strings.Contains(pre.Problem, tc.problem) || tc.usable && pre.Problem != "" {
+			if pre.Usable != tc.usable || !strings.Contains(pre.Problem, tc.problem) || tc.problem == "" && pre.Problem != "" {
 				t.Errorf("got %+v, want usable %v, problem containing %q", pre, tc.usable, tc.problem)
 			}
 		})

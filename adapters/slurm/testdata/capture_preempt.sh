@@ -26,9 +26,13 @@ PREEMPT=0 $MC start 4
 scontrol show config >preempt_config_off.txt
 scontrol -o show partition >preempt_partitions_off.txt
 
-# 2. A preemptible partition with GraceTime=0.
-PREEMPT=1 PREEMPT_GRACE=0 $MC start 4
+# 2. A preemptible partition with GraceTime=0, first with SLURM's own
+# preemption order (the oldest pilots first), then as minicluster.sh sets
+# it up by default (SchedulerParameters=preempt_youngest_first).
+PREEMPT=1 PREEMPT_GRACE=0 PREEMPT_YOUNGEST=0 $MC start 4
 scontrol show config >preempt_config_on.txt
+PREEMPT=1 PREEMPT_GRACE=0 $MC start 4
+scontrol show config >preempt_config_youngest.txt
 scontrol -a -o show partition >preempt_partitions_on.txt
 
 # --time-min on 22.05: backfill starts the job with TimeLimit = TimeMin, even
@@ -84,10 +88,10 @@ scancel -u bob; scancel "$F" "$L"
 
 # 3. GraceTime=30: without preempt_send_user_signal the batch script gets no
 # signal at preemption; with it (and --signal=B:TERM@N) it gets SIGTERM.
-PREEMPT=1 PREEMPT_GRACE=30 $MC start 4
+PREEMPT=1 PREEMPT_GRACE=30 PREEMPT_YOUNGEST=0 $MC start 4
 scontrol -a -o show partition >preempt_partitions_grace.txt
 scontrol show config >preempt_config_grace_nosignal.txt
-PREEMPT=1 PREEMPT_GRACE=30 EXTRA_CONF=SlurmctldParameters=preempt_send_user_signal $MC start 4
+PREEMPT=1 PREEMPT_GRACE=30 PREEMPT_YOUNGEST=0 EXTRA_CONF=SlurmctldParameters=preempt_send_user_signal $MC start 4
 scontrol show config >preempt_config_grace_signal.txt
 $MC stop >/dev/null 2>&1
 echo "fixtures written to $(pwd)"
