@@ -187,6 +187,7 @@ type Core struct {
 	opsStart int
 
 	size      int  // poolSize, when sizeKnown
+	returning int  // restored workers not back yet, when sizeKnown
 	sizeKnown bool // false whenever a worker registers or is forgotten
 }
 
@@ -423,7 +424,7 @@ func (c *Core) do(o Op, now time.Time) {
 		c.tasks[o.Ref] = t
 		c.toPending(o.Ref, t)
 	case OpAssign:
-		t.state, t.worker, t.batch, t.handedAt, t.size = StateAssigned, o.Worker, o.Batch, now, c.poolSize()
+		t.state, t.worker, t.batch, t.handedAt, t.size = StateAssigned, o.Worker, o.Batch, now, c.sampleSize()
 		c.nassigned++
 		c.worker(o.Worker, now).out[o.Ref] = struct{}{}
 	case OpRequeue:

@@ -207,23 +207,42 @@ func (c *Core) heartbeatRequest() (pilotproto.HeartbeatRequest, int) {
 // counted again only when a worker registers or is forgotten (sizeKnown).
 func (c *Core) poolSize() int {
 	if !c.sizeKnown {
-		c.size, c.sizeKnown = c.countPool(), true
+		c.size, c.returning = c.countPool()
+		c.sizeKnown = true
 	}
 	return c.size
 }
 
-func (c *Core) countPool() int {
-	pilots := map[string]bool{}
-	for _, w := range c.workers {
-		if w.registered {
-			id := w.pilot
-			if id == "" {
-				id = "worker:" + w.id
-			}
-			pilots[id] = true
-		}
+// sampleSize is the pool size the capacity rule judges a task handed out
+// now at: 0 (the task is not a sample) while workers restored from the
+// checkpoint may still come back. After a hand-over they re-register one
+// by one while their pilots go on running what they held, so the
+// registered count (1, 2, 3, ...) is not the size the task runs at; it is
+// again once every restored worker is back or forgotten.
+func (c *Core) sampleSize() int {
+	n := c.poolSize()
+	if c.returning > 0 {
+		return 0
 	}
-	return len(pilots)
+	return n
+}
+
+// countPool counts the pilots with a registered worker, and the restored
+// workers not back yet.
+func (c *Core) countPool() (pilots, returning int) {
+	seen := map[string]bool{}
+	for _, w := range c.workers {
+		if !w.registered {
+			returning++
+			continue
+		}
+		id := w.pilot
+		if id == "" {
+			id = "worker:" + w.id
+		}
+		seen[id] = true
+	}
+	return len(seen), returning
 }
 
 // poolSlots is the registered workers' slots: with several sites, how much
