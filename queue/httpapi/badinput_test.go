@@ -146,6 +146,14 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"an old epoch cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 1, "max": 5}`, 409, "stale epoch"},
 		{"an old epoch cannot report results", "POST", pilotproto.PathResults, "pilot", `{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`, 409, "stale epoch"},
 		{"an old epoch cannot heartbeat", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 1, "running": []}`, 409, "stale epoch"},
+		// A heartbeat whose meaning depends on the parser (encoding/json
+		// keeps the last of two keys and folds the case of names) is
+		// refused, as every other body is.
+		{"a duplicate key in a heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 1, "epoch": 2, "running": []}`, 400, `duplicate key "epoch"`},
+		{"a heartbeat key in another case is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"EPOCH": 2}`, 400, `unknown field "EPOCH"`},
+		{"two heartbeat keys differing in case are refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "Epoch": 1}`, 400, `unknown field "Epoch"`},
+		{"a duplicate key in a heartbeat's running task is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "running": [{"task_id": 1, "attempt": 1, "task_id": 2}]}`, 400, `duplicate key "task_id"`},
+		{"an escaped duplicate key in a heartbeat's pilot is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "pilots": [{"pilot_id": "a", "pilot\u005fid": "b"}]}`, 400, `duplicate key "pilot_id"`},
 		{"an old epoch cannot renew the lease", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p1", "epoch": 1}`, 409, "stale epoch"},
 		{"an epoch never granted is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 7, "max": 5}`, 409, "never granted"},
 		{"an expired lease cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 5}`, 409, "lease expired"},
