@@ -163,6 +163,13 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"a pull of zero tasks is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 0}`, 400, "max must be"},
 		{"a result with an unknown status is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "attempt": 1, "status": "great"}]}`, 400, "unknown status"},
 		{"a result without attempt is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "status": "done"}]}`, 400, "attempt"},
+		// The master's address is handed to the pool's workers, who send
+		// it the pilot token: only an http(s) URL of a host and port.
+		{"a lease address of another scheme is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "file:///etc/passwd"}`, 400, "address"},
+		{"a lease address with a path is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://n9:8470/../v1/admin"}`, 400, "address"},
+		{"a lease address with credentials is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://u:p@n9:8470"}`, 400, "address"},
+		{"a lease address with a bad port is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://n9:70000"}`, 400, "address"},
+		{"a lease address with a query is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://n9:1?x=1"}`, 400, "address"},
 		{"a lease request without a pilot id is refused", "POST", pilotproto.PathLease, "pilot", `{"address": "http://x"}`, 400, "pilot_id"},
 		{"a negative recommendation is refused", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": -3}`, 400, "negative"},
 		{"an unknown field in a pilot request is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 1, "greedy": true}`, 400, "unknown field"},
