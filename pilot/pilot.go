@@ -407,7 +407,12 @@ func advertiseURL(advertise string, addr net.Addr) (string, error) {
 		if _, _, err := net.SplitHostPort(advertise); err != nil {
 			advertise = net.JoinHostPort(advertise, port)
 		}
-		return "http://" + advertise, nil
+		u := "http://" + advertise
+		if err := pilotproto.CheckAddress(u); err != nil {
+			// The queue would refuse it as the master's address.
+			return "", fmt.Errorf("pilot: --advertise %q: %w", advertise, err)
+		}
+		return u, nil
 	}
 	host := addr.(*net.TCPAddr).IP
 	if !host.IsUnspecified() {
