@@ -1,14 +1,17 @@
 package master
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/harvest-hpc/harvest/internal/jsonkeys"
 	"github.com/harvest-hpc/harvest/workerproto"
 )
 
@@ -78,8 +81,27 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 		writeErr(w, http.StatusUnauthorized, "missing or wrong pilot token")
 		return false
 	}
-	// Unknown fields are let through: a newer worker may send some.
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))
+		return false
+	}
+	// Unknown fields are let through: a newer worker may send some. What
+	// a parser could read two ways is not (the queue's pilot endpoints
+	// refuse it alike): data after the object, a key given twice in an
+	// object (encoding/json keeps the last), keys that differ only in
+	// case (it folds them onto one field).
+	dec := json.NewDecoder(bytes.NewReader(body))
+	err = dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("data after the object")
+		}
+	}
+	if err == nil {
+		err = jsonkeys.Check(body, nil)
+	}
+	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))
 		return false
 	}

@@ -225,7 +225,7 @@ func (p *Pilot) resolve(ctx context.Context) (worker.Endpoint, error) {
 		if l.Granted {
 			return worker.Endpoint{URL: p.url, Slots: side}, nil
 		}
-		if l.Address != "" && l.Holder != p.cfg.PilotID && !master.NothingListens(ctx, l.Address) {
+		if p.usable(l) && l.Holder != p.cfg.PilotID && !master.NothingListens(ctx, l.Address) {
 			return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, nil
 		}
 		// The holder is dead, or is our own former master: nobody renews
@@ -321,7 +321,7 @@ func (p *Pilot) otherMaster(ctx context.Context) (worker.Endpoint, bool) {
 		}
 		return worker.Endpoint{}, false
 	}
-	if l.Address == "" || l.Holder == p.cfg.PilotID || l.LeftMS <= 0 || master.NothingListens(ctx, l.Address) {
+	if !p.usable(l) || l.Holder == p.cfg.PilotID || l.LeftMS <= 0 || master.NothingListens(ctx, l.Address) {
 		return worker.Endpoint{}, false
 	}
 	return worker.Endpoint{URL: l.Address, Slots: p.cfg.Slots}, true
@@ -385,6 +385,21 @@ func (p *Pilot) stopMaster() {
 	<-done
 }
 
+// usable reports whether the worker may go to the master address l
+// holds: its workers send it the pilot token, so one the queue would now
+// refuse (pilotproto.CheckAddress: stored by an older queue) is not
+// followed, and the pilot waits for the lease as when nobody listens.
+func (p *Pilot) usable(l pilotproto.Lease) bool {
+	if l.Address == "" {
+		return false
+	}
+	if err := pilotproto.CheckAddress(l.Address); err != nil {
+		p.log.Warn("the master's address in the lease is not usable", "holder", l.Holder, "error", err)
+		return false
+	}
+	return true
+}
+
 // advertiseURL is the URL other pilots reach this one at.
 func advertiseURL(advertise string, addr net.Addr) (string, error) {
 	port := strconv.Itoa(addr.(*net.TCPAddr).Port)
@@ -392,7 +407,12 @@ func advertiseURL(advertise string, addr net.Addr) (string, error) {
 		if _, _, err := net.SplitHostPort(advertise); err != nil {
 			advertise = net.JoinHostPort(advertise, port)
 		}
-		return "http://" + advertise, nil
+		u := "http://" + advertise
+		if err := pilotproto.CheckAddress(u); err != nil {
+			// The queue would refuse it as the master's address.
+			return "", fmt.Errorf("pilot: --advertise %q: %w", advertise, err)
+		}
+		return u, nil
 	}
 	host := addr.(*net.TCPAddr).IP
 	if !host.IsUnspecified() {

@@ -223,6 +223,12 @@ func (c Config) Validate() error {
 	if err := c.sitesConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	for _, a := range c.Admins {
+		// A name no user can have would make nobody admin, silently.
+		if err := validUserName(a); err != nil {
+			return fmt.Errorf("%w: admin: %w", ErrInvalidConfig, err)
+		}
+	}
 	if c.Now == nil || c.LookupUser == nil || c.LookupAccount == nil {
 		return bad("no clock or no user lookup")
 	}

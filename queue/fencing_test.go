@@ -46,7 +46,7 @@ func TestADeposedMasterWritesNothingWhenTheLeaseMovesBeforeItsWrite(t *testing.T
 			if _, err := e.Q.Submit(ctx, "alice", api.JobSpec{Dataset: e.Dataset("d", 3), Command: []string{"p"}, BatchSize: 1}); err != nil {
 				t.Fatal(err)
 			}
-			if l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"}); err != nil || l.Epoch != 1 {
+			if l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://a1:1"}); err != nil || l.Epoch != 1 {
 				t.Fatalf("lease: %+v %v", l, err)
 			}
 			p, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1})
@@ -64,7 +64,7 @@ func TestADeposedMasterWritesNothingWhenTheLeaseMovesBeforeItsWrite(t *testing.T
 				}
 				fired++
 				e.Clock.Advance(2 * time.Second) // p1's lease runs out ...
-				l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})
+				l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://a2:1"})
 				if err != nil || !l.Granted || l.Epoch != 2 {
 					t.Errorf("takeover: %+v %v", l, err)
 				}

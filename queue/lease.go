@@ -35,6 +35,12 @@ func (p Pool) Lease(ctx context.Context, req pilotproto.LeaseRequest) (pilotprot
 	if len(req.Address) > 1024 {
 		return pilotproto.Lease{}, invalid("address is longer than 1024 bytes")
 	}
+	if req.Address != "" {
+		// Handed to the pool's workers, who send it the pilot token.
+		if err := pilotproto.CheckAddress(req.Address); err != nil {
+			return pilotproto.Lease{}, invalid("%v", err)
+		}
+	}
 	if req.Epoch < 0 {
 		return pilotproto.Lease{}, invalid("epoch must not be negative")
 	}

@@ -107,7 +107,7 @@ func TestTimeDrivenTransitions(t *testing.T) {
 func TestLeaseFencing(t *testing.T) {
 	e := queuetest.New(t, func(c *queue.Config) { c.LeaseTTL = 30 * time.Second })
 	ctx := context.Background()
-	l1, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"})
+	l1, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://a1:1"})
 	e.Clock.Advance(20 * time.Second)
 	if l, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: l1.Epoch}); err != nil || !l.Granted || l.Epoch != 1 || l.ExpiresAt != e.Clock.Now().Add(30*time.Second).Unix() {
 		t.Fatalf("renewal: %+v %v", l, err)
@@ -117,8 +117,8 @@ func TestLeaseFencing(t *testing.T) {
 		t.Fatalf("the holder renewing after expiry, nobody else asked: %+v %v", l, err)
 	}
 	e.Clock.Advance(31 * time.Second)
-	l2, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})
-	if err != nil || !l2.Granted || l2.Epoch != 2 || l2.Address != "a2" {
+	l2, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://a2:1"})
+	if err != nil || !l2.Granted || l2.Epoch != 2 || l2.Address != "http://a2:1" {
 		t.Fatalf("takeover: %+v %v", l2, err)
 	}
 	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: 1}); !errors.Is(err, api.ErrStaleEpoch) {
@@ -127,7 +127,7 @@ func TestLeaseFencing(t *testing.T) {
 	if _, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: 1, Max: 1}); !errors.Is(err, api.ErrStaleEpoch) {
 		t.Fatalf("the deposed master pulling: %v", err)
 	}
-	if addr, ok, err := e.Q.MasterAddress(ctx); addr != "a2" || !ok || err != nil {
+	if addr, ok, err := e.Q.MasterAddress(ctx); addr != "http://a2:1" || !ok || err != nil {
 		t.Fatalf("published address %q %v", addr, ok)
 	}
 	if id, err := e.Q.MasterPilot(ctx); id != "p2" || err != nil {
@@ -154,7 +154,7 @@ func TestLeaseFencing(t *testing.T) {
 func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing.T) {
 	e := queuetest.New(t)
 	ctx := context.Background()
-	l1, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"})
+	l1, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://a1:1"})
 	if err != nil || !l1.Granted {
 		t.Fatal(l1, err)
 	}
@@ -167,7 +167,7 @@ func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing
 			t.Fatalf("release %+v: %v, want api.ErrStaleEpoch", bad, err)
 		}
 	}
-	if l, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"}); l.Granted {
+	if l, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://a2:1"}); l.Granted {
 		t.Fatalf("lease granted to p2 while p1 holds it: %+v", l)
 	}
 	if _, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Epoch: l1.Epoch, Release: true}); err != nil {
@@ -176,8 +176,8 @@ func TestAStoppingMasterReleasesTheLeaseSoTheNextAskerTakesOverAtOnce(t *testing
 	if _, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l1.Epoch, Max: 1}); !errors.Is(err, api.ErrLeaseExpired) {
 		t.Fatalf("a released epoch may still pull: %v", err)
 	}
-	l2, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})
-	if err != nil || !l2.Granted || l2.Epoch != l1.Epoch+1 || l2.Address != "a2" {
+	l2, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://a2:1"})
+	if err != nil || !l2.Granted || l2.Epoch != l1.Epoch+1 || l2.Address != "http://a2:1" {
 		t.Fatalf("the next asker after a release: %+v %v, want granted with epoch %d at once", l2, err, l1.Epoch+1)
 	}
 }
@@ -189,7 +189,7 @@ func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l1, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "a1"})
+	l1, _ := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p1", Address: "http://a1:1"})
 	pulled, err := e.Q.Pull(ctx, pilotproto.PullRequest{Epoch: l1.Epoch, Max: 5})
 	if err != nil || len(pulled.Tasks) != 5 {
 		t.Fatalf("pull: %d tasks, %v", len(pulled.Tasks), err)
@@ -197,7 +197,7 @@ func TestANewMastersFirstHeartbeatRequeuesTasksNoMasterHolds(t *testing.T) {
 	// p1 dies; it had checkpointed only the first two tasks (the answer of
 	// its last pull never reached its checkpoint).
 	e.Clock.Advance(31 * time.Second)
-	l2, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "a2"})
+	l2, err := e.Q.Lease(ctx, pilotproto.LeaseRequest{PilotID: "p2", Address: "http://a2:1"})
 	if err != nil || !l2.Granted {
 		t.Fatal(l2, err)
 	}

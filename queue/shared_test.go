@@ -112,7 +112,7 @@ func TestAPoolGoesOnThroughAnotherAgent(t *testing.T) {
 	}
 	// a's first master was elected through b (which keeps a copy of the
 	// lease it wrote)...
-	if _, err := b.Pool("a").Lease(ctx, pilotproto.LeaseRequest{PilotID: "old", Address: "x"}); err != nil {
+	if _, err := b.Pool("a").Lease(ctx, pilotproto.LeaseRequest{PilotID: "old", Address: "http://x:1"}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute) // the first master of a died; a new one is elected through a
@@ -254,7 +254,7 @@ func TestACancelThroughOneAgentReachesTheMastersOfAnother(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := a.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m", Address: "x"})
+	l, err := a.Lease(ctx, pilotproto.LeaseRequest{PilotID: "m", Address: "http://x:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,19 +23,22 @@ import (
 // once with the job's policy. Each task still gets its own log files, its
 // own temporary directory and its own Landlock domain.
 type jobFiles struct {
-	key     string
-	outDir  *os.File // O_PATH; nil: the job has no output directory
-	logs    *os.File // OUTDIR/.harvest/logs; nil: FallbackLog
-	input   *os.File // the input the rules name (no roots set); else nil
-	dataset *os.File // the dataset directory each task's rules name (roots set); else nil
-	tmpRoot string
-	tmpDir  *os.File        // tmpRoot, opened: the tasks' directories are made relative to it
-	runner  *confine.Runner // the job's confined task runner; nil: tasks are not confined
-	progs   sync.Map        // program name -> path found in PATH (lookPath)
-	refs    int             // tasks using it
-	slots   int             // its runner's slots: the sum of its groups' (under the cache's mu)
-	idle    time.Time       // since when refs is 0
-	stale   bool            // no longer handed out
+	key    string
+	outDir *os.File // O_PATH; nil: the job has no output directory
+	logs   *os.File // OUTDIR/.harvest/logs; nil: fallback
+	// fallback is the runner's FallbackLog, the pilot's own and private
+	// (safefs.OwnDir), when the job has no output directory; else nil.
+	fallback *os.File
+	input    *os.File // the input the rules name (no roots set); else nil
+	dataset  *os.File // the dataset directory each task's rules name (roots set); else nil
+	tmpRoot  string
+	tmpDir   *os.File        // tmpRoot, opened: the tasks' directories are made relative to it
+	runner   *confine.Runner // the job's confined task runner; nil: tasks are not confined
+	progs    sync.Map        // program name -> path found in PATH (lookPath)
+	refs     int             // tasks using it
+	slots    int             // its runner's slots: the sum of its groups' (under the cache's mu)
+	idle     time.Time       // since when refs is 0
+	stale    bool            // no longer handed out
 }
 
 // jobCache holds the jobFiles of the jobs whose tasks ran lately.
@@ -207,7 +210,7 @@ func (c *jobCache) closeAll() {
 }
 
 func (j *jobFiles) close() {
-	for _, f := range []*os.File{j.outDir, j.logs, j.input, j.dataset, j.tmpDir} {
+	for _, f := range []*os.File{j.outDir, j.logs, j.fallback, j.input, j.dataset, j.tmpDir} {
 		if f != nil {
 			f.Close()
 		}
@@ -237,7 +240,9 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 		if j.logs, err = safefs.MkdirBeneath(j.outDir, pilotproto.LogDir, 0o755); err != nil {
 			return nil, fmt.Errorf("log directory: %w", err)
 		}
-	} else if err := os.MkdirAll(r.FallbackLog, 0o700); err != nil {
+	} else if j.fallback, err = safefs.OwnDir(r.FallbackLog); err != nil {
+		// In /tmp by default: another user may have made it, or put a
+		// link in its place.
 		return nil, fmt.Errorf("log directory: %w", err)
 	}
 	if j.tmpRoot, err = os.MkdirTemp(r.TempRoot, "harvest-job-"+strconv.FormatInt(t.JobID, 10)+"-"); err != nil {

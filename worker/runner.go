@@ -321,17 +321,17 @@ func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, 
 			outputParent(job, t)
 		}
 	default:
-		if p.stdout, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "out"))); err != nil {
+		// The runner's fallback directory, private: its logs are made
+		// without following links, as in an output directory.
+		if p.stdout, err = safefs.CreateBeneath(job.fallback, pilotproto.LogName(t.ID, t.Attempt, "out"), 0o600); err != nil {
 			return nil, fmt.Errorf("stdout file: %w", err)
 		}
-		if p.stderr, err = os.Create(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, "err"))); err != nil {
+		if p.stderr, err = safefs.CreateBeneath(job.fallback, pilotproto.LogName(t.ID, t.Attempt, "err"), 0o600); err != nil {
 			return nil, fmt.Errorf("stderr file: %w", err)
 		}
 		for _, o := range ts[1:] {
 			for _, ext := range []string{"out", "err"} {
-				dst := filepath.Join(r.FallbackLog, pilotproto.LogName(o.ID, o.Attempt, ext))
-				os.Remove(dst)
-				if err := os.Link(filepath.Join(r.FallbackLog, pilotproto.LogName(t.ID, t.Attempt, ext)), dst); err != nil {
+				if err := linkLog(job.fallback, pilotproto.LogName(t.ID, t.Attempt, ext), pilotproto.LogName(o.ID, o.Attempt, ext)); err != nil {
 					return nil, fmt.Errorf("log of task %d: %w", o.ID, err)
 				}
 			}

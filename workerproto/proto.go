@@ -226,6 +226,9 @@ func (r *RegisterRequest) Validate() error {
 		return fmt.Errorf("slots %d: want at least 1", r.Slots)
 	case r.Capacity < r.Slots:
 		return fmt.Errorf("capacity %d below slots %d", r.Capacity, r.Slots)
+	case r.Address != "":
+		// A new master probes it (master.NothingListens, PathAlive).
+		return pilotproto.CheckAddress(r.Address)
 	}
 	return nil
 }

@@ -20,7 +20,8 @@ import (
 const decideExit = 2
 
 func decideCommand() *cli.Command {
-	def := policy.DefaultConfig() // the flags' defaults
+	// The flags' defaults are the agent's: one snapshot, one answer.
+	def := agent.DefaultConfig().Policy
 	secs := func(s int64) time.Duration { return time.Duration(s) * time.Second }
 	return &cli.Command{
 		Name:      "decide",
@@ -31,7 +32,8 @@ func decideCommand() *cli.Command {
 			"decision on stdout:\n\n" +
 			"   {\"submit\": {\"count\": 5, \"time_limit_s\": 1020} | null, \"release\": [\"id\", ...], \"reason\": \"...\", \"case\": \"...\", ...}\n\n" +
 			"Nothing is submitted or cancelled: this answers \"why did the agent do that\" and turns any\n" +
-			"decision into a regression fixture. Flags override the snapshot's min_nodes and max_nodes.\n" +
+			"decision into a regression fixture. Flags override the snapshot's min_nodes and max_nodes;\n" +
+			"a setting not given is harvest agent's default (polling, an idle margin of 1 included).\n" +
 			"Durations take Go syntax (90s, 2m, 1h30m). Exit status 0 on success, 2 on any error.\n" +
 			"See docs/policy.md.",
 		Flags: []cli.Flag{
@@ -47,7 +49,7 @@ func decideCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-pilot-limit", Usage: "cap on every pilot's time limit `D` (0 = only the partition's MaxTime)"},
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes whatever the snapshot's demand"},
 			&cli.BoolFlag{Name: "keep-recommended", Usage: "let the --recommended MiniNode keep pilots from release, as the admin's floor does"},
-			&cli.IntFlag{Name: "idle-margin", Value: def.IdleMargin, Usage: "idle nodes `N` left free while a foreign job waits, when polling (0 = off, the policy's default; harvest agent's is 1, and --context carries a dumped round's)"},
+			&cli.IntFlag{Name: "idle-margin", Value: def.IdleMargin, Usage: "idle nodes `N` left free while a foreign job waits, when polling (0 = off; the default is harvest agent's, and --context carries a dumped round's)"},
 			&cli.BoolFlag{Name: "ignore-expected-start", Usage: "do not use the batch system's expected start of the top pending job"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
@@ -122,7 +124,7 @@ func runDecide(c *cli.Context) error {
 // defaults, or the settings a dumped round was decided with) and
 // overriding only what is given.
 func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
-	cfg := policy.DefaultConfig()
+	cfg := agent.DefaultConfig().Policy
 	if base != nil {
 		cfg = *base
 	}

@@ -64,9 +64,15 @@ func TestDecideCommand(t *testing.T) {
 			wantCase: "release-for-backfill",
 		},
 		{
-			name:     "Worked example 2 submits 5 pilots of 1020 s",
-			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--mini-time", "2m", "--margin", "2m"},
+			name:     "Worked example 2 submits 5 pilots of 1020 s (DESIGN.md's, without an idle margin)",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--mini-time", "2m", "--margin", "2m", "--idle-margin", "0"},
 			wantJSON: `{"submit":{"count":5,"time_limit_s":1020},"release":[]}`,
+			wantCase: "fill-hole",
+		},
+		{
+			name:     "By default, as the agent, it keeps one of the 5 idle nodes free while job 3 waits",
+			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--mini-time", "2m", "--margin", "2m"},
+			wantJSON: `{"submit":{"count":4,"time_limit_s":1020},"release":[]}`,
 			wantCase: "fill-hole",
 		},
 		{
@@ -79,7 +85,7 @@ func TestDecideCommand(t *testing.T) {
 		{
 			name:     "--min-nodes overrides the snapshot's min_nodes",
 			args:     []string{"decide", "--snapshot", worked("worked-example-release.json"), "--min-nodes", "11"},
-			wantJSON: `{"submit":{"count":5,"time_limit_s":1020},"release":[]}`,
+			wantJSON: `{"submit":{"count":4,"time_limit_s":1020},"release":[]}`,
 			wantCase: "fill-hole",
 		},
 		{
@@ -91,13 +97,13 @@ func TestDecideCommand(t *testing.T) {
 		{
 			name:     "A longer margin shortens the pilots",
 			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "5m"},
-			wantJSON: `{"submit":{"count":5,"time_limit_s":840},"release":[]}`,
+			wantJSON: `{"submit":{"count":4,"time_limit_s":840},"release":[]}`,
 			wantCase: "fill-hole",
 		},
 		{
 			name:     "A coarser granularity rounds the limit down",
 			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "90s", "--granularity", "5m"},
-			wantJSON: `{"submit":{"count":5,"time_limit_s":900},"release":[]}`,
+			wantJSON: `{"submit":{"count":4,"time_limit_s":900},"release":[]}`,
 			wantCase: "fill-hole",
 		},
 		{
@@ -124,7 +130,7 @@ func TestDecideCommand(t *testing.T) {
 		{
 			name:     "Pilots on the ledger take the idle nodes, so nothing is submitted twice",
 			args:     []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--upcoming", writeTemp(t, `[{"count": 3, "time_limit_s": 1020, "submitted_at": 0}]`)},
-			wantJSON: `{"submit":{"count":2,"time_limit_s":1020},"release":[]}`,
+			wantJSON: `{"submit":{"count":1,"time_limit_s":1020},"release":[]}`,
 			wantCase: "fill-hole",
 		},
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/harvest-hpc/harvest/agent"
@@ -22,7 +24,10 @@ func TestAgentFlagDefaultsAreAgentDefaultConfig(t *testing.T) {
 	}
 }
 
-func TestDecideFlagDefaultsArePolicyDefaultConfig(t *testing.T) {
+// harvest decide decides as the agent does: with no flag, its settings
+// are the agent's (its idle margin was the policy's 0 against the agent's
+// 1, so one snapshot got two answers), and --help says the default.
+func TestDecideFlagDefaultsAreTheAgents(t *testing.T) {
 	app := newApp()
 	app.Writer, app.ErrWriter = io.Discard, io.Discard
 	var cfg policy.Config
@@ -38,7 +43,11 @@ func TestDecideFlagDefaultsArePolicyDefaultConfig(t *testing.T) {
 	if err := app.Run([]string{"harvest", "decide"}); err != nil || cfgErr != nil {
 		t.Fatal(err, cfgErr)
 	}
-	if want := policy.DefaultConfig(); !reflect.DeepEqual(cfg, want) {
-		t.Fatalf("decide with no flags decides with\n %+v\nwant policy.DefaultConfig()\n %+v", cfg, want)
+	if want := agent.DefaultConfig().Policy; !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("decide with no flags decides with\n %+v\nwant agent.DefaultConfig().Policy\n %+v", cfg, want)
+	}
+	help, _, _ := runHarvest(t, "", "decide", "--help")
+	if want := fmt.Sprintf("(default: %d)", agent.DefaultConfig().Policy.IdleMargin); !strings.Contains(help, want) {
+		t.Errorf("decide --help does not give the idle margin's default %s:\n%s", want, help)
 	}
 }

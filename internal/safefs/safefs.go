@@ -279,6 +279,47 @@ func PrivateDir(path string) error {
 	return nil
 }
 
+// OwnDir creates the directory path (its parent must exist; links on the
+// way to it are the admin's and followed) readable by this process's user
+// only, or opens it if it exists, refusing it where another user could
+// have put it: path itself a symbolic link, something other than a
+// directory, or a directory of another user (in a world-writable parent
+// such as /tmp, anyone may make the name first). A directory of ours
+// that others may enter is closed (0700). It returns the directory open,
+// for CreateBeneath.
+func OwnDir(path string) (*os.File, error) {
+	parent, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	base := filepath.Base(path)
+	if err := unix.Mkdirat(int(parent.Fd()), base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, &os.PathError{Op: "mkdir", Path: path, Err: err}
+	}
+	fd, err := openat2(int(parent.Fd()), base, unix.O_RDONLY|unix.O_DIRECTORY, 0, unix.RESOLVE_BENEATH|noLinks)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	d := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		d.Close()
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if uid := os.Geteuid(); int(st.Uid) != uid {
+		d.Close()
+		return nil, fmt.Errorf("%s is owned by uid %d, not by this process's %d (another user made it first?): remove it or use another directory", path, st.Uid, uid)
+	}
+	if st.Mode&0o077 != 0 {
+		if err := unix.Fchmod(fd, st.Mode&0o700); err != nil {
+			d.Close()
+			return nil, &os.PathError{Op: "chmod", Path: path, Err: err}
+		}
+	}
+	return d, nil
+}
+
 // PrivateFile makes the file path, and the journal files SQLite keeps
 // beside it (-wal, -shm, -journal), readable by their owner only: it
 // creates path empty (0600) if it does not exist, so SQLite, which gives

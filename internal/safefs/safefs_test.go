@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -149,4 +150,44 @@ func TestPrivateDirAndFileTakeAwayOthersAccess(t *testing.T) {
 			t.Errorf("%s: mode %v (%v), want %v", p, fi.Mode().Perm(), err, want)
 		}
 	}
+}
+
+// OwnDir is a directory of this process's user that nobody else can
+// enter: a link in its place, a file, or another user's directory is
+// refused; ours is made, or closed to others.
+func TestOwnDirRefusesWhatAnotherUserCouldHaveMade(t *testing.T) {
+	both(t, func(t *testing.T) {
+		dir := t.TempDir()
+		elsewhere := filepath.Join(dir, "elsewhere")
+		os.Mkdir(elsewhere, 0o700)
+		os.Symlink(elsewhere, filepath.Join(dir, "link"))
+		if _, err := OwnDir(filepath.Join(dir, "link")); !errors.Is(err, ErrLink) {
+			t.Errorf("a link: %v, want ErrLink", err)
+		}
+		os.WriteFile(filepath.Join(dir, "file"), nil, 0o600)
+		if _, err := OwnDir(filepath.Join(dir, "file")); err == nil {
+			t.Error("a file was taken for a directory")
+		}
+		if os.Geteuid() == 0 {
+			other := filepath.Join(dir, "other")
+			os.Mkdir(other, 0o700)
+			os.Chown(other, 65534, 65534)
+			if _, err := OwnDir(other); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+				t.Errorf("another user's directory: %v", err)
+			}
+		}
+		open := filepath.Join(dir, "open")
+		os.Mkdir(open, 0o777)
+		os.Chmod(open, 0o777)
+		for _, p := range []string{open, filepath.Join(dir, "new")} {
+			d, err := OwnDir(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Close()
+			if fi, err := os.Lstat(p); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+				t.Errorf("%s: %v %v, want a directory 0700", p, fi.Mode(), err)
+			}
+		}
+	})
 }

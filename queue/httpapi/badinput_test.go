@@ -146,6 +146,14 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"an old epoch cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 1, "max": 5}`, 409, "stale epoch"},
 		{"an old epoch cannot report results", "POST", pilotproto.PathResults, "pilot", `{"epoch": 1, "results": [{"task_id": 1, "attempt": 1, "status": "done"}]}`, 409, "stale epoch"},
 		{"an old epoch cannot heartbeat", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 1, "running": []}`, 409, "stale epoch"},
+		// A heartbeat whose meaning depends on the parser (encoding/json
+		// keeps the last of two keys and folds the case of names) is
+		// refused, as every other body is.
+		{"a duplicate key in a heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 1, "epoch": 2, "running": []}`, 400, `duplicate key "epoch"`},
+		{"a heartbeat key in another case is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"EPOCH": 2}`, 400, `unknown field "EPOCH"`},
+		{"two heartbeat keys differing in case are refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "Epoch": 1}`, 400, `unknown field "Epoch"`},
+		{"a duplicate key in a heartbeat's running task is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "running": [{"task_id": 1, "attempt": 1, "task_id": 2}]}`, 400, `duplicate key "task_id"`},
+		{"an escaped duplicate key in a heartbeat's pilot is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "pilots": [{"pilot_id": "a", "pilot\u005fid": "b"}]}`, 400, `duplicate key "pilot_id"`},
 		{"an old epoch cannot renew the lease", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p1", "epoch": 1}`, 409, "stale epoch"},
 		{"an epoch never granted is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 7, "max": 5}`, 409, "never granted"},
 		{"an expired lease cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 5}`, 409, "lease expired"},
@@ -155,6 +163,13 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"a pull of zero tasks is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 0}`, 400, "max must be"},
 		{"a result with an unknown status is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "attempt": 1, "status": "great"}]}`, 400, "unknown status"},
 		{"a result without attempt is refused", "POST", pilotproto.PathResults, "pilot", `{"epoch": 2, "results": [{"task_id": 1, "status": "done"}]}`, 400, "attempt"},
+		// The master's address is handed to the pool's workers, who send
+		// it the pilot token: only an http(s) URL of a host and port.
+		{"a lease address of another scheme is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "file:///etc/passwd"}`, 400, "address"},
+		{"a lease address with a path is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://n9:8470/../v1/admin"}`, 400, "address"},
+		{"a lease address with credentials is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://u:p@n9:8470"}`, 400, "address"},
+		{"a lease address with a bad port is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://n9:70000"}`, 400, "address"},
+		{"a lease address with a query is refused", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p9", "address": "http://n9:1?x=1"}`, 400, "address"},
 		{"a lease request without a pilot id is refused", "POST", pilotproto.PathLease, "pilot", `{"address": "http://x"}`, 400, "pilot_id"},
 		{"a negative recommendation is refused", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": -3}`, 400, "negative"},
 		{"an unknown field in a pilot request is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 1, "greedy": true}`, 400, "unknown field"},

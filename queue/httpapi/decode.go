@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
+	"github.com/harvest-hpc/harvest/internal/jsonkeys"
 	"github.com/harvest-hpc/harvest/queue/api"
 )
 
@@ -69,9 +71,11 @@ func DecodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 }
 
 // decodeBulk reads the pilots' heartbeats, which list every task a
-// master holds, without the strict pass (it would double their parsing
-// cost): they come from harvest's own code with the pilot token. Unknown
-// fields and data after the object are still refused.
+// master holds, without the strict pass (token by token, it would double
+// their parsing cost): unknown fields and data after the object are
+// refused as there, and so are the keys the strict pass refuses
+// (duplicate, case-folded, not a field's exact name) by one scan of the
+// bytes (jsonkeys). A null where a number stands is still read as 0.
 func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
@@ -84,7 +88,25 @@ func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 		}
 		return invalid("reading the body: %v", err)
 	}
-	return strictBulk(body, v)
+	if err := strictBulk(body, v); err != nil {
+		return err
+	}
+	if err := jsonkeys.Check(body, bulkNames(reflect.TypeOf(v))); err != nil {
+		return invalid("malformed JSON: %v", err)
+	}
+	return nil
+}
+
+// bulkNames caches jsonkeys.Names by type (the heartbeat's, at present).
+var bulkNamesCache sync.Map // reflect.Type -> map[string]bool
+
+func bulkNames(t reflect.Type) map[string]bool {
+	if n, ok := bulkNamesCache.Load(t); ok {
+		return n.(map[string]bool)
+	}
+	n := jsonkeys.Names(t)
+	bulkNamesCache.Store(t, n)
+	return n
 }
 
 // strictBulk decodes one JSON object, refusing unknown fields and data

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -135,15 +136,23 @@ const (
 // it confines itself and execs the task, and never returns then. It does
 // nothing for any other command line.
 func Main() {
-	if len(os.Args) == 3 && os.Args[1] == RunnerArg {
+	runner := len(os.Args) == 3 && os.Args[1] == RunnerArg
+	if !runner && (len(os.Args) < 4 || os.Args[1] != Arg) {
+		return
+	}
+	// The main goroutine keeps its thread until the runner has confined
+	// itself and set its handlers (serveRunner), or the launcher has
+	// exec'd its task. Only these processes lock it: every other (the
+	// agent, the queue, the pilot, harvest sim) links the package too,
+	// and a locked main goroutine hands its P to another thread at each
+	// of its waits.
+	runtime.LockOSThread()
+	if runner {
 		code, err := serveRunner(os.Args[2])
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "harvest: task runner: %v\n", err)
 		}
 		os.Exit(code)
-	}
-	if len(os.Args) < 4 || os.Args[1] != Arg {
-		return
 	}
 	code, err := launch(os.Args[2], os.Args[3:])
 	fmt.Fprintf(os.Stderr, "harvest: %v\n", err)

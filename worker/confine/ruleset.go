@@ -2,7 +2,6 @@ package confine
 
 import (
 	"fmt"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 
@@ -19,10 +18,6 @@ import (
 type Ruleset struct {
 	fd int // the ruleset (O_CLOEXEC); -1 when nothing is enforced
 }
-
-// The main goroutine keeps the main thread until the runner has
-// confined itself and set its handlers (serveRunner).
-func init() { runtime.LockOSThread() }
 
 // scopeRuleset makes the ruleset that only scopes (Landlock ABI 6 and
 // later; before, there is no scoping to add and the tasks share the

@@ -3,18 +3,47 @@ package confine
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestMain lets this test binary serve as a task runner.
 func TestMain(m *testing.M) {
 	Main()
+	if os.Getenv("HARVEST_TEST_MAIN_THREAD") == "1" {
+		// Run with GOMAXPROCS=1: a goroutine started and waited for runs
+		// on the main thread unless the main goroutine holds it locked.
+		onMain := make(chan bool)
+		go func() { onMain <- unix.Gettid() == unix.Getpid() }()
+		if <-onMain {
+			os.Exit(0)
+		}
+		os.Exit(3)
+	}
 	os.Exit(m.Run())
+}
+
+// Linking the package does not lock the main thread to the main goroutine
+// (its init did, in the agent, the queue and harvest sim alike): only the
+// processes that confine themselves (Main's runner and launcher) lock it.
+func TestLinkingDoesNotLockTheMainThread(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HARVEST_TEST_MAIN_THREAD=1", "GOMAXPROCS=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 3 {
+		t.Fatal("the main goroutine holds the main thread in a process that only links the package")
+	}
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
 }
 
 // Where the logs cannot be unnamed files (NamedLogs, or a file system
