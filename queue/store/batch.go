@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
@@ -178,27 +179,26 @@ func unread[K comparable, V any](read map[K]*V, keys []K, row func(K) []any) (wa
 	return want
 }
 
-// entryKey is an entry handed out as an attempt: (job, attempt, index).
-type entryKey [3]int64
-
-func keyOf(id int64, attempt int) entryKey {
-	job, idx := entryOf(id)
-	return entryKey{job, int64(attempt), int64(idx)}
-}
-
-// cached finds the grant of k among those the batch has read.
-func (b *batch) cached(k entryKey) *grantRow {
-	for _, g := range b.byJob[[2]int64{k[0], k[1]}] {
-		if int64(g.first) <= k[2] && k[2] <= int64(g.last) {
+// cached finds the grant holding entry idx of a job's attempt among those
+// the batch has read.
+func (b *batch) cached(job int64, attempt, idx int) *grantRow {
+	for _, g := range b.byJob[[2]int64{job, int64(attempt)}] {
+		if g.first <= idx && idx <= g.last {
 			return g
 		}
 	}
 	return nil
 }
 
-// readGrants reads the grants of keys (sorted in place), by runs of entries.
-func (b *batch) readGrants(keys []entryKey) error {
-	slices.SortFunc(keys, func(x, y entryKey) int { return slices.Compare(x[:], y[:]) })
+// readGrants reads the grants holding the entries results name, by runs
+// of entries.
+func (b *batch) readGrants(results []pilotproto.Result) error {
+	keys := make([][3]int64, len(results)) // (job, attempt, index)
+	for i, r := range results {
+		job, idx := entryOf(r.TaskID)
+		keys[i] = [3]int64{job, int64(r.Attempt), int64(idx)}
+	}
+	slices.SortFunc(keys, func(x, y [3]int64) int { return slices.Compare(x[:], y[:]) })
 	var runs [][]any
 	for i, k := range keys {
 		if i > 0 && k[0] == keys[i-1][0] && k[1] == keys[i-1][1] && k[2] <= keys[i-1][2]+1 {
@@ -209,7 +209,7 @@ func (b *batch) readGrants(keys []entryKey) error {
 	}
 	return b.run(readGrants, runs, "", func(rs *sql.Rows) error {
 		g, err := scanGrant(rs)
-		if err == nil && b.cached(entryKey{g.job, int64(g.attempt), int64(g.first)}) == nil {
+		if err == nil && b.cached(g.job, g.attempt, g.first) == nil {
 			b.addGrant(g)
 		}
 		return err

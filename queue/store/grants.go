@@ -171,17 +171,16 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 		b := s.newBatch(ctx, tx)
 		a = Applied{Usage: b.usage}
 		var ids []int64
-		var keys []entryKey
 		var excepts [][2]int64 // the entries that may have an exception row
 		for _, r := range results {
-			k := keyOf(r.TaskID, r.Attempt)
-			ids, keys = append(ids, k[0]), append(keys, k)
+			job, idx := entryOf(r.TaskID)
+			ids = append(ids, job)
 			if r.Attempt > 1 || r.Status != pilotproto.StatusDone {
-				excepts = append(excepts, [2]int64{k[0], k[2]})
+				excepts = append(excepts, [2]int64{job, int64(idx)})
 			}
 		}
 		b.readJobs(ids)
-		b.readGrants(keys)
+		b.readGrants(results)
 		b.readExceptions(excepts)
 		for i := 0; i < len(results) && b.err == nil; i++ {
 			b.result(&a, pool, results[i], now)
@@ -199,7 +198,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 // result applies r; an error stays in b.err.
 func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) {
 	job, idx := entryOf(r.TaskID)
-	g, j := b.cached(keyOf(r.TaskID, r.Attempt)), b.jobs[job]
+	g, j := b.cached(job, r.Attempt, idx), b.jobs[job]
 	if g == nil || j == nil || g.settled[idx-g.first] == open && g.pool != pool {
 		a.Ignored++ // unknown, or another pool's
 		return
