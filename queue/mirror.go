@@ -164,14 +164,17 @@ func readyOrder(a, b *liveJob) int {
 	return 0
 }
 
-// addWaitingLocked applies a change of waiting tasks per job (requeues).
-func (q *Queue) addWaitingLocked(delta map[int64]int) {
-	for id, n := range delta {
+// movedLocked applies what a write moved: running cores per owner,
+// waiting tasks per job (requeues), the jobs it made final.
+func (q *Queue) movedLocked(m store.Moved) {
+	q.addRunningLocked(m.Running)
+	for id, n := range m.Waiting {
 		if j := q.jobs[id]; j != nil && n != 0 {
 			j.Waiting += n
 			q.listLocked(j)
 		}
 	}
+	q.jobChangesLocked(m.Changes)
 }
 
 // dropJobLocked forgets a job that is no longer live.

@@ -118,8 +118,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 	// Plan: each pick counts at once (running cores, waiting tasks), so
 	// the next pick sees it; a failed transaction gives every pick back.
 	var picks []pick
-	var takes []store.Take
-	at := map[int64]int{}
+	takes := map[int64]int{} // per job, the tasks planned
 	planned, dry := 0, false
 	for planned < n && len(picks) < q.cfg.WriteChunk {
 		name, _, ok := q.order.Next()
@@ -132,13 +131,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 		k := batchOf(u, j, n-planned)
 		picks = append(picks, pick{j, k})
 		planned += k
-		i, seen := at[j.ID]
-		if !seen {
-			i = len(takes)
-			at[j.ID] = i
-			takes = append(takes, store.Take{Job: j.ID})
-		}
-		takes[i].N += k
+		takes[j.ID] += k
 		j.Waiting -= k
 		u.running += k * j.Cores
 		q.order.Picked(name)
