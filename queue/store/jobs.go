@@ -215,9 +215,6 @@ func killJob(ctx context.Context, tx *sql.Tx, id int64, state string, cancelled,
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
-	if err == nil && pending != "" && pending != cancelKills && pending != expiryKills {
-		err = fmt.Errorf("unknown states %q recorded", pending)
-	}
 	for more := pending == cancelKills; more && err == nil; {
 		err = s.write(ctx, func(tx *sql.Tx) (err error) {
 			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
@@ -238,32 +235,25 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 // entry an exception row end fills in, flushes the batch and says if more remain.
 func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
 	gs, more, err := b.loadGrants(limit, query, args...)
-	ids := make([]int64, len(gs))
-	for i, g := range gs {
-		ids[i] = g.job
+	if err != nil {
+		return nil, false, err
 	}
-	if err == nil {
-		err = b.readJobs(ids)
+	var ids []int64
+	for _, g := range gs {
+		ids = append(ids, g.job)
 	}
-	if err == nil {
-		err = b.readOpen(gs)
-	}
+	b.readJobs(ids)
+	b.readOpen(gs) // an error stays in b.err, and flush returns it
 	for _, g := range gs {
 		for i, c := range g.settled {
-			if c != open || err != nil {
-				continue
-			}
-			var x *exceptionRow
-			if x, err = b.except(g.job, g.first+i, g.attempt); err == nil {
+			if c == open && b.err == nil {
+				x, _ := b.except(g.job, g.first+i, g.attempt)
 				x.attempt, x.grant = g.attempt, g.id
 				end(b.jobs[g.job], x)
 				g.settled[i] = settledX
 			}
 		}
 		g.open, g.state = 0, grantClosed
-	}
-	if err != nil {
-		return nil, false, err
 	}
 	changes, err := b.flush(now)
 	return changes, more, err
