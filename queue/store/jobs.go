@@ -276,19 +276,14 @@ func (s *Store) Demand(ctx context.Context) (pending, running int, err error) {
 	return pending, running, wrap(err, "demand")
 }
 
-// TaskCounts are an owner's tasks by state over the stored jobs.
-type TaskCounts struct {
-	Waiting, Running, Done, Failed, Killed int
-}
-
 // TaskStats counts the tasks of stored jobs per owner, and the re-hand-outs.
-func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
-	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t TaskCounts, err error) {
+func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]api.TaskCounts, requeued int, err error) {
+	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t api.TaskCounts, err error) {
 		var n int
-		err = r.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &n)
+		err = r.Scan(&owner, &t.Total, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &n)
 		requeued += n
 		return owner, t, err
-	}, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
+	}, `SELECT owner, sum(n_total), sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
 	return byOwner, requeued, err
 }
 
