@@ -54,8 +54,9 @@ func Open(path string) (_ *Store, err error) {
 	}
 	// WAL with synchronous NORMAL survives a process kill (docs/queue.md);
 	// SQLite checkpoints by itself, truncating the WAL to 64 MiB. Parsing a
-	// hot statement cost more than running it: the driver caches them.
-	opts := fmt.Sprintf("?_busy_timeout=5000&_stmt_cache_size=%d", len(hotQueries)+64)
+	// hot statement cost more than running it: the driver caches them, all
+	// the store has (rowsSQL's 5 sizes of some 15, and about 60 more).
+	opts := "?_busy_timeout=5000&_stmt_cache_size=256"
 	w, _ := sql.Open("sqlite3", "file:"+path+opts+"&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
 	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
@@ -81,11 +82,7 @@ func (s *Store) Close() error {
 	if s.claim != nil {
 		s.claim.Close() // the claim ends with its session
 	}
-	var errR error
-	if s.r != s.w {
-		errR = s.r.Close()
-	}
-	return errors.Join(errR, s.w.Close())
+	return errors.Join(s.r.Close(), s.w.Close()) // on PostgreSQL one pool: the second does nothing
 }
 
 // WALBytes is the WAL file's size now (0 on PostgreSQL). It stats the
@@ -186,14 +183,9 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 	})
 }
 
-// hotQueries are the master's hot statements (registered by hot), which
-// SQLite's statement cache must hold all at once (pgx caches its own).
-var hotQueries []string
-
-func hot(query string) string {
-	hotQueries = append(hotQueries, query)
-	return query
-}
+// hot is kept for batch.go's rowsSQL until the merge drops its call: the
+// statement cache no longer counts the hot statements.
+func hot(query string) string { return query }
 
 // inline strips ctx's cancellation for the writer: go-sqlite3 runs a
 // cancellable statement on a goroutine of its own, with the lock held.
