@@ -210,22 +210,22 @@ func killJob(ctx context.Context, tx *sql.Tx, id int64, state string, cancelled,
 }
 
 // KillTasks kills the tasks a cancel or expiry recorded (kill_states): live grants' open
-// entries in chunks, then waiting exceptions (counters moved with the job's state; fresh
-// entries need no row), and clears the record, which a crash leaves (PendingKills).
+// entries in chunks, the last with the waiting exceptions (counters moved with the job's
+// state; fresh entries need no row), and clears the record, which a crash leaves (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
-	for more := pending == cancelKills; more && err == nil; {
+	for more := pending != ""; more && err == nil; {
 		err = s.write(ctx, func(tx *sql.Tx) (err error) {
-			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
-				`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
+			if more = pending == cancelKills; more {
+				_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
+					`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
+			}
+			if err == nil && !more {
+				err = execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
+					[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
+			}
 			return err
-		})
-	}
-	if err == nil && pending != "" {
-		err = s.write(ctx, func(tx *sql.Tx) error {
-			return execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
-				[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
 		})
 	}
 	return wrap(err, "kill tasks of job %d", id)
