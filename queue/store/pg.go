@@ -11,6 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/harvest-hpc/harvest/queue/store/schema"
 )
 
 // IsURL says whether db names a PostgreSQL database, not a SQLite file.
@@ -45,7 +47,7 @@ func openPG(dsn string) (*Store, error) {
 	if err = db.PingContext(ctx); err != nil {
 		err = fmt.Errorf("cannot connect: %w", err)
 	} else {
-		err = st.migrate()
+		err = schema.Migrate(context.Background(), db, true)
 	}
 	if err != nil {
 		db.Close()
