@@ -107,7 +107,7 @@ func rowsSQL(head, tail string, pad ...any) rowStatements {
 			}
 			rows[r] = "(" + strings.Join(cols, ", ") + ")"
 		}
-		st.bySize = append(st.bySize, hot(head+" (VALUES "+strings.Join(rows, ", ")+") AS v "+tail))
+		st.bySize = append(st.bySize, head+" (VALUES "+strings.Join(rows, ", ")+") AS v "+tail)
 	}
 	return st
 }

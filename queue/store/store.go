@@ -183,10 +183,6 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 	})
 }
 
-// hot is kept for batch.go's rowsSQL until the merge drops its call: the
-// statement cache no longer counts the hot statements.
-func hot(query string) string { return query }
-
 // inline strips ctx's cancellation for the writer: go-sqlite3 runs a
 // cancellable statement on a goroutine of its own, with the lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
