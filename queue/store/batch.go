@@ -223,28 +223,6 @@ func scanGrant(rs *sql.Rows) (*grantRow, error) {
 	return g, rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.state, &g.settled, &g.open, &g.done, &g.failed, &g.assigned)
 }
 
-// loadGrants reads, to write back, the grants query selects until they
-// hold limit open entries, and says whether more remain.
-func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow, more bool, err error) {
-	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
-	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	for n := 0; n < max(limit, 1) && rows.Next(); {
-		g, err := scanGrant(rows)
-		if err != nil {
-			return nil, false, err
-		}
-		g.dirty = true
-		b.addGrant(g)
-		gs = append(gs, g)
-		n += g.open
-	}
-	more = rows.Next()
-	return gs, more, rows.Err()
-}
-
 func (b *batch) addGrant(g *grantRow) {
 	k := [2]int64{g.job, int64(g.attempt)}
 	b.byJob[k] = append(b.byJob[k], g)
@@ -259,19 +237,6 @@ func (b *batch) readExceptions(entries [][2]int64) error {
 		b.exceptions[[2]int64{x.job, int64(x.idx)}] = x
 		return err
 	})
-}
-
-// readOpen reads the exception rows of the open entries of grants.
-func (b *batch) readOpen(grants []*grantRow) error {
-	var entries [][2]int64
-	for _, g := range grants {
-		for i, c := range g.settled {
-			if c == open {
-				entries = append(entries, [2]int64{g.job, int64(g.first + i)})
-			}
-		}
-	}
-	return b.readExceptions(entries)
 }
 
 // except returns the entry's exception row (new if none), to be written,

@@ -21,11 +21,10 @@ func entryOf(id int64) (job int64, idx int) { return id >> 32, int(id & 0xffffff
 
 // A grant's settled marks, one per entry.
 const (
-	open        = '-' // no result yet
-	settledD    = 'D' // done
-	settledR    = 'R' // another result recorded (failed, timeout, interrupted, stale)
-	settledX    = 'X' // closed without a result (expired, killed, requeued)
-	grantClosed = "CLOSED"
+	open     = '-' // no result yet
+	settledD = 'D' // done
+	settledR = 'R' // another result recorded (failed, timeout, interrupted, stale)
+	settledX = 'X' // closed without a result (expired, killed, requeued)
 )
 
 // TakenTask is a task handed out: ASSIGNED with its new attempt.

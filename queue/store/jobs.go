@@ -231,34 +231,6 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	return wrap(err, "kill tasks of job %d", id)
 }
 
-// closeGrants closes the grants query selects (about limit open entries), each open
-// entry an exception row end fills in, flushes the batch and says if more remain.
-func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
-	gs, more, err := b.loadGrants(limit, query, args...)
-	if err != nil {
-		return nil, false, err
-	}
-	var ids []int64
-	for _, g := range gs {
-		ids = append(ids, g.job)
-	}
-	b.readJobs(ids)
-	b.readOpen(gs) // an error stays in b.err, and flush returns it
-	for _, g := range gs {
-		for i, c := range g.settled {
-			if c == open && b.err == nil {
-				x, _ := b.except(g.job, g.first+i, g.attempt)
-				x.attempt, x.grant = g.attempt, g.id
-				end(b.jobs[g.job], x)
-				g.settled[i] = settledX
-			}
-		}
-		g.open, g.state = 0, grantClosed
-	}
-	changes, err := b.flush(now)
-	return changes, more, err
-}
-
 // PendingKills lists the jobs whose kill a crash cut, by id.
 func (s *Store) PendingKills(ctx context.Context) ([]int64, error) {
 	return s.ids(ctx, "list pending kills", `SELECT id FROM jobs WHERE kill_states != '' ORDER BY id`)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -32,6 +33,53 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 		return err
 	})
 	return n, m, wrap(err, "sweep expired tasks")
+}
+
+// closeGrants closes the grants query selects until they hold about limit
+// open entries, each open entry an exception row end fills in, flushes the
+// batch and says if more remain (the zombie sweep's and a kill's step).
+func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
+	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	var gs []*grantRow
+	var ids []int64
+	var entries [][2]int64 // the open ones
+	for n := 0; n < max(limit, 1) && rows.Next(); {
+		g, err := scanGrant(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		g.dirty = true
+		b.addGrant(g)
+		gs, ids, n = append(gs, g), append(ids, g.job), n+g.open
+		for i, c := range g.settled {
+			if c == open {
+				entries = append(entries, [2]int64{g.job, int64(g.first + i)})
+			}
+		}
+	}
+	more := rows.Next()
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil { // before the reads: PostgreSQL's connection runs one query at a time
+		return nil, false, err
+	}
+	b.readJobs(ids)
+	b.readExceptions(entries) // an error stays in b.err, and flush returns it
+	for _, g := range gs {
+		for i, c := range g.settled {
+			if c == open && b.err == nil {
+				x, _ := b.except(g.job, g.first+i, g.attempt)
+				x.attempt, x.grant = g.attempt, g.id
+				end(b.jobs[g.job], x)
+				g.settled[i] = settledX
+			}
+		}
+		g.open = 0 // writeGrants closes a grant with none open
+	}
+	changes, err := b.flush(now)
+	return changes, more, err
 }
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
