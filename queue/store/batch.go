@@ -123,7 +123,7 @@ func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.
 			args = append(args, st.pad...)
 		}
 		rows = rows[n:]
-		rs, err := b.s.query(b.ctx, b.tx, st.bySize[k]+tail, args...)
+		rs, err := b.tx.QueryContext(inline(b.ctx), st.bySize[k]+tail, args...)
 		if err == nil {
 			for err == nil && rs.Next() { // SQLite runs a statement in Next
 				if scan != nil {

@@ -20,7 +20,7 @@ const (
 // have held the lock chunkBudget: at most doubling, at least a quarter (a
 // stretched transaction costs a few more commits), between floor
 // (chunkMin) and max; on PostgreSQL always max, as no one waits for its lock.
-type chunkSizer struct{ n, floor, max int }
+type chunkSizer struct{ n, floor, max int } // n: the next transaction's rows
 
 func (s *Store) chunks(limit int) *chunkSizer {
 	limit = max(limit, 1)
@@ -29,9 +29,6 @@ func (s *Store) chunks(limit int) *chunkSizer {
 	}
 	return &chunkSizer{n: min(chunkStart, limit), floor: chunkMin, max: limit}
 }
-
-// size is how many rows the next transaction should write.
-func (z *chunkSizer) size() int { return z.n }
 
 // took records that a transaction of rows rows held the lock for d.
 func (z *chunkSizer) took(rows int, d time.Duration) {

@@ -65,7 +65,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chun
 		if err = ctx.Err(); err != nil { // between chunks, not inside one
 			break
 		}
-		part := names[:min(len(names), z.size())]
+		part := names[:min(len(names), z.n)]
 		names = names[len(part):]
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *sql.Tx) error {
@@ -106,7 +106,7 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	var err error
 	for z, more := s.chunks(chunk), true; more && err == nil; {
-		k := z.size()
+		k := z.n
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = $1 AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = $1 ORDER BY idx LIMIT $2) AS c)`, id, k)

@@ -187,11 +187,6 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 // cancellable statement on a goroutine of its own, with the lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
-// query runs a query in tx.
-func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
-	return tx.QueryContext(inline(ctx), query, args...)
-}
-
 // each runs a read and calls scan on each row; what names it in errors.
 func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) error, query string, args ...any) error {
 	rows, err := s.r.QueryContext(ctx, query, args...)
