@@ -50,8 +50,8 @@ var (
 		FROM r WHERE r.k < r.n AND r.idx IS NOT NULL)
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
 		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
-	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
-		`WHERE v.column1 <> 0`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
+	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
+		`WHERE v.column1 <> 0`, 0, 0, 0, 0, "", 0, 0, 0, "", "", 0)
 	// A retry's grant is the one of its entry and attempt.
 	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3,
 		grant_id = (SELECT g.id FROM grants g WHERE g.job_id = v.column1 AND g.attempt = v.column3 AND g.first_idx = v.column2) FROM`,
@@ -67,7 +67,7 @@ var (
 func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes map[int64]int) (Taken, error) {
 	ids := slices.Sorted(maps.Keys(takes))
 	var out Taken
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
 		b.lock = "FOR UPDATE OF c SKIP LOCKED"
@@ -83,7 +83,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		at := ms(now)
 		var grants, marks, ranges [][]any // the new grants; the retries (job, idx, attempt); the fresh ranges (job, first, last)
 		grant := func(job int64, first, n, attempt int) []any {
-			return []any{job, first, first + n - 1, attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
+			return []any{job, first, first + n - 1, attempt, pool, epoch, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
 		}
 		for _, id := range ids {
 			j := b.jobs[id]
