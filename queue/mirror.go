@@ -31,9 +31,14 @@ type userState struct {
 	dirty     bool               // changed since the last flush
 }
 
-// liveJob is a WAITING or RUNNING job.
+// liveJob is a WAITING or RUNNING job, as a pull plans with it.
 type liveJob struct {
-	store.ReadyJob
+	ID                        int64
+	Owner, Dataset, OutputDir string
+	Command                   []string
+	Price                     float64
+	Cores, BatchSize, Waiting int
+	TimeoutS                  int64
 }
 
 // windowMark is one usage event's arrival, in arrival order over all

@@ -161,7 +161,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 		ts := taken.Tasks[p.j.ID]
 		k := min(p.n, len(ts))
 		for _, t := range ts[:k] {
-			tasks = append(tasks, taskOf(p.j.ReadyJob, t))
+			tasks = append(tasks, taskOf(p.j, t))
 		}
 		taken.Tasks[p.j.ID] = ts[k:]
 		if k == p.n {
@@ -191,7 +191,7 @@ func (q *Queue) logChanges(cs []store.JobChange) {
 	}
 }
 
-func taskOf(j store.ReadyJob, t store.TakenTask) pilotproto.Task {
+func taskOf(j *liveJob, t store.TakenTask) pilotproto.Task {
 	return pilotproto.Task{
 		ID: t.ID, JobID: j.ID, Owner: j.Owner, Attempt: t.Attempt, Name: t.Name,
 		Input: filepath.Join(j.Dataset, t.Name), Output: filepath.Join(j.OutputDir, t.Name),

@@ -272,25 +272,14 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 		WHERE x.job_id = $1 AND x.idx > $2 AND x.tries > 0 ORDER BY x.idx LIMIT $3`, job, after, limit)
 }
 
-// ReadyJob is a live job as a pull plans with it.
-type ReadyJob struct {
-	ID                        int64
-	Owner, Dataset, OutputDir string
-	Command                   []string
-	Price                     float64
-	Cores, BatchSize, Waiting int
-	TimeoutS                  int64
-}
-
 // LiveJobs reads the live jobs, by price (highest first) then FIFO, and the
 // cores each owner's active tasks hold.
-func (s *Store) LiveJobs(ctx context.Context) (jobs []ReadyJob, running map[string]int, err error) {
+func (s *Store) LiveJobs(ctx context.Context) (jobs []api.Job, running map[string]int, err error) {
 	running = map[string]int{}
-	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
+	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (api.Job, error) {
 		j, err := scanJob(r)
 		running[j.Owner] += j.Cores * j.Tasks.Running
-		return ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
-			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS}, err
+		return j, err
 	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
 	return jobs, running, err
 }
