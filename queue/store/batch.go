@@ -154,7 +154,7 @@ var (
 func (b *batch) readJobs(ids []int64) error {
 	want := unread(b.jobs, ids, func(id int64) []any { return []any{id} })
 	tail := ""
-	if b.s.d.pg {
+	if b.s.pg {
 		tail = " ORDER BY j.id " + b.lock // one order: no deadlock
 	}
 	return b.run(readJobs, want, tail, func(rs *sql.Rows) error {

@@ -24,7 +24,7 @@ type chunkSizer struct{ n, floor, max int } // n: the next transaction's rows
 
 func (s *Store) chunks(limit int) *chunkSizer {
 	limit = max(limit, 1)
-	if s.d.pg {
+	if s.pg {
 		return &chunkSizer{n: limit, floor: limit, max: limit}
 	}
 	return &chunkSizer{n: min(chunkStart, limit), floor: chunkMin, max: limit}

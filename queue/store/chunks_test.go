@@ -16,7 +16,7 @@ import (
 // The sizer aims each transaction at chunkBudget from the last one's lock
 // time per row, at most doubling, at least a quarter, within its bounds.
 func TestChunkSizerAimsAtTheBudget(t *testing.T) {
-	z := (&Store{d: &dialect{}}).chunks(1000)
+	z := (&Store{}).chunks(1000)
 	if z.n != chunkStart {
 		t.Fatalf("first chunk %d, want %d", z.n, chunkStart)
 	}
@@ -50,12 +50,12 @@ func TestChunkSizerAimsAtTheBudget(t *testing.T) {
 	if z.n != 1000 {
 		t.Fatalf("after an empty chunk: %d, want 1000", z.n)
 	}
-	if z := (&Store{d: &dialect{}}).chunks(5); z.n != 5 {
+	if z := (&Store{}).chunks(5); z.n != 5 {
 		t.Fatalf("limit 5: first chunk %d", z.n)
 	} else if z.took(5, time.Hour); z.n != 5 {
 		t.Fatalf("limit 5 under the floor: %d, want 5 (the limit is the caller's)", z.n)
 	}
-	if z := (&Store{d: &dialect{}}).chunks(0); z.n != 1 {
+	if z := (&Store{}).chunks(0); z.n != 1 {
 		t.Fatalf("limit 0: %d, want 1", z.n)
 	}
 }
@@ -89,7 +89,7 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 		total += k
 	}
 	first := chunkStart
-	if s.d.pg {
+	if s.pg {
 		first = 300 // no write lock to keep short: the limit
 	}
 	if total != len(names) || sizes[0] != first {

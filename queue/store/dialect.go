@@ -9,9 +9,8 @@ import (
 
 // Statements number their parameters $1, $2, ... in order of first
 // appearance (SQLite binds a $N by where it first appears, not by N:
-// TestParametersInOrderOfFirstAppearance); the dialect holds where the
-// engines differ.
-type dialect struct{ pg bool }
+// TestParametersInOrderOfFirstAppearance); Store.pg and what follows hold
+// where the engines differ.
 
 // duplicate is whether err is a unique-constraint violation.
 func duplicate(err error) bool {

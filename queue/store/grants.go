@@ -87,7 +87,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		}
 		for _, id := range ids {
 			j := b.jobs[id]
-			if j == nil && s.d.pg && b.err == nil { // skipped (another agent's write holds it), or gone
+			if j == nil && s.pg && b.err == nil { // skipped (another agent's write holds it), or gone
 				var n int
 				if b.err = tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = $1`, id).Scan(&n); n > 0 {
 					continue

@@ -26,9 +26,9 @@ import (
 
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
-	w *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
-	r *sql.DB // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
-	d *dialect
+	w  *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
+	r  *sql.DB // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
+	pg bool    // PostgreSQL, not SQLite
 
 	stats txstats.Recorder
 	path  string // SQLite: the database file
@@ -61,7 +61,7 @@ func Open(path string) (_ *Store, err error) {
 	w.SetMaxOpenConns(1)
 	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
 	r.SetMaxOpenConns(4)
-	st := &Store{w: w, r: r, d: &dialect{}, path: path}
+	st := &Store{w: w, r: r, path: path}
 	_, err = w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864")
 	if err == nil {
 		err = private(path) // every job and command is in here
@@ -90,7 +90,7 @@ func (s *Store) Close() error {
 // SQLite's POSIX locks, and another process could delete the live WAL.
 func (s *Store) WALBytes() int64 {
 	fi, err := os.Stat(s.path + "-wal")
-	if err != nil || s.d.pg {
+	if err != nil || s.pg {
 		return 0
 	}
 	return fi.Size()
