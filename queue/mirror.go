@@ -31,9 +31,14 @@ type userState struct {
 	dirty     bool               // changed since the last flush
 }
 
-// liveJob is a WAITING or RUNNING job.
+// liveJob is a WAITING or RUNNING job, as a pull plans with it.
 type liveJob struct {
-	store.ReadyJob
+	ID                        int64
+	Owner, Dataset, OutputDir string
+	Command                   []string
+	Price                     float64
+	Cores, BatchSize, Waiting int
+	TimeoutS                  int64
 }
 
 // windowMark is one usage event's arrival, in arrival order over all
@@ -164,14 +169,17 @@ func readyOrder(a, b *liveJob) int {
 	return 0
 }
 
-// addWaitingLocked applies a change of waiting tasks per job (requeues).
-func (q *Queue) addWaitingLocked(delta map[int64]int) {
-	for id, n := range delta {
+// movedLocked applies what a write moved: running cores per owner,
+// waiting tasks per job (requeues), the jobs it made final.
+func (q *Queue) movedLocked(m store.Moved) {
+	q.addRunningLocked(m.Running)
+	for id, n := range m.Waiting {
 		if j := q.jobs[id]; j != nil && n != 0 {
 			j.Waiting += n
 			q.listLocked(j)
 		}
 	}
+	q.jobChangesLocked(m.Changes)
 }
 
 // dropJobLocked forgets a job that is no longer live.

@@ -118,8 +118,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 	// Plan: each pick counts at once (running cores, waiting tasks), so
 	// the next pick sees it; a failed transaction gives every pick back.
 	var picks []pick
-	var takes []store.Take
-	at := map[int64]int{}
+	takes := map[int64]int{} // per job, the tasks planned
 	planned, dry := 0, false
 	for planned < n && len(picks) < q.cfg.WriteChunk {
 		name, _, ok := q.order.Next()
@@ -132,13 +131,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 		k := batchOf(u, j, n-planned)
 		picks = append(picks, pick{j, k})
 		planned += k
-		i, seen := at[j.ID]
-		if !seen {
-			i = len(takes)
-			at[j.ID] = i
-			takes = append(takes, store.Take{Job: j.ID})
-		}
-		takes[i].N += k
+		takes[j.ID] += k
 		j.Waiting -= k
 		u.running += k * j.Cores
 		q.order.Picked(name)
@@ -168,7 +161,7 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 		ts := taken.Tasks[p.j.ID]
 		k := min(p.n, len(ts))
 		for _, t := range ts[:k] {
-			tasks = append(tasks, taskOf(p.j.ReadyJob, t))
+			tasks = append(tasks, taskOf(p.j, t))
 		}
 		taken.Tasks[p.j.ID] = ts[k:]
 		if k == p.n {
@@ -198,7 +191,7 @@ func (q *Queue) logChanges(cs []store.JobChange) {
 	}
 }
 
-func taskOf(j store.ReadyJob, t store.TakenTask) pilotproto.Task {
+func taskOf(j *liveJob, t store.TakenTask) pilotproto.Task {
 	return pilotproto.Task{
 		ID: t.ID, JobID: j.ID, Owner: j.Owner, Attempt: t.Attempt, Name: t.Name,
 		Input: filepath.Join(j.Dataset, t.Name), Output: filepath.Join(j.OutputDir, t.Name),

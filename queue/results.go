@@ -83,7 +83,7 @@ func (q *Queue) applyResults(ctx context.Context, site string, epoch int64, resu
 			return resp, err
 		}
 		q.logChanges(a.Changes)
-		resp.Applied += a.Applied
+		resp.Applied += len(a.Outcomes)
 		resp.Duplicates += a.Duplicates
 		resp.Ignored += a.Ignored
 	}
@@ -94,18 +94,12 @@ func (q *Queue) applyResults(ctx context.Context, site string, epoch int64, resu
 // results the store applied. q.mu must be held.
 func (q *Queue) applyMirrorLocked(a store.Applied) {
 	q.lostMS += a.LostMS
-	q.addRunningLocked(a.Running)
-	touched := map[*userState]bool{}
-	for _, e := range a.Events {
-		u := q.userLocked(e.Owner)
-		q.addEventLocked(u, e.Event)
-		touched[u] = true
-	}
-	for u := range touched {
+	for owner, e := range a.Usage {
+		u := q.userLocked(owner)
+		q.addEventLocked(u, e)
 		q.touchLocked(u)
 	}
-	q.addWaitingLocked(a.Waiting)
-	q.jobChangesLocked(a.Changes)
+	q.movedLocked(a.Moved)
 }
 
 // Heartbeat is the local site's Pool.Heartbeat.
@@ -136,11 +130,11 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 		chunk := refs[:min(len(refs), q.cfg.WriteChunk*4)]
 		refs = refs[len(chunk):]
 		q.hook("heartbeat")
-		l, err := q.st.Heartbeat(ctx, p.site, req.Epoch, q.now(), q.cfg.LeaseTTL, chunk)
-		if err != nil {
+		now := q.now()
+		if err := q.st.Heartbeat(ctx, p.site, req.Epoch, now, q.cfg.LeaseTTL, chunk); err != nil {
 			return resp, err
 		}
-		resp.LeaseExpires = l.Expires.Unix()
+		resp.LeaseExpires = now.Add(q.cfg.LeaseTTL).Unix()
 	}
 	q.mu.Lock()
 	q.beats[p.site] = poolBeat{epoch: req.Epoch, at: at}

@@ -106,9 +106,7 @@ func (q *Queue) SetNodes(ctx context.Context, s api.NodesSettings) (api.Nodes, e
 
 // TaskStats counts tasks of the jobs still stored (final jobs are purged
 // after the retention period), per owner.
-type TaskStats struct {
-	Waiting, Running, Done, Failed, Killed int
-}
+type TaskStats = api.TaskCounts
 
 // Stats is a read-only summary for metrics.
 type Stats struct {
@@ -147,10 +145,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{ByUser: make(map[string]TaskStats, len(byOwner)), Requeued: requeued}
-	for o, c := range byOwner {
-		st.ByUser[o] = TaskStats(c)
-	}
+	st := Stats{ByUser: byOwner, Requeued: requeued}
 	l, err := q.st.Lease(ctx, q.cfg.LocalSite)
 	if err != nil {
 		return st, err

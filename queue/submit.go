@@ -650,8 +650,8 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 	q.mu.Lock()
 	err = q.st.ActivateJob(ctx, id, out, len(names))
 	if err == nil {
-		j := &liveJob{store.ReadyJob{ID: id, Owner: owner, Dataset: n.dataset, OutputDir: out, Command: n.command, Price: n.price,
-			Cores: n.cores, BatchSize: n.batchSize, TimeoutS: n.timeoutS, Waiting: len(names)}}
+		j := &liveJob{ID: id, Owner: owner, Dataset: n.dataset, OutputDir: out, Command: n.command, Price: n.price,
+			Cores: n.cores, BatchSize: n.batchSize, TimeoutS: n.timeoutS, Waiting: len(names)}
 		q.jobs[id] = j
 		q.listLocked(j)
 	}

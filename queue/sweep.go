@@ -177,21 +177,19 @@ func (q *Queue) sweepExpired(ctx context.Context) error {
 	cut := now.Add(-2 * q.cfg.ZombieTimeout)
 	for {
 		q.mu.Lock()
-		x, err := q.st.ExpireZombies(ctx, cut, now, q.cfg.WriteChunk)
+		n, m, err := q.st.ExpireZombies(ctx, cut, now, q.cfg.WriteChunk)
 		if err == nil {
-			q.addRunningLocked(x.Running)
-			q.addWaitingLocked(x.Waiting)
-			q.jobChangesLocked(x.Changes)
+			q.movedLocked(m)
 		}
 		q.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		q.logChanges(x.Changes)
-		if x.Tasks > 0 {
-			q.log.Warn("ZOMBIE tasks expired", "tasks", x.Tasks)
+		q.logChanges(m.Changes)
+		if n > 0 {
+			q.log.Warn("ZOMBIE tasks expired", "tasks", n)
 		}
-		if x.Tasks < q.cfg.WriteChunk {
+		if n < q.cfg.WriteChunk {
 			return nil
 		}
 	}
@@ -205,7 +203,7 @@ func (q *Queue) sweepJobExpiry(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		q.mu.Lock()
-		_, ok, err := q.st.ExpireJob(ctx, id, now)
+		ok, err := q.st.ExpireJob(ctx, id, now)
 		if ok {
 			q.dropJobLocked(id)
 		}

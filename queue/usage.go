@@ -202,7 +202,8 @@ func (q *Queue) Reconcile(ctx context.Context) error {
 	slices.SortStableFunc(window, func(a, b windowMark) int { return cmp.Compare(a.at, b.at) })
 	jobs := make(map[int64]*liveJob, len(live))
 	for _, r := range live { // by price, then FIFO: each user's list comes out in order
-		j := &liveJob{ReadyJob: r}
+		j := &liveJob{ID: r.ID, Owner: r.Owner, Dataset: r.Dataset, OutputDir: r.OutputDir, Command: r.Command,
+			Price: r.Price, Cores: r.Cores, BatchSize: r.BatchSize, Waiting: r.Tasks.Waiting, TimeoutS: r.TimeoutS}
 		jobs[r.ID] = j
 		u := users[r.Owner]
 		if u == nil { // a job without a users row (not through the API): default limits
@@ -210,7 +211,7 @@ func (q *Queue) Reconcile(ctx context.Context) error {
 			users[r.Owner] = u
 			highest = max(highest, u.limits.Priority)
 		}
-		if r.Waiting > 0 {
+		if j.Waiting > 0 {
 			u.ready = append(u.ready, j)
 		}
 	}

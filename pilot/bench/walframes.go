@@ -81,7 +81,7 @@ func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames
 	for i := range names {
 		names[i] = fmt.Sprintf("t%03d", i)
 	}
-	takes := make([]store.Take, users)
+	takes := map[int64]int{} // one task of each job
 	for u := range users {
 		id, err := s.CreateJob(ctx, store.NewJob{Owner: fmt.Sprintf("u%05d", u), Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1,
 			MaxAttempts: 1, Submitted: t0, Expires: t0.Add(time.Hour)})
@@ -94,7 +94,7 @@ func MeasureWALFrames(ctx context.Context, dir, db string, users int) (WALFrames
 		if err := s.ActivateJob(ctx, id, "/o", len(names)); err != nil {
 			return w, err
 		}
-		takes[u] = store.Take{Job: id, N: 1}
+		takes[id] = 1
 	}
 	// A first round warms the tables (the jobs' first hand-out also
 	// starts them: a state change the steady state does not make).

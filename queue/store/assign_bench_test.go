@@ -3,6 +3,7 @@ package store
 import (
 	"github.com/harvest-hpc/harvest/internal/pgtest"
 
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -46,9 +47,9 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 	s.WriteStats(true)
 	k := 0
 	for b.Loop() {
-		takes := make([]Take, 250)
-		for i := range takes {
-			takes[i] = Take{Job: jobs[k%len(jobs)], N: 1}
+		takes := map[int64]int{}
+		for range 250 {
+			takes[jobs[k%len(jobs)]] = 1
 			k++
 		}
 		if _, err := s.Assign(ctx, "local", 1, t0, takes); err != nil {
@@ -82,7 +83,7 @@ func BenchmarkFailedResultsWithLongTails(b *testing.B) {
 			var slow int64
 			s.WriteStats(true)
 			for b.Loop() {
-				got, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: id, N: 100}})
+				got, err := s.Assign(ctx, "local", 1, t0, map[int64]int{id: 100})
 				if err != nil || len(got.Tasks[id]) != 100 {
 					b.Fatalf("assign: %d tasks %v", len(got.Tasks[id]), err)
 				}
@@ -118,12 +119,14 @@ func BenchmarkAssignRetriesOf250Jobs(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("t%03d", i)
 	}
-	takes := make([]Take, 250)
-	for u := range takes {
+	takes := map[int64]int{}
+	var first int64
+	for u := range 250 {
 		id, _ := s.CreateJob(ctx, NewJob{Owner: fmt.Sprintf("u%04d", u), Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1 << 30, Submitted: t0, Expires: t0.Add(time.Hour)})
 		s.InsertTasks(ctx, id, names, 1000, nil)
 		s.ActivateJob(ctx, id, "/o", len(names))
-		takes[u] = Take{Job: id, N: len(names)}
+		takes[id] = len(names)
+		first = cmp.Or(first, id)
 	}
 	fail := func(got Taken) {
 		var rs []pilotproto.Result
@@ -141,14 +144,14 @@ func BenchmarkAssignRetriesOf250Jobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	fail(got)
-	for i := range takes {
-		takes[i].N = 2
+	for id := range takes {
+		takes[id] = 2
 	}
 	var lock time.Duration
 	for b.Loop() {
 		s.WriteStats(true)
 		got, err := s.Assign(ctx, "local", 1, t0, takes)
-		if err != nil || len(got.Tasks) != len(takes) || got.Tasks[takes[0].Job][0].Attempt < 2 {
+		if err != nil || len(got.Tasks) != len(takes) || got.Tasks[first][0].Attempt < 2 {
 			b.Fatalf("%d jobs served, %v", len(got.Tasks), err)
 		}
 		lock += s.WriteStats(true).Total

@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
@@ -26,17 +26,17 @@ type jobRow struct {
 	cores, maxTries       int
 	price                 float64
 	next, retry, requd    int
-	c                     rules.Counts
-	moved, startSet       bool // counters changed; started set in this transaction
+	c, was                rules.Counts // now and as read
+	moved, startSet       bool         // counters changed; started set in this transaction
 }
 
 type grantRow struct {
-	id, job, epoch, assigned, beat int64
-	first, last, attempt           int
-	pool, state                    string
-	settled                        []byte
-	open, done, failed             int
-	dirty                          bool
+	id, job, assigned    int64
+	first, last, attempt int
+	pool, state          string
+	settled              []byte
+	open, done, failed   int
+	dirty                bool
 }
 
 type exceptionRow struct {
@@ -63,15 +63,16 @@ type batch struct {
 	jobs       map[int64]*jobRow          // nil: no such job (or skipped: locked by another agent)
 	byJob      map[[2]int64][]*grantRow   // (job, attempt)
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
-	order      []*exceptionRow            // the exception rows to write, in the order they changed
 	usage      map[string]UsageEvent      // per owner, of a batch of results
+	moved      Moved                      // what flush changed of what the service mirrors
 	lock       string                     // readJobs' row lock on PostgreSQL
 	err        error                      // the first statement's error: later ones do not run
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *sql.Tx) *batch {
 	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, byJob: map[[2]int64][]*grantRow{},
-		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, lock: "FOR UPDATE OF c"}
+		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, lock: "FOR UPDATE OF c",
+		moved: Moved{Running: map[string]int{}, Waiting: map[int64]int{}}}
 }
 
 // rowStatements is head (VALUES rows) AS v tail, prepared once for each
@@ -106,7 +107,7 @@ func rowsSQL(head, tail string, pad ...any) rowStatements {
 			}
 			rows[r] = "(" + strings.Join(cols, ", ") + ")"
 		}
-		st.bySize = append(st.bySize, hot(head+" (VALUES "+strings.Join(rows, ", ")+") AS v "+tail))
+		st.bySize = append(st.bySize, head+" (VALUES "+strings.Join(rows, ", ")+") AS v "+tail)
 	}
 	return st
 }
@@ -122,7 +123,7 @@ func (b *batch) run(st rowStatements, rows [][]any, tail string, scan func(*sql.
 			args = append(args, st.pad...)
 		}
 		rows = rows[n:]
-		rs, err := b.s.query(b.ctx, b.tx, st.bySize[k]+tail, args...)
+		rs, err := b.tx.QueryContext(inline(b.ctx), st.bySize[k]+tail, args...)
 		if err == nil {
 			for err == nil && rs.Next() { // SQLite runs a statement in Next
 				if scan != nil {
@@ -153,14 +154,14 @@ var (
 func (b *batch) readJobs(ids []int64) error {
 	want := unread(b.jobs, ids, func(id int64) []any { return []any{id} })
 	tail := ""
-	if b.s.d.pg {
+	if b.s.pg {
 		tail = " ORDER BY j.id " + b.lock // one order: no deadlock
 	}
 	return b.run(readJobs, want, tail, func(rs *sql.Rows) error {
 		j := &jobRow{}
 		err := rs.Scan(&j.id, &j.state, &j.owner, &j.cores, &j.price, &j.maxTries, &j.started, &j.finished, &j.c.Total,
 			&j.next, &j.c.Waiting, &j.retry, &j.c.Active, &j.c.Done, &j.c.Failed, &j.c.Killed, &j.requd)
-		j.from = j.state
+		j.from, j.was = j.state, j.c
 		b.jobs[j.id] = j
 		return err
 	})
@@ -178,28 +179,26 @@ func unread[K comparable, V any](read map[K]*V, keys []K, row func(K) []any) (wa
 	return want
 }
 
-// entryKey is an entry handed out as an attempt: (job, attempt, index).
-type entryKey [3]int64
-
-func keyOf(id int64, attempt int) entryKey {
-	job, idx := entryOf(id)
-	return entryKey{job, int64(attempt), int64(idx)}
-}
-
-// cached finds the grant of k among those the batch has read.
-func (b *batch) cached(k entryKey) *grantRow {
-	for _, g := range b.byJob[[2]int64{k[0], k[1]}] {
-		if int64(g.first) <= k[2] && k[2] <= int64(g.last) {
+// cached finds the grant holding entry idx of a job's attempt among those
+// the batch has read.
+func (b *batch) cached(job int64, attempt, idx int) *grantRow {
+	for _, g := range b.byJob[[2]int64{job, int64(attempt)}] {
+		if g.first <= idx && idx <= g.last {
 			return g
 		}
 	}
 	return nil
 }
 
-// readGrants reads the grants of keys not read, by runs of entries.
-func (b *batch) readGrants(keys []entryKey) error {
-	keys = slices.DeleteFunc(slices.Clone(keys), func(k entryKey) bool { return b.cached(k) != nil })
-	slices.SortFunc(keys, func(x, y entryKey) int { return slices.Compare(x[:], y[:]) })
+// readGrants reads the grants holding the entries results name, by runs
+// of entries.
+func (b *batch) readGrants(results []pilotproto.Result) error {
+	keys := make([][3]int64, len(results)) // (job, attempt, index)
+	for i, r := range results {
+		job, idx := entryOf(r.TaskID)
+		keys[i] = [3]int64{job, int64(r.Attempt), int64(idx)}
+	}
+	slices.SortFunc(keys, func(x, y [3]int64) int { return slices.Compare(x[:], y[:]) })
 	var runs [][]any
 	for i, k := range keys {
 		if i > 0 && k[0] == keys[i-1][0] && k[1] == keys[i-1][1] && k[2] <= keys[i-1][2]+1 {
@@ -210,40 +209,18 @@ func (b *batch) readGrants(keys []entryKey) error {
 	}
 	return b.run(readGrants, runs, "", func(rs *sql.Rows) error {
 		g, err := scanGrant(rs)
-		if err == nil && b.cached(entryKey{g.job, int64(g.attempt), int64(g.first)}) == nil {
+		if err == nil && b.cached(g.job, g.attempt, g.first) == nil {
 			b.addGrant(g)
 		}
 		return err
 	})
 }
 
-const grantCols = `g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.epoch, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at, g.heartbeat_at`
+const grantCols = `g.id, g.job_id, g.attempt, g.first_idx, g.last_idx, g.pool, g.state, g.settled, g.n_open, g.done, g.failed, g.assigned_at`
 
 func scanGrant(rs *sql.Rows) (*grantRow, error) {
 	g := &grantRow{}
-	return g, rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.epoch, &g.state, &g.settled, &g.open, &g.done, &g.failed, &g.assigned, &g.beat)
-}
-
-// loadGrants reads, to write back, the grants query selects until they
-// hold limit open entries, and says whether more remain.
-func (b *batch) loadGrants(limit int, query string, args ...any) (gs []*grantRow, more bool, err error) {
-	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
-	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	for n := 0; n < max(limit, 1) && rows.Next(); {
-		g, err := scanGrant(rows)
-		if err != nil {
-			return nil, false, err
-		}
-		g.dirty = true
-		b.addGrant(g)
-		gs = append(gs, g)
-		n += g.open
-	}
-	more = rows.Next()
-	return gs, more, rows.Err()
+	return g, rs.Scan(&g.id, &g.job, &g.attempt, &g.first, &g.last, &g.pool, &g.state, &g.settled, &g.open, &g.done, &g.failed, &g.assigned)
 }
 
 func (b *batch) addGrant(g *grantRow) {
@@ -262,19 +239,6 @@ func (b *batch) readExceptions(entries [][2]int64) error {
 	})
 }
 
-// readOpen reads the exception rows of the open entries of grants.
-func (b *batch) readOpen(grants []*grantRow) error {
-	var entries [][2]int64
-	for _, g := range grants {
-		for i, c := range g.settled {
-			if c == open {
-				entries = append(entries, [2]int64{g.job, int64(g.first + i)})
-			}
-		}
-	}
-	return b.readExceptions(entries)
-}
-
 // except returns the entry's exception row (new if none), to be written,
 // and the batch's error.
 func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
@@ -285,16 +249,13 @@ func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
 		x = &exceptionRow{job: job, idx: idx, attempt: attempt}
 		b.exceptions[k] = x
 	}
-	if !x.dirty {
-		x.dirty = true
-		b.order = append(b.order, x)
-	}
+	x.dirty = true
 	return x, b.err
 }
 
 var (
-	writeGrants = rowsSQL(`UPDATE grants SET state = CASE WHEN v.column4 = 0 THEN 'CLOSED' ELSE v.column2 END, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6, heartbeat_at = v.column7 FROM`,
-		`WHERE grants.id = v.column1`, 0, "", "", 0, 0, 0, 0)
+	writeGrants = rowsSQL(`UPDATE grants SET state = CASE WHEN v.column4 = 0 THEN 'CLOSED' ELSE v.column2 END, settled = v.column3, n_open = v.column4, done = v.column5, failed = v.column6 FROM`,
+		`WHERE grants.id = v.column1`, 0, "", "", 0, 0, 0)
 	// (SQLite needs a WHERE before ON CONFLICT in INSERT ... SELECT.)
 	writeExcepts = rowsSQL(`INSERT INTO exceptions (`+exceptionCols+`) SELECT * FROM`,
 		`WHERE v.column1 <> 0 ON CONFLICT (job_id, idx) DO UPDATE SET state = excluded.state, attempt = excluded.attempt, tries = excluded.tries, grant_id = excluded.grant_id,
@@ -307,34 +268,45 @@ var (
 	writeJobStates = rowsSQL(`UPDATE jobs SET state = v.column2, started_at = v.column3, finished_at = v.column4 FROM`, `WHERE jobs.id = v.column1`, 0, "", 0, 0)
 )
 
-// flush writes back the rows changed and returns the jobs' state changes.
+// Moved is what a write changed of what the service mirrors.
+type Moved struct {
+	Running map[string]int // change of running cores per owner
+	Waiting map[int64]int  // change of waiting tasks per job
+	Changes []JobChange
+}
+
+// flush writes back the rows changed and returns the jobs' state changes
+// (also in b.moved, with the moves of their counters).
 func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	var grants, excepts, usage, counts, states [][]any
 	for _, gs := range b.byJob {
 		for _, g := range gs {
 			if g.dirty {
-				grants = append(grants, []any{g.id, g.state, string(g.settled), g.open, g.done, g.failed, g.beat})
+				grants = append(grants, []any{g.id, g.state, string(g.settled), g.open, g.done, g.failed})
 			}
 		}
 	}
-	for _, x := range b.order {
-		excepts = append(excepts, x.fields())
+	for _, x := range b.exceptions {
+		if x != nil && x.dirty {
+			excepts = append(excepts, x.fields())
+		}
 	}
-	for _, o := range slices.Sorted(maps.Keys(b.usage)) {
-		usage = append(usage, []any{ms(now), o, b.usage[o].CPU, b.usage[o].Cost})
+	for o, u := range b.usage {
+		usage = append(usage, []any{u.At, o, u.CPU, u.Cost})
 	}
-	var changes []JobChange
 	for _, j := range b.jobs {
 		if j == nil || !j.moved {
 			continue
 		}
 		counts = append(counts, []any{j.id, j.next, j.c.Waiting, j.retry, j.c.Active, j.c.Done, j.c.Failed, j.c.Killed, j.requd})
+		b.moved.Running[j.owner] += (j.c.Active - j.was.Active) * j.cores
+		b.moved.Waiting[j.id] = j.c.Waiting - j.was.Waiting
 		if j.state = rules.JobState(j.from, j.started > 0, j.c); j.state != j.from {
 			j.finished = 0
 			if api.JobFinal(j.state) {
 				j.finished = ms(now)
 			}
-			changes = append(changes, JobChange{j.id, j.from, j.state})
+			b.moved.Changes = append(b.moved.Changes, JobChange{j.id, j.from, j.state})
 		}
 		if j.state != j.from || j.startSet {
 			states = append(states, []any{j.id, j.state, j.started, j.finished})
@@ -344,5 +316,5 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	for i, st := range []rowStatements{writeGrants, writeExcepts, logUsage, writeCount, writeJobStates} {
 		b.run(st, rows[i], "", nil)
 	}
-	return changes, b.err
+	return b.moved.Changes, b.err
 }

@@ -18,29 +18,23 @@ const (
 
 // chunkSizer sizes a long write's transactions, in rows, to what would
 // have held the lock chunkBudget: at most doubling, at least a quarter (a
-// stretched transaction costs a few more commits), between chunkMin and
-// max; on PostgreSQL always max, as no one waits for its lock.
-type chunkSizer struct {
-	n, max int
-	fixed  bool
-}
+// stretched transaction costs a few more commits), between floor
+// (chunkMin) and max; on PostgreSQL always max, as no one waits for its lock.
+type chunkSizer struct{ n, floor, max int } // n: the next transaction's rows
 
 func (s *Store) chunks(limit int) *chunkSizer {
 	limit = max(limit, 1)
-	if s.d.pg {
-		return &chunkSizer{n: limit, max: limit, fixed: true}
+	if s.pg {
+		return &chunkSizer{n: limit, floor: limit, max: limit}
 	}
-	return &chunkSizer{n: min(chunkStart, limit), max: limit}
+	return &chunkSizer{n: min(chunkStart, limit), floor: chunkMin, max: limit}
 }
-
-// size is how many rows the next transaction should write.
-func (z *chunkSizer) size() int { return z.n }
 
 // took records that a transaction of rows rows held the lock for d.
 func (z *chunkSizer) took(rows int, d time.Duration) {
-	if rows > 0 && !z.fixed {
+	if rows > 0 {
 		want := int(float64(rows) * float64(chunkBudget) / float64(max(d, 1)))
-		z.n = min(max(want, z.n/4, chunkMin), 2*z.n, z.max) // under chunkMin only if the limit is
+		z.n = min(max(want, z.n/4, z.floor), 2*z.n, z.max) // under the floor only if the limit is
 	}
 }
 

@@ -16,47 +16,47 @@ import (
 // The sizer aims each transaction at chunkBudget from the last one's lock
 // time per row, at most doubling, at least a quarter, within its bounds.
 func TestChunkSizerAimsAtTheBudget(t *testing.T) {
-	z := (&Store{d: &dialect{}}).chunks(1000)
-	if z.size() != chunkStart {
-		t.Fatalf("first chunk %d, want %d", z.size(), chunkStart)
+	z := (&Store{}).chunks(1000)
+	if z.n != chunkStart {
+		t.Fatalf("first chunk %d, want %d", z.n, chunkStart)
 	}
 	z.took(64, chunkBudget/16) // 16 times too fast: grows, but only doubles
-	if z.size() != 128 {
-		t.Fatalf("after a fast chunk: %d, want 128 (doubled)", z.size())
+	if z.n != 128 {
+		t.Fatalf("after a fast chunk: %d, want 128 (doubled)", z.n)
 	}
 	z.took(128, chunkBudget/2) // twice too fast: 256 would fit
-	if z.size() != 256 {
-		t.Fatalf("after a chunk at half the budget: %d, want 256", z.size())
+	if z.n != 256 {
+		t.Fatalf("after a chunk at half the budget: %d, want 256", z.n)
 	}
 	z.took(256, 2*chunkBudget) // twice too slow: 128 would fit
-	if z.size() != 128 {
-		t.Fatalf("after a chunk at twice the budget: %d, want 128", z.size())
+	if z.n != 128 {
+		t.Fatalf("after a chunk at twice the budget: %d, want 128", z.n)
 	}
 	z.took(128, 20*chunkBudget) // a stretched one: a quarter, not a twentieth
-	if z.size() != 32 {
-		t.Fatalf("after a chunk at 20 times the budget: %d, want 32 (a quarter)", z.size())
+	if z.n != 32 {
+		t.Fatalf("after a chunk at 20 times the budget: %d, want 32 (a quarter)", z.n)
 	}
 	z.took(32, 20*chunkBudget)
-	if z.size() != chunkMin {
-		t.Fatalf("after another: %d, want the floor %d", z.size(), chunkMin)
+	if z.n != chunkMin {
+		t.Fatalf("after another: %d, want the floor %d", z.n, chunkMin)
 	}
 	for range 20 {
-		z.took(z.size(), 0) // nothing measurable: doubles up to the limit
+		z.took(z.n, 0) // nothing measurable: doubles up to the limit
 	}
-	if z.size() != 1000 {
-		t.Fatalf("after fast chunks: %d, want the limit 1000", z.size())
+	if z.n != 1000 {
+		t.Fatalf("after fast chunks: %d, want the limit 1000", z.n)
 	}
 	z.took(0, time.Second) // nothing written: nothing learnt
-	if z.size() != 1000 {
-		t.Fatalf("after an empty chunk: %d, want 1000", z.size())
+	if z.n != 1000 {
+		t.Fatalf("after an empty chunk: %d, want 1000", z.n)
 	}
-	if z := (&Store{d: &dialect{}}).chunks(5); z.size() != 5 {
-		t.Fatalf("limit 5: first chunk %d", z.size())
-	} else if z.took(5, time.Hour); z.size() != 5 {
-		t.Fatalf("limit 5 under the floor: %d, want 5 (the limit is the caller's)", z.size())
+	if z := (&Store{}).chunks(5); z.n != 5 {
+		t.Fatalf("limit 5: first chunk %d", z.n)
+	} else if z.took(5, time.Hour); z.n != 5 {
+		t.Fatalf("limit 5 under the floor: %d, want 5 (the limit is the caller's)", z.n)
 	}
-	if z := (&Store{d: &dialect{}}).chunks(0); z.size() != 1 {
-		t.Fatalf("limit 0: %d, want 1", z.size())
+	if z := (&Store{}).chunks(0); z.n != 1 {
+		t.Fatalf("limit 0: %d, want 1", z.n)
 	}
 }
 
@@ -89,7 +89,7 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 		total += k
 	}
 	first := chunkStart
-	if s.d.pg {
+	if s.pg {
 		first = 300 // no write lock to keep short: the limit
 	}
 	if total != len(names) || sizes[0] != first {

@@ -34,13 +34,13 @@ func TestAgentsPullingAtOnceTakeDisjointGrants(t *testing.T) {
 			t.Fatal(d, err)
 		}
 	}
-	var takes []Take
+	takes := map[int64]int{}
 	for range jobs {
 		names := make([]string, entries)
 		for i := range names {
 			names[i] = fmt.Sprint(i)
 		}
-		takes = append(takes, Take{Job: job(t, stores[0], t0, names...), N: 7})
+		takes[job(t, stores[0], t0, names...)] = 7
 	}
 	var mu sync.Mutex
 	seen := map[int64]int{}
@@ -75,7 +75,7 @@ func TestAgentsPullingAtOnceTakeDisjointGrants(t *testing.T) {
 					}
 					continue // the rest is held by another agent's pull
 				}
-				if a, err := s.ApplyResults(ctx, pool, 1, t0, rs); err != nil || a.Applied != len(rs) {
+				if a, err := s.ApplyResults(ctx, pool, 1, t0, rs); err != nil || len(a.Outcomes) != len(rs) {
 					errs <- fmt.Errorf("results: %+v %v", a, err)
 					return
 				}
@@ -97,10 +97,10 @@ func TestAgentsPullingAtOnceTakeDisjointGrants(t *testing.T) {
 			t.Fatalf("task %d handed out %d times", id, n)
 		}
 	}
-	for _, tk := range takes {
-		j, err := stores[1].Job(ctx, tk.Job)
+	for id := range takes {
+		j, err := stores[1].Job(ctx, id)
 		if err != nil || j.Tasks.Done != entries || j.Tasks.Waiting != 0 || j.Tasks.Running != 0 || j.State != "DONE" {
-			t.Fatalf("job %d: %+v %v", tk.Job, j, err)
+			t.Fatalf("job %d: %+v %v", id, j, err)
 		}
 	}
 	pools, err := stores[2].Outstanding(ctx)

@@ -70,7 +70,7 @@ func TestMigrateToPostgreSQLLosesNothing(t *testing.T) {
 	if _, err := s.MarkZombies(ctx, store.T0.Add(time.Minute), 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ExpireZombies(ctx, store.T0.Add(time.Minute), store.T0.Add(2*time.Minute), 100); err != nil {
+	if _, _, err := s.ExpireZombies(ctx, store.T0.Add(time.Minute), store.T0.Add(2*time.Minute), 100); err != nil {
 		t.Fatal(err)
 	}
 	c := store.MakeJob(t, s, store.T0, "x", "y", "z")

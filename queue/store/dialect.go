@@ -1,20 +1,16 @@
 package store
 
 import (
-	"context"
 	"errors"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgconn"
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
 // Statements number their parameters $1, $2, ... in order of first
 // appearance (SQLite binds a $N by where it first appears, not by N:
-// TestParametersInOrderOfFirstAppearance); the dialect holds where the
-// engines differ.
-type dialect struct{ pg bool }
+// TestParametersInOrderOfFirstAppearance); Store.pg and what follows hold
+// where the engines differ.
 
 // duplicate is whether err is a unique-constraint violation.
 func duplicate(err error) bool {
@@ -29,11 +25,4 @@ func duplicate(err error) bool {
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
-}
-
-// retries waits growing, jittered times, for at most 10 s.
-func retries(ctx context.Context) backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, 10*time.Second
-	return backoff.WithContext(b, ctx)
 }

@@ -21,18 +21,11 @@ func entryOf(id int64) (job int64, idx int) { return id >> 32, int(id & 0xffffff
 
 // A grant's settled marks, one per entry.
 const (
-	open        = '-' // no result yet
-	settledD    = 'D' // done
-	settledR    = 'R' // another result recorded (failed, timeout, interrupted, stale)
-	settledX    = 'X' // closed without a result (expired, killed, requeued)
-	grantClosed = "CLOSED"
+	open     = '-' // no result yet
+	settledD = 'D' // done
+	settledR = 'R' // another result recorded (failed, timeout, interrupted, stale)
+	settledX = 'X' // closed without a result (expired, killed, requeued)
 )
-
-// Take asks for up to N waiting tasks of a job.
-type Take struct {
-	Job int64
-	N   int
-}
 
 // TakenTask is a task handed out: ASSIGNED with its new attempt.
 type TakenTask struct {
@@ -57,8 +50,8 @@ var (
 		FROM r WHERE r.k < r.n AND r.idx IS NOT NULL)
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
 		JOIN entries e ON e.job_id = r.job AND e.idx = r.idx ORDER BY r.job, r.idx`, 0, 0)
-	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, pilot, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
-		`WHERE v.column1 <> 0`, 0, 0, 0, 0, "", 0, "", 0, 0, "", "", 0)
+	insertGrants = rowsSQL(`INSERT INTO grants (job_id, first_idx, last_idx, attempt, pool, epoch, assigned_at, heartbeat_at, state, settled, n_open) SELECT * FROM`,
+		`WHERE v.column1 <> 0`, 0, 0, 0, 0, "", 0, 0, 0, "", "", 0)
 	// A retry's grant is the one of its entry and attempt.
 	markGranted = rowsSQL(`UPDATE exceptions SET state = 'GRANTED', attempt = v.column3,
 		grant_id = (SELECT g.id FROM grants g WHERE g.job_id = v.column1 AND g.attempt = v.column3 AND g.first_idx = v.column2) FROM`,
@@ -67,62 +60,55 @@ var (
 		`JOIN entries e ON e.job_id = v.column1 AND e.idx >= v.column2 AND e.idx <= v.column3 ORDER BY e.job_id, e.idx`, 0, 1, 0)
 )
 
-// Assign hands out, for each take, the job's waiting entries of lowest
-// index (retries, then fresh ones) to the pool's lease holder, in one
-// fenced transaction: a grant of the fresh entries and one per retry.
-func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes []Take) (Taken, error) {
+// Assign hands out, for each job of takes (how many of its tasks), the
+// job's waiting entries of lowest index (retries, then fresh ones) to the
+// pool's lease holder, in one fenced transaction: a grant of the fresh
+// entries and one per retry.
+func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.Time, takes map[int64]int) (Taken, error) {
+	ids := slices.Sorted(maps.Keys(takes))
 	var out Taken
-	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
+	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
 		b.lock = "FOR UPDATE OF c SKIP LOCKED"
-		var ids []int64
-		for _, t := range takes {
-			ids = append(ids, t.Job)
-		}
 		b.readJobs(ids)
-		want := map[int64]int{} // retries to read per job
-		for _, t := range takes {
-			if j := b.jobs[t.Job]; j != nil && j.retry > 0 && t.N > 0 {
-				want[t.Job] = min(want[t.Job]+t.N, j.retry)
+		var asked [][]any // (job, n): the job's first n waiting retries
+		for _, id := range ids {
+			if j := b.jobs[id]; j != nil && j.retry > 0 && takes[id] > 0 {
+				asked = append(asked, []any{id, min(takes[id], j.retry)})
 			}
-		}
-		var asked [][]any
-		for _, id := range slices.Sorted(maps.Keys(want)) {
-			asked = append(asked, []any{id, want[id]})
 		}
 		retries := map[int64][]TakenTask{} // with their last attempt
 		b.run(readRetries, asked, "", scanTasks(retries))
 		at := ms(now)
 		var grants, marks, ranges [][]any // the new grants; the retries (job, idx, attempt); the fresh ranges (job, first, last)
 		grant := func(job int64, first, n, attempt int) []any {
-			return []any{job, first, first + n - 1, attempt, pool, epoch, l.Holder, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
+			return []any{job, first, first + n - 1, attempt, pool, epoch, at, at, "ASSIGNED", strings.Repeat(string(rune(open)), n), n}
 		}
-		for _, t := range takes {
-			j := b.jobs[t.Job]
-			if j == nil && s.d.pg && b.err == nil { // skipped (another agent's write holds it), or gone
+		for _, id := range ids {
+			j := b.jobs[id]
+			if j == nil && s.pg && b.err == nil { // skipped (another agent's write holds it), or gone
 				var n int
-				if b.err = tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = $1`, t.Job).Scan(&n); n > 0 {
+				if b.err = tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM jobs WHERE id = $1`, id).Scan(&n); n > 0 {
 					continue
 				}
 			}
 			if j == nil || !rules.JobLive(j.state) {
-				out.Gone = append(out.Gone, t.Job)
+				out.Gone = append(out.Gone, id)
 				continue
 			}
-			rs := retries[t.Job][:min(max(t.N, 0), len(retries[t.Job]))]
-			retries[t.Job] = retries[t.Job][len(rs):]
+			rs := retries[id]
 			for _, r := range rs {
 				r.Attempt = max(r.Attempt+1, 2) // attempt 1 is a fresh grant's, and only its
 				_, idx := entryOf(r.ID)
-				grants = append(grants, grant(t.Job, idx, 1, r.Attempt))
-				marks = append(marks, []any{t.Job, idx, r.Attempt})
-				out.Tasks[t.Job] = append(out.Tasks[t.Job], r)
+				grants = append(grants, grant(id, idx, 1, r.Attempt))
+				marks = append(marks, []any{id, idx, r.Attempt})
+				out.Tasks[id] = append(out.Tasks[id], r)
 			}
-			k := max(min(t.N-len(rs), j.c.Total-j.next), 0) // fresh entries
+			k := max(min(takes[id]-len(rs), j.c.Total-j.next), 0) // fresh entries
 			if k > 0 {
-				grants = append(grants, grant(t.Job, j.next, k, 1))
-				ranges = append(ranges, []any{t.Job, j.next, j.next + k - 1})
+				grants = append(grants, grant(id, j.next, k, 1))
+				ranges = append(ranges, []any{id, j.next, j.next + k - 1})
 			}
 			if taken := len(rs) + k; taken > 0 {
 				j.next, j.retry, j.requd = j.next+k, j.retry-len(rs), j.requd+len(rs)
@@ -157,21 +143,13 @@ func scanTasks(out map[int64][]TakenTask) func(*sql.Rows) error {
 	}
 }
 
-// OwnedEvent is a usage event and whose it is.
-type OwnedEvent struct {
-	Owner string
-	Event UsageEvent
-}
-
 // Applied is what a batch of results changed.
 type Applied struct {
-	Applied, Duplicates, Ignored int
-	Running                      map[string]int // change of running cores per owner
-	Waiting                      map[int64]int  // change of waiting tasks per job (requeued)
-	Events                       []OwnedEvent   // the usage of every result recorded (applied or stale)
-	Changes                      []JobChange
-	Outcomes                     []Outcome // the applied results, for the per-site figures
-	LostMS                       int64     // run time of the interrupted attempts recorded (pilots that ended under them)
+	Moved
+	Duplicates, Ignored int
+	Outcomes            []Outcome             // the applied results, for the per-site figures
+	Usage               map[string]UsageEvent // per owner, of the results recorded (applied or stale)
+	LostMS              int64                 // run time of the interrupted attempts recorded (pilots that ended under them)
 }
 
 // Outcome is an applied result, for the per-site figures.
@@ -189,25 +167,25 @@ type Outcome struct {
 func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now time.Time, results []pilotproto.Result) (Applied, error) {
 	var a Applied
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
-		a = Applied{Running: map[string]int{}, Waiting: map[int64]int{}}
 		b := s.newBatch(ctx, tx)
+		a = Applied{Usage: b.usage}
 		var ids []int64
-		var keys []entryKey
 		var excepts [][2]int64 // the entries that may have an exception row
 		for _, r := range results {
-			k := keyOf(r.TaskID, r.Attempt)
-			ids, keys = append(ids, k[0]), append(keys, k)
+			job, idx := entryOf(r.TaskID)
+			ids = append(ids, job)
 			if r.Attempt > 1 || r.Status != pilotproto.StatusDone {
-				excepts = append(excepts, [2]int64{k[0], k[2]})
+				excepts = append(excepts, [2]int64{job, int64(idx)})
 			}
 		}
 		b.readJobs(ids)
-		b.readGrants(keys)
+		b.readGrants(results)
 		b.readExceptions(excepts)
 		for i := 0; i < len(results) && b.err == nil; i++ {
 			b.result(&a, pool, results[i], now)
 		}
-		a.Changes, _ = b.flush(now)
+		b.flush(now)
+		a.Moved = b.moved
 		return b.err
 	})
 	if err != nil {
@@ -219,7 +197,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 // result applies r; an error stays in b.err.
 func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Time) {
 	job, idx := entryOf(r.TaskID)
-	g, j := b.cached(keyOf(r.TaskID, r.Attempt)), b.jobs[job]
+	g, j := b.cached(job, r.Attempt, idx), b.jobs[job]
 	if g == nil || j == nil || g.settled[idx-g.first] == open && g.pool != pool {
 		a.Ignored++ // unknown, or another pool's
 		return
@@ -231,8 +209,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		return
 	}
 	cpu, u := float64(j.cores)*float64(r.DurationMS)/1000, b.usage[j.owner]
-	a.Events = append(a.Events, OwnedEvent{j.owner, UsageEvent{At: ms(now), CPU: cpu, Cost: cpu * j.price}})
-	b.usage[j.owner] = UsageEvent{CPU: u.CPU + cpu, Cost: u.Cost + cpu*j.price}
+	b.usage[j.owner] = UsageEvent{At: ms(now), CPU: u.CPU + cpu, Cost: u.Cost + cpu*j.price}
 	if r.Status == pilotproto.StatusInterrupted {
 		a.LostMS += r.DurationMS
 	}
@@ -254,45 +231,49 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		tries = x.tries
 	}
 	tr := rules.AfterResult(rules.ActiveTask{State: g.state, Attempt: g.attempt, Tries: tries, MaxAttempts: j.maxTries, JobState: j.state}, r.Status)
-	if tr.State == api.TaskDone {
-		g.settled[i] = settledD
-	}
 	g.open--
-	switch r.Status {
-	case pilotproto.StatusDone:
-		g.done++
-	case pilotproto.StatusFailed, pilotproto.StatusTimeout:
+	if tr.State == api.TaskDone {
+		g.settled[i], g.done = settledD, g.done+1
+	} else if tr.CountsTry { // failed or timed out
 		g.failed++
 	}
 	if tr.State != api.TaskDone || x != nil {
-		x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
-		x.state, x.attempt, x.grant = tr.State, g.attempt, g.id
-		if tr.CountsTry {
-			x.tries++
-			x.failAttempt, x.status, x.exit, x.pool, x.pilot = r.Attempt, r.Status, r.ExitCode, pool, r.Pilot
-			x.started, x.duration, x.tail = r.StartedAt, r.DurationMS, r.ErrorTail
-		}
-		if tr.Final() {
-			x.finished = ms(now)
-		} else {
-			x.queued = ms(now)
-		}
+		x, _ = b.except(job, idx, g.attempt) // an error stays in b.err
+		x.attempt, x.grant = g.attempt, g.id
 	}
+	move(j, x, tr, r, pool, now)
+	a.Outcomes = append(a.Outcomes, Outcome{Job: job, Status: r.Status, TurnaroundMS: max(0, ms(now)-g.assigned), DurationMS: r.DurationMS})
+}
+
+// move takes an active entry of j out of Active as tr says, at now. Its
+// exception row x (nil: a fresh entry done, which needs none) takes tr's
+// state and, when tr counts a try, r (reported by pool) as its last failure.
+func move(j *jobRow, x *exceptionRow, tr rules.Transition, r pilotproto.Result, pool string, now time.Time) {
 	j.c.Active--
 	switch tr.Counter {
 	case rules.ToWaiting:
 		j.c.Waiting++
 		j.retry++
-		a.Waiting[job]++
 	case rules.ToDone:
 		j.c.Done++
 	case rules.ToFailed:
 		j.c.Failed++
 	}
 	j.moved = true
-	a.Outcomes = append(a.Outcomes, Outcome{Job: job, Status: r.Status, TurnaroundMS: max(0, ms(now)-g.assigned), DurationMS: r.DurationMS})
-	a.Applied++
-	a.Running[j.owner] -= j.cores
+	if x == nil {
+		return
+	}
+	x.state = tr.State
+	if tr.CountsTry {
+		x.tries++
+		x.failAttempt, x.status, x.exit, x.pool, x.pilot = r.Attempt, r.Status, r.ExitCode, pool, r.Pilot
+		x.started, x.duration, x.tail = r.StartedAt, r.DurationMS, r.ErrorTail
+	}
+	if tr.Final() {
+		x.finished = ms(now)
+	} else {
+		x.queued = ms(now)
+	}
 }
 
 // renewGrants makes RUNNING, beating now, the pool's grant holding each
@@ -301,27 +282,22 @@ var renewGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v
 	AND grants.first_idx = (SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3 ORDER BY h.first_idx DESC LIMIT 1)
 	AND grants.pool = v.column4 AND grants.state != 'CLOSED' AND substr(grants.settled, CAST(v.column3 - grants.first_idx + 1 AS INTEGER), 1) = '-'`, 0, 0, 0, "", 0)
 
-// Heartbeat renews, in one fenced transaction, the pool's lease and the
-// grants holding the listed attempts open.
-func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) (rules.Lease, error) {
-	var next rules.Lease
+// Heartbeat renews, in one fenced transaction, the pool's lease until
+// now+ttl and the grants holding the listed attempts open.
+func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) error {
+	rows := make([][]any, len(refs))
+	for i, r := range refs {
+		job, idx := entryOf(r.TaskID)
+		rows[i] = []any{job, r.Attempt, idx, pool, ms(now)}
+	}
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
-		next = l
-		next.Expires = now.Add(ttl)
-		rows := make([][]any, len(refs))
-		for i, r := range refs {
-			job, idx := entryOf(r.TaskID)
-			rows[i] = []any{job, r.Attempt, idx, pool, ms(now)}
-		}
-		if err := s.saveLease(ctx, tx, pool, next); err != nil {
+		l.Expires = now.Add(ttl)
+		if err := s.saveLease(ctx, tx, pool, l); err != nil {
 			return err
 		}
 		return s.newBatch(ctx, tx).run(renewGrants, rows, "", nil)
 	})
-	if err != nil {
-		return rules.Lease{}, fmt.Errorf("heartbeat: %w", err)
-	}
-	return next, nil
+	return wrap(err, "heartbeat")
 }
 
 // ActiveTasksBefore lists the pool's active tasks handed out under an
@@ -360,12 +336,8 @@ func (s *Store) Outstanding(ctx context.Context) (map[string]int, error) {
 
 // JobPools returns, per pool, the done and failed attempts of a job.
 func (s *Store) JobPools(ctx context.Context, job int64) (map[string][2]int, error) {
-	out := map[string][2]int{}
-	return out, s.each(ctx, fmt.Sprintf("job %d per pool", job), func(r *sql.Rows) error {
-		var pool string
-		var d, f int
-		err := r.Scan(&pool, &d, &f)
-		out[pool] = [2]int{d, f}
-		return err
+	return byKey(ctx, s, fmt.Sprintf("job %d per pool", job), func(r scanner) (pool string, n [2]int, err error) {
+		err = r.Scan(&pool, &n[0], &n[1])
+		return pool, n, err
 	}, `SELECT pool, sum(done), sum(failed) FROM grants WHERE job_id = $1 AND pool != '' GROUP BY pool HAVING sum(done) + sum(failed) > 0`, job)
 }

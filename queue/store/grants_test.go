@@ -52,7 +52,7 @@ func take(t *testing.T, s *Store, job int64, n int) []TakenTask {
 // takeIn hands tasks out to the master of pool (epoch 1).
 func takeIn(t *testing.T, s *Store, pool string, job int64, n int) []TakenTask {
 	t.Helper()
-	got, err := s.Assign(context.Background(), pool, 1, t0, []Take{{Job: job, N: n}})
+	got, err := s.Assign(context.Background(), pool, 1, t0, map[int64]int{job: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +124,8 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 				status := []string{pilotproto.StatusDone, pilotproto.StatusDone, pilotproto.StatusFailed, pilotproto.StatusInterrupted}[r.IntN(4)]
 				reportIn(t, s, pool, status, h[:n]...)
 				if r.IntN(3) == 0 { // the same results again: duplicates
-					if a := reportIn(t, s, pool, status, h[:n]...); a.Applied != 0 {
-						t.Fatalf("seed %d step %d: a repeated report applied %d results", seed, step, a.Applied)
+					if a := reportIn(t, s, pool, status, h[:n]...); len(a.Outcomes) != 0 {
+						t.Fatalf("seed %d step %d: a repeated report applied %d results", seed, step, len(a.Outcomes))
 					}
 				}
 				held[pool] = h[n:]
@@ -134,11 +134,11 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 				for _, h := range held[pool] {
 					refs = append(refs, pilotproto.TaskRef{TaskID: h.ID, Attempt: h.Attempt})
 				}
-				if _, err := s.Heartbeat(ctx, pool, 1, t0.Add(time.Duration(step)*time.Minute), time.Hour, refs); err != nil {
+				if err := s.Heartbeat(ctx, pool, 1, t0.Add(time.Duration(step)*time.Minute), time.Hour, refs); err != nil {
 					t.Fatal(err)
 				}
 			case k == 7:
-				if _, err := s.ExpireZombies(ctx, t0.Add(time.Duration(step)*time.Minute), t0, 100); err != nil {
+				if _, _, err := s.ExpireZombies(ctx, t0.Add(time.Duration(step)*time.Minute), t0, 100); err != nil {
 					t.Fatal(err)
 				}
 			case k == 8:
@@ -201,7 +201,7 @@ func TestOnePullHandsOutTheRetriesOfSeveralJobs(t *testing.T) {
 	ta, tb := take(t, s, a, 4), take(t, s, b, 3)
 	reportIn(t, s, "local", pilotproto.StatusFailed, ta[1], ta[2], ta[3])
 	reportIn(t, s, "local", pilotproto.StatusFailed, tb[0], tb[2])
-	got, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: a, N: 2}, {Job: b, N: 3}})
+	got, err := s.Assign(ctx, "local", 1, t0, map[int64]int{a: 2, b: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chun
 		if err = ctx.Err(); err != nil { // between chunks, not inside one
 			break
 		}
-		part := names[:min(len(names), z.size())]
+		part := names[:min(len(names), z.n)]
 		names = names[len(part):]
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *sql.Tx) error {
@@ -106,7 +106,7 @@ func (s *Store) ActivateJob(ctx context.Context, id int64, outputDir string, n i
 func (s *Store) DropJob(ctx context.Context, id int64, chunk int) error {
 	var err error
 	for z, more := s.chunks(chunk), true; more && err == nil; {
-		k := z.size()
+		k := z.n
 		var d time.Duration
 		d, err = s.transact(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(inline(ctx), `DELETE FROM entries WHERE job_id = $1 AND idx <= (SELECT max(idx) FROM (SELECT idx FROM entries WHERE job_id = $1 ORDER BY idx LIMIT $2) AS c)`, id, k)
@@ -210,63 +210,25 @@ func killJob(ctx context.Context, tx *sql.Tx, id int64, state string, cancelled,
 }
 
 // KillTasks kills the tasks a cancel or expiry recorded (kill_states): live grants' open
-// entries in chunks, then waiting exceptions (counters moved with the job's state; fresh
-// entries need no row), and clears the record, which a crash leaves (PendingKills).
+// entries in chunks, the last with the waiting exceptions (counters moved with the job's
+// state; fresh entries need no row), and clears the record, which a crash leaves (PendingKills).
 func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk int) error {
 	var pending string
 	err := s.r.QueryRowContext(ctx, `SELECT kill_states FROM jobs WHERE id = $1`, id).Scan(&pending)
-	if err == nil && pending != "" && pending != cancelKills && pending != expiryKills {
-		err = fmt.Errorf("unknown states %q recorded", pending)
-	}
-	for more := pending == cancelKills; more && err == nil; {
+	for more := pending != ""; more && err == nil; {
 		err = s.write(ctx, func(tx *sql.Tx) (err error) {
-			_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
-				`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
+			if more = pending == cancelKills; more {
+				_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
+					`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
+			}
+			if err == nil && !more {
+				err = execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
+					[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
+			}
 			return err
 		})
 	}
-	if err == nil && pending != "" {
-		err = s.write(ctx, func(tx *sql.Tx) error {
-			return execs(ctx, tx, []any{`UPDATE exceptions SET state = 'KILLED', finished_at = $1 WHERE job_id = $2 AND state = 'WAITING'`, ms(now), id},
-				[]any{`UPDATE jobs SET kill_states = '' WHERE id = $1`, id})
-		})
-	}
 	return wrap(err, "kill tasks of job %d", id)
-}
-
-// closeGrants closes the grants query selects (about limit open entries), each open
-// entry an exception row end fills in, flushes the batch and says if more remain.
-func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
-	gs, more, err := b.loadGrants(limit, query, args...)
-	ids := make([]int64, len(gs))
-	for i, g := range gs {
-		ids[i] = g.job
-	}
-	if err == nil {
-		err = b.readJobs(ids)
-	}
-	if err == nil {
-		err = b.readOpen(gs)
-	}
-	for _, g := range gs {
-		for i, c := range g.settled {
-			if c != open || err != nil {
-				continue
-			}
-			var x *exceptionRow
-			if x, err = b.except(g.job, g.first+i, g.attempt); err == nil {
-				x.attempt, x.grant = g.attempt, g.id
-				end(b.jobs[g.job], x)
-				g.settled[i] = settledX
-			}
-		}
-		g.open, g.state = 0, grantClosed
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	changes, err := b.flush(now)
-	return changes, more, err
 }
 
 // PendingKills lists the jobs whose kill a crash cut, by id.
@@ -286,19 +248,14 @@ func (s *Store) Demand(ctx context.Context) (pending, running int, err error) {
 	return pending, running, wrap(err, "demand")
 }
 
-// TaskCounts are an owner's tasks by state over the stored jobs.
-type TaskCounts struct {
-	Waiting, Running, Done, Failed, Killed int
-}
-
 // TaskStats counts the tasks of stored jobs per owner, and the re-hand-outs.
-func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]TaskCounts, requeued int, err error) {
-	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t TaskCounts, err error) {
+func (s *Store) TaskStats(ctx context.Context) (byOwner map[string]api.TaskCounts, requeued int, err error) {
+	byOwner, err = byKey(ctx, s, "stats", func(r scanner) (owner string, t api.TaskCounts, err error) {
 		var n int
-		err = r.Scan(&owner, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &n)
+		err = r.Scan(&owner, &t.Total, &t.Waiting, &t.Running, &t.Done, &t.Failed, &t.Killed, &n)
 		requeued += n
 		return owner, t, err
-	}, `SELECT owner, sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
+	}, `SELECT owner, sum(n_total), sum(n_waiting), sum(n_active), sum(n_done), sum(n_failed), sum(n_killed), sum(n_requeued) FROM `+jobsCounted+` GROUP BY owner`)
 	return byOwner, requeued, err
 }
 
@@ -315,25 +272,14 @@ func (s *Store) Failures(ctx context.Context, job, cursor int64, limit int) ([]a
 		WHERE x.job_id = $1 AND x.idx > $2 AND x.tries > 0 ORDER BY x.idx LIMIT $3`, job, after, limit)
 }
 
-// ReadyJob is a live job as a pull plans with it.
-type ReadyJob struct {
-	ID                        int64
-	Owner, Dataset, OutputDir string
-	Command                   []string
-	Price                     float64
-	Cores, BatchSize, Waiting int
-	TimeoutS                  int64
-}
-
 // LiveJobs reads the live jobs, by price (highest first) then FIFO, and the
 // cores each owner's active tasks hold.
-func (s *Store) LiveJobs(ctx context.Context) (jobs []ReadyJob, running map[string]int, err error) {
+func (s *Store) LiveJobs(ctx context.Context) (jobs []api.Job, running map[string]int, err error) {
 	running = map[string]int{}
-	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (ReadyJob, error) {
+	jobs, err = list(ctx, s, "list live jobs", func(r scanner) (api.Job, error) {
 		j, err := scanJob(r)
 		running[j.Owner] += j.Cores * j.Tasks.Running
-		return ReadyJob{ID: j.ID, Owner: j.Owner, Dataset: j.Dataset, OutputDir: j.OutputDir, Command: j.Command,
-			Price: j.Price, Cores: j.Cores, BatchSize: j.BatchSize, Waiting: j.Tasks.Waiting, TimeoutS: j.TimeoutS}, err
+		return j, err
 	}, `SELECT `+jobColumns+` FROM `+jobsCounted+` WHERE state IN ('WAITING', 'RUNNING') ORDER BY price DESC, id`)
 	return jobs, running, err
 }

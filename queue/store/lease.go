@@ -23,7 +23,7 @@ const leaseQuery = `SELECT epoch, holder, address, expires_at FROM leases WHERE 
 
 // readLeaseTx reads a pool's lease in tx, on PostgreSQL locked by lock.
 func (s *Store) readLeaseTx(ctx context.Context, tx *sql.Tx, pool, lock string) (rules.Lease, error) {
-	if !s.d.pg {
+	if !s.pg {
 		lock = "" // SQLite's writer holds the whole database
 	}
 	return scanLease(tx.QueryRowContext(inline(ctx), leaseQuery+lock, pool), pool)

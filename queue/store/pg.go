@@ -11,6 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/harvest-hpc/harvest/queue/store/schema"
 )
 
 // IsURL says whether db names a PostgreSQL database, not a SQLite file.
@@ -39,13 +41,13 @@ func openPG(dsn string) (*Store, error) {
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(8) // a pull, a batch of results and the API's reads at once
 	db.SetMaxIdleConns(8)
-	st := &Store{w: db, r: db, d: &dialect{pg: true}, path: name}
+	st := &Store{w: db, r: db, pg: true, path: name}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
 	defer cancel()
 	if err = db.PingContext(ctx); err != nil {
 		err = fmt.Errorf("cannot connect: %w", err)
 	} else {
-		err = st.migrate()
+		err = schema.Migrate(context.Background(), db, true)
 	}
 	if err != nil {
 		db.Close()
@@ -68,7 +70,7 @@ var ErrClaimed = errors.New("another harvest queue uses this database")
 // advisory lock on the schema, tried for up to wait (a killed process's
 // session may outlive it a moment); on SQLite internal/statelock's.
 func (s *Store) Claim(ctx context.Context, shared bool, wait time.Duration) error {
-	if !s.d.pg {
+	if !s.pg {
 		return nil
 	}
 	conn, err := s.w.Conn(ctx)

@@ -54,11 +54,11 @@ func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
 		t.Fatalf("leases %+v %v", leases, err)
 	}
 	id := job(t, s, t0, "x", "y", "z")
-	ta, err := s.Assign(ctx, "a", 1, t0, []Take{{Job: id, N: 2}})
+	ta, err := s.Assign(ctx, "a", 1, t0, map[int64]int{id: 2})
 	if err != nil || len(ta.Tasks[id]) != 2 {
 		t.Fatalf("assign to a: %+v %v", ta, err)
 	}
-	tb, err := s.Assign(ctx, "b", 1, t0, []Take{{Job: id, N: 5}})
+	tb, err := s.Assign(ctx, "b", 1, t0, map[int64]int{id: 5})
 	if err != nil || len(tb.Tasks[id]) != 1 || tb.Tasks[id][0].Name != "z" {
 		t.Fatalf("assign to b: %+v %v", tb, err)
 	}
@@ -71,11 +71,11 @@ func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
 	// recorded, so a's real result still counts.
 	x := ta.Tasks[id][0]
 	res, err := s.ApplyResults(ctx, "b", 1, t0, []pilotproto.Result{{TaskID: x.ID, Attempt: x.Attempt, Status: pilotproto.StatusFailed}})
-	if err != nil || res.Ignored != 1 || res.Applied != 0 {
+	if err != nil || res.Ignored != 1 || len(res.Outcomes) != 0 {
 		t.Fatalf("b's result for a's task: %+v %v", res, err)
 	}
 	res, err = s.ApplyResults(ctx, "a", 1, t0.Add(3*time.Second), []pilotproto.Result{{TaskID: x.ID, Attempt: x.Attempt, Status: pilotproto.StatusDone, DurationMS: 2500}})
-	if err != nil || res.Applied != 1 || len(res.Outcomes) != 1 || res.Outcomes[0].TurnaroundMS != 3000 || res.Outcomes[0].DurationMS != 2500 {
+	if err != nil || len(res.Outcomes) != 1 || res.Outcomes[0].TurnaroundMS != 3000 || res.Outcomes[0].DurationMS != 2500 {
 		t.Fatalf("a's result: %+v %v", res, err)
 	}
 	z := tb.Tasks[id][0]
@@ -107,7 +107,7 @@ func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
 	}
 	// A heartbeat of b does not keep a's task alive.
 	y := ta.Tasks[id][1]
-	if _, err := s.Heartbeat(ctx, "b", 1, t0.Add(2*time.Minute), time.Hour, []pilotproto.TaskRef{{TaskID: y.ID, Attempt: y.Attempt}}); err != nil {
+	if err := s.Heartbeat(ctx, "b", 1, t0.Add(2*time.Minute), time.Hour, []pilotproto.TaskRef{{TaskID: y.ID, Attempt: y.Attempt}}); err != nil {
 		t.Fatal(err)
 	}
 	var state string

@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"runtime/trace"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -27,15 +26,12 @@ import (
 
 // Store is the queue's database. All methods are safe for concurrent use.
 type Store struct {
-	w *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
-	r *sql.DB // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
-	d *dialect
+	w  *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
+	r  *sql.DB // SQLite: the readers (WAL lets them read beside the writer); PostgreSQL: the pool
+	pg bool    // PostgreSQL, not SQLite
 
 	stats txstats.Recorder
 	path  string // SQLite: the database file
-
-	closeOnce sync.Once
-	closeErr  error
 
 	holder string    // this agent's name among those sharing the database (Share)
 	claim  *sql.Conn // PostgreSQL: the session holding this queue's claim (Claim)
@@ -58,20 +54,20 @@ func Open(path string) (_ *Store, err error) {
 	}
 	// WAL with synchronous NORMAL survives a process kill (docs/queue.md);
 	// SQLite checkpoints by itself, truncating the WAL to 64 MiB. Parsing a
-	// hot statement cost more than running it: the driver caches them.
-	opts := fmt.Sprintf("?_busy_timeout=5000&_stmt_cache_size=%d", len(hotQueries)+64)
+	// hot statement cost more than running it: the driver caches them, all
+	// the store has (rowsSQL's 5 sizes of some 15, and about 60 more).
+	opts := "?_busy_timeout=5000&_stmt_cache_size=256"
 	w, _ := sql.Open("sqlite3", "file:"+path+opts+"&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768&_journal_mode=WAL")
 	w.SetMaxOpenConns(1)
 	r, _ := sql.Open("sqlite3", "file:"+path+opts+"&_query_only=1")
 	r.SetMaxOpenConns(4)
-	d := &dialect{}
-	st := &Store{w: w, r: r, d: d, path: path}
+	st := &Store{w: w, r: r, path: path}
 	_, err = w.Exec("PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864")
 	if err == nil {
 		err = private(path) // every job and command is in here
 	}
 	if err == nil {
-		err = st.migrate()
+		err = schema.Migrate(context.Background(), w, false)
 	}
 	if err != nil {
 		st.Close()
@@ -81,22 +77,37 @@ func Open(path string) (_ *Store, err error) {
 }
 
 // Close closes the database (SQLite's writer last: it checkpoints the
-// WAL). Closing again returns the first Close's error.
+// WAL). Closing again does nothing.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		var errs []error
-		if s.r != s.w {
-			errs = append(errs, s.r.Close())
-		}
-		if s.claim != nil {
-			s.claim.Close() // the claim ends with its session
-		}
-		s.closeErr = errors.Join(append(errs, s.w.Close())...)
-	})
-	return s.closeErr
+	if s.claim != nil {
+		s.claim.Close() // the claim ends with its session
+	}
+	return errors.Join(s.r.Close(), s.w.Close()) // on PostgreSQL one pool: the second does nothing
 }
 
-func (s *Store) migrate() error { return schema.Migrate(context.Background(), s.w, s.d.pg) }
+// WALBytes is the WAL file's size now (0 on PostgreSQL). It stats the
+// file, never opens it: closing a descriptor of the database drops
+// SQLite's POSIX locks, and another process could delete the live WAL.
+func (s *Store) WALBytes() int64 {
+	fi, err := os.Stat(s.path + "-wal")
+	if err != nil || s.pg {
+		return 0
+	}
+	return fi.Size()
+}
+
+// private makes the database's files readable by the owner only, without
+// opening them.
+func private(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // WriteStats returns the write-lock figures since Open (or the last reset).
 func (s *Store) WriteStats(reset bool) txstats.Stats { return s.stats.Read(reset) }
@@ -127,6 +138,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (d time.Duration, err error) {
 	sweepEpoch, fenced := ctx.Value(sweepEpochKey{}).(int64)
 	opts := &sql.TxOptions{Isolation: sql.LevelSerializable} // SQLite's are anyway
+	wait := backoff.NewExponentialBackOff()                  // growing, jittered, for at most 10 s
+	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = time.Millisecond, 100*time.Millisecond, 10*time.Second
 	return d, backoff.Retry(func() error {
 		tx, err := s.w.BeginTx(inline(ctx), opts)
 		if err != nil {
@@ -151,7 +164,7 @@ func (s *Store) transact(ctx context.Context, fn func(tx *sql.Tx) error) (d time
 			return backoff.Permanent(err)
 		}
 		return err
-	}, retries(ctx))
+	}, backoff.WithContext(wait, ctx))
 }
 
 // fenced is write for a pool's master: before fn it checks, in the
@@ -170,23 +183,9 @@ func (s *Store) fenced(ctx context.Context, pool string, epoch int64, now time.T
 	})
 }
 
-// hotQueries are the master's hot statements (registered by hot), which
-// SQLite's statement cache must hold all at once (pgx caches its own).
-var hotQueries []string
-
-func hot(query string) string {
-	hotQueries = append(hotQueries, query)
-	return query
-}
-
 // inline strips ctx's cancellation for the writer: go-sqlite3 runs a
 // cancellable statement on a goroutine of its own, with the lock held.
 func inline(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
-
-// query runs a query in tx.
-func (s *Store) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
-	return tx.QueryContext(inline(ctx), query, args...)
-}
 
 // each runs a read and calls scan on each row; what names it in errors.
 func (s *Store) each(ctx context.Context, what string, scan func(*sql.Rows) error, query string, args ...any) error {

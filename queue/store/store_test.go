@@ -60,11 +60,11 @@ func TestAFencedWriteChecksTheLeaseInsideItsTransaction(t *testing.T) {
 	if err := s.ActivateJob(ctx, id, "/o", 3); err != nil {
 		t.Fatal(err)
 	}
-	taken, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: id, N: 2}})
+	taken, err := s.Assign(ctx, "local", 1, t0, map[int64]int{id: 2})
 	if err != nil || len(taken.Tasks[id]) != 2 || taken.Tasks[id][0].Name != "a" || taken.Tasks[id][1].Name != "b" {
 		t.Fatalf("assign: %+v %v, want a and b (FIFO)", taken, err)
 	}
-	if _, err := s.Assign(ctx, "local", 1, t0.Add(30*time.Second), []Take{{Job: id, N: 1}}); !errors.Is(err, api.ErrLeaseExpired) {
+	if _, err := s.Assign(ctx, "local", 1, t0.Add(30*time.Second), map[int64]int{id: 1}); !errors.Is(err, api.ErrLeaseExpired) {
 		t.Fatalf("assign after expiry: %v, want api.ErrLeaseExpired", err)
 	}
 	if _, err := s.ApplyResults(ctx, "local", 2, t0, []pilotproto.Result{{TaskID: taken.Tasks[id][0].ID, Attempt: 1, Status: pilotproto.StatusDone}}); !errors.Is(err, api.ErrStaleEpoch) {
@@ -107,7 +107,7 @@ func TestKillTasksWalksTheJobOnceInChunksAndLeavesFinalTasksAlone(t *testing.T) 
 	}
 	job, other := newJob(), newJob()
 	// a, b done; c, d handed out; e, f, g waiting.
-	taken, err := s.Assign(ctx, "local", 1, t0, []Take{{Job: job, N: 4}})
+	taken, err := s.Assign(ctx, "local", 1, t0, map[int64]int{job: 4})
 	if err != nil || len(taken.Tasks[job]) != 4 {
 		t.Fatalf("assign: %+v %v", taken, err)
 	}

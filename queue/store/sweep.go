@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
+	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
 )
@@ -16,43 +18,68 @@ func (s *Store) MarkZombies(ctx context.Context, cut time.Time, limit int) (int,
 	return int(n), err
 }
 
-// Expired is what ExpireZombies changed.
-type Expired struct {
-	Tasks   int
-	Running map[string]int // change of running cores per owner
-	Waiting map[int64]int  // requeued tasks per job
-	Changes []JobChange
-}
-
 // ExpireZombies closes ZOMBIE grants of live jobs silent since cut, about
-// limit entries in one transaction, each open entry as rules.AfterExpiry says.
-func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (x Expired, err error) {
+// limit entries in one transaction, each open entry as rules.AfterExpiry
+// says, and counts those entries.
+func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int) (n int, m Moved, err error) {
 	err = s.write(ctx, func(tx *sql.Tx) (err error) {
-		x = Expired{Running: map[string]int{}, Waiting: map[int64]int{}}
-		x.Changes, _, err = s.newBatch(ctx, tx).closeGrants(now, limit, func(j *jobRow, e *exceptionRow) {
-			tr := rules.AfterExpiry(e.tries, j.maxTries)
-			e.state, e.tries = tr.State, e.tries+1
-			e.failAttempt, e.status, e.exit, e.pool, e.pilot, e.started, e.duration, e.tail = 0, api.FailureStatusExpired, 0, "", "", 0, 0, "no heartbeat: expired"
-			if tr.Final() {
-				e.finished = ms(now)
-			} else {
-				e.queued = ms(now)
-			}
-			j.c.Active--
-			if tr.Counter == rules.ToWaiting {
-				j.c.Waiting++
-				j.retry++
-				x.Waiting[j.id]++
-			} else {
-				j.c.Failed++
-			}
-			j.moved = true
-			x.Running[j.owner] -= j.cores
-			x.Tasks++
+		b := s.newBatch(ctx, tx)
+		n = 0 // fn runs again after a serialisation failure
+		_, _, err = b.closeGrants(now, limit, func(j *jobRow, x *exceptionRow) {
+			n++
+			move(j, x, rules.AfterExpiry(x.tries, j.maxTries), pilotproto.Result{Status: api.FailureStatusExpired, ErrorTail: "no heartbeat: expired"}, "", now)
 		}, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < $1 AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
+		m = b.moved
 		return err
 	})
-	return x, wrap(err, "sweep expired tasks")
+	return n, m, wrap(err, "sweep expired tasks")
+}
+
+// closeGrants closes the grants query selects until they hold about limit
+// open entries, each open entry an exception row end fills in, flushes the
+// batch and says if more remain (the zombie sweep's and a kill's step).
+func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
+	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	var gs []*grantRow
+	var ids []int64
+	var entries [][2]int64 // the open ones
+	for n := 0; n < max(limit, 1) && rows.Next(); {
+		g, err := scanGrant(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		g.dirty = true
+		b.addGrant(g)
+		gs, ids, n = append(gs, g), append(ids, g.job), n+g.open
+		for i, c := range g.settled {
+			if c == open {
+				entries = append(entries, [2]int64{g.job, int64(g.first + i)})
+			}
+		}
+	}
+	more := rows.Next()
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil { // before the reads: PostgreSQL's connection runs one query at a time
+		return nil, false, err
+	}
+	b.readJobs(ids)
+	b.readExceptions(entries) // an error stays in b.err, and flush returns it
+	for _, g := range gs {
+		for i, c := range g.settled {
+			if c == open && b.err == nil {
+				x, _ := b.except(g.job, g.first+i, g.attempt)
+				x.attempt, x.grant = g.attempt, g.id
+				end(b.jobs[g.job], x)
+				g.settled[i] = settledX
+			}
+		}
+		g.open = 0 // writeGrants closes a grant with none open
+	}
+	changes, err := b.flush(now)
+	return changes, more, err
 }
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.
@@ -62,15 +89,15 @@ func (s *Store) WaitingJobsExpiredBy(ctx context.Context, now time.Time) ([]int6
 
 // ExpireJob makes a job that never started ERROR_EW, its waiting tasks
 // killed (KillTasks follows); ok is false if it changed since listed.
-func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (waiting int, ok bool, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(inline(ctx), `SELECT n_waiting FROM `+jobsCounted+` WHERE id = $1 AND state = 'WAITING' AND n_active = 0`, id).Scan(&waiting)
-		if ok, err = found(err); ok {
-			return killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills)
+func (s *Store) ExpireJob(ctx context.Context, id int64, now time.Time) (ok bool, err error) {
+	err = s.write(ctx, func(tx *sql.Tx) (err error) {
+		ok, err = found(tx.QueryRowContext(inline(ctx), `SELECT id FROM `+jobsCounted+` WHERE id = $1 AND state = 'WAITING' AND n_active = 0`, id).Scan(new(int64)))
+		if ok {
+			err = killJob(ctx, tx, id, api.JobErrorEW, 0, ms(now), expiryKills)
 		}
 		return err
 	})
-	return waiting, ok, wrap(err, "expire job %d", id)
+	return ok, wrap(err, "expire job %d", id)
 }
 
 // FinalJobsBefore lists the final jobs that finished before cut.

@@ -39,7 +39,7 @@ func TestADeposedSweeperChangesNothing(t *testing.T) {
 	if n, err := s.MarkZombies(asA, later, 10); !errors.Is(err, ErrSweepLost) || n != 0 {
 		t.Fatalf("a marks zombies after losing the lease: %d, %v; want 0, ErrSweepLost", n, err)
 	}
-	if _, ok, err := s.ExpireJob(asA, job, t0.Add(2*time.Hour)); !errors.Is(err, ErrSweepLost) || ok {
+	if ok, err := s.ExpireJob(asA, job, t0.Add(2*time.Hour)); !errors.Is(err, ErrSweepLost) || ok {
 		t.Fatalf("a expires a job after losing the lease: %v %v; want ErrSweepLost", ok, err)
 	}
 	if err := s.DropJob(asA, job, 10); !errors.Is(err, ErrSweepLost) {

@@ -161,7 +161,7 @@ func TestADatabaseOfTodaysMainUpgradesToGrants(t *testing.T) {
 	if err != nil || d.Next.Epoch != 2 {
 		t.Fatalf("lease: %+v %v", d, err)
 	}
-	got, err := s.Assign(ctx, "local", 2, now, []Take{{Job: 1, N: 4}})
+	got, err := s.Assign(ctx, "local", 2, now, map[int64]int{1: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

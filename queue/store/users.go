@@ -165,13 +165,8 @@ func (s *Store) SweepTokens(ctx context.Context, now time.Time) (int64, error) {
 
 // DeleteTokens deletes and counts user's tokens of role whose hash starts
 // with prefix (hex: no LIKE wildcard); with one, only if one matched.
-func (s *Store) DeleteTokens(ctx context.Context, user, role, prefix string, one bool) (n int, err error) {
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(inline(ctx), `SELECT count(*) FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3`, user, role, prefix+"%").Scan(&n); err != nil || one && n != 1 {
-			return err
-		}
-		_, err := tx.ExecContext(inline(ctx), `DELETE FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3`, user, role, prefix+"%")
-		return err
-	})
-	return n, wrap(err, "delete tokens")
+func (s *Store) DeleteTokens(ctx context.Context, user, role, prefix string, one bool) (int, error) {
+	n, err := s.do(ctx, "delete tokens", `DELETE FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3
+		AND (NOT $4 OR (SELECT count(*) FROM tokens WHERE "user" = $1 AND role = $2 AND hash LIKE $3) = 1)`, user, role, prefix+"%", one)
+	return int(n), err
 }

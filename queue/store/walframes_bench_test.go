@@ -55,9 +55,9 @@ func BenchmarkWALFramesPer1000TaskPullAcross1000Users(b *testing.B) {
 			b.Fatal("every task was handed out: run at most 20 iterations")
 		}
 		n++
-		takes := make([]Take, len(jobs))
-		for i, j := range jobs {
-			takes[i] = Take{Job: j, N: 1}
+		takes := map[int64]int{}
+		for _, j := range jobs {
+			takes[j] = 1
 		}
 		walFrames(b, s, "TRUNCATE")
 		st := time.Now()

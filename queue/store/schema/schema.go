@@ -8,7 +8,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"strings"
 	"time"
 )
 
@@ -19,8 +18,9 @@ var FS embed.FS
 
 // Migrate applies the engine's migrations to db in one transaction, in
 // name order, each once (schema_migrations). A database with a migration
-// this binary lacks, a newer harvest's, is refused: this one would write it
-// wrong. On PostgreSQL an advisory lock makes agents migrate in turn.
+// numbered after this binary's last, a newer harvest's, is refused: this
+// one would write it wrong. On PostgreSQL an advisory lock makes agents
+// migrate in turn.
 func Migrate(ctx context.Context, db *sql.DB, pg bool) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -38,16 +38,12 @@ func Migrate(ctx context.Context, db *sql.DB, pg bool) error {
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	known, params := make([]any, len(names)), make([]string, len(names))
-	for i, n := range names {
-		known[i], params[i] = n, fmt.Sprintf("$%d", i+1) // SQLite binds $N by position too
-	}
-	var newer string
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(name), '') FROM schema_migrations WHERE name NOT IN (`+strings.Join(params, ", ")+`)`, known...).Scan(&newer); err != nil {
+	var newest string // migrations are numbered: a newer harvest's sorts after this one's
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(name), '') FROM schema_migrations`).Scan(&newest); err != nil {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
-	if newer != "" {
-		return fmt.Errorf("the queue database was written by a newer harvest (schema up to %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", newer, names[len(names)-1])
+	if newest > names[len(names)-1] {
+		return fmt.Errorf("the queue database was written by a newer harvest (schema up to %s; this binary knows up to %s): run the newer harvest, or restore a backup this version wrote", newest, names[len(names)-1])
 	}
 	for _, name := range names {
 		res, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, time.Now().Unix())
