@@ -23,6 +23,10 @@ func (o Outcome) Result(p Plan, nodes int, span int64, harvestUser string) sim.R
 		res.Mode, res.GiveBack = sim.Harvest, sim.Preemption
 	}
 	sec := func(t time.Time) int64 { return int64(math.Floor(t.Sub(o.T0).Seconds())) }
+	// A pilot of the run's lead (Outcome.LeadS) was submitted, started
+	// or even ended before the window: its record says 0 for those times
+	// (-1 is "never"), its node use is measured from 0 all the same.
+	sec0 := func(t time.Time) int64 { return max(sec(t), 0) }
 	type ev struct {
 		t                   int64
 		foreign, busy, idle int
@@ -48,15 +52,15 @@ func (o Outcome) Result(p Plan, nodes int, span int64, harvestUser string) sim.R
 	pilotEnd := map[string]int64{}
 	for _, c := range o.Pilots {
 		r := simcluster.Record{ID: "pilot-" + c.JobID, Name: "pilot-" + c.JobID, User: "harvest", Label: "pilot", Pilot: true, Nodes: max(c.Nodes, 1),
-			Submit: sec(c.Submit), Start: -1, End: -1, Limit: cluster.Unlimited,
+			Submit: sec0(c.Submit), Start: -1, End: -1, Limit: cluster.Unlimited,
 			Killed: c.State == "TIMEOUT", Cancelled: c.State == "CANCELLED", Preempted: c.State == "PREEMPTED"}
 		if c.TimeLimitMin > 0 {
 			r.Limit = cluster.Seconds(c.TimeLimitMin * 60)
 		}
 		if c.Started() {
-			r.Start, r.End = sec(c.Start), sec(c.End)
-			pilotEnd[c.JobID] = r.End
-			evs = append(evs, ev{t: r.Start, idle: r.Nodes}, ev{t: r.End, idle: -r.Nodes})
+			r.Start, r.End = sec0(c.Start), sec0(c.End)
+			pilotEnd[c.JobID] = sec(c.End)
+			evs = append(evs, ev{t: sec(c.Start), idle: r.Nodes}, ev{t: sec(c.End), idle: -r.Nodes})
 		}
 		res.Records = append(res.Records, r)
 	}

@@ -83,3 +83,36 @@ func TestOutcomeResultCountsJobsPilotsAndTasks(t *testing.T) {
 		}
 	}
 }
+
+// A run with a lead (the pool running before the window opens): pilots
+// submitted, started or ended before T0 count from 0, their records say 0
+// for those times, and a pilot that ended in the lead holds nothing of
+// the window.
+func TestOutcomeResultCountsTheLeadsPilotsFromTheWindowsStart(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	o := Outcome{Kind: Polling, T0: t0, LeadS: 30, Foreign: map[string]Completion{},
+		Pilots: []Completion{
+			{JobID: "20", Name: "harvest-pilot", State: "CANCELLED", Nodes: 1, Submit: at(-29), Start: at(-29), End: at(40), nodeList: "n1", hasStart: true, hasEnd: true},
+			{JobID: "21", Name: "harvest-pilot", State: "CANCELLED", Nodes: 1, Submit: at(-29), Start: at(-28), End: at(-20), nodeList: "n2", hasStart: true, hasEnd: true},
+		},
+		Tasks: []TaskRun{{Task: "1", Pilot: "20", Start: float64(t0.Unix() - 10), End: float64(t0.Unix() + 10)}},
+	}
+	r := o.Result(Plan{SpanS: 100}, 2, 100, "carol")
+	// Pilot 20 holds n1 0-40 of the window, busy 0-10 of it.
+	if r.Utilization != 40.0/200 || r.UsefulUtilization != 10.0/200 || r.Harvest.NodeSeconds != 40 {
+		t.Errorf("utilisation %v useful %v harvest %+v", r.Utilization, r.UsefulUtilization, r.Harvest)
+	}
+	for _, rec := range r.Records {
+		want := [3]int64{0, 0, 40}
+		if rec.ID == "pilot-21" {
+			want[2] = 0
+		}
+		if got := [3]int64{rec.Submit, rec.Start, rec.End}; got != want {
+			t.Errorf("%s: submit, start, end %v, want %v", rec.ID, got, want)
+		}
+	}
+	if r.Harvest.Pilots != 2 {
+		t.Errorf("%d pilots started, want 2 (the lead's count, as in the simulation)", r.Harvest.Pilots)
+	}
+}

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -63,6 +64,9 @@ type RunReport struct {
 	// HarvestStopS is when the run cancelled its pilots (seconds from its
 	// start; harvest runs): its simulation stops the harvest then too.
 	HarvestStopS int64 `json:"harvest_stop_s,omitempty"`
+	// LeadS is how long the harvest ran before the window opened (harvest
+	// runs, RunConfig.Lead): its simulation starts the harvest as early.
+	LeadS int64 `json:"lead_s,omitempty"`
 }
 
 // Replay maps the window of w, makes every run in turn on the cluster and
@@ -107,8 +111,8 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 	rep.Plan.SpanS = span
 	var base *sim.Result
 	for _, o := range outs {
-		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog, HarvestStopS: o.HarvestStopS}
-		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span, o.HarvestStopS); err != nil {
+		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog, HarvestStopS: o.HarvestStopS, LeadS: o.LeadS}
+		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span, o.HarvestStopS, o.LeadS); err != nil {
 			return rep, err
 		}
 		rr.Fidelity = CompareFidelity(rr.Sim, rr.Result)
@@ -130,10 +134,17 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 // simulate runs `harvest sim` on the scaled window with the replay's
 // settings: the same nodes, poll, margin, mini time and task length, in
 // replay seconds; a harvest run's pilots are cancelled at stop (seconds;
-// 0 = never), when the real run cancelled its own.
-func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop int64) (sim.Result, error) {
+// 0 = never), when the real run cancelled its own, and its harvest starts
+// lead seconds before the window, when the real run started its own.
+func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop, lead int64) (sim.Result, error) {
+	if !k.Harvested() {
+		lead = 0
+	}
+	// The simulator's clock starts at 0: the window moves by the lead,
+	// and the result is moved back.
 	sc := sim.DefaultConfig()
-	sc.Mode, sc.Nodes, sc.From, sc.To = sim.Baseline, cfg.Map.Nodes, 0, span
+	sc.Mode, sc.Nodes, sc.From, sc.To = sim.Baseline, cfg.Map.Nodes, lead, span+lead
+	sc.HarvestLead = lead
 	if k.Harvested() {
 		sc.Mode = sim.Harvest
 		sc.HarvestBacklog = 1_000_000_000
@@ -159,7 +170,7 @@ func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop int64)
 			// running, the simulated pilots counted up to 8 nodes the real
 			// run no longer held (CI's window: 1.8 points in a run whose
 			// span was 6 s longer than its own end).
-			sc.HarvestStop = stop
+			sc.HarvestStop = stop + lead
 		}
 	}
 	sc.Cluster = simcluster.DefaultConfig()
@@ -168,11 +179,59 @@ func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop int64)
 	sc.Agent = agent.DefaultConfig()
 	sc.Agent.Policy.MiniTime = int64(cfg.Run.MiniTime / time.Second)
 	sc.Agent.Policy.Margin = int64(cfg.Run.Margin / time.Second)
-	res, err := sim.Run(ctx, p.Scaled, sc)
+	res, err := sim.Run(ctx, shift(p.Scaled, lead), sc)
 	if err != nil {
 		return res, fmt.Errorf("simulate the %s run: %w", k, err)
 	}
+	unshift(&res, lead)
 	return res, nil
+}
+
+// shift returns w with every submit d seconds later.
+func shift(w sim.Workload, d int64) sim.Workload {
+	if d == 0 {
+		return w
+	}
+	w.Jobs = slices.Clone(w.Jobs)
+	for i := range w.Jobs {
+		w.Jobs[i].Submit += d
+	}
+	return w
+}
+
+// unshift moves a simulation of a workload shifted by d back to the
+// window's own times, as Outcome.Result gives the real run's: what
+// happened in the lead says 0 in the records, and is before 0 in the
+// node use (measured from 0 either way).
+func unshift(res *sim.Result, d int64) {
+	if d == 0 {
+		return
+	}
+	back := func(t int64) int64 {
+		if t < 0 {
+			return t // never
+		}
+		return max(t-d, 0)
+	}
+	res.From -= d
+	for i := range res.Records {
+		r := &res.Records[i]
+		r.Submit, r.Start, r.End = back(r.Submit), back(r.Start), back(r.End)
+	}
+	for i := range res.Usage {
+		res.Usage[i].T -= d
+	}
+	for i := range res.Capacity {
+		res.Capacity[i].T -= d
+	}
+	for i := range res.Harvest.Jobs {
+		j := &res.Harvest.Jobs[i]
+		j.SubmitS = back(j.SubmitS)
+		if j.FinishS != nil {
+			f := back(*j.FinishS)
+			j.FinishS = &f
+		}
+	}
 }
 
 // pilotHeartbeat is the replay pilots' queue heartbeat (harvest pilot

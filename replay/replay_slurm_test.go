@@ -76,7 +76,11 @@ func TestReplayOnRealSLURM(t *testing.T) {
 		ShiftThreshold: 10, SimLatency: 1, SimReservations: 1000,
 		Run: RunConfig{Harvest: bin, WorkDir: work, JobCompLog: c.JobCompLog(), Location: time.Local,
 			Poll: 2 * time.Second, Margin: 30 * time.Second, MiniTime: 10 * time.Second, TaskSeconds: 3,
-			HarvestUser: "carol", Drain: 3 * time.Minute, Tag: "harvest-pilot", Log: testWriter{t}},
+			HarvestUser: "carol", Drain: 3 * time.Minute, Tag: "harvest-pilot", Log: testWriter{t},
+			// A site's agent runs all the time: the window finds the pool
+			// at its size, as the simulation does (in the 30 s the pool
+			// took 11-19 s to reach 8 pilots on a loaded machine).
+			Lead: 30 * time.Second},
 	}
 	rep, err := Replay(context.Background(), w, cfg, func(Kind) string { return "" })
 	if err != nil {
@@ -96,22 +100,21 @@ func TestReplayOnRealSLURM(t *testing.T) {
 			t.Errorf("%s: %d of %d foreign jobs started, unfinished %v", r.Kind, r.Result.Foreign.Started, len(w.Jobs), r.Unfinished)
 		}
 		f := r.Fidelity
-		t.Logf("%s: utilisation sim %.1f%% / real %.1f%%; sim - real start per job: mean %.1f s, p50 %d, p90 %d, max %d, %d of %d in the same second",
-			r.Kind, 100*r.Sim.Utilization, 100*r.Result.Utilization, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs)
-		// The target is 2 points in every mode. Baseline meets it; with a
-		// harvest this 3-minute window cannot: the real utilisation of one
-		// mode varies by up to 8.6 points between runs on this shared
-		// 2-core machine (polling 94.2, 89.3, 88.7, 91.8, 93.2%;
-		// preemption 92.3, 86.5, 92.0, 91.9, 95.1%, 2026-11-27; simulated
-		// about 92.2 and 93.0%), and the spread is the pilots' start-up
-		// under load: SLURM start to pilot process 2.8-5.1 s (median of a
-		// run; 1.2-10.6 s single pilots), so the master's capacity rule
-		// grows the pool to 8 pilots 10.6-19.2 s after the window opens
-		// (the simulator: 9 s), about 0.3 points a second. The harvest
-		// modes are held to 5 points, which still catches a broken model
+		t.Logf("%s: utilisation sim %.1f%% / real %.1f%%; sim - real start per job: mean %.1f s, p50 %d, p90 %d, max %d, %d of %d in the same second; pilots at the window's start: sim %d, real %d",
+			r.Kind, 100*r.Sim.Utilization, 100*r.Result.Utilization, f.MeanS, f.P50S, f.P90S, f.MaxS, f.Exact, f.Jobs, pilotsAt(r.Sim, 0), pilotsAt(r.Result, 0))
+		// Issue 34 asks 2 points in every mode. Baseline meets it. The
+		// harvest runs open the window on a running pool (Lead), which
+		// took the pool's start-up and growth out of it (without the lead
+		// one mode's real utilisation moved by up to 8.6 points between
+		// runs with the machine's load). What still moves with the load
+		// is SLURM's reaction to the window's 9 arrivals and ends (0 s on
+		// a quiet machine, 1-2 s loaded, 5-8 nodes each), which the
+		// simulator puts at 1-2 s: in 12 harvest runs of 2026-11-27 the
+		// simulator was 3.4 points low to 0.5 high, within 2 points in 5
+		// (docs/sim.md, "The CI window on a running pool"). The harvest
+		// modes stay held to 5 points, which catches a broken model
 		// (before the simulation stopped its pilots with the real run's,
-		// one run was 5.4 points off); docs/sim.md says what window would
-		// make 2 points meaningful.
+		// one run was 5.4 points off).
 		bound := 0.02
 		if r.Kind != Baseline {
 			bound = 0.05
@@ -137,6 +140,18 @@ func TestReplayOnRealSLURM(t *testing.T) {
 	t.Logf("baseline: util %.1f%%, mean wait %.0f s; harvest: util %.1f%%, useful %.1f%%, %d pilots, shift %+v; sim fidelity %+v",
 		100*base.Result.Utilization, base.Result.Foreign.MeanWaitS, 100*harv.Result.Utilization, 100*harv.Result.UsefulUtilization,
 		harv.Result.Harvest.Pilots, *harv.Shift, harv.Fidelity)
+}
+
+// pilotsAt is the nodes pilots held at t.
+func pilotsAt(r sim.Result, t int64) int {
+	n := 0
+	for _, s := range r.Usage {
+		if s.T > t {
+			break
+		}
+		n = s.PilotBusy + s.PilotIdle
+	}
+	return n
 }
 
 type testWriter struct{ t *testing.T }

@@ -55,6 +55,13 @@ type RunConfig struct {
 	Drain time.Duration
 	// Tag is the pilots' job name (the agent's default: harvest-pilot).
 	Tag string
+	// Lead starts a harvest run's agent and harvest job this long before
+	// the window opens (its first submission), so that the window finds
+	// the pool running, as a site's agent that runs all the time: the
+	// pool's start-up and growth, which move with the machine's load,
+	// fall outside it. Its simulation starts the harvest as long before.
+	// 0 = the window opens as the harvest job is submitted.
+	Lead time.Duration
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -78,6 +85,9 @@ type Outcome struct {
 	// drain deadline): from then on it holds no node, and its simulation
 	// stops the harvest at the same second.
 	HarvestStopS int64
+	// LeadS is how long, in whole seconds, the harvest ran before T0
+	// (RunConfig.Lead; harvest runs).
+	LeadS int64
 	// Ledger is the harvest tasks' ledger, in the harvest job's output
 	// directory: confined tasks may write nowhere else.
 	Ledger string
@@ -112,9 +122,16 @@ func Run(ctx context.Context, p Plan, kind Kind, cfg RunConfig) (Outcome, error)
 		defer stopAgent(agent)
 	}
 
-	// Start on a whole second: the log's times are whole seconds.
+	// Start on a whole second: the log's times are whole seconds. A
+	// harvest run's window opens its lead after the harvest job was
+	// submitted (its demand starts the pool).
 	now := time.Now()
 	out.T0 = now.Truncate(time.Second).Add(time.Second)
+	if agent != nil {
+		out.LeadS = max(0, int64(cfg.Lead/time.Second))
+		out.T0 = out.T0.Add(time.Duration(out.LeadS) * time.Second)
+		cfg.logf("%s: the window opens in %d s, the pool running", kind, out.LeadS)
+	}
 	time.Sleep(time.Until(out.T0))
 	ids := map[string]string{} // SLURM job id -> plan job id
 	cfg.logf("%s: submitting %d jobs over %s", kind, len(p.Jobs), time.Duration(p.SpanS)*time.Second)

@@ -18,12 +18,12 @@ func TestSimulateRunsTheCapacityRuleOfThePilots(t *testing.T) {
 		{ID: "1", User: "alice", Nodes: 2, TimeLimit: cluster.Seconds(60), RunTime: 30, Wait: -1, Submit: 50}}}}
 	cfg := Config{Map: MapConfig{Nodes: 16}, SimLatency: 1, SimReservations: 1000,
 		Run: RunConfig{Poll: 2 * time.Second, Margin: 30 * time.Second, MiniTime: 10 * time.Second, TaskSeconds: 5}}
-	base, err := simulate(context.Background(), p, Baseline, cfg, p.SpanS, 0)
+	base, err := simulate(context.Background(), p, Baseline, cfg, p.SpanS, 0, 0)
 	if err != nil || len(base.Capacity) != 0 {
 		t.Fatalf("baseline: %d capacity points, %v; want none", len(base.Capacity), err)
 	}
 	for _, k := range []Kind{Polling, Preemption} {
-		res, err := simulate(context.Background(), p, k, cfg, p.SpanS, 0)
+		res, err := simulate(context.Background(), p, k, cfg, p.SpanS, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,11 +51,11 @@ func TestSimulateStopsTheHarvestWhenTheRealRunDid(t *testing.T) {
 	}
 	const span, stop = 175, 166 // the last foreign job ends at 165
 	for _, k := range []Kind{Polling, Preemption} {
-		all, err := simulate(context.Background(), p, k, cfg, span, 0)
+		all, err := simulate(context.Background(), p, k, cfg, span, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cut, err := simulate(context.Background(), p, k, cfg, span, stop)
+		cut, err := simulate(context.Background(), p, k, cfg, span, stop, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,6 +67,62 @@ func TestSimulateStopsTheHarvestWhenTheRealRunDid(t *testing.T) {
 		// 8 nodes x 8 s of pilots less over the span.
 		if d := all.Utilization - cut.Utilization; d < 0.04 {
 			t.Errorf("%s: utilisation %.4f with the stop, %.4f without", k, cut.Utilization, all.Utilization)
+		}
+	}
+}
+
+// A harvest run with a lead (RunConfig.Lead) is simulated with the
+// harvest started as long before the window: the window opens on the
+// whole pool, and the result is in the window's times as the real run's
+// (foreign jobs at their plan submits, the lead's pilot times at 0).
+func TestSimulateStartsTheHarvestTheLeadBeforeTheWindow(t *testing.T) {
+	w := lightTrace(1, 5)
+	cfg := Config{Map: MapConfig{From: 0, To: w.Jobs[len(w.Jobs)-1].Submit + 1, Nodes: 8, Scale: 1, Users: []string{"alice", "bob"}},
+		SimLatency: 1, SimReservations: 1000,
+		Run: RunConfig{Poll: 2 * time.Second, Margin: 30 * time.Second, MiniTime: 10 * time.Second, TaskSeconds: 3}}
+	p, err := Map(w, cfg.Map)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const span, stop, lead = 175, 166, 30
+	base, err := simulate(context.Background(), p, Baseline, cfg, span, 0, lead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base0, _ := simulate(context.Background(), p, Baseline, cfg, span, 0, 0); base0.Utilization != base.Utilization {
+		t.Errorf("baseline: utilisation %.4f with a lead, %.4f without: it has no harvest to start", base.Utilization, base0.Utilization)
+	}
+	for _, k := range []Kind{Polling, Preemption} {
+		cold, err := simulate(context.Background(), p, k, cfg, span, stop, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm, err := simulate(context.Background(), p, k, cfg, span, stop, lead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warm.From != 0 || warm.SpanS != span {
+			t.Errorf("%s: from %d span %d, want 0 and %d", k, warm.From, warm.SpanS, span)
+		}
+		if n := pilotsAt(warm, 0); n != 8 {
+			t.Errorf("%s: %d pilots when the window opened after the lead, want 8", k, n)
+		}
+		submits := map[string]int64{}
+		for _, j := range p.Jobs {
+			submits[j.ID] = j.SubmitS
+		}
+		for _, r := range warm.Records {
+			if !r.Pilot && r.Submit != submits[r.Name] {
+				t.Errorf("%s: job %s submitted at %d, the plan's %d", k, r.Name, r.Submit, submits[r.Name])
+			}
+			if r.Submit < 0 || r.Start < -1 || r.End < -1 || r.Start >= 0 && r.Start > stop {
+				t.Errorf("%s: record %s at %d-%d-%d", k, r.Name, r.Submit, r.Start, r.End)
+			}
+		}
+		// The pool's growth (4 pilots, 8 some seconds later) is in the
+		// lead: about 4 pilots x 9 s more of the window used.
+		if d := warm.Utilization - cold.Utilization; d < 0.01 {
+			t.Errorf("%s: utilisation %.4f with the lead, %.4f without", k, warm.Utilization, cold.Utilization)
 		}
 	}
 }

@@ -76,6 +76,14 @@ type Config struct {
 	// as `harvest replay` stops its agent and cancels the pilots once the
 	// run's last foreign job ended. 0 = the harvest runs to To.
 	HarvestStop int64
+	// HarvestLead starts the harvest (its backlog, the agent's rounds,
+	// the pilots) that many seconds before From (harvest and fixed
+	// modes), as a pool already running when the window opens, as in
+	// production: the pool's start-up and growth fall outside the
+	// measured window (`harvest replay --lead` starts the real agent so
+	// too). Figures are still measured over [From, To]. 0 = the harvest
+	// starts at From; baseline mode, with no harvest, ignores it.
+	HarvestLead int64
 	// NoRecommend turns off the master's MiniNode recommendation (the
 	// harvest then keeps no floor of pilots, so it never holds nodes a
 	// foreign job could start on).
@@ -166,6 +174,12 @@ func (c Config) Validate() error {
 		return bad("mode %q is not baseline, harvest or fixed", c.Mode)
 	case c.HarvestStop < 0:
 		return bad("harvest stop must not be negative (0 = none), got %d", c.HarvestStop)
+	case c.HarvestLead < 0:
+		return bad("harvest lead must not be negative (0 = none), got %d s", c.HarvestLead)
+	case c.HarvestLead > 0 && c.Warm && c.Mode != Baseline:
+		// The warm start loads the trace's own jobs of before From; a
+		// pool started before it would meet a machine without them.
+		return bad("harvest lead and warm start do not go together")
 	case c.Nodes <= 0:
 		return bad("nodes must be positive, got %d", c.Nodes)
 	case c.Mode == Fixed && (c.FixedLimit <= 0 || c.FixedLimit%cluster.Limit(max(c.Cluster.Granularity, 1)) != 0):
@@ -328,6 +342,14 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	from, to := window(w, cfg)
+	// start is when the harvest starts: From, or HarvestLead before it.
+	start := from
+	if cfg.Mode != Baseline {
+		start -= cfg.HarvestLead
+	}
+	if start < 0 {
+		return Result{}, fmt.Errorf("%w: the harvest lead (%d s) starts before the trace's time 0 (the window from %d)", ErrInvalidConfig, cfg.HarvestLead, from)
+	}
 	res := Result{Mode: cfg.Mode, Nodes: cfg.Nodes, From: from, SpanS: to - from}
 	if cfg.CoresPerNode > 1 {
 		res.CoresPerNode = cfg.CoresPerNode
@@ -335,7 +357,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	if cfg.Mode == Harvest {
 		res.GiveBack = cfg.GiveBack
 	}
-	if err := c.AdvanceTo(from); err != nil {
+	if err := c.AdvanceTo(start); err != nil {
 		return Result{}, err
 	}
 	skip := func(reason string) {
@@ -356,7 +378,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	if cfg.HarvestBacklog > 0 && cfg.Mode != Baseline {
-		if err := c.AddWork(simcluster.Work{ID: "backlog", User: harvestUser(""), Submit: from, NodeSeconds: cfg.HarvestBacklog * cfg.TaskSeconds, TaskSeconds: cfg.TaskSeconds}); err != nil {
+		if err := c.AddWork(simcluster.Work{ID: "backlog", User: harvestUser(""), Submit: start, NodeSeconds: cfg.HarvestBacklog * cfg.TaskSeconds, TaskSeconds: cfg.TaskSeconds}); err != nil {
 			return Result{}, err
 		}
 	}
@@ -366,7 +388,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	tick := cfg.Poll // the loop's step: the gcd of the polls in harvest mode
 	// due is the agent's next round (harvest mode): the loop goes straight
 	// there unless the capacity rule steps at every poll.
-	due := from
+	due := start
 	switch cfg.Mode {
 	case Harvest:
 		acfg := cfg.Agent
@@ -401,7 +423,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		// The snapshots mark the busy pilots (Demand gives no map).
 		c.ShowBusy()
 		rec := agent.NewReconciler(c, dem, acfg, cfg.Log)
-		q := quiet{until: from}
+		q := quiet{until: start}
 		// The agent's next round: a poll after the last, the fast one
 		// while its Watch holds (a quiet round keeps the last one's).
 		wait := cfg.Poll
@@ -420,12 +442,14 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 				stopped = true
 				return stopHarvest(ctx, c)
 			}
-			if dem.capa != nil && (t-from)%cfg.Poll == 0 {
+			if dem.capa != nil && (t-start)%cfg.Poll == 0 {
 				dem.capa.step(c.TaskRuns())
 				res.Capacity = append(res.Capacity, CapacityPoint{T: t, Cap: dem.capa.d.Cap, Phase: string(dem.capa.d.Phase)})
 			}
-			if t < due && cfg.EventCheck > 0 && (t-from)%cfg.EventCheck == 0 {
-				checks++
+			if t < due && cfg.EventCheck > 0 && (t-start)%cfg.EventCheck == 0 {
+				if t >= from { // the window's load on the scheduler
+					checks++
+				}
 				moved, _, err := rec.EventsMoved(ctx)
 				if err != nil {
 					return err
@@ -437,7 +461,9 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 			if t < due {
 				return nil
 			}
-			polls++
+			if t >= from {
+				polls++
+			}
 			if !cfg.everyRound && q.holds(t, c, dem) {
 				due = cfg.until(t + wait)
 				return nil
@@ -460,7 +486,7 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 	}
 	if step != nil {
 		next := 5
-		for t := from; t < to; t = nextTime(t, tick, due, cfg.Capacity == nil && cfg.EventCheck == 0) {
+		for t := start; t < to; t = nextTime(t, tick, due, cfg.Capacity == nil && cfg.EventCheck == 0) {
 			if err := ctx.Err(); err != nil {
 				return Result{}, err
 			}

@@ -52,6 +52,7 @@ func replayCommand() *cli.Command {
 			&cli.DurationFlag{Name: "margin", Value: 30 * time.Second, Usage: "agent margin"},
 			&cli.DurationFlag{Name: "mini-time", Value: 10 * time.Second, Usage: "agent mini time"},
 			&cli.IntFlag{Name: "task-seconds", Value: 5, Usage: "length of one harvest task, seconds"},
+			&cli.DurationFlag{Name: "lead", Usage: "start a harvest run's agent and harvest job this long before the window's first submission, so that the window finds the pool running (its simulation too; 0 = the window opens with the harvest)"},
 			&cli.DurationFlag{Name: "drain", Value: 15 * time.Minute, Usage: "after the last submit, wait at most this for every job to end"},
 			&cli.Int64Flag{Name: "threshold", Value: 10, Usage: "a job started more than `S` seconds later (earlier) than in the baseline counts as later (earlier)"},
 			&cli.DurationFlag{Name: "sim-latency", Value: time.Second, Usage: "the simulator's scheduler latency (SLURM here: bf_interval=1)"},
@@ -143,7 +144,7 @@ func runReplay(c *cli.Context) error {
 	cfg.Run = replay.RunConfig{Harvest: bin, WorkDir: work, JobCompLog: setup.JobCompLog, Location: time.Local,
 		Poll: c.Duration("poll"), Margin: c.Duration("margin"), MiniTime: c.Duration("mini-time"),
 		TaskSeconds: float64(c.Int("task-seconds")), HarvestUser: c.String("harvest-user"),
-		Drain: c.Duration("drain"), Tag: "harvest-pilot"}
+		Drain: c.Duration("drain"), Tag: "harvest-pilot", Lead: c.Duration("lead")}
 	if !c.Bool("quiet") {
 		cfg.Run.Log = errw
 	}

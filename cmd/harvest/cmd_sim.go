@@ -48,6 +48,7 @@ func simCommand() *cli.Command {
 			&cli.Int64Flag{Name: "from", Usage: "replay jobs submitted from `S` seconds of the trace (default: its start)", Value: -1},
 			&cli.Int64Flag{Name: "to", Usage: "... until `S` seconds (default: last submit + 30 min)", Value: -1},
 			&cli.Int64Flag{Name: "harvest-backlog", Usage: "`N` harvest tasks queued at the start"},
+			&cli.DurationFlag{Name: "harvest-lead", Usage: "start the harvest (backlog, agent, pilots) this long before --from, as a pool already running when the window opens; the figures stay those of the window (0 = the harvest starts at --from)"},
 			&cli.Int64Flag{Name: "task-seconds", Usage: "length of one harvest task", Value: 60},
 			&cli.BoolFlag{Name: "harvest-while-idle", Usage: "keep pilots on idle nodes even with no backlog"},
 			&cli.DurationFlag{Name: "poll", Usage: "agent round interval (virtual time)", Value: 10 * time.Second},
@@ -137,6 +138,7 @@ func runSim(c *cli.Context) error {
 	cfg.FixedLimit = cluster.Seconds(int64(c.Duration("fixed-limit") / time.Second))
 	cfg.From, cfg.To = c.Int64("from"), c.Int64("to")
 	cfg.HarvestBacklog = c.Int64("harvest-backlog")
+	cfg.HarvestLead = int64(c.Duration("harvest-lead") / time.Second)
 	cfg.TaskSeconds = c.Int64("task-seconds")
 	cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
 	cfg.Poll = int64(c.Duration("poll") / time.Second)
