@@ -70,8 +70,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
-		b.lock = "FOR UPDATE OF c SKIP LOCKED"
-		b.readJobs(ids)
+		b.readJobs(ids, "FOR UPDATE OF c SKIP LOCKED")
 		var asked [][]any // (job, n): the job's first n waiting retries
 		for _, id := range ids {
 			if j := b.jobs[id]; j != nil && j.retry > 0 && takes[id] > 0 {
@@ -121,8 +120,9 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		b.run(insertGrants, grants, "", nil)
 		b.run(markGranted, marks, "", nil)
 		b.run(readNames, ranges, "", scanTasks(out.Tasks))
-		out.Changes, _ = b.flush(now)
-		return b.err
+		err := b.flush(now)
+		out.Changes = b.moved.Changes
+		return err
 	})
 	if err != nil {
 		return Taken{}, fmt.Errorf("assign: %w", err)
@@ -178,15 +178,15 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 				excepts = append(excepts, [2]int64{job, int64(idx)})
 			}
 		}
-		b.readJobs(ids)
+		b.readJobs(ids, "FOR UPDATE OF c")
 		b.readGrants(results)
 		b.readExceptions(excepts)
 		for i := 0; i < len(results) && b.err == nil; i++ {
 			b.result(&a, pool, results[i], now)
 		}
-		b.flush(now)
+		err := b.flush(now)
 		a.Moved = b.moved
-		return b.err
+		return err
 	})
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply results: %w", err)
@@ -220,7 +220,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		a.Ignored++
 		if mark == open {
 			g.open--
-			x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
+			x := b.except(g, idx)
 			x.state, x.finished = api.TaskKilled, ms(now)
 		}
 		return
@@ -238,8 +238,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		g.failed++
 	}
 	if tr.State != api.TaskDone || x != nil {
-		x, _ = b.except(job, idx, g.attempt) // an error stays in b.err
-		x.attempt, x.grant = g.attempt, g.id
+		x = b.except(g, idx)
 	}
 	move(j, x, tr, r, pool, now)
 	a.Outcomes = append(a.Outcomes, Outcome{Job: job, Status: r.Status, TurnaroundMS: max(0, ms(now)-g.assigned), DurationMS: r.DurationMS})

@@ -218,7 +218,7 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	for more := pending != ""; more && err == nil; {
 		err = s.write(ctx, func(tx *sql.Tx) (err error) {
 			if more = pending == cancelKills; more {
-				_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
+				more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
 					`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			}
 			if err == nil && !more {
