@@ -42,10 +42,9 @@ type Taken struct {
 }
 
 var (
-	// The first n waiting retries of each job (job, n), a seek each:
-	// SQLite allows no LIMIT naming an outer row.
-	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (
-		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM`,
+	// The first n waiting retries of each job (job, n), a seek each from
+	// index -1 up: SQLite allows no LIMIT naming an outer row.
+	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (SELECT v.column1, -1, 0, v.column2 FROM`,
 		`UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
 		FROM r WHERE r.k < r.n AND r.idx IS NOT NULL)
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
@@ -124,10 +123,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		out.Changes = b.moved.Changes
 		return err
 	})
-	if err != nil {
-		return Taken{}, fmt.Errorf("assign: %w", err)
-	}
-	return out, nil
+	return out, wrap(err, "assign")
 }
 
 // scanTasks appends each task answered (job, index, attempt, name) to out.
@@ -188,10 +184,7 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 		a.Moved = b.moved
 		return err
 	})
-	if err != nil {
-		return Applied{}, fmt.Errorf("apply results: %w", err)
-	}
-	return a, nil
+	return a, wrap(err, "apply results")
 }
 
 // result applies r; an error stays in b.err.
