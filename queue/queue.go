@@ -38,7 +38,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/siteshare"
 	"github.com/harvest-hpc/harvest/queue/store"
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 )
 
 // Queue is the queue service. All methods are safe for concurrent use.

@@ -13,6 +13,26 @@ import (
 
 const maxErrorTail = 64 << 10
 
+// chunkBytes bounds what one transaction of results stores: 100 results
+// with 64 KiB error tails held the store's write lock over 50 ms.
+const chunkBytes = 64 << 10
+
+const resultOverhead = 128 // a result's size without its strings
+
+// resultsChunk is how many of rs, from the first, one transaction of
+// results applies: at most limit and chunkBytes, at least one.
+func resultsChunk(rs []pilotproto.Result, limit int) int {
+	n, size := 0, 0
+	for n < min(len(rs), max(limit, 1)) {
+		size += resultOverhead + len(rs[n].ErrorTail) + len(rs[n].Pilot)
+		if n > 0 && size > chunkBytes {
+			break
+		}
+		n++
+	}
+	return n
+}
+
 func validateResult(i int, r pilotproto.Result) error {
 	switch {
 	case r.TaskID <= 0:
@@ -65,11 +85,11 @@ func (p Pool) ReportResults(ctx context.Context, req pilotproto.ResultsRequest) 
 
 // applyResults applies validated results in short fenced transactions of
 // at most WriteChunk results and about 64 KiB of error tails
-// (store.ResultsChunk), updating the mirror with each.
+// (resultsChunk), updating the mirror with each.
 func (q *Queue) applyResults(ctx context.Context, site string, epoch int64, results []pilotproto.Result) (pilotproto.ResultsResponse, error) {
 	var resp pilotproto.ResultsResponse
 	for len(results) > 0 {
-		chunk := results[:store.ResultsChunk(results, q.cfg.WriteChunk)]
+		chunk := results[:resultsChunk(results, q.cfg.WriteChunk)]
 		results = results[len(chunk):]
 		q.hook("results")
 		q.mu.Lock()

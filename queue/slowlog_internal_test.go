@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 )
 
 // Each slow transaction is logged once, with its method and lock time; more

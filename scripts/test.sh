@@ -92,13 +92,14 @@ echo "packages: $passed passed, $failed failed"
 [ "$status" = 0 ] || exit "$status"
 
 step "two clusters at once, and the queue's suites on PostgreSQL"
-# The store's suite, the queue's conformance suite and the kill -9
-# durability test again, on PostgreSQL (internal/pgtest: a throwaway
-# cluster of Debian's postgresql in \$TMPDIR/harvest-pgtest-UID on a Unix
-# socket, started once and reused; a schema per test), about 5 minutes of
-# mostly CPU, beside the tests that need both SLURM clusters at once (mostly
-# waiting on the clusters' real time; about 5 minutes).
-HARVEST_TEST_DB=postgres go test -timeout 20m ./queue/store ./queue ./queue/httpapi > /tmp/harvest-test-pg.log 2>&1 &
+# The store's suite, its copy to PostgreSQL (queue/dbcopy), the queue's
+# conformance suite and the kill -9 durability test again, on PostgreSQL
+# (internal/pgtest: a throwaway cluster of Debian's postgresql in
+# \$TMPDIR/harvest-pgtest-UID on a Unix socket, started once and reused; a
+# schema per test), about 5 minutes of mostly CPU, beside the tests that
+# need both SLURM clusters at once (mostly waiting on the clusters' real
+# time; about 5 minutes).
+HARVEST_TEST_DB=postgres go test -timeout 20m ./queue/store ./queue ./queue/httpapi ./queue/dbcopy > /tmp/harvest-test-pg.log 2>&1 &
 pg_pid=$!
 two=0
 HARVEST_SLURM_LABS=2 HARVEST_SLURM_TESTS=1 go test -timeout 20m -run 'RunSideBySide|RestartAtOnce|TwoRealClusters|TwoAgentsOnOneDatabase' ./internal/slurmtest ./scripts/multisite 2>&1 | tee /tmp/harvest-test-two.log || two=$?

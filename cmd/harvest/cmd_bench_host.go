@@ -17,9 +17,9 @@ func benchHostCommand() *cli.Command {
 		Name:  "host",
 		Usage: "what this machine alone does to a write transaction: the floor under `harvest bench dispatch`'s slow transactions",
 		Description: "Runs, on one thread, a computation as long as a write transaction's own work (--work, calibrated\n" +
-			"on this CPU: registers only, no memory, no lock, no system call) under the write lock's priority\n" +
-			"ceiling (SCHED_FIFO 1, as the queue's writer runs), then sleeps --pause, as the writer does between\n" +
-			"transactions, for --duration. Nothing of harvest runs meanwhile, so every computation that takes\n" +
+			"on this CPU: registers only, no memory, no lock, no system call) under the thread's own policy (the\n" +
+			"queue runs nothing real-time), then sleeps --pause, as the writer does between transactions, for\n" +
+			"--duration. Nothing of harvest runs meanwhile, so every computation that takes\n" +
 			"longer than its calibrated length was stretched by the machine: the hypervisor taking the vCPU\n" +
 			"away (stolen time), or, when the thread was preempted, something of higher priority in the guest.\n" +
 			"Reports the computations' wall times, how many went past --threshold (the queue's 5 ms), per\n" +

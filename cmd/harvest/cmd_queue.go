@@ -21,10 +21,10 @@ import (
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
+	"github.com/harvest-hpc/harvest/queue/dbcopy"
 	"github.com/harvest-hpc/harvest/queue/httpapi"
 	qmetrics "github.com/harvest-hpc/harvest/queue/metrics"
 	"github.com/harvest-hpc/harvest/queue/store"
-	"github.com/harvest-hpc/harvest/queue/store/dbcopy"
 )
 
 // queueCommand runs the queue on its own (tests, development, or a site

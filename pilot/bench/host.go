@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/harvest-hpc/harvest/internal/quantile"
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 	"golang.org/x/sys/unix"
 )
 

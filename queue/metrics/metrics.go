@@ -19,7 +19,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/queue"
 	"github.com/harvest-hpc/harvest/queue/api"
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 )
 
 // Queue is the read-only part of the queue read at scrape time

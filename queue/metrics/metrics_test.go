@@ -19,7 +19,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/httpapi"
 	"github.com/harvest-hpc/harvest/queue/metrics"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 )
 
 // fakeQueue is a metrics.Queue with closure fields.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,53 +57,6 @@ func BenchmarkAssign250Jobs(b *testing.B) {
 	}
 	ws := s.WriteStats(false)
 	b.ReportMetric(float64(ws.Longest.Microseconds())/1000, "longest-tx-ms")
-}
-
-// BenchmarkFailedResultsWithLongTails is a pool's round with failing
-// tasks: it hands out 100 tasks (retried ones after the first round),
-// applies their failed results in the chunks the queue makes
-// (ResultsChunk). It reports the longest time one of
-// these write transactions held the lock, and how many held it over 5 ms.
-// The store alone: no HTTP, no queue service above it.
-func BenchmarkFailedResultsWithLongTails(b *testing.B) {
-	for _, tail := range []int{2 << 10, 64 << 10} {
-		b.Run(fmt.Sprintf("tail=%dKiB", tail>>10), func(b *testing.B) {
-			s := leasedStore(b)
-			ctx := context.Background()
-			id, _ := s.CreateJob(ctx, NewJob{Owner: "alice", Dataset: "/d", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 1 << 30, Submitted: t0, Expires: t0.Add(time.Hour)})
-			names := make([]string, 100)
-			for i := range names {
-				names[i] = fmt.Sprintf("t%03d", i)
-			}
-			s.InsertTasks(ctx, id, names, 1000, nil)
-			s.ActivateJob(ctx, id, "/o", len(names))
-			msg := strings.Repeat("e", tail)
-			var longest time.Duration
-			var slow int64
-			s.WriteStats(true)
-			for b.Loop() {
-				got, err := s.Assign(ctx, "local", 1, t0, map[int64]int{id: 100})
-				if err != nil || len(got.Tasks[id]) != 100 {
-					b.Fatalf("assign: %d tasks %v", len(got.Tasks[id]), err)
-				}
-				var rs []pilotproto.Result
-				for _, tk := range got.Tasks[id] {
-					rs = append(rs, pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusFailed, ExitCode: 1, DurationMS: 10, ErrorTail: msg})
-				}
-				for len(rs) > 0 {
-					k := ResultsChunk(rs, 100)
-					if _, err := s.ApplyResults(ctx, "local", 1, t0, rs[:k]); err != nil {
-						b.Fatal(err)
-					}
-					rs = rs[k:]
-				}
-				ws := s.WriteStats(true)
-				longest, slow = max(longest, ws.Longest), slow+ws.Slow
-			}
-			b.ReportMetric(float64(longest.Microseconds())/1000, "longest-ms")
-			b.ReportMetric(float64(slow), "over-5ms")
-		})
-	}
 }
 
 // BenchmarkAssignRetriesOf250Jobs assigns two tasks of each of 250 jobs

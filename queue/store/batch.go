@@ -65,13 +65,12 @@ type batch struct {
 	exceptions map[[2]int64]*exceptionRow // (job, idx); nil: none
 	usage      map[string]UsageEvent      // per owner, of a batch of results
 	moved      Moved                      // what flush changed of what the service mirrors
-	lock       string                     // readJobs' row lock on PostgreSQL
 	err        error                      // the first statement's error: later ones do not run
 }
 
 func (s *Store) newBatch(ctx context.Context, tx *sql.Tx) *batch {
 	return &batch{s: s, ctx: ctx, tx: tx, jobs: map[int64]*jobRow{}, byJob: map[[2]int64][]*grantRow{},
-		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{}, lock: "FOR UPDATE OF c",
+		exceptions: map[[2]int64]*exceptionRow{}, usage: map[string]UsageEvent{},
 		moved: Moved{Running: map[string]int{}, Waiting: map[int64]int{}}}
 }
 
@@ -150,12 +149,13 @@ var (
 	readExceptions = rowsSQL(`SELECT `+exceptionCols+` FROM`, `JOIN exceptions x ON x.job_id = v.column1 AND x.idx = v.column2`, 0, -1)
 )
 
-// readJobs reads the rows of the jobs ids not read.
-func (b *batch) readJobs(ids []int64) error {
+// readJobs reads the rows of the jobs ids not read, on PostgreSQL
+// locking their counter rows with lock.
+func (b *batch) readJobs(ids []int64, lock string) error {
 	want := unread(b.jobs, ids, func(id int64) []any { return []any{id} })
 	tail := ""
 	if b.s.pg {
-		tail = " ORDER BY j.id " + b.lock // one order: no deadlock
+		tail = " ORDER BY j.id " + lock // one order: no deadlock
 	}
 	return b.run(readJobs, want, tail, func(rs *sql.Rows) error {
 		j := &jobRow{}
@@ -239,18 +239,18 @@ func (b *batch) readExceptions(entries [][2]int64) error {
 	})
 }
 
-// except returns the entry's exception row (new if none), to be written,
-// and the batch's error.
-func (b *batch) except(job int64, idx, attempt int) (*exceptionRow, error) {
-	k := [2]int64{job, int64(idx)}
+// except returns the exception row (new if none), to be written, of entry
+// idx of grant g, where the entry is open; an error stays in b.err.
+func (b *batch) except(g *grantRow, idx int) *exceptionRow {
+	k := [2]int64{g.job, int64(idx)}
 	b.readExceptions([][2]int64{k})
 	x := b.exceptions[k]
 	if x == nil {
-		x = &exceptionRow{job: job, idx: idx, attempt: attempt}
+		x = &exceptionRow{job: g.job, idx: idx}
 		b.exceptions[k] = x
 	}
-	x.dirty = true
-	return x, b.err
+	x.attempt, x.grant, x.dirty = g.attempt, g.id, true
+	return x
 }
 
 var (
@@ -275,9 +275,9 @@ type Moved struct {
 	Changes []JobChange
 }
 
-// flush writes back the rows changed and returns the jobs' state changes
-// (also in b.moved, with the moves of their counters).
-func (b *batch) flush(now time.Time) ([]JobChange, error) {
+// flush writes back the rows changed, and puts in b.moved the jobs' state
+// changes and the moves of their counters.
+func (b *batch) flush(now time.Time) error {
 	var grants, excepts, usage, counts, states [][]any
 	for _, gs := range b.byJob {
 		for _, g := range gs {
@@ -316,5 +316,5 @@ func (b *batch) flush(now time.Time) ([]JobChange, error) {
 	for i, st := range []rowStatements{writeGrants, writeExcepts, logUsage, writeCount, writeJobStates} {
 		b.run(st, rows[i], "", nil)
 	}
-	return b.moved.Changes, b.err
+	return b.err
 }

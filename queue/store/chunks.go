@@ -1,10 +1,6 @@
 package store
 
-import (
-	"time"
-
-	"github.com/harvest-hpc/harvest/pilotproto"
-)
+import "time"
 
 // A long write (a submission's entries, a drop) goes in transactions that
 // each hold SQLite's write lock about chunkBudget, so that the pulls and
@@ -36,24 +32,4 @@ func (z *chunkSizer) took(rows int, d time.Duration) {
 		want := int(float64(rows) * float64(chunkBudget) / float64(max(d, 1)))
 		z.n = min(max(want, z.n/4, z.floor), 2*z.n, z.max) // under the floor only if the limit is
 	}
-}
-
-// chunkBytes bounds what one transaction of results stores: 100 results
-// with 64 KiB error tails held the lock over 50 ms.
-const chunkBytes = 64 << 10
-
-const rowOverhead = 128 // a result's size without its strings
-
-// ResultsChunk is how many of rs, from the first, one ApplyResults
-// transaction should apply: at most limit and chunkBytes, at least one.
-func ResultsChunk(rs []pilotproto.Result, limit int) int {
-	n, size := 0, 0
-	for n < min(len(rs), max(limit, 1)) {
-		size += rowOverhead + len(rs[n].ErrorTail) + len(rs[n].Pilot)
-		if n > 0 && size > chunkBytes {
-			break
-		}
-		n++
-	}
-	return n
 }

@@ -60,9 +60,8 @@ func TestChunkSizerAimsAtTheBudget(t *testing.T) {
 	}
 }
 
-// InsertTasks stores every name exactly (they travel as a JSON array), in
-// chunks that start small and never pass the limit, and refuses a name
-// that is not UTF-8 before storing anything.
+// InsertTasks stores every name exactly, in chunks that start small and
+// never pass the limit.
 func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 	s, _ := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 1)
 	defer s.Close()
@@ -117,51 +116,12 @@ func TestInsertTasksStoresNamesExactlyInSizedChunks(t *testing.T) {
 			t.Fatalf("task %d stored as %q, want %q", i, got[i], names[i])
 		}
 	}
-
-	other, err := s.CreateJob(ctx, NewJob{Owner: "bob", Dataset: "/e", Command: []string{"p"}, BatchSize: 1, Price: 1, Cores: 1, MaxAttempts: 3, Submitted: t0, Expires: t0.Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.InsertTasks(ctx, other, []string{"good", "bad\xff"}, 300, nil)
-	if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
-		t.Fatalf("a name that is not UTF-8: %v", err)
-	}
-	var n int
-	s.r.QueryRow(`SELECT count(*) FROM tasks WHERE job_id = $1`, other).Scan(&n)
-	if n != 0 {
-		t.Fatalf("%d tasks stored for a refused insert", n)
-	}
 }
 
-func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
-	results := func(n, tail int) []pilotproto.Result {
-		rs := make([]pilotproto.Result, n)
-		for i := range rs {
-			rs[i] = pilotproto.Result{TaskID: int64(i + 1), Attempt: 1, Status: pilotproto.StatusFailed, ErrorTail: strings.Repeat("x", tail)}
-		}
-		return rs
-	}
-	for _, c := range []struct {
-		n, tail, limit, want int
-	}{
-		{0, 0, 100, 0},
-		{250, 0, 100, 100}, // the row limit
-		{250, 2048, 100, chunkBytes / (2048 + rowOverhead)}, // the default worker's tails: 30
-		{5, 64 << 10, 100, 1},                               // the API's largest: one each
-		{5, 1 << 20, 100, 1},                                // never none
-		{5, 0, 0, 1},                                        // a limit under 1 is 1
-	} {
-		if got := ResultsChunk(results(c.n, c.tail), c.limit); got != c.want {
-			t.Errorf("%d results with %d-byte tails, limit %d: a chunk of %d, want %d", c.n, c.tail, c.limit, got, c.want)
-		}
-	}
-}
-
-// Failed results with the longest error tails the API takes go through
-// the store in transactions of bounded bytes (ResultsChunk: one result
-// each), and the last failure's tail is kept whole in the entry's
-// exception row (harvest failures).
-func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
+// Failed results with the longest error tails the API takes, one a
+// transaction as the queue applies them (its resultsChunk), keep the last
+// failure's tail whole in the entry's exception row (harvest failures).
+func TestLongErrorTailsAreKeptWhole(t *testing.T) {
 	s, job := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 200)
 	defer s.Close()
 	ctx := context.Background()
@@ -173,16 +133,10 @@ func TestLongErrorTailsKeepEveryWriteTransactionSmall(t *testing.T) {
 			rs[i] = pilotproto.Result{TaskID: tk.ID, Attempt: tk.Attempt, Status: pilotproto.StatusFailed, ExitCode: 1, DurationMS: 10,
 				ErrorTail: fmt.Sprintf("%s%06d", strings.Repeat("e", tail-6), tk.ID&0xffffffff)}
 		}
-		s.WriteStats(true)
-		for len(rs) > 0 {
-			k := ResultsChunk(rs, 100)
-			if _, err := s.ApplyResults(ctx, "local", 1, t0, rs[:k]); err != nil {
-				t.Fatal(err)
+		for _, r := range rs {
+			if _, err := s.ApplyResults(ctx, "local", 1, t0, []pilotproto.Result{r}); err != nil {
+				t.Fatalf("round %d: %v", round, err)
 			}
-			rs = rs[k:]
-		}
-		if ws := s.WriteStats(true); ws.Transactions != n {
-			t.Fatalf("round %d: %d results with %d KiB tails in %d transactions, want one each", round, n, tail>>10, ws.Transactions)
 		}
 	}
 	var whole, rows int

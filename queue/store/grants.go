@@ -42,10 +42,9 @@ type Taken struct {
 }
 
 var (
-	// The first n waiting retries of each job (job, n), a seek each:
-	// SQLite allows no LIMIT naming an outer row.
-	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (
-		SELECT v.column1, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = v.column1 AND x.state = 'WAITING'), 1, v.column2 FROM`,
+	// The first n waiting retries of each job (job, n), a seek each from
+	// index -1 up: SQLite allows no LIMIT naming an outer row.
+	readRetries = rowsSQL(`WITH RECURSIVE r (job, idx, k, n) AS (SELECT v.column1, -1, 0, v.column2 FROM`,
 		`UNION ALL SELECT r.job, (SELECT min(x.idx) FROM exceptions x WHERE x.job_id = r.job AND x.state = 'WAITING' AND x.idx > r.idx), r.k + 1, r.n
 		FROM r WHERE r.k < r.n AND r.idx IS NOT NULL)
 		SELECT r.job, r.idx, x.attempt, e.name FROM r JOIN exceptions x ON x.job_id = r.job AND x.idx = r.idx
@@ -70,8 +69,7 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		out = Taken{Tasks: map[int64][]TakenTask{}}
 		b := s.newBatch(ctx, tx)
-		b.lock = "FOR UPDATE OF c SKIP LOCKED"
-		b.readJobs(ids)
+		b.readJobs(ids, "FOR UPDATE OF c SKIP LOCKED")
 		var asked [][]any // (job, n): the job's first n waiting retries
 		for _, id := range ids {
 			if j := b.jobs[id]; j != nil && j.retry > 0 && takes[id] > 0 {
@@ -121,13 +119,11 @@ func (s *Store) Assign(ctx context.Context, pool string, epoch int64, now time.T
 		b.run(insertGrants, grants, "", nil)
 		b.run(markGranted, marks, "", nil)
 		b.run(readNames, ranges, "", scanTasks(out.Tasks))
-		out.Changes, _ = b.flush(now)
-		return b.err
+		err := b.flush(now)
+		out.Changes = b.moved.Changes
+		return err
 	})
-	if err != nil {
-		return Taken{}, fmt.Errorf("assign: %w", err)
-	}
-	return out, nil
+	return out, wrap(err, "assign")
 }
 
 // scanTasks appends each task answered (job, index, attempt, name) to out.
@@ -178,20 +174,17 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 				excepts = append(excepts, [2]int64{job, int64(idx)})
 			}
 		}
-		b.readJobs(ids)
+		b.readJobs(ids, "FOR UPDATE OF c")
 		b.readGrants(results)
 		b.readExceptions(excepts)
 		for i := 0; i < len(results) && b.err == nil; i++ {
 			b.result(&a, pool, results[i], now)
 		}
-		b.flush(now)
+		err := b.flush(now)
 		a.Moved = b.moved
-		return b.err
+		return err
 	})
-	if err != nil {
-		return Applied{}, fmt.Errorf("apply results: %w", err)
-	}
-	return a, nil
+	return a, wrap(err, "apply results")
 }
 
 // result applies r; an error stays in b.err.
@@ -220,7 +213,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		a.Ignored++
 		if mark == open {
 			g.open--
-			x, _ := b.except(job, idx, g.attempt) // an error stays in b.err
+			x := b.except(g, idx)
 			x.state, x.finished = api.TaskKilled, ms(now)
 		}
 		return
@@ -238,8 +231,7 @@ func (b *batch) result(a *Applied, pool string, r pilotproto.Result, now time.Ti
 		g.failed++
 	}
 	if tr.State != api.TaskDone || x != nil {
-		x, _ = b.except(job, idx, g.attempt) // an error stays in b.err
-		x.attempt, x.grant = g.attempt, g.id
+		x = b.except(g, idx)
 	}
 	move(j, x, tr, r, pool, now)
 	a.Outcomes = append(a.Outcomes, Outcome{Job: job, Status: r.Status, TurnaroundMS: max(0, ms(now)-g.assigned), DurationMS: r.DurationMS})

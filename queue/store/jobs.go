@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/rules"
@@ -51,14 +50,10 @@ func (s *Store) JobByKey(ctx context.Context, owner, key string) (id int64, hash
 	return id, hash, state, ok, wrap(err, "find job by idempotency key")
 }
 
-// InsertTasks appends names to a SUBMITTING job's entries in transactions
-// of at most chunk (chunkSizer), telling stored, if set, each one's count.
+// InsertTasks appends names (valid UTF-8: the queue's listing refuses
+// others) to a SUBMITTING job's entries in transactions of at most chunk
+// (chunkSizer), telling stored, if set, each one's count.
 func (s *Store) InsertTasks(ctx context.Context, job int64, names []string, chunk int, stored func(int)) error {
-	for _, n := range names {
-		if !utf8.ValidString(n) {
-			return fmt.Errorf("store tasks of job %d: task name %q is not valid UTF-8", job, n)
-		}
-	}
 	var next int
 	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM entries WHERE job_id = $1`, job).Scan(&next)
 	for z := s.chunks(chunk); len(names) > 0 && err == nil; {
@@ -218,7 +213,7 @@ func (s *Store) KillTasks(ctx context.Context, id int64, now time.Time, chunk in
 	for more := pending != ""; more && err == nil; {
 		err = s.write(ctx, func(tx *sql.Tx) (err error) {
 			if more = pending == cancelKills; more {
-				_, more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
+				more, err = s.newBatch(ctx, tx).closeGrants(now, chunk, func(_ *jobRow, x *exceptionRow) { x.state, x.finished = api.TaskKilled, ms(now) },
 					`WHERE g.job_id = $1 AND g.state != 'CLOSED' ORDER BY g.id`, id)
 			}
 			if err == nil && !more {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/harvest-hpc/harvest/queue/rules"
 	"github.com/harvest-hpc/harvest/queue/store/schema"
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 )
 
 // Store is the queue's database. All methods are safe for concurrent use.

@@ -17,7 +17,7 @@ import (
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/store/schema"
-	"github.com/harvest-hpc/harvest/queue/store/txstats"
+	"github.com/harvest-hpc/harvest/queue/txstats"
 )
 
 func TestReopeningAppliesEachMigrationOnce(t *testing.T) {

@@ -25,7 +25,7 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 	err = s.write(ctx, func(tx *sql.Tx) (err error) {
 		b := s.newBatch(ctx, tx)
 		n = 0 // fn runs again after a serialisation failure
-		_, _, err = b.closeGrants(now, limit, func(j *jobRow, x *exceptionRow) {
+		_, err = b.closeGrants(now, limit, func(j *jobRow, x *exceptionRow) {
 			n++
 			move(j, x, rules.AfterExpiry(x.tries, j.maxTries), pilotproto.Result{Status: api.FailureStatusExpired, ErrorTail: "no heartbeat: expired"}, "", now)
 		}, `WHERE g.state != 'CLOSED' AND g.state = 'ZOMBIE' AND g.heartbeat_at < $1 AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = g.job_id AND j.state IN ('WAITING', 'RUNNING'))`, ms(cut))
@@ -38,10 +38,10 @@ func (s *Store) ExpireZombies(ctx context.Context, cut, now time.Time, limit int
 // closeGrants closes the grants query selects until they hold about limit
 // open entries, each open entry an exception row end fills in, flushes the
 // batch and says if more remain (the zombie sweep's and a kill's step).
-func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) ([]JobChange, bool, error) {
+func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *exceptionRow), query string, args ...any) (more bool, err error) {
 	rows, err := b.tx.QueryContext(inline(b.ctx), `SELECT `+grantCols+` FROM grants g `+query, args...)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	defer rows.Close()
 	var gs []*grantRow
@@ -50,7 +50,7 @@ func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *excepti
 	for n := 0; n < max(limit, 1) && rows.Next(); {
 		g, err := scanGrant(rows)
 		if err != nil {
-			return nil, false, err
+			return false, err
 		}
 		g.dirty = true
 		b.addGrant(g)
@@ -61,25 +61,23 @@ func (b *batch) closeGrants(now time.Time, limit int, end func(*jobRow, *excepti
 			}
 		}
 	}
-	more := rows.Next()
+	more = rows.Next()
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil { // before the reads: PostgreSQL's connection runs one query at a time
-		return nil, false, err
+		return false, err
 	}
-	b.readJobs(ids)
+	b.readJobs(ids, "FOR UPDATE OF c")
 	b.readExceptions(entries) // an error stays in b.err, and flush returns it
 	for _, g := range gs {
 		for i, c := range g.settled {
 			if c == open && b.err == nil {
-				x, _ := b.except(g.job, g.first+i, g.attempt)
-				x.attempt, x.grant = g.attempt, g.id
+				x := b.except(g, g.first+i)
 				end(b.jobs[g.job], x)
 				g.settled[i] = settledX
 			}
 		}
 		g.open = 0 // writeGrants closes a grant with none open
 	}
-	changes, err := b.flush(now)
-	return changes, more, err
+	return more, b.flush(now)
 }
 
 // WaitingJobsExpiredBy lists the jobs still WAITING whose expiry is before now.

@@ -99,9 +99,6 @@ func (s *Store) PutUsage(ctx context.Context, rows []UsageRow, now time.Time) er
 		}
 		vs[i] = []any{r.User, r.Usage.RunningCores, r.Usage.CPUTime24h, r.Usage.Cost24h, r.Priority, ms(now)}
 	}
-	if len(rows) == 0 {
-		return nil
-	}
 	return s.write(ctx, func(tx *sql.Tx) error { return s.newBatch(ctx, tx).run(putUsage, vs, "", nil) })
 }
 

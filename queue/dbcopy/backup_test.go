@@ -1,4 +1,4 @@
-package store_test
+package dbcopy_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/harvest-hpc/harvest/queue/dbcopy"
 	"github.com/harvest-hpc/harvest/queue/store"
-	"github.com/harvest-hpc/harvest/queue/store/dbcopy"
 )
 
 // Backup copies an open, working database through SQLite: the copy opens
@@ -18,9 +18,9 @@ import (
 func TestBackupCopiesAnOpenDatabaseConsistently(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "q.db")
-	s, id := store.OpenWithJob(t, path, 50)
+	s, id := openWithJob(t, path, 50)
 	defer s.Close()
-	store.TakeTasks(t, s, id, 5) // a hand-out in the journal, not folded
+	takeIn(t, s, "local", id, 5) // a hand-out open in the copy
 	ctx := context.Background()
 	dest := filepath.Join(dir, "copy.db")
 	jobs, err := dbcopy.Backup(ctx, path, dest)
@@ -51,5 +51,5 @@ func TestBackupCopiesAnOpenDatabaseConsistently(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "x.db")); err == nil {
 		t.Fatal("a refused backup wrote its destination")
 	}
-	store.TakeTasks(t, s, id, 5) // the original works on
+	takeIn(t, s, "local", id, 5) // the original works on
 }

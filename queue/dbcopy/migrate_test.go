@@ -1,4 +1,4 @@
-package store_test
+package dbcopy_test
 
 import (
 	"context"
@@ -10,17 +10,18 @@ import (
 
 	"github.com/harvest-hpc/harvest/internal/pgtest"
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/dbcopy"
 	"github.com/harvest-hpc/harvest/queue/fairshare"
 	"github.com/harvest-hpc/harvest/queue/store"
-	"github.com/harvest-hpc/harvest/queue/store/dbcopy"
 )
 
-// dump is every row of every queue table, in key order, as text.
-func dump(t *testing.T, s *store.Store) string {
+// dump is every row of every queue table of db, in key order, as text.
+func dump(t *testing.T, db string) string {
 	t.Helper()
 	var b strings.Builder
+	c := openTables(t, db)
 	for _, table := range dbcopy.Tables {
-		rows, err := store.Readers(s).Query(`SELECT * FROM ` + table + ` ORDER BY 1, 2`)
+		rows, err := c.Query(`SELECT * FROM ` + table + ` ORDER BY 1, 2`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,27 +59,27 @@ func TestMigrateToPostgreSQLLosesNothing(t *testing.T) {
 	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, a := store.OpenWithJob(t, path, 12)
-	if _, d, err := s.DecideLease(ctx, "b", pilotproto.LeaseRequest{PilotID: "pb"}, store.T0, time.Hour); err != nil || !d.Granted {
+	s, a := openWithJob(t, path, 12)
+	if _, d, err := s.DecideLease(ctx, "b", pilotproto.LeaseRequest{PilotID: "pb"}, t0, time.Hour); err != nil || !d.Granted {
 		t.Fatal(d, err)
 	}
-	store.ReportIn(t, s, "local", pilotproto.StatusDone, store.TakeTasks(t, s, a, 4)...)
-	store.ReportIn(t, s, "local", pilotproto.StatusFailed, store.TakeTasks(t, s, a, 2)...)
-	retried := store.TakeTasks(t, s, a, 2) // the two failed ones again
-	store.ReportIn(t, s, "local", pilotproto.StatusTimeout, retried[:1]...)
-	store.TakeIn(t, s, "b", a, 3) // left open
-	if _, err := s.MarkZombies(ctx, store.T0.Add(time.Minute), 100); err != nil {
+	reportIn(t, s, "local", pilotproto.StatusDone, takeIn(t, s, "local", a, 4)...)
+	reportIn(t, s, "local", pilotproto.StatusFailed, takeIn(t, s, "local", a, 2)...)
+	retried := takeIn(t, s, "local", a, 2) // the two failed ones again
+	reportIn(t, s, "local", pilotproto.StatusTimeout, retried[:1]...)
+	takeIn(t, s, "b", a, 3) // left open
+	if _, err := s.MarkZombies(ctx, t0.Add(time.Minute), 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ExpireZombies(ctx, store.T0.Add(time.Minute), store.T0.Add(2*time.Minute), 100); err != nil {
+	if _, _, err := s.ExpireZombies(ctx, t0.Add(time.Minute), t0.Add(2*time.Minute), 100); err != nil {
 		t.Fatal(err)
 	}
-	c := store.MakeJob(t, s, store.T0, "x", "y", "z")
-	store.TakeIn(t, s, "local", c, 2)
-	if _, err := s.CancelJob(ctx, c, store.T0.Add(3*time.Minute)); err != nil {
+	c := makeJob(t, s, "x", "y", "z")
+	takeIn(t, s, "local", c, 2)
+	if _, err := s.CancelJob(ctx, c, t0.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.KillTasks(ctx, c, store.T0.Add(3*time.Minute), 1); err != nil {
+	if err := s.KillTasks(ctx, c, t0.Add(3*time.Minute), 1); err != nil {
 		t.Fatal(err)
 	}
 	must := func(err error) {
@@ -87,14 +88,14 @@ func TestMigrateToPostgreSQLLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(s.PutUser(ctx, "alice", fairshare.Limits{Priority: 2, MaxParallelJobs: 7, MaxTotalRunningTime: 1e6, MaxTotalCpuCost: 1e5}, store.T0))
-	must(s.EnsureUser(ctx, "bob", fairshare.Limits{Priority: 1, MaxParallelJobs: 20, MaxTotalRunningTime: 1e7, MaxTotalCpuCost: 1e7}, store.T0))
-	must(s.PutUsage(ctx, []store.UsageRow{{User: "alice", Usage: fairshare.Usage{RunningCores: 3, CPUTime24h: 12.5, Cost24h: 25}, Priority: 0.75}}, store.T0))
-	must(s.PutToken(ctx, "h1", "alice", "user", store.T0, time.Time{}, 10))
-	must(s.AddSite(ctx, "b", "h2", "agent", store.T0))
+	must(s.PutUser(ctx, "alice", fairshare.Limits{Priority: 2, MaxParallelJobs: 7, MaxTotalRunningTime: 1e6, MaxTotalCpuCost: 1e5}, t0))
+	must(s.EnsureUser(ctx, "bob", fairshare.Limits{Priority: 1, MaxParallelJobs: 20, MaxTotalRunningTime: 1e7, MaxTotalCpuCost: 1e7}, t0))
+	must(s.PutUsage(ctx, []store.UsageRow{{User: "alice", Usage: fairshare.Usage{RunningCores: 3, CPUTime24h: 12.5, Cost24h: 25}, Priority: 0.75}}, t0))
+	must(s.PutToken(ctx, "h1", "alice", "user", t0, time.Time{}, 10))
+	must(s.AddSite(ctx, "b", "h2", "agent", t0))
 	must(s.PutSite(ctx, store.Site{Name: "b", MinNodes: 1, MaxNodes: 4, Paused: true}))
 	must(s.PutNodeSettings(ctx, 2, 8, 12))
-	before := dump(t, s)
+	before := dump(t, path)
 	must(s.Close())
 
 	url := pgtest.URL(t)
@@ -110,17 +111,17 @@ func TestMigrateToPostgreSQLLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if after := dump(t, p); after != before {
+	if after := dump(t, url); after != before {
 		t.Fatalf("PostgreSQL after the migration:\n%s\nSQLite before it:\n%s", after, before)
 	}
 	// A second migration into it is refused and changes nothing.
 	if _, err := dbcopy.Migrate(ctx, path, url); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("a migration into a non-empty database: %v", err)
 	}
-	if after := dump(t, p); after != before {
+	if after := dump(t, url); after != before {
 		t.Fatal("a refused migration changed the target")
 	}
-	id := store.MakeJob(t, p, store.T0, "n")
+	id := makeJob(t, p, "n")
 	if id != c+1 {
 		t.Fatalf("the next job after the migration is %d, want %d", id, c+1)
 	}
