@@ -99,14 +99,20 @@ func (r *ExecRunner) StartGroup(ts []pilotproto.Task, slots int, ended func([]in
 	g.job = job
 	specs := make([]confine.Spec, 0, len(ts))
 	tags := make([]int, 0, len(ts))
+	// The group's inputs lie in its job's dataset directory (GroupKey),
+	// checked once for all of them.
+	res := safefs.NewResolver(r.Roots)
+	defer res.Close()
 	for i, t := range ts {
 		var read []string
 		if t.Input != "" {
-			roots := r.Roots
-			if len(roots) == 0 {
-				roots = []string{filepath.Dir(t.Input)}
+			var real string
+			var err error
+			if len(r.Roots) > 0 {
+				real, err = res.ResolveIn(t.Input)
+			} else {
+				real, err = safefs.ResolveIn(t.Input, []string{filepath.Dir(t.Input)})
 			}
-			real, err := safefs.ResolveIn(t.Input, roots)
 			if err != nil {
 				fail(i, -1, fmt.Errorf("input: %w", err))
 				continue

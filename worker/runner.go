@@ -358,6 +358,11 @@ func tmpName(t pilotproto.Task) string {
 // outputParent makes the parent of t's output when it is deeper than the
 // job's output directory (best effort: the command may create it itself).
 func outputParent(job *jobFiles, t pilotproto.Task) {
+	// Most outputs are an entry of the output directory itself: told by
+	// comparing strings, without a filepath.Rel per task.
+	if i := strings.LastIndexByte(t.Output, '/'); i >= 0 && t.Output[:i] == t.OutputDir && !strings.Contains(t.Output[i+1:], "..") {
+		return
+	}
 	if rel, err := filepath.Rel(t.OutputDir, filepath.Dir(t.Output)); err == nil && rel != "." && safefs.Within(filepath.Dir(t.Output), []string{t.OutputDir}) {
 		if d, err := safefs.MkdirBeneath(job.outDir, rel, 0o755); err == nil {
 			d.Close()

@@ -98,6 +98,8 @@ func TestOpenInFollowsLinksOnlyInsideTheRoots(t *testing.T) {
 		os.MkdirAll(filepath.Join(dir, "private"), 0o755)
 		os.Symlink(filepath.Join(root, "ds", "sub1"), filepath.Join(root, "ds", "inside"))
 		os.Symlink(filepath.Join(dir, "private"), filepath.Join(root, "ds", "shadow"))
+		res := NewResolver([]string{root})
+		defer res.Close()
 		for _, c := range []struct {
 			rel string
 			ok  bool
@@ -109,9 +111,16 @@ func TestOpenInFollowsLinksOnlyInsideTheRoots(t *testing.T) {
 			{"ds/missing", false},
 		} {
 			// CheckIn says the same (its fast path takes only paths
-			// without links).
+			// without links), and so does a Resolver, the first time
+			// and again from the directory it keeps.
 			if err := CheckIn(filepath.Join(root, c.rel), []string{root}); (err == nil) != c.ok {
 				t.Errorf("CheckIn %s: err %v, want ok=%v", c.rel, err, c.ok)
+			}
+			want, _ := ResolveIn(filepath.Join(root, c.rel), []string{root})
+			for range 2 {
+				if got, err := res.ResolveIn(filepath.Join(root, c.rel)); (err == nil) != c.ok || got != want {
+					t.Errorf("Resolver %s: %q, err %v, want %q, ok=%v", c.rel, got, err, want, c.ok)
+				}
 			}
 			f, err := OpenIn(filepath.Join(root, c.rel), []string{root})
 			if (err == nil) != c.ok {
@@ -187,6 +196,41 @@ func TestOwnDirRefusesWhatAnotherUserCouldHaveMade(t *testing.T) {
 			d.Close()
 			if fi, err := os.Lstat(p); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 				t.Errorf("%s: %v %v, want a directory 0700", p, fi.Mode(), err)
+			}
+		}
+	})
+}
+
+// A Resolver checks a directory once, but every entry each time: an
+// entry replaced by a link, to a file outside the roots, is refused as
+// ResolveIn refuses it; one to another entry resolves to that entry.
+func TestResolverChecksEachEntryAfterItsDirectory(t *testing.T) {
+	both(t, func(t *testing.T) {
+		dir := t.TempDir()
+		root, ds := filepath.Join(dir, "data"), filepath.Join(dir, "data", "ds")
+		os.MkdirAll(ds, 0o755)
+		os.WriteFile(filepath.Join(dir, "secret"), nil, 0o600)
+		for _, n := range []string{"a", "b", "c"} {
+			os.WriteFile(filepath.Join(ds, n), nil, 0o644)
+		}
+		res := NewResolver([]string{root})
+		defer res.Close()
+		if got, err := res.ResolveIn(filepath.Join(ds, "a")); err != nil || got != filepath.Join(ds, "a") {
+			t.Fatalf("a: %q, %v", got, err)
+		}
+		os.Remove(filepath.Join(ds, "b"))
+		os.Symlink(filepath.Join(dir, "secret"), filepath.Join(ds, "b"))
+		if _, err := res.ResolveIn(filepath.Join(ds, "b")); !errors.Is(err, ErrLink) {
+			t.Errorf("b, a link out of the roots: %v, want ErrLink", err)
+		}
+		os.Remove(filepath.Join(ds, "c"))
+		os.Symlink(filepath.Join(ds, "a"), filepath.Join(ds, "c"))
+		if got, err := res.ResolveIn(filepath.Join(ds, "c")); err != nil || got != filepath.Join(ds, "a") {
+			t.Errorf("c, a link to a: %q, %v", got, err)
+		}
+		for _, p := range []string{filepath.Join(dir, "secret"), ds + "/../../secret", filepath.Join(ds, "missing")} {
+			if _, err := res.ResolveIn(p); err == nil {
+				t.Errorf("%s: resolved", p)
 			}
 		}
 	})

@@ -148,9 +148,7 @@ func serveRunner(spec string) (int, error) {
 		s.scope = scope.fd
 	}
 	// The descriptors the rules were made from are not the tasks'.
-	for fd := 3; fd < 1024; fd++ {
-		unix.CloseOnExec(fd)
-	}
+	cloexecFrom3()
 	// The batch system's stop signal (scancel's SIGTERM, ...) reaches every
 	// process of the pilot, this runner too. The runner must outlive it:
 	// the worker decides whether its tasks were interrupted (no attempt
