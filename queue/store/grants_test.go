@@ -228,7 +228,7 @@ func TestOnePullHandsOutTheRetriesOfSeveralJobs(t *testing.T) {
 // grants renews both; a range of settled entries renews none, and the
 // grant's other open entries stay as they were.
 func TestAHeartbeatRangeRenewsTheGrantsItOverlaps(t *testing.T) {
-	s, id := openWithJob(t, filepath.Join(t.TempDir(), "q.db"), 10)
+	s, id := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 10)
 	defer s.Close()
 	ctx := context.Background()
 	g1, g2 := take(t, s, id, 4), take(t, s, id, 4) // grants 0..3 and 4..7
