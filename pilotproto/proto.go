@@ -112,8 +112,7 @@ const (
 // (TaskID, Attempt) twice is harmless: the queue applies it once.
 type Result struct {
 	TaskID int64 `json:"task_id"`
-	// JobID is the task's job, if the reporter knows it: a plain success
-	// then travels in its job's DoneGroup (ResultsWire). The queue looks
+	// JobID is the task's job, if the reporter knows it. The queue looks
 	// tasks up by TaskID and never trusts it.
 	JobID      int64  `json:"job_id,omitempty"`
 	Attempt    int    `json:"attempt"`
@@ -161,9 +160,13 @@ type PilotStatus struct {
 
 // HeartbeatRequest keeps running tasks alive (no heartbeat for the zombie
 // timeout makes them ZOMBIE, then EXPIRED and requeued) and renews the lease.
+// The master lists the attempts it holds in Ranges (about one range per
+// grant); Running, the same task by task, is an older master's form, still
+// accepted (a request may hold both).
 type HeartbeatRequest struct {
 	Epoch   int64         `json:"epoch"`
-	Running []TaskRef     `json:"running"`
+	Ranges  *Ranges       `json:"ranges,omitempty"`
+	Running []TaskRef     `json:"running,omitempty"`
 	Pilots  []PilotStatus `json:"pilots,omitempty"`
 	// LostMS is the run time of the attempts interrupted since the last
 	// heartbeat the queue answered (their pilot ended under them); the

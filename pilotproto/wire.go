@@ -275,12 +275,14 @@ type Plain struct {
 	DurationMS []int64 `json:"duration_ms"`
 }
 
-// ResultsWire is a results report on the wire: Plain for plain
-// successes, Results (full records) for the rest. Done is the previous
-// release's form of plain successes, still accepted; a pilot older than
-// that sends everything in Results.
+// ResultsWire is a results report on the wire: Ranges for plain
+// successes (a range per grant, with the sum of its run times), Results
+// (full records) for the rest. Plain and Done are earlier releases' forms
+// of plain successes, still accepted (Plain is the worker protocol's
+// too); a pilot older than both sends everything in Results.
 type ResultsWire struct {
 	Epoch   int64       `json:"epoch"`
+	Ranges  *DoneRanges `json:"ranges,omitempty"`
 	Plain   []Plain     `json:"plain,omitempty"`
 	Done    []DoneGroup `json:"done,omitempty"`
 	Results []Result    `json:"results,omitempty"`
@@ -372,13 +374,13 @@ func addInt64(a, b int64) (int64, bool) {
 // PackResults is req in the compact form.
 func PackResults(req ResultsRequest) ResultsWire {
 	w := ResultsWire{Epoch: req.Epoch}
-	w.Plain, w.Results = PackPlain(req.Results)
+	w.Ranges, w.Results = packDone(req.Results)
 	return w
 }
 
-// Unpack is the report w carries: the previous release's groups first,
-// then the plain lists, then the full records. It refuses a malformed w
-// before it allocates for it.
+// Unpack is the report w carries: the earlier releases' groups first,
+// then the plain lists, then the ranges, then the full records. It
+// refuses a malformed w before it allocates for it.
 func (w *ResultsWire) Unpack() (ResultsRequest, error) {
 	n := len(w.Results)
 	for i := range w.Done {
@@ -403,6 +405,15 @@ func (w *ResultsWire) Unpack() (ResultsRequest, error) {
 	if err != nil {
 		return ResultsRequest{}, err
 	}
+	var ranges []TaskRange
+	if w.Ranges != nil {
+		if ranges, err = w.Ranges.unpack(MaxResults - n); err != nil {
+			return ResultsRequest{}, err
+		}
+		for _, r := range ranges {
+			n += int(r.Len())
+		}
+	}
 	out := make([]Result, 0, n)
 	for i := range w.Done {
 		d := &w.Done[i]
@@ -418,6 +429,9 @@ func (w *ResultsWire) Unpack() (ResultsRequest, error) {
 	}
 	if out, err = appendPlain(out, w.Plain); err != nil {
 		return ResultsRequest{}, err
+	}
+	if ranges != nil {
+		out = appendDone(out, ranges, w.Ranges.DurationMS)
 	}
 	out = append(out, w.Results...)
 	return ResultsRequest{Epoch: w.Epoch, Results: out}, nil

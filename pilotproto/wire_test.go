@@ -149,12 +149,13 @@ func TestResultsPackKeepsWhatTheQueueKeeps(t *testing.T) {
 		{TaskID: 8, JobID: 1, Attempt: 1, Status: pilotproto.StatusDone, ExitCode: 0, ErrorTail: "warning", Pilot: "p2"},
 	}
 	w := wire[pilotproto.ResultsWire](t, pilotproto.PackResults(pilotproto.ResultsRequest{Epoch: 4, Results: results}))
-	if len(w.Plain) != 2 || len(w.Plain[0].IDs) != 4 || len(w.Results) != 3 || w.Done != nil {
-		t.Fatalf("%d plain lists and %d full records, want 2 (of 4 and 1) and 3: %+v", len(w.Plain), len(w.Results), w)
+	// Plain successes as ranges by attempt and id: 3, 5..6 and 1<<32 at
+	// attempt 1, 1<<32+1 at 3; the rest in full.
+	if w.Ranges == nil || !reflect.DeepEqual(w.Ranges.N, []int64{1, 2, 1, 1}) || len(w.Results) != 3 || w.Plain != nil || w.Done != nil {
+		t.Fatalf("%+v, want 4 ranges (of 1, 2, 1, 1 entries) and 3 full records", w)
 	}
-	// Ids and starts are differences: 2^32 once, then small numbers.
-	if d := w.Plain[0].IDs; d[0] != 1<<32 || d[1] != 3-1<<32 || d[2] != 1<<32+1-3 {
-		t.Fatalf("ids on the wire %v", d)
+	if d := w.Ranges.First; !reflect.DeepEqual(d, []int64{3, 2, 1<<32 - 5, 1}) {
+		t.Fatalf("first ids on the wire %v, want differences", d)
 	}
 	got, err := w.Unpack()
 	if err != nil {
@@ -163,9 +164,16 @@ func TestResultsPackKeepsWhatTheQueueKeeps(t *testing.T) {
 	if got.Epoch != 4 || len(got.Results) != len(results) {
 		t.Fatalf("epoch %d, %d results", got.Epoch, len(got.Results))
 	}
+	// What the queue keeps: each result's task, attempt and status, a
+	// full record as it is, and a plain success's run time summed per
+	// job (usage) and per report (the site's yield).
 	by := map[[2]int64]pilotproto.Result{}
+	sums := map[int64]int64{}
 	for _, r := range got.Results {
 		by[[2]int64{r.TaskID, int64(r.Attempt)}] = r
+		if pilotproto.IsPlain(&r) {
+			sums[r.TaskID>>32] += r.DurationMS
+		}
 	}
 	for _, want := range results {
 		g, ok := by[[2]int64{want.TaskID, int64(want.Attempt)}]
@@ -173,10 +181,16 @@ func TestResultsPackKeepsWhatTheQueueKeeps(t *testing.T) {
 			t.Fatalf("result %d/%d is missing", want.TaskID, want.Attempt)
 		}
 		if pilotproto.IsPlain(&want) {
-			want.JobID = 0 // not carried: the queue looks tasks up by id
+			sums[want.TaskID>>32] -= want.DurationMS
+			want = pilotproto.Result{TaskID: want.TaskID, Attempt: want.Attempt, Status: pilotproto.StatusDone, DurationMS: g.DurationMS}
 		}
 		if g != want {
 			t.Fatalf("result came back as %+v, want %+v", g, want)
+		}
+	}
+	for job, d := range sums {
+		if d != 0 {
+			t.Fatalf("job %d: run times sum %d ms off", job, d)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
@@ -133,8 +135,12 @@ func (q *Queue) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) 
 func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (pilotproto.HeartbeatResponse, error) {
 	q := p.q
 	var resp pilotproto.HeartbeatResponse
-	if len(req.Running) > 1_000_000 || len(req.Pilots) > 100_000 {
+	if len(req.Running) > maxHeld || len(req.Pilots) > 100_000 {
 		return resp, invalid("too many running tasks or pilots in one heartbeat")
+	}
+	held, err := heldRanges(req)
+	if err != nil {
+		return resp, err
 	}
 	if req.LostMS < 0 {
 		return resp, invalid("lost_ms %d is negative", req.LostMS)
@@ -144,11 +150,11 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 			return resp, invalid("pilot %d: pilot_id is required (at most 256 bytes)", i)
 		}
 	}
-	refs := req.Running
+	rest := held
 	at := q.now()
-	for first := true; first || len(refs) > 0; first = false {
-		chunk := refs[:min(len(refs), q.cfg.WriteChunk*4)]
-		refs = refs[len(chunk):]
+	for first := true; first || len(rest) > 0; first = false {
+		chunk := rest[:min(len(rest), q.cfg.WriteChunk*4)]
+		rest = rest[len(chunk):]
 		q.hook("heartbeat")
 		now := q.now()
 		if err := q.st.Heartbeat(ctx, p.site, req.Epoch, now, q.cfg.LeaseTTL, chunk); err != nil {
@@ -174,10 +180,9 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 		}
 	}
 	q.mu.Unlock()
-	if err := q.requeueOrphans(ctx, p.site, req); err != nil {
+	if err := q.requeueOrphans(ctx, p.site, req.Epoch, held); err != nil {
 		return resp, err
 	}
-	var err error
 	resp.CancelledJobs, err = q.cancelledSince(ctx)
 	return resp, err
 }
@@ -190,17 +195,14 @@ func (p Pool) Heartbeat(ctx context.Context, req pilotproto.HeartbeatRequest) (p
 // answer was lost): nobody will ever run or report it. It is requeued at
 // once, as interrupted (no attempt counted), instead of waiting for the
 // zombie timeout.
-func (q *Queue) requeueOrphans(ctx context.Context, site string, req pilotproto.HeartbeatRequest) error {
+func (q *Queue) requeueOrphans(ctx context.Context, site string, epoch int64, held []pilotproto.TaskRange) error {
 	q.mu.Lock()
-	done := q.orphansChecked[site] >= req.Epoch
+	done := q.orphansChecked[site] >= epoch
 	q.mu.Unlock()
 	if done {
 		return nil
 	}
-	listed := make(map[int64]bool, len(req.Running))
-	for _, r := range req.Running {
-		listed[r.TaskID] = true
-	}
+	listed := heldIDs(held)
 	// The pool's first heartbeat since this queue process opened also
 	// answers for the tasks its own epoch was handed before the open: a
 	// holder renews its epoch even past expiry, so a pull whose answer the
@@ -211,26 +213,26 @@ func (q *Queue) requeueOrphans(ctx context.Context, site string, req pilotproto.
 	if q.orphansChecked[site] == 0 {
 		opened = q.opened
 	}
-	older, err := q.st.ActiveTasksBefore(ctx, site, req.Epoch, opened)
+	older, err := q.st.ActiveTasksBefore(ctx, site, epoch, opened)
 	if err != nil {
 		return err
 	}
 	var orphans []pilotproto.Result
 	now := q.now().UnixMilli()
 	for _, t := range older {
-		if !listed[t.TaskID] {
+		if !listed(t.TaskID) {
 			orphans = append(orphans, pilotproto.Result{TaskID: t.TaskID, Attempt: t.Attempt, Status: pilotproto.StatusInterrupted,
 				StartedAt: now, ErrorTail: "requeued: its master stopped before recording it"})
 		}
 	}
 	if len(orphans) > 0 {
-		if _, err := q.applyResults(ctx, site, req.Epoch, orphans); err != nil {
+		if _, err := q.applyResults(ctx, site, epoch, orphans); err != nil {
 			return fmt.Errorf("requeue orphaned tasks: %w", err)
 		}
-		q.log.Warn("requeued tasks no master holds", "site", site, "tasks", len(orphans), "epoch", req.Epoch)
+		q.log.Warn("requeued tasks no master holds", "site", site, "tasks", len(orphans), "epoch", epoch)
 	}
 	q.mu.Lock()
-	q.orphansChecked[site] = max(q.orphansChecked[site], req.Epoch)
+	q.orphansChecked[site] = max(q.orphansChecked[site], epoch)
 	q.mu.Unlock()
 	return nil
 }
@@ -265,4 +267,37 @@ func (p Pool) Recommend(ctx context.Context, req pilotproto.RecommendationReques
 	q.sites.Master(p.site, siteshare.MasterReport{Epoch: req.Epoch, MinNodes: req.MinNodes, Cap: req.MaxNodes,
 		Phase: req.CapacityPhase, Slots: req.Slots, SlotsPerNode: req.SlotsPerNode}, q.now())
 	return nil
+}
+
+// maxHeld bounds the tasks one heartbeat lists.
+const maxHeld = 1_000_000
+
+// heldRanges is what a heartbeat lists as held: its ranges, and its
+// task-by-task list (an older master's) merged into ranges.
+func heldRanges(req pilotproto.HeartbeatRequest) ([]pilotproto.TaskRange, error) {
+	var held []pilotproto.TaskRange
+	if req.Ranges != nil {
+		var err error
+		if held, err = req.Ranges.Unpack(maxHeld - len(req.Running)); err != nil {
+			return nil, invalid("heartbeat: %v", err)
+		}
+	}
+	return append(held, pilotproto.RangesOf(req.Running)...), nil
+}
+
+// heldIDs reports whether held names a task id, at any attempt.
+func heldIDs(held []pilotproto.TaskRange) func(int64) bool {
+	spans := slices.SortedFunc(slices.Values(held), func(a, b pilotproto.TaskRange) int { return cmp.Compare(a.First, b.First) })
+	var union []pilotproto.TaskRange // disjoint, in order
+	for _, r := range spans {
+		if n := len(union); n > 0 && r.First <= union[n-1].Last {
+			union[n-1].Last = max(union[n-1].Last, r.Last)
+			continue
+		}
+		union = append(union, r)
+	}
+	return func(id int64) bool {
+		i, _ := slices.BinarySearchFunc(union, id, func(r pilotproto.TaskRange, id int64) int { return cmp.Compare(r.Last, id) })
+		return i < len(union) && union[i].First <= id
+	}
 }

@@ -117,7 +117,6 @@ func (c *Core) sendReport() {
 		seen[k] = true
 		refs = append(refs, k)
 		r := *t.result
-		r.JobID = t.t.JobID // a plain success travels in its job's group (pilotproto.ResultsWire)
 		results = append(results, r)
 	}
 	c.outbox = c.outbox[i:]
@@ -161,12 +160,16 @@ func (c *Core) beat(now time.Time) *Beat {
 // its pilots, and the lost task time not yet reported. It returns the
 // largest worker's slots too.
 func (c *Core) heartbeatRequest() (pilotproto.HeartbeatRequest, int) {
-	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, Running: make([]ref, 0, len(c.tasks)), LostMS: c.lostMS}
+	hb := pilotproto.HeartbeatRequest{Epoch: c.cfg.Epoch, LostMS: c.lostMS}
 	c.beatLost = c.lostMS
+	refs := make([]ref, 0, len(c.tasks))
 	for k := range c.tasks {
-		hb.Running = append(hb.Running, k)
+		refs = append(refs, k)
 	}
-	slices.SortFunc(hb.Running, cmpRef)
+	if len(refs) > 0 { // as ranges of consecutive ids: about one per grant
+		held := pilotproto.PackRanges(pilotproto.RangesOf(refs))
+		hb.Ranges = &held
+	}
 	pilots := map[string]*pilotproto.PilotStatus{}
 	slots := 0
 	for _, w := range c.workers {

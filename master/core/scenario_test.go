@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -608,6 +609,26 @@ func (s *scenario) rel(t time.Time) string { return "+" + t.Sub(t0).String() }
 
 func refStr(k pilotproto.TaskRef) string { return fmt.Sprintf("%d/%d", k.TaskID, k.Attempt) }
 
+// heldRefs is what a heartbeat lists as held, task by task, in order.
+func heldRefs(hb pilotproto.HeartbeatRequest) []pilotproto.TaskRef {
+	refs := slices.Clone(hb.Running)
+	if hb.Ranges != nil {
+		rs, err := hb.Ranges.Unpack(1 << 20)
+		if err != nil {
+			panic(err) // the master's own ranges
+		}
+		for _, r := range rs {
+			for id := r.First; id <= r.Last; id++ {
+				refs = append(refs, pilotproto.TaskRef{TaskID: id, Attempt: r.Attempt})
+			}
+		}
+	}
+	slices.SortFunc(refs, func(a, b pilotproto.TaskRef) int {
+		return cmp.Or(cmp.Compare(a.TaskID, b.TaskID), cmp.Compare(a.Attempt, b.Attempt))
+	})
+	return refs
+}
+
 func refList(ks []pilotproto.TaskRef) string {
 	const most = 12
 	var b []string
@@ -744,10 +765,10 @@ func (s *scenario) format(rd core.Ready) string {
 			lost = fmt.Sprintf(", lost %s", time.Duration(ms)*time.Millisecond)
 		}
 		if bt.Final {
-			line("queue heartbeat (final): holding %s, pilots [%s]%s", refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), lost)
+			line("queue heartbeat (final): holding %s, pilots [%s]%s", refList(heldRefs(bt.Heartbeat)), strings.Join(pilots, ", "), lost)
 		} else {
 			line("queue heartbeat: holding %s, pilots [%s]%s; recommend %d nodes (pending %d, running %d, slots %d)%s",
-				refList(bt.Heartbeat.Running), strings.Join(pilots, ", "), lost, rec.MinNodes, rec.PendingTasks, rec.RunningTasks, rec.SlotsPerNode, capa)
+				refList(heldRefs(bt.Heartbeat)), strings.Join(pilots, ", "), lost, rec.MinNodes, rec.PendingTasks, rec.RunningTasks, rec.SlotsPerNode, capa)
 		}
 	}
 	if l := rd.Lease; l != nil {

@@ -131,6 +131,35 @@ func TestOlderPilotsKeepTheirForms(t *testing.T) {
 			t.Fatalf("%s's CPU time %v, want %v", u.Name, u.CPUTime24h, wantCPU)
 		}
 	}
+	// This release's heartbeat names ranges; bob's last two entries, as
+	// ranges of consecutive ids, renewed as one range each.
+	state := func(id int64) string {
+		var st string
+		e.QueryRow(`SELECT state FROM tasks WHERE id = $1`, id).Scan(&st)
+		return st
+	}
+	rest := []pilotproto.Result{{TaskID: bb[1].ID, Attempt: 1, Status: pilotproto.StatusDone, DurationMS: 1500, Pilot: "p1"},
+		{TaskID: bb[2].ID, Attempt: 1, Status: pilotproto.StatusDone, DurationMS: 2500, Pilot: "p1"}}
+	held := pilotproto.PackRanges(pilotproto.RangesOf([]pilotproto.TaskRef{{TaskID: bb[1].ID, Attempt: 1}, {TaskID: bb[2].ID, Attempt: 1}}))
+	hb, _ := json.Marshal(pilotproto.HeartbeatRequest{Epoch: l.Epoch, Ranges: &held})
+	if code, _, b := post(t, e, pilotproto.PathHeartbeat, string(hb)); code != 200 || !strings.Contains(string(hb), `"ranges"`) {
+		t.Fatalf("a heartbeat of ranges %s: %d %s", hb, code, b)
+	}
+	if s1, s2 := state(bb[1].ID), state(bb[2].ID); s1 != api.TaskRunning || s2 != api.TaskRunning {
+		t.Fatalf("after a heartbeat of ranges: %s %s", s1, s2)
+	}
+	// Their results as ranges, twice: applied once.
+	rb, _ := json.Marshal(pilotproto.PackResults(pilotproto.ResultsRequest{Epoch: l.Epoch, Results: rest}))
+	for i, want := range []pilotproto.ResultsResponse{{Applied: 2}, {Duplicates: 2}} {
+		code, _, b := post(t, e, pilotproto.PathResults, string(rb))
+		var got pilotproto.ResultsResponse
+		if json.Unmarshal(b, &got); code != 200 || got != want || !strings.Contains(string(rb), `"ranges"`) {
+			t.Fatalf("ranges report %d %s: %d %s, want %+v", i, rb, code, b, want)
+		}
+	}
+	if u, err := e.Q.User(ctx, "bob"); err != nil || math.Abs(u.CPUTime24h-2*(1+4)) > 1e-9 {
+		t.Fatalf("bob's CPU time %v (%v), want %v", u.CPUTime24h, err, 2*(1+4))
+	}
 	// A report repeated in the other form is a duplicate.
 	code, _, b = post(t, e, pilotproto.PathResults, fmt.Sprintf(`{"epoch": %d, "done": [{"job_id": %d, "ids": [%d], "attempts": [1], "duration_ms": 4000, "started_at": 1}]}`, l.Epoch, jobs[0].ID, a[0].ID))
 	var dup pilotproto.ResultsResponse

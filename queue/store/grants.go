@@ -268,19 +268,33 @@ func move(j *jobRow, x *exceptionRow, tr rules.Transition, r pilotproto.Result, 
 	}
 }
 
-// renewGrants makes RUNNING, beating now, the pool's grant holding each
-// entry (job, attempt, index) open.
-var renewGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v.column5 FROM`, `WHERE grants.job_id = v.column1 AND grants.attempt = v.column2
-	AND grants.first_idx = (SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3 ORDER BY h.first_idx DESC LIMIT 1)
-	AND grants.pool = v.column4 AND grants.state != 'CLOSED' AND substr(grants.settled, CAST(v.column3 - grants.first_idx + 1 AS INTEGER), 1) = '-'`, 0, 0, 0, "", 0)
+// renewGrants makes RUNNING, beating now, the pool's grants of (job,
+// attempt) that hold an entry of first..last open: a seek to the grant
+// holding first (or the one before it), then those up to last.
+var renewGrants = rowsSQL(`UPDATE grants SET state = 'RUNNING', heartbeat_at = v.column6 FROM`, `WHERE grants.job_id = v.column1 AND grants.attempt = v.column2
+	AND grants.first_idx >= coalesce((SELECT h.first_idx FROM grants h WHERE h.job_id = v.column1 AND h.attempt = v.column2 AND h.first_idx <= v.column3
+		ORDER BY h.first_idx DESC LIMIT 1), v.column3)
+	AND grants.first_idx <= v.column4 AND grants.last_idx >= v.column3 AND grants.pool = v.column5 AND grants.state != 'CLOSED'
+	AND substr(grants.settled, `+overlapStart+` - grants.first_idx + 1, `+overlapLen+`) LIKE '%-%'`, 0, 0, 0, -1, "", 0)
+
+// The part of a grant that first..last (v.column3, v.column4) overlaps:
+// its first index and its length (0 if none: PostgreSQL refuses a
+// negative one, and need not test the overlap first), integers for substr.
+const (
+	overlapStart = `CAST(CASE WHEN v.column3 > grants.first_idx THEN v.column3 ELSE grants.first_idx END AS INTEGER)`
+	overlapLen   = `CAST(CASE WHEN grants.first_idx > v.column4 OR grants.last_idx < v.column3 THEN 0
+		ELSE CASE WHEN v.column4 < grants.last_idx THEN v.column4 ELSE grants.last_idx END - CASE WHEN v.column3 > grants.first_idx THEN v.column3 ELSE grants.first_idx END + 1 END AS INTEGER)`
+)
 
 // Heartbeat renews, in one fenced transaction, the pool's lease until
-// now+ttl and the grants holding the listed attempts open.
-func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, refs []pilotproto.TaskRef) error {
-	rows := make([][]any, len(refs))
-	for i, r := range refs {
-		job, idx := entryOf(r.TaskID)
-		rows[i] = []any{job, r.Attempt, idx, pool, ms(now)}
+// now+ttl and its grants holding an entry of the listed ranges open: a
+// row per range, whatever its length.
+func (s *Store) Heartbeat(ctx context.Context, pool string, epoch int64, now time.Time, ttl time.Duration, held []pilotproto.TaskRange) error {
+	rows := make([][]any, len(held))
+	for i, r := range held {
+		job, first := entryOf(r.First)
+		_, last := entryOf(r.Last)
+		rows[i] = []any{job, r.Attempt, first, last, pool, ms(now)}
 	}
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, l rules.Lease) error {
 		l.Expires = now.Add(ttl)

@@ -134,7 +134,7 @@ func TestRandomHistoriesKeepCountersAndEntriesInStep(t *testing.T) {
 				for _, h := range held[pool] {
 					refs = append(refs, pilotproto.TaskRef{TaskID: h.ID, Attempt: h.Attempt})
 				}
-				if err := s.Heartbeat(ctx, pool, 1, t0.Add(time.Duration(step)*time.Minute), time.Hour, refs); err != nil {
+				if err := s.Heartbeat(ctx, pool, 1, t0.Add(time.Duration(step)*time.Minute), time.Hour, pilotproto.RangesOf(refs)); err != nil {
 					t.Fatal(err)
 				}
 			case k == 7:
@@ -220,5 +220,45 @@ func TestOnePullHandsOutTheRetriesOfSeveralJobs(t *testing.T) {
 	}
 	if g := str(take(t, s, a, 3)); g != "t003/2 t004/1 t005/1 " {
 		t.Errorf("job a, next pull: %s", g)
+	}
+}
+
+// A heartbeat's range renews every grant of its job and attempt that holds
+// an entry of the range open, one row per range: a range across two
+// grants renews both; a range of settled entries renews none, and the
+// grant's other open entries stay as they were.
+func TestAHeartbeatRangeRenewsTheGrantsItOverlaps(t *testing.T) {
+	s, id := openWithJob(t, pgtest.DB(t, filepath.Join(t.TempDir(), "q.db")), 10)
+	defer s.Close()
+	ctx := context.Background()
+	g1, g2 := take(t, s, id, 4), take(t, s, id, 4) // grants 0..3 and 4..7
+	reportIn(t, s, "local", pilotproto.StatusDone, g1[0], g1[1])
+	state := func(tk TakenTask) string {
+		var st string
+		s.r.QueryRow(`SELECT state FROM tasks WHERE id = $1`, tk.ID).Scan(&st)
+		return st
+	}
+	// Entries 0..1 are done: a range of them renews nothing.
+	if err := s.Heartbeat(ctx, "local", 1, t0, time.Hour, []pilotproto.TaskRange{{First: g1[0].ID, Last: g1[1].ID, Attempt: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(g1[2]); st != "ASSIGNED" {
+		t.Fatalf("a range of settled entries renewed their grant: %s", st)
+	}
+	// Entries 3..4: the end of one grant and the start of the next.
+	if err := s.Heartbeat(ctx, "local", 1, t0, time.Hour, []pilotproto.TaskRange{{First: g1[3].ID, Last: g2[0].ID, Attempt: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := state(g1[2]), state(g2[3]); a != "RUNNING" || b != "RUNNING" {
+		t.Fatalf("after a range across two grants: %s %s", a, b)
+	}
+	// Another attempt's range names no grant of attempt 1.
+	if err := s.Heartbeat(ctx, "local", 1, t0, time.Hour, []pilotproto.TaskRange{{First: g2[0].ID, Last: g2[3].ID, Attempt: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	s.r.QueryRow(`SELECT count(*) FROM grants WHERE job_id = $1 AND state = 'RUNNING'`, id).Scan(&n)
+	if n != 2 {
+		t.Fatalf("%d grants RUNNING, want 2", n)
 	}
 }

@@ -107,7 +107,7 @@ func TestPoolsHaveTheirOwnLeasesAndTasks(t *testing.T) {
 	}
 	// A heartbeat of b does not keep a's task alive.
 	y := ta.Tasks[id][1]
-	if err := s.Heartbeat(ctx, "b", 1, t0.Add(2*time.Minute), time.Hour, []pilotproto.TaskRef{{TaskID: y.ID, Attempt: y.Attempt}}); err != nil {
+	if err := s.Heartbeat(ctx, "b", 1, t0.Add(2*time.Minute), time.Hour, []pilotproto.TaskRange{{First: y.ID, Last: y.ID, Attempt: y.Attempt}}); err != nil {
 		t.Fatal(err)
 	}
 	var state string
