@@ -88,12 +88,6 @@ func checkAdminFlags(c *cli.Context) error {
 	if has["min-nodes"] && has["max-nodes"] && c.IsSet("min-nodes") && c.Int("max-nodes") > 0 && c.Int("min-nodes") > c.Int("max-nodes") {
 		errs = append(errs, fmt.Errorf("--min-nodes %d exceeds --max-nodes %d", c.Int("min-nodes"), c.Int("max-nodes")))
 	}
-	if f, p, ok := durs("fast-poll", "poll"); ok && f > p {
-		errs = append(errs, fmt.Errorf("--fast-poll %v is longer than --poll %v", f, p))
-	}
-	if e, p, ok := durs("event-check", "poll"); ok && e > p {
-		errs = append(errs, fmt.Errorf("--event-check %v is longer than --poll %v (a round comes first)", e, p))
-	}
 	if lo, hi, ok := durs("min-pilot-time", "max-pilot-time"); ok && lo > hi {
 		errs = append(errs, fmt.Errorf("--min-pilot-time %v is longer than --max-pilot-time %v", lo, hi))
 	}

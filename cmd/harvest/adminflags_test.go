@@ -25,7 +25,7 @@ func TestAdminSettingsOutOfRangeAreRefused(t *testing.T) {
 		{[]string{"--idle-margin", "1000"}, nil, []string{"--idle-margin 1000 is out of range: allowed 0 to 100"}},
 		{[]string{"--min-nodes", "-1", "--poll", "10h"}, nil, []string{"--min-nodes -1 is out of range: allowed 0 to 1000000", "--poll 10h0m0s is out of range: allowed 10ms to 1h0m0s"}},
 		{[]string{"--fast-poll", "-1s"}, nil, []string{"--fast-poll -1s is out of range: allowed 0 or 10ms to 1h0m0s"}},
-		{[]string{"--poll", "5s", "--fast-poll", "30s"}, nil, []string{"--fast-poll 30s is longer than --poll 5s"}},
+		{[]string{"--min-pilot-time", "2h", "--max-pilot-time", "1h"}, nil, []string{"--min-pilot-time 2h0m0s is longer than --max-pilot-time 1h0m0s"}},
 		{[]string{"--min-nodes", "20", "--max-nodes", "10"}, nil, []string{"--min-nodes 20 exceeds --max-nodes 10"}},
 		{[]string{"--max-pilot-time", "10s"}, nil, []string{"--max-pilot-time 10s is out of range: allowed 0 or 1m0s to 8784h0m0s"}},
 		{[]string{"--max-unfinished-tasks-per-user", "-3"}, nil, []string{"--max-unfinished-tasks-per-user -3 is out of range"}},

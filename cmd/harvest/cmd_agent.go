@@ -198,7 +198,10 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.PilotWorkDir = c.String("pilot-workdir")
 	cfg.PilotOutput = c.String("pilot-output")
 	if cfg.DumpDir != "" {
-		if err := os.MkdirAll(cfg.DumpDir, 0o755); err != nil {
+		// The agent (root, often) creates files there by name: in a
+		// directory another user controls, a link they put in place of
+		// one would have it overwrite any file.
+		if err := safefs.SharedDir(cfg.DumpDir); err != nil {
 			return cfg, fmt.Errorf("--dump-snapshots: %w", err)
 		}
 	}

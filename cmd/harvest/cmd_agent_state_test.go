@@ -96,3 +96,23 @@ func TestTheAgentRefusesAStateDirAnotherUserPrepared(t *testing.T) {
 		t.Errorf("written in the link's target: %v", ents)
 	}
 }
+
+// The dump directory receives files the agent creates by name: one in a
+// directory any user may write (here made first by someone else) is
+// refused before the agent starts, and nothing is made in it.
+func TestTheAgentRefusesADumpDirOthersMayWrite(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	for _, d := range []string{open, filepath.Join(open, "dumps")} {
+		_, msg, code := runHarvest(t, "", "agent", "--state-dir", filepath.Join(dir, "state"), "--no-queue", "--adapter", "sim",
+			"--adapter-in-process", "--dump-snapshots", d)
+		if code != 2 || !strings.Contains(msg, "--dump-snapshots") || !strings.Contains(msg, "writable by others (mode 0777) without the sticky bit") {
+			t.Errorf("%s: exit %d, %q", d, code, msg)
+		}
+	}
+	if ents, _ := os.ReadDir(open); len(ents) != 0 {
+		t.Errorf("made in the open directory: %v", ents)
+	}
+}
