@@ -203,7 +203,7 @@ func TestTheSnapshotTimeoutIsAFlagWithABound(t *testing.T) {
 		t.Fatalf("--snapshot-timeout 3m: %v, %v", cfg.SnapshotTimeout, err)
 	}
 	for _, bad := range []string{"2h", "0s", "-1s"} {
-		if _, _, err := parseAgent(t, "--snapshot-timeout", bad); err == nil || !strings.Contains(err.Error(), "snapshot timeout") {
+		if _, _, err := parseAgent(t, "--snapshot-timeout", bad); err == nil || !strings.Contains(err.Error(), "--snapshot-timeout") || !strings.Contains(err.Error(), "allowed 1s to 1h0m0s") {
 			t.Errorf("--snapshot-timeout %s: %v, want a refusal", bad, err)
 		}
 	}
