@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -89,8 +90,9 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 	// Unknown fields are let through: a newer worker may send some. What
 	// a parser could read two ways is not (the queue's pilot endpoints
 	// refuse it alike): data after the object, a key given twice in an
-	// object (encoding/json keeps the last), keys that differ only in
-	// case (it folds them onto one field).
+	// object (encoding/json keeps the last), a key that is a field's name
+	// in another case (it folds them onto one field), and null where the
+	// field cannot be null (it reads a "free": null as 0).
 	dec := json.NewDecoder(bytes.NewReader(body))
 	err = dec.Decode(v)
 	if err == nil {
@@ -99,7 +101,7 @@ func (m *Master) decode(w http.ResponseWriter, r *http.Request, v interface{ Val
 		}
 	}
 	if err == nil {
-		err = jsonkeys.Check(body, nil)
+		err = jsonkeys.For(reflect.TypeOf(v).Elem(), true).Check(body)
 	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad request body: %v", err))

@@ -19,8 +19,8 @@ var ErrStateDir = errors.New("the state directory cannot hold the master checkpo
 // failover (docs/pilot.md, "What the shared state directory must offer"):
 // this account creates a file, writes and fsyncs it, renames it within the
 // directory, syncs the directory, reads the file back and removes it. A
-// pilot checks it at start, so a directory that cannot work is refused
-// then, with the failing step named, not at its first election (where the
+// pilot checks it at start, so a directory that cannot work (or that
+// another user controls) is refused then, with the failing step named, not at its first election (where the
 // master could not start and the pool would have no master).
 func CheckStateDir(dir string) error {
 	bad := func(step string, err error) error {
@@ -33,6 +33,19 @@ func CheckStateDir(dir string) error {
 	}
 	if !st.IsDir() {
 		return bad("stat", errors.New("not a directory"))
+	}
+	// The checkpoint holds every task's command, and a master runs what
+	// it reads there: a directory another user owns, or any user may
+	// write (without the sticky bit that keeps others' files theirs),
+	// lets them read it, or replace it and run their commands as the
+	// pilots' account. A group-writable one is the site's choice.
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		if uid := uint32(os.Geteuid()); sys.Uid != uid && sys.Uid != 0 {
+			return bad("check its owner", fmt.Errorf("owned by uid %d, neither this account's (%d) nor root's", sys.Uid, uid))
+		}
+		if sys.Mode&0o002 != 0 && sys.Mode&syscall.S_ISVTX == 0 {
+			return bad("check its mode", fmt.Errorf("mode %04o: any user may replace the checkpoint", sys.Mode&0o7777))
+		}
 	}
 	b := make([]byte, 6)
 	rand.Read(b)

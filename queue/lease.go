@@ -94,25 +94,16 @@ func (q *Queue) masterPilot(ctx context.Context, site string) (string, error) {
 	return l.Holder, nil
 }
 
-// precheckEpoch refuses a master request early from a read of the lease.
-// It is not the fence (the store checks the epoch again inside each write
-// transaction); it answers a deposed master that has nothing to write.
+// precheckEpoch refuses a master request early from one read of the
+// lease in the database (which another agent of a shared database may
+// have granted or renewed). It is not the fence (the store checks the
+// epoch again inside each write transaction): it answers a deposed master
+// that has nothing to write, and a lease that changes after the read is
+// the fence's to judge.
 func (q *Queue) precheckEpoch(ctx context.Context, site string, epoch int64) error {
 	l, err := q.st.Lease(ctx, site)
 	if err != nil {
 		return err
 	}
-	err = rules.CheckEpoch(l, epoch, q.now())
-	if err != nil && q.cfg.Shared {
-		// The store's copy of the lease is what this agent last wrote;
-		// another agent of the database may have granted or renewed it
-		// since (a master that moved here after its agent died): ask the
-		// database before refusing.
-		ls, rerr := q.st.Leases(ctx)
-		if rerr != nil {
-			return rerr
-		}
-		err = rules.CheckEpoch(ls[site], epoch, q.now())
-	}
-	return err
+	return rules.CheckEpoch(l, epoch, q.now())
 }

@@ -312,6 +312,11 @@ func rotatePilotToken(stateDir string) (string, error) {
 	if _, err := os.Stat(stateDir); err != nil {
 		return "", fmt.Errorf("--state-dir: %w", err)
 	}
+	// The agent's own check: a directory another user controls would
+	// hand them the new token.
+	if err := safefs.PrivateDir(stateDir); err != nil {
+		return "", fmt.Errorf("--state-dir: %w", err)
+	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return "", err

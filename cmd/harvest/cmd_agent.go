@@ -157,6 +157,9 @@ func configSource(flags []cli.Flag, flag string) func(*cli.Context) (altsrc.Inpu
 // agentConfig maps the flags onto agent.Config and validates it.
 func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.DefaultConfig()
+	if err := checkAdminFlags(c); err != nil {
+		return cfg, err
+	}
 	cfg.PollInterval = c.Duration("poll")
 	cfg.FastPoll = c.Duration("fast-poll")
 	cfg.EventCheck = c.Duration("event-check")
@@ -171,11 +174,6 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	p.IdleMargin = c.Int("idle-margin")
 	if d := c.Duration("max-pilot-time"); d > 0 {
 		p.MaxPilotLimit = cluster.Limit(d / time.Second)
-	} else if d < 0 {
-		return cfg, fmt.Errorf("--max-pilot-time must not be negative, got %v", d)
-	}
-	if c.Duration("mini-time") < 0 || c.Duration("margin") < 0 {
-		return cfg, fmt.Errorf("--mini-time and --margin must not be negative")
 	}
 	p.HarvestWhileIdle = c.Bool("harvest-while-idle")
 	p.KeepRecommended = c.Bool("keep-recommended")
@@ -200,7 +198,10 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.PilotWorkDir = c.String("pilot-workdir")
 	cfg.PilotOutput = c.String("pilot-output")
 	if cfg.DumpDir != "" {
-		if err := os.MkdirAll(cfg.DumpDir, 0o755); err != nil {
+		// The agent (root, often) creates files there by name: in a
+		// directory another user controls, a link they put in place of
+		// one would have it overwrite any file.
+		if err := safefs.SharedDir(cfg.DumpDir); err != nil {
 			return cfg, fmt.Errorf("--dump-snapshots: %w", err)
 		}
 	}
@@ -213,9 +214,6 @@ func runAgent(c *cli.Context) error {
 	cfg, err := agentConfig(c)
 	if err != nil {
 		return cli.Exit("harvest agent: invalid configuration: "+err.Error(), 2)
-	}
-	if c.Int("backlog") < -1 {
-		return cli.Exit("harvest agent: --backlog must be -1 (unlimited) or a number of tasks", 2)
 	}
 	switch {
 	case c.String("queue") != "":

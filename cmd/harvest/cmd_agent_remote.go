@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/harvest-hpc/harvest/adapters"
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 )
@@ -58,7 +59,7 @@ func openRemoteQueue(ctx context.Context, c *cli.Context, info adapters.Info) (*
 	if err != nil {
 		return nil, fmt.Errorf("--queue: %w", err)
 	}
-	if err := os.MkdirAll(c.String("state-dir"), 0o700); err != nil {
+	if err := safefs.PrivateDir(c.String("state-dir")); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
 	pilotTok, err := pilotToken(filepath.Join(c.String("state-dir"), "pilot.token"))

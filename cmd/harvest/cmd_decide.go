@@ -125,6 +125,9 @@ func runDecide(c *cli.Context) error {
 // overriding only what is given.
 func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 	cfg := agent.DefaultConfig().Policy
+	if err := checkAdminFlags(c); err != nil {
+		return cfg, err
+	}
 	if base != nil {
 		cfg = *base
 	}
@@ -133,9 +136,6 @@ func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 			return cur, nil
 		}
 		d := c.Duration(name)
-		if d < 0 {
-			return 0, fmt.Errorf("--%s %s is negative", name, d)
-		}
 		if d%time.Second != 0 {
 			return 0, fmt.Errorf("--%s %s is not a whole number of seconds", name, d)
 		}
@@ -151,9 +151,6 @@ func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 	if cfg.Granularity, err = secs("granularity", cfg.Granularity); err != nil {
 		return cfg, err
 	}
-	if cfg.Granularity == 0 {
-		return cfg, errors.New("--granularity must be at least 1s")
-	}
 	if base == nil || c.IsSet("max-pilot-limit") {
 		capS, err := secs("max-pilot-limit", 0)
 		if err != nil {
@@ -164,17 +161,11 @@ func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 			cfg.MaxPilotLimit = cluster.Limit(capS)
 		}
 	}
-	if n := c.Int("min-nodes"); c.IsSet("min-nodes") {
-		if n < 0 {
-			return cfg, fmt.Errorf("--min-nodes %d is negative", n)
-		}
-		cfg.MinNodes = n
+	if c.IsSet("min-nodes") {
+		cfg.MinNodes = c.Int("min-nodes")
 	}
-	if n := c.Int("max-nodes"); c.IsSet("max-nodes") {
-		if n < 0 {
-			return cfg, fmt.Errorf("--max-nodes %d is negative (0 means no cap)", n)
-		}
-		cfg.MaxNodes = n
+	if c.IsSet("max-nodes") {
+		cfg.MaxNodes = c.Int("max-nodes")
 	}
 	if base == nil || c.IsSet("harvest-while-idle") {
 		cfg.HarvestWhileIdle = c.Bool("harvest-while-idle")
@@ -182,11 +173,8 @@ func decideConfig(c *cli.Context, base *policy.Config) (policy.Config, error) {
 	if base == nil || c.IsSet("keep-recommended") {
 		cfg.KeepRecommended = c.Bool("keep-recommended")
 	}
-	if n := c.Int("idle-margin"); base == nil || c.IsSet("idle-margin") {
-		if n < 0 {
-			return cfg, fmt.Errorf("--idle-margin %d is negative (0 means off)", n)
-		}
-		cfg.IdleMargin = n
+	if base == nil || c.IsSet("idle-margin") {
+		cfg.IdleMargin = c.Int("idle-margin")
 	}
 	if base == nil || c.IsSet("ignore-expected-start") {
 		cfg.UseExpectedStart = !c.Bool("ignore-expected-start")

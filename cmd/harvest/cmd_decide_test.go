@@ -186,7 +186,7 @@ func TestDecideCommand(t *testing.T) {
 			name:       "A negative margin is an error",
 			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--margin", "-2m"},
 			wantCode:   2,
-			wantErrSub: "--margin -2m0s is negative",
+			wantErrSub: "--margin -2m0s is out of range: allowed 0s to 24h0m0s",
 		},
 		{
 			name:       "A duration that does not parse is an error",
@@ -204,19 +204,31 @@ func TestDecideCommand(t *testing.T) {
 			name:       "A zero granularity is an error",
 			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--granularity", "0s"},
 			wantCode:   2,
-			wantErrSub: "--granularity must be at least 1s",
+			wantErrSub: "--granularity 0s is out of range: allowed 1s to 24h0m0s",
 		},
 		{
 			name:       "Min nodes above max nodes is an error",
 			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--min-nodes", "5", "--max-nodes", "3"},
 			wantCode:   2,
-			wantErrSub: "min nodes 5 exceeds max nodes 3",
+			wantErrSub: "--min-nodes 5 exceeds --max-nodes 3",
 		},
 		{
 			name:       "A negative min nodes is an error",
 			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--min-nodes", "-1"},
 			wantCode:   2,
-			wantErrSub: "--min-nodes -1 is negative",
+			wantErrSub: "--min-nodes -1 is out of range: allowed 0 to 1000000",
+		},
+		{
+			name:       "An idle margin with an extra zero or two is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--idle-margin", "1000"},
+			wantCode:   2,
+			wantErrSub: "--idle-margin 1000 is out of range: allowed 0 to 100: the margin is kept for a job that arrives",
+		},
+		{
+			name:       "A pilot cap past any cluster is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--max-nodes", "10000000"},
+			wantCode:   2,
+			wantErrSub: "--max-nodes 10000000 is out of range: allowed 0 to 1000000",
 		},
 		{
 			name:       "No --snapshot is an error",
@@ -336,7 +348,7 @@ func TestAgentRefusesBadSettingsBeforeTouchingAnything(t *testing.T) {
 	}{
 		{"the hosted queue needs an allowed root", []string{"--state-dir", dir, "--socket", dir + "/s", "--listen", "127.0.0.1:0"}, "--allowed-root is required"},
 		{"the users' socket inside the private state directory", []string{"--state-dir", dir, "--socket", dir + "/s", "--allowed-root", dir}, "--socket"},
-		{"a negative margin", []string{"--no-queue", "--margin", "-1m"}, "must not be negative"},
+		{"a negative margin", []string{"--no-queue", "--margin", "-1m"}, "--margin -1m0s is out of range: allowed 0s to 24h0m0s"},
 		{"a malformed pilot environment", []string{"--no-queue", "--pilot-env", "NOEQUALS"}, "want KEY=VALUE"},
 		{"an unknown adapter", []string{"--no-queue", "--adapter", "pbs"}, `unknown adapter "pbs"`},
 	}

@@ -200,6 +200,9 @@ func queueListeners(c *cli.Context) ([]net.Listener, error) {
 }
 
 func runQueueServe(c *cli.Context) error {
+	if err := checkAdminFlags(c); err != nil {
+		return cli.Exit("harvest queue serve: "+err.Error(), 2)
+	}
 	log := newLogger(os.Stderr, c.String("log-level"), c.Bool("log-json"))
 	cfg := queueConfigFromFlags(c)
 	cfg.Logger = log

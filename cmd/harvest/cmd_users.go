@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/client"
 )
@@ -279,10 +280,7 @@ func tokenCommand() *cli.Command {
 // written. The directory is harvest's own: only its owner may enter it.
 func saveToken(p, tok string) error {
 	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := safefs.PrivateDir(dir); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, ".token-*") // 0600

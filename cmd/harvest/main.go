@@ -14,6 +14,7 @@ import (
 
 func main() {
 	confine.Main() // `harvest __harvest-confine ...`: the pilot starting a task confined
+	closeInheritedOnExec()
 	if err := newApp().Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "harvest:", err)
 		os.Exit(exitCode(err))

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+
+	"github.com/harvest-hpc/harvest/internal/safefs"
 )
 
 // startProfiles starts a CPU profile written to DIR/NAME.cpu.pprof; the
@@ -17,7 +19,7 @@ func startProfiles(dir, name string) (stop func() error, err error) {
 	if dir == "" {
 		return func() error { return nil }, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safefs.SharedDir(dir); err != nil { // files are made there by name
 		return nil, fmt.Errorf("profile directory: %w", err)
 	}
 	f, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))

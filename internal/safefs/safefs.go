@@ -313,20 +313,158 @@ func dup(f *os.File) (*os.File, error) {
 // since it was opened.
 func FDPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
-// PrivateDir creates the directory path (and its parents) readable by its
-// owner only, and takes group and other access away from an existing one:
-// harvest's state (queue database, tokens, checkpoint) is nobody else's
-// business (issue 13 item 8).
+// PrivateDir creates the directory path (missing parents too, 0700)
+// readable by this process's user only, and takes group and other access
+// away from an existing one: harvest's state (queue database, tokens,
+// control file) is nobody else's business (issue 13 item 8). It refuses,
+// before it creates or changes anything, a path another local user could
+// have prepared or could replace later, as OwnDir does and on the whole
+// way to it (an admin may point it into /tmp or a shared directory): path
+// itself a symbolic link, not a directory, another user's directory, or
+// open to writes by others (who may have put files in it); on the way, a
+// directory others may write without the sticky bit (they could rename
+// ours away and put theirs in its place) or a symbolic link or directory
+// of a user other than root and this process's.
 func PrivateDir(path string) error {
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		return err
+	return trustedDir(path, true)
+}
+
+// SharedDir creates the directory path (missing parents too, 0755) for
+// what others must reach but not replace (the queue's Unix socket), and
+// refuses it as PrivateDir does the way to its directory: it, or anything
+// on the way, a symbolic link or directory of a user other than root and
+// this process's, or a directory others may write without the sticky
+// bit. Nothing is created when it refuses.
+func SharedDir(path string) error {
+	return trustedDir(path, false)
+}
+
+func trustedDir(path string, private bool) error {
+	if path == "" {
+		return errors.New("empty directory name")
 	}
-	fi, err := os.Stat(path)
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return err
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return os.Chmod(path, fi.Mode().Perm()&0o700)
+	perm, last := uint32(0o755), 1
+	if private {
+		perm, last = 0o700, 2 // OwnDir makes the last
+	}
+	// Each pass creates one missing directory, which the next pass checks
+	// like the rest (another user may have made the name in between).
+	for range 256 {
+		real, missing, err := walkTrusted(abs, private)
+		if err != nil {
+			return err
+		}
+		if len(missing) >= last {
+			if err := unix.Mkdir(filepath.Join(real, missing[0]), perm); err != nil && !errors.Is(err, unix.EEXIST) {
+				return &os.PathError{Op: "mkdir", Path: filepath.Join(real, missing[0]), Err: err}
+			}
+			continue
+		}
+		if !private {
+			return nil
+		}
+		if len(missing) == 0 {
+			real = filepath.Dir(real)
+		}
+		d, err := OwnDir(filepath.Join(real, filepath.Base(abs)))
+		if err != nil {
+			return err
+		}
+		return d.Close()
+	}
+	return fmt.Errorf("%s: too many components", path)
+}
+
+// walkTrusted resolves the absolute path from / one component at a time,
+// checking each as PrivateDir (private) or SharedDir says, and returns the
+// real path of the last one that exists and the names after it that do
+// not.
+func walkTrusted(abs string, private bool) (real string, missing []string, err error) {
+	uid := uint32(os.Geteuid())
+	refuse := func(p, why string) error {
+		return fmt.Errorf("%s: %s %s: another user could replace it or what lies beneath it; use a directory only root or this process's user (uid %d) controls", abs, p, why, uid)
+	}
+	todo := strings.Split(abs, "/")
+	cur, links := "/", 0
+	var st unix.Stat_t
+	if err := unix.Stat("/", &st); err != nil {
+		return "", nil, err
+	}
+	for {
+		if err := othersCannotReplace(cur, &st, uid, refuse); err != nil {
+			return "", nil, err
+		}
+		for len(todo) > 0 && (todo[0] == "" || todo[0] == ".") {
+			todo = todo[1:]
+		}
+		if len(todo) == 0 {
+			return cur, nil, nil
+		}
+		leaf := len(todo) == 1
+		name := todo[0]
+		if name == ".." {
+			cur, todo = filepath.Dir(cur), todo[1:]
+			if err := unix.Stat(cur, &st); err != nil {
+				return "", nil, &os.PathError{Op: "stat", Path: cur, Err: err}
+			}
+			continue
+		}
+		next := filepath.Join(cur, name)
+		if err := unix.Lstat(next, &st); errors.Is(err, unix.ENOENT) {
+			return cur, todo, nil
+		} else if err != nil {
+			return "", nil, &os.PathError{Op: "lstat", Path: next, Err: err}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if leaf && private {
+				if st.Uid != uid {
+					return "", nil, refuse(next, fmt.Sprintf("is owned by uid %d (another user made it first?)", st.Uid))
+				}
+				if st.Mode&0o022 != 0 {
+					return "", nil, refuse(next, fmt.Sprintf("is writable by others (mode %04o), who may have put files in it", st.Mode&0o7777))
+				}
+			}
+			cur, todo = next, todo[1:]
+		case unix.S_IFLNK:
+			if leaf && private {
+				return "", nil, &os.PathError{Op: "open", Path: abs, Err: fmt.Errorf("%w: %s is a symbolic link", ErrLink, next)}
+			}
+			if st.Uid != 0 && st.Uid != uid {
+				return "", nil, refuse(next, fmt.Sprintf("is a symbolic link of uid %d", st.Uid))
+			}
+			if links++; links > 40 {
+				return "", nil, &os.PathError{Op: "open", Path: abs, Err: unix.ELOOP}
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return "", nil, err
+			}
+			if filepath.IsAbs(target) {
+				cur = "/"
+			}
+			todo = append(strings.Split(target, "/"), todo[1:]...)
+			if err := unix.Stat(cur, &st); err != nil {
+				return "", nil, &os.PathError{Op: "stat", Path: cur, Err: err}
+			}
+		default:
+			return "", nil, &os.PathError{Op: "open", Path: abs, Err: fmt.Errorf("%s is not a directory", next)}
+		}
+	}
+}
+
+// othersCannotReplace refuses the directory p (st) if a user other than
+// root and uid owns it, or may write it without the sticky bit.
+func othersCannotReplace(p string, st *unix.Stat_t, uid uint32, refuse func(p, why string) error) error {
+	if st.Uid != 0 && st.Uid != uid {
+		return refuse(p, fmt.Sprintf("is owned by uid %d", st.Uid))
+	}
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return refuse(p, fmt.Sprintf("is writable by others (mode %04o) without the sticky bit", st.Mode&0o7777))
 	}
 	return nil
 }

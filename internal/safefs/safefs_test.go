@@ -235,3 +235,79 @@ func TestResolverChecksEachEntryAfterItsDirectory(t *testing.T) {
 		}
 	})
 }
+
+// PrivateDir refuses, without changing anything, a state directory
+// another local user could have prepared in a shared place (a link to a
+// directory of theirs or of the system's, their own directory) or could
+// replace later (anything of theirs, or open to them, on the way).
+func TestPrivateDirRefusesWhatAnotherUserControls(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(p string, mode os.FileMode) string {
+		p = filepath.Join(dir, p)
+		if err := os.Mkdir(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	victim := mk("victim", 0o755) // say /etc
+	os.Symlink(victim, filepath.Join(dir, "link"))
+	open := mk("open", 0o777)
+	sticky := mk("sticky", 0o777|os.ModeSticky) // say /tmp
+	ours := mk("ours", 0o777)
+	os.Symlink(sticky, filepath.Join(dir, "oklink"))
+	type tc struct {
+		path, err string
+	}
+	cases := []tc{
+		{"link", "symbolic link"},
+		{"open/state", "writable by others (mode 0777) without the sticky bit"},
+		{"open/a/b/state", "writable by others"},
+		{"ours", "writable by others (mode 0777), who may have put files in it"},
+		{"victim/../link", "symbolic link"},
+	}
+	if os.Geteuid() == 0 {
+		theirs := mk("sticky/theirs", 0o700)
+		os.Chown(theirs, 65534, 65534)
+		mk("sticky/theirsparent", 0o755)
+		os.Chown(filepath.Join(dir, "sticky/theirsparent"), 65534, 65534)
+		os.Symlink(victim, filepath.Join(dir, "sticky/theirlink"))
+		os.Lchown(filepath.Join(dir, "sticky/theirlink"), 65534, 65534)
+		cases = append(cases,
+			tc{"sticky/theirs", "owned by uid 65534 (another user made it first?)"},
+			tc{"sticky/theirsparent/state", "owned by uid 65534"},
+			tc{"sticky/theirlink/state", "symbolic link of uid 65534"},
+		)
+	}
+	for _, c := range cases {
+		err := PrivateDir(filepath.Join(dir, c.path))
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: %v, want %q", c.path, err, c.err)
+		}
+	}
+	// Nothing was made or changed.
+	for p, want := range map[string]os.FileMode{victim: 0o755, open: 0o777, ours: 0o777} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+	for _, p := range []string{"open/state", "open/a", "victim/state", "sticky/theirsparent/state", "sticky/theirlink/state"} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+			t.Errorf("%s was made", p)
+		}
+	}
+	// A sticky directory of root's (or ours) on the way, and links of
+	// ours, are fine: the state is made 0700 where the links lead.
+	for _, p := range []string{"sticky/state", "oklink/a/b/state"} {
+		if err := PrivateDir(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	for _, p := range []string{"sticky/state", "sticky/a", "sticky/a/b/state"} {
+		if fi, err := os.Lstat(filepath.Join(dir, p)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v (%v), want a directory 0700", p, fi.Mode(), err)
+		}
+	}
+}

@@ -157,6 +157,14 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"an old epoch cannot renew the lease", "POST", pilotproto.PathLease, "pilot", `{"pilot_id": "p1", "epoch": 1}`, 409, "stale epoch"},
 		{"an epoch never granted is refused", "POST", pilotproto.PathPull, "pilot", `{"epoch": 7, "max": 5}`, 409, "never granted"},
 		{"an expired lease cannot pull", "POST", pilotproto.PathPull, "pilot", `{"epoch": 2, "max": 5}`, 409, "lease expired"},
+		// encoding/json read null as 0: a heartbeat of "epoch": null was
+		// one of epoch 0, a running task's "attempt": null attempt 0.
+		{"a null epoch in a heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": null, "running": []}`, 400, `null for "epoch", where a value is required`},
+		{"a null attempt in a heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "running": [{"task_id": 1, "attempt": null}]}`, 400, `null for "attempt"`},
+		{"a null running task in a heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "running": [null]}`, 400, `null for an element of "running"`},
+		{"a null busy flag in a heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2, "pilots": [{"pilot_id": "a", "busy": null}]}`, 400, `null for "busy"`},
+		{"a null heartbeat is refused", "POST", pilotproto.PathHeartbeat, "pilot", `null`, 400, `null for the body`},
+		{"a null number elsewhere is refused", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": null}`, 400, `null is not a valid min_nodes`},
 		{"an expired lease cannot heartbeat", "POST", pilotproto.PathHeartbeat, "pilot", `{"epoch": 2}`, 409, "lease expired"},
 		{"an expired lease cannot recommend", "POST", pilotproto.PathRecommendation, "pilot", `{"epoch": 2, "min_nodes": 3}`, 409, "lease expired"},
 		{"a pull without an epoch is refused", "POST", pilotproto.PathPull, "pilot", `{"max": 5}`, 400, "epoch is required"},

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/harvest-hpc/harvest/internal/jsonkeys"
@@ -73,9 +72,10 @@ func DecodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 // decodeBulk reads the pilots' heartbeats, which list every task a
 // master holds, without the strict pass (token by token, it would double
 // their parsing cost): unknown fields and data after the object are
-// refused as there, and so are the keys the strict pass refuses
-// (duplicate, case-folded, not a field's exact name) by one scan of the
-// bytes (jsonkeys). A null where a number stands is still read as 0.
+// refused as there, and so are the keys and nulls the strict pass refuses
+// (duplicate, case-folded, not a field's exact name; null where the field
+// cannot be null, which encoding/json reads as 0) by one scan of the
+// bytes (jsonkeys).
 func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := contentType(r); err != nil {
 		return err
@@ -91,22 +91,10 @@ func decodeBulk(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 	if err := strictBulk(body, v); err != nil {
 		return err
 	}
-	if err := jsonkeys.Check(body, bulkNames(reflect.TypeOf(v))); err != nil {
+	if err := jsonkeys.For(reflect.TypeOf(v).Elem(), false).Check(body); err != nil {
 		return invalid("malformed JSON: %v", err)
 	}
 	return nil
-}
-
-// bulkNames caches jsonkeys.Names by type (the heartbeat's, at present).
-var bulkNamesCache sync.Map // reflect.Type -> map[string]bool
-
-func bulkNames(t reflect.Type) map[string]bool {
-	if n, ok := bulkNamesCache.Load(t); ok {
-		return n.(map[string]bool)
-	}
-	n := jsonkeys.Names(t)
-	bulkNamesCache.Store(t, n)
-	return n
 }
 
 // strictBulk decodes one JSON object, refusing unknown fields and data

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/harvest-hpc/harvest/internal/safefs"
 )
 
 // Serve serves the API on every listener until ctx ends, then shuts down
@@ -67,7 +69,10 @@ func bodyDeadline(h http.Handler, base time.Duration) http.Handler {
 // ListenUnix listens on a Unix socket at path (replacing a stale one),
 // world-connectable: identity comes from the peer's credentials.
 func ListenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// The socket is made 0666 by name after it is bound: in a directory
+	// another user controls, they could put a link to any file there in
+	// between, or their own socket later.
+	if err := safefs.SharedDir(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -136,4 +137,36 @@ func copyTestBinary(t *testing.T) string {
 	}
 	f.Close()
 	return dst
+}
+
+// The socket is not made in a directory another user could replace it
+// in (nor is the directory made beneath one): there they could swap it
+// for a link between its bind and its chmod 0666, or for their own
+// socket later.
+func TestListenUnixRefusesADirectoryOthersControl(t *testing.T) {
+	dir, err := os.MkdirTemp("", "hq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o777)
+	for _, sock := range []string{filepath.Join(dir, "queue.sock"), filepath.Join(dir, "run", "queue.sock")} {
+		l, err := httpapi.ListenUnix(sock)
+		if err == nil {
+			l.Close()
+			t.Errorf("%s: listening in a directory anyone may write", sock)
+		} else if want := "writable by others (mode 0777) without the sticky bit"; !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", sock, err, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "run")); err == nil {
+		t.Error("the socket's directory was made")
+	}
+	// Sticky, as /tmp: the socket is ours and nobody else may replace it.
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	l, err := httpapi.ListenUnix(filepath.Join(dir, "run", "queue.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
 }
