@@ -22,7 +22,9 @@ type Config struct {
 	// than in the baseline (seconds of replay time).
 	ShiftThreshold int64
 	// SimLatency and SimReservations configure the simulator run on the
-	// same scaled window (see docs/sim.md for why these values).
+	// same scaled window (see docs/sim.md for why these values). A
+	// negative SimLatency gives each run's simulation the scheduler's
+	// reaction measured in that run, event by event (Reaction).
 	SimLatency, SimReservations int64
 }
 
@@ -67,6 +69,12 @@ type RunReport struct {
 	// LeadS is how long the harvest ran before the window opened (harvest
 	// runs, RunConfig.Lead): its simulation starts the harvest as early.
 	LeadS int64 `json:"lead_s,omitempty"`
+	// T0 is the run's first second, from which its times count (the job
+	// completion log and the agent's log are in wall-clock time).
+	T0 time.Time `json:"t0"`
+	// Reaction is SLURM's reaction in the run, read from its job
+	// completion log, and the scheduler latency its simulation was given.
+	Reaction Reaction `json:"reaction"`
 }
 
 // Replay maps the window of w, makes every run in turn on the cluster and
@@ -111,8 +119,19 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 	rep.Plan.SpanS = span
 	var base *sim.Result
 	for _, o := range outs {
-		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog, HarvestStopS: o.HarvestStopS, LeadS: o.LeadS}
-		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span, o.HarvestStopS, o.LeadS); err != nil {
+		rr := RunReport{Kind: o.Kind, Result: o.Result(p, cfg.Map.Nodes, span, cfg.Run.HarvestUser), Unfinished: o.Unfinished, AgentLog: o.AgentLog,
+			HarvestStopS: o.HarvestStopS, LeadS: o.LeadS, T0: o.T0}
+		starts, err := o.Starts()
+		if err != nil {
+			return rep, fmt.Errorf("%s run: %w", o.Kind, err)
+		}
+		rr.Reaction = MeasureReaction(starts)
+		rr.Reaction.SimLatencyS = max(cfg.SimLatency, -1)
+		var react *Reaction
+		if cfg.SimLatency < 0 {
+			react = &rr.Reaction
+		}
+		if rr.Sim, err = simulate(ctx, p, o.Kind, cfg, span, o.HarvestStopS, o.LeadS, react); err != nil {
 			return rep, err
 		}
 		rr.Fidelity = CompareFidelity(rr.Sim, rr.Result)
@@ -135,8 +154,10 @@ func Replay(ctx context.Context, w sim.Workload, cfg Config, skip func(Kind) str
 // settings: the same nodes, poll, margin, mini time and task length, in
 // replay seconds; a harvest run's pilots are cancelled at stop (seconds;
 // 0 = never), when the real run cancelled its own, and its harvest starts
-// lead seconds before the window, when the real run started its own.
-func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop, lead int64) (sim.Result, error) {
+// lead seconds before the window, when the real run started its own;
+// with react, the scheduler's latency at each event is the real one's
+// (Reaction.LatencyAt), else cfg.SimLatency.
+func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop, lead int64, react *Reaction) (sim.Result, error) {
 	if !k.Harvested() {
 		lead = 0
 	}
@@ -175,6 +196,14 @@ func simulate(ctx context.Context, p Plan, k Kind, cfg Config, span, stop, lead 
 	}
 	sc.Cluster = simcluster.DefaultConfig()
 	sc.Cluster.Latency = cfg.SimLatency
+	if react != nil {
+		// The real scheduler's reaction at the real event nearest the
+		// simulated one: the simulation's events come within a second or
+		// two of the real ones (it starts a job a second later where the
+		// real scheduler took one), the window's events 7 s apart or more.
+		sc.Cluster.Latency = 0
+		sc.Cluster.LatencyAt = func(t int64) int64 { return react.LatencyAt(t-lead, reactionNear) }
+	}
 	sc.Cluster.Reservations = int(max(1, cfg.SimReservations))
 	sc.Agent = agent.DefaultConfig()
 	sc.Agent.Policy.MiniTime = int64(cfg.Run.MiniTime / time.Second)
@@ -233,6 +262,10 @@ func unshift(res *sim.Result, d int64) {
 		}
 	}
 }
+
+// reactionNear is how far, in seconds, a simulated event may be from a
+// real one to take its reaction (Reaction.LatencyAt).
+const reactionNear = 3
 
 // pilotHeartbeat is the replay pilots' queue heartbeat (harvest pilot
 // --heartbeat): the master's capacity rule steps at each.

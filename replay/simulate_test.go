@@ -18,12 +18,12 @@ func TestSimulateRunsTheCapacityRuleOfThePilots(t *testing.T) {
 		{ID: "1", User: "alice", Nodes: 2, TimeLimit: cluster.Seconds(60), RunTime: 30, Wait: -1, Submit: 50}}}}
 	cfg := Config{Map: MapConfig{Nodes: 16}, SimLatency: 1, SimReservations: 1000,
 		Run: RunConfig{Poll: 2 * time.Second, Margin: 30 * time.Second, MiniTime: 10 * time.Second, TaskSeconds: 5}}
-	base, err := simulate(context.Background(), p, Baseline, cfg, p.SpanS, 0, 0)
+	base, err := simulate(context.Background(), p, Baseline, cfg, p.SpanS, 0, 0, nil)
 	if err != nil || len(base.Capacity) != 0 {
 		t.Fatalf("baseline: %d capacity points, %v; want none", len(base.Capacity), err)
 	}
 	for _, k := range []Kind{Polling, Preemption} {
-		res, err := simulate(context.Background(), p, k, cfg, p.SpanS, 0, 0)
+		res, err := simulate(context.Background(), p, k, cfg, p.SpanS, 0, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,11 +51,11 @@ func TestSimulateStopsTheHarvestWhenTheRealRunDid(t *testing.T) {
 	}
 	const span, stop = 175, 166 // the last foreign job ends at 165
 	for _, k := range []Kind{Polling, Preemption} {
-		all, err := simulate(context.Background(), p, k, cfg, span, 0, 0)
+		all, err := simulate(context.Background(), p, k, cfg, span, 0, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cut, err := simulate(context.Background(), p, k, cfg, span, stop, 0)
+		cut, err := simulate(context.Background(), p, k, cfg, span, stop, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,19 +85,19 @@ func TestSimulateStartsTheHarvestTheLeadBeforeTheWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	const span, stop, lead = 175, 166, 30
-	base, err := simulate(context.Background(), p, Baseline, cfg, span, 0, lead)
+	base, err := simulate(context.Background(), p, Baseline, cfg, span, 0, lead, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if base0, _ := simulate(context.Background(), p, Baseline, cfg, span, 0, 0); base0.Utilization != base.Utilization {
+	if base0, _ := simulate(context.Background(), p, Baseline, cfg, span, 0, 0, nil); base0.Utilization != base.Utilization {
 		t.Errorf("baseline: utilisation %.4f with a lead, %.4f without: it has no harvest to start", base.Utilization, base0.Utilization)
 	}
 	for _, k := range []Kind{Polling, Preemption} {
-		cold, err := simulate(context.Background(), p, k, cfg, span, stop, 0)
+		cold, err := simulate(context.Background(), p, k, cfg, span, stop, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		warm, err := simulate(context.Background(), p, k, cfg, span, stop, lead)
+		warm, err := simulate(context.Background(), p, k, cfg, span, stop, lead, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,5 +124,52 @@ func TestSimulateStartsTheHarvestTheLeadBeforeTheWindow(t *testing.T) {
 		if d := warm.Utilization - cold.Utilization; d < 0.01 {
 			t.Errorf("%s: utilisation %.4f with the lead, %.4f without", k, warm.Utilization, cold.Utilization)
 		}
+	}
+}
+
+// A run's simulation given the run's own reaction (Config.SimLatency < 0)
+// takes SLURM's latency event by event: in the captured polling run SLURM
+// started job 100 in the second its pilots were cancelled and job 102 a
+// second after, and so does the simulation.
+func TestSimulateTakesTheRealRunsReaction(t *testing.T) {
+	o := loadCaptured(t)[0]
+	starts, err := o.Starts()
+	if err != nil || o.Kind != Polling {
+		t.Fatal(o.Kind, err)
+	}
+	react := MeasureReaction(starts)
+	w := lightTrace(1, 5)
+	cfg := Config{Map: MapConfig{From: 0, To: w.Jobs[len(w.Jobs)-1].Submit + 1, Nodes: 8, Scale: 1, Users: []string{"alice", "bob"}},
+		SimLatency: -1, SimReservations: 1000,
+		Run: RunConfig{Poll: 2 * time.Second, Margin: 30 * time.Second, MiniTime: 10 * time.Second, TaskSeconds: 3}}
+	p, err := Map(w, cfg.Map)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := simulate(context.Background(), p, Polling, cfg, 166, 166, 30, &react)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pilots' last end before each foreign start, on the 5 nodes it
+	// took (the 8 nodes are all pilots' otherwise).
+	gap := func(job string) int64 {
+		var start, freed int64 = -1, -1
+		for _, r := range res.Records {
+			if r.Name == job {
+				start = r.Start
+			}
+		}
+		for _, r := range res.Records {
+			if r.Pilot && r.End >= 0 && r.End <= start {
+				freed = max(freed, r.End)
+			}
+		}
+		return start - freed
+	}
+	if g := gap("100"); g != 0 {
+		t.Errorf("job 100 started %d s after its nodes were freed, SLURM in the same second", g)
+	}
+	if g := gap("102"); g != 1 {
+		t.Errorf("job 102 started %d s after its nodes were freed, SLURM a second after", g)
 	}
 }

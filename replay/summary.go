@@ -49,6 +49,12 @@ func WriteSummary(w io.Writer, rep Report) error {
 			fmt.Fprintf(bw, "  %d foreign jobs did not end by the deadline: %v\n", len(r.Unfinished), r.Unfinished)
 		}
 	}
+	fmt.Fprintln(bw, "\nSLURM's reaction (from the job completion log: on each node, from its job's submit or the end that freed it to the job's start) and the simulator's latency:")
+	clear(seen)
+	for _, r := range rep.Runs {
+		seen[r.Kind]++
+		fmt.Fprintf(bw, "%-12s %s\n", RunName(r.Kind, seen[r.Kind]), r.Reaction)
+	}
 	fmt.Fprintln(bw, "\nschedule figures (Klusáček 2011; bounded slowdown threshold 10 s, NUWT = wait / work), real | simulated:")
 	clear(seen)
 	for _, r := range rep.Runs {

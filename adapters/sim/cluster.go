@@ -686,7 +686,7 @@ func (c *Cluster) enqueue(j *job) {
 // then runs at the first check that finds a change).
 func (c *Cluster) dirty() {
 	if c.schedAt < 0 {
-		c.schedAt = c.now + c.cfg.Latency
+		c.schedAt = c.now + c.cfg.latency(c.now)
 		c.push(event{t: c.schedAt, kind: evSched})
 	}
 	if c.cfg.BackfillInterval > 0 && c.bfAt < 0 { // (a busy thread has one queued after its first)

@@ -32,6 +32,11 @@ type Config struct {
 	// scheduling pass runs this long after the first change (submit, end,
 	// cancel) since the previous pass. 0 = at once.
 	Latency int64
+	// LatencyAt, if set, gives the latency of the scheduling pass due to
+	// a change at t instead of Latency: a real scheduler's reaction,
+	// measured event by event, replayed (package replay). The backfill
+	// pass of a BackfillInterval keeps Latency.
+	LatencyAt func(t int64) int64
 	// BackfillInterval, if positive, splits the scheduler in two as SLURM
 	// does: a main pass at every change (after Latency) starts pending
 	// jobs in priority order and stops at the first that cannot start
@@ -126,6 +131,14 @@ func (c Config) Validate() error {
 		return c.Multifactor.validate()
 	}
 	return nil
+}
+
+// latency is the reaction latency to a change at t.
+func (c Config) latency(t int64) int64 {
+	if c.LatencyAt != nil {
+		return max(c.LatencyAt(t), 0)
+	}
+	return c.Latency
 }
 
 // cores is the cores of a node (1 for whole nodes).

@@ -55,7 +55,7 @@ func replayCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lead", Usage: "start a harvest run's agent and harvest job this long before the window's first submission, so that the window finds the pool running (its simulation too; 0 = the window opens with the harvest)"},
 			&cli.DurationFlag{Name: "drain", Value: 15 * time.Minute, Usage: "after the last submit, wait at most this for every job to end"},
 			&cli.Int64Flag{Name: "threshold", Value: 10, Usage: "a job started more than `S` seconds later (earlier) than in the baseline counts as later (earlier)"},
-			&cli.DurationFlag{Name: "sim-latency", Value: time.Second, Usage: "the simulator's scheduler latency (SLURM here: bf_interval=1)"},
+			&cli.StringFlag{Name: "sim-latency", Value: "measured", Usage: "the simulator's scheduler latency: measured (each run's own, event by event: when SLURM started each job after its nodes were free, from the job completion log) or a fixed `DURATION` in whole seconds (1s: SLURM's bf_interval=1)"},
 			&cli.IntFlag{Name: "sim-reservations", Value: 1000, Usage: "pending jobs the simulator reserves for (SLURM: every job it tests, bf_max_job_test)"},
 			&cli.StringFlag{Name: "jobcomp-log", Usage: "SLURM's job completion log (default: JobCompLoc from scontrol show config)"},
 			&cli.StringFlag{Name: "work-dir", Usage: "`DIR` every node and user reaches (default: $LAB/shared, else /tmp)"},
@@ -84,6 +84,14 @@ func runReplay(c *cli.Context) error {
 	if c.Int("task-seconds") < 1 || c.Duration("poll") < time.Second || c.Float64("scale") < 1 {
 		return cli.Exit("--task-seconds and --poll must be at least 1 s, --scale at least 1", 2)
 	}
+	latency := int64(-1) // measured
+	if v := c.String("sim-latency"); v != "measured" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d%time.Second != 0 {
+			return cli.Exit(fmt.Sprintf("--sim-latency %q: measured, or whole seconds (0s, 1s...)", v), 2)
+		}
+		latency = int64(d / time.Second)
+	}
 	w, err := sim.ReadFile(c.String("workload"), c.String("format"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
@@ -99,7 +107,7 @@ func runReplay(c *cli.Context) error {
 			Scale: c.Float64("scale"), Users: splitList(c.String("users"))},
 		Runs:            kinds,
 		ShiftThreshold:  c.Int64("threshold"),
-		SimLatency:      int64(c.Duration("sim-latency") / time.Second),
+		SimLatency:      latency,
 		SimReservations: c.Int64("sim-reservations"),
 	}
 	plan, err := replay.Map(w, cfg.Map)
