@@ -13,9 +13,8 @@ import (
 
 // Run runs rounds every PollInterval (FastPoll while a round's Watch is
 // set: see NextWait), and at once when a job-event check between rounds
-// (every EventCheck) sees a job submitted, ended or cancelled, until ctx
-// is done. While the batch
-// system is unreachable it backs off exponentially (capped at MaxBackoff)
+// (every EventCheck) sees a job submitted, ended or cancelled, or when
+// Wake receives, until ctx is done. While the batch system is unreachable it backs off exponentially (capped at MaxBackoff)
 // and does nothing else: a failed snapshot never leads to a cancel.
 func (r *Reconciler) Run(ctx context.Context) error {
 	bo := backoff.NewExponentialBackOff()
@@ -53,11 +52,23 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			failing = false
 			bo.Reset()
 		}
-		check := r.cfg.EventCheck
+		check, wake := r.cfg.EventCheck, r.Wake
 		if failing {
-			check = 0 // the batch system does not answer: just back off
+			check, wake = 0, nil // the batch system does not answer: just back off
 		}
-		if !waitRound(ctx, wait, check, time.Now, sleep, r.eventCheck) {
+		woke := false
+		nap := func(ctx context.Context, d time.Duration) bool {
+			ok, w := sleepOrWake(ctx, d, wake)
+			woke = woke || w
+			return ok
+		}
+		moved := func(ctx context.Context) (bool, bool) {
+			if woke {
+				return true, true
+			}
+			return r.eventCheck(ctx)
+		}
+		if !waitRound(ctx, wait, check, time.Now, nap, moved) {
 			return nil
 		}
 	}
@@ -73,15 +84,18 @@ func (r *Reconciler) eventCheck(ctx context.Context) (moved, ok bool) {
 	return moved, ok
 }
 
-// sleep waits d or until ctx is done (false).
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleepOrWake waits d, or until wake receives (woke), or until ctx is
+// done (false). A nil wake never receives.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) (ok, woke bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-t.C:
-		return true
+		return true, false
+	case <-wake:
+		return true, true
 	}
 }
 

@@ -128,6 +128,11 @@ type Reconciler struct {
 	OnRound func(RoundResult)
 	// Health, if set, learns whether the batch system answers.
 	Health *Health
+	// Wake, if set, brings the next round at once when it receives: the
+	// hosting agent's queue sends when the master's recommendation or cap
+	// changes (queue.PlanMoved), so pilots above a new cap go, and a
+	// larger cap is filled, without waiting for the poll.
+	Wake <-chan struct{}
 
 	// events is the job-event count the last EventsMoved saw (seen: it
 	// saw one); noEvents: the adapter does not count, the check is off.

@@ -78,6 +78,10 @@ type Queue struct {
 	// sites holds what each site's agent and master said, the pilots they
 	// run, turnaround and yield.
 	sites *siteshare.Registry
+	// localRec is the local master's last recommendation (min nodes, cap);
+	// planMoved gets a token when it changes (PlanMoved).
+	localRec  [2]int
+	planMoved chan struct{}
 	// ends are the pilot ends the agents pulled in (site and pilot id ->
 	// Unix s), passed to the pool's master in heartbeat answers until it
 	// reports them.
@@ -164,6 +168,7 @@ func Open(cfg Config) (*Queue, error) {
 		users: map[string]*userState{}, jobs: map[int64]*liveJob{}, order: fairshare.NewIndex(),
 		sites: siteshare.NewRegistry(cfg.sitesConfig()), orphansChecked: map[string]int64{}, beats: map[string]poolBeat{}, ends: map[pilotKey]int64{},
 		submits: map[submitKey]*Submission{}, closed: make(chan struct{}), peerRounds: map[string]time.Time{},
+		planMoved: make(chan struct{}, 1),
 	}
 	q.opened = q.now()
 	if cfg.Shared && q.cfg.SweepHolder == "" {

@@ -266,8 +266,23 @@ func (p Pool) Recommend(ctx context.Context, req pilotproto.RecommendationReques
 	defer q.mu.Unlock()
 	q.sites.Master(p.site, siteshare.MasterReport{Epoch: req.Epoch, MinNodes: req.MinNodes, Cap: req.MaxNodes,
 		Phase: req.CapacityPhase, Slots: req.Slots, SlotsPerNode: req.SlotsPerNode}, q.now())
+	if rec := [2]int{req.MinNodes, req.MaxNodes}; p.site == q.cfg.LocalSite && rec != q.localRec {
+		q.localRec = rec
+		select {
+		case q.planMoved <- struct{}{}:
+		default: // a token is waiting already
+		}
+	}
 	return nil
 }
+
+// PlanMoved receives when the local master's recommendation or capacity
+// cap changes. The hosting agent runs a round at once then, not up to a
+// poll later: a new master's first cap (4 nodes) otherwise found the
+// pilots started for the whole cluster registering and taking tasks, and
+// the capacity rule judged those tasks at the passing sizes (11, 12)
+// instead of the cap's, so the pool grew about 10 s later.
+func (q *Queue) PlanMoved() <-chan struct{} { return q.planMoved }
 
 // maxHeld bounds the tasks one heartbeat lists.
 const maxHeld = 1_000_000

@@ -345,6 +345,9 @@ func runAgent(c *cli.Context) error {
 	ad = ops.metrics.InstrumentAdapter(ad)
 	r := agent.NewReconciler(ad, ops.ctl.Demand(src), cfg, log)
 	r.OnRound = ops.hook
+	if hq != nil && c.String("queue") == "" {
+		r.Wake = hq.q.PlanMoved() // the master's new cap acts at once
+	}
 	r.Health = ops.metrics.Health
 	if hq != nil {
 		handler, err := ops.handler(c, hq, r, info.Name, gb.Describe, log)
