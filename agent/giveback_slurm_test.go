@@ -279,7 +279,7 @@ func newGBRun(t *testing.T, c *slurmtest.Cluster) *gbRun {
 			t.Fatal(err)
 		}
 	}
-	os.Chmod(dir, 0o1777)
+	os.Chmod(dir, 0o777|os.ModeSticky)
 	if os.Getenv("HARVEST_GIVEBACK_KEEP") == "" {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}

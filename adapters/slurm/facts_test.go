@@ -161,7 +161,7 @@ func sigDir(t *testing.T) string {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o1777)
+	os.Chmod(dir, 0o777|os.ModeSticky)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }

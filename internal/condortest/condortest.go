@@ -119,7 +119,7 @@ func Require(t testing.TB, n int) *Pool {
 	if err := os.MkdirAll(p.Shared, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(p.Shared, 0o1777)
+	os.Chmod(p.Shared, 0o777|os.ModeSticky)
 	p.RemoveAll(t)
 	t.Cleanup(func() { p.RemoveAll(t) })
 	return p

@@ -149,7 +149,7 @@ func (r *run) main() error {
 		}
 	}
 	os.Chmod(r.work, 0o755)
-	os.Chmod(filepath.Join(r.work, "foreign"), 0o1777)
+	os.Chmod(filepath.Join(r.work, "foreign"), 0o777|os.ModeSticky)
 	if *fuseState {
 		back := filepath.Join(r.work, "state-back")
 		os.MkdirAll(back, 0o755)
