@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/harvest-hpc/harvest/internal/jsonkeys"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"time"
 
@@ -56,7 +58,11 @@ func OpenControl(path string, log *slog.Logger) (*Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrControlState, err)
 	}
-	if err := json.Unmarshal(b, &c.state); err != nil {
+	err = jsonkeys.For(reflect.TypeOf(c.state), true).Check(b) // null is not "unpaused"
+	if err == nil {
+		err = json.Unmarshal(b, &c.state)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s is not a control file (remove it to start unpaused): %w", ErrControlState, path, err)
 	}
 	return c, nil

@@ -52,6 +52,28 @@ func TestACorruptControlFileIsRefusedWithAClearError(t *testing.T) {
 	}
 }
 
+// null where the admin's choice is kept reads as nothing chosen: a paused
+// agent would start submitting again. Refused like any corrupt file.
+func TestANullInTheControlFileIsRefusedNotReadAsUnpaused(t *testing.T) {
+	for _, body := range []string{`null`, `{"paused": null}`} {
+		path := filepath.Join(t.TempDir(), "control.json")
+		os.WriteFile(path, []byte(body), 0o644)
+		if _, err := OpenControl(path, nil); !errors.Is(err, ErrControlState) || !strings.Contains(err.Error(), "null") {
+			t.Fatalf("%s: got %v, want ErrControlState naming the null", body, err)
+		}
+	}
+}
+
+// A dumped round's context with null for a count is refused, not read as
+// no recommendation (harvest decide --context would replay another round).
+func TestARoundContextWithNullIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.context.json")
+	os.WriteFile(path, []byte(`{"recommended": null}`), 0o644)
+	if _, err := ReadRoundContext(path); err == nil || !strings.Contains(err.Error(), `null for "recommended"`) {
+		t.Fatalf("got %v, want the null named", err)
+	}
+}
+
 func TestAnUnwritableControlFileChangesNothing(t *testing.T) {
 	dir := t.TempDir()
 	// A directory where the file should be: the rename fails.

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/harvest-hpc/harvest/internal/jsonkeys"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -516,6 +518,9 @@ func ReadRoundContext(path string) (RoundContext, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return rc, fmt.Errorf("read round context: %w", err)
+	}
+	if err := jsonkeys.For(reflect.TypeOf(rc), false).Check(b); err != nil {
+		return rc, fmt.Errorf("%s: not a round context: %w", path, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

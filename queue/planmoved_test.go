@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
+	"github.com/harvest-hpc/harvest/queue/api"
 	"github.com/harvest-hpc/harvest/queue/queuetest"
 )
 
@@ -44,5 +45,40 @@ func TestPlanMovedSignalsACapOrRecommendationChange(t *testing.T) {
 		if got := moved(); got != c.want {
 			t.Fatalf("report %d (min %d, cap %d): moved %v, want %v", i, c.min, c.cap, got, c.want)
 		}
+	}
+}
+
+// A job arriving at a queue with none wakes the hosting agent: its round
+// may have read the empty queue just before, and the first pilots then
+// waited a whole poll (a replay's window opened with up to 2 s of idle
+// nodes). A job arriving beside others does not: rounds would follow
+// every submission of a burst.
+func TestPlanMovedSignalsWorkArrivingAtAnIdleQueue(t *testing.T) {
+	e := queuetest.New(t)
+	ctx := context.Background()
+	moved := func() bool {
+		select {
+		case <-e.Q.PlanMoved():
+			return true
+		default:
+			return false
+		}
+	}
+	if moved() {
+		t.Fatal("a token before any job")
+	}
+	spec := api.JobSpec{Dataset: e.Dataset("first", 3), Command: []string{"p"}, BatchSize: 1}
+	if _, err := e.Q.Submit(ctx, "alice", spec); err != nil {
+		t.Fatal(err)
+	}
+	if !moved() {
+		t.Fatal("the first job did not wake the agent")
+	}
+	spec.Dataset = e.Dataset("second", 3)
+	if _, err := e.Q.Submit(ctx, "bob", spec); err != nil {
+		t.Fatal(err)
+	}
+	if moved() {
+		t.Fatal("a job beside a waiting one woke the agent")
 	}
 }

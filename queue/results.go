@@ -268,16 +268,22 @@ func (p Pool) Recommend(ctx context.Context, req pilotproto.RecommendationReques
 		Phase: req.CapacityPhase, Slots: req.Slots, SlotsPerNode: req.SlotsPerNode}, q.now())
 	if rec := [2]int{req.MinNodes, req.MaxNodes}; p.site == q.cfg.LocalSite && rec != q.localRec {
 		q.localRec = rec
-		select {
-		case q.planMoved <- struct{}{}:
-		default: // a token is waiting already
-		}
+		q.movePlanLocked()
 	}
 	return nil
 }
 
+// movePlanLocked leaves a token for PlanMoved (one waits at most).
+func (q *Queue) movePlanLocked() {
+	select {
+	case q.planMoved <- struct{}{}:
+	default: // a token is waiting already
+	}
+}
+
 // PlanMoved receives when the local master's recommendation or capacity
-// cap changes. The hosting agent runs a round at once then, not up to a
+// cap changes, or a job arrives while the queue has none (the first
+// pilots are then submitted at once, not up to a poll later). The hosting agent runs a round at once then, not up to a
 // poll later: a new master's first cap (4 nodes) otherwise found the
 // pilots started for the whole cluster registering and taking tasks, and
 // the capacity rule judged those tasks at the passing sizes (11, 12)

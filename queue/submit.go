@@ -652,6 +652,12 @@ func (q *Queue) store(ctx context.Context, sub *Submission, owner string, n norm
 	if err == nil {
 		j := &liveJob{ID: id, Owner: owner, Dataset: n.dataset, OutputDir: out, Command: n.command, Price: n.price,
 			Cores: n.cores, BatchSize: n.batchSize, TimeoutS: n.timeoutS, Waiting: len(names)}
+		if len(q.jobs) == 0 {
+			// Work arrives at an idle queue: the hosting agent rounds
+			// now, not up to a poll later (its round may have read the
+			// queue just before this job).
+			q.movePlanLocked()
+		}
 		q.jobs[id] = j
 		q.listLocked(j)
 	}

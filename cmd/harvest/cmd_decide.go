@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/harvest-hpc/harvest/agent"
 	"github.com/harvest-hpc/harvest/agent/policy"
 	"github.com/harvest-hpc/harvest/cluster"
+	"github.com/harvest-hpc/harvest/internal/jsonkeys"
 	"github.com/urfave/cli/v2"
 )
 
@@ -203,6 +205,11 @@ func readSnapshot(path string, stdin io.Reader) (cluster.Snapshot, error) {
 	if err != nil {
 		return s, fmt.Errorf("read snapshot: %w", err)
 	}
+	// null where a value is required (the whole snapshot, "total_nodes":
+	// null) decodes as zero, a cluster that is not the one meant.
+	if err := jsonkeys.For(reflect.TypeOf(s), false).Check(b); err != nil {
+		return s, fmt.Errorf("%s: not a snapshot: %w", path, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
@@ -221,6 +228,9 @@ func readUpcoming(path string) ([]policy.Upcoming, error) {
 		return nil, fmt.Errorf("read upcoming pilots: %w", err)
 	}
 	var up []policy.Upcoming
+	if err := jsonkeys.For(reflect.TypeOf(up), false).Check(b); err != nil {
+		return nil, fmt.Errorf("%s: not a list of upcoming pilots: %w", path, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&up); err != nil {

@@ -155,6 +155,26 @@ func TestDecideCommand(t *testing.T) {
 			wantErrSub: "stdin: not a snapshot",
 		},
 		{
+			name:       "null for the snapshot is an error, not an empty cluster",
+			stdin:      `null`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: "stdin: not a snapshot: null for the body",
+		},
+		{
+			name:       "null for a count is an error, not zero",
+			stdin:      `{"now": 0, "total_nodes": 4, "idle_nodes": null, "jobs": []}`,
+			args:       []string{"decide", "--snapshot", "-"},
+			wantCode:   2,
+			wantErrSub: `null for "idle_nodes"`,
+		},
+		{
+			name:       "null for an upcoming pilot is an error",
+			args:       []string{"decide", "--snapshot", worked("worked-example-fill.json"), "--upcoming", writeTemp(t, `[null]`)},
+			wantCode:   2,
+			wantErrSub: "not a list of upcoming pilots: null for an element",
+		},
+		{
 			name:       "A misspelt field is an error, not silently ignored",
 			stdin:      `{"now": 0, "total_nodes": 4, "idle_nodes": 1, "min_node": 3, "jobs": []}`,
 			args:       []string{"decide", "--snapshot", "-"},

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/harvest-hpc/harvest/internal/jsonkeys"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -209,6 +211,10 @@ func readJSONFile(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
+	}
+	// Fields a newer agent added may be there; null for a value may not.
+	if err := jsonkeys.For(reflect.TypeOf(v).Elem(), true).Check(b); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/harvest-hpc/harvest/internal/safefs"
 	"io"
 	"os"
 	"os/exec"
@@ -138,6 +139,12 @@ func runReplay(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	// A bad --out is said now, not after the runs (an hour of them).
+	if out := c.String("out"); out != "" {
+		if err := safefs.SharedDir(out); err != nil {
+			return cli.Exit(fmt.Sprintf("--out: %v", err), 2)
+		}
+	}
 	work := c.String("work-dir")
 	if work == "" {
 		work = os.TempDir()
@@ -187,8 +194,8 @@ func runReplay(c *cli.Context) error {
 // writeReplay writes report.json and each run's jobs CSV, real and
 // simulated.
 func writeReplay(dir string, rep replay.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	if err := safefs.SharedDir(dir); err != nil { // files are made there by name, as root
+		return fmt.Errorf("--out: %w", err)
 	}
 	seen := map[replay.Kind]int{}
 	for _, r := range rep.Runs {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	simcluster "github.com/harvest-hpc/harvest/adapters/sim"
@@ -375,9 +377,17 @@ func simModes(c *cli.Context, w sim.Workload, cfg sim.Config, gbs []sim.GiveBack
 
 // writeFile writes through a temporary file so a failed run leaves no
 // half-written output behind.
+//
+// The temporary file is made anew, never through a link in its place:
+// the commands that write these run as root (harvest replay), and a link
+// planted at PATH.tmp in a shared directory would have made root
+// overwrite the file it names.
 func writeFile(path string, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return err
 	}
