@@ -147,11 +147,11 @@ func TestAPilotCancelledWhileItsRunnerStartsExitsAtOnceAndLeaves(t *testing.T) {
 			if err != nil && !errors.As(err, &ee) {
 				t.Fatal(err)
 			}
-		case <-time.After(4 * time.Second):
+		case <-time.After(5 * time.Second):
 			p.Process.Kill()
 			<-exited
 			b, _ := os.ReadFile(filepath.Join(r.state, "pilot-"+id+".log"))
-			t.Fatalf("round %d: pilot %s did not exit within 4 s of SIGTERM (SLURM kills it after 5 s: the node held); its log:\n%s", round, id, b)
+			t.Fatalf("round %d: pilot %s did not exit within 5 s of SIGTERM, when SLURM would kill it (KillWait, at least 5 s): the node held until then; its log:\n%s", round, id, b)
 		}
 		select {
 		case got := <-ev.left:
