@@ -202,3 +202,74 @@ func TestAGroupGivesSlotsBackWhenANewMasterGrantsFewer(t *testing.T) {
 	}
 	w.mu.Unlock()
 }
+
+// stuckStart is a GroupRunner whose StartGroup returns only when release
+// is closed (a job's runner that may never finish starting: killed by
+// the batch system's SIGTERM in its Go runtime's start), then hands a
+// fakeGroup back.
+type stuckStart struct {
+	fakeGroups
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stuckStart) StartGroup(ts []pilotproto.Task, slots int, ended func([]int, []Outcome)) TaskGroup {
+	close(s.entered)
+	<-s.release
+	return s.fakeGroups.StartGroup(ts, slots, ended)
+}
+
+// A worker stopped while its group's runner starts does not wait for that
+// start (issue 33: the pilot held its node until SIGKILL): the group's
+// tasks are reported interrupted at once, each once; if the runner does
+// start after all, it is told to stop them and what it says of them is
+// not reported again.
+func TestAStopDoesNotWaitForAGroupWhoseRunnerStarts(t *testing.T) {
+	ss := &stuckStart{fakeGroups: fakeGroups{made: make(chan *fakeGroup, 1)}, entered: make(chan struct{}), release: make(chan struct{})}
+	w := &Worker{slots: 1, cfg: Config{Runner: ss, StopGrace: time.Second, ShutdownTimeout: time.Hour}, running: map[ref]*running{},
+		unitOf: map[ref]int64{}, dropped: map[ref]bool{}, changed: make(chan struct{})}
+	b := workerproto.Batch{ID: 1}
+	for i := range 2 {
+		b.Tasks = append(b.Tasks, pilotproto.Task{ID: int64(1 + i), Attempt: 1, JobID: 1, Command: []string{"true"}})
+	}
+	w.accept([]workerproto.Batch{b})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.dispatch(ctx)
+	<-ss.entered
+	stopped := make(chan struct{})
+	go func() { w.shutdown(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		close(ss.release)
+		t.Fatal("the stop waited for a group whose runner never finished starting")
+	}
+	w.mu.Lock()
+	if len(w.results) != 2 || w.results[0].Status != pilotproto.StatusInterrupted || w.results[1].Status != pilotproto.StatusInterrupted {
+		t.Errorf("results at the stop: %+v, want both tasks interrupted", w.results)
+	}
+	w.mu.Unlock()
+	close(ss.release)
+	g := <-ss.made
+	// The worker sends the stops the group missed once StartGroup returns;
+	// the fake's Stop reports the stopped tasks ended, as a runner does.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g.mu.Lock()
+		n := len(g.stops)
+		g.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner that started late was told to stop %d of its 2 tasks", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.results) != 2 {
+		t.Errorf("%d results after the late start, want the 2 of the stop only", len(w.results))
+	}
+}

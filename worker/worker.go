@@ -951,6 +951,7 @@ func (w *Worker) shutdown() {
 		w.stopRunning(r, errInterrupted, stops)
 	}
 	w.stopGroups(stops)
+	starting := w.dropStarting()
 	w.notify()
 	c := w.cur
 	w.mu.Unlock()
@@ -968,11 +969,51 @@ func (w *Worker) shutdown() {
 		w.log.Warn("tasks did not stop in time")
 	}
 	if c != nil {
-		w.flush(ctx, c, true)
+		// The deregistration goes even when the wait above used the time
+		// up: without it the master holds what is left until its worker
+		// timeout; with it, it requeues that at once (this process ends
+		// next, its runners and tasks with it: parent-death signals).
+		lctx, lcancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+		w.flush(lctx, c, true)
+		lcancel()
 	}
 	if cl, ok := w.cfg.Runner.(io.Closer); ok {
-		cl.Close()
+		if starting {
+			// A runner still starting may never answer (killed by the
+			// batch system's SIGTERM before it could catch it), and
+			// closing waits for every runner: the pilot must not.
+			go cl.Close()
+		} else {
+			cl.Close()
+		}
 	}
+}
+
+// dropStarting reports, as interrupted, the tasks of the groups whose
+// runner has not taken them yet (StartGroup not returned) and tells
+// whether there were any. Nothing of theirs has ended, and their runner
+// may be dead: the batch system's SIGTERM reaches every process of the
+// pilot, a runner still in the Go runtime's start too (where SIGTERM
+// kills), and its start then never returns. The pilot stops at once
+// instead of waiting for it until SIGKILL, its master told; the runner
+// is told to stop them if it does take them (g.stops), and what it says
+// of them then is ignored (ended). Called with mu held.
+func (w *Worker) dropStarting() bool {
+	var starting []*group
+	for _, g := range w.groups {
+		if g.h == nil {
+			starting = append(starting, g)
+		}
+	}
+	now := time.Now()
+	for _, g := range starting {
+		for i := range g.ts {
+			if !g.ended[i] {
+				w.endGroupTask(g, i, Outcome{Status: pilotproto.StatusInterrupted, StartedAt: now})
+			}
+		}
+	}
+	return len(starting) > 0
 }
 
 // flush reports every pending result; leaving adds the deregistration to
