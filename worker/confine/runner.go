@@ -152,7 +152,6 @@ func StartRunner(l *Launcher, p RunnerPolicy, files []*os.File) (*Runner, error)
 		return nil, fmt.Errorf("confine: runner socket: %w", err)
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "runner"), os.NewFile(uintptr(fds[1]), "runner")
-	defer theirs.Close()
 	p.Mode = l.Mode
 	spec, err := json.Marshal(p)
 	if err != nil {
@@ -166,7 +165,12 @@ func StartRunner(l *Launcher, p RunnerPolicy, files []*os.File) (*Runner, error)
 	cmd.Env = []string{"GODEBUG=asyncpreemptoff=1"}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The runner's end is the runner's alone once it runs: held here too,
+	// a runner dead before it was ready (the batch system's SIGTERM in
+	// its Go runtime's start) left the wait for "ready" below open for good.
+	theirs.Close()
+	if err != nil {
 		mine.Close()
 		return nil, fmt.Errorf("confine: start the task runner: %w", err)
 	}
