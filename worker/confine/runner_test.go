@@ -353,3 +353,26 @@ func startShRunner(t *testing.T, exe string, rp RunnerPolicy) (*Runner, string) 
 	}
 	return r, sh
 }
+
+// A runner that dies before it is ready (the batch system's SIGTERM
+// reaching it in its Go runtime's start: here a binary that exits at
+// once) is an error from StartRunner, not a wait for good: the worker
+// held the runner's end of the socket, so the wait never saw it close.
+func TestARunnerDeadBeforeItIsReadyIsAnError(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		r, err := StartRunner(&Launcher{Exe: "/bin/true", Mode: ModeOff}, RunnerPolicy{}, nil)
+		if r != nil {
+			r.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a runner that never was ready started")
+		}
+	case <-time.After(time.Minute): // a deadline, not a wait for timing
+		t.Fatal("StartRunner still waits for a runner that is gone")
+	}
+}
