@@ -267,9 +267,9 @@ func (p *Packed) Unpack() ([]Task, error) {
 	}
 	out := make([]Task, 0, n)
 	envs := make([]string, 0, 2*n) // every task's two, in one array
-	plainDirs := make([]bool, 2*len(p.Jobs))
+	plainJob := make([]bool, 2*len(p.Jobs))
 	for k := range p.Jobs {
-		plainDirs[2*k], plainDirs[2*k+1] = PlainDir(p.Jobs[k].Dataset), PlainDir(p.Jobs[k].OutputDir)
+		plainJob[2*k], plainJob[2*k+1] = PlainDir(p.Jobs[k].Dataset), PlainDir(p.Jobs[k].OutputDir)
 	}
 	next := make([]int, len(p.Jobs)+1)
 	cur := 0 // without Order: the job whose entries come now
@@ -300,7 +300,7 @@ func (p *Packed) Unpack() ([]Task, error) {
 		name := j.Names[e]
 		envs = AppendTaskEnv(envs, j.JobID, j.IDs[e])
 		out = append(out, Task{ID: j.IDs[e], JobID: j.JobID, Owner: j.Owner, Attempt: j.Attempts[e], Name: name,
-			Input: JoinName(j.Dataset, plainDirs[2*k], name), Output: JoinName(j.OutputDir, plainDirs[2*k+1], name), OutputDir: j.OutputDir,
+			Input: JoinName(j.Dataset, plainJob[2*k], name), Output: JoinName(j.OutputDir, plainJob[2*k+1], name), OutputDir: j.OutputDir,
 			WorkDir: j.WorkDir, Command: j.Command, Env: envs[len(envs)-2 : len(envs) : len(envs)], BatchSize: j.BatchSize,
 			Cores: j.Cores, TimeoutS: j.TimeoutS})
 	}
