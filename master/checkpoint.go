@@ -535,6 +535,7 @@ func (c *Checkpoint) read() error {
 			jrows.Close()
 			return fmt.Errorf("load: job %d: %w", job, err)
 		}
+		fm.plain = pilotproto.PlainDir(fm.f.Dataset) && pilotproto.PlainDir(fm.f.OutputDir)
 		forms[job] = fm
 	}
 	jrows.Close()

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/harvest-hpc/harvest/capacity"
 	"github.com/harvest-hpc/harvest/master/core"
@@ -66,6 +67,7 @@ type form struct {
 	f      pilotproto.JobTasks // without entries
 	grants int                 // grants that use it
 	stored bool
+	plain  bool // its directories take an entry by "/" + name (fitsPlain)
 }
 
 // model is the checkpoint's content in memory: what a commit's ops change
@@ -106,6 +108,23 @@ func formOf(t *pilotproto.Task) (pilotproto.JobTasks, bool) {
 		return f, false
 	}
 	return f, true
+}
+
+// fitsPlain is formOf(t) for a task of a job whose form f is known
+// and plain (pilotproto.PlainDir: what Unpack makes of an entry is
+// dir + "/" + name for a plain name), without making the task again: a
+// pull adds every task, and formOf's Unpack of each cost allocations and
+// two filepath.Join.
+func fitsPlain(f *pilotproto.JobTasks, t *pilotproto.Task) bool {
+	return pilotproto.PlainName(t.Name) && isEntry(t.Input, f.Dataset, t.Name) && isEntry(t.Output, f.OutputDir, t.Name) &&
+		pilotproto.IsTaskEnv(t.Env, t.JobID, t.ID) && f.JobID == t.JobID && f.Owner == t.Owner &&
+		f.OutputDir == t.OutputDir && f.WorkDir == t.WorkDir && f.BatchSize == t.BatchSize && f.Cores == t.Cores &&
+		f.TimeoutS == t.TimeoutS && slices.Equal(f.Command, t.Command) && (f.Command == nil) == (t.Command == nil)
+}
+
+// isEntry reports whether p is dir + "/" + name.
+func isEntry(p, dir, name string) bool {
+	return len(p) == len(dir)+1+len(name) && p[len(dir)] == '/' && strings.HasPrefix(p, dir) && strings.HasSuffix(p, name)
 }
 
 // expand is the tasks of a grant of f: ids first, first+1, ...
@@ -160,9 +179,11 @@ func (m *model) add(t *pilotproto.Task) {
 	if p, ok := m.index[k]; ok {
 		m.set(p, entry{state: entGone}) // a stale row of this attempt: replaced
 	}
-	f, fits := formOf(t)
-	if fits {
-		if known := m.forms[t.JobID]; known != nil && !sameForm(&known.f, &f) {
+	var f pilotproto.JobTasks
+	known := m.forms[t.JobID]
+	fits := known != nil && known.plain && fitsPlain(&known.f, t)
+	if !fits { // the job's first task, or a form that needs the full check
+		if f, fits = formOf(t); fits && known != nil && !sameForm(&known.f, &f) {
 			fits = false // the job's form changed (never from harvest's queue): stored whole
 		}
 	}
@@ -175,7 +196,7 @@ func (m *model) add(t *pilotproto.Task) {
 		} else {
 			fm := m.forms[t.JobID]
 			if fm == nil {
-				fm = &form{f: f}
+				fm = &form{f: f, plain: pilotproto.PlainDir(f.Dataset) && pilotproto.PlainDir(f.OutputDir)}
 				m.forms[t.JobID] = fm
 			}
 			fm.grants++

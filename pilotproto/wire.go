@@ -58,29 +58,102 @@ const MaxResults = 100_000
 
 // TaskEnv is the environment the queue gives a task.
 func TaskEnv(job, task int64) []string {
-	// One string for both (every task gets one when a pull is unpacked).
+	j, t := taskEnv(job, task)
+	return []string{j, t}
+}
+
+// taskEnv is TaskEnv's two variables, made as one string (every task
+// gets them when a pull is unpacked).
+func taskEnv(job, task int64) (string, string) {
 	var b [64]byte
 	e := append(strconv.AppendInt(append(b[:0], "HARVEST_JOB="...), job, 10), "HARVEST_TASK="...)
 	k := len(e) - len("HARVEST_TASK=")
 	v := string(strconv.AppendInt(e, task, 10))
-	return []string{v[:k], v[k:]}
+	return v[:k], v[k:]
+}
+
+// AppendTaskEnv appends TaskEnv(job, task) to envs: a pull's tasks can
+// share one array (each task's Env a slice of it, capped: an append to
+// one copies).
+func AppendTaskEnv(envs []string, job, task int64) []string {
+	j, t := taskEnv(job, task)
+	return append(envs, j, t)
+}
+
+// IsTaskEnv reports whether env is TaskEnv(job, task), without making it.
+func IsTaskEnv(env []string, job, task int64) bool {
+	return len(env) == 2 && envIs(env[0], "HARVEST_JOB=", job) && envIs(env[1], "HARVEST_TASK=", task)
+}
+
+// PlainName reports whether name is one path element that filepath.Join
+// leaves as it is: not empty, "." or "..", and without a "/".
+func PlainName(name string) bool {
+	return name != "" && name != "." && name != ".." && strings.IndexByte(name, '/') < 0
+}
+
+// PlainDir reports whether filepath.Join(dir, name) is dir + "/" + name
+// for every plain name (PlainName): dir is clean and not "", "." or "/".
+// A pull's tasks share their job's directories: checked once, each entry's
+// paths are made and checked without a filepath.Clean of their own.
+func PlainDir(dir string) bool {
+	return dir != "" && dir != "." && dir != "/" && filepath.Clean(dir) == dir
+}
+
+// JoinName is filepath.Join(dir, name) for a dir that PlainDir said
+// plain (plain) or not: a plain dir and name are joined without a
+// filepath.Clean of the whole path.
+func JoinName(dir string, plain bool, name string) string {
+	if plain && PlainName(name) {
+		return dir + "/" + name
+	}
+	return filepath.Join(dir, name)
+}
+
+// isEntry reports whether p is dir + "/" + name.
+func isEntry(p, dir, name string) bool {
+	return len(p) == len(dir)+1+len(name) && p[len(dir)] == '/' && strings.HasPrefix(p, dir) && strings.HasSuffix(p, name)
+}
+
+// plainDirs remembers the last directories PlainDir passed, so that the
+// tasks of one job in a row check theirs once.
+type plainDirs struct{ in, out string }
+
+// plain is PlainDir(d), remembered in *last.
+func plain(d string, last *string) bool {
+	if d != "" && d == *last {
+		return true
+	}
+	if !PlainDir(d) {
+		return false
+	}
+	*last = d
+	return true
 }
 
 // datasetOf is the directory t's input is the entry of, if t has the
 // form the wire carries compactly: input Join(dataset, name), output
 // Join(OutputDir, name), environment TaskEnv. It checks without
 // allocating (a pull packs every task): a path is its Join if it is
-// dir + "/" + name and already clean.
-func datasetOf(t *Task) (string, bool) {
+// dir + "/" + name and already clean, which it is without a look at the
+// whole path when dir is plain (PlainDir, remembered in c across a job's
+// tasks) and name is.
+func datasetOf(t *Task, c *plainDirs) (string, bool) {
 	in, name := t.Input, t.Name
-	if name == "" || len(in) <= len(name) || in[len(in)-len(name)-1] != '/' || in[len(in)-len(name):] != name || filepath.Clean(in) != in {
+	if name == "" || len(in) <= len(name) || in[len(in)-len(name)-1] != '/' || in[len(in)-len(name):] != name {
 		return "", false
 	}
 	d := in[:len(in)-len(name)-1]
+	plainName := PlainName(name)
+	if !(plainName && plain(d, &c.in)) && filepath.Clean(in) != in {
+		return "", false
+	}
 	if d == "" {
 		d = "/"
 	}
 	out := t.Output
+	if plainName && isEntry(out, t.OutputDir, name) && plain(t.OutputDir, &c.out) {
+		return d, IsTaskEnv(t.Env, t.JobID, t.ID)
+	}
 	if !strings.HasPrefix(out, t.OutputDir) || t.OutputDir == "" || filepath.Clean(out) != out {
 		return "", false
 	}
@@ -91,7 +164,7 @@ func datasetOf(t *Task) (string, bool) {
 		}
 		rest = rest[1:]
 	}
-	if rest != name || len(t.Env) != 2 || !envIs(t.Env[0], "HARVEST_JOB=", t.JobID) || !envIs(t.Env[1], "HARVEST_TASK=", t.ID) {
+	if rest != name || !IsTaskEnv(t.Env, t.JobID, t.ID) {
 		return "", false
 	}
 	return d, true
@@ -137,9 +210,10 @@ func Pack(tasks []Task) Packed {
 	}
 	p.Jobs = make([]JobTasks, 0, len(counts))
 	order := make([]int, len(tasks))
+	var dirs plainDirs
 	for i := range tasks {
 		t := &tasks[i]
-		d, ok := datasetOf(t)
+		d, ok := datasetOf(t, &dirs)
 		c := at[t.JobID]
 		if ok && index[c] < 0 {
 			index[c] = len(p.Jobs)
@@ -192,6 +266,11 @@ func (p *Packed) Unpack() ([]Task, error) {
 		return nil, fmt.Errorf("order has %d entries for %d tasks", len(p.Order), n)
 	}
 	out := make([]Task, 0, n)
+	envs := make([]string, 0, 2*n) // every task's two, in one array
+	plainJob := make([]bool, 2*len(p.Jobs))
+	for k := range p.Jobs {
+		plainJob[2*k], plainJob[2*k+1] = PlainDir(p.Jobs[k].Dataset), PlainDir(p.Jobs[k].OutputDir)
+	}
 	next := make([]int, len(p.Jobs)+1)
 	cur := 0 // without Order: the job whose entries come now
 	for i := range n {
@@ -219,9 +298,10 @@ func (p *Packed) Unpack() ([]Task, error) {
 			return nil, fmt.Errorf("order names more entries of job %d than its %d", j.JobID, len(j.IDs))
 		}
 		name := j.Names[e]
+		envs = AppendTaskEnv(envs, j.JobID, j.IDs[e])
 		out = append(out, Task{ID: j.IDs[e], JobID: j.JobID, Owner: j.Owner, Attempt: j.Attempts[e], Name: name,
-			Input: filepath.Join(j.Dataset, name), Output: filepath.Join(j.OutputDir, name), OutputDir: j.OutputDir,
-			WorkDir: j.WorkDir, Command: j.Command, Env: TaskEnv(j.JobID, j.IDs[e]), BatchSize: j.BatchSize,
+			Input: JoinName(j.Dataset, plainJob[2*k], name), Output: JoinName(j.OutputDir, plainJob[2*k+1], name), OutputDir: j.OutputDir,
+			WorkDir: j.WorkDir, Command: j.Command, Env: envs[len(envs)-2 : len(envs) : len(envs)], BatchSize: j.BatchSize,
 			Cores: j.Cores, TimeoutS: j.TimeoutS})
 	}
 	return out, nil

@@ -84,6 +84,10 @@ func FuzzPackRoundTrip(f *testing.F) {
 	f.Add("/data/./a", "/out/a/", "e1", "", "", "w", 1, true)
 	f.Add("/data", "/out", "a/../b", "", "/out/b", "", 1, false)
 	f.Add("", "", ".", "x", "", "", 0, true)
+	f.Add(".", "..", "x", "", "", "", 1, true)
+	f.Add("/data", "/out", "..", "", "", "", 1, true)
+	f.Add("../d", "o/", "x", "", "", "", 1, true)
+	f.Add("/data", "/out", "x", "/data//x", "/out/./x", "", 1, true)
 	f.Fuzz(func(t *testing.T, dataset, outdir, name, input, output, workdir string, attempt int, env bool) {
 		a := queueTask(3, 2, "bob", dataset, outdir, name, attempt)
 		if input != "" {
@@ -403,5 +407,38 @@ func TestTaskEnv(t *testing.T) {
 	got := pilotproto.TaskEnv(12, 9223372036854775807)
 	if want := []string{"HARVEST_JOB=12", "HARVEST_TASK=9223372036854775807"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("TaskEnv = %q, want %q", got, want)
+	}
+}
+
+// JoinName is filepath.Join, whichever way it takes: dir + "/" + name
+// for a plain dir and name, filepath.Join otherwise.
+func TestJoinNameIsJoin(t *testing.T) {
+	for _, dir := range []string{"/data/a", "/", "", ".", "..", "../d", "d", "/data/a/", "/data//a", "/data/./a", "/data/../a", "a/.."} {
+		for _, name := range []string{"x", "", ".", "..", "a/b", "a//b", "/x", "x/", ".hidden", "..x"} {
+			for _, plain := range []bool{pilotproto.PlainDir(dir), false} {
+				if got, want := pilotproto.JoinName(dir, plain, name), filepath.Join(dir, name); got != want {
+					t.Fatalf("JoinName(%q, %v, %q) = %q, want %q", dir, plain, name, got, want)
+				}
+			}
+			if pilotproto.PlainDir(dir) && pilotproto.PlainName(name) && filepath.Join(dir, name) != dir+"/"+name {
+				t.Fatalf("%q and %q are plain, but Join makes %q", dir, name, filepath.Join(dir, name))
+			}
+		}
+	}
+}
+
+// An unpacked pull's tasks share one array of environments: a change to
+// one task's never reaches another's.
+func TestUnpackedTasksHaveTheirOwnEnv(t *testing.T) {
+	tasks := []pilotproto.Task{queueTask(1, 1, "alice", "/data/a", "/out/a", "e1", 1), queueTask(2, 1, "alice", "/data/a", "/out/a", "e2", 1)}
+	p := pilotproto.Pack(tasks)
+	got, err := p.Unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got[0].Env = append(got[0].Env, "X=1")
+	got[0].Env[0] = "changed"
+	if !reflect.DeepEqual(got[1].Env, pilotproto.TaskEnv(1, 2)) || !pilotproto.IsTaskEnv(got[1].Env, 1, 2) {
+		t.Fatalf("the second task's environment is %q", got[1].Env)
 	}
 }

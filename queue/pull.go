@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"path/filepath"
 
 	"github.com/harvest-hpc/harvest/pilotproto"
 	"github.com/harvest-hpc/harvest/queue/api"
@@ -156,12 +155,15 @@ func (q *Queue) pullChunk(ctx context.Context, site string, epoch int64, n int) 
 	}
 	q.jobChangesLocked(taken.Changes)
 	tasks = make([]pilotproto.Task, 0, planned)
+	envs := make([]string, 0, 2*planned) // every task's two variables, in one array
 	short := map[int64]bool{}
 	for _, p := range picks {
 		ts := taken.Tasks[p.j.ID]
 		k := min(p.n, len(ts))
+		dirs := [2]bool{pilotproto.PlainDir(p.j.Dataset), pilotproto.PlainDir(p.j.OutputDir)} // once per pick, not per task
 		for _, t := range ts[:k] {
-			tasks = append(tasks, taskOf(p.j, t))
+			envs = pilotproto.AppendTaskEnv(envs, p.j.ID, t.ID)
+			tasks = append(tasks, taskOf(p.j, t, dirs, envs[len(envs)-2:len(envs):len(envs)]))
 		}
 		taken.Tasks[p.j.ID] = ts[k:]
 		if k == p.n {
@@ -191,11 +193,14 @@ func (q *Queue) logChanges(cs []store.JobChange) {
 	}
 }
 
-func taskOf(j *liveJob, t store.TakenTask) pilotproto.Task {
+// taskOf is task t of job j; plain says whether the job's dataset and
+// output directory are pilotproto.PlainDir, env is the task's
+// environment (pilotproto.TaskEnv).
+func taskOf(j *liveJob, t store.TakenTask, plain [2]bool, env []string) pilotproto.Task {
 	return pilotproto.Task{
 		ID: t.ID, JobID: j.ID, Owner: j.Owner, Attempt: t.Attempt, Name: t.Name,
-		Input: filepath.Join(j.Dataset, t.Name), Output: filepath.Join(j.OutputDir, t.Name),
+		Input: pilotproto.JoinName(j.Dataset, plain[0], t.Name), Output: pilotproto.JoinName(j.OutputDir, plain[1], t.Name),
 		OutputDir: j.OutputDir, Command: j.Command, BatchSize: j.BatchSize, Cores: j.Cores, TimeoutS: j.TimeoutS,
-		Env: pilotproto.TaskEnv(j.ID, t.ID),
+		Env: env,
 	}
 }

@@ -38,7 +38,13 @@ func benchCommand() *cli.Command {
 				"so the figure is harvest's own cost per task (queue pull, checkpoint, batch hand-out, result,\n" +
 				"checkpoint, queue report). The report says where the time went: CPU per task of this process\n" +
 				"(queue and master) and of the workers, the queue's handlers and SQLite's write lock.\n" +
-				"--exec runs each task as a real process (true, or sleep --task-time).\n" +
+				"--exec runs each task as a real process (true, or sleep --task-time), and the same program in one\n" +
+				"plain shell loop per worker (the fork/exec floor) before and after the run; --rounds N alternates\n" +
+				"N runs with N+1 floors and takes each run against the two floors around it (the machine's load\n" +
+				"drifts): the report gives every floor and round, the median ratios and their spread. Harvest's CPU\n" +
+				"per task is this process's from the first pull to the last result (queue, master) and the worker\n" +
+				"processes' from their start to their exit, their runners' and tasks' included; the floor's is\n" +
+				"the loops' and their programs'.\n" +
 				"--shape thesis repeats the original experiment's shape (150 tasks on 1, 2, 4, 8 one-slot\n" +
 				"workers, --task-time per task, batch size 1) and reports efficiency = ideal / measured makespan.\n" +
 				"--compare runs --in-memory first, then the real queue, in this one invocation, and prints the\n" +
@@ -60,6 +66,7 @@ func benchCommand() *cli.Command {
 				&cli.DurationFlag{Name: "task-time", Usage: "each task's duration (0: no-op)"},
 				&cli.IntFlag{Name: "batch-size", Value: 100, Usage: "the job's batch size"},
 				&cli.BoolFlag{Name: "exec", Usage: "run every task as a real process, and the same program in plain loops (the fork/exec floor)"},
+				&cli.IntFlag{Name: "rounds", Value: 1, Usage: "with --exec: `N` harvest runs, each between two runs of the floor (floor, harvest, floor, ...); each against the floors around it, the median and the spread reported"},
 				&cli.BoolFlag{Name: "batched", Usage: "with --exec: the job's command is batched (true {inputs}: once per batch of --batch-size entries); the floor stays one true per task"},
 				&cli.StringFlag{Name: "confine", Value: "auto", Usage: "with --exec: the workers confine tasks as a pilot does: auto (Landlock where the kernel has it), require, off"},
 				&cli.StringFlag{Name: "shape", Usage: "thesis: 150 tasks on 1, 2, 4, 8 workers"},
@@ -84,7 +91,7 @@ func runBench(c *cli.Context) error {
 	cfg.Workers, cfg.Slots, cfg.Tasks = c.Int("workers"), c.Int("slots"), c.Int("tasks")
 	cfg.WorkerProcs = c.Int("worker-gomaxprocs")
 	cfg.TaskTime, cfg.BatchSize, cfg.Exec, cfg.Batched = c.Duration("task-time"), c.Int("batch-size"), c.Bool("exec"), c.Bool("batched")
-	cfg.Users, cfg.InMemory, cfg.Confine = c.Int("users"), c.Bool("in-memory"), c.String("confine")
+	cfg.Users, cfg.InMemory, cfg.Confine, cfg.Rounds = c.Int("users"), c.Bool("in-memory"), c.String("confine"), c.Int("rounds")
 	cfg.Binary, cfg.Dir, cfg.DB = bin, dir, c.String("db")
 	if cfg.DB != "" && !store.IsURL(cfg.DB) {
 		return cli.Exit(fmt.Sprintf("harvest bench: --db %q: not a postgres:// URL (the default is a fresh SQLite file)", cfg.DB), 2)
@@ -197,6 +204,9 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	if cfg.Exec {
 		kind += ", confinement " + cfg.Confine
 	}
+	if len(r.Rounds) > 1 {
+		fmt.Fprintf(out, "round %d of %d in detail (its CPU ratio the median; every round below):\n", r.MedianRound, len(r.Rounds))
+	}
 	fmt.Fprintf(out, "%s\n%d tasks (%s) on %d workers x %d slots (GOMAXPROCS %d each), batch size %d: makespan %.3f s\n",
 		path, r.Tasks, kind, r.Workers, r.Slots, r.WorkerProcs, cfg.BatchSize, r.MakespanS)
 	fmt.Fprintf(out, "throughput %.0f tasks/s, overhead %.4f ms per task\n", r.TasksPerS, r.OverheadMS)
@@ -210,11 +220,8 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	}
 	fmt.Fprintf(out, "the master's exchanges: %d worker pulls, %d worker results posts, %d checkpoint commits (%.1f tasks per commit)\n",
 		r.WorkerPulls, r.WorkerResults, r.Commits, float64(r.Tasks)/float64(max(r.Commits, 1)))
-	if f := r.Floor; f != nil {
-		fmt.Fprintf(out, "fork/exec floor: the same program %d times in %d plain shell loops at once: %.0f tasks/s, %.1f us of CPU per task\n",
-			f.Tasks, f.Procs, f.TasksPerS, f.CPUUS)
-		fmt.Fprintf(out, "harvest against the floor: %.2fx its tasks/s, %.2fx its CPU per task (%.1f us: queue + master + workers + tasks)\n",
-			r.RateRatio, r.CPURatio, r.ProcessCPUUS+r.WorkersCPUUS)
+	if r.Floor != nil {
+		printFloors(out, r)
 	}
 	fmt.Fprintf(out, "the machine during the run: %.0f%% busy, %.1f%% stolen by the hypervisor (/proc/stat; stolen time lengthens every figure here)\n", r.MachineBusyPct, r.StealPct)
 	fmt.Fprintf(out, "Go scheduler latency in this process (GOMAXPROCS %d; goroutines runnable, waiting to run): p99 %.3f ms, p99.9 %.3f ms, longest up to %.1f ms\n", r.Procs, r.SchedP99MS, r.SchedP999MS, r.SchedMaxMS)
@@ -245,6 +252,32 @@ func printDispatch(out io.Writer, cfg bench.Config, r bench.Result) {
 	if r.RatioToInMemory > 0 {
 		fmt.Fprintf(out, "end to end %.0f tasks/s against %.0f tasks/s in memory (same settings, this invocation): %.2fx\n", r.TasksPerS, r.InMemoryTasksPerS, r.RatioToInMemory)
 	}
+}
+
+// printFloors prints every floor and round of an --exec run, then the
+// median ratios and their spread.
+func printFloors(out io.Writer, r bench.Result) {
+	f := r.Floor
+	fmt.Fprintf(out, "fork/exec floor: the same program %d times in %d plain shell loops at once, before and after each harvest run (CPU: the loops and their programs)\n",
+		f.Tasks/max(len(r.Floors), 1), f.Procs)
+	for i, fl := range r.Floors {
+		fmt.Fprintf(out, "  floor %d: %.0f tasks/s, %.1f us of CPU per task\n", i+1, fl.TasksPerS, fl.CPUUS)
+		if i < len(r.Rounds) {
+			k := r.Rounds[i]
+			fmt.Fprintf(out, "  round %d: harvest %.0f tasks/s, %.1f us of CPU per task; against floors %d and %d (%.0f tasks/s, %.1f us): %.2fx its tasks/s, %.2fx its CPU\n",
+				i+1, k.TasksPerS, k.CPUUS, i+1, i+2, k.FloorTasksPerS, k.FloorCPUUS, k.RateRatio, k.CPURatio)
+		}
+	}
+	lo, hi := f.TasksPerS, f.TasksPerS
+	clo, chi := f.CPUUS, f.CPUUS
+	for _, fl := range r.Floors {
+		lo, hi, clo, chi = min(lo, fl.TasksPerS), max(hi, fl.TasksPerS), min(clo, fl.CPUUS), max(chi, fl.CPUUS)
+	}
+	fmt.Fprintf(out, "the floors' spread: %.0f-%.0f tasks/s (+-%.0f%%), %.1f-%.1f us of CPU per task (+-%.0f%%)\n",
+		lo, hi, 50*(hi-lo)/f.TasksPerS, clo, chi, 50*(chi-clo)/f.CPUUS)
+	fmt.Fprintf(out, "harvest against the floor (median of %d rounds, each against the floors around it): %.2fx its tasks/s (%.2f-%.2f), %.2fx its CPU per task (%.2f-%.2f)\n",
+		len(r.Rounds), r.RateRatio, r.RateRatioSpread.Min, r.RateRatioSpread.Max, r.CPURatio, r.CPURatioSpread.Min, r.CPURatioSpread.Max)
+	fmt.Fprintln(out, "harvest's CPU per task: this process (queue + master) from the first pull to the last result, the workers from their start to their exit, their runners' and tasks' included")
 }
 
 func taskKind(cfg bench.Config) string {

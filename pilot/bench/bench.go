@@ -44,7 +44,10 @@ type Config struct {
 	Batched bool
 	// Confine is the workers' confinement of real tasks (--exec), as a
 	// pilot's --confine: auto confines with Landlock where the kernel can.
-	Confine  string
+	Confine string
+	// Rounds (with Exec) is how many harvest runs alternate with the
+	// floor: floor, harvest, floor, ... (rounds.go). 0 counts as 1.
+	Rounds   int
 	Users    int    // users competing, one job each (the in-memory feed: a batch of each job in turn)
 	InMemory bool   // an in-memory feed instead of the real queue: the master and workers alone
 	Binary   string // the harvest binary to start workers with
@@ -79,6 +82,8 @@ func (c Config) Validate() error {
 		return errors.New("bench: users must be 1..tasks (each user has a job of at least one task)")
 	case c.TaskTime < 0:
 		return errors.New("bench: task time must not be negative")
+	case c.Rounds < 0 || (c.Rounds > 1 && !c.Exec):
+		return errors.New("bench: rounds alternate harvest with the fork/exec floor: at least 1, and more only with exec")
 	case c.WorkerProcs < 0:
 		return errors.New("bench: worker GOMAXPROCS must not be negative (0: the cores shared out)")
 	case c.Batched && (!c.Exec || c.TaskTime != 0):
@@ -151,20 +156,40 @@ type Result struct {
 	WorkerResults int        `json:"worker_results"`
 	Commits       int64      `json:"checkpoint_commits"`
 	Breakdown     *Breakdown `json:"breakdown,omitempty"`
-	// With Exec: the same program in plain loops, one per worker, run
-	// after the dispatch (the machine's fork/exec floor), and harvest's
-	// figures against it: tasks/s (harvest / floor) and CPU per task,
-	// all of harvest's processes and the tasks (harvest / floor).
-	Floor     *Floor  `json:"floor,omitempty"`
-	RateRatio float64 `json:"rate_vs_floor,omitempty"`
-	CPURatio  float64 `json:"cpu_vs_floor,omitempty"`
+	// With Exec: the same program in plain loops, one per worker (the
+	// machine's fork/exec floor), run before and after each harvest run
+	// (rounds.go), and harvest's figures against it: tasks/s (harvest /
+	// floor) and CPU per task, all of harvest's processes and the tasks
+	// (harvest / floor). Floor is every floor run pooled, Floors each of
+	// them in order; Rounds are the harvest runs, each against the floors
+	// around it; the ratios are the rounds' medians, the spreads their
+	// lowest and highest. The other figures of this Result are of the
+	// round MedianRound (from 1), the median CPU ratio's.
+	Floor           *Floor  `json:"floor,omitempty"`
+	RateRatio       float64 `json:"rate_vs_floor,omitempty"`
+	CPURatio        float64 `json:"cpu_vs_floor,omitempty"`
+	Floors          []Floor `json:"floors,omitempty"`
+	Rounds          []Round `json:"rounds,omitempty"`
+	MedianRound     int     `json:"median_round,omitempty"`
+	RateRatioSpread Spread  `json:"rate_vs_floor_spread,omitzero"`
+	CPURatioSpread  Spread  `json:"cpu_vs_floor_spread,omitzero"`
 }
 
-// Run performs one measurement.
+// Run performs one measurement; with Exec, cfg.Rounds of them, each
+// between two runs of the fork/exec floor.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	if !cfg.Exec {
+		return runOnce(ctx, cfg)
+	}
+	return runRounds(ctx, max(cfg.Rounds, 1), func(ctx context.Context) (Result, error) { return runOnce(ctx, cfg) },
+		func(ctx context.Context) (Floor, error) { return RunFloor(ctx, floorArgv(cfg), cfg.Workers, cfg.Tasks) })
+}
+
+// runOnce is one harvest run of cfg.
+func runOnce(ctx context.Context, cfg Config) (Result, error) {
 	var q pilotproto.Queue
 	var start func()
 	var finish func(context.Context) error
@@ -246,6 +271,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if rq != nil {
 		roots = rq.data
 	}
+	// The workers' CPU is theirs from their start to their exit (their
+	// runners and tasks with it): what this process's children used
+	// before (another round, the floor) is not.
+	children0 := cpu(syscall.RUSAGE_CHILDREN)
 	procs, err := startWorkers(cfg, url, pilotToken, roots)
 	defer stopWorkers(procs)
 	if err != nil {
@@ -289,19 +318,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if haveMachine && haveMachine1 {
 		r.MachineBusyPct, r.StealPct = shares(machine0, machine1)
 	}
-	r.WorkersCPUUS = float64(cpu(syscall.RUSAGE_CHILDREN).Microseconds()) / float64(cfg.Tasks)
+	r.WorkersCPUUS = float64((cpu(syscall.RUSAGE_CHILDREN) - children0).Microseconds()) / float64(cfg.Tasks)
 	r.WorkerSplit = split
 	r.WorkerPulls, _ = mtimer.get(workerproto.PathPull)
 	r.WorkerResults, _ = mtimer.get(workerproto.PathResults)
 	r.Commits = m.Commits() - commits0
 	r.Users = cfg.Users
-	if cfg.Exec {
-		f, err := RunFloor(ctx, floorArgv(cfg), cfg.Workers, cfg.Tasks)
-		if err != nil {
-			return r, err
-		}
-		r.Floor, r.RateRatio, r.CPURatio = &f, r.TasksPerS/f.TasksPerS, (r.ProcessCPUUS+r.WorkersCPUUS)/f.CPUUS
-	}
 	if rq == nil {
 		r.Queue = "memory"
 		return r, nil
