@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -352,4 +353,51 @@ func startShRunner(t *testing.T, exe string, rp RunnerPolicy) (*Runner, string) 
 		t.Fatal(err)
 	}
 	return r, sh
+}
+
+// Queued tasks started back to back, all at once, each get their own
+// arguments and environment, and one that cannot exec fails its start:
+// the runner's C side returns as soon as it has cloned the task's
+// process, which reads its strings (kept in memory the runner reuses)
+// until its exec, so the runner must wait for that exec before it starts
+// the next task, and before it reads whether the start failed.
+func TestARunnerWaitsForEachTasksExecBeforeTheNext(t *testing.T) {
+	_, logs, tmp, exe := runnerDirs(t)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	const n = 60
+	var specs []Spec
+	var tags []int
+	want := map[int]string{}
+	for i := range n {
+		name := strconv.Itoa(i)
+		// Long and short command lines in turn: a task that read the
+		// next one's strings would print another's.
+		pad := strings.Repeat(strconv.Itoa(i%10), 1+(i%2)*4000)
+		sp := Spec{Path: sh, Argv: []string{"sh", "-c", `printf '%s %s' "$1" "$V"`, "sh", name + pad}, Env: []string{"V=" + name},
+			Out: name + ".out", Err: name + ".err", Tmp: "t" + name}
+		if i%7 == 3 {
+			sp.Path = filepath.Join(tmp, "missing")
+		} else {
+			want[i] = name + pad + " " + name
+		}
+		specs, tags = append(specs, sp), append(tags, i)
+	}
+	ts, err := r.Queue(specs, tags, 0, func([]*Task) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, task := range ts {
+		ws, err := task.Wait()
+		if i%7 == 3 {
+			var se *StartError
+			if !errors.As(err, &se) || se.Code != ExitNotFound || !strings.Contains(err.Error(), "no such file") {
+				t.Errorf("task %d, a missing program: %v %v, want its start to fail (not found)", i, ws, err)
+			}
+			continue
+		}
+		out, _ := os.ReadFile(filepath.Join(logs, strconv.Itoa(i)+".out"))
+		if err != nil || ws.ExitStatus() != 0 || string(out) != want[i] {
+			t.Errorf("task %d: %v %v, printed %.40q, want %.40q", i, ws, err, out, want[i])
+		}
+	}
 }
