@@ -401,3 +401,35 @@ func TestARunnerWaitsForEachTasksExecBeforeTheNext(t *testing.T) {
 		}
 	}
 }
+
+// A queued task waiting for a slot keeps its own command line while the
+// runner reads the worker's next packets into the same buffer (its
+// requests' strings are a copy of their packet's, not copied one by one).
+func TestAWaitingTaskKeepsItsCommandLine(t *testing.T) {
+	dir, logs, tmp, exe := runnerDirs(t)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	spec := func(name, arg string) Spec {
+		return Spec{Path: sh, Argv: []string{"sh", "-c", `while [ ! -e "$D/go" ]; do sleep 0.01; done; printf %s "$1"`, "sh", arg},
+			Env: []string{"D=" + dir}, Out: name + ".out", Err: name + ".err", Tmp: "t" + name}
+	}
+	r.SetSlots(1)
+	first, err := r.Queue([]Spec{spec("a", "a"), spec("b", strings.Repeat("b", 300))}, []int{0, 1}, 0, func([]*Task) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More packets while b waits: over b's bytes in the runner's buffer.
+	more, err := r.Queue([]Spec{spec("c", strings.Repeat("c", 3000))}, []int{2}, 0, func([]*Task) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetSlots(2)
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o600)
+	for i, task := range append(first, more...) {
+		name, want := string(rune('a'+i)), []string{"a", strings.Repeat("b", 300), strings.Repeat("c", 3000)}[i]
+		ws, err := task.Wait()
+		out, _ := os.ReadFile(filepath.Join(logs, name+".out"))
+		if err != nil || ws.ExitStatus() != 0 || string(out) != want {
+			t.Errorf("task %s: %v %v, printed %.20q (%d bytes), want %.20q (%d)", name, ws, err, out, len(out), want, len(want))
+		}
+	}
+}
