@@ -357,11 +357,10 @@ func startShRunner(t *testing.T, exe string, rp RunnerPolicy) (*Runner, string) 
 
 // Queued tasks started back to back, all at once, each get their own
 // arguments and environment, and one that cannot exec fails its start:
-// the runner's C side returns as soon as it has cloned the task's
-// process, which reads its strings (kept in memory the runner reuses)
-// until its exec, so the runner must wait for that exec before it starts
-// the next task, and before it reads whether the start failed.
-func TestARunnerWaitsForEachTasksExecBeforeTheNext(t *testing.T) {
+// the runner packs each task's strings in one buffer it reuses, which the
+// task's process reads until its exec, so it must not start the next task
+// before then, nor read whether the start failed.
+func TestQueuedTasksStartedBackToBackGetTheirOwnStrings(t *testing.T) {
 	_, logs, tmp, exe := runnerDirs(t)
 	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
 	const n = 60
@@ -432,4 +431,81 @@ func TestAWaitingTaskKeepsItsCommandLine(t *testing.T) {
 			t.Errorf("task %s: %v %v, printed %.20q (%d bytes), want %.20q (%d)", name, ws, err, out, len(out), want, len(want))
 		}
 	}
+}
+
+// BenchmarkRunnerQueueTrue runs /bin/true as queued tasks of a confined
+// runner (as the worker's groups do: 100 a packet, its slots 1 or 4) and
+// reports the runner's own CPU per task (runner-us/task: all its threads,
+// /proc/PID/task/*/schedstat; its tasks not included): what the runner
+// adds to each fork and exec; and its threads' context switches per task
+// (runner-cs/task: a figure load does not move much, as it does the CPU).
+func BenchmarkRunnerQueueTrue(b *testing.B) {
+	tr, err := LookPath("true", "/usr/bin:/bin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, slots := range []int{1, 4} {
+		b.Run("slots-"+strconv.Itoa(slots), func(b *testing.B) {
+			dir := b.TempDir()
+			logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
+			os.Mkdir(logs, 0o700)
+			os.Mkdir(tmp, 0o700)
+			exe, err := os.Executable()
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeAuto}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			r.SetSlots(slots)
+			env := []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + tmp, "HARVEST_TASK_ID=1", "HARVEST_JOB_ID=1", "HARVEST_ATTEMPT=1"}
+			cpu0, cs0 := threadsCPU(b, r.cmd.Process.Pid)
+			b.ResetTimer()
+			for i := 0; i < b.N; i += 100 {
+				var specs []Spec
+				var tags []int
+				for j := i; j < min(i+100, b.N); j++ {
+					n := strconv.Itoa(j)
+					specs, tags = append(specs, Spec{Path: tr, Argv: []string{"true"}, Env: env, Out: n + ".1.out", Err: n + ".1.err", Tmp: "task-" + n}), append(tags, j)
+				}
+				ts, err := r.Queue(specs, tags, 0, func([]*Task) {})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, task := range ts {
+					if ws, err := task.Wait(); err != nil || ws.ExitStatus() != 0 {
+						b.Fatal(ws, err)
+					}
+				}
+			}
+			b.StopTimer()
+			cpu, cs := threadsCPU(b, r.cmd.Process.Pid)
+			b.ReportMetric(float64(cpu-cpu0)/1e3/float64(b.N), "runner-us/task")
+			b.ReportMetric(float64(cs-cs0)/float64(b.N), "runner-cs/task")
+		})
+	}
+}
+
+// threadsCPU is the CPU time of process pid's threads, in ns, and their
+// context switches.
+func threadsCPU(b *testing.B, pid int) (ns, switches int64) {
+	ds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range ds {
+		s, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + d.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		// on-CPU ns, waiting ns, time slices (one per switch to the thread)
+		if f := strings.Fields(string(s)); len(f) == 3 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			k, _ := strconv.ParseInt(f[2], 10, 64)
+			ns, switches = ns+n, switches+k
+		}
+	}
+	return ns, switches
 }

@@ -52,18 +52,10 @@ static int harvest_child_run(void *arg) {
 }
 
 // harvest_stack is the stack of the task's process until its exec, made
-// once, and harvest_cur what it runs: the runner starts one task at a
-// time (from one goroutine), and starts the next only once the former
-// has exec'd or exited (harvest_started).
+// once: the runner starts one task at a time (from one goroutine), and waits
+// (CLONE_VFORK) until the task has exec'd or exited.
 static char *harvest_stack;
 #define HARVEST_STACK (256 * 1024)
-struct harvest_child harvest_cur;
-
-// harvest_ctid is 1 while the task's process runs on harvest_stack: the
-// kernel clears it, and wakes its futex, when the process execs or exits
-// (CLONE_CHILD_CLEARTID: the release of the memory it shared with the
-// runner, as a vfork parent is woken).
-volatile int harvest_ctid;
 
 // harvest_spawn starts path with argv and envp, the descriptors in, out
 // and err (all above 2) as its 0, 1 and 2, in a process group of its
@@ -71,50 +63,46 @@ volatile int harvest_ctid;
 // found once, not a getpid per task), and, if ruleset is not
 // -1, in a Landlock domain of its own made from it (nested in the calling
 // thread's). It returns the pid and the process's pidfd in *pidfd, or -1
-// with *errnum saying why clone failed. The process may still run on
-// harvest_stack, from argv and envp: the caller waits for harvest_ctid to
-// be 0 before it reads harvest_cur.stage (1: the domain, 2: the
-// descriptors, 3: the exec failed: the process exited) and before it
-// starts the next.
+// with *stage (1: the domain, 2: the descriptors, 3: the exec) and
+// *errnum saying what failed.
 //
-// clone(CLONE_VM) as posix_spawn does it, but without CLONE_VFORK: the
-// child borrows the parent's memory until it execs, on a stack of its
-// own, so it only makes system calls, and writes its failure into
-// harvest_cur; the caller returns from C at once and waits for the exec
-// in Go (harvest_ctid), so the Go runtime does not see it in a system
-// call for the length of the child's setup and exec (with one P, its
-// monitor took the P from every long one and polled every 20 us).
-// CLONE_PIDFD gives the pidfd the runner polls with the process, without a
-// pidfd_open. Every signal is blocked around it. The caller's handlers must be safe
+// clone(CLONE_VM|CLONE_VFORK) as posix_spawn does it: the child borrows
+// the parent's memory until it execs, on a stack of its own, so it only
+// makes system calls, and writes its failure into the parent's variables;
+// CLONE_PIDFD gives the pidfd the runner polls with the process, without
+// a pidfd_open. Every signal is blocked around it. The caller's handlers must be safe
 // to run in the child (harvest_handlers leaves only SIG_DFL, SIG_IGN and
 // harvest_stop, which does nothing): the child does not reset them, its
 // exec does (a caught signal goes back to its default, an ignored one
 // stays ignored).
 static int harvest_spawn(const char *path, char *const argv[], char *const envp[],
-                         int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *errnum) {
+                         int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *stage, int *errnum) {
 	// The runner's no_new_privs, asked at its first task (it confined
 	// itself before, and the flag is never cleared).
 	static int nnp = -1;
 	if (nnp < 0) nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
 	if (harvest_stack == NULL && (harvest_stack = malloc(HARVEST_STACK)) == NULL) {
-		*errnum = ENOMEM;
+		*stage = 0; *errnum = ENOMEM;
 		return -1;
 	}
 	struct harvest_child c = {path, argv, envp, in, out, err, ruleset, nnp, parent, 0, 0};
-	harvest_cur = c;
-	harvest_ctid = 1;
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	int fd = -1;
 	// The stack grows down on every architecture Go's cgo supports here.
-	pid_t pid = clone(harvest_child_run, harvest_stack + HARVEST_STACK,
-	                  CLONE_VM | CLONE_PIDFD | CLONE_CHILD_CLEARTID | SIGCHLD, &harvest_cur, &fd, NULL, &harvest_ctid);
+	pid_t pid = clone(harvest_child_run, harvest_stack + HARVEST_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &c, &fd);
 	int verr = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (pid < 0) {
-		harvest_ctid = 0;
-		*errnum = verr;
+		*stage = 0; *errnum = verr;
+		return -1;
+	}
+	if (c.stage != 0) {
+		int ws;
+		while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+		close(fd);
+		*stage = c.stage; *errnum = c.errnum;
 		return -1;
 	}
 	*pidfd = fd;
@@ -157,40 +145,22 @@ static void harvest_handlers(void) {
 static char **harvest_vec;
 static size_t harvest_veccap;
 
-// harvest_strings holds the strings of the spawn in progress, in C memory
-// (the task's process reads them after harvest_spawn returned, until its
-// exec): grown as needed (harvest_strings_hold) and kept.
-char *harvest_strings;
-size_t harvest_strcap;
-
-// harvest_strings_hold makes harvest_strings hold at least n bytes; NULL:
-// out of memory.
-static char *harvest_strings_hold(size_t n) {
-	if (n > harvest_strcap) {
-		char *b = realloc(harvest_strings, n);
-		if (b == NULL) return NULL;
-		harvest_strings = b;
-		harvest_strcap = n;
-	}
-	return harvest_strings;
-}
-
 // harvest_spawn_packed is harvest_spawn with the path, argv and envp in
-// harvest_strings, n NUL-terminated strings: the path, nargv arguments,
-// then the environment. The arrays point into it.
-static int harvest_spawn_packed(int n, int nargv,
-                                int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *errnum) {
+// one buffer of n NUL-terminated strings: the path, nargv arguments, then
+// the environment. The arrays point into buf, which is only read until
+// the task's exec (CLONE_VFORK): the caller's, for the length of the call.
+static int harvest_spawn_packed(char *buf, int n, int nargv,
+                                int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *stage, int *errnum) {
 	size_t need = (size_t)n + 1;
 	if (need > harvest_veccap) {
 		char **v = realloc(harvest_vec, need * sizeof(char *));
 		if (v == NULL) {
-			*errnum = ENOMEM;
+			*stage = 0; *errnum = ENOMEM;
 			return -1;
 		}
 		harvest_vec = v;
 		harvest_veccap = need;
 	}
-	char *buf = harvest_strings;
 	char *path = buf;
 	char *p = buf + strlen(buf) + 1;
 	char **argv = harvest_vec, **envp = harvest_vec + nargv + 1;
@@ -204,7 +174,7 @@ static int harvest_spawn_packed(int n, int nargv,
 		p += strlen(p) + 1;
 	}
 	envp[n - 1 - nargv] = NULL;
-	return harvest_spawn(path, argv, envp, in, out, err, ruleset, parent, pidfd, errnum);
+	return harvest_spawn(path, argv, envp, in, out, err, ruleset, parent, pidfd, stage, errnum);
 }
 */
 import "C"
@@ -213,7 +183,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -240,10 +209,10 @@ func packStrings(b []byte, ss ...string) ([]byte, error) {
 var selfPID = C.pid_t(os.Getpid())
 
 // spawn starts a task from the calling thread (see harvest_spawn) and
-// returns its pid and pidfd once it has exec'd; the task's Landlock domain
-// is nested in that thread's (each of the runner's threads has one of its
-// own, with the same rules, unscoped: runnerRules), and its parent-death
-// signal comes when that thread ends.
+// returns its pid and pidfd; the task's Landlock domain is nested in
+// that thread's (each of the runner's threads has one of its own, with
+// the same rules, unscoped: runnerRules), and its parent-death signal
+// comes when that thread ends.
 // ruleset -1: the task shares the thread's domain.
 func spawn(buf *[]byte, path string, argv, env []string, fds [3]int, ruleset int) (pid, pidfd int, err error) {
 	for _, fd := range fds {
@@ -252,8 +221,8 @@ func spawn(buf *[]byte, path string, argv, env []string, fds [3]int, ruleset int
 		}
 	}
 	// One call into C per task: the strings go packed in buf (kept for
-	// the next task), then to C memory in one copy, not copied to C memory
-	// one by one (a cgo call per allocation and per free: 11 calls per task).
+	// the next task), not copied to C memory one by one (a cgo call per
+	// allocation and per free: 11 calls per task).
 	b, err := packStrings((*buf)[:0], path)
 	if err == nil {
 		b, err = packStrings(b, argv...)
@@ -265,33 +234,16 @@ func spawn(buf *[]byte, path string, argv, env []string, fds [3]int, ruleset int
 	if err != nil {
 		return 0, -1, err
 	}
-	cb := unsafe.Pointer(C.harvest_strings)
-	if uintptr(len(b)) > uintptr(C.harvest_strcap) {
-		if cb = unsafe.Pointer(C.harvest_strings_hold(C.size_t(len(b)))); cb == nil {
-			return 0, -1, fmt.Errorf("clone: %w", syscall.ENOMEM)
-		}
-	}
-	copy(unsafe.Slice((*byte)(cb), len(b)), b)
-	var cfd, errnum C.int
-	cpid := C.harvest_spawn_packed(C.int(1+len(argv)+len(env)), C.int(len(argv)),
-		C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &cfd, &errnum)
-	if cpid < 0 {
-		return 0, -1, fmt.Errorf("clone: %w", syscall.Errno(errnum))
-	}
-	waitExec()
-	if C.harvest_cur.stage == 0 {
+	var cfd, stage, errnum C.int
+	cpid := C.harvest_spawn_packed((*C.char)(unsafe.Pointer(&b[0])), C.int(1+len(argv)+len(env)), C.int(len(argv)),
+		C.int(fds[0]), C.int(fds[1]), C.int(fds[2]), C.int(ruleset), selfPID, &cfd, &stage, &errnum)
+	if cpid >= 0 {
 		return int(cpid), int(cfd), nil
 	}
-	// The process exited: reaped here, its failure said.
-	var ws syscall.WaitStatus
-	for {
-		if _, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, uintptr(cpid), uintptr(unsafe.Pointer(&ws)), 0, 0, 0, 0); e != syscall.EINTR {
-			break
-		}
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(cfd), 0, 0)
-	e := syscall.Errno(C.harvest_cur.errnum)
-	switch C.harvest_cur.stage {
+	e := syscall.Errno(errnum)
+	switch stage {
+	case 0:
+		return 0, -1, fmt.Errorf("clone: %w", e)
 	case 1:
 		if e == syscall.E2BIG {
 			return 0, -1, fmt.Errorf("confine: too many stacked Landlock domains: %w", e)
@@ -302,19 +254,3 @@ func spawn(buf *[]byte, path string, argv, env []string, fds [3]int, ruleset int
 	}
 	return 0, -1, e
 }
-
-// waitExec waits until the task's process harvest_spawn started has
-// exec'd or exited (harvest_ctid is 0), in a futex wait the Go runtime is
-// not told of: the runner's one goroutine is all it runs (rawPoll), and
-// the wait is as long as the child's setup and exec, no longer.
-// The kernel's wake is a shared futex's (CLONE_CHILD_CLEARTID), so the
-// wait is too (no FUTEX_PRIVATE_FLAG).
-func waitExec() {
-	addr := (*int32)(unsafe.Pointer(&C.harvest_ctid))
-	for atomic.LoadInt32(addr) != 0 {
-		syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, 1, 0, 0, 0)
-	}
-}
-
-// futexWait is FUTEX_WAIT.
-const futexWait = 0
