@@ -444,8 +444,12 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, slots := range []int{1, 4} {
-		b.Run("slots-"+strconv.Itoa(slots), func(b *testing.B) {
+	for _, c := range []struct {
+		mode  Mode
+		slots int
+	}{{ModeAuto, 1}, {ModeAuto, 4}, {ModeOff, 1}} {
+		slots := c.slots
+		b.Run(string(c.mode)+"-slots-"+strconv.Itoa(slots), func(b *testing.B) {
 			dir := b.TempDir()
 			logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
 			os.Mkdir(logs, 0o700)
@@ -454,7 +458,7 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeAuto}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}, nil)
+			r, err := StartRunner(&Launcher{Exe: exe, Mode: c.mode}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -462,6 +466,7 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 			r.SetSlots(slots)
 			env := []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + tmp, "HARVEST_TASK_ID=1", "HARVEST_JOB_ID=1", "HARVEST_ATTEMPT=1"}
 			cpu0, cs0 := threadsCPU(b, r.cmd.Process.Pid)
+			tasks0 := childrenCPU(b, r.cmd.Process.Pid)
 			b.ResetTimer()
 			for i := 0; i < b.N; i += 100 {
 				var specs []Spec
@@ -484,8 +489,24 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 			cpu, cs := threadsCPU(b, r.cmd.Process.Pid)
 			b.ReportMetric(float64(cpu-cpu0)/1e3/float64(b.N), "runner-us/task")
 			b.ReportMetric(float64(cs-cs0)/float64(b.N), "runner-cs/task")
+			b.ReportMetric(float64(childrenCPU(b, r.cmd.Process.Pid)-tasks0)/1e3/float64(b.N), "tasks-us/task")
 		})
 	}
+}
+
+// childrenCPU is the CPU time of process pid's reaped children, in ns
+// (/proc/PID/stat: clock ticks).
+func childrenCPU(b *testing.B, pid int) int64 {
+	s, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// After the command's closing parenthesis: state is field 3, cutime
+	// and cstime fields 16 and 17.
+	f := strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+1:]))
+	u, _ := strconv.ParseInt(f[13], 10, 64)
+	k, _ := strconv.ParseInt(f[14], 10, 64)
+	return (u + k) * 1e9 / 100
 }
 
 // threadsCPU is the CPU time of process pid's threads, in ns, and their
