@@ -19,12 +19,11 @@ type fakeGroups struct {
 }
 
 type fakeGroup struct {
-	ts     []pilotproto.Task
-	ended  func([]int, []Outcome)
-	mu     sync.Mutex
-	slots  int
-	prompt int // the last SetPrompt (-1: none)
-	stops  []int
+	ts    []pilotproto.Task
+	ended func([]int, []Outcome)
+	mu    sync.Mutex
+	slots int
+	stops []int
 }
 
 func (f *fakeGroups) Run(context.Context, pilotproto.Task) Outcome {
@@ -34,7 +33,7 @@ func (f *fakeGroups) Run(context.Context, pilotproto.Task) Outcome {
 func (f *fakeGroups) GroupKey(t pilotproto.Task) string { return string(rune('a' + t.JobID)) }
 
 func (f *fakeGroups) StartGroup(ts []pilotproto.Task, slots int, ended func([]int, []Outcome)) TaskGroup {
-	g := &fakeGroup{ts: ts, ended: ended, slots: slots, prompt: -1}
+	g := &fakeGroup{ts: ts, ended: ended, slots: slots}
 	f.mu.Lock()
 	f.groups = append(f.groups, g)
 	f.mu.Unlock()
@@ -42,8 +41,7 @@ func (f *fakeGroups) StartGroup(ts []pilotproto.Task, slots int, ended func([]in
 	return g
 }
 
-func (g *fakeGroup) SetSlots(n int)  { g.mu.Lock(); g.slots = n; g.mu.Unlock() }
-func (g *fakeGroup) SetPrompt(n int) { g.mu.Lock(); g.prompt = n; g.mu.Unlock() }
+func (g *fakeGroup) SetSlots(n int) { g.mu.Lock(); g.slots = n; g.mu.Unlock() }
 func (g *fakeGroup) Stop(idx ...int) {
 	g.mu.Lock()
 	g.stops = append(g.stops, idx...)
@@ -203,42 +201,4 @@ func TestAGroupGivesSlotsBackWhenANewMasterGrantsFewer(t *testing.T) {
 		t.Errorf("busy %d, slots %d: want the worker at its slots", w.busy, w.slots)
 	}
 	w.mu.Unlock()
-}
-
-// A group that holds its tasks' ends back is told the worker's prefetch
-// (SetPrompt): the worker pulls its next work when that many of its tasks
-// are left, and must hear of their ends by then.
-func TestAGroupIsToldTheWorkersPrefetch(t *testing.T) {
-	fg := &fakeGroups{made: make(chan *fakeGroup, 4)}
-	w := &Worker{slots: 2, cfg: Config{Prefetch: 7, Runner: fg, StopGrace: time.Second}, running: map[ref]*running{}, unitOf: map[ref]int64{},
-		dropped: map[ref]bool{}, changed: make(chan struct{})}
-	b := workerproto.Batch{ID: 1}
-	for i := range 20 {
-		b.Tasks = append(b.Tasks, pilotproto.Task{ID: int64(i + 1), Attempt: 1, JobID: 1, Command: []string{"true"}})
-	}
-	w.accept([]workerproto.Batch{b})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.dispatch(ctx)
-	g := <-fg.made
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		g.mu.Lock()
-		p := g.prompt
-		g.mu.Unlock()
-		if p == 7 {
-			break
-		}
-		if p != -1 || time.Now().After(deadline) {
-			t.Fatalf("the group was told a prompt of %d, want the prefetch, 7", p)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	idx := make([]int, 20)
-	outs := make([]Outcome, 20)
-	for i := range idx {
-		idx[i], outs[i] = i, Outcome{Status: pilotproto.StatusDone}
-	}
-	g.ended(idx, outs)
-	w.tasks.Wait()
 }

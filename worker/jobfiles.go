@@ -261,10 +261,7 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	// The runner makes its tasks' temporary directories in the job's,
 	// and their logs in its log directory: it may write both anyway, as
 	// its tasks do.
-	// Its tasks' ends wait up to runnerHoldMS for others' while more of
-	// them wait for a slot, except the last ones (the worker's prefetch:
-	// execGroup.SetPrompt), which go at once.
-	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax, GraceMS: max(r.KillGrace.Milliseconds(), 1), HoldMS: runnerHoldMS}
+	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax, GraceMS: max(r.KillGrace.Milliseconds(), 1)}
 	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
 	if j.outDir != nil {
 		files = append(files, j.outDir)

@@ -190,23 +190,6 @@ func (g *execGroup) setSlots(n int) {
 	g.job.runner.SetSlots(max(total, 1))
 }
 
-// SetPrompt has the job's runner tell the ends of its queued tasks at
-// once when at most n wait for a slot (the worker's prefetch: it pulls
-// its next work when it hears of them); while more wait, it holds them
-// up to runnerHoldMS to send several at a time (one wake of the worker
-// for a wave, not for each task or two).
-func (g *execGroup) SetPrompt(n int) {
-	if g.job != nil {
-		g.job.runner.SetPrompt(n)
-	}
-}
-
-// runnerHoldMS is how long a job's runner may hold the ends of its
-// queued tasks while more than the prompt's figure wait (SetPrompt; the
-// runner's own default is 10 ms). A group's results wait for its end in
-// the worker anyway (GroupResultDelay).
-const runnerHoldMS = 50
-
 // Stop implements TaskGroup.
 func (g *execGroup) Stop(idx ...int) {
 	g.mu.Lock()

@@ -720,27 +720,17 @@ func (w *Worker) regroup(g *group) {
 }
 
 // syncSlots tells g's runner its slots as they are now (in order: the
-// last call sends the last figure), and, if it holds the ends of tasks
-// back (prompter), the worker's prefetch: the worker pulls its next work
-// when that many of its tasks are left, so it must hear of the ends by
-// then. Called without mu.
+// last call sends the last figure). Called without mu.
 func (w *Worker) syncSlots(g *group) {
 	g.smu.Lock()
 	defer g.smu.Unlock()
 	w.mu.Lock()
-	h, n, prefetch := g.h, g.slots, w.capacity()-w.slots
+	h, n := g.h, g.slots
 	w.mu.Unlock()
 	if h != nil && n > 0 {
 		h.SetSlots(n)
-		if p, ok := h.(prompter); ok {
-			p.SetPrompt(prefetch)
-		}
 	}
 }
-
-// A prompter is a TaskGroup that may hold the ends of its tasks back
-// while more than a figure of them wait for a slot (execGroup).
-type prompter interface{ SetPrompt(n int) }
 
 // groupEnded takes a wave of g's ended tasks.
 func (w *Worker) groupEnded(g *group, idx []int, outs []Outcome) {

@@ -43,7 +43,6 @@ type Runner struct {
 	pending map[int64]*Task
 	err     error // why the runner ended; nil while it runs
 	slots   int   // the last SetSlots (0: none yet, all run)
-	prompt  int   // the last SetPrompt
 	ended   chan struct{}
 	// Requests not yet written (under mu), each record's end and the task
 	// it starts (0: none); wmu is held by the one goroutine writing them.
@@ -430,24 +429,6 @@ func (r *Runner) SetSlots(n int) {
 	}
 	r.slots = n
 	r.appendLocked(request{Op: "slots", Sig: n})
-	r.mu.Unlock()
-	r.wmu.Lock()
-	r.flushLocked()
-	r.wmu.Unlock()
-}
-
-// SetPrompt tells the runner to send the ends of its queued tasks at
-// once when at most n of them wait for a slot (before: only when none
-// waits; while more wait, the ends are held, RunnerPolicy.HoldMS, to go
-// several a packet). Like SetSlots, a figure it has is not sent again.
-func (r *Runner) SetPrompt(n int) {
-	r.mu.Lock()
-	if r.prompt == n {
-		r.mu.Unlock()
-		return
-	}
-	r.prompt = n
-	r.appendLocked(request{Op: "prompt", Sig: n})
 	r.mu.Unlock()
 	r.wmu.Lock()
 	r.flushLocked()

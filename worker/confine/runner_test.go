@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -530,55 +529,4 @@ func threadsCPU(b *testing.B, pid int) (ns, switches int64) {
 		}
 	}
 	return ns, switches
-}
-
-// With a prompt of 3 (SetPrompt: the worker's prefetch), the ends of
-// queued tasks are held while more than 3 tasks wait for a slot, and go at
-// once from then on: one slot, 8 tasks, an hour's hold: the first four
-// together, then each of the last four.
-func TestARunnerSendsTheLastEndsAtOnce(t *testing.T) {
-	_, logs, tmp, exe := runnerDirs(t)
-	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, HoldMS: 3_600_000}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	tr, err := LookPath("true", "/usr/bin:/bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waves := make(chan []int, 16)
-	tell := func(ts []*Task) {
-		var tags []int
-		for _, task := range ts {
-			tags = append(tags, task.Tag())
-		}
-		waves <- tags
-	}
-	r.SetSlots(1)
-	r.SetPrompt(3)
-	var specs []Spec
-	var tags []int
-	for i := range 8 {
-		n := strconv.Itoa(i)
-		specs = append(specs, Spec{Path: tr, Argv: []string{"true"}, Out: n + ".out", Err: n + ".err", Tmp: "t" + n})
-		tags = append(tags, i)
-	}
-	if _, err := r.Queue(specs, tags, 0, tell); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.After(time.Minute)
-	var got [][]int
-	for n := 0; n < 8; {
-		select {
-		case w := <-waves:
-			got = append(got, w)
-			n += len(w)
-		case <-deadline:
-			t.Fatalf("waves so far %v: the rest never came", got)
-		}
-	}
-	if want := [][]int{{0, 1, 2, 3}, {4}, {5}, {6}, {7}}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("waves %v, want %v", got, want)
-	}
 }

@@ -63,10 +63,6 @@ type server struct {
 	slots   int
 	inSlots int
 	grace   time.Duration
-	// prompt: the events of tasks that ended go at once when at most
-	// this many queued tasks wait (0: when none does; the worker's
-	// prefetch: it pulls its next work once it hears of that many ends).
-	prompt int
 	// heldSince: when the oldest of the events held back began waiting
 	// (serve); zero: none is.
 	heldSince time.Time
@@ -276,12 +272,10 @@ func (s *server) serve() error {
 		// to do for them sooner (the slots they held are taken again, here,
 		// and their results wait in the worker for the group's end
 		// anyway: GroupResultDelay). Anything else goes at once: a
-		// request's answer, the ends once at most s.prompt tasks wait (the
-		// worker pulls its next work when it hears of them), a slot that
-		// comes free.
+		// request's answer, a group's last tasks, a slot that comes free.
 		switch {
 		case len(s.events) == 0:
-		case asked || len(s.waiting) <= s.prompt || len(s.events) >= holdBytes ||
+		case asked || len(s.waiting) == 0 || len(s.events) >= holdBytes ||
 			(!s.heldSince.IsZero() && time.Since(s.heldSince) >= s.hold):
 			s.send()
 		case s.heldSince.IsZero():
@@ -324,8 +318,6 @@ func (s *server) serveRequests(b []byte, fds []int) {
 			s.waiting = append(s.waiting, q)
 		case "slots":
 			s.slots = max(q.Sig, 0)
-		case "prompt":
-			s.prompt = max(q.Sig, 0)
 		case "stop":
 			s.stop(q.Seq)
 		}

@@ -25,8 +25,6 @@ import (
 // temporary directory tmp), "queue" (a "run" that waits for one of the
 // runner's slots and is stopped after timeout milliseconds, 0: never),
 // "slots" (sig: how many queued tasks may run at once, 0: any number),
-// "prompt" (sig: the ends of queued tasks go at once when at most this
-// many wait, SetPrompt),
 // "signal" (sig to task seq's group), "stop" (task seq: not started if
 // it waits; else SIGTERM to its group, SIGKILL after the runner's grace).
 //
