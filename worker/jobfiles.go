@@ -138,6 +138,13 @@ func sameDir(f *os.File, path string) bool {
 	return unix.Fstat(int(f.Fd()), &a) == nil && unix.Fstat(int(now.Fd()), &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }
 
+// runnerHoldMS is how long a job's runner may hold the ends of its queued
+// tasks while more of them wait for a slot (the runner's own default is
+// 10 ms): the worker has nothing to do for them sooner (the runner fills
+// the slots they leave, and a group's results wait for its end anyway,
+// GroupResultDelay), and every packet wakes it.
+const runnerHoldMS = 40
+
 // release ends a task's use of j; stale: j is not to be handed out again.
 func (c *jobCache) release(j *jobFiles, stale bool) {
 	c.mu.Lock()
@@ -261,7 +268,10 @@ func (r *ExecRunner) openJob(key string, t pilotproto.Task) (*jobFiles, error) {
 	// The runner makes its tasks' temporary directories in the job's,
 	// and their logs in its log directory: it may write both anyway, as
 	// its tasks do.
-	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax, GraceMS: max(r.KillGrace.Milliseconds(), 1)}
+	// Its tasks' ends wait up to runnerHoldMS for others' while more of
+	// its queued tasks wait for a slot (fewer packets, fewer wakes of the
+	// worker).
+	rp := confine.RunnerPolicy{Tmp: j.tmpRoot, LogMax: r.LogMax, GraceMS: max(r.KillGrace.Milliseconds(), 1), HoldMS: runnerHoldMS}
 	pol.Read = append(append(append(pol.Read, confine.SystemRead...), r.Roots...), r.Read...)
 	if j.outDir != nil {
 		files = append(files, j.outDir)

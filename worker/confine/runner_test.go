@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -375,4 +376,180 @@ func TestARunnerDeadBeforeItIsReadyIsAnError(t *testing.T) {
 	case <-time.After(time.Minute): // a deadline, not a wait for timing
 		t.Fatal("StartRunner still waits for a runner that is gone")
 	}
+}
+
+// Queued tasks started back to back, all at once, each get their own
+// arguments and environment, and one that cannot exec fails its start:
+// the runner packs each task's strings in one buffer it reuses, which the
+// task's process reads until its exec, so it must not start the next task
+// before then, nor read whether the start failed.
+func TestQueuedTasksStartedBackToBackGetTheirOwnStrings(t *testing.T) {
+	_, logs, tmp, exe := runnerDirs(t)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	const n = 60
+	var specs []Spec
+	var tags []int
+	want := map[int]string{}
+	for i := range n {
+		name := strconv.Itoa(i)
+		// Long and short command lines in turn: a task that read the
+		// next one's strings would print another's.
+		pad := strings.Repeat(strconv.Itoa(i%10), 1+(i%2)*4000)
+		sp := Spec{Path: sh, Argv: []string{"sh", "-c", `printf '%s %s' "$1" "$V"`, "sh", name + pad}, Env: []string{"V=" + name},
+			Out: name + ".out", Err: name + ".err", Tmp: "t" + name}
+		if i%7 == 3 {
+			sp.Path = filepath.Join(tmp, "missing")
+		} else {
+			want[i] = name + pad + " " + name
+		}
+		specs, tags = append(specs, sp), append(tags, i)
+	}
+	ts, err := r.Queue(specs, tags, 0, func([]*Task) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, task := range ts {
+		ws, err := task.Wait()
+		if i%7 == 3 {
+			var se *StartError
+			if !errors.As(err, &se) || se.Code != ExitNotFound || !strings.Contains(err.Error(), "no such file") {
+				t.Errorf("task %d, a missing program: %v %v, want its start to fail (not found)", i, ws, err)
+			}
+			continue
+		}
+		out, _ := os.ReadFile(filepath.Join(logs, strconv.Itoa(i)+".out"))
+		if err != nil || ws.ExitStatus() != 0 || string(out) != want[i] {
+			t.Errorf("task %d: %v %v, printed %.40q, want %.40q", i, ws, err, out, want[i])
+		}
+	}
+}
+
+// A queued task waiting for a slot keeps its own command line while the
+// runner reads the worker's next packets into the same buffer (its
+// requests' strings are a copy of their packet's, not copied one by one).
+func TestAWaitingTaskKeepsItsCommandLine(t *testing.T) {
+	dir, logs, tmp, exe := runnerDirs(t)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	spec := func(name, arg string) Spec {
+		return Spec{Path: sh, Argv: []string{"sh", "-c", `while [ ! -e "$D/go" ]; do sleep 0.01; done; printf %s "$1"`, "sh", arg},
+			Env: []string{"D=" + dir}, Out: name + ".out", Err: name + ".err", Tmp: "t" + name}
+	}
+	r.SetSlots(1)
+	first, err := r.Queue([]Spec{spec("a", "a"), spec("b", strings.Repeat("b", 300))}, []int{0, 1}, 0, func([]*Task) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More packets while b waits: over b's bytes in the runner's buffer.
+	more, err := r.Queue([]Spec{spec("c", strings.Repeat("c", 3000))}, []int{2}, 0, func([]*Task) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetSlots(2)
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o600)
+	for i, task := range append(first, more...) {
+		name, want := string(rune('a'+i)), []string{"a", strings.Repeat("b", 300), strings.Repeat("c", 3000)}[i]
+		ws, err := task.Wait()
+		out, _ := os.ReadFile(filepath.Join(logs, name+".out"))
+		if err != nil || ws.ExitStatus() != 0 || string(out) != want {
+			t.Errorf("task %s: %v %v, printed %.20q (%d bytes), want %.20q (%d)", name, ws, err, out, len(out), want, len(want))
+		}
+	}
+}
+
+// BenchmarkRunnerQueueTrue runs /bin/true as queued tasks of a confined
+// runner (as the worker's groups do: 100 a packet, its slots 1 or 4) and
+// reports the runner's own CPU per task (runner-us/task: all its threads,
+// /proc/PID/task/*/schedstat; its tasks not included): what the runner
+// adds to each fork and exec; and its threads' context switches per task
+// (runner-cs/task: a figure load does not move much, as it does the CPU).
+func BenchmarkRunnerQueueTrue(b *testing.B) {
+	tr, err := LookPath("true", "/usr/bin:/bin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		mode  Mode
+		slots int
+	}{{ModeAuto, 1}, {ModeAuto, 4}, {ModeOff, 1}} {
+		slots := c.slots
+		b.Run(string(c.mode)+"-slots-"+strconv.Itoa(slots), func(b *testing.B) {
+			dir := b.TempDir()
+			logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
+			os.Mkdir(logs, 0o700)
+			os.Mkdir(tmp, 0o700)
+			exe, err := os.Executable()
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := StartRunner(&Launcher{Exe: exe, Mode: c.mode}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			r.SetSlots(slots)
+			env := []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + tmp, "HARVEST_TASK_ID=1", "HARVEST_JOB_ID=1", "HARVEST_ATTEMPT=1"}
+			cpu0, cs0 := threadsCPU(b, r.cmd.Process.Pid)
+			tasks0 := childrenCPU(b, r.cmd.Process.Pid)
+			b.ResetTimer()
+			for i := 0; i < b.N; i += 100 {
+				var specs []Spec
+				var tags []int
+				for j := i; j < min(i+100, b.N); j++ {
+					n := strconv.Itoa(j)
+					specs, tags = append(specs, Spec{Path: tr, Argv: []string{"true"}, Env: env, Out: n + ".1.out", Err: n + ".1.err", Tmp: "task-" + n}), append(tags, j)
+				}
+				ts, err := r.Queue(specs, tags, 0, func([]*Task) {})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, task := range ts {
+					if ws, err := task.Wait(); err != nil || ws.ExitStatus() != 0 {
+						b.Fatal(ws, err)
+					}
+				}
+			}
+			b.StopTimer()
+			cpu, cs := threadsCPU(b, r.cmd.Process.Pid)
+			b.ReportMetric(float64(cpu-cpu0)/1e3/float64(b.N), "runner-us/task")
+			b.ReportMetric(float64(cs-cs0)/float64(b.N), "runner-cs/task")
+			b.ReportMetric(float64(childrenCPU(b, r.cmd.Process.Pid)-tasks0)/1e3/float64(b.N), "tasks-us/task")
+		})
+	}
+}
+
+// childrenCPU is the CPU time of process pid's reaped children, in ns
+// (/proc/PID/stat: clock ticks).
+func childrenCPU(b *testing.B, pid int) int64 {
+	s, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// After the command's closing parenthesis: state is field 3, cutime
+	// and cstime fields 16 and 17.
+	f := strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+1:]))
+	u, _ := strconv.ParseInt(f[13], 10, 64)
+	k, _ := strconv.ParseInt(f[14], 10, 64)
+	return (u + k) * 1e9 / 100
+}
+
+// threadsCPU is the CPU time of process pid's threads, in ns, and their
+// context switches.
+func threadsCPU(b *testing.B, pid int) (ns, switches int64) {
+	ds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range ds {
+		s, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + d.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		// on-CPU ns, waiting ns, time slices (one per switch to the thread)
+		if f := strings.Fields(string(s)); len(f) == 3 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			k, _ := strconv.ParseInt(f[2], 10, 64)
+			ns, switches = ns+n, switches+k
+		}
+	}
+	return ns, switches
 }

@@ -1,6 +1,7 @@
 package confine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -290,9 +291,10 @@ func (s *server) serve() error {
 }
 
 // serveRequests serves one packet's requests; fds, its descriptors, go
-// to its "start" request (and are closed).
+// to its "start" request (and are closed). The requests' strings are
+// those of a copy of b (decodeRequests), which the queued ones keep.
 func (s *server) serveRequests(b []byte, fds []int) {
-	decodeRequests(b, func(q request) {
+	decodeRequests(bytes.Clone(b), func(q request) {
 		switch q.Op {
 		case "signal":
 			for _, t := range s.tasks {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // The runner's packets (SOCK_SEQPACKET messages) each hold one or more
@@ -80,15 +81,19 @@ func appendRequest(b []byte, q request) ([]byte, error) {
 }
 
 // decodeRequests calls f with each request of packet b (their strings
-// are b's: b must not change while they are used), or returns why b is
-// malformed (the records before it were passed to f).
+// are b's, not copies, a few dozen allocations per task fewer: b must not
+// change while they are used), or returns why b is malformed (the
+// records before it were passed to f).
 func decodeRequests(b []byte, f func(request)) error {
 	next := func() (string, bool) {
 		i := bytes.IndexByte(b, 0)
 		if i < 0 {
 			return "", false
 		}
-		s := string(b[:i])
+		s := ""
+		if i > 0 {
+			s = unsafe.String(&b[0], i) // b's, not a copy
+		}
 		b = b[i+1:]
 		return s, true
 	}

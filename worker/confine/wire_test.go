@@ -89,3 +89,27 @@ func TestSetSlotsSendsOnlyAChange(t *testing.T) {
 		t.Errorf("the runner was sent slots %v, want [2 3 2]", got)
 	}
 }
+
+// The runner decodes a request's fields as views of its packet: a
+// request allocates its argument and environment lists, not a string per
+// field (about twenty per task before).
+func TestDecodingRequestsAllocatesNoStrings(t *testing.T) {
+	var b []byte
+	for i := range 100 {
+		var err error
+		b, err = appendRequest(b, request{Op: "queue", Seq: int64(i + 1), TimeoutMS: 60_000, Path: "/usr/bin/true", Argv: []string{"true"},
+			Env: []string{"PATH=/usr/bin:/bin", "HOME=/home/u", "TMPDIR=/tmp/t", "HARVEST_TASK_ID=12345", "HARVEST_JOB_ID=7", "HARVEST_ATTEMPT=1", "LANG=C", "USER=u"},
+			Out: "12345.1.out", Err: "12345.1.err", Tmp: "task-12345.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	allocs := testing.AllocsPerRun(10, func() {
+		n = 0
+		decodeRequests(b, func(request) { n++ })
+	})
+	if n != 100 || allocs > 2*100 {
+		t.Errorf("100 requests (%d decoded) took %.0f allocations, want at most 2 each (argv, env)", n, allocs)
+	}
+}
