@@ -99,6 +99,7 @@ func runBench(c *cli.Context) error {
 	if !cfg.InMemory {
 		hostQueueProcs() // this process hosts the queue, as the agent does
 	}
+	paceCollector() // the queue's and the master's, as in the agent and the pilot
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.ProfileDir = c.String("profile-dir")
