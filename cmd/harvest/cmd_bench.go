@@ -78,6 +78,10 @@ func benchCommand() *cli.Command {
 }
 
 func runBench(c *cli.Context) error {
+	// The library reads 0 rounds as 1; said on the command line, 0 is a mistake.
+	if c.Int("rounds") < 1 {
+		return cli.Exit(fmt.Sprintf("harvest bench: --rounds %d: at least 1", c.Int("rounds")), 2)
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
