@@ -210,6 +210,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 
 func runAgent(c *cli.Context) error {
 	limitDaemonMemory()
+	paceCollector()
 	log := newLogger(c.App.ErrWriter, c.String("log-level"), c.Bool("log-json"))
 	cfg, err := agentConfig(c)
 	if err != nil {

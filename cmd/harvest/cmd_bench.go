@@ -78,6 +78,10 @@ func benchCommand() *cli.Command {
 }
 
 func runBench(c *cli.Context) error {
+	// The library reads 0 rounds as 1; said on the command line, 0 is a mistake.
+	if c.Int("rounds") < 1 {
+		return cli.Exit(fmt.Sprintf("harvest bench: --rounds %d: at least 1", c.Int("rounds")), 2)
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("harvest bench: %v", err), 1)
@@ -99,6 +103,7 @@ func runBench(c *cli.Context) error {
 	if !cfg.InMemory {
 		hostQueueProcs() // this process hosts the queue, as the agent does
 	}
+	paceCollector() // the queue's and the master's, as in the agent and the pilot
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.ProfileDir = c.String("profile-dir")

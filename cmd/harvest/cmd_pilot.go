@@ -68,6 +68,7 @@ func pilotCommand() *cli.Command {
 }
 
 func runPilot(c *cli.Context) error {
+	paceCollector()
 	log := newLogger(os.Stderr, c.String("log-level"), c.Bool("log-json"))
 	token := os.Getenv("HARVEST_PILOT_TOKEN")
 	if c.String("queue") == "" {
@@ -203,6 +204,7 @@ func workerCommand() *cli.Command {
 			&cli.StringFlag{Name: "profile-dir", Usage: "write CPU and allocation profiles to `DIR`/ID.cpu.pprof and ID.allocs.pprof when the worker stops"},
 		},
 		Action: func(c *cli.Context) error {
+			paceCollector() // a pilot's worker's
 			log := newLogger(os.Stderr, c.String("log-level"), false)
 			cfg := worker.DefaultConfig()
 			cfg.ID = c.String("id")

@@ -207,6 +207,7 @@ func runQueueServe(c *cli.Context) error {
 	cfg := queueConfigFromFlags(c)
 	cfg.Logger = log
 	log.Debug("Go processors", "gomaxprocs", hostQueueProcs())
+	paceCollector()
 	// One queue per SQLite file's directory: a second would hand out the
 	// same tasks twice (the lock goes with the process, however it ends).
 	// On PostgreSQL, queues on several hosts share the database.
