@@ -258,11 +258,11 @@ type group struct {
 	since  time.Time   // when its first op that is not lazy was taken
 	ops    [][]core.Op // the Readies' ops (not copied: an op holds its task)
 	nops   int
-	urgent bool // an op is not lazy (core.Ready.Lazy), or the lease is released
-	rds   []core.Ready // replies and queue calls (their ops are in ops)
-	stats Stats        // the counters after the last of them
-	done  bool
-	err   error
+	urgent bool         // an op is not lazy (core.Ready.Lazy), or the lease is released
+	rds    []core.Ready // replies and queue calls (their ops are in ops)
+	stats  Stats        // the counters after the last of them
+	done   bool
+	err    error
 }
 
 func (g *group) add(rd core.Ready, s Stats) {
