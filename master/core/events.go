@@ -176,7 +176,7 @@ type Op struct {
 	Batch  int64              // OpAssign
 	Result *pilotproto.Result // OpFinish
 	Job    int64              // OpEstimate
-	Est    Estimator          // OpEstimate
+	Est    *Estimator         // OpEstimate (a pointer: rare, and an op is kept per task change)
 	// Capacity is the capacity rule's state (OpCapacity): a new master
 	// resumes the search where this one was.
 	Capacity *capacity.State
