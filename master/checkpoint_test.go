@@ -236,7 +236,7 @@ func TestEstimatesAndCapacityCarryOverToTheNextEpoch(t *testing.T) {
 	ctl.Step([]capacity.Sample{{Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10},
 		{Job: 1, Size: 4, Duration: 1e10}, {Job: 1, Size: 4, Duration: 1e10}})
 	st := ctl.State()
-	if err := c.Commit([]core.Op{{Kind: core.OpEstimate, Job: 7, Est: e}, {Kind: core.OpCapacity, Capacity: &st}}); err != nil {
+	if err := c.Commit([]core.Op{{Kind: core.OpEstimate, Job: 7, Est: &e}, {Kind: core.OpCapacity, Capacity: &st}}); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()

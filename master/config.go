@@ -109,9 +109,11 @@ func DefaultConfig() Config {
 		// result is applied, so a longer wait slows quota-bound users of
 		// short tasks).
 		ReportDelay: 50 * time.Millisecond,
-		// Pulls of at least a quarter of the buffer: with real tasks the
-		// master pulled 13-15 tasks at a time (a queue transaction each).
-		RefillPercent:   25,
+		// Pulls of at least half the buffer: with real tasks the master
+		// pulled 13-15 tasks at a time at 0% (a queue transaction each),
+		// and at 25% one batch of `harvest bench dispatch --exec` per
+		// pull (its buffer is 4 batches); at 50%, two.
+		RefillPercent:   50,
 		ShutdownTimeout: 5 * time.Second,
 		// Pilots preempted together handed back 10 and 78 ms after the
 		// master's own stop on the mini-cluster (the demo); the wait ends

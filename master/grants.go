@@ -249,7 +249,7 @@ func (m *model) apply(ch *changes, batches ...[]core.Op) error {
 					m.set(p, entry{state: entGone})
 				}
 			case core.OpEstimate:
-				e := o.Est
+				e := *o.Est
 				if math.IsNaN(e.Mean) || math.IsInf(e.Mean, 0) || math.IsNaN(e.Dev) || math.IsInf(e.Dev, 0) {
 					return fmt.Errorf("checkpoint: estimate of job %d: %+v is not a number the checkpoint stores", o.Job, e)
 				}

@@ -330,7 +330,7 @@ func TestACheckpointOfTheTaskRowReleaseIsUpgraded(t *testing.T) {
 		t.Errorf("the tasks table is still there")
 	}
 	// The first commit forgets the address of the worker holding nothing.
-	if err := cp.Commit([]core.Op{{Kind: core.OpEstimate, Job: 3, Est: core.Estimator{N: 1, Mean: 1, Dev: 0.25}}}); err != nil {
+	if err := cp.Commit([]core.Op{{Kind: core.OpEstimate, Job: 3, Est: &core.Estimator{N: 1, Mean: 1, Dev: 0.25}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, path, "workers"); n != 1 {

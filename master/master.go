@@ -161,15 +161,17 @@ func (m *Master) Run(ctx context.Context) error {
 		}
 		acc.add(rd, m.core.Stats())
 		if inflight == nil && !acc.empty() {
-			if acc.nops > 0 && acc.nops < groupOps && time.Since(acc.since) < m.cfg.CommitDelay {
+			if acc.mustCommit() && acc.nops < groupOps && time.Since(acc.since) < m.cfg.CommitDelay {
 				wake.Reset(m.cfg.CommitDelay - time.Since(acc.since))
-			} else if acc.nops > 0 {
+			} else if acc.mustCommit() || acc.nops >= groupOps {
 				g := acc
 				inflight, acc = &g, group{}
 				commits <- g.ops
 			} else {
+				// Nothing to commit first (no ops, or lazy ones only,
+				// kept for the next commit): carry it out now.
 				g := acc
-				acc = group{}
+				acc = group{ops: g.ops, nops: g.nops}
 				if end, err := m.carryOut(&g, nil, &acc, waiting, calls, &wg); end {
 					return err
 				}
@@ -253,13 +255,14 @@ const groupOps = 4096
 // group is the effects of the Readies taken while a commit was in flight:
 // committed together, then carried out in order.
 type group struct {
-	since time.Time   // when its first op was taken
-	ops   [][]core.Op // the Readies' ops (not copied: an op holds its task)
-	nops  int
-	rds   []core.Ready // replies and queue calls (their ops are in ops)
-	stats Stats        // the counters after the last of them
-	done  bool
-	err   error
+	since  time.Time   // when its first op that is not lazy was taken
+	ops    [][]core.Op // the Readies' ops (not copied: an op holds its task)
+	nops   int
+	urgent bool         // an op is not lazy (core.Ready.Lazy), or the lease is released
+	rds    []core.Ready // replies and queue calls (their ops are in ops)
+	stats  Stats        // the counters after the last of them
+	done   bool
+	err    error
 }
 
 func (g *group) add(rd core.Ready, s Stats) {
@@ -268,11 +271,15 @@ func (g *group) add(rd core.Ready, s Stats) {
 		return
 	}
 	if len(rd.Ops) > 0 {
-		if g.nops == 0 {
-			g.since = time.Now()
-		}
 		g.ops = append(g.ops, rd.Ops)
 		g.nops += len(rd.Ops)
+	}
+	// The successor reads the file once the lease is released: the
+	// lazy ops taken so far go in first (they would cost it a duplicate
+	// report, or a requeue, for nothing).
+	release := rd.Lease != nil && rd.Lease.Release
+	if ((len(rd.Ops) > 0 && !rd.Lazy) || (release && g.nops > 0)) && !g.urgent {
+		g.urgent, g.since = true, time.Now()
 	}
 	rd.Ops = nil
 	g.rds = append(g.rds, rd)
@@ -283,6 +290,11 @@ func (g *group) add(rd core.Ready, s Stats) {
 }
 
 func (g *group) empty() bool { return len(g.rds) == 0 }
+
+// mustCommit reports whether the group's ops must be committed before its
+// replies and queue calls go out; lazy ops alone wait for a later group's
+// commit (or groupOps of them).
+func (g *group) mustCommit() bool { return g.nops > 0 && g.urgent }
 
 func (m *Master) accept(in input, waiting map[core.ReqID]chan core.Reply) {
 	switch {

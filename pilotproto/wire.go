@@ -14,7 +14,9 @@ import (
 // report lists plain successes as arrays of ids and attempts with their
 // sums, and full records only for the rest. In Go, the master, the queue
 // and the store keep working on []Task and []Result: Pack and Unpack
-// convert at the HTTP layer, losslessly (TestPackUnpackRoundTrip).
+// convert at the HTTP layer, losslessly (TestPackUnpackRoundTrip). The
+// queue's pull answer is the exception: it is packed from the queue's
+// picks directly (queue.Pool.PullWire), never made into task records.
 
 // JobTasks is one job's tasks on the wire: the job's fixed fields once,
 // then its entries (IDs[i], Names[i], Attempts[i]). A task's input is

@@ -185,6 +185,9 @@ type Core struct {
 	// about a second). A full chunk is left to the Readies that hold it.
 	ops      []Op
 	opsStart int
+	// urgent: an op of the Ready being built must be on disk before its
+	// replies and queue calls go out (not Ready.Lazy).
+	urgent bool
 
 	size      int  // poolSize, when sizeKnown
 	returning int  // restored workers not back yet, when sizeKnown
@@ -322,7 +325,9 @@ func (c *Core) Ready() Ready {
 	if n := len(c.ops); n > c.opsStart {
 		rd.Ops = c.ops[c.opsStart:n:n]
 		c.opsStart = n
+		rd.Lazy = !c.urgent
 	}
+	c.urgent = false
 	return rd
 }
 
@@ -413,6 +418,12 @@ func (c *Core) do(o Op, now time.Time) {
 		c.ops, c.opsStart = next, 0
 	}
 	c.ops = append(c.ops, o)
+	// Lazy ops (Ready.Lazy): a task pulled that the master did not hold
+	// (one it held is a stale row replaced: urgent), a result forgotten
+	// once acknowledged.
+	if (o.Kind != OpAdd || c.tasks[o.Ref] != nil) && o.Kind != OpDelete {
+		c.urgent = true
+	}
 	if o.Kind == OpEstimate || o.Kind == OpFenceCheck || o.Kind == OpCapacity || o.Kind == OpWorker {
 		return
 	}

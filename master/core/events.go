@@ -114,6 +114,14 @@ type Ready struct {
 	Ops     []Op
 	Replies []Reply
 
+	// Lazy: Ops may be committed later than the rest is carried out (with
+	// the next Ready whose ops are not lazy, in order): they only add
+	// tasks the master had not held or forget results the queue
+	// acknowledged. Lost in a crash, they lose nothing: the queue
+	// requeues the tasks a new master's first heartbeat does not list,
+	// and takes a result it already has again as a duplicate.
+	Lazy bool
+
 	Pull   *pilotproto.PullRequest
 	Report *pilotproto.ResultsRequest
 	Beat   *Beat
@@ -168,7 +176,7 @@ type Op struct {
 	Batch  int64              // OpAssign
 	Result *pilotproto.Result // OpFinish
 	Job    int64              // OpEstimate
-	Est    Estimator          // OpEstimate
+	Est    *Estimator         // OpEstimate (a pointer: rare, and an op is kept per task change)
 	// Capacity is the capacity rule's state (OpCapacity): a new master
 	// resumes the search where this one was.
 	Capacity *capacity.State

@@ -211,7 +211,8 @@ func (c *Core) results(now time.Time, e Results) {
 		}
 	}
 	for _, job := range jobs {
-		c.do(Op{Kind: OpEstimate, Job: job, Est: *c.est[job]}, now)
+		e := *c.est[job] // as it is now: the estimator goes on learning
+		c.do(Op{Kind: OpEstimate, Job: job, Est: &e}, now)
 		c.dirty = true // a shorter estimate may let a waiting worker's batch fit
 	}
 	if e.Leaving && w != nil {

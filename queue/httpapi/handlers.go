@@ -325,11 +325,12 @@ func (s *Server) pilotPull(w http.ResponseWriter, r *http.Request, id queue.Iden
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return nil, 0, err
 	}
-	p, err := s.q.Pool(id.Site).Pull(r.Context(), req)
-	if err != nil || !req.Compact {
-		return p, http.StatusOK, err // a pilot older than the queue reads this form
+	if req.Compact {
+		p, err := s.q.Pool(id.Site).PullWire(r.Context(), req)
+		return p, http.StatusOK, err
 	}
-	return pilotproto.PackPull(p), http.StatusOK, nil
+	p, err := s.q.Pool(id.Site).Pull(r.Context(), req)
+	return p, http.StatusOK, err // a pilot older than the queue reads this form
 }
 
 func (s *Server) pilotResults(w http.ResponseWriter, r *http.Request, id queue.Identity) (any, int, error) {
