@@ -553,3 +553,66 @@ func threadsCPU(b *testing.B, pid int) (ns, switches int64) {
 	}
 	return ns, switches
 }
+
+// A runner whose tasks have rules of their own holds no descriptor of
+// their paths once it made their common ruleset (every task's process
+// would copy them at its clone and close them at its exec); a task that
+// needs a ruleset of its own (a linked entry: Read) gets it, the paths
+// opened again, and reads what it adds, and only that.
+func TestARunnersTasksInheritNoDescriptorOfTheirRules(t *testing.T) {
+	sup := Probe()
+	if sup.ABI == 0 {
+		t.Skipf("no Landlock: %v", sup.Err)
+	}
+	dir, logs, tmp, exe := runnerDirs(t)
+	data, other := filepath.Join(dir, "data"), filepath.Join(dir, "other")
+	for _, d := range []string{data, other} {
+		os.Mkdir(d, 0o755)
+		os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644)
+	}
+	read := append(append([]string(nil), SystemRead...), dir)
+	rp := RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: read, Write: []string{tmp, logs}}, Logs: logs, Tmp: tmp,
+		Tasks: &Policy{Read: append(append([]string(nil), SystemRead...), data), Write: []string{tmp, logs}}}
+	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeAuto}, rp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sh, err := LookPath("sh", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, extra ...string) int {
+		task, err := r.StartSpec(Spec{Path: sh, Argv: []string{"sh", "-c", `cat "$1/f" && ! cat "$2/f"`, "sh", data, other},
+			Out: name + ".out", Err: name + ".err", Tmp: name, Read: extra})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := task.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ws.ExitStatus()
+	}
+	rulesOpen := func() (n int) {
+		fds, _ := os.ReadDir("/proc/" + strconv.Itoa(r.cmd.Process.Pid) + "/fd")
+		for _, fd := range fds {
+			if l, _ := os.Readlink("/proc/" + strconv.Itoa(r.cmd.Process.Pid) + "/fd/" + fd.Name()); l == "/usr" || l == "/etc" || l == data {
+				n++
+			}
+		}
+		return n
+	}
+	if code := run("a"); code != 0 {
+		t.Fatalf("a task reading its data, not the other: exit %d", code)
+	}
+	if n := rulesOpen(); n != 0 {
+		t.Errorf("the runner holds %d descriptors of its tasks' rules", n)
+	}
+	if code := run("b", filepath.Join(other, "f")); code == 0 {
+		t.Errorf("a task given %s/f read it not", other)
+	}
+	if code := run("c"); code != 0 {
+		t.Fatalf("a task after a linked one: exit %d", code)
+	}
+}
