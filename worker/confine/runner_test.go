@@ -616,3 +616,44 @@ func TestARunnersTasksInheritNoDescriptorOfTheirRules(t *testing.T) {
 		t.Fatalf("a task after a linked one: exit %d", code)
 	}
 }
+
+// A task's stdin is /dev/null, for reading only: the runner's own stdin
+// (StartRunner's), which the task's process inherits in place, not a
+// /dev/null of the runner's dup'd to it at each task.
+func TestATasksStdinIsTheRunnersDevNull(t *testing.T) {
+	_, logs, tmp, exe := runnerDirs(t)
+	// Not the descriptors this test process may have inherited (a
+	// shell's /dev/null, say): the runner would inherit them too.
+	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	task, err := r.StartSpec(Spec{Path: sh, Argv: []string{"sh", "-c", `readlink /proc/self/fd/0; cat; echo "read $?"; { echo x >&0; } 2>/dev/null || echo "no write"`},
+		Out: "o", Err: "e", Tmp: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := task.Wait(); err != nil || ws.ExitStatus() != 0 {
+		t.Fatalf("task: %v %v", ws, err)
+	}
+	if out, _ := os.ReadFile(filepath.Join(logs, "o")); string(out) != "/dev/null\nread 0\nno write\n" {
+		t.Errorf("the task's stdin: %q", out)
+	}
+	pid := strconv.Itoa(r.cmd.Process.Pid)
+	fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+	var readers []string
+	for _, fd := range fds {
+		l, _ := os.Readlink("/proc/" + pid + "/fd/" + fd.Name())
+		info, _ := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
+		var flags int64
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:\t"); ok {
+				flags, _ = strconv.ParseInt(v, 8, 64)
+			}
+		}
+		if l == os.DevNull && flags&unix.O_ACCMODE == unix.O_RDONLY {
+			readers = append(readers, fd.Name())
+		}
+	}
+	if len(readers) != 1 || readers[0] != "0" {
+		t.Errorf("the runner reads /dev/null from descriptors %v, want 0 alone", readers)
+	}
+}

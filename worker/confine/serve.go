@@ -125,6 +125,12 @@ func serveRunner(spec string) (int, error) {
 	if s.devnull, err = unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		return fail(fmt.Errorf("confine: %s: %w", os.DevNull, err))
 	}
+	if sameReadOnlyFile(0, s.devnull) {
+		// The runner's stdin is /dev/null (StartRunner's): every task's
+		// process inherits it as its own, not a dup2 each.
+		unix.Close(s.devnull)
+		s.devnull = 0
+	}
 	if p.Dir != "" {
 		if err := os.Chdir(p.Dir); err != nil {
 			return fail(fmt.Errorf("confine: working directory: %w", err))
@@ -186,6 +192,21 @@ func serveRunner(spec string) (int, error) {
 		return ExitCannotRun, err
 	}
 	return 0, nil
+}
+
+// sameReadOnlyFile reports whether descriptors a and b are the same
+// file, both open for reading only.
+func sameReadOnlyFile(a, b int) bool {
+	var sa, sb unix.Stat_t
+	if unix.Fstat(a, &sa) != nil || unix.Fstat(b, &sb) != nil || sa.Dev != sb.Dev || sa.Ino != sb.Ino || sa.Rdev != sb.Rdev {
+		return false
+	}
+	for _, fd := range []int{a, b} {
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDONLY {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *server) event(ev event) { s.events = appendEvent(s.events, ev) }
