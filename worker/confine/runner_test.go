@@ -467,12 +467,19 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// rules: as a pilot's runner with --task-roots (the benchmark's
+	// --exec): the system's paths, a root, and each task's own rules.
 	for _, c := range []struct {
 		mode  Mode
 		slots int
-	}{{ModeAuto, 1}, {ModeAuto, 4}, {ModeOff, 1}} {
+		rules bool
+	}{{ModeAuto, 1, false}, {ModeAuto, 4, false}, {ModeOff, 1, false}, {ModeAuto, 1, true}} {
 		slots := c.slots
-		b.Run(string(c.mode)+"-slots-"+strconv.Itoa(slots), func(b *testing.B) {
+		name := string(c.mode) + "-slots-" + strconv.Itoa(slots)
+		if c.rules {
+			name = string(c.mode) + "-rules-slots-" + strconv.Itoa(slots)
+		}
+		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
 			os.Mkdir(logs, 0o700)
@@ -481,7 +488,14 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := StartRunner(&Launcher{Exe: exe, Mode: c.mode}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}, nil)
+			rp := RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}
+			if c.rules {
+				root, ds := filepath.Join(dir, "root"), filepath.Join(dir, "root", "ds")
+				os.MkdirAll(ds, 0o755)
+				rp.Policy.Read = append(append([]string(nil), SystemRead...), root)
+				rp.Tasks = &Policy{Read: append(append([]string(nil), SystemRead...), ds), Write: rp.Policy.Write}
+			}
+			r, err := StartRunner(&Launcher{Exe: exe, Mode: c.mode}, rp, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -655,5 +669,73 @@ func TestATasksStdinIsTheRunnersDevNull(t *testing.T) {
 	}
 	if len(readers) != 1 || readers[0] != "0" {
 		t.Errorf("the runner reads /dev/null from descriptors %v, want 0 alone", readers)
+	}
+}
+
+// Quiet tasks (empty logs) that end together leave no log, and the logs
+// a former run of the same task and attempt left under their names go
+// before their end is told: found by one read of the log directory for
+// all of them, or, once it holds many entries, by an unlink per name. A
+// task that wrote keeps its log; other files stay.
+func TestQuietTasksRemoveTheirFormerRunsLogs(t *testing.T) {
+	for _, big := range []bool{false, true} {
+		_, logs, tmp, exe := runnerDirs(t)
+		r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, HoldMS: 3_600_000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := LookPath("sh", "/usr/bin:/bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		others := 3
+		if big {
+			others = maxLogsRead + 10
+		}
+		for i := range others {
+			os.WriteFile(filepath.Join(logs, "other."+strconv.Itoa(i)), nil, 0o644)
+		}
+		var specs []Spec
+		var tags []int
+		for i := range 8 {
+			n := strconv.Itoa(i)
+			script := "true"
+			if i == 5 {
+				script = "echo five"
+			}
+			if i%2 == 0 {
+				for _, s := range []string{".out", ".err"} {
+					os.WriteFile(filepath.Join(logs, n+s), []byte("a former run's\n"), 0o644)
+				}
+			}
+			specs = append(specs, Spec{Path: sh, Argv: []string{"sh", "-c", script}, Out: n + ".out", Err: n + ".err", Tmp: "t" + n})
+			tags = append(tags, i)
+		}
+		r.SetSlots(1)
+		ended := make(chan int, 8)
+		if _, err := r.Queue(specs, tags, 0, func(ts []*Task) {
+			for _, task := range ts {
+				ended <- task.Tag()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for range 8 {
+			<-ended
+		}
+		r.Close()
+		ents, _ := os.ReadDir(logs)
+		var got []string
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "other.") {
+				got = append(got, e.Name())
+			}
+		}
+		if len(got) != 1 || got[0] != "5.out" || len(ents) != others+1 {
+			t.Errorf("big %v: logs %v and %d others, want 5.out and %d", big, got, len(ents)-len(got), others)
+		}
+		if b, _ := os.ReadFile(filepath.Join(logs, "5.out")); string(b) != "five\n" {
+			t.Errorf("big %v: 5.out holds %q", big, b)
+		}
 	}
 }
