@@ -23,7 +23,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -59,6 +61,50 @@ func ParseMode(s string) (Mode, error) {
 // access out of the sandbox), devices, and the resolver's directory.
 var SystemRead = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
 	"/proc", "/sys", "/dev", "/run/systemd/resolve"}
+
+// linkedSystem maps each entry of SystemRead that is a link to a
+// directory beneath another entry (/bin -> usr/bin, /lib -> usr/lib on a
+// merged-/usr system) to that entry: in a list of read paths that holds
+// both, the link's own rule adds nothing (Landlock checks the path an
+// access resolves to, /usr/bin/..., beneath /usr) but a rule more to
+// copy into every task's domain (landlock_restrict_self copies every
+// rule of the domain it nests in, and the task's own). Found once.
+var linkedSystem = sync.OnceValue(func() map[string]string {
+	m := map[string]string{}
+	for _, p := range SystemRead {
+		if fi, err := os.Lstat(p); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if fi, ferr := os.Stat(real); err != nil || ferr != nil || !fi.IsDir() {
+			continue
+		}
+		for _, q := range SystemRead {
+			if fi, err := os.Lstat(q); q == p || err != nil || !fi.IsDir() {
+				continue // (a link, which Lstat does not call a directory)
+			}
+			if real == q || strings.HasPrefix(real, strings.TrimSuffix(q, "/")+"/") {
+				m[p] = q
+				break
+			}
+		}
+	}
+	return m
+})
+
+// readPaths is read without the links of SystemRead into another entry
+// read holds too (linkedSystem).
+func readPaths(read []string) []string {
+	links := linkedSystem()
+	out := make([]string, 0, len(read))
+	for _, p := range read {
+		if q, ok := links[p]; ok && slices.Contains(read, q) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
 
 // SystemWrite are the device files every task may write.
 var SystemWrite = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty"}
@@ -207,7 +253,7 @@ func restrictWith(p Policy, cfg landlock.Config) error {
 		cfg = cfg.BestEffort()
 	}
 	var rules []landlock.Rule
-	for _, path := range p.Read {
+	for _, path := range readPaths(p.Read) {
 		if isFile(path) {
 			rules = append(rules, landlock.ROFiles(path).IgnoreIfMissing())
 		} else {

@@ -71,7 +71,7 @@ func newTaskRules(p Policy, abi int) (*taskRules, error) {
 			tr.close()
 		}
 	}()
-	for _, path := range p.Read {
+	for _, path := range readPaths(p.Read) {
 		if err := tr.add(path, readFile, readDir, false); err != nil {
 			return nil, err
 		}

@@ -467,12 +467,19 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// rules: as a pilot's runner with --task-roots (the benchmark's
+	// --exec): the system's paths, a root, and each task's own rules.
 	for _, c := range []struct {
 		mode  Mode
 		slots int
-	}{{ModeAuto, 1}, {ModeAuto, 4}, {ModeOff, 1}} {
+		rules bool
+	}{{ModeAuto, 1, false}, {ModeAuto, 4, false}, {ModeOff, 1, false}, {ModeAuto, 1, true}} {
 		slots := c.slots
-		b.Run(string(c.mode)+"-slots-"+strconv.Itoa(slots), func(b *testing.B) {
+		name := string(c.mode) + "-slots-" + strconv.Itoa(slots)
+		if c.rules {
+			name = string(c.mode) + "-rules-slots-" + strconv.Itoa(slots)
+		}
+		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			logs, tmp := filepath.Join(dir, "logs"), filepath.Join(dir, "tmp")
 			os.Mkdir(logs, 0o700)
@@ -481,7 +488,14 @@ func BenchmarkRunnerQueueTrue(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := StartRunner(&Launcher{Exe: exe, Mode: c.mode}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}, nil)
+			rp := RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: []string{"/usr", "/lib", "/etc"}, Write: []string{dir}}, Logs: logs, Tmp: tmp}
+			if c.rules {
+				root, ds := filepath.Join(dir, "root"), filepath.Join(dir, "root", "ds")
+				os.MkdirAll(ds, 0o755)
+				rp.Policy.Read = append(append([]string(nil), SystemRead...), root)
+				rp.Tasks = &Policy{Read: append(append([]string(nil), SystemRead...), ds), Write: rp.Policy.Write}
+			}
+			r, err := StartRunner(&Launcher{Exe: exe, Mode: c.mode}, rp, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -552,4 +566,176 @@ func threadsCPU(b *testing.B, pid int) (ns, switches int64) {
 		}
 	}
 	return ns, switches
+}
+
+// A runner whose tasks have rules of their own holds no descriptor of
+// their paths once it made their common ruleset (every task's process
+// would copy them at its clone and close them at its exec); a task that
+// needs a ruleset of its own (a linked entry: Read) gets it, the paths
+// opened again, and reads what it adds, and only that.
+func TestARunnersTasksInheritNoDescriptorOfTheirRules(t *testing.T) {
+	sup := Probe()
+	if sup.ABI == 0 {
+		t.Skipf("no Landlock: %v", sup.Err)
+	}
+	dir, logs, tmp, exe := runnerDirs(t)
+	data, other := filepath.Join(dir, "data"), filepath.Join(dir, "other")
+	for _, d := range []string{data, other} {
+		os.Mkdir(d, 0o755)
+		os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644)
+	}
+	read := append(append([]string(nil), SystemRead...), dir)
+	rp := RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin", Read: read, Write: []string{tmp, logs}}, Logs: logs, Tmp: tmp,
+		Tasks: &Policy{Read: append(append([]string(nil), SystemRead...), data), Write: []string{tmp, logs}}}
+	r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeAuto}, rp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sh, err := LookPath("sh", "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, extra ...string) int {
+		task, err := r.StartSpec(Spec{Path: sh, Argv: []string{"sh", "-c", `cat "$1/f" && ! cat "$2/f"`, "sh", data, other},
+			Out: name + ".out", Err: name + ".err", Tmp: name, Read: extra})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := task.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ws.ExitStatus()
+	}
+	rulesOpen := func() (n int) {
+		fds, _ := os.ReadDir("/proc/" + strconv.Itoa(r.cmd.Process.Pid) + "/fd")
+		for _, fd := range fds {
+			if l, _ := os.Readlink("/proc/" + strconv.Itoa(r.cmd.Process.Pid) + "/fd/" + fd.Name()); l == "/usr" || l == "/etc" || l == data {
+				n++
+			}
+		}
+		return n
+	}
+	if code := run("a"); code != 0 {
+		t.Fatalf("a task reading its data, not the other: exit %d", code)
+	}
+	if n := rulesOpen(); n != 0 {
+		t.Errorf("the runner holds %d descriptors of its tasks' rules", n)
+	}
+	if code := run("b", filepath.Join(other, "f")); code == 0 {
+		t.Errorf("a task given %s/f read it not", other)
+	}
+	if code := run("c"); code != 0 {
+		t.Fatalf("a task after a linked one: exit %d", code)
+	}
+}
+
+// A task's stdin is /dev/null, for reading only: the runner's own stdin
+// (StartRunner's), which the task's process inherits in place, not a
+// /dev/null of the runner's dup'd to it at each task.
+func TestATasksStdinIsTheRunnersDevNull(t *testing.T) {
+	_, logs, tmp, exe := runnerDirs(t)
+	// Not the descriptors this test process may have inherited (a
+	// shell's /dev/null, say): the runner would inherit them too.
+	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	r, sh := startShRunner(t, exe, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp})
+	task, err := r.StartSpec(Spec{Path: sh, Argv: []string{"sh", "-c", `readlink /proc/self/fd/0; cat; echo "read $?"; { echo x >&0; } 2>/dev/null || echo "no write"`},
+		Out: "o", Err: "e", Tmp: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := task.Wait(); err != nil || ws.ExitStatus() != 0 {
+		t.Fatalf("task: %v %v", ws, err)
+	}
+	if out, _ := os.ReadFile(filepath.Join(logs, "o")); string(out) != "/dev/null\nread 0\nno write\n" {
+		t.Errorf("the task's stdin: %q", out)
+	}
+	pid := strconv.Itoa(r.cmd.Process.Pid)
+	fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+	var readers []string
+	for _, fd := range fds {
+		l, _ := os.Readlink("/proc/" + pid + "/fd/" + fd.Name())
+		info, _ := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
+		var flags int64
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:\t"); ok {
+				flags, _ = strconv.ParseInt(v, 8, 64)
+			}
+		}
+		if l == os.DevNull && flags&unix.O_ACCMODE == unix.O_RDONLY {
+			readers = append(readers, fd.Name())
+		}
+	}
+	if len(readers) != 1 || readers[0] != "0" {
+		t.Errorf("the runner reads /dev/null from descriptors %v, want 0 alone", readers)
+	}
+}
+
+// Quiet tasks (empty logs) that end together leave no log, and the logs
+// a former run of the same task and attempt left under their names go
+// before their end is told: found by one read of the log directory for
+// all of them, or, once it holds many entries, by an unlink per name. A
+// task that wrote keeps its log; other files stay.
+func TestQuietTasksRemoveTheirFormerRunsLogs(t *testing.T) {
+	for _, big := range []bool{false, true} {
+		_, logs, tmp, exe := runnerDirs(t)
+		r, err := StartRunner(&Launcher{Exe: exe, Mode: ModeOff}, RunnerPolicy{Policy: Policy{Path: "/usr/bin:/bin"}, Logs: logs, Tmp: tmp, HoldMS: 3_600_000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := LookPath("sh", "/usr/bin:/bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		others := 3
+		if big {
+			others = maxLogsRead + 10
+		}
+		for i := range others {
+			os.WriteFile(filepath.Join(logs, "other."+strconv.Itoa(i)), nil, 0o644)
+		}
+		var specs []Spec
+		var tags []int
+		for i := range 8 {
+			n := strconv.Itoa(i)
+			script := "true"
+			if i == 5 {
+				script = "echo five"
+			}
+			if i%2 == 0 {
+				for _, s := range []string{".out", ".err"} {
+					os.WriteFile(filepath.Join(logs, n+s), []byte("a former run's\n"), 0o644)
+				}
+			}
+			specs = append(specs, Spec{Path: sh, Argv: []string{"sh", "-c", script}, Out: n + ".out", Err: n + ".err", Tmp: "t" + n})
+			tags = append(tags, i)
+		}
+		r.SetSlots(1)
+		ended := make(chan int, 8)
+		if _, err := r.Queue(specs, tags, 0, func(ts []*Task) {
+			for _, task := range ts {
+				ended <- task.Tag()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for range 8 {
+			<-ended
+		}
+		r.Close()
+		ents, _ := os.ReadDir(logs)
+		var got []string
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "other.") {
+				got = append(got, e.Name())
+			}
+		}
+		if len(got) != 1 || got[0] != "5.out" || len(ents) != others+1 {
+			t.Errorf("big %v: logs %v and %d others, want 5.out and %d", big, got, len(ents)-len(got), others)
+		}
+		if b, _ := os.ReadFile(filepath.Join(logs, "5.out")); string(b) != "five\n" {
+			t.Errorf("big %v: 5.out holds %q", big, b)
+		}
+	}
 }

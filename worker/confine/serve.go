@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -39,14 +40,22 @@ type running struct {
 
 // server is the runner's state (serveRunner).
 type server struct {
-	sock    int
-	scope   int        // the Landlock ruleset of each task's own domain (-1: none)
-	rules   *taskRules // its file rules (RunnerPolicy.Tasks); nil: it only scopes
-	logs    int        // the log directory (O_PATH; -1: none)
-	tmp     int        // the directory of the temporary directories (O_PATH; -1: none)
-	tmpPath string
-	devnull int
-	eager   bool // the log directory's file system has no O_TMPFILE
+	sock  int
+	scope int // the Landlock ruleset of each task's own domain (-1: none)
+	// taskPolicy: the file rules of each task's own domain
+	// (RunnerPolicy.Tasks; nil: its domain only scopes), on Landlock ABI
+	// abi. Their paths are opened (rules) to make scope, closed, and
+	// opened again at the first task that needs a ruleset of its own (a
+	// linked entry): a plain task's process then inherits none of their
+	// descriptors, 13-17 fewer that its clone copies and its exec closes.
+	taskPolicy *Policy
+	abi        int
+	rules      *taskRules // nil: not open
+	logs       int        // the log directory (O_PATH; -1: none)
+	tmp        int        // the directory of the temporary directories (O_PATH; -1: none)
+	tmpPath    string
+	devnull    int
+	eager      bool // the log directory's file system has no O_TMPFILE
 	// spare are unnamed logs a task left empty, whose process group had
 	// ended: the next tasks' logs, no file made or freed for them.
 	spare  []int
@@ -67,7 +76,14 @@ type server struct {
 	// (serve); zero: none is.
 	heldSince time.Time
 	hold      time.Duration
-	spawnBuf  []byte // the strings of the task spawn starts, kept for the next
+	// quiet are the log names of quiet tasks (empty logs, group ended)
+	// whose former run's logs, if any, go before their events do
+	// (dropFormerLogs); logsDir reads the log directory for them (-1:
+	// not open), bigLogs: it holds too many entries to read each time.
+	quiet    []string
+	logsDir  int
+	bigLogs  bool
+	spawnBuf []byte // the strings of the task spawn starts, kept for the next
 }
 
 // serveRunner is the runner's side: confine, say ready, serve requests
@@ -80,7 +96,7 @@ type server struct {
 // signal. No goroutine, no thread per task. Each turn of its loop ends
 // with at most one packet to the worker: every task that ended in it.
 func serveRunner(spec string) (int, error) {
-	s := &server{sock: 3, logs: -1, tmp: -1, devnull: -1}
+	s := &server{sock: 3, logs: -1, tmp: -1, devnull: -1, logsDir: -1}
 	if err := unix.SetNonblock(s.sock, false); err != nil {
 		return ExitCannotRun, fmt.Errorf("confine: runner socket: %w", err)
 	}
@@ -117,6 +133,12 @@ func serveRunner(spec string) (int, error) {
 	if s.devnull, err = unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		return fail(fmt.Errorf("confine: %s: %w", os.DevNull, err))
 	}
+	if sameReadOnlyFile(0, s.devnull) {
+		// The runner's stdin is /dev/null (StartRunner's): every task's
+		// process inherits it as its own, not a dup2 each.
+		unix.Close(s.devnull)
+		s.devnull = 0
+	}
 	if p.Dir != "" {
 		if err := os.Chdir(p.Dir); err != nil {
 			return fail(fmt.Errorf("confine: working directory: %w", err))
@@ -141,6 +163,8 @@ func serveRunner(spec string) (int, error) {
 		if s.scope, err = s.rules.ruleset(nil); err != nil {
 			return fail(err)
 		}
+		s.rules.close()
+		s.rules, s.taskPolicy, s.abi = nil, rp.Tasks, sup.ABI
 	} else {
 		scope, err := scopeRuleset()
 		if err != nil {
@@ -178,6 +202,21 @@ func serveRunner(spec string) (int, error) {
 	return 0, nil
 }
 
+// sameReadOnlyFile reports whether descriptors a and b are the same
+// file, both open for reading only.
+func sameReadOnlyFile(a, b int) bool {
+	var sa, sb unix.Stat_t
+	if unix.Fstat(a, &sa) != nil || unix.Fstat(b, &sb) != nil || sa.Dev != sb.Dev || sa.Ino != sb.Ino || sa.Rdev != sb.Rdev {
+		return false
+	}
+	for _, fd := range []int{a, b} {
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDONLY {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *server) event(ev event) { s.events = appendEvent(s.events, ev) }
 
 // send sends the events held, if any, in one packet.
@@ -186,6 +225,7 @@ func (s *server) send() {
 	if len(s.events) == 0 {
 		return
 	}
+	s.dropFormerLogs()
 	for {
 		if err := unix.Sendmsg(s.sock, s.events, nil, nil, unix.MSG_NOSIGNAL); err != unix.EINTR {
 			break
@@ -454,9 +494,17 @@ func (s *server) files(t *running, tmp string) error {
 // spawn starts q as t with the descriptors fds.
 func (s *server) spawn(t *running, q request, fds [3]int) error {
 	ruleset := s.scope
-	if len(q.Read) > 0 && s.rules != nil {
+	if len(q.Read) > 0 && s.taskPolicy != nil {
 		// A task that may read more than its job's rules say: a ruleset
-		// of its own.
+		// of its own. (O_PATH opens are not Landlock's to refuse: the
+		// runner, confined, opens its rules' paths again.)
+		if s.rules == nil {
+			rules, err := newTaskRules(*s.taskPolicy, s.abi)
+			if err != nil {
+				return err
+			}
+			s.rules = rules
+		}
 		fd, err := s.rules.ruleset(q.Read)
 		if err != nil {
 			return err
@@ -550,13 +598,16 @@ func (s *server) endLog(fd *int, name string, alone bool) {
 		return
 	}
 	if size == 0 && alone {
-		unix.Unlinkat(s.logs, name, 0)
+		s.quiet = append(s.quiet, name)
 		if len(s.spare) < maxSpareLogs {
 			s.spare = append(s.spare, *fd)
 			*fd = -1
 		}
 		return
 	}
+	// (Not a name a quiet run of the same task left for dropFormerLogs:
+	// the worker runs a task again only once told of its end, after it.)
+	s.quiet = slices.DeleteFunc(s.quiet, func(q string) bool { return q == name })
 	proc := "/proc/self/fd/" + strconv.Itoa(*fd)
 	err := unix.Linkat(unix.AT_FDCWD, proc, s.logs, name, unix.AT_SYMLINK_FOLLOW)
 	if err == unix.EEXIST && unix.Unlinkat(s.logs, name, 0) == nil {
@@ -566,6 +617,79 @@ func (s *server) endLog(fd *int, name string, alone bool) {
 
 // maxSpareLogs bounds the empty logs kept for the next tasks.
 const maxSpareLogs = 64
+
+// dropFormerLogs removes the logs a former run of the same task and
+// attempt may have left under the names of quiet tasks' empty logs (an
+// interrupted task runs again under the same attempt, maybe on another
+// node; the new run's empty log leaves no file), before the tasks'
+// events go. Most such names were never used: an unlink of each fails,
+// two system calls per quiet task. One read of the log directory tells
+// which exist, for every quiet task of the packet (a rewind and two
+// getdents), while the directory is small (maxLogsRead entries; a job
+// whose tasks write logs fills it, and its runner goes back to an unlink
+// per name). A log linked after the read stays, as one linked after an
+// unlink did.
+func (s *server) dropFormerLogs() {
+	if len(s.quiet) == 0 {
+		return
+	}
+	names := s.quiet
+	s.quiet = s.quiet[:0]
+	if len(names) > 2 && !s.bigLogs {
+		if there, ok := s.readLogs(); ok {
+			for _, name := range names {
+				if _, ok := there[name]; ok {
+					unix.Unlinkat(s.logs, name, 0)
+				}
+			}
+			clear(names)
+			return
+		}
+	}
+	for _, name := range names {
+		unix.Unlinkat(s.logs, name, 0)
+	}
+	clear(names)
+}
+
+// maxLogsRead is how many entries the log directory may hold for
+// dropFormerLogs to read it.
+const maxLogsRead = 256
+
+// readLogs returns the names in the log directory, or false if it
+// cannot be read or holds more than maxLogsRead entries (then bigLogs).
+func (s *server) readLogs() (map[string]struct{}, bool) {
+	if s.logsDir < 0 {
+		fd, err := unix.Openat(s.logs, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			s.bigLogs = true
+			return nil, false
+		}
+		s.logsDir = fd
+	} else if _, err := unix.Seek(s.logsDir, 0, io.SeekStart); err != nil {
+		return nil, false
+	}
+	var buf [16 << 10]byte
+	there := map[string]struct{}{}
+	var names []string
+	for {
+		n, err := unix.Getdents(s.logsDir, buf[:])
+		if err != nil {
+			return nil, false
+		}
+		if n == 0 {
+			return there, true
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+		for _, name := range names {
+			there[name] = struct{}{}
+		}
+		if len(there) > maxLogsRead {
+			s.bigLogs = true
+			return nil, false
+		}
+	}
+}
 
 func (s *server) closeFiles(t *running) {
 	for _, fd := range []*int{&t.out, &t.err} {

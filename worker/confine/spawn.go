@@ -11,7 +11,6 @@ package confine
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <pthread.h>
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -41,7 +40,9 @@ static int harvest_child_run(void *arg) {
 	                        syscall(SYS_landlock_restrict_self, c->ruleset, 0) != 0)) {
 		c->stage = 1; c->errnum = errno; _exit(126);
 	}
-	if (dup2(c->in, 0) < 0 || dup2(c->out, 1) < 0 || dup2(c->err, 2) < 0) {
+	// A descriptor in place already (the runner's own stdin, /dev/null,
+	// as a task's: serveRunner) is not dup'd: a system call fewer.
+	if ((c->in != 0 && dup2(c->in, 0) < 0) || dup2(c->out, 1) < 0 || dup2(c->err, 2) < 0) {
 		c->stage = 2; c->errnum = errno; _exit(126);
 	}
 	sigset_t none;
@@ -70,11 +71,16 @@ static char *harvest_stack;
 // the parent's memory until it execs, on a stack of its own, so it only
 // makes system calls, and writes its failure into the parent's variables;
 // CLONE_PIDFD gives the pidfd the runner polls with the process, without
-// a pidfd_open. Every signal is blocked around it. The caller's handlers must be safe
-// to run in the child (harvest_handlers leaves only SIG_DFL, SIG_IGN and
-// harvest_stop, which does nothing): the child does not reset them, its
-// exec does (a caught signal goes back to its default, an ignored one
-// stays ignored).
+// a pidfd_open. The caller's handlers must be safe to run in the child
+// (harvest_handlers leaves only SIG_DFL, SIG_IGN and harvest_stop, which
+// does nothing): the child does not reset them, its exec does (a caught
+// signal goes back to its default, an ignored one stays ignored). So no
+// signal is blocked around the clone, as posix_spawn does to keep the
+// parent's handlers out of the child (two rt_sigprocmask per task, each
+// a microsecond and more here): a signal the child takes before its exec
+// is one it took blocked before, delivered when it cleared its mask (a
+// stop signal to harvest_stop, a default one as it would be), and the
+// child clears its mask all the same (the thread's may not be empty).
 static int harvest_spawn(const char *path, char *const argv[], char *const envp[],
                          int in, int out, int err, int ruleset, pid_t parent, int *pidfd, int *stage, int *errnum) {
 	// The runner's no_new_privs, asked at its first task (it confined
@@ -86,14 +92,10 @@ static int harvest_spawn(const char *path, char *const argv[], char *const envp[
 		return -1;
 	}
 	struct harvest_child c = {path, argv, envp, in, out, err, ruleset, nnp, parent, 0, 0};
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	int fd = -1;
 	// The stack grows down on every architecture Go's cgo supports here.
 	pid_t pid = clone(harvest_child_run, harvest_stack + HARVEST_STACK, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &c, &fd);
 	int verr = errno;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (pid < 0) {
 		*stage = 0; *errnum = verr;
 		return -1;
@@ -215,8 +217,9 @@ var selfPID = C.pid_t(os.Getpid())
 // comes when that thread ends.
 // ruleset -1: the task shares the thread's domain.
 func spawn(buf *[]byte, path string, argv, env []string, fds [3]int, ruleset int) (pid, pidfd int, err error) {
-	for _, fd := range fds {
-		if fd <= 2 {
+	// (Its stdin may be the runner's own, 0: it stays in place.)
+	for i, fd := range fds {
+		if fd <= 2 && (i != 0 || fd != 0) {
 			return 0, -1, fmt.Errorf("descriptor %d of the task's is a standard one", fd)
 		}
 	}
