@@ -139,13 +139,13 @@ func Run(ctx context.Context, p Plan, kind Kind, cfg RunConfig) (Outcome, error)
 		at := out.T0.Add(time.Duration(j.SubmitS) * time.Second)
 		select {
 		case <-ctx.Done():
-			cancelAll(cfg, ids)
+			abandon(agent, cfg, ids)
 			return out, ctx.Err()
 		case <-time.After(time.Until(at)):
 		}
 		id, err := sbatch(j, dir)
 		if err != nil {
-			cancelAll(cfg, ids)
+			abandon(agent, cfg, ids)
 			return out, err
 		}
 		ids[id] = j.ID
@@ -331,6 +331,15 @@ func stopAgent(a *exec.Cmd) {
 		a.Process.Kill()
 		<-done
 	}
+}
+
+// abandon ends a run cut short: its agent first, then its jobs and every
+// pilot. Cancelled first, the jobs freed nodes the still running agent
+// filled with new pilots, which outlived the replay (a SIGTERM'd replay
+// under load left a pilot queued).
+func abandon(agent *exec.Cmd, cfg RunConfig, ids map[string]string) {
+	stopAgent(agent)
+	cancelAll(cfg, ids)
 }
 
 // cancelAll cancels the run's foreign jobs and every pilot.

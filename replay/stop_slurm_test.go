@@ -117,5 +117,12 @@ func TestAReplayStoppedBySIGTERMLeavesNothingRunning(t *testing.T) {
 	if agentAlive() {
 		t.Errorf("the replay's agent outlived it")
 	}
-	waitFor("an empty queue", func() bool { return queued() == "" })
+	var left string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if left = queued(); left == "" {
+			return
+		}
+	}
+	out, _ := exec.Command("squeue", "-h", "-o", "%i %j %u %T %M %R").Output()
+	t.Fatalf("timed out waiting for an empty queue; left:\n%s\nreplay's log:\n%s", out, log.String())
 }
