@@ -22,17 +22,37 @@ const chunkBytes = 64 << 10
 const resultOverhead = 128 // a result's size without its strings
 
 // resultsChunk is how many of rs, from the first, one transaction of
-// results applies: at most limit and chunkBytes, at least one.
+// results applies: at most limit rows written, at most 4 x limit
+// results and chunkBytes, at least one. A fresh success (attempt 1,
+// done, nothing to say) writes no row of its own, only its grant's mark
+// and its job's counters: it counts as a row only when its job is not
+// the one of the result before it (a job's counters, a grant). So a
+// pilot's report of plain successes of one job goes in one transaction
+// of up to 4 x limit, not one per limit results (each transaction is a
+// lock, a lease read, the job's rows read and written back and a
+// commit), while results of as many jobs, or results with rows of their
+// own, go as before.
 func resultsChunk(rs []pilotproto.Result, limit int) int {
-	n, size := 0, 0
-	for n < min(len(rs), max(limit, 1)) {
-		size += resultOverhead + len(rs[n].ErrorTail) + len(rs[n].Pilot)
-		if n > 0 && size > chunkBytes {
+	limit = max(limit, 1)
+	n, size, rows := 0, 0, 0
+	for n < min(len(rs), 4*limit) {
+		r := &rs[n]
+		size += resultOverhead + len(r.ErrorTail) + len(r.Pilot)
+		if !freshDone(r) || n == 0 || rs[n-1].TaskID>>32 != r.TaskID>>32 { // a task id is job<<32 | entry
+			rows++
+		}
+		if n > 0 && (size > chunkBytes || rows > limit) {
 			break
 		}
 		n++
 	}
 	return n
+}
+
+// freshDone says r is a success of a first attempt with nothing to
+// keep but its times: the store writes no exception row for it.
+func freshDone(r *pilotproto.Result) bool {
+	return r.Attempt == 1 && r.Status == pilotproto.StatusDone && r.ExitCode == 0 && r.ErrorTail == ""
 }
 
 func validateResult(i int, r pilotproto.Result) error {

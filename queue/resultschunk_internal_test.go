@@ -37,6 +37,44 @@ func TestResultsChunkBoundsRowsAndBytes(t *testing.T) {
 	}
 }
 
+// Fresh successes write no row of their own: those of one job go up to
+// 4 x the row limit in one transaction, those of as many jobs as
+// results by the row limit, and a retry's or a failure's count a row.
+func TestResultsChunkCountsFreshSuccessesByJob(t *testing.T) {
+	done := func(n, jobs int) []pilotproto.Result { // n successes, job by job in runs
+		rs := make([]pilotproto.Result, n)
+		for i := range rs {
+			job := int64(i*jobs/n + 1)
+			rs[i] = pilotproto.Result{TaskID: job<<32 | int64(i), Attempt: 1, Status: pilotproto.StatusDone, Pilot: "p1", DurationMS: 3}
+		}
+		return rs
+	}
+	retried := done(250, 1)
+	for i := range retried {
+		retried[i].Attempt = 2
+	}
+	failed := done(250, 1)
+	failed[3].Status = pilotproto.StatusFailed
+	for _, c := range []struct {
+		what        string
+		rs          []pilotproto.Result
+		limit, want int
+	}{
+		{"one job's 250", done(250, 1), 100, 250},
+		{"one job's 1000", done(1000, 1), 100, 400},
+		{"250 of 2 jobs", done(250, 2), 100, 250},
+		{"250 of 250 jobs", done(250, 250), 100, 100},
+		{"250 of 125 jobs", done(250, 125), 100, 200},
+		{"one job's 250, second attempts", retried, 100, 100},
+		{"one job's 250, the fourth failed", failed, 1, 3}, // the failure is the second row
+		{"one job's 10, limit 0", done(10, 1), 0, 4},
+	} {
+		if got := resultsChunk(c.rs, c.limit); got != c.want {
+			t.Errorf("%s, limit %d: a chunk of %d, want %d", c.what, c.limit, got, c.want)
+		}
+	}
+}
+
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 // leasedStore opens a store in a temporary directory, closed when the

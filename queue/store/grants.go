@@ -164,8 +164,11 @@ func (s *Store) ApplyResults(ctx context.Context, pool string, epoch int64, now 
 	var a Applied
 	err := s.fenced(ctx, pool, epoch, now, func(tx *sql.Tx, _ rules.Lease) error {
 		b := s.newBatch(ctx, tx)
-		a = Applied{Usage: b.usage}
-		var ids []int64
+		// One array each for the whole chunk: a result's outcome and job id
+		// are appended per task, and growing them was an allocation and a
+		// copy per doubling.
+		a = Applied{Usage: b.usage, Outcomes: make([]Outcome, 0, len(results))}
+		ids := make([]int64, 0, len(results))
 		var excepts [][2]int64 // the entries that may have an exception row
 		for _, r := range results {
 			job, idx := entryOf(r.TaskID)
