@@ -57,15 +57,32 @@ const (
 
 // jobKey tells apart what gives tasks different files or rules.
 func (r *ExecRunner) jobKey(t pilotproto.Task) string {
-	k := strconv.FormatInt(t.JobID, 10) + "\x00" + t.OutputDir + "\x00" + t.WorkDir
+	in := ""
 	if r.Jail != nil && t.Input != "" {
 		if len(r.Roots) == 0 {
-			k += "\x00" + t.Input // the rules name the input itself
+			in = t.Input // the rules name the input itself
 		} else {
-			k += "\x00" + filepath.Dir(t.Input) // the tasks' rules name the dataset directory
+			in = filepath.Dir(t.Input) // the tasks' rules name the dataset directory
 		}
 	}
+	// The worker asks for every queued task's key (GroupKey), and a
+	// pull's tasks come a job at a time: the last key made is kept.
+	if m := r.lastKey.Load(); m != nil && m.job == t.JobID && m.out == t.OutputDir && m.work == t.WorkDir && m.in == in {
+		return m.key
+	}
+	k := strconv.FormatInt(t.JobID, 10) + "\x00" + t.OutputDir + "\x00" + t.WorkDir
+	if in != "" {
+		k += "\x00" + in
+	}
+	r.lastKey.Store(&jobKeyMemo{job: t.JobID, out: t.OutputDir, work: t.WorkDir, in: in, key: k})
 	return k
+}
+
+// jobKeyMemo is the last key jobKey made, and what it was made of.
+type jobKeyMemo struct {
+	job           int64
+	out, work, in string
+	key           string
 }
 
 // closeJob closes job files the cache let go of. The cache calls it

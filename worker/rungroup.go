@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,13 +99,16 @@ func (r *ExecRunner) StartGroup(ts []pilotproto.Task, slots int, ended func([]in
 		return g
 	}
 	g.job = job
-	specs := make([]confine.Spec, 0, len(ts))
+	var gs groupSpecs
+	gs.init(r, job.tmpRoot, ts)
 	tags := make([]int, 0, len(ts))
 	// The group's inputs lie in its job's dataset directory (GroupKey),
 	// checked once for all of them.
 	res := safefs.NewResolver(r.Roots)
 	defer res.Close()
-	for i, t := range ts {
+	var name0, prog0 string // the last program looked up, and where it is
+	for i := range ts {
+		t := &ts[i]
 		var read []string
 		if t.Input != "" {
 			var real string
@@ -118,7 +123,7 @@ func (r *ExecRunner) StartGroup(ts []pilotproto.Task, slots int, ended func([]in
 				continue
 			}
 			if real != t.Input {
-				if err := r.ownerMayRead(t, real); err != nil {
+				if err := r.ownerMayRead(*t, real); err != nil {
 					fail(i, -1, fmt.Errorf("input: %w", err))
 					continue
 				}
@@ -127,26 +132,37 @@ func (r *ExecRunner) StartGroup(ts []pilotproto.Task, slots int, ended func([]in
 				read = []string{real}
 			}
 		}
-		argv := Substitute(t.Command, t)
-		if len(argv) == 0 || argv[0] == "" {
+		var arg0 string
+		if len(t.Command) > 0 {
+			arg0 = t.Command[0]
+			if strings.IndexByte(arg0, '{') >= 0 {
+				arg0 = string(appendExpanded(nil, arg0, t))
+			}
+		}
+		if arg0 == "" {
 			fail(i, -1, errors.New("empty command"))
 			continue
 		}
-		prog, err := job.lookPath(argv[0], r.Path)
-		if err != nil {
-			code := -1
-			if errors.Is(err, os.ErrNotExist) {
-				code = 127
+		// The tasks of a group share their job's command: its program is
+		// looked up once.
+		prog := prog0
+		if arg0 != name0 || prog0 == "" {
+			var err error
+			if prog, err = job.lookPath(arg0, r.Path); err != nil {
+				code := -1
+				if errors.Is(err, os.ErrNotExist) {
+					code = 127
+				}
+				fail(i, code, fmt.Errorf("start %s: %w", arg0, err))
+				continue
 			}
-			fail(i, code, fmt.Errorf("start %s: %w", argv[0], err))
-			continue
+			name0, prog0 = arg0, prog
 		}
-		name := tmpName(t)
-		outputParent(job, t)
-		specs = append(specs, confine.Spec{Path: prog, Argv: argv, Env: r.Env(t, job.tmpRoot+"/"+name), Read: read,
-			Out: pilotproto.LogName(t.ID, t.Attempt, "out"), Err: pilotproto.LogName(t.ID, t.Attempt, "err"), Tmp: name})
+		outputParent(job, *t)
+		gs.add(t, prog, read)
 		tags = append(tags, i)
 	}
+	specs := gs.specs()
 	if len(specs) > 0 {
 		g.setSlots(slots)
 		// (Bounded well below time.Duration's range.)
@@ -238,11 +254,11 @@ func (g *execGroup) wave(ts []*confine.Task) {
 	outs := make([]Outcome, 0, len(ts))
 	for _, ct := range ts {
 		i := ct.Tag()
-		t := g.ts[i]
+		t := &g.ts[i] // not a copy: the retry below takes it
 		ws, werr := ct.Wait()
 		ran := ct.Ran()
 		o := Outcome{StartedAt: now.Add(-ran), Duration: ran, ExitCode: -1}
-		if se := (*confine.StartError)(nil); errors.As(werr, &se) {
+		if se := startError(werr); se != nil {
 			g.mu.Lock()
 			retry := se.Files && !g.stopped[i]
 			var ctx context.Context
@@ -258,7 +274,7 @@ func (g *execGroup) wave(ts []*confine.Task) {
 				// files made afresh.
 				g.r.jobs.retire(g.job)
 				go func() {
-					o := g.r.run(ctx, []pilotproto.Task{t}, Substitute(t.Command, t), false)
+					o := g.r.run(ctx, []pilotproto.Task{*t}, Substitute(t.Command, *t), false)
 					g.done(1)
 					g.ended([]int{i}, []Outcome{o})
 				}()
@@ -269,7 +285,7 @@ func (g *execGroup) wave(ts []*confine.Task) {
 			continue
 		}
 		if ct.TmpLeft() {
-			os.RemoveAll(g.job.tmpRoot + "/" + tmpName(t))
+			os.RemoveAll(g.job.tmpRoot + "/" + tmpName(*t))
 		}
 		switch {
 		case ct.Skipped():
@@ -306,4 +322,201 @@ func (g *execGroup) wave(ts []*confine.Task) {
 		g.done(len(idx))
 		g.ended(idx, outs)
 	}
+}
+
+// startError is err's StartError, if it is one (nil: no error, most
+// tasks, without errors.As's work).
+func startError(err error) *confine.StartError {
+	if err == nil {
+		return nil
+	}
+	var se *confine.StartError // (on the heap: errors.As takes it)
+	if !errors.As(err, &se) {
+		return nil
+	}
+	return se
+}
+
+// groupSpecs builds the runner's specs of a group's tasks. Each task's own
+// strings (its temporary directory's name and path, its log names, its
+// variables, the arguments its placeholders change) go in one buffer for
+// the whole group, turned into one string at the end, and its environment
+// and arguments are slices of one array each; what the tasks share (the
+// runner's variables, a command without placeholders) is not copied. A
+// few allocations per group instead of about twenty per task. The specs
+// hold what ExecRunner.Env, Substitute, pilotproto.LogName and tmpName
+// say for each task.
+type groupSpecs struct {
+	tmpRoot           string
+	path, site, pilot string // the variables every task gets
+	siteOn, pilotOn   bool
+	buf               []byte
+	spans             []span // every string in buf, each task's in order
+	tasks             []specTask
+	envs, args        int // how many variables and changed arguments in all
+}
+
+// span is a string of groupSpecs.buf: buf[from:to].
+type span struct{ from, to int }
+
+// specTask is a task of groupSpecs: its strings begin at spans[first].
+type specTask struct {
+	t     *pilotproto.Task
+	prog  string
+	read  []string
+	first int
+	own   bool // its arguments have placeholders: their expansions follow its own strings
+}
+
+// The strings of each task in groupSpecs.spans, in this order; then its
+// arguments that have placeholders, expanded.
+const (
+	spanTmpVar = iota // TMPDIR=<tmpRoot>/<tmp name>
+	spanHomeVar
+	spanTmp // its temporary directory's name (the end of TMPDIR=)
+	spanOut
+	spanErr
+	spanTaskVar
+	spanJobVar
+	spanAttemptVar
+	spansPerTask
+)
+
+// init readies g for ts's specs, their temporary directories in tmpRoot.
+func (g *groupSpecs) init(r *ExecRunner, tmpRoot string, ts []pilotproto.Task) {
+	*g = groupSpecs{tmpRoot: tmpRoot, path: "PATH=" + r.Path, siteOn: r.Site != "", pilotOn: r.Pilot != ""}
+	if g.siteOn {
+		g.site = "HARVEST_SITE=" + r.Site
+	}
+	if g.pilotOn {
+		// Not a secret: where the task ran (SLURM_JOB_ID is the pilot's,
+		// and the clean environment does not pass it on).
+		g.pilot = "HARVEST_PILOT_ID=" + r.Pilot
+	}
+	// What the tasks' strings take but for their arguments' expansions.
+	n := 0
+	for i := range ts {
+		id, job, att := digits(ts[i].ID), digits(ts[i].JobID), digits(int64(ts[i].Attempt))
+		name := len("task-.") + id + att
+		n += len("TMPDIR=HOME=//") + 2*(len(tmpRoot)+name) + 2*(len("..out")+id+att) +
+			len("HARVEST_TASK_ID=HARVEST_JOB_ID=HARVEST_ATTEMPT=") + id + job + att
+	}
+	g.buf = make([]byte, 0, n)
+	g.spans = make([]span, 0, len(ts)*spansPerTask)
+	g.tasks = make([]specTask, 0, len(ts))
+}
+
+// add adds t's spec: its program prog, its linked entry's target read.
+func (g *groupSpecs) add(t *pilotproto.Task, prog string, read []string) {
+	st := specTask{t: t, prog: prog, read: read, first: len(g.spans), own: hasPlaceholder(t.Command)}
+	str := func(from int) { g.spans = append(g.spans, span{from, len(g.buf)}) }
+	num := func(name string, n int64) {
+		from := len(g.buf)
+		g.buf = strconv.AppendInt(append(g.buf, name...), n, 10)
+		str(from)
+	}
+	from := len(g.buf)
+	g.buf = append(append(append(g.buf, "TMPDIR="...), g.tmpRoot...), '/')
+	name := len(g.buf)
+	g.buf = appendTmpName(g.buf, t)
+	str(from)
+	home := len(g.buf)
+	g.buf = append(append(g.buf, "HOME="...), g.buf[from+len("TMPDIR="):name]...)
+	g.buf = append(g.buf, g.buf[name:home]...)
+	str(home)
+	g.spans = append(g.spans, span{name, home})
+	for _, stream := range []string{"out", "err"} {
+		from := len(g.buf)
+		g.buf = append(appendLogID(g.buf, t), stream...)
+		str(from)
+	}
+	num("HARVEST_TASK_ID=", t.ID)
+	num("HARVEST_JOB_ID=", t.JobID)
+	num("HARVEST_ATTEMPT=", int64(t.Attempt))
+	g.envs += 7 + len(t.Env)
+	if g.siteOn {
+		g.envs++
+	}
+	if g.pilotOn {
+		g.envs++
+	}
+	if st.own {
+		for _, a := range t.Command {
+			if strings.IndexByte(a, '{') >= 0 {
+				from := len(g.buf)
+				g.buf = appendExpanded(g.buf, a, t)
+				str(from)
+			}
+		}
+		g.args += len(t.Command)
+	}
+	g.tasks = append(g.tasks, st)
+}
+
+// specs returns the specs of the tasks added, in order.
+func (g *groupSpecs) specs() []confine.Spec {
+	if len(g.tasks) == 0 {
+		return nil
+	}
+	s := string(g.buf) // every task's own strings: one allocation
+	str := func(k int) string { return s[g.spans[k].from:g.spans[k].to] }
+	envs := make([]string, 0, g.envs)
+	var args []string
+	if g.args > 0 {
+		args = make([]string, 0, g.args)
+	}
+	specs := make([]confine.Spec, len(g.tasks))
+	for i, st := range g.tasks {
+		k := st.first
+		// The order of ExecRunner.Env.
+		e := len(envs)
+		envs = append(envs, g.path, str(k+spanHomeVar), str(k+spanTmpVar), "LANG=C.UTF-8",
+			str(k+spanTaskVar), str(k+spanJobVar), str(k+spanAttemptVar))
+		if g.siteOn {
+			envs = append(envs, g.site)
+		}
+		if g.pilotOn {
+			envs = append(envs, g.pilot)
+		}
+		envs = append(envs, st.t.Env...)
+		argv := st.t.Command // shared by the job's tasks: only read
+		if st.own {
+			a := len(args)
+			next := k + spansPerTask
+			for _, arg := range st.t.Command {
+				if strings.IndexByte(arg, '{') >= 0 {
+					arg = str(next)
+					next++
+				}
+				args = append(args, arg)
+			}
+			argv = args[a:len(args):len(args)]
+		}
+		specs[i] = confine.Spec{Path: st.prog, Argv: argv, Env: envs[e:len(envs):len(envs)], Read: st.read,
+			Out: str(k + spanOut), Err: str(k + spanErr), Tmp: str(k + spanTmp)}
+	}
+	return specs
+}
+
+// appendTmpName appends t's tmpName.
+func appendTmpName(b []byte, t *pilotproto.Task) []byte {
+	return strconv.AppendInt(append(strconv.AppendInt(append(b, "task-"...), t.ID, 10), '.'), int64(t.Attempt), 10)
+}
+
+// appendLogID appends what t's log names begin with (pilotproto.LogName:
+// "<id>.<attempt>.", then the stream).
+func appendLogID(b []byte, t *pilotproto.Task) []byte {
+	return append(strconv.AppendInt(append(strconv.AppendInt(b, t.ID, 10), '.'), int64(t.Attempt), 10), '.')
+}
+
+// digits is how many bytes strconv.AppendInt(b, n, 10) appends.
+func digits(n int64) int {
+	d := 1
+	if n < 0 {
+		d++
+	}
+	for ; n >= 10 || n <= -10; n /= 10 {
+		d++
+	}
+	return d
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,17 +75,53 @@ func SubstituteBatch(argv []string, ts []pilotproto.Task) []string {
 // expanded again). {job} and {task} are the job and task ids, as `harvest
 // submit` documents.
 func Substitute(argv []string, t pilotproto.Task) []string {
-	if !slices.ContainsFunc(argv, func(a string) bool { return strings.IndexByte(a, '{') >= 0 }) {
-		// No placeholder (true, prog --flag): no replacer to build.
+	if !hasPlaceholder(argv) {
+		// No placeholder (true, prog --flag): nothing to expand.
 		return slices.Clone(argv)
 	}
-	r := strings.NewReplacer("{input}", t.Input, "{output}", t.Output,
-		"{job}", strconv.FormatInt(t.JobID, 10), "{task}", strconv.FormatInt(t.ID, 10))
 	out := make([]string, len(argv))
+	var b []byte
 	for i, a := range argv {
-		out[i] = r.Replace(a)
+		if strings.IndexByte(a, '{') < 0 {
+			out[i] = a
+			continue
+		}
+		b = appendExpanded(b[:0], a, &t)
+		out[i] = string(b)
 	}
 	return out
+}
+
+// hasPlaceholder reports whether an argument of argv may hold a
+// placeholder (a '{').
+func hasPlaceholder(argv []string) bool {
+	return slices.ContainsFunc(argv, func(a string) bool { return strings.IndexByte(a, '{') >= 0 })
+}
+
+// appendExpanded appends a to b with its placeholders replaced by t's
+// values, left to right, each value as it is (a strings.Replacer of the
+// four, without building one per task: none of them is a prefix of
+// another, so the first that matches at a position is the only one).
+func appendExpanded(b []byte, a string, t *pilotproto.Task) []byte {
+	for {
+		i := strings.IndexByte(a, '{')
+		if i < 0 {
+			return append(b, a...)
+		}
+		b, a = append(b, a[:i]...), a[i:]
+		switch {
+		case strings.HasPrefix(a, "{input}"):
+			b, a = append(b, t.Input...), a[len("{input}"):]
+		case strings.HasPrefix(a, "{output}"):
+			b, a = append(b, t.Output...), a[len("{output}"):]
+		case strings.HasPrefix(a, "{job}"):
+			b, a = strconv.AppendInt(b, t.JobID, 10), a[len("{job}"):]
+		case strings.HasPrefix(a, "{task}"):
+			b, a = strconv.AppendInt(b, t.ID, 10), a[len("{task}"):]
+		default:
+			b, a = append(b, '{'), a[1:]
+		}
+	}
 }
 
 // ExecRunner runs the task's command without a shell, in its own process
@@ -146,6 +183,7 @@ type ExecRunner struct {
 	// landlock: auto mode confines (probed once).
 	probe    sync.Once
 	landlock bool
+	lastKey  atomic.Pointer[jobKeyMemo] // jobKey's last
 }
 
 // DefaultPath is the tasks' PATH unless the runner sets another.
@@ -352,7 +390,8 @@ func (r *ExecRunner) prepareIn(job *jobFiles, ts []pilotproto.Task) (*prepared, 
 
 // tmpName is the name of t's temporary directory in its job's.
 func tmpName(t pilotproto.Task) string {
-	return "task-" + strconv.FormatInt(t.ID, 10) + "." + strconv.Itoa(t.Attempt)
+	var b [48]byte
+	return string(appendTmpName(b[:0], &t))
 }
 
 // outputParent makes the parent of t's output when it is deeper than the

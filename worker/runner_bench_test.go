@@ -2,8 +2,12 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,6 +79,79 @@ func BenchmarkExecRunnerTrue(b *testing.B) {
 			r.Close() // the job's runner is reaped: its CPU is counted
 			b.ReportMetric(float64((rusage(syscall.RUSAGE_SELF)-self0).Microseconds())/float64(b.N), "worker-us/task")
 			b.ReportMetric(float64((rusage(syscall.RUSAGE_CHILDREN)-child0).Microseconds())/float64(b.N), "task-us/task")
+		})
+	}
+}
+
+// BenchmarkExecGroupTrue hands groups of 100 tasks of one job (true, each
+// an entry of the job's dataset directory under the roots, as a pull
+// brings them) to a confined runner, as the worker does (StartGroup), at
+// 1 and 4 slots: the worker's own CPU and allocations per task
+// (worker-us/task, allocs/task: the inputs' checks, the tasks' specs, the
+// runner's requests and answers, the outcomes).
+func BenchmarkExecGroupTrue(b *testing.B) {
+	if sup := confine.Probe(); !sup.Confined(confine.ModeRequire) {
+		b.Skipf("this kernel has no Landlock: %v", sup.Err)
+	}
+	const group = 100
+	for _, slots := range []int{1, 4} {
+		b.Run(fmt.Sprintf("slots-%d", slots), func(b *testing.B) {
+			dir := b.TempDir()
+			exe, err := os.Executable()
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := worker.DefaultExecRunner()
+			r.Roots, r.TempRoot = []string{dir}, dir
+			r.Jail = &confine.Launcher{Exe: exe, Mode: confine.ModeRequire}
+			defer r.Close()
+			ds, out := filepath.Join(dir, "ds"), filepath.Join(dir, "out")
+			os.Mkdir(ds, 0o755)
+			for i := range group {
+				os.WriteFile(filepath.Join(ds, strconv.Itoa(i)), nil, 0o644)
+			}
+			cmd := []string{"true"}
+			groups := make([][]pilotproto.Task, b.N)
+			for n := range groups {
+				ts := make([]pilotproto.Task, group)
+				for i := range ts {
+					id := int64(n*group + i + 1)
+					name := strconv.Itoa(i)
+					ts[i] = pilotproto.Task{ID: id, Attempt: 1, JobID: 1, Name: name, Input: ds + "/" + name, OutputDir: out,
+						Output: out + "/" + name, Command: cmd, Env: pilotproto.TaskEnv(1, id)}
+				}
+				groups[n] = ts
+			}
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			self0 := rusage(syscall.RUSAGE_SELF)
+			b.ResetTimer()
+			for _, ts := range groups {
+				done := make(chan struct{})
+				left := len(ts)
+				var mu sync.Mutex
+				r.StartGroup(ts, slots, func(idx []int, os []worker.Outcome) {
+					for _, o := range os {
+						if o.Status != pilotproto.StatusDone {
+							b.Errorf("%s %q", o.Status, o.ErrorTail)
+						}
+					}
+					mu.Lock()
+					left -= len(idx)
+					if left == 0 {
+						close(done)
+					}
+					mu.Unlock()
+				})
+				<-done
+			}
+			b.StopTimer()
+			runtime.ReadMemStats(&ms1)
+			self := rusage(syscall.RUSAGE_SELF) - self0
+			tasks := float64(b.N * group)
+			b.ReportMetric(float64(self.Microseconds())/tasks, "worker-us/task")
+			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/tasks, "allocs/task")
+			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/tasks, "B/task")
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -301,5 +302,64 @@ func TestAConfinedTaskKeepsASignalThePilotIgnores(t *testing.T) {
 		if k, v, _ := strings.Cut(line, ":"); k == "SigIgn" && strings.TrimSpace(v) != "0000000000000001" {
 			t.Fatalf("the task's ignored signals: %s, want SIGHUP alone", strings.TrimSpace(v))
 		}
+	}
+}
+
+// The tasks of a group, handed to their job's runner together, each run
+// their own command line and environment (the specs of a group are built
+// together, its program looked up once while it stays the same): here
+// the program is each task's entry, two scripts in turn, and each prints
+// its arguments and variables.
+func TestAGroupsTasksRunTheirOwnCommandsAndEnvironments(t *testing.T) {
+	dir := t.TempDir()
+	r := confinedRunner(t, dir)
+	r.Site, r.Pilot = "site-x", "77"
+	ds, out := filepath.Join(dir, "ds"), filepath.Join(dir, "out")
+	os.Mkdir(ds, 0o755)
+	for _, name := range []string{"a", "b"} {
+		script := "#!/bin/sh\necho " + name + ` "$1" "$HOME" "$TMPDIR" "$HARVEST_TASK_ID" "$HARVEST_JOB_ID" "$HARVEST_ATTEMPT" "$HARVEST_SITE" "$HARVEST_PILOT_ID" "$MINE"` + "\n"
+		if err := os.WriteFile(filepath.Join(ds, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := make([]pilotproto.Task, 12)
+	for i := range ts {
+		name := []string{"a", "b"}[i%3%2] // a b a a b a ...
+		ts[i] = pilotproto.Task{ID: int64(95 + i), Attempt: 1 + i%2, JobID: 4, Input: filepath.Join(ds, name), OutputDir: out,
+			Output: filepath.Join(out, strconv.Itoa(i)), Command: []string{"{input}", "{task}-{output}"}, Env: []string{"MINE=" + strconv.Itoa(i*i)}}
+	}
+	ended := make(chan worker.Outcome, len(ts))
+	outcomes := make([]worker.Outcome, len(ts))
+	r.StartGroup(ts, 3, func(idx []int, os []worker.Outcome) {
+		for k, i := range idx {
+			outcomes[i] = os[k]
+			ended <- os[k]
+		}
+	})
+	for range ts {
+		<-ended
+	}
+	tmps := map[string]bool{}
+	for i, task := range ts {
+		if o := outcomes[i]; o.Status != pilotproto.StatusDone {
+			t.Fatalf("task %d: %s %d %q", i, o.Status, o.ExitCode, o.ErrorTail)
+		}
+		b, err := os.ReadFile(logOf(task, "out"))
+		if err != nil {
+			t.Fatalf("task %d: %v", i, err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 10 {
+			t.Fatalf("task %d printed %q", i, b)
+		}
+		want := []string{filepath.Base(task.Input), strconv.FormatInt(task.ID, 10) + "-" + task.Output, f[2], f[2],
+			strconv.FormatInt(task.ID, 10), "4", strconv.Itoa(task.Attempt), "site-x", "77", strconv.Itoa(i * i)}
+		if !slices.Equal(f, want) {
+			t.Errorf("task %d printed %q, want %q", i, f, want)
+		}
+		if tmps[f[2]] || filepath.Base(f[2]) != "task-"+strconv.FormatInt(task.ID, 10)+"."+strconv.Itoa(task.Attempt) {
+			t.Errorf("task %d's temporary directory %s: not its own", i, f[2])
+		}
+		tmps[f[2]] = true
 	}
 }

@@ -692,8 +692,10 @@ func (w *Worker) startGroup(gr GroupRunner, ts []pilotproto.Task) {
 		cause: make([]error, len(ts)), ended: make([]bool, len(ts)), held: make([]*Outcome, len(ts))}
 	w.regroup(g)
 	g.initialSlots = g.slots
+	rs := make([]running, len(ts)) // one allocation for the group's
 	for i, t := range ts {
-		w.running[refOf(t)] = &running{t: t, g: g, i: i}
+		rs[i] = running{t: t, g: g, i: i}
+		w.running[refOf(t)] = &rs[i]
 	}
 	w.groups = append(w.groups, g)
 	w.tasks.Add(1)
