@@ -99,6 +99,8 @@ try write-tmp sh -c 'echo x > "$TMPDIR/t"'
 try write-own-output sh -c 'echo x > "$2"' sh "$1" "$2"
 try signal-pilot kill -0 $PPID
 try pilot-environ sh -c 'cat /proc/$PPID/environ | grep -q HARVEST'
+try read-devshm cat "$SHM"
+try read-urandom head -c 1 /dev/urandom
 `
 
 // TestAConfinedTaskReachesOnlyItsOwnFiles is issue 13 item 2: a task ran
@@ -121,12 +123,20 @@ func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "ds", "in", "data"), []byte("d"), 0o644)
 	os.WriteFile(filepath.Join(state, "master.db"), []byte("checkpoint"), 0o600)
 	os.WriteFile(filepath.Join(state, "pilot.token"), []byte("token"), 0o600)
+	// A pilot's file in /dev/shm (TMPDIR=/dev/shm put every job's
+	// temporary directories there): tasks read all of /dev.
+	shm, err := os.CreateTemp("/dev/shm", "harvest-probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shm.Close()
+	t.Cleanup(func() { os.Remove(shm.Name()) })
 	t.Setenv("HARVEST_TEST_MARKER", "x") // the pilot's own environment, for pilot-environ
 	run := func(jail *confine.Launcher) map[string]string {
 		task := pilotproto.Task{ID: 1, Attempt: 1, JobID: 1, Input: filepath.Join(root, "ds", "in"),
 			OutputDir: filepath.Join(root, "alice-out"), Output: filepath.Join(root, "alice-out", "in"),
 			Command: []string{"sh", "-c", probeScript, "sh", "{input}", "{output}"},
-			Env:     []string{"STATE=" + state, "OTHER=" + other, "ROOT=" + root}}
+			Env:     []string{"STATE=" + state, "OTHER=" + other, "ROOT=" + root, "SHM=" + shm.Name()}}
 		r := worker.DefaultExecRunner()
 		r.Roots, r.Jail = []string{root}, jail
 		o := r.Run(context.Background(), task)
@@ -152,7 +162,7 @@ func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
 	want := map[string]string{
 		"read-checkpoint": "denied", "read-token": "denied", "write-other-output": "denied", "write-outside": "denied",
 		"read-roots": "ok", "read-input": "ok", "write-tmp": "ok", "write-own-output": "ok", "signal-pilot": "denied",
-		"pilot-environ": "denied",
+		"pilot-environ": "denied", "read-devshm": "denied", "read-urandom": "ok",
 	}
 	if os.Getuid() == 0 {
 		// Root passes the kernel's ptrace check on /proc/PID/environ even
@@ -165,7 +175,7 @@ func TestAConfinedTaskReachesOnlyItsOwnFiles(t *testing.T) {
 			t.Errorf("confined task: %s %s, want %s", k, confined[k], v)
 		}
 	}
-	for _, k := range []string{"read-checkpoint", "write-other-output", "write-outside"} {
+	for _, k := range []string{"read-checkpoint", "write-other-output", "write-outside", "read-devshm"} {
 		if open[k] != "ok" {
 			t.Errorf("unconfined probe %s: %s: the probe cannot tell", k, open[k])
 		}

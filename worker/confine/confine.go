@@ -58,9 +58,13 @@ func ParseMode(s string) (Mode, error) {
 // SystemRead are the directories every task may read and execute: the
 // system's programs, libraries and configuration, /proc and /sys (other
 // processes' private files stay closed: Landlock forbids ptrace-like
-// access out of the sandbox), devices, and the resolver's directory.
+// access out of the sandbox), the random devices (and SystemWrite's), and
+// the resolver's directory. Not all of /dev: a root pilot's task read the
+// disks (/dev/vda: every file, Landlock bypassed), any pilot's the
+// terminals and /dev/shm, where TMPDIR=/dev/shm put every job's
+// temporary directories and logs. A site adds devices with --task-read.
 var SystemRead = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-	"/proc", "/sys", "/dev", "/run/systemd/resolve"}
+	"/proc", "/sys", "/dev/random", "/dev/urandom", "/run/systemd/resolve"}
 
 // linkedSystem maps each entry of SystemRead that is a link to a
 // directory beneath another entry (/bin -> usr/bin, /lib -> usr/lib on a
